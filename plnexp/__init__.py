@@ -1,0 +1,18 @@
+"""plnexp: Poisson log-normal fits in JAX under several JIT strategies, measured.
+
+    import plnexp
+    data = plnexp.load_oaks(replication=100)
+    res = plnexp.fit(data, model="full", optimizer="radam_clip", n_iter=1000)
+"""
+
+from ._xla import harden_xla_flags
+
+harden_xla_flags()  # must run before JAX creates its CPU client: see plnexp/_xla.py
+
+from .data import Data, DataError, load_csv, load_oaks, replicate, simulate  # noqa: E402
+from .fitting import FitResult, NumericsError, fit  # noqa: E402
+from .strategies import STRATEGIES  # noqa: E402
+
+__all__ = ["Data", "DataError", "FitResult", "NumericsError", "STRATEGIES", "fit", "load_csv",
+           "load_oaks", "replicate", "simulate"]
+__version__ = "0.1.0"

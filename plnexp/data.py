@@ -1,0 +1,227 @@
+"""Data sets: the shipped oaks data, CSV files, and simulation from the PLN generative model.
+
+A :class:`Data` holds host (numpy, float64) arrays; :meth:`Data.to_device` casts and places them
+for a fit. Offsets are always stored on the log scale.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+OAKS_COVARIATES = ("tree", "orientation", "distTOground")
+
+
+class DataError(ValueError):
+    """A data file or array that cannot be fitted; the message names the file and the problem."""
+
+
+@dataclass(frozen=True, eq=False)
+class Data:
+    """Counts Y (n, p), log-offsets O (n, p), covariates X (n, d), all float64 numpy arrays."""
+
+    Y: np.ndarray
+    O: np.ndarray
+    X: np.ndarray
+    name: str = "data"
+    covariate_names: tuple[str, ...] = ("intercept",)
+    truth: dict | None = field(default=None, repr=False)  # simulate(): the true B and Sigma
+
+    @property
+    def n(self) -> int:
+        return self.Y.shape[0]
+
+    @property
+    def p(self) -> int:
+        return self.Y.shape[1]
+
+    @property
+    def d(self) -> int:
+        return self.X.shape[1]
+
+    def digest(self) -> str:
+        """sha256 of Y, O and X (float64 bytes): identifies the data a run was fitted on."""
+        h = hashlib.sha256()
+        for a in (self.Y, self.O, self.X):
+            h.update(str(a.shape).encode())
+            h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
+        return h.hexdigest()
+
+    def to_device(self, dtype, device):
+        """The arrays as :class:`plnexp.model.Arrays` of ``dtype``, committed to ``device``."""
+        import jax
+
+        from .model import Arrays
+
+        return Arrays(*(jax.device_put(np.asarray(a, dtype=dtype), device) for a in (self.Y, self.O, self.X)))
+
+
+def replicate(data: Data, times: int) -> Data:
+    """Stack the rows ``times`` times (the seed's way of making oaks bigger)."""
+    if int(times) != times or times < 1:
+        raise DataError(f"replication={times!r}: must be an integer >= 1")
+    if times == 1:
+        return data
+    rep = lambda a: np.tile(a, (int(times), 1))  # noqa: E731
+    return Data(rep(data.Y), rep(data.O), rep(data.X), f"{data.name}_x{times}", data.covariate_names, data.truth)
+
+
+# ---------------------------------------------------------------- validation helpers
+def _read_csv(path: Path, what: str) -> tuple[list[str], np.ndarray]:
+    """Read a numeric CSV with a header row; one clear DataError for any problem."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{what} file {path}: not found")
+    lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
+    if len(lines) < 2:
+        raise DataError(f"{what} file {path}: empty (need a header row and at least one data row)")
+    header = [h.strip().strip('"') for h in lines[0].split(",")]
+    rows = []
+    for i, ln in enumerate(lines[1:], start=2):
+        cells = ln.split(",")
+        if len(cells) != len(header):
+            raise DataError(f"{what} file {path}: line {i} has {len(cells)} fields, header has {len(header)}")
+        try:
+            rows.append([float(c) if c.strip() not in ("", "NA", "nan", "NaN") else np.nan for c in cells])
+        except ValueError:
+            raise DataError(f"{what} file {path}: line {i} has a non-numeric value") from None
+    return header, np.asarray(rows, dtype=np.float64)
+
+
+def _check_finite(a: np.ndarray, path, what: str) -> None:
+    bad = ~np.isfinite(a)
+    if bad.any():
+        r, c = np.argwhere(bad)[0]
+        raise DataError(f"{what} file {path}: NaN or infinite value at row {r + 1}, column {c + 1}")
+
+
+def check_counts(Y: np.ndarray, source: str = "counts") -> np.ndarray:
+    """Counts must be finite non-negative integers; returns them as float64."""
+    Y = np.asarray(Y, dtype=np.float64)
+    if Y.ndim != 2 or Y.size == 0:
+        raise DataError(f"{source}: counts must be a non-empty 2-d table, got shape {Y.shape}")
+    _check_finite(Y, source, "counts")
+    if (Y < 0).any():
+        r, c = np.argwhere(Y < 0)[0]
+        raise DataError(f"counts {source}: negative count {Y[r, c]:g} at row {r + 1}, column {c + 1}")
+    if (Y != np.round(Y)).any():
+        r, c = np.argwhere(Y != np.round(Y))[0]
+        raise DataError(f"counts {source}: non-integer count {Y[r, c]:g} at row {r + 1}, column {c + 1}")
+    return Y
+
+
+def design_matrix(table: dict[str, np.ndarray | Sequence[str]], columns: Sequence[str], n: int) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Intercept + the named columns; text columns become one-hot with the first level dropped."""
+    blocks, names = [np.ones((n, 1))], ["intercept"]
+    for col in columns:
+        if col not in table:
+            raise DataError(f"covariate {col!r}: not in the covariates table; allowed: {sorted(table)}")
+        values = np.asarray(table[col])
+        try:
+            blocks.append(values.astype(np.float64).reshape(n, 1))
+            names.append(col)
+        except ValueError:  # categorical
+            levels = sorted(set(values.tolist()))
+            for level in levels[1:]:
+                blocks.append((values == level).astype(np.float64).reshape(n, 1))
+                names.append(f"{col}={level}")
+    return np.hstack(blocks), tuple(names)
+
+
+# ---------------------------------------------------------------- loaders
+def _oaks_dir():
+    return resources.files("plnexp.datasets") / "oaks"
+
+
+def _read_text_table(path) -> dict[str, np.ndarray]:
+    lines = [ln.split(",") for ln in Path(path).read_text().splitlines() if ln.strip()]
+    header = [h.strip().strip('"') for h in lines[0]]
+    cols = list(zip(*lines[1:]))
+    return {h: np.asarray([c.strip().strip('"') for c in col]) for h, col in zip(header, cols)}
+
+
+def load_oaks(replication: int = 1, covariates: Sequence[str] = ()) -> Data:
+    """The oaks powdery-mildew data (116 x 114), MIT licence: see plnexp/datasets/oaks/LICENSE.
+
+    Offsets are the raw read totals shipped with the data, logged here once. ``covariates``:
+    any of 'tree', 'orientation' (categorical, one-hot, first level dropped), 'distTOground'.
+    """
+    folder = _oaks_dir()
+    _, Y = _read_csv(folder / "counts.csv", "counts")
+    _, totals = _read_csv(folder / "offsets.csv", "offsets")
+    X, names = design_matrix(_read_text_table(folder / "covariates.csv"), covariates, Y.shape[0])
+    data = Data(check_counts(Y), np.log(totals), X, "oaks", names)
+    return replicate(data, replication)
+
+
+def load_csv(counts, offsets=None, covariates=None, *, log_offsets: bool = False,
+             covariate_columns: Sequence[str] | None = None, name: str | None = None) -> Data:
+    """Load counts (header + integer rows), optional offsets and covariates from CSV files.
+
+    ``offsets`` are raw positive totals (logged here) unless ``log_offsets=True``. Covariates:
+    all columns of the file (text columns one-hot encoded) unless ``covariate_columns`` names
+    some; an intercept is always added. Any problem raises :class:`DataError` naming the file.
+    """
+    _, Y = _read_csv(counts, "counts")
+    Y = check_counts(Y, str(counts))
+    n, p = Y.shape
+    if offsets is None:
+        O = np.zeros_like(Y)
+    else:
+        _, O = _read_csv(offsets, "offsets")
+        if O.shape != Y.shape:
+            raise DataError(f"offsets file {offsets}: shape {O.shape} does not match counts {Y.shape}")
+        _check_finite(O, offsets, "offsets")
+        if not log_offsets:
+            if (O <= 0).any():
+                raise DataError(f"offsets file {offsets}: raw offsets must be > 0 (pass log_offsets=True for log-scale offsets)")
+            O = np.log(O)
+    if covariates is None:
+        X, names = np.ones((n, 1)), ("intercept",)
+    else:
+        path = Path(covariates)
+        if not path.is_file():
+            raise DataError(f"covariates file {path}: not found")
+        table = _read_text_table(path) if path.stat().st_size else {}
+        if not table or len(next(iter(table.values()))) == 0:
+            raise DataError(f"covariates file {path}: empty (need a header row and at least one data row)")
+        rows = len(next(iter(table.values())))
+        if rows != n:
+            raise DataError(f"covariates file {path}: {rows} rows, counts have {n}")
+        X, names = design_matrix(table, covariate_columns if covariate_columns is not None else list(table), n)
+        _check_finite(X, path, "covariates")
+    if np.linalg.matrix_rank(X) < X.shape[1]:
+        raise DataError(f"covariates file {covariates}: the design matrix {names} is rank-deficient")
+    return Data(Y, O, X, name or Path(counts).stem, names)
+
+
+def simulate(n: int = 2000, p: int = 50, d: int = 2, seed: int = 0) -> Data:
+    """Draw from the PLN model: Y ~ Poisson(exp(O + XB + W)), W ~ N(0, Sigma).
+
+    The documented, seeded choice (numpy ``default_rng(seed)``):
+    X = [1, N(0,1) columns] (n, d); B_kj ~ N(0, 0.5^2) with intercept row 1 + N(0, 0.5^2) so counts
+    are O(e); Sigma = D^1/2 C D^1/2 with a banded correlation C_jk = 0.6^|j-k| and variances
+    D_j ~ U(0.2, 0.6); offsets O = log(total) with total ~ U(50, 150)/100 per row (log-scale ~0).
+    The truth is kept in ``data.truth`` ({'B': ..., 'Sigma': ...}).
+    """
+    for key, value, low in (("n", n, 2), ("p", p, 1), ("d", d, 1)):
+        if int(value) != value or value < low:
+            raise DataError(f"simulate: {key}={value!r} must be an integer >= {low}")
+    rng = np.random.default_rng(seed)
+    X = np.hstack([np.ones((n, 1)), rng.normal(size=(n, d - 1))])
+    B = rng.normal(scale=0.5, size=(d, p))
+    B[0] += 1.0
+    idx = np.arange(p)
+    corr = 0.6 ** np.abs(idx[:, None] - idx[None, :])
+    sd = np.sqrt(rng.uniform(0.2, 0.6, size=p))
+    Sigma = corr * sd[:, None] * sd[None, :]
+    W = rng.multivariate_normal(np.zeros(p), Sigma, size=n, method="cholesky")
+    O = np.log(rng.uniform(0.5, 1.5, size=(n, 1))) * np.ones((1, p))
+    Y = rng.poisson(np.exp(O + X @ B + W)).astype(np.float64)
+    names = ("intercept",) + tuple(f"x{k}" for k in range(1, d))
+    return Data(Y, O, X, f"synthetic_n{n}_p{p}_d{d}_s{seed}", names, {"B": B, "Sigma": Sigma})

@@ -1,0 +1,131 @@
+"""``plnexp.fit``: resolve names once into objects, run a strategy, check and package the result."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import jax
+import numpy as np
+
+from . import reference, strategies, timing
+from .data import Data
+from .model import MODELS, Model, init_state
+from .optim import OptimizerSpec
+from .problem import Problem
+from .strategies import StrategySpec
+
+PRECISIONS = {"float32": np.float32, "float64": np.float64}
+DEVICES = ("cpu", "gpu", "auto")
+INITS = ("seed", "data")
+# |jitted ELBO - float64 host ELBO| / |host ELBO| allowed. float32: a sum of n*p terms of size up
+# to ~1e4 carries relative rounding ~1e-6 (measured <= 3e-6 on oaks x100); 1e-4 leaves margin and
+# still catches a miscompiled reduction (the jaxlib 0.10.2 one is off by 13%).
+CHECK_RTOL = {np.float32: 1e-4, np.float64: 1e-9}
+
+
+class NumericsError(RuntimeError):
+    """The compiled ELBO disagrees with the float64 host reference: a compiler or numerics bug."""
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """A finished fit. ``elbo[i]``: ELBO (with the exact log y!) before update i; NaN past
+    ``n_iter``. ``params``: B (d, p), M (n, p, centred residual), S (n, p), Sigma (p, p)."""
+
+    elbo: np.ndarray
+    loglik: float
+    params: dict
+    n_iter: int
+    timing: timing.Timing
+    model: str
+    strategy: str
+    optimizer: str
+    precision: str
+    device: str
+    extra: dict = field(default_factory=dict)
+
+
+def resolve_device(name: str) -> jax.Device:
+    """'cpu', 'gpu' or 'auto' (JAX's default backend) -> a jax.Device, with a one-line error."""
+    if name not in DEVICES:
+        raise ValueError(f"device={name!r}: allowed values are {', '.join(DEVICES)}")
+    if name == "auto":
+        return jax.devices()[0]
+    try:
+        return jax.devices(name)[0]
+    except RuntimeError:
+        found = sorted({d.platform for d in jax.devices()})
+        raise ValueError(f"device={name!r}: no {name.upper()} visible to JAX on this machine "
+                         f"(found: {', '.join(found)}); use device=cpu or device=auto") from None
+
+
+@lru_cache(maxsize=32)
+def make_problem(model: Model, optimizer: OptimizerSpec) -> Problem:
+    """Cached so that equal choices give the *same* Problem (and jit caches hit across fits)."""
+    return Problem(model, optimizer.make())
+
+
+def _host(tree):
+    return jax.tree_util.tree_map(lambda a: np.asarray(a, dtype=np.float64), tree)
+
+
+def fit(data: Data, model: str = "profiled", optimizer: str = "rprop", n_iter: int = 1000,
+        precision: str = "float32", device: str = "cpu", strategy: str = "scan", *, lr: float | None = None,
+        init: str = "seed", unroll: int = 8, tol: float = 1e-6, patience: int = 10,
+        repeats: int = 1, warmup: int = 1, timed: bool = True) -> FitResult:
+    """Fit a PLN model by variational inference and time it.
+
+    ``timed=True`` measures cold first call, AOT compile and steady runs (``repeats`` after
+    ``warmup``; see :mod:`plnexp.timing`); ``timed=False`` makes one plain call.
+    Raises ``ValueError`` (one line, naming the argument and its allowed values) on a bad choice,
+    and :class:`NumericsError` if the compiled ELBO disagrees with the float64 host reference.
+    """
+    if model not in MODELS:
+        raise ValueError(f"model={model!r}: allowed values are {', '.join(MODELS)}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision={precision!r}: allowed values are {', '.join(PRECISIONS)}")
+    if init not in INITS:
+        raise ValueError(f"init={init!r}: allowed values are {', '.join(INITS)}")
+    if not (isinstance(n_iter, int) and n_iter >= 1):
+        raise ValueError(f"n_iter={n_iter!r}: must be an integer >= 1")
+    problem = make_problem(MODELS[model], OptimizerSpec(optimizer, lr))
+    spec = StrategySpec(strategy, unroll, tol, patience)
+    dtype = PRECISIONS[precision]
+    dev = resolve_device(device)
+    log_fact = reference.log_factorial_sum(data.Y)
+
+    with jax.enable_x64(dtype == np.float64):
+        arrays = data.to_device(dtype, dev)._replace(log_factorial=jax.device_put(dtype(log_fact), dev))
+        state = problem.init(init_state(problem.model, arrays, init))
+        program = strategies.build(problem, n_iter, spec)
+        if timed:
+            out, times = timing.measure(program, state, arrays, repeats=repeats, warmup=warmup)
+        else:
+            out, times = timing.untimed(program, state, arrays)
+        curve = np.asarray(out.elbo, dtype=np.float64)
+        n_run = int(out.n_run)
+        pln = _host(out.state.pln)
+        centred_m = np.asarray(problem.model.centred_m(out.state.pln, arrays), dtype=np.float64)
+        first_state = _host(state.pln)
+        first_m = np.asarray(problem.model.centred_m(state.pln, arrays), dtype=np.float64)
+
+    params = {"B": pln.B, "M": centred_m, "S": pln.S, "Sigma": pln.Sigma}
+    loglik = reference.elbo(data.Y, data.O, data.X, pln.B, centred_m, pln.S, pln.Sigma)
+    check_against_host(float(out.final_elbo) - log_fact, loglik, dtype, "final state")
+    start = reference.elbo(data.Y, data.O, data.X, first_state.B, first_m, first_state.S, first_state.Sigma)
+    check_against_host(curve[0] - log_fact, start, dtype, "initial state")
+    return FitResult(curve - log_fact, loglik, params, n_run, times, model, strategy, optimizer, precision,
+                     str(dev), {"final_elbo_jit": float(out.final_elbo) - log_fact, "log_factorial": log_fact})
+
+
+def check_against_host(jitted: float, host: float, dtype, where: str) -> None:
+    """Refuse to report an ELBO that the compiled code got wrong (see plnexp._xla)."""
+    if not np.isfinite(jitted) or not np.isfinite(host):
+        return  # a diverged fit is reported as such by its caller, not as a compiler bug
+    rtol = CHECK_RTOL[dtype]
+    if abs(jitted - host) > rtol * abs(host):
+        raise NumericsError(
+            f"compiled ELBO at the {where} is {jitted:.6f} but the float64 host reference gives {host:.6f} "
+            f"(relative error {abs(jitted - host) / abs(host):.2e} > {rtol:g}); XLA_FLAGS="
+            f"{__import__('os').environ.get('XLA_FLAGS', '')!r}")

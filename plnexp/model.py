@@ -1,0 +1,199 @@
+"""Pure PLN maths: ELBOs, closed forms and initial states. No jit, no I/O, no global state.
+
+Model (Chiquet et al.): Y_ij ~ Poisson(exp(O_ij + X_i B_j + W_ij)), W_i ~ N(0, Sigma).
+Variational family: W_i ~ N(M_i, diag(S_i^2)). With Omega = Sigma^-1 the ELBO is
+
+    sum_ij [Y_ij (O + XB + M)_ij - exp(O + XB + M + S^2/2)_ij - log(Y_ij!)] + 1/2 sum_ij log S_ij^2
+    + n/2 log|Omega| - 1/2 tr(Omega (M'M + diag(sum_i S_i^2))) + n p / 2.
+
+The seed tutorial wrote the trace as ``trace(M.T @ M + diag(...) @ Omega)`` which, by operator
+precedence, leaves Omega off M'M; here Omega multiplies the whole bracket.
+
+Two parametrisations (a :class:`Model` each):
+
+- ``full``: B, M, S by gradient; Sigma = (M'M + diag(sum S^2)) / n and Omega in closed form after
+  every step (the seed's scheme). M is the centred residual W.
+- ``profiled``: M, S by gradient, with B = (X'X)^-1 X'M and Sigma in closed form *inside* the ELBO
+  (as pyPLNmodels / PLNmodels do). M is the mean of the uncentred latent Z = XB + W.
+
+The log-factorial term depends on the data only: the functions here leave it out (``partial``
+ELBO); :mod:`plnexp.reference` adds it on the host in float64.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.scipy.linalg import cho_solve
+
+
+class Arrays(NamedTuple):
+    """The data as device arrays: counts Y (n, p), log-offsets O (n, p), covariates X (n, d).
+
+    ``log_factorial`` = sum log(Y!) (a float64 host constant cast to the fit's dtype); the ELBOs
+    here leave it out, only the early-stopping rule uses it (relative change of the full ELBO).
+    """
+
+    Y: jax.Array
+    O: jax.Array
+    X: jax.Array
+    log_factorial: jax.Array | float = 0.0
+
+
+class PLNState(NamedTuple):
+    """Every parameter of a fit. ``M`` is in the model's own parametrisation (see module doc)."""
+
+    B: jax.Array  # (d, p)
+    M: jax.Array  # (n, p)
+    S: jax.Array  # (n, p)
+    Sigma: jax.Array  # (p, p)
+    Omega: jax.Array  # (p, p)
+
+
+Params = dict  # the pytree the optimizer sees: {"B", "M", "S"} or {"M", "S"}
+
+
+def _logdet_from_cholesky(L: jax.Array) -> jax.Array:
+    return 2.0 * jnp.sum(jnp.log(jnp.diagonal(L)))
+
+
+def _inverse_spd(Sigma: jax.Array) -> jax.Array:
+    """Sigma^-1 through its Cholesky factor (no general-purpose inverse)."""
+    L = jnp.linalg.cholesky(Sigma)
+    return cho_solve((L, True), jnp.eye(Sigma.shape[0], dtype=Sigma.dtype))
+
+
+def closed_form_sigma(M: jax.Array, S: jax.Array) -> jax.Array:
+    """argmax over Sigma of the ELBO: (M'M + diag(sum_i S_i^2)) / n, for centred M."""
+    n = M.shape[0]
+    return (M.T @ M + jnp.diag(jnp.sum(S * S, axis=0))) / n
+
+
+def closed_form_b(X: jax.Array, M: jax.Array) -> jax.Array:
+    """argmax over B of the ELBO for uncentred M: the least-squares fit (X'X)^-1 X'M."""
+    L = jnp.linalg.cholesky(X.T @ X)
+    return cho_solve((L, True), X.T @ M)
+
+
+def _poisson_part(data: Arrays, Z: jax.Array, S: jax.Array) -> jax.Array:
+    """sum_ij [Y Z - exp(Z + S^2/2) + log|S|] with Z = O + XB + M (log|S| = 1/2 log S^2)."""
+    return jnp.sum(data.Y * Z - jnp.exp(Z + 0.5 * S * S) + jnp.log(jnp.abs(S)))
+
+
+def elbo_given_sigma(B, M, S, Sigma, data: Arrays) -> jax.Array:
+    """Partial ELBO at any (B, centred M, S, Sigma): the general formula, used for checks."""
+    n, p = M.shape
+    L = jnp.linalg.cholesky(Sigma)
+    Omega = cho_solve((L, True), jnp.eye(p, dtype=Sigma.dtype))
+    second_moment = M.T @ M + jnp.diag(jnp.sum(S * S, axis=0))
+    gauss = -0.5 * n * _logdet_from_cholesky(L) - 0.5 * jnp.sum(Omega * second_moment)
+    return _poisson_part(data, data.O + data.X @ B + M, S) + gauss + 0.5 * n * p
+
+
+def full_elbo(params: Params, state: PLNState, data: Arrays) -> jax.Array:
+    """Partial ELBO of the ``full`` model at (B, M, S) with Omega held at ``state.Omega``.
+
+    tr(Omega (M'M + D)) is computed as sum(Omega * M'M) + sum(diag(Omega) * D): Omega multiplies
+    *both* terms (the seed's precedence bug dropped it from M'M).
+    """
+    B, M, S = params["B"], params["M"], params["S"]
+    n, p = M.shape
+    L = jnp.linalg.cholesky(state.Sigma)
+    logdet_omega = -_logdet_from_cholesky(jax.lax.stop_gradient(L))
+    Omega = jax.lax.stop_gradient(state.Omega)
+    trace = jnp.sum(Omega * (M.T @ M)) + jnp.sum(jnp.diagonal(Omega) * jnp.sum(S * S, axis=0))
+    return (
+        _poisson_part(data, data.O + data.X @ B + M, S)
+        + 0.5 * n * logdet_omega
+        - 0.5 * trace
+        + 0.5 * n * p
+    )
+
+
+def profiled_elbo(params: Params, state: PLNState, data: Arrays) -> jax.Array:
+    """Partial ELBO of the ``profiled`` model: B and Sigma at their closed forms given (M, S).
+
+    With Sigma at its optimum the trace term equals n p and cancels the entropy's n p / 2 + the
+    prior's, leaving -n/2 log|Sigma| (log-determinant from the Cholesky factor).
+    """
+    del state  # everything but (M, S) is profiled out
+    M, S = params["M"], params["S"]
+    n = M.shape[0]
+    R = M - data.X @ closed_form_b(data.X, M)
+    L = jnp.linalg.cholesky(closed_form_sigma(R, S))
+    return _poisson_part(data, data.O + M, S) - 0.5 * n * _logdet_from_cholesky(L)
+
+
+def _complete_full(params: Params, data: Arrays) -> PLNState:
+    Sigma = closed_form_sigma(params["M"], params["S"])
+    return PLNState(params["B"], params["M"], params["S"], Sigma, _inverse_spd(Sigma))
+
+
+def _complete_profiled(params: Params, data: Arrays) -> PLNState:
+    M, S = params["M"], params["S"]
+    B = closed_form_b(data.X, M)
+    Sigma = closed_form_sigma(M - data.X @ B, S)
+    return PLNState(B, M, S, Sigma, _inverse_spd(Sigma))
+
+
+@dataclass(frozen=True)
+class Model:
+    """A PLN parametrisation as plain functions (pure, jit-able).
+
+    - ``free(state)``: the pytree the optimizer updates;
+    - ``elbo(params, state, data)``: partial ELBO (no log-factorial) at those params;
+    - ``complete(params, data)``: the full :class:`PLNState`, closed forms filled in;
+    - ``centred_m(state, data)``: M as the centred residual W (the reporting convention).
+    """
+
+    name: str
+    free: Callable[[PLNState], Params]
+    elbo: Callable[[Params, PLNState, Arrays], jax.Array]
+    complete: Callable[[Params, Arrays], PLNState]
+    centred_m: Callable[[PLNState, Arrays], jax.Array]
+
+    def state_elbo(self, state: PLNState, data: Arrays) -> jax.Array:
+        """Partial ELBO at a complete state (what the host reference re-computes)."""
+        return self.elbo(self.free(state), state, data)
+
+
+FULL = Model(
+    name="full",
+    free=lambda s: {"B": s.B, "M": s.M, "S": s.S},
+    elbo=full_elbo,
+    complete=_complete_full,
+    centred_m=lambda s, data: s.M,
+)
+PROFILED = Model(
+    name="profiled",
+    free=lambda s: {"M": s.M, "S": s.S},
+    elbo=profiled_elbo,
+    complete=_complete_profiled,
+    centred_m=lambda s, data: s.M - data.X @ s.B,
+)
+MODELS: dict[str, Model] = {m.name: m for m in (FULL, PROFILED)}
+
+
+def init_state(model: Model, data: Arrays, init: str) -> PLNState:
+    """Initial state. ``seed``: M = 0, S = 1, B = 0 (the tutorial's; Sigma = I follows).
+    ``data``: M from log(Y + 1) - O (least-squares B for the full model), S = 0.5.
+    """
+    n, p = data.Y.shape
+    d = data.X.shape[1]
+    dtype = data.Y.dtype
+    if init == "seed":
+        B = jnp.zeros((d, p), dtype)
+        M = jnp.zeros((n, p), dtype)
+    elif init == "data":
+        Z = jnp.log1p(data.Y) - data.O
+        B = closed_form_b(data.X, Z)
+        M = Z - data.X @ B if model is FULL else Z
+    else:
+        raise ValueError(f"init={init!r}: allowed values are 'seed', 'data'")
+    S = jnp.full((n, p), 1.0 if init == "seed" else 0.5, dtype)
+    params = {"B": B, "M": M, "S": S}
+    free_keys = model.free(PLNState(B, M, S, None, None)).keys()
+    return model.complete({k: params[k] for k in free_keys}, data)

@@ -1,0 +1,47 @@
+"""Optimizers: a registry of names -> optax GradientTransformation factories.
+
+Every optimizer *minimises* the negative ELBO. ``radam_clip`` is the seed tutorial's chain; it has
+no learning rate (RAdam's update is rescaled by -1 and clipped at 0.1 per coordinate).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import optax
+
+
+def radam_clip(lr: float | None = None) -> optax.GradientTransformation:
+    del lr  # the seed's chain ignores it: steps are clipped at 0.1
+    return optax.chain(optax.scale_by_radam(), optax.scale(-1.0), optax.clip(0.1))
+
+
+OPTIMIZERS: dict[str, Callable[..., optax.GradientTransformation]] = {
+    "radam_clip": radam_clip,
+    "adam": optax.adam,
+    "rprop": optax.rprop,
+    "sgd": optax.sgd,
+}
+# Defaults chosen on oaks (profiled model): rprop at 0.01 reaches the optimum in a few hundred
+# iterations; adam at 0.01 is stable; sgd needs a small rate because the ELBO's scale is ~ n p.
+DEFAULT_LR: dict[str, float | None] = {"radam_clip": None, "adam": 1e-2, "rprop": 1e-2, "sgd": 1e-6}
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """A resolved, hashable optimizer choice; ``make()`` builds the optax transformation."""
+
+    name: str
+    lr: float | None = None
+
+    def __post_init__(self):
+        if self.name not in OPTIMIZERS:
+            raise ValueError(f"optimizer={self.name!r}: allowed values are {', '.join(OPTIMIZERS)}")
+        if self.lr is None:
+            object.__setattr__(self, "lr", DEFAULT_LR[self.name])
+        elif not (isinstance(self.lr, (int, float)) and self.lr > 0):
+            raise ValueError(f"optimizer.lr={self.lr!r}: must be a number > 0")
+
+    def make(self) -> optax.GradientTransformation:
+        return OPTIMIZERS[self.name](self.lr) if self.lr is not None else OPTIMIZERS[self.name]()

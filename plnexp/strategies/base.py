@@ -1,0 +1,82 @@
+"""What a JIT strategy is: something that turns a :class:`~plnexp.problem.Problem` into a Program.
+
+A Program offers two ways to run the same fit:
+
+- ``call(state, data)``: the plain path a user would write (jit on first call, or no jit at all);
+- ``compile(state, data)``: ahead-of-time compilation, returning a :class:`Compiled` whose ``run``
+  executes without any further tracing or compiling, with the compile time measured apart.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+import jax
+
+from ..model import Arrays
+from ..problem import FitState, Output
+
+
+@dataclass(frozen=True)
+class Compiled:
+    run: Callable[[FitState, Arrays], Output]
+    compile_s: float
+    # XLA's estimates, per compiled function name; for scans they count the loop body once
+    cost_analysis: dict[str, Any] = field(default_factory=dict)
+    memory_analysis: dict[str, Any] = field(default_factory=dict)
+
+
+class Program(Protocol):
+    def call(self, state: FitState, data: Arrays) -> Output: ...
+
+    def compile(self, state: FitState, data: Arrays) -> Compiled: ...
+
+
+def _cost(compiled: jax.stages.Compiled) -> dict:
+    try:
+        cost = compiled.cost_analysis()
+    except Exception:  # not every backend provides it
+        return {}
+    if isinstance(cost, (list, tuple)):
+        cost = cost[0] if cost else {}
+    keep = ("flops", "transcendentals", "bytes accessed", "optimal_seconds")
+    return {k: float(v) for k, v in (cost or {}).items() if k in keep}
+
+
+def _memory(compiled: jax.stages.Compiled) -> dict:
+    try:
+        mem = compiled.memory_analysis()
+    except Exception:
+        return {}
+    if mem is None:
+        return {}
+    names = ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes",
+             "alias_size_in_bytes", "generated_code_size_in_bytes")
+    return {k: int(getattr(mem, k)) for k in names if hasattr(mem, k)}
+
+
+def aot_compile(jitted, *args) -> tuple[jax.stages.Compiled, float, dict, dict]:
+    """``jitted.lower(*args).compile()``, timed (tracing + lowering + XLA compilation)."""
+    t0 = time.perf_counter()
+    compiled = jitted.lower(*args).compile()
+    return compiled, time.perf_counter() - t0, _cost(compiled), _memory(compiled)
+
+
+@dataclass(frozen=True)
+class SingleProgram:
+    """A strategy whose whole fit is one compiled function ``fit(state, data) -> Output``."""
+
+    fit: Callable[[FitState, Arrays], Output]
+    label: str = "fit"
+
+    def __post_init__(self):
+        object.__setattr__(self, "_jitted", jax.jit(self.fit))
+
+    def call(self, state, data):
+        return self._jitted(state, data)
+
+    def compile(self, state, data) -> Compiled:
+        compiled, seconds, cost, memory = aot_compile(self._jitted, state, data)
+        return Compiled(compiled, seconds, {self.label: cost}, {self.label: memory})
