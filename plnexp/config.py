@@ -1,0 +1,283 @@
+"""The typed experiment config: ``load(DictConfig) -> Config``, frozen, validated once.
+
+This is the only place that turns omegaconf nodes into Python objects; everything below the
+runner receives a :class:`Config`. Every bad value raises :class:`ConfigError` with one line
+naming the key and the allowed values. Names are resolved into the validating objects that
+already exist (:class:`~plnexp.optim.OptimizerSpec`, :class:`~plnexp.strategies.StrategySpec`,
+:func:`~plnexp.fitting.resolve_device`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from enum import Enum
+from pathlib import Path
+from typing import Any, ClassVar
+
+from omegaconf import DictConfig, OmegaConf
+
+from .data import OAKS_COVARIATES, Data, DataError
+from .fitting import DEVICES, INITS, PRECISIONS, resolve_device
+from .model import MODELS
+from .optim import OptimizerSpec
+from .strategies import STRATEGIES, StrategySpec
+
+REPO = Path(__file__).resolve().parent.parent
+CONF_DIR = REPO / "conf"
+GROUPS = ("dataset", "optimizer", "strategy", "device", "precision", "model", "sweep")
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; the message is one line naming the key and the allowed values."""
+
+
+def outputs_dir() -> Path:
+    """Where every output goes: ``$PLNEXP_OUTPUTS`` or ``<repo>/outputs`` (absolute)."""
+    return Path(os.environ.get("PLNEXP_OUTPUTS") or REPO / "outputs").resolve()
+
+
+OmegaConf.register_new_resolver("plnexp_outputs", lambda: str(outputs_dir()), replace=True)
+
+
+def group_options(group: str) -> list[str]:
+    """The options of a config group: the yaml files in ``conf/<group>/``."""
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+Precision = Enum("Precision", {k: k for k in PRECISIONS}, type=str)
+Device = Enum("Device", {k: k for k in DEVICES}, type=str)
+ModelName = Enum("ModelName", {k: k for k in MODELS}, type=str)
+Init = Enum("Init", {k: k for k in INITS}, type=str)
+
+
+def _choice(key: str, value: Any, enum: type[Enum]) -> Enum:
+    try:
+        return enum(value)
+    except ValueError:
+        raise ConfigError(f"{key}={value!r}: allowed values are {', '.join(e.value for e in enum)}") from None
+
+
+def _int(key: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(f"{key}={value!r}: allowed values are integers >= {low}")
+    return value
+
+
+def _keys(key: str, node: dict, allowed) -> None:
+    unknown = sorted(set(node) - set(allowed))
+    if unknown:
+        where = f"{key}." if key else ""
+        raise ConfigError(f"{where}{unknown[0]}: unknown key; allowed keys{' under ' + key if key else ''} "
+                          f"are {', '.join(allowed)}")
+
+
+# ---------------------------------------------------------------- data sets
+@dataclass(frozen=True)
+class OaksData:
+    replication: int = 1
+    covariates: tuple[str, ...] = ()
+    name: ClassVar[str] = "oaks"
+
+    def __post_init__(self):
+        _int("dataset.replication", self.replication, 1)
+        for c in self.covariates:
+            if c not in OAKS_COVARIATES:
+                raise ConfigError(f"dataset.covariates={c!r}: allowed values are {', '.join(OAKS_COVARIATES)}")
+
+    @property
+    def label(self) -> str:
+        cov = "+" + "+".join(self.covariates) if self.covariates else ""
+        return f"oaks_x{self.replication}{cov}" if self.replication > 1 else f"oaks{cov}"
+
+    def load(self) -> Data:
+        from .data import load_oaks
+        return load_oaks(self.replication, self.covariates)
+
+
+@dataclass(frozen=True)
+class SyntheticData:
+    n: int = 2000
+    p: int = 50
+    d: int = 2
+    seed: int = 0
+    name: ClassVar[str] = "synthetic"
+
+    def __post_init__(self):
+        for key, low in (("n", 2), ("p", 1), ("d", 1), ("seed", 0)):
+            _int(f"dataset.{key}", getattr(self, key), low)
+
+    @property
+    def label(self) -> str:
+        return f"synthetic_n{self.n}_p{self.p}_d{self.d}_s{self.seed}"
+
+    def load(self) -> Data:
+        from .data import simulate
+        return simulate(self.n, self.p, self.d, self.seed)
+
+
+@dataclass(frozen=True)
+class CsvData:
+    counts: str
+    offsets: str | None = None
+    covariates: str | None = None
+    log_offsets: bool = False
+    name: ClassVar[str] = "csv"
+
+    def __post_init__(self):
+        for key in ("counts", "offsets", "covariates"):
+            value = getattr(self, key)
+            if value is None and key != "counts":
+                continue
+            if not isinstance(value, str) or not Path(value).is_file():
+                raise ConfigError(f"dataset.{key}={value!r}: allowed values are paths of existing CSV files")
+            object.__setattr__(self, key, str(Path(value).resolve()))
+        if not isinstance(self.log_offsets, bool):
+            raise ConfigError(f"dataset.log_offsets={self.log_offsets!r}: allowed values are true, false")
+
+    @property
+    def label(self) -> str:
+        return f"csv_{Path(self.counts).stem}"
+
+    def load(self) -> Data:
+        from .data import load_csv
+        try:
+            return load_csv(self.counts, self.offsets, self.covariates, log_offsets=self.log_offsets)
+        except DataError as e:
+            raise ConfigError(f"dataset: {e}") from None
+
+
+DATASETS = {cls.name: cls for cls in (OaksData, SyntheticData, CsvData)}
+Dataset = OaksData | SyntheticData | CsvData
+
+
+# ---------------------------------------------------------------- the config
+@dataclass(frozen=True)
+class Config:
+    dataset: Dataset
+    optimizer: OptimizerSpec
+    strategy: StrategySpec
+    model: ModelName = ModelName("full")
+    device: Device = Device("cpu")
+    precision: Precision = Precision("float32")
+    n_iter: int = 1000  # after the cap
+    n_iter_requested: int = 1000
+    repeats: int = 3
+    warmup: int = 1
+    init: Init = Init("seed")
+    seed: int = 0
+    experiment: str = "run"
+    tracking_uri: str | None = None
+    n_iter_cap: dict = field(default_factory=dict)
+
+    @property
+    def run_name(self) -> str:
+        short = {"float32": "f32", "float64": "f64"}.get(self.precision.value, self.precision.value)
+        return f"{self.strategy.name}-{self.dataset.label}-{short}-{self.device.value}"
+
+    def fit_kwargs(self) -> dict:
+        """The keyword arguments of :func:`plnexp.fit` (besides the data)."""
+        return dict(model=self.model.value, optimizer=self.optimizer.name, n_iter=self.n_iter,
+                    precision=self.precision.value, device=self.device.value, strategy=self.strategy.name,
+                    lr=self.optimizer.lr, init=self.init.value, unroll=self.strategy.unroll,
+                    tol=self.strategy.tol, patience=self.strategy.patience, repeats=self.repeats,
+                    warmup=self.warmup)
+
+    def as_dict(self) -> dict:
+        """Plain nested dict of the resolved values (for YAML and flat MLflow params)."""
+        ds = {"name": self.dataset.name, **{f.name: getattr(self.dataset, f.name) for f in fields(self.dataset)}}
+        if "covariates" in ds and isinstance(ds["covariates"], tuple):
+            ds["covariates"] = list(ds["covariates"])
+        out = {"dataset": ds,
+               "optimizer": {"name": self.optimizer.name, "lr": self.optimizer.lr},
+               "strategy": {f.name: getattr(self.strategy, f.name) for f in fields(self.strategy)}}
+        for f in fields(self):
+            if f.name not in out:
+                v = getattr(self, f.name)
+                out[f.name] = v.value if isinstance(v, Enum) else v
+        return out
+
+
+def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+TOP_KEYS = ("dataset", "optimizer", "strategy", "model", "device", "precision", "n_iter", "n_iter_cap",
+            "repeats", "warmup", "init", "seed", "experiment", "tracking_uri")
+
+
+def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
+    """Validate and resolve a composed config into a frozen :class:`Config` (one-line errors)."""
+    if isinstance(cfg, DictConfig):
+        try:
+            node = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+        except Exception as e:  # a ??? left unset, a broken interpolation
+            key = getattr(e, "full_key", "") or "config"
+            raise ConfigError(f"{key}: {str(e).splitlines()[0]}") from None
+    else:
+        node = dict(cfg)
+    node.pop("hydra", None)
+    node.pop("sweep", None)
+    _keys("", node, TOP_KEYS)
+    for key in ("dataset", "optimizer", "strategy"):
+        if not isinstance(node.get(key), dict):
+            raise ConfigError(f"{key}={node.get(key)!r}: allowed values are {', '.join(group_options(key))}")
+
+    ds = dict(node["dataset"])
+    kind = ds.pop("name", None)
+    if kind not in DATASETS:
+        raise ConfigError(f"dataset.name={kind!r}: allowed values are {', '.join(DATASETS)}")
+    cls = DATASETS[kind]
+    _keys("dataset", ds, ["name"] + [f.name for f in fields(cls)])
+    if "covariates" in ds and kind == "oaks":
+        ds["covariates"] = tuple(ds["covariates"] or ())
+    try:
+        dataset = cls(**ds)
+    except TypeError as e:
+        raise ConfigError(f"dataset: {e}") from None
+
+    opt = dict(node["optimizer"])
+    _keys("optimizer", opt, ("name", "lr"))
+    strat = dict(node["strategy"])
+    _keys("strategy", strat, ("name", "unroll", "tol", "patience"))
+    try:
+        optimizer = OptimizerSpec(opt.get("name"), opt.get("lr"))
+        strategy = StrategySpec(**strat)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+    device = _choice("device", node.get("device"), Device)
+    if check_device:
+        try:
+            resolve_device(device.value)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+    n_iter = _int("n_iter", node.get("n_iter"), 1)
+    caps = node.get("n_iter_cap") or {}
+    if not isinstance(caps, dict):
+        raise ConfigError(f"n_iter_cap={caps!r}: allowed values are maps strategy -> integer >= 1")
+    for name, cap in caps.items():
+        if name not in STRATEGIES:
+            raise ConfigError(f"n_iter_cap.{name}: unknown strategy; allowed keys are {', '.join(STRATEGIES)}")
+        _int(f"n_iter_cap.{name}", cap, 1)
+    experiment = node.get("experiment")
+    if not isinstance(experiment, str) or not experiment:
+        raise ConfigError(f"experiment={experiment!r}: allowed values are non-empty strings")
+    uri = node.get("tracking_uri")
+    if uri is not None and not isinstance(uri, str):
+        raise ConfigError(f"tracking_uri={uri!r}: allowed values are null or an MLflow tracking URI string")
+    return Config(
+        dataset=dataset, optimizer=optimizer, strategy=strategy,
+        model=_choice("model", node.get("model"), ModelName),
+        device=device,
+        precision=_choice("precision", node.get("precision"), Precision),
+        n_iter=min(n_iter, caps.get(strategy.name, n_iter)), n_iter_requested=n_iter,
+        repeats=_int("repeats", node.get("repeats"), 1), warmup=_int("warmup", node.get("warmup"), 0),
+        init=_choice("init", node.get("init"), Init), seed=_int("seed", node.get("seed"), 0),
+        experiment=experiment, tracking_uri=uri, n_iter_cap=dict(caps))
