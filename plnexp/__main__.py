@@ -72,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     command = args.pop(0) if args[0] in ("run", "sweep", "ui") else "run"
     if command == "ui":
         return ui(args)
+    if command == "sweep" and not any(a.startswith("sweep=") for a in args):
+        args.insert(0, "sweep=default")
     if any(a.split("=")[0] in HYDRA_FLAGS for a in args):
         _hydra(args)  # help and inspection flags: Hydra answers them
         return 0
@@ -81,8 +83,6 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"plnexp: error: unknown option {unknown[0]}\n{USAGE}", file=sys.stderr)
         return 2
-    if command == "sweep" and not any(o.startswith("sweep=") for o in overrides):
-        overrides.insert(0, "sweep=default")
     multirun = multirun or any(o.startswith("sweep=") and o != "sweep=null" for o in overrides)
     try:
         jobs = cli.plan(overrides, multirun)

@@ -75,8 +75,9 @@ def _compose(overrides: list[str], hydra: bool = False):
 
 
 def _check_keys(parsed, overrides: list[str], cache: dict) -> None:
-    """Every plain ``key=value`` must name a key that exists (given this job's group choices)."""
-    groups = tuple(o for o, p in zip(overrides, parsed) if p.key_or_group in C.GROUPS)
+    """Every plain ``key=value`` must name a key that exists (given this job's dataset choice: the
+    only group whose options differ in their keys)."""
+    groups = tuple(o for o, p in zip(overrides, parsed) if p.key_or_group == "dataset")
     if groups not in cache:
         cache[groups] = _compose(list(groups))
     base = cache[groups]
@@ -84,15 +85,12 @@ def _check_keys(parsed, overrides: list[str], cache: dict) -> None:
         key = p.key_or_group
         if key in C.GROUPS or key.startswith("hydra.") or p.is_add() or p.is_delete() or p.is_force_add():
             continue
-        if OmegaConf.select(base, key, default=_MISSING) is _MISSING:
-            parent, _, leaf = key.rpartition(".")
-            node = OmegaConf.select(base, parent) if parent else base
+        parent, _, leaf = key.rpartition(".")
+        node = OmegaConf.select(base, parent, throw_on_missing=False) if parent else base
+        if not (OmegaConf.is_dict(node) and leaf in node.keys()):
             allowed = ", ".join(node.keys()) if OmegaConf.is_dict(node) else "none"
             where = f" under {parent}" if parent else ""
             raise ConfigError(f"{key}: unknown key; allowed keys{where} are {allowed}")
-
-
-_MISSING = object()
 
 
 def plan(overrides: list[str], multirun: bool, *, check_device: bool = True) -> list[Job]:

@@ -1,0 +1,44 @@
+"""Shared fixtures: a migrated MLflow sqlite store made once per session, copied per test."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def migrated_store(tmp_path_factory) -> Path:
+    """An empty MLflow sqlite store with its migrations run (the ~5 s paid once)."""
+    from mlflow import MlflowClient
+
+    db = tmp_path_factory.mktemp("store") / "mlflow.db"
+    MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments()
+    return db
+
+
+@pytest.fixture
+def outputs(tmp_path, migrated_store, monkeypatch) -> Path:
+    """A fresh outputs dir (PLNEXP_OUTPUTS) holding a copy of the migrated store."""
+    out = tmp_path / "outputs"
+    out.mkdir()
+    shutil.copy(migrated_store, out / "mlflow.db")
+    monkeypatch.setenv("PLNEXP_OUTPUTS", str(out))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    return out
+
+
+def store_client(outputs: Path):
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=f"sqlite:///{outputs / 'mlflow.db'}")
+
+
+def plnexp_cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -m plnexp ARGS`` in a subprocess (environment inherited, e.g. PLNEXP_OUTPUTS)."""
+    return subprocess.run([sys.executable, "-m", "plnexp", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=dict(os.environ))

@@ -1,0 +1,140 @@
+"""Every config group option and every sweep file composes (Hydra compose API) and loads into the
+typed, frozen Config; every bad value is one ConfigError line naming the key and allowed values."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from plnexp import cli
+from plnexp import config as C
+from plnexp.data import _oaks_dir
+
+GROUP_OPTIONS = [(g, o) for g in C.GROUPS if g != "sweep" for o in C.group_options(g)]
+
+
+def test_groups_cover_the_registries():
+    from plnexp import STRATEGIES
+    from plnexp.fitting import DEVICES, PRECISIONS
+    from plnexp.model import MODELS
+    from plnexp.optim import OPTIMIZERS
+
+    assert set(C.group_options("strategy")) == set(STRATEGIES)
+    assert set(C.group_options("optimizer")) == set(OPTIMIZERS)
+    assert set(C.group_options("precision")) == set(PRECISIONS)
+    assert set(C.group_options("device")) == set(DEVICES)
+    assert set(C.group_options("model")) == set(MODELS)
+    assert {"oaks", "synthetic", "csv"} <= set(C.group_options("dataset"))
+    assert {"default", "seed", "scaling", "precision", "optimizers"} <= set(C.group_options("sweep"))
+
+
+@pytest.mark.parametrize("group,option", GROUP_OPTIONS)
+def test_every_group_option_composes_and_loads(group, option):
+    overrides = [f"{group}={option}"]
+    if (group, option) == ("dataset", "csv"):
+        overrides.append(f"dataset.counts={_oaks_dir() / 'counts.csv'}")
+    (job,) = cli.plan(overrides, multirun=False, check_device=False)
+    cfg = job.config
+    assert isinstance(cfg, C.Config)
+    value = getattr(cfg, group)
+    name = getattr(value, "name", None) or getattr(value, "value", None)
+    assert name == option
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.n_iter = 3  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("sweep", C.group_options("sweep"))
+def test_every_sweep_file_expands_and_loads(sweep):
+    lines = (C.CONF_DIR / "sweep" / f"{sweep}.yaml").read_text().splitlines()
+    assert lines[0] == "# @package _global_"
+    assert lines[1].startswith("# python -m plnexp sweep")
+    jobs = cli.plan([f"sweep={sweep}"], multirun=True)
+    assert len(jobs) >= 2
+    assert all(isinstance(j.config, C.Config) for j in jobs)
+    assert len({j.name for j in jobs}) == len(jobs), "run names must tell the jobs apart"
+    assert {j.config.experiment for j in jobs} == {sweep}
+
+
+def test_default_sweep_is_every_strategy_on_oaks_x100_with_caps():
+    from plnexp import STRATEGIES
+
+    jobs = cli.plan(["sweep=default"], multirun=True)
+    assert [j.config.strategy.name for j in jobs] == list(STRATEGIES)
+    for j in jobs:
+        c = j.config
+        assert (c.dataset.replication, c.precision.value, c.model.value, c.optimizer.name) == \
+            (100, "float32", "full", "radam_clip")
+        assert c.n_iter == min(c.n_iter_requested, c.n_iter_cap.get(c.strategy.name, c.n_iter_requested))
+    by_name = {j.config.strategy.name: j.config for j in jobs}
+    assert by_name["eager"].n_iter < by_name["scan"].n_iter == 100
+
+
+def test_command_line_overrides_replace_sweep_params():
+    jobs = cli.plan(["sweep=scaling", "strategy=scan", "dataset.replication=1,10"], multirun=True)
+    assert [(j.config.strategy.name, j.config.dataset.replication) for j in jobs] == [("scan", 1), ("scan", 10)]
+
+
+def test_run_name_from_overrides():
+    (job,) = cli.plan(["strategy=scan", "dataset.replication=100", "optimizer=adam"], multirun=False)
+    assert job.name == "scan-oaks_x100-f32-cpu-adam"
+
+
+BAD = [
+    (["precision=float16"], "precision=float16: allowed values are float32, float64"),
+    (["strategy=scna"], "strategy=scna: allowed values are eager"),
+    (["n_iter=-5"], "n_iter=-5: allowed values are integers >= 1"),
+    (["dataset.replication=0"], "dataset.replication=0: allowed values are integers >= 1"),
+    (["foo=1"], "foo: unknown key; allowed keys are dataset"),
+    (["+foo=1"], "foo: unknown key; allowed keys are dataset"),
+    (["dataset.foo=1"], "dataset.foo: unknown key; allowed keys under dataset are name, replication"),
+    (["optimizer.lr=-1"], "optimizer.lr=-1: must be a number > 0"),
+    (["strategy.unroll=0"], "strategy.unroll=0: must be an integer >= 1"),
+    (["init=random"], "init='random': allowed values are seed, data"),
+    (["repeats=0"], "repeats=0: allowed values are integers >= 1"),
+    (["dataset=csv", "dataset.counts=/nonexistent.csv"], "dataset.counts='/nonexistent.csv': allowed values"),
+    (["strategy=scan,fori_loop"], "needs `python -m plnexp sweep` or --multirun"),
+]
+
+
+@pytest.mark.parametrize("overrides,message", BAD, ids=[" ".join(b[0]) for b in BAD])
+def test_bad_values_fail_in_one_line(overrides, message):
+    with pytest.raises(C.ConfigError) as err:
+        cli.plan(overrides, multirun=False)
+    text = str(err.value)
+    assert message in text
+    assert "\n" not in text
+
+
+def test_gpu_on_a_cpu_machine_is_one_line():
+    import jax
+
+    if any(d.platform == "gpu" for d in jax.devices()):
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(C.ConfigError, match=r"^device='gpu': no GPU visible .* use device=cpu or device=auto$"):
+        cli.plan(["device=gpu"], multirun=False)
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["sweep=default", "strategy=scan,scna"], "strategy=scna: allowed values are"),
+    (["sweep=default", "n_iter=5,-5"], "n_iter=-5: allowed values are integers >= 1"),
+    (["sweep=default", "precision=float32,float16"], "precision=float16: allowed values are float32, float64"),
+    (["sweep=nope"], "sweep=nope: allowed values are default"),
+])
+def test_every_job_of_a_sweep_is_validated(overrides, message):
+    with pytest.raises(C.ConfigError, match=message):
+        cli.plan(overrides, multirun=True)
+
+
+def test_load_rejects_a_cap_for_an_unknown_strategy():
+    with pytest.raises(C.ConfigError, match="n_iter_cap.scna: unknown strategy"):
+        cli.plan(["+n_iter_cap.scna=3"], multirun=False)
+
+
+def test_flat_params_and_fit_kwargs():
+    (job,) = cli.plan(["dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=5"], multirun=False)
+    flat = C.flatten(job.config.as_dict())
+    assert flat["dataset.name"] == "synthetic" and flat["dataset.n"] == 30 and flat["strategy.name"] == "scan"
+    assert flat["n_iter"] == 5 and flat["precision"] == "float32"
+    kw = job.config.fit_kwargs()
+    assert kw["n_iter"] == 5 and kw["strategy"] == "scan" and kw["precision"] == "float32"
