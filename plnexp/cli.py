@@ -107,7 +107,8 @@ def plan(overrides: list[str], multirun: bool, *, check_device: bool = True) -> 
         if multirun:
             fixed = [o for o, p in zip(overrides, parsed) if not p.is_sweep_override()]
             master = _compose(fixed, hydra=True)
-            params = OmegaConf.to_container(master.hydra.sweeper.params or {}, resolve=False)
+            params = master.hydra.sweeper.params
+            params = OmegaConf.to_container(params, resolve=False) if params else {}
             grid_args = [f"{k}={v}" for k, v in params.items()] + overrides
             grid = BasicSweeper.split_arguments(_parse(grid_args), None)[0]
             for job in grid:
