@@ -104,14 +104,14 @@ def check_counts(Y: np.ndarray, source: str = "counts") -> np.ndarray:
     """Counts must be finite non-negative integers; returns them as float64."""
     Y = np.asarray(Y, dtype=np.float64)
     if Y.ndim != 2 or Y.size == 0:
-        raise DataError(f"{source}: counts must be a non-empty 2-d table, got shape {Y.shape}")
+        raise DataError(f"counts file {source}: must be a non-empty 2-d table, got shape {Y.shape}")
     _check_finite(Y, source, "counts")
     if (Y < 0).any():
         r, c = np.argwhere(Y < 0)[0]
-        raise DataError(f"counts {source}: negative count {Y[r, c]:g} at row {r + 1}, column {c + 1}")
+        raise DataError(f"counts file {source}: negative count {Y[r, c]:g} at row {r + 1}, column {c + 1}")
     if (Y != np.round(Y)).any():
         r, c = np.argwhere(Y != np.round(Y))[0]
-        raise DataError(f"counts {source}: non-integer count {Y[r, c]:g} at row {r + 1}, column {c + 1}")
+        raise DataError(f"counts file {source}: non-integer count {Y[r, c]:g} at row {r + 1}, column {c + 1}")
     return Y
 
 

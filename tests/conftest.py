@@ -10,6 +10,16 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).parent))  # tests/reference_np.py: independent float64 numpy maths
+
+import plnexp  # noqa: E402  (sets XLA_FLAGS before any test touches jax)
+
+
+@pytest.fixture(scope="session")
+def oaks():
+    """The shipped oaks data, n=116, p=114, intercept only."""
+    return plnexp.load_oaks()
+
 
 @pytest.fixture(scope="session")
 def migrated_store(tmp_path_factory) -> Path:

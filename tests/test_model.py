@@ -1,0 +1,145 @@
+"""The PLN maths: ELBOs through the *jitted* code path against an independent float64 numpy
+implementation (tests/reference_np.py), gradients, and stationarity of the closed forms.
+
+Tolerances: float64 rtol 1e-10 (only summation order differs); float32 rtol 2e-5 (a sum of
+n*p = 13224 terms of size up to ~1e4 each rounded at 6e-8 relative, measured ~1e-6).
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+from reference_np import elbo_np, profiled_closed_forms
+
+from plnexp import model as pm
+from plnexp import reference
+
+RTOL = {np.float64: 1e-10, np.float32: 2e-5}
+
+
+def _random_point(data, seed):
+    """Random, well-conditioned parameters around a plausible fit of the data."""
+    rng = np.random.default_rng(seed)
+    n, p, d = data.n, data.p, data.d
+    M = np.log1p(data.Y) - data.O - 0.3 + 0.3 * rng.normal(size=(n, p))
+    B = 0.2 * rng.normal(size=(d, p))
+    S = rng.uniform(0.2, 1.0, size=(n, p))
+    A = rng.normal(size=(p, p)) / np.sqrt(p)
+    Sigma = A @ A.T + np.eye(p)
+    return B, M, S, Sigma
+
+
+def _arrays(data, dtype):
+    return pm.Arrays(*(jnp.asarray(a, dtype) for a in (data.Y, data.O, data.X)))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_full_elbo_jitted_matches_numpy(oaks, dtype):
+    B, M, S, _ = _random_point(oaks, 0)
+    with jax.enable_x64(dtype == np.float64):
+        data = _arrays(oaks, dtype)
+        # Omega at the closed form of (M, S): exactly what the fit loop evaluates
+        Sigma = pm.closed_form_sigma(jnp.asarray(M, dtype), jnp.asarray(S, dtype))
+        pln = pm.PLNState(*(jnp.asarray(a, dtype) for a in (B, M, S)), Sigma, jnp.linalg.inv(Sigma))
+        got = float(jax.jit(pm.full_elbo)(pm.FULL.free(pln), pln, data))
+    want = elbo_np(oaks.Y, oaks.O, oaks.X, B, M, S, np.asarray(Sigma, np.float64)) + reference.log_factorial_sum(oaks.Y)
+    np.testing.assert_allclose(got, want, rtol=RTOL[dtype])
+
+
+def test_full_elbo_trace_term_keeps_omega_on_mtm(oaks):
+    """Regression for the seed's precedence bug: with a non-identity Omega, tr(Omega M'M) matters."""
+    B, M, S, Sigma = _random_point(oaks, 1)
+    with jax.enable_x64(True):
+        data = _arrays(oaks, np.float64)
+        pln = pm.PLNState(*(jnp.asarray(a) for a in (B, M, S, Sigma)), jnp.asarray(np.linalg.inv(Sigma)))
+        got = float(jax.jit(pm.full_elbo)(pm.FULL.free(pln), pln, data))
+    want = elbo_np(oaks.Y, oaks.O, oaks.X, B, M, S, Sigma) + reference.log_factorial_sum(oaks.Y)
+    seed_trace = np.trace(M.T @ M + np.diag((S**2).sum(0)) @ np.linalg.inv(Sigma))
+    right_trace = np.trace(np.linalg.inv(Sigma) @ (M.T @ M + np.diag((S**2).sum(0))))
+    assert abs(seed_trace - right_trace) > 1.0  # the bug would be visible at this point
+    np.testing.assert_allclose(got, want, rtol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_profiled_elbo_jitted_matches_numpy(oaks, dtype):
+    _, M, S, _ = _random_point(oaks, 2)
+    M_full = M + 0.5  # uncentred latent mean
+    with jax.enable_x64(dtype == np.float64):
+        data = _arrays(oaks, dtype)
+        params = {"M": jnp.asarray(M_full, dtype), "S": jnp.asarray(S, dtype)}
+        got = float(jax.jit(pm.profiled_elbo)(params, None, data))
+    B, R, Sigma = profiled_closed_forms(oaks.X, M_full, S)
+    want = elbo_np(oaks.Y, oaks.O, oaks.X, B, R, S, Sigma) + reference.log_factorial_sum(oaks.Y)
+    np.testing.assert_allclose(got, want, rtol=RTOL[dtype])
+
+
+def test_host_reference_matches_independent_numpy(oaks):
+    B, M, S, Sigma = _random_point(oaks, 3)
+    np.testing.assert_allclose(reference.elbo(oaks.Y, oaks.O, oaks.X, B, M, S, Sigma),
+                               elbo_np(oaks.Y, oaks.O, oaks.X, B, M, S, Sigma), rtol=1e-12)
+
+
+def test_known_miscompiled_reduction_is_correct_under_plnexp(oaks):
+    """jaxlib 0.10.2 returns 1113766.9 for this jitted Stirling sum over oaks without the XLA
+    flag plnexp sets at import; the exact float64 value is 1285968.25."""
+    k = np.where(oaks.Y == 0, 1.0, oaks.Y).astype(np.float32)
+    stirling = lambda k: jnp.sum(jnp.log(jnp.sqrt(2 * jnp.pi * k)) + k * jnp.log(k / jnp.e))  # noqa: E731
+    want = np.sum(np.log(np.sqrt(2 * np.pi * k.astype(np.float64))) + k * np.log(k / np.e))
+    np.testing.assert_allclose(float(jax.jit(stirling)(k)), want, rtol=2e-5)
+
+
+def _small(seed=0):
+    import plnexp
+
+    return plnexp.simulate(n=25, p=4, d=2, seed=seed)
+
+
+def test_gradients_full_and_profiled():
+    data = _small()
+    B, M, S, Sigma = _random_point(data, 4)
+    with jax.enable_x64(True):
+        arrays = _arrays(data, np.float64)
+        pln = pm.PLNState(*(jnp.asarray(a) for a in (B, M, S, Sigma)), jnp.asarray(np.linalg.inv(Sigma)))
+        check_grads(lambda q: pm.full_elbo(q, pln, arrays), (pm.FULL.free(pln),), order=1, modes=["fwd", "rev"], rtol=1e-6)
+        check_grads(lambda q: pm.profiled_elbo(q, None, arrays), ({"M": pln.M, "S": pln.S},), order=1,
+                    modes=["fwd", "rev"], rtol=1e-6)
+
+
+def test_closed_forms_are_stationary_points():
+    data = _small(1)
+    _, M, S, _ = _random_point(data, 5)
+    with jax.enable_x64(True):
+        arrays = _arrays(data, np.float64)
+        M, S = jnp.asarray(M), jnp.asarray(S)
+        B = jnp.zeros((data.d, data.p))
+        # full model: Sigma = (M'M + diag(sum S^2)) / n maximises the ELBO over Sigma
+        sigma_hat = pm.closed_form_sigma(M, S)
+        g_sigma = jax.grad(lambda Sg: pm.elbo_given_sigma(B, M, S, Sg, arrays))(sigma_hat)
+        g_random = jax.grad(lambda Sg: pm.elbo_given_sigma(B, M, S, Sg, arrays))(sigma_hat + 0.1 * jnp.eye(data.p))
+        assert float(jnp.max(jnp.abs(g_sigma))) < 1e-8 * float(jnp.max(jnp.abs(g_random)))
+        # profiled model: B_hat and Sigma_hat maximise the ELBO given the uncentred M
+        b_hat = pm.closed_form_b(arrays.X, M)
+        sigma_p = pm.closed_form_sigma(M - arrays.X @ b_hat, S)
+        g_b = jax.grad(lambda b: pm.elbo_given_sigma(b, M - arrays.X @ b, S, sigma_p, arrays))(b_hat)
+        g_b_off = jax.grad(lambda b: pm.elbo_given_sigma(b, M - arrays.X @ b, S, sigma_p, arrays))(b_hat + 0.1)
+        assert float(jnp.max(jnp.abs(g_b))) < 1e-8 * float(jnp.max(jnp.abs(g_b_off)))
+        g_sp = jax.grad(lambda Sg: pm.elbo_given_sigma(b_hat, M - arrays.X @ b_hat, S, Sg, arrays))(sigma_p)
+        assert float(jnp.max(jnp.abs(g_sp))) < 1e-8 * float(jnp.max(jnp.abs(g_random)))
+        # and the profiled ELBO is the general ELBO at those closed forms
+        np.testing.assert_allclose(float(pm.profiled_elbo({"M": M, "S": S}, None, arrays)),
+                                   float(pm.elbo_given_sigma(b_hat, M - arrays.X @ b_hat, S, sigma_p, arrays)),
+                                   rtol=1e-12)
+
+
+@pytest.mark.parametrize("model", ["full", "profiled"])
+@pytest.mark.parametrize("init", ["seed", "data"])
+def test_init_states_are_complete_and_finite(oaks, model, init):
+    with jax.enable_x64(True):
+        arrays = _arrays(oaks, np.float64)
+        st = pm.init_state(pm.MODELS[model], arrays, init)
+        for name, a in st._asdict().items():
+            assert np.all(np.isfinite(np.asarray(a))), name
+        np.testing.assert_allclose(np.asarray(st.Sigma @ st.Omega), np.eye(oaks.p), atol=1e-8)
+    if init == "seed":
+        np.testing.assert_array_equal(np.asarray(st.Sigma), np.eye(oaks.p))  # M=0, S=1 gives Sigma=I
