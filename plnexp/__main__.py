@@ -10,6 +10,7 @@ from __future__ import annotations
 import plnexp  # noqa: F401  (first: sets XLA_FLAGS before JAX starts)
 
 import os
+import signal
 import sys
 import time
 
@@ -98,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"sweep {sweep_name}: {len(jobs)} jobs, experiment {first.experiment!r}", flush=True)
     runner.open_sweep(f"{sweep_name}-{time.strftime('%Y%m%d-%H%M%S')}", first.experiment, len(jobs),
                       first.tracking_uri, {"command": " ".join(["sweep", *overrides]), "sweep": sweep_name})
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `finally` below still closes the parent
     status = "FAILED"
     try:
         _hydra(["--multirun", *overrides])
