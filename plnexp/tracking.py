@@ -117,6 +117,8 @@ def log_job(cl, exp_id: str, job, parent_id: str | None = None) -> str:
     tags = {"mlflow.parentRunId": parent_id} if parent_id else {}
     tags.update(environment_tags(cfg))
     tags.update({"overrides": " ".join(job.overrides), "status_reason": job.reason or ""})
+    if job.result is not None:
+        tags["device"] = job.result.device
     if job.data_digest:
         tags["data_digest"] = job.data_digest
     if job.output_dir:
