@@ -4,12 +4,12 @@ typed, frozen Config; every bad value is one ConfigError line naming the key and
 from __future__ import annotations
 
 import dataclasses
+from importlib import resources
 
 import pytest
 
 from plnexp import cli
 from plnexp import config as C
-from plnexp.data import _oaks_dir
 
 GROUP_OPTIONS = [(g, o) for g in C.GROUPS if g != "sweep" for o in C.group_options(g)]
 
@@ -33,7 +33,7 @@ def test_groups_cover_the_registries():
 def test_every_group_option_composes_and_loads(group, option):
     overrides = [f"{group}={option}"]
     if (group, option) == ("dataset", "csv"):
-        overrides.append(f"dataset.counts={_oaks_dir() / 'counts.csv'}")
+        overrides.append(f"dataset.counts={resources.files('plnexp.datasets') / 'oaks' / 'counts.csv'}")
     (job,) = cli.plan(overrides, multirun=False, check_device=False)
     cfg = job.config
     assert isinstance(cfg, C.Config)
