@@ -140,8 +140,13 @@ def close_sweep(status: str = "FINISHED") -> None:
     failed = sum(o.status != "FINISHED" for o in sweep.outcomes)
     if status == "FINISHED" and len(sweep.outcomes) < sweep.total:
         status = "FAILED"
-    tags = {"n_done": len(sweep.outcomes), "n_failed": failed, "wall_s": f"{time.perf_counter() - sweep.started:.1f}"}
-    tracking.end_run(tracking.client(sweep.uri), sweep.parent_id, status, tags)
+    wall = time.perf_counter() - sweep.started
+    tags = {"n_done": len(sweep.outcomes), "n_failed": failed, "wall_s": f"{wall:.1f}",
+            "fit_s": f"{sum(o.wall_s for o in sweep.outcomes):.1f}"}
+    cl = tracking.client(sweep.uri)
+    if sweep.outcomes:
+        cl.log_text(sweep.parent_id, summary_table(sweep.outcomes) + "\n", "summary.txt")
+    tracking.end_run(cl, sweep.parent_id, status, tags)
 
 
 def run_job(config: Config, overrides=(), name: str | None = None, output_dir: str = "") -> Outcome:

@@ -127,6 +127,7 @@ def test_sweep_parent_and_children(outputs, config, monkeypatch):
     children = cl.search_runs([exp.experiment_id], f"tags.mlflow.parentRunId = '{sweep.parent_id}'")
     assert sorted(r.info.status for r in children) == ["FAILED", "FINISHED"]
     assert "elbo" in runner.summary_table(sweep.outcomes).splitlines()[0].lower()
+    assert [a.path for a in cl.list_artifacts(sweep.parent_id)] == ["summary.txt"]
 
 
 def test_elbo_png(tmp_path):
