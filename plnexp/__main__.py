@@ -41,10 +41,15 @@ def hydra_job(cfg: DictConfig) -> None:
     config = C.load(cfg)
     if runner.SWEEP is None and str(hc.mode) == "RunMode.MULTIRUN":  # launched without our driver
         runner.open_sweep("multirun", config.experiment, 0, config.tracking_uri, {"command": "multirun"})
-    outcome = runner.run_job(config, overrides, cli.job_name(config, overrides), hc.runtime.output_dir)
+    outcome = runner.run_job(config, overrides, cli.job_name(config, overrides), hc.runtime.output_dir,
+                             progress=_progress)
     _STATE["failed"] += outcome.status != "FINISHED"
     if runner.SWEEP is None:
         print(f"{outcome.summary()}  (run {outcome.run_id}, experiment {config.experiment!r})", flush=True)
+
+
+def _progress(text: str, end: str) -> None:
+    print(text, end=end, flush=True)
 
 
 def _hydra(args: list[str]) -> None:

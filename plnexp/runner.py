@@ -12,6 +12,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Callable
 
 import numpy as np
 import yaml
@@ -149,13 +150,18 @@ def close_sweep(status: str = "FINISHED") -> None:
     tracking.end_run(cl, sweep.parent_id, status, tags)
 
 
-def run_job(config: Config, overrides=(), name: str | None = None, output_dir: str = "") -> Outcome:
-    """Execute one job and log it (as a child of the open sweep, if any)."""
+def run_job(config: Config, overrides=(), name: str | None = None, output_dir: str = "",
+            progress: Callable[[str, str], None] | None = None) -> Outcome:
+    """Execute one job and log it (as a child of the open sweep, if any).
+
+    ``progress(text, end)``, given by the command line, shows the sweep's progress (one line a job).
+    """
     from . import tracking
 
     sweep = SWEEP
+    show = progress if (sweep is not None and progress is not None) else (lambda text, end: None)
     if sweep is not None:
-        print(f"[{len(sweep.outcomes) + 1}/{sweep.total}] {name or config.run_name} ...", end="", flush=True)
+        show(f"[{len(sweep.outcomes) + 1}/{sweep.total}] {name or config.run_name} ...", "")
     outcome = execute(config, overrides, name, output_dir)
     uri = sweep.uri if sweep else tracking.tracking_uri(config.tracking_uri)
     cl = tracking.client(uri)
@@ -165,8 +171,8 @@ def run_job(config: Config, overrides=(), name: str | None = None, output_dir: s
         sweep.outcomes.append(outcome)
         extra = f" ({outcome.reason})" if outcome.reason else ""
         logged = time.time() - outcome.ended
-        print(f" {'done' if outcome.status == 'FINISHED' else outcome.status} {outcome.wall_s:.1f} s"
-              f" (+{logged:.1f} s logging){extra}", flush=True)
+        show(f" {'done' if outcome.status == 'FINISHED' else outcome.status} {outcome.wall_s:.1f} s"
+             f" (+{logged:.1f} s logging){extra}", "\n")
     return outcome
 
 

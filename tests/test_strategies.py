@@ -390,8 +390,12 @@ def test_measure_reports_consistent_times(strategy, repeats, small, monkeypatch)
         assert len(cleared) == 2, "measure clears the caches before the first call and before compiling"
     if strategy == "eager":
         assert t.compile_s == 0.0
+        assert t.cost_analysis == {}  # nothing compiled as a whole, nothing to analyse
     else:
         assert t.compile_s > 0.0
+        (label, cost), = t.cost_analysis.items()
+        assert cost["flops"] > 0 and cost["counted"].startswith("per iteration")  # scan body counted once
+        assert t.memory_analysis[label]["argument_size_in_bytes"] > 0
     assert t.first_call_s > 0.0 and t.run_s > 0.0
     assert len(t.runs_s) == repeats and all(r > 0 for r in t.runs_s)
     assert min(t.runs_s) <= t.run_s <= max(t.runs_s)
