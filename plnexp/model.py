@@ -101,9 +101,8 @@ def full_elbo(params: Params, state: PLNState, data: Arrays) -> jax.Array:
     """
     B, M, S = params["B"], params["M"], params["S"]
     n, p = M.shape
-    L = jnp.linalg.cholesky(state.Sigma)
-    logdet_omega = -_logdet_from_cholesky(jax.lax.stop_gradient(L))
-    Omega = jax.lax.stop_gradient(state.Omega)
+    logdet_omega = -_logdet_from_cholesky(jnp.linalg.cholesky(state.Sigma))  # state is not differentiated
+    Omega = state.Omega
     trace = jnp.sum(Omega * (M.T @ M)) + jnp.sum(jnp.diagonal(Omega) * jnp.sum(S * S, axis=0))
     return (
         _poisson_part(data, data.O + data.X @ B + M, S)
@@ -194,6 +193,4 @@ def init_state(model: Model, data: Arrays, init: str) -> PLNState:
     else:
         raise ValueError(f"init={init!r}: allowed values are 'seed', 'data'")
     S = jnp.full((n, p), 1.0 if init == "seed" else 0.5, dtype)
-    params = {"B": B, "M": M, "S": S}
-    free_keys = model.free(PLNState(B, M, S, None, None)).keys()
-    return model.complete({k: params[k] for k in free_keys}, data)
+    return model.complete(model.free(PLNState(B, M, S, None, None)), data)

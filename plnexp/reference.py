@@ -29,8 +29,3 @@ def elbo(Y, O, X, B, M, S, Sigma, *, log_factorial: bool = True) -> float:
     value = poisson - 0.5 * n * logdet_sigma - 0.5 * trace + 0.5 * n * p
     return float(value - log_factorial_sum(Y)) if log_factorial else float(value)
 
-
-def closed_form_sigma(M, S) -> np.ndarray:
-    M = np.asarray(M, dtype=np.float64)
-    S = np.asarray(S, dtype=np.float64)
-    return (M.T @ M + np.diag(np.sum(S * S, axis=0))) / M.shape[0]

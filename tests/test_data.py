@@ -87,25 +87,19 @@ def test_load_csv_missing_file(tmp_path):
         plnexp.load_csv(tmp_path / "nope.csv")
 
 
-def test_load_csv_bad_offsets_and_covariates(files):
+@pytest.mark.parametrize("kind, name, content, message", [
+    ("offsets", "short.csv", "a,b,c\n10,10,10\n",
+     r"offsets file .*short.csv: shape \(1, 3\) does not match counts \(4, 3\)"),
+    ("offsets", "zero.csv", "a,b,c\n10,0,10\n1,1,1\n1,1,1\n1,1,1\n", "offsets file .*zero.csv: raw offsets must be > 0"),
+    ("offsets", "nan.csv", "a,b,c\n10,NaN,10\n1,1,1\n1,1,1\n1,1,1\n",
+     "offsets file .*nan.csv: NaN or infinite value at row 1, column 2"),
+    ("covariates", "rows.csv", "x\n1\n2\n3\n", "covariates file .*rows.csv: 3 rows, counts have 4"),
+    ("covariates", "gone.csv", None, "covariates file .*gone.csv: not found"),
+    ("covariates", "empty.csv", "", "covariates file .*empty.csv: empty"),
+    ("covariates", "const.csv", "x\n1\n1\n1\n1\n", "rank-deficient"),
+])
+def test_load_csv_bad_offsets_and_covariates(files, kind, name, content, message):
     tmp, counts, _, _ = files
-    short = _write(tmp / "short.csv", "a,b,c\n10,10,10\n")
-    with pytest.raises(DataError, match=r"offsets file .*short.csv: shape \(1, 3\) does not match counts \(4, 3\)"):
-        plnexp.load_csv(counts, offsets=short)
-    zero = _write(tmp / "zero.csv", "a,b,c\n10,0,10\n1,1,1\n1,1,1\n1,1,1\n")
-    with pytest.raises(DataError, match="offsets file .*zero.csv: raw offsets must be > 0"):
-        plnexp.load_csv(counts, offsets=zero)
-    nan = _write(tmp / "nan.csv", "a,b,c\n10,NaN,10\n1,1,1\n1,1,1\n1,1,1\n")
-    with pytest.raises(DataError, match="offsets file .*nan.csv: NaN or infinite value at row 1, column 2"):
-        plnexp.load_csv(counts, offsets=nan)
-    rows = _write(tmp / "rows.csv", "x\n1\n2\n3\n")
-    with pytest.raises(DataError, match="covariates file .*rows.csv: 3 rows, counts have 4"):
-        plnexp.load_csv(counts, covariates=rows)
-    with pytest.raises(DataError, match="covariates file .*gone.csv: not found"):
-        plnexp.load_csv(counts, covariates=tmp / "gone.csv")
-    empty = _write(tmp / "empty.csv", "")
-    with pytest.raises(DataError, match="covariates file .*empty.csv: empty"):
-        plnexp.load_csv(counts, covariates=empty)
-    constant = _write(tmp / "const.csv", "x\n1\n1\n1\n1\n")
-    with pytest.raises(DataError, match="rank-deficient"):
-        plnexp.load_csv(counts, covariates=constant)
+    path = tmp / name if content is None else _write(tmp / name, content)
+    with pytest.raises(DataError, match=message):
+        plnexp.load_csv(counts, **{kind: path})
