@@ -5,9 +5,10 @@
     res = plnexp.fit(data, model="full", optimizer="radam_clip", n_iter=1000)
 """
 
-from ._xla import harden_xla_flags
+from . import runtime
 
-harden_xla_flags()  # must run before JAX creates its CPU client: see plnexp/_xla.py
+runtime.set_xla_flags()  # must run before JAX creates its CPU client: see plnexp/runtime.py
+runtime.set_lapack_threads(1)  # SciPy's OpenBLAS (jaxlib's CPU LAPACK): see plnexp/runtime.py
 
 from .data import Data, DataError, load_csv, load_oaks, replicate, simulate  # noqa: E402
 from .fitting import FitResult, NumericsError, fit  # noqa: E402

@@ -21,6 +21,7 @@ from .data import OAKS_COVARIATES, Data, DataError
 from .fitting import DEVICES, INITS, PRECISIONS, resolve_device
 from .model import MODELS
 from .optim import OptimizerSpec
+from .problem import GRADIENTS
 from .strategies import STRATEGIES, StrategySpec
 
 REPO = Path(__file__).resolve().parent.parent
@@ -49,6 +50,7 @@ Precision = Enum("Precision", {k: k for k in PRECISIONS}, type=str)
 Device = Enum("Device", {k: k for k in DEVICES}, type=str)
 ModelName = Enum("ModelName", {k: k for k in MODELS}, type=str)
 Init = Enum("Init", {k: k for k in INITS}, type=str)
+Gradient = Enum("Gradient", {k: k for k in GRADIENTS}, type=str)
 
 
 def _choice(key: str, value: Any, enum: type[Enum]) -> Enum:
@@ -165,6 +167,7 @@ class Config:
     repeats: int = 3
     warmup: int = 1
     init: Init = Init("seed")
+    gradient: Gradient = Gradient("analytic")
     seed: int = 0
     experiment: str = "run"
     tracking_uri: str | None = None
@@ -179,7 +182,7 @@ class Config:
         """The keyword arguments of :func:`plnexp.fit` (besides the data)."""
         return dict(model=self.model.value, optimizer=self.optimizer.name, n_iter=self.n_iter,
                     precision=self.precision.value, device=self.device.value, strategy=self.strategy.name,
-                    lr=self.optimizer.lr, init=self.init.value, unroll=self.strategy.unroll,
+                    lr=self.optimizer.lr, init=self.init.value, gradient=self.gradient.value, unroll=self.strategy.unroll,
                     tol=self.strategy.tol, patience=self.strategy.patience, repeats=self.repeats,
                     warmup=self.warmup)
 
@@ -209,7 +212,7 @@ def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
 
 
 TOP_KEYS = ("dataset", "optimizer", "strategy", "model", "device", "precision", "n_iter", "n_iter_cap",
-            "repeats", "warmup", "init", "seed", "experiment", "tracking_uri")
+            "repeats", "warmup", "init", "gradient", "seed", "experiment", "tracking_uri")
 
 
 def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
@@ -279,5 +282,6 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
         precision=_choice("precision", node.get("precision"), Precision),
         n_iter=min(n_iter, caps.get(strategy.name, n_iter)), n_iter_requested=n_iter,
         repeats=_int("repeats", node.get("repeats"), 1), warmup=_int("warmup", node.get("warmup"), 0),
-        init=_choice("init", node.get("init"), Init), seed=_int("seed", node.get("seed"), 0),
+        init=_choice("init", node.get("init"), Init),
+        gradient=_choice("gradient", node.get("gradient"), Gradient), seed=_int("seed", node.get("seed"), 0),
         experiment=experiment, tracking_uri=uri, n_iter_cap=dict(caps))

@@ -12,7 +12,7 @@ from . import reference, strategies, timing
 from .data import Data
 from .model import MODELS, Model, init_state
 from .optim import OptimizerSpec
-from .problem import Problem
+from .problem import GRADIENTS, Problem
 from .strategies import StrategySpec
 
 PRECISIONS = {"float32": np.float32, "float64": np.float64}
@@ -61,9 +61,11 @@ def resolve_device(name: str) -> jax.Device:
 
 
 @lru_cache(maxsize=32)
-def make_problem(model: Model, optimizer: OptimizerSpec) -> Problem:
+def make_problem(model: Model, optimizer: OptimizerSpec, gradient: str = "analytic") -> Problem:
     """Cached so that equal choices give the *same* Problem (and jit caches hit across fits)."""
-    return Problem(model, optimizer.make())
+    if gradient not in GRADIENTS:
+        raise ValueError(f"gradient={gradient!r}: allowed values are {', '.join(GRADIENTS)}")
+    return Problem(model, optimizer.make(), GRADIENTS[gradient])
 
 
 def _host(tree):
@@ -72,7 +74,7 @@ def _host(tree):
 
 def fit(data: Data, model: str = "profiled", optimizer: str = "rprop", n_iter: int = 1000,
         precision: str = "float32", device: str = "cpu", strategy: str = "scan", *, lr: float | None = None,
-        init: str = "seed", unroll: int = 8, tol: float = 1e-6, patience: int = 10,
+        init: str = "seed", gradient: str = "analytic", unroll: int = 8, tol: float = 1e-6, patience: int = 10,
         repeats: int = 1, warmup: int = 1, timed: bool = True) -> FitResult:
     """Fit a PLN model by variational inference and time it.
 
@@ -89,7 +91,7 @@ def fit(data: Data, model: str = "profiled", optimizer: str = "rprop", n_iter: i
         raise ValueError(f"init={init!r}: allowed values are {', '.join(INITS)}")
     if not (isinstance(n_iter, int) and n_iter >= 1):
         raise ValueError(f"n_iter={n_iter!r}: must be an integer >= 1")
-    problem = make_problem(MODELS[model], OptimizerSpec(optimizer, lr))
+    problem = make_problem(MODELS[model], OptimizerSpec(optimizer, lr), gradient)
     spec = StrategySpec(strategy, unroll, tol, patience)
     dtype = PRECISIONS[precision]
     dev = resolve_device(device)
@@ -120,7 +122,7 @@ def fit(data: Data, model: str = "profiled", optimizer: str = "rprop", n_iter: i
 
 
 def check_against_host(jitted: float, host: float, dtype, where: str) -> None:
-    """Refuse to report an ELBO that the compiled code got wrong (see plnexp._xla)."""
+    """Refuse to report an ELBO that the compiled code got wrong (see plnexp.runtime)."""
     if not np.isfinite(jitted) or not np.isfinite(host):
         return  # a diverged fit is reported as such by its caller, not as a compiler bug
     rtol = CHECK_RTOL[dtype]

@@ -113,6 +113,20 @@ def test_strategy_matches_scan(strategy, model, precision, small, scan_reference
     np.testing.assert_allclose(res.extra["final_elbo_jit"], res.loglik, rtol=ELBO_RTOL[precision])
 
 
+@pytest.mark.parametrize("precision", ["float64", "float32"])
+@pytest.mark.parametrize("model", ["full", "profiled"])
+def test_analytic_gradient_fit_matches_autodiff(model, precision, small, scan_reference):
+    """The default hand-written gradient gives the curve and parameters of jax.value_and_grad's
+    (the reference fit above runs with the default, gradient="analytic")."""
+    ref = scan_reference(model, precision)
+    res = plnexp.fit(small, model=model, optimizer=OPTIMIZER[precision], n_iter=N_ITER, precision=precision,
+                     strategy="scan", timed=False, lr=LR[OPTIMIZER[precision]], gradient="autodiff")
+    assert ref.elbo[-1] > ref.elbo[0] + 0.1 * abs(ref.elbo[0])
+    assert_close(res.elbo, ref.elbo, RTOL[precision], "autodiff ELBO curve")
+    for name in ("B", "M", "S", "Sigma"):
+        assert_close(res.params[name], ref.params[name], RTOL[precision], f"autodiff final {name}")
+
+
 # ------------------------------------------------------------------ 2. while_loop stopping rule
 def reference_stop(full_elbo_curve, tol, patience) -> int:
     """Iterations run by the stopping rule, replayed in numpy float64 on a full-ELBO curve."""
