@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -75,11 +76,16 @@ def _host(tree):
 def fit(data: Data, model: str = "profiled", optimizer: str = "rprop", n_iter: int = 1000,
         precision: str = "float32", device: str = "cpu", strategy: str = "scan", *, lr: float | None = None,
         init: str = "seed", gradient: str = "analytic", unroll: int = 8, tol: float = 1e-6, patience: int = 10,
-        repeats: int = 1, warmup: int = 1, timed: bool = True) -> FitResult:
+        repeats: int = 1, warmup: int = 0, first_call: bool = False, compile_cache: bool = False,
+        compile_cache_dir: str | Path | None = None, timed: bool = True) -> FitResult:
     """Fit a PLN model by variational inference and time it.
 
-    ``timed=True`` measures cold first call, AOT compile and steady runs (``repeats`` after
-    ``warmup``; see :mod:`plnexp.timing`); ``timed=False`` makes one plain call.
+    ``timed=True`` (see :mod:`plnexp.timing`) costs one cold AOT compile and one run by default;
+    ``first_call=True`` adds a cold plain call, ``warmup``/``repeats`` add runs (median of
+    ``repeats`` after ``warmup``). ``timed=False`` makes one plain call.
+    ``compile_cache=True`` uses JAX's persistent compilation cache in ``compile_cache_dir``
+    (default ``<outputs>/jax_cache``, see :func:`plnexp.config.outputs_dir`) and also times a
+    second compile served by it; otherwise the persistent cache is off during the fit.
     Raises ``ValueError`` (one line, naming the argument and its allowed values) on a bad choice,
     and :class:`NumericsError` if the compiled ELBO disagrees with the float64 host reference.
     """
@@ -91,6 +97,14 @@ def fit(data: Data, model: str = "profiled", optimizer: str = "rprop", n_iter: i
         raise ValueError(f"init={init!r}: allowed values are {', '.join(INITS)}")
     if not (isinstance(n_iter, int) and n_iter >= 1):
         raise ValueError(f"n_iter={n_iter!r}: must be an integer >= 1")
+    for key, value in (("first_call", first_call), ("compile_cache", compile_cache)):
+        if not isinstance(value, bool):
+            raise ValueError(f"{key}={value!r}: allowed values are True, False")
+    cache_dir = None
+    if compile_cache:
+        from .config import outputs_dir  # the API's default; the command line passes its own
+
+        cache_dir = Path(compile_cache_dir) if compile_cache_dir is not None else outputs_dir() / "jax_cache"
     problem = make_problem(MODELS[model], OptimizerSpec(optimizer, lr), gradient)
     spec = StrategySpec(strategy, unroll, tol, patience)
     dtype = PRECISIONS[precision]
@@ -102,9 +116,10 @@ def fit(data: Data, model: str = "profiled", optimizer: str = "rprop", n_iter: i
         state = problem.init(init_state(problem.model, arrays, init))
         program = strategies.build(problem, n_iter, spec)
         if timed:
-            out, times = timing.measure(program, state, arrays, repeats=repeats, warmup=warmup)
+            out, times = timing.measure(program, state, arrays, repeats=repeats, warmup=warmup,
+                                        first_call=first_call, compile_cache_dir=cache_dir)
         else:
-            out, times = timing.untimed(program, state, arrays)
+            out, times = timing.untimed(program, state, arrays, compile_cache_dir=cache_dir)
         curve = np.asarray(out.elbo, dtype=np.float64)
         n_run = int(out.n_run)
         pln = _host(out.state.pln)

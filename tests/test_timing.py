@@ -1,0 +1,154 @@
+"""plnexp.timing's protocol: what each switch costs (counted on a fake Program: no timing
+assertions, these machines are noisy) and the persistent compilation cache switch (tiny real fits)."""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import numpy as np
+import pytest
+
+import plnexp
+from plnexp import timing
+from plnexp.strategies.base import Compiled
+
+N_RUN = 4
+
+
+class FakeOutput(NamedTuple):
+    n_run: int
+
+
+class FakeProgram:
+    """A Program (see plnexp.strategies.base) that counts its calls, compiles and compiled runs."""
+
+    def __init__(self):
+        self.calls = self.compiles = self.runs = 0
+
+    def call(self, state, data):
+        self.calls += 1
+        return FakeOutput(N_RUN)
+
+    def compile(self, state, data) -> Compiled:
+        self.compiles += 1
+
+        def run(state, data):
+            self.runs += 1
+            return FakeOutput(N_RUN)
+
+        return Compiled(run, 0.25 * self.compiles, {"fit": {"flops": 1.0}}, {"fit": {}})
+
+
+@pytest.fixture
+def cleared(monkeypatch):
+    """Count jax.clear_caches() instead of clearing (nothing here is compiled by XLA)."""
+    count = []
+    monkeypatch.setattr(timing.jax, "clear_caches", lambda: count.append(1))
+    return count
+
+
+def test_default_is_one_compile_and_one_run(cleared):
+    program = FakeProgram()
+    out, t = timing.measure(program, None, None)
+    assert (program.compiles, program.runs, program.calls, len(cleared)) == (1, 1, 0, 1)
+    assert out == FakeOutput(N_RUN) and len(t.runs_s) == 1 and t.run_s == t.runs_s[0]
+    assert t.compile_s == 0.25 and t.cost_analysis == {"fit": {"flops": 1.0}}
+    assert t.ms_per_iter == pytest.approx(1e3 * t.run_s / N_RUN, rel=1e-12)
+    for name in ("first_call_s", "compile_warm_s", "compile_cache_hits", "compile_warm_cache_hits"):
+        assert math.isnan(getattr(t, name)), name
+    assert set(t.as_metrics()) == {"compile_s", "run_s", "ms_per_iter"}
+
+
+@pytest.mark.parametrize("kwargs, counts", [
+    ({"first_call": True}, (1, 1, 1, 2)),   # + one cold plain call (after its own cache clearing)
+    ({"warmup": 2}, (1, 3, 0, 1)),           # + untimed runs
+    ({"repeats": 3}, (1, 3, 0, 1)),          # + timed runs
+    ({"first_call": True, "warmup": 1, "repeats": 2}, (1, 3, 1, 2)),
+])
+def test_switches_add_what_they_document(cleared, kwargs, counts):
+    program = FakeProgram()
+    _, t = timing.measure(program, None, None, **kwargs)
+    assert (program.compiles, program.runs, program.calls, len(cleared)) == counts
+    assert len(t.runs_s) == kwargs.get("repeats", 1)
+    assert min(t.runs_s) <= t.run_s <= max(t.runs_s)
+    if kwargs.get("first_call"):
+        assert t.first_call_s >= 0 and "first_call_s" in t.as_metrics()
+    else:
+        assert math.isnan(t.first_call_s) and "first_call_s" not in t.as_metrics()
+
+
+def test_compile_cache_adds_one_compile(cleared, tmp_path):
+    program = FakeProgram()
+    before = jax.config.values["jax_compilation_cache_dir"]
+    _, t = timing.measure(program, None, None, compile_cache_dir=tmp_path / "cache")
+    assert (program.compiles, program.runs, program.calls, len(cleared)) == (2, 1, 0, 2)
+    assert (t.compile_s, t.compile_warm_s) == (0.25, 0.5)  # first compile, then the second
+    assert t.compile_cache_hits == 0 and t.compile_warm_cache_hits == 0  # nothing of it went through XLA
+    assert {"compile_warm_s", "compile_cache_hits", "compile_warm_cache_hits"} <= set(t.as_metrics())
+    assert jax.config.values["jax_compilation_cache_dir"] == before, "the cache setting is restored"
+
+
+@pytest.mark.parametrize("kwargs", [{"repeats": 0}, {"warmup": -1}, {"repeats": 1.5}])
+def test_bad_counts_are_one_line(cleared, kwargs):
+    with pytest.raises(ValueError, match=r"repeats=.*warmup=.*: need integers") as err:
+        timing.measure(FakeProgram(), None, None, **kwargs)
+    assert "\n" not in str(err.value)
+
+
+def test_persistent_cache_restores_jax_settings(tmp_path):
+    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+             "jax_persistent_cache_min_entry_size_bytes", "jax_enable_compilation_cache")
+    before = {n: jax.config.values[n] for n in names}
+    with timing.persistent_cache(tmp_path / "c"):
+        assert jax.config.values["jax_compilation_cache_dir"] == str(tmp_path / "c")
+        assert jax.config.values["jax_persistent_cache_min_compile_time_secs"] == 0
+        assert jax.config.values["jax_persistent_cache_min_entry_size_bytes"] == 0
+        with timing.persistent_cache(None):
+            assert jax.config.values["jax_compilation_cache_dir"] is None
+        assert jax.config.values["jax_compilation_cache_dir"] == str(tmp_path / "c")
+    assert {n: jax.config.values[n] for n in names} == before
+    assert (tmp_path / "c").is_dir()
+
+
+def _entries(directory):
+    return sorted(p.name for p in directory.iterdir()) if directory.exists() else []
+
+
+def test_compile_cache_on_then_off(oaks, tmp_path):
+    """A real fit: the cache dir gets entries, the second compile is served by it; a later fit of
+    the very same program with the switch off neither reads nor writes it."""
+    cache = tmp_path / "jax_cache"
+    before = jax.config.values["jax_compilation_cache_dir"]
+    res = plnexp.fit(oaks, n_iter=5, compile_cache=True, compile_cache_dir=cache)
+    t = res.timing
+    written = _entries(cache)
+    assert written, "compile_cache=True writes cache entries"
+    assert t.compile_cache_hits == 0, "a fresh cache: the first compile is a miss"
+    assert math.isfinite(t.compile_warm_s) and t.compile_warm_s > 0
+    assert t.compile_warm_cache_hits >= 1, "the second compile is served by the persistent cache"
+    assert {"compile_s", "compile_warm_s", "compile_cache_hits", "compile_warm_cache_hits"} <= set(t.as_metrics())
+    assert jax.config.values["jax_compilation_cache_dir"] == before
+
+    hits = []
+
+    def listener(event, **kwargs):
+        if event == timing.CACHE_HIT_EVENT:
+            hits.append(event)
+
+    jax.monitoring.register_event_listener(listener)
+    try:
+        off = plnexp.fit(oaks, n_iter=5, compile_cache=False)
+    finally:
+        jax.monitoring.unregister_event_listener(listener)
+    assert hits == [], "with compile_cache=False nothing is read from the persistent cache"
+    assert _entries(cache) == written, "... nor written to it"
+    assert jax.config.values["jax_compilation_cache_dir"] == before
+    assert math.isnan(off.timing.compile_warm_s) and "compile_warm_s" not in off.timing.as_metrics()
+    np.testing.assert_allclose(off.elbo, res.elbo, rtol=1e-6)
+
+
+def test_fit_rejects_a_non_boolean_switch(oaks):
+    with pytest.raises(ValueError, match=r"^first_call='yes': allowed values are True, False$"):
+        plnexp.fit(oaks, n_iter=2, first_call="yes")
