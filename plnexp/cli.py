@@ -28,7 +28,8 @@ class Job:
 
 
 _NAMED = {"strategy", "dataset", "dataset.replication", "dataset.n", "dataset.p", "dataset.d", "precision",
-          "device", "sweep", "n_iter_cap", "experiment", "tracking_uri", "repeats", "warmup"}
+          "device", "sweep", "n_iter_cap", "experiment", "tracking_uri", "repeats", "warmup", "first_call",
+          "compile_cache"}
 
 
 def job_name(config: C.Config, overrides) -> str:

@@ -66,6 +66,12 @@ def _int(key: str, value: Any, low: int) -> int:
     return value
 
 
+def _bool(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key}={value!r}: allowed values are true, false")
+    return value
+
+
 def _keys(key: str, node: dict, allowed) -> None:
     unknown = sorted(set(node) - set(allowed))
     if unknown:
@@ -164,8 +170,10 @@ class Config:
     precision: Precision = Precision("float32")
     n_iter: int = 1000  # after the cap
     n_iter_requested: int = 1000
-    repeats: int = 3
-    warmup: int = 1
+    repeats: int = 1
+    warmup: int = 0
+    first_call: bool = False
+    compile_cache: bool = False
     init: Init = Init("seed")
     gradient: Gradient = Gradient("analytic")
     seed: int = 0
@@ -184,7 +192,8 @@ class Config:
                     precision=self.precision.value, device=self.device.value, strategy=self.strategy.name,
                     lr=self.optimizer.lr, init=self.init.value, gradient=self.gradient.value, unroll=self.strategy.unroll,
                     tol=self.strategy.tol, patience=self.strategy.patience, repeats=self.repeats,
-                    warmup=self.warmup)
+                    warmup=self.warmup, first_call=self.first_call, compile_cache=self.compile_cache,
+                    compile_cache_dir=outputs_dir() / "jax_cache" if self.compile_cache else None)
 
     def as_dict(self) -> dict:
         """Plain nested dict of the resolved values (for YAML and flat MLflow params)."""
@@ -212,7 +221,8 @@ def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
 
 
 TOP_KEYS = ("dataset", "optimizer", "strategy", "model", "device", "precision", "n_iter", "n_iter_cap",
-            "repeats", "warmup", "init", "gradient", "seed", "experiment", "tracking_uri")
+            "repeats", "warmup", "first_call", "compile_cache", "init", "gradient", "seed", "experiment",
+            "tracking_uri")
 
 
 def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
@@ -282,6 +292,8 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
         precision=_choice("precision", node.get("precision"), Precision),
         n_iter=min(n_iter, caps.get(strategy.name, n_iter)), n_iter_requested=n_iter,
         repeats=_int("repeats", node.get("repeats"), 1), warmup=_int("warmup", node.get("warmup"), 0),
+        first_call=_bool("first_call", node.get("first_call")),
+        compile_cache=_bool("compile_cache", node.get("compile_cache")),
         init=_choice("init", node.get("init"), Init),
         gradient=_choice("gradient", node.get("gradient"), Gradient), seed=_int("seed", node.get("seed"), 0),
         experiment=experiment, tracking_uri=uri, n_iter_cap=dict(caps))

@@ -73,9 +73,15 @@ class Outcome:
         if self.result is None:
             return f"{self.name} {self.status}: {self.reason}"
         m = self.metrics()
-        text = (f"{self.name} {self.status}: {self.result.n_iter} iter, compile {m['compile_s']:.2f} s, "
-                f"first call {m['first_call_s']:.2f} s, run {m['run_s']:.3f} s ({m['ms_per_iter']:.2f} ms/iter), "
-                f"final ELBO {m['final_elbo']:.6g}")
+        g = lambda k, f: f.format(m[k]) if np.isfinite(m.get(k, np.nan)) else "-"  # noqa: E731
+        parts = [f"{self.result.n_iter} iter", f"compile {g('compile_s', '{:.2f}')} s"]
+        if "compile_warm_s" in m:
+            parts.append(f"cached compile {g('compile_warm_s', '{:.2f}')} s")
+        if "first_call_s" in m:
+            parts.append(f"first call {g('first_call_s', '{:.2f}')} s")
+        parts += [f"run {g('run_s', '{:.3f}')} s ({g('ms_per_iter', '{:.2f}')} ms/iter)",
+                  f"final ELBO {g('final_elbo', '{:.6g}')}"]
+        text = f"{self.name} {self.status}: " + ", ".join(parts)
         return text + (f" [{self.reason}]" if self.reason else "")
 
 
@@ -177,13 +183,16 @@ def run_job(config: Config, overrides=(), name: str | None = None, output_dir: s
 
 
 def summary_table(outcomes) -> str:
-    head = ("job", "status", "iter", "compile_s", "first_s", "run_s", "ms/iter", "final ELBO", "wall_s")
+    """One row per job; a value not measured (first_call off, no compile cache) or not finite is "-"."""
+    head = ("job", "status", "iter", "compile_s", "cached_s", "first_s", "run_s", "ms/iter", "final ELBO",
+            "wall_s")
     rows = []
     for o in outcomes:
         m = o.metrics()
-        g = lambda k, f="{:.3f}": f.format(m[k]) if k in m else "-"  # noqa: E731
-        rows.append((o.name, o.status, f"{int(m.get('n_iter_run', 0))}", g("compile_s"), g("first_call_s"),
-                     g("run_s"), g("ms_per_iter", "{:.2f}"), g("final_elbo", "{:.6g}"), f"{o.wall_s:.1f}"))
+        g = lambda k, f="{:.3f}": f.format(m[k]) if np.isfinite(m.get(k, np.nan)) else "-"  # noqa: E731
+        rows.append((o.name, o.status, f"{int(m.get('n_iter_run', 0))}", g("compile_s"), g("compile_warm_s"),
+                     g("first_call_s"), g("run_s"), g("ms_per_iter", "{:.2f}"), g("final_elbo", "{:.6g}"),
+                     f"{o.wall_s:.1f}"))
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
     fmt = lambda r: "  ".join(str(c).ljust(w) if i < 2 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
     return "\n".join([fmt(head), "  ".join("-" * w for w in widths), *map(fmt, rows)])

@@ -7,7 +7,8 @@ import pytest
 from conftest import plnexp_cli, store_client
 
 TINY = ["dataset=synthetic", "dataset.n=30", "dataset.p=5", "repeats=1", "warmup=0"]
-METRICS = ("compile_s", "first_call_s", "run_s", "ms_per_iter", "n_iter_run", "final_elbo", "loglik")
+METRICS = ("compile_s", "run_s", "ms_per_iter", "n_iter_run", "final_elbo", "loglik")
+NOT_MEASURED = ("first_call_s", "compile_warm_s")  # by default: first_call=false, compile_cache=false
 
 
 def all_runs(outputs):
@@ -28,6 +29,8 @@ def test_run_logs_one_finished_run(outputs, tmp_path):
     assert run.info.status == "FINISHED"
     for key in METRICS:
         assert np.isfinite(run.data.metrics[key]), key
+    for key in NOT_MEASURED:
+        assert key not in run.data.metrics, key
     history = store_client(outputs).get_metric_history(run.info.run_id, "elbo")
     assert sorted(h.step for h in history) == list(range(6))
     assert (outputs / "runs").is_dir()

@@ -92,6 +92,10 @@ BAD = [
     (["strategy.unroll=0"], "strategy.unroll=0: must be an integer >= 1"),
     (["init=random"], "init='random': allowed values are seed, data"),
     (["repeats=0"], "repeats=0: allowed values are integers >= 1"),
+    (["warmup=-1"], "warmup=-1: allowed values are integers >= 0"),
+    (["first_call=3"], "first_call=3: allowed values are true, false"),
+    (["first_call=yes"], "first_call='yes': allowed values are true, false"),
+    (["compile_cache=1"], "compile_cache=1: allowed values are true, false"),
     (["dataset=csv", "dataset.counts=/nonexistent.csv"], "dataset.counts='/nonexistent.csv': allowed values"),
     (["strategy=scan,fori_loop"], "needs `python -m plnexp sweep` or --multirun"),
 ]
@@ -138,3 +142,31 @@ def test_flat_params_and_fit_kwargs():
     assert flat["n_iter"] == 5 and flat["precision"] == "float32"
     kw = job.config.fit_kwargs()
     assert kw["n_iter"] == 5 and kw["strategy"] == "scan" and kw["precision"] == "float32"
+
+
+def test_timing_protocol_defaults_and_switches(tmp_path, monkeypatch):
+    monkeypatch.setenv("PLNEXP_OUTPUTS", str(tmp_path))
+    (job,) = cli.plan([], multirun=False)
+    c = job.config
+    assert (c.repeats, c.warmup, c.first_call, c.compile_cache) == (1, 0, False, False)
+    kw = c.fit_kwargs()
+    assert (kw["repeats"], kw["warmup"], kw["first_call"], kw["compile_cache"], kw["compile_cache_dir"]) == \
+        (1, 0, False, False, None)
+    (job,) = cli.plan(["first_call=true", "compile_cache=true", "repeats=2", "warmup=1"], multirun=False)
+    kw = job.config.fit_kwargs()
+    assert (kw["repeats"], kw["warmup"], kw["first_call"], kw["compile_cache"]) == (2, 1, True, True)
+    assert kw["compile_cache_dir"] == tmp_path.resolve() / "jax_cache"
+    assert job.name == "scan-oaks-f32-cpu", "protocol switches do not rename a run"
+    flat = C.flatten(job.config.as_dict())
+    assert flat["first_call"] is True and flat["compile_cache"] is True
+
+
+def test_sweeps_use_the_cheap_protocol():
+    """Only the sweeps with Python-loop strategies at few iterations keep one warm-up run (their
+    first run compiles primitives op by op)."""
+    for sweep in C.group_options("sweep"):
+        jobs = cli.plan([f"sweep={sweep}"], multirun=True)
+        for j in jobs:
+            c = j.config
+            assert (c.repeats, c.first_call, c.compile_cache) == (1, False, False), sweep
+            assert c.warmup == (1 if sweep in ("default", "scaling") else 0), sweep

@@ -3,6 +3,8 @@ fit is faked so that these tests run no JAX program."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from conftest import store_client
@@ -135,3 +137,20 @@ def test_elbo_png(tmp_path):
 
     path = elbo_png(np.linspace(-10, -1, 50), "t", tmp_path / "c.png")
     assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_unmeasured_timings_are_not_logged_and_shown_as_dash(outputs, config):
+    """The default protocol (no first call, no compile cache): first_call_s and compile_warm_s are NaN,
+    absent from the metrics, and "-" in the summary table."""
+    elbo = -100.0 + np.arange(N_ITER, dtype=float)
+    o = outcome(config, elbo)
+    o.result = dataclasses.replace(o.result, timing=Timing(1.5, float("nan"), 0.07, 10.0, (0.07,)))
+    assert "first_call_s" not in o.metrics() and "compile_warm_s" not in o.metrics()
+    assert "first call" not in o.summary() and "run 0.070 s" in o.summary()
+    cl = tracking.client(tracking.tracking_uri())
+    run_id = tracking.log_job(cl, tracking.experiment_id(cl, "t"), o)
+    m = store_client(outputs).get_run(run_id).data.metrics
+    assert "first_call_s" not in m and "compile_warm_s" not in m and m["compile_s"] == 1.5
+    head, _, row = runner.summary_table([o]).splitlines()
+    cells = dict(zip(head.split(), row.split()))
+    assert cells["first_s"] == "-" and cells["cached_s"] == "-" and cells["compile_s"] == "1.500"
