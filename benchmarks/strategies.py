@@ -1,24 +1,29 @@
-"""Benchmark every JIT strategy of plnexp on one fit, all measured in the same process.
+"""Every JIT strategy of plnexp against the tutorial it corrects and against this machine's floor,
+all measured side by side in one run.
 
-Default: oaks x100 (n=11600, p=114), float32, full model, radam_clip, 1000 iterations, every
-strategy in ``plnexp.STRATEGIES``. Each fit goes through ``plnexp.fit(..., timed=True)``, i.e.
-``plnexp.timing.measure``: cold first call, cold AOT compile, then ``--repeats`` steady runs after
-``--warmup`` (median reported). Printed per strategy:
+Default workload W1 (the tutorial's): oaks x100 (n=11600, p=114), float32, full model,
+radam_clip, 1000 iterations. Printed, in this order:
 
-- compile_s      AOT lower+compile (summed over functions for jit_per_function; 0 for eager)
-- first_call_s   cold plain call: trace + compile + run, what a naive user times
-- run_s          steady-state wall time of the whole fit (median of repeats)
-- ms_per_iter    run_s / iterations run
-- x_scan         ms_per_iter / scan's ms_per_iter
+1. **The floor** of this machine, measured now: the bandwidth of a large copy, one fused ``exp``
+   pass over an n x p array, one n x p x p product. An iteration must stream about 14 n x p arrays
+   (read Y, O, M, S and the optimizer's two moments of each; write M, S and the moments) and do two
+   n x p x p products (M Omega for the gradient, M'M for Sigma): ``floor = 14 n p bytes /
+   bandwidth + 2 dot``, bandwidth measured in place (output buffer = input buffer, as in a loop); an ``exp`` pass is printed beside it because transcendentals, not bytes,
+   bound the elementwise work on some CPUs.
+2. **The tutorial's level-2 scan** (``benchmarks/tutorial.py``, defects included), three ways:
+   in a plain process (no plnexp import: its users' setting), and in this process with SciPy's
+   OpenBLAS at its default thread count and at one thread (what ``import plnexp`` sets).
+3. **Each strategy** through ``plnexp.fit(..., timed=True)``: AOT compile apart, then the median
+   of ``--repeats`` steady runs after ``--warmup``, each ended by ``block_until_ready``; the
+   ``scan`` row is repeated with ``gradient=autodiff`` (the step before the analytic gradient).
 
-eager dispatches op by op and is slow, so it runs ``--eager-n-iter`` iterations (default 20) and
-its run_s is also shown scaled to the full iteration count (marked ``*``): per-iteration cost is
-flat for eager, so the scaling is linear. while_loop runs with ``tol=0`` by default (never stops
-early) so that it does the same work as the others; pass ``--while-tol`` to change that.
+Ratios: ``x_tutorial`` = the tutorial's steady ms/iter (plain process) / the row's; ``x_tut_1t``
+= the same against the tutorial at one LAPACK thread; ``x_floor`` = the row's ms/iter / floor.
+``curve_rdiff`` = max |ELBO_row - ELBO_scan| / |ELBO_scan| over the iterations both ran.
 
-    .venv/bin/python benchmarks/strategies.py                     # the full run (minutes)
-    .venv/bin/python benchmarks/strategies.py --n-iter 100        # a quick check
-    .venv/bin/python benchmarks/strategies.py --strategies scan,fori_loop --repeats 5 --json out.json
+    .venv/bin/python benchmarks/strategies.py                         # W1, every strategy (minutes)
+    .venv/bin/python benchmarks/strategies.py --strategies scan,while_loop --n-iter 200
+    .venv/bin/python benchmarks/strategies.py --no-tutorial --json out.json
 """
 
 from __future__ import annotations
@@ -28,13 +33,26 @@ import datetime
 import json
 import os
 import platform
+import statistics
+import subprocess
 import sys
 import time
+from pathlib import Path
 
-import plnexp  # first: sets the XLA_FLAGS fix before JAX starts its backend
+import plnexp  # first: sets XLA_FLAGS and SciPy's OpenBLAS threads before JAX starts its backend
 
 import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
 import jaxlib  # noqa: E402
+import numpy as np  # noqa: E402
+
+from plnexp import runtime  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import tutorial  # noqa: E402
+
+STREAMED_ARRAYS = 14  # n x p arrays an iteration must read or write (see the module docstring)
 
 
 def parse_args(argv=None):
@@ -42,9 +60,11 @@ def parse_args(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n-iter", type=int, default=1000, help="iterations per fit (default 1000)")
     ap.add_argument("--eager-n-iter", type=int, default=20,
-                    help="iterations for eager, capped at --n-iter (default 20); run_s is also scaled")
-    ap.add_argument("--repeats", type=int, default=3, help="steady-state runs per strategy, median kept")
-    ap.add_argument("--warmup", type=int, default=1, help="untimed runs before the repeats")
+                    help="iterations for eager (default 20; per-iteration cost is flat, ms/iter compares)")
+    ap.add_argument("--repeats", type=int, default=3, help="steady runs per row, median kept (default 3)")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed runs before the repeats (default 1)")
+    ap.add_argument("--first-call", action="store_true",
+                    help="also time a cold plain call per row (trace + compile + run; one more compile and run)")
     ap.add_argument("--strategies", default=",".join(plnexp.STRATEGIES),
                     help="comma-separated subset of: " + ", ".join(plnexp.STRATEGIES))
     ap.add_argument("--replication", type=int, default=100, help="oaks row replication (default 100)")
@@ -53,6 +73,8 @@ def parse_args(argv=None):
     ap.add_argument("--precision", default="float32", choices=["float32", "float64"])
     ap.add_argument("--unroll", type=int, default=8, help="scan_unrolled's unroll factor")
     ap.add_argument("--while-tol", type=float, default=0.0, help="while_loop tol (0: run all iterations)")
+    ap.add_argument("--no-autodiff", action="store_true", help="skip the scan row with gradient=autodiff")
+    ap.add_argument("--no-tutorial", action="store_true", help="skip the tutorial's rows")
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = ap.parse_args(argv)
     args.strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
@@ -67,60 +89,166 @@ def parse_args(argv=None):
 def header(args, data) -> list[str]:
     return [
         f"# plnexp strategy benchmark  {datetime.datetime.now().isoformat(timespec='seconds')}",
+        f"# command: {' '.join([Path(sys.executable).name, *sys.argv])}",
         f"# machine: {platform.platform()}  {platform.processor() or platform.machine()}  "
         f"cpu_count={os.cpu_count()}  python {platform.python_version()}",
         f"# jax {jax.__version__}  jaxlib {jaxlib.__version__}  backend={jax.default_backend()}  "
         f"devices={[str(d) for d in jax.devices()]}",
-        f"# XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}",
+        f"# XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}  SciPy OpenBLAS threads={runtime.lapack_threads()}",
         f"# data: {data.name} n={data.n} p={data.p} d={data.d}  model={args.model}  "
         f"optimizer={args.optimizer}  precision={args.precision}",
-        f"# n_iter={args.n_iter} (eager: {min(args.eager_n_iter, args.n_iter)}, run_s* scaled to {args.n_iter})  "
-        f"repeats={args.repeats} warmup={args.warmup}  unroll={args.unroll}  while tol={args.while_tol:g}",
+        f"# n_iter={args.n_iter} (eager: {min(args.eager_n_iter, args.n_iter)})  repeats={args.repeats} "
+        f"warmup={args.warmup}  unroll={args.unroll}  while tol={args.while_tol:g}",
     ]
+
+
+def _best(fn, *a, repeats=20) -> float:
+    """Fastest of ``repeats`` blocked calls (seconds)."""
+    jax.block_until_ready(fn(*a))
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(*a))
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def _best_in_place(fn, x, repeats=10) -> float:
+    """Fastest of ``repeats`` calls of ``x = fn(x)`` with x donated, so the output reuses the input's
+    buffer as a fit loop does (a fresh output buffer would time the kernel's page faults instead)."""
+    step = jax.jit(fn, donate_argnums=0)
+    x = jax.block_until_ready(step(x))
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        x = jax.block_until_ready(step(x))
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def measure_floor(n: int, p: int, dtype) -> dict:
+    """This machine's primitives at the fit's shapes: copy bandwidth, exp pass, n x p x p dot."""
+    key = jax.random.split(jax.random.PRNGKey(0), 3)
+    big = jax.random.normal(key[0], (2**19, 128), dtype)  # 256 MB in float32: past every cache
+    nbytes = big.nbytes
+    M = jax.random.normal(key[1], (n, p), dtype)
+    W = jax.random.normal(key[2], (p, p), dtype)
+    copy_s = _best_in_place(lambda a: a * 0.5, big)
+    exp_s = _best_in_place(lambda a: jnp.exp(-jnp.abs(a)), jnp.array(M))
+    dot_s = _best(jax.jit(lambda a, b: a @ b), M, W)
+    bandwidth = 2 * nbytes / copy_s
+    stream_s = STREAMED_ARRAYS * M.nbytes / bandwidth
+    return {"bandwidth_GBps": bandwidth / 1e9, "exp_pass_ms": 1e3 * exp_s, "dot_ms": 1e3 * dot_s,
+            "dot_GFLOPps": 2 * n * p * p / dot_s / 1e9, "stream_ms": 1e3 * stream_s,
+            "floor_ms": 1e3 * (stream_s + 2 * dot_s)}
+
+
+def tutorial_in_process(data, n_iter: int, repeats: int, lapack_threads: int) -> dict:
+    previous = runtime.lapack_threads()
+    runtime.set_lapack_threads(lapack_threads)
+    try:
+        fit, fit_args = tutorial.make_fit(data.Y, data.O, data.X, n_iter)
+        t0 = time.perf_counter()
+        compiled = jax.jit(fit).lower(*fit_args).compile()
+        compile_s = time.perf_counter() - t0
+        jax.block_until_ready(compiled(*fit_args))  # warm-up
+        runs = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            jax.block_until_ready(compiled(*fit_args))
+            runs.append(time.perf_counter() - t0)
+    finally:
+        runtime.set_lapack_threads(previous[0] if previous else 1)
+    return {"compile_s": compile_s, "runs_s": runs}
+
+
+def tutorial_plain_process(args) -> dict:
+    """The tutorial in a fresh interpreter that never imports plnexp (its users' setting)."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    out = subprocess.run([sys.executable, str(HERE / "tutorial.py"), "--n-iter", str(args.n_iter),
+                          "--replication", str(args.replication), "--repeats", str(args.repeats)],
+                         capture_output=True, text=True, env=env, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def fit_row(data, args, name: str, gradient: str = "analytic") -> dict:
+    n_iter = min(args.eager_n_iter, args.n_iter) if name == "eager" else args.n_iter
+    t0 = time.perf_counter()
+    res = plnexp.fit(data, model=args.model, optimizer=args.optimizer, n_iter=n_iter,
+                     precision=args.precision, strategy=name, unroll=args.unroll, tol=args.while_tol,
+                     gradient=gradient, repeats=args.repeats, warmup=args.warmup, first_call=args.first_call,
+                     timed=True)
+    t = res.timing
+    label = name if gradient == "analytic" else f"{name} ({gradient})"
+    first = f", cold first call {t.first_call_s:.2f} s" if args.first_call else ""
+    print(f"#   done {label:<20} in {time.perf_counter() - t0:.1f} s{first}", flush=True)
+    return {"row": label, "strategy": name, "gradient": gradient, "n_run": res.n_iter,
+            "compile_s": t.compile_s, "run_s": t.run_s, "ms_per_iter": t.ms_per_iter,
+            **({"first_call_s": t.first_call_s} if args.first_call else {}),
+            "runs_s": list(t.runs_s), "final_elbo": float(res.loglik), "curve": res.elbo[: res.n_iter]}
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     data = plnexp.load_oaks(replication=args.replication)
-    for line in header(args, data):
+    lines = header(args, data)
+    for line in lines:
         print(line, flush=True)
+    dtype = {"float32": np.float32, "float64": np.float64}[args.precision]
+    with jax.enable_x64(dtype == np.float64):
+        floor = measure_floor(data.n, data.p, dtype)
+    print(f"# floor: copy {floor['bandwidth_GBps']:.1f} GB/s -> {STREAMED_ARRAYS} n x p arrays "
+          f"{floor['stream_ms']:.2f} ms; dot n x p x p {floor['dot_ms']:.2f} ms ({floor['dot_GFLOPps']:.0f} GFLOP/s); "
+          f"exp pass {floor['exp_pass_ms']:.2f} ms; floor = stream + 2 dots = {floor['floor_ms']:.2f} ms/iter",
+          flush=True)
 
     rows = []
+    if not args.no_tutorial:
+        plain = tutorial_plain_process(args)
+        rows.append({"row": "tutorial (plain process)", **plain})
+        print("#   done tutorial in a plain process", flush=True)
+        for threads, label in ((os.cpu_count() or 1, "tutorial (OpenBLAS default)"),
+                               (1, "tutorial (OpenBLAS 1 thread)")):
+            rows.append({"row": label, **tutorial_in_process(data, args.n_iter, args.repeats, threads)})
+            print(f"#   done {label}", flush=True)
+        for r in rows:
+            r.update(strategy="tutorial", n_run=args.n_iter, run_s=statistics.median(r["runs_s"]))
+            r["ms_per_iter"] = 1e3 * r["run_s"] / args.n_iter
     for name in args.strategies:
-        n_iter = min(args.eager_n_iter, args.n_iter) if name == "eager" else args.n_iter
-        t0 = time.perf_counter()
-        res = plnexp.fit(data, model=args.model, optimizer=args.optimizer, n_iter=n_iter,
-                         precision=args.precision, strategy=name, unroll=args.unroll, tol=args.while_tol,
-                         repeats=args.repeats, warmup=args.warmup, timed=True)
-        t = res.timing
-        rows.append({"strategy": name, "n_iter": n_iter, "n_run": res.n_iter,
-                     "compile_s": t.compile_s, "first_call_s": t.first_call_s, "run_s": t.run_s,
-                     "ms_per_iter": t.ms_per_iter, "runs_s": list(t.runs_s),
-                     "run_s_scaled": t.run_s * args.n_iter / res.n_iter,
-                     "final_elbo": float(res.loglik), "wall_s": time.perf_counter() - t0})
-        print(f"#   done {name:<17} in {rows[-1]['wall_s']:.1f} s", flush=True)
+        rows.append(fit_row(data, args, name))
+        if name == "scan" and not args.no_autodiff:
+            rows.append(fit_row(data, args, "scan", "autodiff"))
 
-    scan = next((r["ms_per_iter"] for r in rows if r["strategy"] == "scan"), None)
+    tut = next((r["ms_per_iter"] for r in rows if r["row"] == "tutorial (plain process)"), None)
+    tut1 = next((r["ms_per_iter"] for r in rows if r["row"] == "tutorial (OpenBLAS 1 thread)"), None)
+    scan = next((r for r in rows if r["row"] == "scan"), None)
+    cols = (f"{'row':<30} {'iters':>6} {'compile_s':>10} {'run_s':>9} {'ms/iter':>9} {'x_tutorial':>11} "
+            f"{'x_tut_1t':>9} {'x_floor':>8} {'curve_rdiff':>12}")
     print()
-    cols = f"{'strategy':<17} {'iters':>6} {'compile_s':>10} {'first_call_s':>13} {'run_s':>10} " \
-           f"{'ms_per_iter':>12} {'x_scan':>8} {'final ELBO':>16}"
     print(cols)
     print("-" * len(cols))
     for r in rows:
-        ratio = f"{r['ms_per_iter'] / scan:8.2f}" if scan else f"{'n/a':>8}"
-        run = f"{r['run_s']:10.3f}"
-        if r["n_run"] != args.n_iter:
-            run = f"{r['run_s_scaled']:9.2f}*"
-        r["x_scan"] = r["ms_per_iter"] / scan if scan else None
-        print(f"{r['strategy']:<17} {r['n_run']:>6} {r['compile_s']:10.3f} {r['first_call_s']:13.3f} {run} "
-              f"{r['ms_per_iter']:12.3f} {ratio} {r['final_elbo']:16.2f}")
-    if any(r["n_run"] != args.n_iter for r in rows):
-        print(f"* run_s scaled linearly to {args.n_iter} iterations from the iterations actually run "
-              f"(column 'iters'); ms_per_iter is measured, not scaled. The final ELBO of a shorter run "
-              f"is not comparable.")
+        ms = r["ms_per_iter"]
+        r["x_tutorial"] = tut / ms if tut else None
+        r["x_tut_1t"] = tut1 / ms if tut1 else None
+        r["x_floor"] = ms / floor["floor_ms"]
+        if "curve" in r and scan is not None:
+            k = min(len(r["curve"]), len(scan["curve"]))
+            ref = scan["curve"][:k]
+            r["curve_rdiff"] = float(np.max(np.abs(r["curve"][:k] - ref) / np.abs(ref)))
+        f = lambda v, spec: format(v, spec) if v is not None else "-"  # noqa: E731
+        print(f"{r['row']:<30} {r['n_run']:>6} {r['compile_s']:>10.3f} {r['run_s']:>9.3f} {ms:>9.3f} "
+              f"{f(r['x_tutorial'], '>11.2f')} {f(r['x_tut_1t'], '>9.2f')} {r['x_floor']:>8.2f} "
+              f"{f(r.get('curve_rdiff'), '>12.2e')}")
+    print("x_tutorial, x_tut_1t: the tutorial's ms/iter over the row's (higher is faster); x_floor: the row's "
+          "ms/iter over the floor (1 = at the floor). eager runs fewer iterations: its run_s is not comparable, "
+          "its ms/iter is. In float32 with radam_clip, curve_rdiff of a different fusion grows with iterations "
+          "(sign-driven clipped steps amplify rounding; see tests/test_strategies.py).")
     if args.json:
+        for r in rows:
+            r.pop("curve", None)
         with open(args.json, "w") as fh:
-            json.dump({"header": header(args, data), "rows": rows}, fh, indent=2)
+            json.dump({"header": lines, "floor": floor, "rows": rows}, fh, indent=2)
         print(f"wrote {args.json}")
     return 0
 
