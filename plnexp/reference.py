@@ -14,18 +14,27 @@ def log_factorial_sum(Y: np.ndarray) -> float:
     return float(np.sum(gammaln(np.asarray(Y, dtype=np.float64) + 1.0)))
 
 
-def elbo(Y, O, X, B, M, S, Sigma, *, log_factorial: bool = True) -> float:
-    """ELBO at (B, centred M, S, Sigma) in float64; with the exact log(y!) unless told otherwise."""
-    Y, O, X, B, M, S, Sigma = (np.asarray(a, dtype=np.float64) for a in (Y, O, X, B, M, S, Sigma))
+def elbo(Y, O, X, B, M, S, Sigma, *, log_factorial: bool = True, rows: int = 8192) -> float:
+    """ELBO at (B, centred M, S, Sigma) in float64; with the exact log(y!) unless told otherwise.
+
+    Inputs may be any dtype (float32 device arrays included): they are converted to float64
+    ``rows`` rows at a time, so the host memory stays O(rows x p) however large n is.
+    """
+    B, Sigma = np.asarray(B, dtype=np.float64), np.asarray(Sigma, dtype=np.float64)
+    Y, O, X, M, S = (np.asarray(a) for a in (Y, O, X, M, S))  # host views, dtype kept
     n, p = M.shape
-    Z = O + X @ B + M
-    S2 = S * S
-    poisson = np.sum(Y * Z - np.exp(Z + S2 / 2)) + 0.5 * np.sum(np.log(S2))
+    poisson, second_moment, log_fact = 0.0, np.zeros((p, p)), 0.0
+    for start in range(0, n, rows):
+        block = slice(start, min(start + rows, n))
+        y, o, x, m, s = (np.asarray(a[block], dtype=np.float64) for a in (Y, O, X, M, S))
+        z = o + x @ B + m
+        s2 = s * s
+        poisson += np.sum(y * z - np.exp(z + s2 / 2)) + 0.5 * np.sum(np.log(s2))
+        second_moment += m.T @ m + np.diag(s2.sum(axis=0))
+        if log_factorial:
+            log_fact += float(np.sum(gammaln(y + 1.0)))
     L = np.linalg.cholesky(Sigma)
     logdet_sigma = 2.0 * np.sum(np.log(np.diag(L)))
-    second_moment = M.T @ M + np.diag(S2.sum(axis=0))
     # tr(Sigma^-1 C) through two triangular solves of the Cholesky factor
     trace = np.trace(np.linalg.solve(L.T, np.linalg.solve(L, second_moment)))
-    value = poisson - 0.5 * n * logdet_sigma - 0.5 * trace + 0.5 * n * p
-    return float(value - log_factorial_sum(Y)) if log_factorial else float(value)
-
+    return float(poisson - 0.5 * n * logdet_sigma - 0.5 * trace + 0.5 * n * p - log_fact)
