@@ -75,6 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args:
         print(USAGE, file=sys.stderr)
         return 2
+    if args[0] == "doctor":
+        from .doctor import main as doctor
+
+        return doctor(args[1:])
     command = args.pop(0) if args[0] in ("run", "sweep", "ui") else "run"
     if command == "ui":
         return ui(args)

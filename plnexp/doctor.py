@@ -1,0 +1,350 @@
+"""``python -m plnexp doctor``: can this machine be trusted to run plnexp, and give right numbers?
+
+One line per check (``ok``, ``FAIL`` or ``info``, the check's name, what it found), then a summary
+line; exit status 0 when nothing failed, 1 otherwise. ``--json`` prints the checks as a JSON list.
+
+The checks: package versions; JAX's devices per platform; float64 (x64) availability; the XLA
+flags and whether plnexp set any (only for a jaxlib it has checked, see :mod:`plnexp.runtime`);
+SciPy's OpenBLAS threads; the MLflow store (resolved as the commands resolve it, reachable,
+writable; nothing is created in it); and the numerics: on every JAX device, for each model and
+precision, the jitted partial ELBO (``model.state_elbo`` and the value of ``model.value_and_grad``)
+at a seeded random point on the shipped oaks data against the float64 host reference
+(:mod:`plnexp.reference`) at :data:`plnexp.fitting.CHECK_RTOL`, plus the reduction that jaxlib
+0.10.2's CPU backend is known to miscompile without plnexp's XLA flag.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+
+from . import reference, runtime
+from .fitting import CHECK_RTOL, PRECISIONS
+from .model import MODELS, Arrays, Model, PLNState
+
+PACKAGES = ("jax", "jaxlib", "optax", "numpy", "scipy", "mlflow", "hydra-core", "plnexp")
+HTTP_TIMEOUT_S = 3.0
+# jaxlib 0.10.2 returns 1113766.9 instead of 1285968.25 for this sum on x86 CPUs (plnexp/runtime.py);
+# float32 rounding alone stays below 1e-6 (tests/test_model.py uses the same 2e-5).
+PROBE_RTOL = 2e-5
+SEED = 0
+
+
+@dataclass(frozen=True)
+class Check:
+    """One finding: ``ok`` is True (passed), False (failed) or None (information, or skipped)."""
+
+    name: str
+    ok: bool | None
+    detail: str
+
+    @property
+    def label(self) -> str:
+        return {True: "ok", False: "FAIL", None: "info"}[self.ok]
+
+
+# ------------------------------------------------------------------------------------- environment
+def versions() -> list[Check]:
+    found = [f"python {platform.python_version()}"]
+    for name in PACKAGES:
+        try:
+            found.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            found.append(f"{name} not installed")
+    return [Check("versions", None, ", ".join(found))]
+
+
+def all_devices() -> list:
+    """Every device of every JAX backend this process initialised (the default one and the others)."""
+    import jax
+    from jax.extend.backend import backends
+
+    jax.devices()  # initialises the backends
+    return [d for client in backends().values() for d in client.devices()]
+
+
+def device_label(device) -> str:
+    return f"{device.platform}:{device.id}"
+
+
+def devices() -> list[Check]:
+    import jax
+
+    by_platform: dict[str, list[str]] = {}
+    for d in all_devices():
+        by_platform.setdefault(d.platform, []).append(f"{device_label(d)} {d.device_kind}")
+    detail = "; ".join(f"{p}: {len(ds)} ({', '.join(ds)})" for p, ds in by_platform.items())
+    return [Check("devices", True if by_platform else False,
+                  f"{detail}; default backend {jax.default_backend()}" if by_platform else "JAX found no device")]
+
+
+def x64_works() -> bool:
+    import jax
+    import jax.numpy as jnp
+
+    with jax.enable_x64(True):
+        out = jax.jit(lambda a: a * 2.0)(jnp.arange(3, dtype=jnp.float64))
+        return out.dtype == jnp.float64
+
+
+def x64() -> list[Check]:
+    if x64_works():
+        return [Check("x64", True, "float64 computations available under jax.enable_x64(True)")]
+    return [Check("x64", False, "jax.enable_x64(True) still computes in float32: precision=float64 is unavailable")]
+
+
+def xla_flags(environ=os.environ, version: str | None = None) -> list[Check]:
+    """XLA_FLAGS now, and the flags plnexp adds for this jaxlib (none for an unchecked one)."""
+    version = version or runtime.jaxlib_version()
+    current = environ.get("XLA_FLAGS", "")
+    shown = f"XLA_FLAGS={current!r}"
+    if version not in runtime.CHECKED_JAXLIB:
+        return [Check("xla_flags", None, f"plnexp added no XLA flags (jaxlib {version} is not among the checked "
+                                         f"versions {', '.join(runtime.CHECKED_JAXLIB)}); {shown}")]
+    added = runtime.plnexp_flags(environ, version)
+    present = dict((f.split("=", 1) + [""])[:2] for f in current.split())
+    missing = [f for f in added if f.split("=", 1)[0] not in present]
+    if missing:
+        return [Check("xla_flags", False, f"jaxlib {version} is checked but XLA_FLAGS lacks {' '.join(missing)} "
+                                          f"(was plnexp imported after XLA_FLAGS was reset?); {shown}")]
+    for flag in runtime.SAFETY_FLAGS:  # a user's own value for a safety flag's name is kept: does it keep the safety?
+        name, value = flag.split("=", 1)
+        if not set(value.split(",")) <= set(present[name].split(",")):
+            return [Check("xla_flags", False, f"XLA_FLAGS sets {name}={present[name]}, without plnexp's safety "
+                                              f"setting {value} (see plnexp/runtime.py); {shown}")]
+    return [Check("xla_flags", True, f"jaxlib {version} is checked; plnexp's flags: {' '.join(added)}; {shown}")]
+
+
+def lapack() -> list[Check]:
+    threads = runtime.lapack_threads()
+    if not threads:
+        return [Check("lapack_threads", None, "SciPy's OpenBLAS not found in this process (not Linux, or another BLAS)")]
+    return [Check("lapack_threads", None, f"SciPy's OpenBLAS (jaxlib's CPU LAPACK) runs {','.join(map(str, threads))} "
+                                          "thread(s)")]
+
+
+# ------------------------------------------------------------------------------------------- store
+def _sqlite_path(uri: str) -> Path | None:
+    """The database file of a sqlite URI (``sqlite:///rel`` or ``sqlite:////abs``); None for in-memory."""
+    rest = uri[len("sqlite://"):].split("?", 1)[0]
+    if rest in ("", "/", "/:memory:"):
+        return None
+    return Path(rest[1:]).resolve() if rest.startswith("/") else Path(rest).resolve()
+
+
+def _dir_checks(where: str, folder: Path, db: Path | None) -> list[Check]:
+    """``folder`` (or, not created yet, its nearest existing ancestor) is a directory this user can
+    create files in; ``db``, if there, is readable and writable. Creates nothing that stays."""
+    existing = folder
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        return [Check("store_reachable", False, f"{where}: {existing} is not a directory, so {folder} cannot exist")]
+    if existing == folder:
+        found = f"directory {folder} exists" + ("" if db is None else
+                                                f", {db.name} {'exists' if db.exists() else 'not created yet'}")
+    else:
+        found = f"directory {folder} not created yet (the first run creates it in {existing})"
+    reach = Check("store_reachable", True, f"{where}: {found}")
+    if db is not None and db.exists() and not (db.is_file() and os.access(db, os.R_OK | os.W_OK)):
+        return [reach, Check("store_writable", False, f"{where}: {db} is not a file this user can read and write")]
+    try:
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".plnexp-doctor-"):
+            pass
+    except OSError as e:
+        return [reach, Check("store_writable", False, f"{where}: cannot create a file in {existing}: {e.strerror or e}")]
+    return [reach, Check("store_writable", True, f"{where}: created and removed a file in {existing}")]
+
+
+def _http_checks(uri: str, timeout: float) -> list[Check]:
+    base = uri.rstrip("/")
+    answered = None
+    for path in ("/health", "/api/2.0/mlflow/experiments/search?max_results=1"):
+        try:
+            with urllib.request.urlopen(base + path, timeout=timeout) as resp:
+                answered = f"GET {path} answered {resp.status}"
+                break
+        except urllib.error.HTTPError as e:  # the server is there; try the API endpoint next
+            answered = f"GET {path} answered {e.code}"
+        except (urllib.error.URLError, OSError) as e:
+            reason = getattr(e, "reason", e)
+            return [Check("store_reachable", False, f"{uri}: no answer within {timeout:g} s ({reason})")]
+    return [Check("store_reachable", True, f"{uri}: {answered}"),
+            Check("store_writable", None, f"{uri}: not checked (it would take creating a run on the server)")]
+
+
+def store(uri: str | None = None, timeout: float = HTTP_TIMEOUT_S) -> list[Check]:
+    """The MLflow store the commands would use: reachable, and writable, without creating anything in it."""
+    if uri is None:
+        from .tracking import tracking_uri
+
+        try:
+            uri = tracking_uri(None)
+        except OSError as e:  # a tracking_uri that prepares the outputs folder, and cannot
+            return [Check("store_reachable", False, f"the outputs folder {e.filename or ''} cannot be created: "
+                                                    f"{e.strerror or e} (set PLNEXP_OUTPUTS or MLFLOW_TRACKING_URI)")]
+    scheme = uri.split(":", 1)[0].lower() if "://" in uri else ""
+    if scheme == "sqlite":
+        db = _sqlite_path(uri)
+        if db is None:
+            return [Check("store_reachable", None, f"{uri}: in-memory sqlite store, nothing persists")]
+        return _dir_checks(uri, db.parent, db)
+    if scheme in ("http", "https"):
+        return _http_checks(uri, timeout)
+    if scheme in ("", "file"):  # MLflow's file store: a directory
+        return _dir_checks(uri, Path(uri[len("file://"):] if scheme else uri).resolve(), None)
+    return [Check("store_reachable", None, f"{uri}: scheme {scheme!r} not checked by plnexp doctor")]
+
+
+# ---------------------------------------------------------------------------------------- numerics
+def jitted_state_elbo(model: Model, state: PLNState, arrays: Arrays):
+    import jax
+
+    return jax.jit(model.state_elbo)(state, arrays)
+
+
+def jitted_value_and_grad(model: Model, state: PLNState, arrays: Arrays):
+    import jax
+
+    return jax.jit(model.value_and_grad)(model.free(state), state, arrays)[0]
+
+
+# (label, function(model, complete state, arrays) -> partial ELBO): what every fit compiles
+JITTED: tuple[tuple[str, Callable], ...] = (("state_elbo", jitted_state_elbo),
+                                            ("value_and_grad", jitted_value_and_grad))
+
+
+def random_params(model: Model, data, seed: int = SEED) -> dict:
+    """A seeded point near a plausible fit (the ``data`` init plus noise), as float64 numpy arrays."""
+    rng = np.random.default_rng(seed)
+    n, p = data.Y.shape
+    Z = np.log1p(data.Y) - data.O - 0.3 + 0.3 * rng.normal(size=(n, p))
+    S = rng.uniform(0.2, 1.0, size=(n, p))
+    if model.name == "profiled":
+        return {"M": Z, "S": S}
+    B = np.linalg.lstsq(data.X, Z, rcond=None)[0] + 0.2 * rng.normal(size=(data.X.shape[1], p))
+    return {"B": B, "M": Z - data.X @ B, "S": S}
+
+
+def elbo_check(model: Model, device, precision: str, data=None, functions: Iterable[tuple[str, Callable]] = JITTED,
+               seed: int = SEED) -> Check:
+    """Each jitted ELBO of ``functions`` at a random complete state vs the float64 host reference."""
+    import jax
+
+    from . import load_oaks
+
+    data = load_oaks() if data is None else data
+    dtype = PRECISIONS[precision]
+    name = f"elbo[{model.name},{precision},{device_label(device)}]"
+    where = f"model {model.name} on {device_label(device)} in {precision}"
+    with jax.enable_x64(dtype == np.float64):
+        arrays = data.to_device(dtype, device)
+        params = {k: jax.device_put(np.asarray(v, dtype), device) for k, v in random_params(model, data, seed).items()}
+        state = jax.jit(model.complete)(params, arrays)
+        centred = model.centred_m(state, arrays)
+        jitted = [(label, float(fn(model, state, arrays))) for label, fn in functions]
+        host_state = {k: np.asarray(getattr(state, k), np.float64) for k in ("B", "S", "Sigma")}
+        centred = np.asarray(centred, np.float64)
+    log_fact = reference.log_factorial_sum(data.Y)
+    host = reference.elbo(data.Y, data.O, data.X, host_state["B"], centred, host_state["S"], host_state["Sigma"])
+    rtol = CHECK_RTOL[dtype]
+    for label, value in jitted:
+        value -= log_fact
+        rel = abs(value - host) / abs(host) if np.isfinite(value) and np.isfinite(host) else float("nan")
+        if not rel <= rtol:  # NaN fails too
+            return Check(name, False, f"jitted {label} gives {value:.6f} but the float64 host reference gives "
+                                      f"{host:.6f} (relative error {rel:.2e} > {rtol:g}) for {where}")
+    worst = max(abs(v - log_fact - host) / abs(host) for _, v in jitted) if jitted else 0.0
+    return Check(name, True, f"{', '.join(label for label, _ in jitted)} = {host:.4f} within {worst:.1e} "
+                             f"(<= {rtol:g}) of the float64 host reference")
+
+
+def stirling_probe(device, data=None, jitted: Callable | None = None) -> Check:
+    """The jitted Stirling sum over oaks counts (float32) that jaxlib 0.10.2 miscompiles, vs numpy float64."""
+    import jax
+    import jax.numpy as jnp
+
+    from . import load_oaks
+
+    data = load_oaks() if data is None else data
+    k = np.where(data.Y == 0, 1.0, data.Y)
+    want = float(np.sum(np.log(np.sqrt(2 * np.pi * k)) + k * np.log(k / np.e)))
+    if jitted is None:
+        jitted = jax.jit(lambda k: jnp.sum(jnp.log(jnp.sqrt(2 * jnp.pi * k)) + k * jnp.log(k / jnp.e)))
+    got = float(jitted(jax.device_put(k.astype(np.float32), device)))
+    rel = abs(got - want) / abs(want)
+    name = f"miscompile_probe[{device_label(device)}]"
+    if not rel <= PROBE_RTOL:
+        return Check(name, False, f"jitted Stirling sum over oaks counts gives {got:.1f} but numpy float64 gives "
+                                  f"{want:.1f} (relative error {rel:.2e} > {PROBE_RTOL:g}): this XLA miscompiles "
+                                  f"a fused reduction on {device_label(device)}; XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
+    return Check(name, True, f"jitted Stirling sum {got:.1f} within {rel:.1e} of numpy float64 {want:.1f}")
+
+
+def numerics() -> list[Check]:
+    from . import load_oaks
+
+    data = load_oaks()
+    precisions = ["float32"] + (["float64"] if x64_works() else [])
+    out = []
+    for device in all_devices():
+        out.append(stirling_probe(device, data))
+        out += [elbo_check(model, device, precision, data) for model in MODELS.values() for precision in precisions]
+    return out
+
+
+# ------------------------------------------------------------------------------------------ driver
+CHECKS: tuple[Callable[[], list[Check]], ...] = (versions, devices, x64, xla_flags, lapack, store, numerics)
+
+
+def _guarded(fn: Callable[[], list[Check]]) -> list[Check]:
+    """A check that raises is reported as a failure of that check, never a crash of the doctor."""
+    try:
+        return list(fn())
+    except Exception as e:  # noqa: BLE001
+        first = (str(e).splitlines() or [""])[0]
+        return [Check(fn.__name__, False, f"raised {type(e).__name__}: {first}")]
+
+
+def checks() -> list[Check]:
+    return [c for fn in CHECKS for c in _guarded(fn)]
+
+
+def summary(found: list[Check]) -> str:
+    failed = [c.name for c in found if c.ok is False]
+    passed = sum(c.ok is True for c in found)
+    info = sum(c.ok is None for c in found)
+    if failed:
+        return f"doctor: {len(failed)} FAILED ({', '.join(failed)}), {passed} ok, {info} info"
+    return f"doctor: all {passed} checks passed ({info} info)"
+
+
+def main(args: list[str]) -> int:
+    """``python -m plnexp doctor [--json]``: 0 if every check passed, 1 if any failed, 2 on a bad option."""
+    unknown = [a for a in args if a not in ("--json", "-h", "--help")]
+    if unknown:
+        print(f"plnexp doctor: error: unknown option {unknown[0]} (allowed: --json)", file=sys.stderr)
+        return 2
+    if "-h" in args or "--help" in args:
+        print("usage: python -m plnexp doctor [--json]\n\n" + __doc__.split("\n\n")[1])
+        return 0
+    found = checks()
+    if "--json" in args:
+        print(json.dumps([asdict(c) for c in found], indent=1))
+    else:
+        width = max(len(c.name) for c in found)
+        for c in found:
+            print(f"{c.label:<4}  {c.name:<{width}}  {c.detail}")
+        print(summary(found))
+    return 1 if any(c.ok is False for c in found) else 0

@@ -1,0 +1,187 @@
+"""``python -m plnexp doctor``: the numerics pass here and fail loudly on a wrong jitted value; the
+store check fails for an unwritable or unreachable store; the XLA-flag logic; the command's exit code."""
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import jax
+import pytest
+from conftest import plnexp_cli
+
+from plnexp import doctor, runtime
+from plnexp.model import MODELS
+
+CPU = jax.devices("cpu")[0]
+
+
+@pytest.mark.parametrize("precision", ["float32", "float64"])
+@pytest.mark.parametrize("model", list(MODELS))
+def test_jitted_elbo_matches_host_reference_here(oaks, model, precision):
+    check = doctor.elbo_check(MODELS[model], CPU, precision, oaks)
+    assert check.ok is True, check.detail
+    assert check.name == f"elbo[{model},{precision},cpu:{CPU.id}]"
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_wrong_jitted_value_fails_naming_model_device_dtype(oaks, model):
+    # off by 1e-3 relative: ten times the float32 tolerance, far below the 13% of the known miscompile
+    def perturbed(m, state, arrays):
+        value = doctor.jitted_state_elbo(m, state, arrays)
+        return value + 1e-3 * abs(float(value))
+
+    check = doctor.elbo_check(MODELS[model], CPU, "float32", oaks,
+                              functions=[("value_and_grad", doctor.jitted_value_and_grad), ("state_elbo", perturbed)])
+    assert check.ok is False
+    assert check.label == "FAIL"
+    for word in (f"model {model}", f"cpu:{CPU.id}", "float32", "jitted state_elbo", "relative error"):
+        assert word in check.detail, (word, check.detail)
+    assert "\n" not in check.detail
+
+
+def test_nan_jitted_value_fails(oaks):
+    check = doctor.elbo_check(MODELS["full"], CPU, "float64", oaks,
+                              functions=[("state_elbo", lambda m, s, a: float("nan"))])
+    assert check.ok is False and "nan" in check.detail
+
+
+def test_miscompile_probe_passes_here_and_fails_on_a_wrong_sum(oaks):
+    assert doctor.stirling_probe(CPU, oaks).ok is True
+    wrong = doctor.stirling_probe(CPU, oaks, jitted=lambda k: 1113766.9)  # what jaxlib 0.10.2 gave without the flag
+    assert wrong.ok is False
+    assert "1113766.9" in wrong.detail and "1285968.2" in wrong.detail
+
+
+def test_numerics_covers_every_device_model_and_precision():
+    names = {c.name for c in doctor.numerics()}
+    for dev in doctor.all_devices():
+        label = doctor.device_label(dev)
+        assert f"miscompile_probe[{label}]" in names
+        for model in MODELS:
+            for precision in ("float32", "float64"):
+                assert f"elbo[{model},{precision},{label}]" in names
+
+
+def test_store_under_a_writable_outputs_dir_passes(outputs):
+    found = {c.name: c for c in doctor.store()}
+    assert found["store_reachable"].ok is True and found["store_writable"].ok is True
+    assert str(outputs) in found["store_writable"].detail
+    assert sorted(p.name for p in outputs.iterdir()) == ["mlflow.db"]  # the temp file is gone, nothing created
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    """An existing directory this user cannot create files in: a 0o500 one, or for root (whom modes do
+    not stop) /sys where the kernel refuses new files; skipped where neither holds."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        if not os.access(ro, os.W_OK):
+            yield ro
+            return
+        try:
+            tempfile.NamedTemporaryFile(dir="/sys").close()
+        except OSError:
+            yield Path("/sys")
+            return
+        pytest.skip("this user can write to a 0o500 directory and to /sys")
+    finally:
+        ro.chmod(0o700)
+
+
+@pytest.mark.parametrize("sub", ["", "outputs"])  # the outputs dir itself, or one not created yet inside it
+def test_store_in_a_read_only_outputs_dir_fails(read_only_dir, monkeypatch, sub):
+    before = sorted(read_only_dir.iterdir())
+    monkeypatch.setenv("PLNEXP_OUTPUTS", str(read_only_dir / sub))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    found = {c.name: c for c in doctor.store()}
+    assert found["store_reachable"].ok is True  # the directory is there ...
+    assert found["store_writable"].ok is False  # ... but nothing can be written in it
+    assert str(read_only_dir) in found["store_writable"].detail
+    assert sorted(read_only_dir.iterdir()) == before
+
+
+def test_store_not_created_yet_passes_and_stays_uncreated(tmp_path, monkeypatch):
+    monkeypatch.setenv("PLNEXP_OUTPUTS", str(tmp_path / "fresh" / "outputs"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    found = {c.name: c for c in doctor.store()}
+    assert found["store_reachable"].ok is True and "not created yet" in found["store_reachable"].detail
+    assert found["store_writable"].ok is True and str(tmp_path) in found["store_writable"].detail
+    assert [p for p in tmp_path.rglob("*") if not p.is_dir()] == []  # no store, no file left behind
+
+
+def test_store_whose_outputs_dir_cannot_exist_fails(tmp_path, monkeypatch):
+    (tmp_path / "a_file").write_text("")  # a file where a directory would have to be: fails even for root
+    monkeypatch.setenv("PLNEXP_OUTPUTS", str(tmp_path / "a_file" / "outputs"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    [check] = doctor.store()
+    assert check.ok is False and check.name == "store_reachable"
+    assert str(tmp_path / "a_file") in check.detail and "directory" in check.detail
+
+
+def test_store_on_an_http_port_nobody_listens_to_fails(monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")
+    for var in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):  # a proxy would answer for the port
+        monkeypatch.delenv(var, raising=False)
+    [check] = doctor.store()  # returns (refused at once, or after the short timeout), no retries
+    assert check.ok is False and check.name == "store_reachable"
+    assert "http://127.0.0.1:9" in check.detail
+
+
+def test_unchecked_jaxlib_gets_an_info_line_and_no_flags():
+    env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    [check] = doctor.xla_flags(env, version="99.0.0")
+    assert check.ok is None and check.label == "info"
+    assert "plnexp added no XLA flags" in check.detail and "99.0.0" in check.detail
+    assert env == {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}  # reporting changes nothing
+
+
+def test_checked_jaxlib_reports_the_flags_and_misses_a_missing_one():
+    version = runtime.CHECKED_JAXLIB[0]
+    env = {}
+    runtime.set_xla_flags(env, version=version)
+    [check] = doctor.xla_flags(env, version=version)
+    assert check.ok is True and runtime.SAFETY_FLAGS[0].split("=")[0] in check.detail
+    [check] = doctor.xla_flags({}, version=version)  # XLA_FLAGS lost after import
+    assert check.ok is False and runtime.SAFETY_FLAGS[0].split("=")[0] in check.detail
+    name = runtime.SAFETY_FLAGS[0].split("=")[0]
+    env = {"XLA_FLAGS": f"{name}=-individual_dot"}  # the user's value for the name, kept by plnexp, unsafe
+    runtime.set_xla_flags(env, version=version)
+    [check] = doctor.xla_flags(env, version=version)
+    assert check.ok is False and f"{name}=-individual_dot" in check.detail and "safety" in check.detail
+
+
+def test_a_raising_check_is_a_failure_not_a_crash():
+    def broken():
+        raise RuntimeError("no backend\nsecond line")
+
+    [check] = doctor._guarded(broken)
+    assert check == doctor.Check("broken", False, "raised RuntimeError: no backend")
+
+
+def test_main_exit_status_follows_the_checks(monkeypatch, capsys):
+    monkeypatch.setattr(doctor, "checks", lambda: [doctor.Check("a", True, "fine"), doctor.Check("b", None, "note")])
+    assert doctor.main([]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == ["ok", "info", "doctor:"]
+    monkeypatch.setattr(doctor, "checks", lambda: [doctor.Check("a", True, "fine"), doctor.Check("b", False, "bad")])
+    assert doctor.main(["--json"]) == 1
+    assert json.loads(capsys.readouterr().out) == [{"name": "a", "ok": True, "detail": "fine"},
+                                                   {"name": "b", "ok": False, "detail": "bad"}]
+    assert doctor.main(["--bogus"]) == 2
+    assert "--bogus" in capsys.readouterr().err
+
+
+def test_doctor_command_exits_0_with_a_line_per_check(outputs, tmp_path):
+    out = plnexp_cli("doctor", cwd=tmp_path, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert lines[-1].startswith("doctor: all ")
+    names = [line.split()[1] for line in lines[:-1]]
+    assert all(line.split()[0] in ("ok", "info") for line in lines[:-1]), out.stdout
+    for name in ("versions", "devices", "x64", "xla_flags", "lapack_threads", "store_reachable", "store_writable",
+                 "miscompile_probe[cpu:0]", "elbo[full,float32,cpu:0]", "elbo[profiled,float64,cpu:0]"):
+        assert name in names, (name, out.stdout)
+    assert int(lines[-1].split()[2]) == sum(line.startswith("ok") for line in lines[:-1])
