@@ -93,11 +93,16 @@ def _read_csv(path: Path, what: str) -> tuple[list[str], np.ndarray]:
     return header, np.asarray(rows, dtype=np.float64)
 
 
-def _check_finite(a: np.ndarray, path, what: str) -> None:
+def _check_finite(a: np.ndarray, path, what: str, allowed: str) -> None:
     bad = ~np.isfinite(a)
     if bad.any():
         r, c = np.argwhere(bad)[0]
-        raise DataError(f"{what} file {path}: NaN or infinite value at row {r + 1}, column {c + 1}")
+        kind = "missing (NaN)" if np.isnan(a[r, c]) else "infinite"
+        raise DataError(f"{what} file {path}: {kind} value at row {r + 1}, column {c + 1}; "
+                        f"allowed values are {allowed}")
+
+
+COUNTS_ALLOWED = "non-negative integers"
 
 
 def check_counts(Y: np.ndarray, source: str = "counts") -> np.ndarray:
@@ -105,14 +110,43 @@ def check_counts(Y: np.ndarray, source: str = "counts") -> np.ndarray:
     Y = np.asarray(Y, dtype=np.float64)
     if Y.ndim != 2 or Y.size == 0:
         raise DataError(f"counts file {source}: must be a non-empty 2-d table, got shape {Y.shape}")
-    _check_finite(Y, source, "counts")
+    _check_finite(Y, source, "counts", COUNTS_ALLOWED)
     if (Y < 0).any():
         r, c = np.argwhere(Y < 0)[0]
-        raise DataError(f"counts file {source}: negative count {Y[r, c]:g} at row {r + 1}, column {c + 1}")
+        raise DataError(f"counts file {source}: negative count {Y[r, c]:g} at row {r + 1}, column {c + 1}; "
+                        f"allowed values are {COUNTS_ALLOWED}")
     if (Y != np.round(Y)).any():
         r, c = np.argwhere(Y != np.round(Y))[0]
-        raise DataError(f"counts file {source}: non-integer count {Y[r, c]:g} at row {r + 1}, column {c + 1}")
+        raise DataError(f"counts file {source}: non-integer count {Y[r, c]:g} at row {r + 1}, column {c + 1}; "
+                        f"allowed values are {COUNTS_ALLOWED}")
     return Y
+
+
+def check_offsets(O: np.ndarray, source, log_scale: bool) -> np.ndarray:
+    """Raw offsets (totals) must be finite and > 0, log-scale ones finite; returns them on the log scale."""
+    if log_scale:
+        _check_finite(O, source, "offsets", "finite numbers (log scale, log_offsets=true)")
+        return O
+    allowed = "finite numbers > 0 (raw totals; log_offsets=true for offsets already on the log scale)"
+    _check_finite(O, source, "offsets", allowed)
+    if (O <= 0).any():
+        r, c = np.argwhere(O <= 0)[0]
+        raise DataError(f"offsets file {source}: offset {O[r, c]:g} at row {r + 1}, column {c + 1}; "
+                        f"allowed values are {allowed}")
+    return np.log(O)
+
+
+def check_full_rank(X: np.ndarray, names: Sequence[str], source) -> None:
+    """The design matrix (intercept first) must have linearly independent columns."""
+    if np.linalg.matrix_rank(X) == X.shape[1]:
+        return
+    for j in range(1, X.shape[1] + 1):
+        if np.linalg.matrix_rank(X[:, :j]) < j:
+            break
+    what = "the intercept" if j == 2 else "the intercept and the columns before it"
+    raise DataError(f"covariates file {source}: column {names[j - 1]!r} is a linear combination of {what} "
+                    f"(e.g. constant, or a copy), so the design matrix {tuple(names)} is rank-deficient; "
+                    f"allowed values are linearly independent columns")
 
 
 def design_matrix(table: dict[str, np.ndarray | Sequence[str]], columns: Sequence[str], n: int) -> tuple[np.ndarray, tuple[str, ...]]:
@@ -176,11 +210,7 @@ def load_csv(counts, offsets=None, covariates=None, *, log_offsets: bool = False
         _, O = _read_csv(offsets, "offsets")
         if O.shape != Y.shape:
             raise DataError(f"offsets file {offsets}: shape {O.shape} does not match counts {Y.shape}")
-        _check_finite(O, offsets, "offsets")
-        if not log_offsets:
-            if (O <= 0).any():
-                raise DataError(f"offsets file {offsets}: raw offsets must be > 0 (pass log_offsets=True for log-scale offsets)")
-            O = np.log(O)
+        O = check_offsets(O, offsets, log_offsets)
     if covariates is None:
         X, names = np.ones((n, 1)), ("intercept",)
     else:
@@ -194,9 +224,8 @@ def load_csv(counts, offsets=None, covariates=None, *, log_offsets: bool = False
         if rows != n:
             raise DataError(f"covariates file {path}: {rows} rows, counts have {n}")
         X, names = design_matrix(table, covariate_columns if covariate_columns is not None else list(table), n)
-        _check_finite(X, path, "covariates")
-    if np.linalg.matrix_rank(X) < X.shape[1]:
-        raise DataError(f"covariates file {covariates}: the design matrix {names} is rank-deficient")
+        _check_finite(X, path, "covariates", "finite numbers or text categories")
+    check_full_rank(X, names, covariates)
     return Data(Y, O, X, name or Path(counts).stem, names)
 
 
