@@ -1,11 +1,16 @@
 """From command-line overrides to validated jobs, before any work: the sweep grid is expanded the
 way Hydra's basic sweeper does it, and every job's config is composed (Hydra compose API) and
 loaded into a frozen :class:`~plnexp.config.Config`. Any problem is one :class:`ConfigError` line.
+Then :func:`check_data` loads each distinct data set of the grid once (a :class:`DataError` line)
+and :func:`check_outputs` makes sure the outputs folder can be written.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -37,17 +42,28 @@ def job_name(config: C.Config, overrides) -> str:
     extra = []
     for o in overrides:
         key, _, value = o.lstrip("+~").partition("=")
-        if key in _NAMED or key.startswith(("hydra.", "dataset.")):
+        if key in _NAMED or key.startswith(("hydra.", "hydra/", "dataset.")):
             continue
         extra.append(value if key in C.GROUPS else f"{key.rsplit('.', 1)[-1]}{value}")
     return "-".join([config.run_name, *extra])
 
 
+FORMS = "key=value, group=option, key=a,b (a sweep), +key=value, ~key"
+
+
 def _parse(overrides: list[str]):
+    parser = OverridesParser.create()
     try:
-        return OverridesParser.create().parse_overrides(list(overrides))
+        return parser.parse_overrides(list(overrides))
     except HydraException as e:
-        raise ConfigError(f"bad override: {str(e).splitlines()[0]}") from None
+        bad = overrides[0] if len(overrides) == 1 else " ".join(overrides)
+        for o in overrides:
+            try:
+                parser.parse_overrides([o])
+            except HydraException:
+                bad = o
+                break
+        raise ConfigError(f"bad override {bad!r}: {str(e).splitlines()[0]}; allowed forms are {FORMS}") from None
 
 
 def _check_groups(parsed) -> None:
@@ -67,6 +83,11 @@ def _compose(overrides: list[str], hydra: bool = False):
     except (HydraException, ValueError, KeyError) as e:
         text = str(e).splitlines()
         msg = text[0] if text else type(e).__name__
+        if "Could not find" in msg and "Available options in" in "\n".join(text):
+            options = [t.strip() for t in text[text.index(next(t for t in text if t.startswith("Available"))) + 1:]
+                       if t.startswith("\t") and "=" not in t]
+            group, _, option = msg.split("'")[-2].rpartition("/")
+            raise ConfigError(f"{group}={option}: allowed values are {', '.join(options)}") from None
         if msg.startswith("Could not override"):
             key = msg.split("'")[1]
             raise ConfigError(f"{key}: unknown key (use +{key}=... only for keys the config has)") from None
@@ -84,7 +105,7 @@ def _check_keys(parsed, overrides: list[str], cache: dict) -> None:
     base = cache[groups]
     for p in parsed:
         key = p.key_or_group
-        if key in C.GROUPS or key.startswith("hydra.") or p.is_add() or p.is_delete() or p.is_force_add():
+        if key in C.GROUPS or key.startswith(("hydra.", "hydra/")) or p.is_add() or p.is_delete() or p.is_force_add():
             continue
         parent, _, leaf = key.rpartition(".")
         node = OmegaConf.select(base, parent, throw_on_missing=False) if parent else base
@@ -121,3 +142,28 @@ def plan(overrides: list[str], multirun: bool, *, check_device: bool = True) -> 
             _check_keys(_parse(job), job, cache)
             jobs.append(Job(tuple(job), C.load(_compose(job), check_device=check_device)))
     return jobs
+
+
+def check_data(jobs: list[Job]) -> None:
+    """Load and check each distinct data set of the jobs once (kept for the jobs of this process);
+    a bad file raises :class:`~plnexp.data.DataError` naming the file and what is allowed."""
+    from .runner import load_data
+
+    for dataset in dict.fromkeys(j.config.dataset for j in jobs):
+        load_data(dataset)
+
+
+def check_outputs() -> Path:
+    """The outputs folder (``$PLNEXP_OUTPUTS`` or ``<repo>/outputs``) exists or can be made, and can
+    be written; else one :class:`ConfigError` line."""
+    out = C.outputs_dir()
+    env = os.environ.get("PLNEXP_OUTPUTS")
+    where = f"PLNEXP_OUTPUTS={env}" if env else f"outputs folder {out}"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as e:
+        raise ConfigError(f"{where}: cannot write there ({e.strerror or e}); "
+                          "allowed values are writable folders") from None
+    return out

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue
 
-from .data import OAKS_COVARIATES, Data, DataError
+from .data import OAKS_COVARIATES, Data
 from .fitting import DEVICES, INITS, PRECISIONS, resolve_device
 from .model import MODELS
 from .optim import OptimizerSpec
@@ -148,11 +149,9 @@ class CsvData:
         return f"csv_{Path(self.counts).stem}"
 
     def load(self) -> Data:
+        """Raises :class:`~plnexp.data.DataError` (one line naming the file) for a bad file."""
         from .data import load_csv
-        try:
-            return load_csv(self.counts, self.offsets, self.covariates, log_offsets=self.log_offsets)
-        except DataError as e:
-            raise ConfigError(f"dataset: {e}") from None
+        return load_csv(self.counts, self.offsets, self.covariates, log_offsets=self.log_offsets)
 
 
 DATASETS = {cls.name: cls for cls in (OaksData, SyntheticData, CsvData)}
@@ -220,6 +219,7 @@ def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+REQUIRED = {"dataset.counts": "paths of existing CSV files (dataset=csv needs one)"}
 TOP_KEYS = ("dataset", "optimizer", "strategy", "model", "device", "precision", "n_iter", "n_iter_cap",
             "repeats", "warmup", "first_call", "compile_cache", "init", "gradient", "seed", "experiment",
             "tracking_uri")
@@ -232,6 +232,10 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
             node = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
         except Exception as e:  # a ??? left unset, a broken interpolation
             key = getattr(e, "full_key", "") or "config"
+            if isinstance(e, MissingMandatoryValue):
+                allowed = REQUIRED.get(key, "a value")
+                raise ConfigError(f"{key}: required, no value given (set {key}=...); allowed values are "
+                                  f"{allowed}") from None
             raise ConfigError(f"{key}: {str(e).splitlines()[0]}") from None
     else:
         node = dict(cfg)
