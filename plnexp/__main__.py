@@ -1,8 +1,12 @@
 """``python -m plnexp run|sweep|ui [overrides]``: the command line.
 
-Every command validates its whole job list (the sweep grid expanded, each job's config composed
-and loaded) before any work: a bad value is one line on stderr and exit code 2, with no MLflow
-store opened and no run created. Then Hydra runs the job(s) (its run/sweep dirs under outputs/).
+Every command checks its whole job list before any work: the sweep grid expanded and each job's
+config composed and loaded (:mod:`plnexp.cli`), each distinct data set loaded once, the outputs
+folder written to, the MLflow store reached. A problem is one line on stderr naming the key, file
+or store and what is allowed, exit code 2, no run created (``HYDRA_FULL_ERROR=1`` shows the
+traceback). Then runs left RUNNING by dead processes are marked FAILED (orphaned) and Hydra runs
+the job(s), the sweep's parent run owned by :mod:`plnexp.sweep`. Ctrl-C or SIGTERM: the running
+job is recorded KILLED, the sweep closed KILLED, what finished summarised; exit 130 or 143.
 """
 
 from __future__ import annotations
@@ -12,68 +16,111 @@ import plnexp  # noqa: F401  (first: sets XLA_FLAGS before JAX starts)
 import os
 import signal
 import sys
-import time
+from pathlib import Path
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
-
-from . import cli, runner
+from . import cli, interrupts, sweep, tracking
 from . import config as C
+from .data import DataError
 
-USAGE = """usage: python -m plnexp {run,sweep,ui} [overrides ...]
-
-  run   [overrides]              one fit, logged to MLflow; prints a one-line summary
-  sweep [sweep=NAME] [overrides] a Hydra multirun of a grid (conf/sweep/NAME.yaml, default: default)
-  ui    [mlflow ui options]      mlflow ui on the project's store, bound to 127.0.0.1
-  --help                         the config groups and their options (Hydra's help)
-"""
+USAGE_LINE = ("usage: python -m plnexp {run,sweep,ui,doctor} [overrides ...]; allowed commands are run, sweep, "
+              "ui, doctor (python -m plnexp --help lists the config groups and overrides)")
 HYDRA_FLAGS = {"--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--resolve", "--package", "-p",
                "--shell-completion", "-sc", "--version"}
-_STATE = {"failed": 0}
-
-
-@hydra.main(config_path=str(C.CONF_DIR), config_name="config", version_base="1.3")
-def hydra_job(cfg: DictConfig) -> None:
-    """One Hydra job: load the typed config, fit, log. Never raises for a failed fit."""
-    hc = HydraConfig.get()
-    overrides = list(hc.overrides.task)
-    config = C.load(cfg)
-    if runner.SWEEP is None and str(hc.mode) == "RunMode.MULTIRUN":  # launched without our driver
-        runner.open_sweep("multirun", config.experiment, 0, config.tracking_uri, {"command": "multirun"})
-    outcome = runner.run_job(config, overrides, cli.job_name(config, overrides), hc.runtime.output_dir,
-                             progress=_progress)
-    _STATE["failed"] += outcome.status != "FINISHED"
-    if runner.SWEEP is None:
-        print(f"{outcome.summary()}  (run {outcome.run_id}, experiment {config.experiment!r})", flush=True)
-
-
-def _progress(text: str, end: str) -> None:
-    print(text, end=end, flush=True)
-
-
-def _hydra(args: list[str]) -> None:
-    sys.argv = [sys.argv[0] if sys.argv else "plnexp", *args]
-    hydra_job()
+ERROR_KINDS = ((C.ConfigError, "error"), (DataError, "data error"), (tracking.StoreError, "store error"))
 
 
 def ui(args: list[str]) -> int:
-    from . import tracking
-
+    try:
+        out = cli.check_outputs()
+    except C.ConfigError as e:
+        return _fail(e)
     uri = tracking.tracking_uri(None)
-    art = C.outputs_dir() / "mlartifacts"
     cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--artifacts-destination",
-           art.as_uri(), "--host", "127.0.0.1", *args]
+           (out / "mlartifacts").as_uri(), "--host", "127.0.0.1", *args]
     print(" ".join(cmd), flush=True)
-    os.chdir(C.outputs_dir())
+    os.chdir(out)
     os.execv(sys.executable, cmd)
     return 0  # not reached
+
+
+def _fail(e: Exception) -> int:
+    """One line on stderr for bad input (the traceback only with HYDRA_FULL_ERROR=1); exit code 2."""
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        raise e
+    kind = next(k for cls, k in ERROR_KINDS if isinstance(e, cls))
+    print(f"plnexp: {kind}: {e}", file=sys.stderr, flush=True)
+    return 2
+
+
+def _check(overrides: list[str], multirun: bool):
+    """Everything before the first run exists; returns the jobs and the store's URI."""
+    jobs = cli.plan(overrides, multirun)
+    cli.check_data(jobs)
+    cli.check_outputs()
+    uris = [tracking.check_store(u) for u in dict.fromkeys(j.config.tracking_uri for j in jobs)]
+    return jobs, uris[0]
+
+
+def _sweep_up(uri: str) -> None:
+    orphans = tracking.sweep_up_orphans(uri)
+    if orphans:
+        pids = sorted({r.data.tags.get(tracking.PID_TAG, "?") for r in orphans})
+        print(f"plnexp: {len(orphans)} run(s) left RUNNING by process(es) {', '.join(pids)} on this host, which "
+              f"no longer exist, marked FAILED (reason=orphaned)", file=sys.stderr, flush=True)
+
+
+def run(overrides: list[str], uri: str) -> int:
+    task = sweep.Task()
+    with interrupts.handled(lambda signum: sweep.force_stop(None, uri, signal.Signals(signum).name)) as guard:
+        try:
+            sweep.launch(overrides, task)
+        except KeyboardInterrupt as e:
+            guard.stopping()
+            stop = interrupts.as_interrupted(e)
+            print(f"plnexp: interrupted by {stop.name}: the run was recorded KILLED", file=sys.stderr, flush=True)
+            return stop.exit_code
+    return 1 if task.failed else 0
+
+
+def multirun(overrides: list[str], jobs: list, uri: str) -> int:
+    name = next((o.split("=", 1)[1] for o in overrides if o.startswith("sweep=")), "multirun")
+    given = next((o.split("=", 1)[1] for o in overrides if o.startswith("hydra.sweep.dir=")), None)
+    first = jobs[0].config
+    held: dict = {}  # what the interrupt helper thread may need: this sweep's record, once open
+    force = lambda signum: sweep.force_stop(held.get("record"), uri, signal.Signals(signum).name)  # noqa: E731
+    with interrupts.handled(force) as guard:
+        sweep_dir = Path(given.strip("'\"")).resolve() if given else sweep.new_sweep_dir()
+        try:
+            record = held["record"] = sweep.open_sweep(sweep_dir, name, first.experiment, uri, len(jobs),
+                                                       {"command": " ".join(["sweep", *overrides])})
+        except C.ConfigError as e:
+            return _fail(e)
+        print(f"sweep {name}: {len(jobs)} jobs, experiment {first.experiment!r}, parent run {record.parent_id}",
+              flush=True)
+        status, reason, stop = "FAILED", "the sweep stopped on an error", None
+        try:
+            sweep.launch(["--multirun", *overrides, *([] if given else [sweep.hydra_override(sweep_dir)])],
+                         sweep.Task())
+            status, reason = "FINISHED", ""
+        except KeyboardInterrupt as e:
+            guard.stopping()
+            stop = interrupts.as_interrupted(e)
+            status, reason = "KILLED", f"interrupted by {stop.name}"
+        finally:  # also on an error (then Hydra's message, exit 1): the parent never stays RUNNING
+            with interrupts.deferred():
+                summary = sweep.close_sweep(record, status, reason)
+            print(summary.table(), flush=True)
+            if stop is not None:
+                print(summary.interrupted_line(stop.name), file=sys.stderr, flush=True)
+            else:
+                print(summary.footer(), flush=True)
+    return stop.exit_code if stop is not None else (1 if summary.n_failed else 0)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args:
-        print(USAGE, file=sys.stderr)
+        print(f"plnexp: error: no command; {USAGE_LINE}", file=sys.stderr)
         return 2
     if args[0] == "doctor":
         from .doctor import main as doctor
@@ -85,49 +132,38 @@ def main(argv: list[str] | None = None) -> int:
     if command == "sweep" and not any(a.startswith("sweep=") for a in args):
         args.insert(0, "sweep=default")
     if any(a.split("=")[0] in HYDRA_FLAGS for a in args):
-        _hydra(args)  # help and inspection flags: Hydra answers them
+        sweep.launch(args, sweep.Task())  # help and inspection flags: Hydra answers them
         return 0
-    multirun = command == "sweep" or "-m" in args or "--multirun" in args
+    is_multirun = command == "sweep" or "-m" in args or "--multirun" in args
     overrides = [a for a in args if a not in ("-m", "--multirun")]
     unknown = [a for a in overrides if a.startswith("-")]
     if unknown:
-        print(f"plnexp: error: unknown option {unknown[0]}\n{USAGE}", file=sys.stderr)
+        print(f"plnexp: error: unknown option {unknown[0]}; {USAGE_LINE}", file=sys.stderr)
         return 2
-    multirun = multirun or any(o.startswith("sweep=") and o != "sweep=null" for o in overrides)
+    is_multirun = is_multirun or any(o.startswith("sweep=") and o != "sweep=null" for o in overrides)
+    overrides = [o for o in overrides if o != "sweep=null"]  # the default: no sweep file (a plain multirun)
     try:
-        jobs = cli.plan(overrides, multirun)
-    except C.ConfigError as e:
-        print(f"plnexp: error: {e}", file=sys.stderr)
-        return 2
-    if not multirun:
-        _hydra(overrides)
-        return 1 if _STATE["failed"] else 0
+        jobs, uri = _check(overrides, is_multirun)
+    except (C.ConfigError, DataError, tracking.StoreError) as e:
+        return _fail(e)
+    _sweep_up(uri)
+    return multirun(overrides, jobs, uri) if is_multirun else run(overrides, uri)
 
-    sweep_name = next((o.split("=", 1)[1] for o in overrides if o.startswith("sweep=")), "multirun")
-    first = jobs[0].config
-    print(f"sweep {sweep_name}: {len(jobs)} jobs, experiment {first.experiment!r}", flush=True)
-    runner.open_sweep(f"{sweep_name}-{time.strftime('%Y%m%d-%H%M%S')}", first.experiment, len(jobs),
-                      first.tracking_uri, {"command": " ".join(["sweep", *overrides]), "sweep": sweep_name})
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `finally` below still closes the parent
-    status = "FAILED"
-    try:
-        _hydra(["--multirun", *overrides])
-        status = "FINISHED"
-    except KeyboardInterrupt:
-        status = "KILLED"
-        raise
-    finally:
-        runner.close_sweep(status)
-        sweep = runner.SWEEP
-        if sweep is not None and sweep.outcomes:
-            print(runner.summary_table(sweep.outcomes), flush=True)
-            fit_s = sum(o.wall_s for o in sweep.outcomes)
-            total = time.perf_counter() - sweep.started
-            print(f"{len(sweep.outcomes)}/{sweep.total} jobs, {_STATE['failed']} failed; "
-                  f"{total:.1f} s in the sweep, {fit_s:.1f} s in fits ({100 * (1 - fit_s / total):.0f}% outside); "
-                  f"parent run {sweep.parent_id}", flush=True)
-    return 1 if _STATE["failed"] else 0
+
+def exit_now(code: int) -> None:
+    """After an interrupt: end the process without waiting for XLA. A compiled fit that Python has
+    stopped waiting for may still be running in XLA's threads, and a normal interpreter exit waits for
+    it (an hour, for a long scan); everything worth keeping is already recorded."""
+    import logging
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(code)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if code in (128 + signal.SIGINT, 128 + signal.SIGTERM):
+        exit_now(code)
+    sys.exit(code)

@@ -1,22 +1,24 @@
-"""Run one job (data -> plnexp.fit, timed) and log it; hold the state of a sweep (its parent run).
+"""Run one job: its run is created RUNNING in MLflow, then data -> plnexp.fit (timed), then the
+results are logged and the run ended with the job's status.
 
 A job never raises for a failed fit: the outcome is marked FAILED with the reason, logged, and the
-sweep goes on. The sweep's parent run is closed by :func:`close_sweep` (called in a ``finally``
-by the command line) or, as a last resort, at interpreter exit.
+sweep goes on. An interrupt (Ctrl-C, SIGTERM) is the one exception that gets through: the run is
+first ended KILLED (with the fit's result if the fit had returned). The sweep around the jobs (its
+parent run) is :mod:`plnexp.sweep`'s business.
 """
 
 from __future__ import annotations
 
-import atexit
 import logging
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Callable
+from typing import NamedTuple
 
 import numpy as np
 import yaml
 
+from . import interrupts
 from .config import Config
 from .data import Data
 
@@ -33,18 +35,23 @@ class Outcome:
     name: str
     overrides: tuple[str, ...]
     config: Config
-    status: str = "FINISHED"  # or FAILED
+    status: str = "FINISHED"  # or FAILED, KILLED
     reason: str = ""
     result: object = None  # plnexp.FitResult when the fit returned
-    started: float = field(default_factory=time.time)
+    started: float = field(default_factory=time.time)  # epoch seconds, for MLflow
     ended: float = 0.0
+    clock: float = field(default_factory=time.monotonic)  # durations: immune to wall-clock jumps
+    elapsed: float | None = None
     data_digest: str = ""
     output_dir: str = ""
     run_id: str = ""
 
     @property
     def wall_s(self) -> float:
-        return self.ended - self.started
+        return self.elapsed if self.elapsed is not None else self.ended - self.started
+
+    def stop(self) -> None:
+        self.ended, self.elapsed = time.time(), time.monotonic() - self.clock
 
     def metrics(self) -> dict[str, float]:
         out = {"wall_s": self.wall_s, "n_iter": float(self.config.n_iter)}
@@ -85,11 +92,27 @@ class Outcome:
         return text + (f" [{self.reason}]" if self.reason else "")
 
 
-def execute(config: Config, overrides=(), name: str | None = None, output_dir: str = "") -> Outcome:
-    """Load the data and fit; any failure becomes a FAILED outcome with its reason."""
+    def row(self) -> "Row":
+        return Row(self.name, self.status, self.metrics(), self.wall_s)
+
+
+class Row(NamedTuple):
+    """One line of the summary table (from an Outcome, or from a run read back from MLflow)."""
+
+    name: str
+    status: str
+    metrics: dict
+    wall_s: float
+
+
+def execute(config: Config, overrides=(), name: str | None = None, output_dir: str = "",
+            outcome: Outcome | None = None) -> Outcome:
+    """Load the data and fit, filling ``outcome`` (a new one if None) as it goes; any failure but an
+    interrupt becomes a FAILED outcome with its reason."""
     from .fitting import fit
 
-    out = Outcome(name or config.run_name, tuple(overrides), config, output_dir=output_dir)
+    out = outcome if outcome is not None else Outcome(name or config.run_name, tuple(overrides), config,
+                                                      output_dir=output_dir)
     try:
         data = load_data(config.dataset)
         out.data_digest = data.digest()
@@ -102,97 +125,57 @@ def execute(config: Config, overrides=(), name: str | None = None, output_dir: s
     except Exception as e:  # noqa: BLE001 - a job reports, never raises
         out.status, out.reason = "FAILED", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         log.warning("%s failed: %s", out.name, out.reason)
-    out.ended = time.time()
+    out.stop()
     return out
 
 
-# ---------------------------------------------------------------- sweeps
-@dataclass
-class Sweep:
-    uri: str
-    experiment_id: str
-    parent_id: str
-    total: int
-    outcomes: list = field(default_factory=list)
-    closed: bool = False
-    started: float = field(default_factory=time.perf_counter)
+def run_job(config: Config, overrides=(), name: str | None = None, output_dir: str = "", *,
+            parent=None, job_num: int | None = None) -> Outcome:
+    """Execute one job with its MLflow run: created RUNNING now, ended with the job's status.
 
-
-SWEEP: Sweep | None = None
-
-
-def open_sweep(name: str, experiment: str, total: int, tracking_uri: str | None, tags: dict) -> Sweep:
-    """Create the experiment and the parent run once, before any job starts."""
-    global SWEEP
-    from . import tracking
-
-    uri = tracking.tracking_uri(tracking_uri)
-    cl = tracking.client(uri)
-    exp_id = tracking.experiment_id(cl, experiment)
-    parent = tracking.start_parent(cl, exp_id, name, {"jobs": total, "git_commit": tracking.git_commit(), **tags})
-    SWEEP = Sweep(uri, exp_id, parent, total)
-    atexit.register(close_sweep, "KILLED")
-    return SWEEP
-
-
-def close_sweep(status: str = "FINISHED") -> None:
-    """End the parent run (once). A sweep with failed jobs still ends FINISHED, tagged n_failed."""
-    global SWEEP
-    sweep = SWEEP
-    if sweep is None or sweep.closed:
-        return
-    sweep.closed = True
-    from . import tracking
-
-    failed = sum(o.status != "FINISHED" for o in sweep.outcomes)
-    if status == "FINISHED" and len(sweep.outcomes) < sweep.total:
-        status = "FAILED"
-    wall = time.perf_counter() - sweep.started
-    tags = {"n_done": len(sweep.outcomes), "n_failed": failed, "wall_s": f"{wall:.1f}",
-            "fit_s": f"{sum(o.wall_s for o in sweep.outcomes):.1f}"}
-    cl = tracking.client(sweep.uri)
-    if sweep.outcomes:
-        cl.log_text(sweep.parent_id, summary_table(sweep.outcomes) + "\n", "summary.txt")
-    tracking.end_run(cl, sweep.parent_id, status, tags)
-
-
-def run_job(config: Config, overrides=(), name: str | None = None, output_dir: str = "",
-            progress: Callable[[str, str], None] | None = None) -> Outcome:
-    """Execute one job and log it (as a child of the open sweep, if any).
-
-    ``progress(text, end)``, given by the command line, shows the sweep's progress (one line a job).
+    ``parent`` (a :class:`plnexp.tracking.Parent`) makes the run a child of a sweep, in the sweep's
+    store and experiment; otherwise the run goes to the config's store and experiment. On an
+    interrupt the run is ended KILLED and :class:`plnexp.interrupts.Interrupted` re-raised.
     """
     from . import tracking
 
-    sweep = SWEEP
-    show = progress if (sweep is not None and progress is not None) else (lambda text, end: None)
-    if sweep is not None:
-        show(f"[{len(sweep.outcomes) + 1}/{sweep.total}] {name or config.run_name} ...", "")
-    outcome = execute(config, overrides, name, output_dir)
-    uri = sweep.uri if sweep else tracking.tracking_uri(config.tracking_uri)
+    uri = parent.uri if parent else tracking.tracking_uri(config.tracking_uri)
     cl = tracking.client(uri)
-    exp_id = sweep.experiment_id if sweep else tracking.experiment_id(cl, config.experiment)
-    outcome.run_id = tracking.log_job(cl, exp_id, outcome, sweep.parent_id if sweep else None)
-    if sweep is not None:
-        sweep.outcomes.append(outcome)
-        extra = f" ({outcome.reason})" if outcome.reason else ""
-        logged = time.time() - outcome.ended
-        show(f" {'done' if outcome.status == 'FINISHED' else outcome.status} {outcome.wall_s:.1f} s"
-             f" (+{logged:.1f} s logging){extra}", "\n")
+    outcome = Outcome(name or config.run_name, tuple(overrides), config, output_dir=output_dir)
+    tags = {tracking.JOB_TAG: job_num} if job_num is not None else {}
+    try:
+        with interrupts.deferred():
+            exp_id = parent.experiment_id if parent else tracking.experiment_id(cl, config.experiment)
+            outcome.run_id = tracking.start_job(cl, exp_id, outcome, parent.run_id if parent else None, tags)
+        done = execute(config, overrides, name, output_dir, outcome)
+        if done is not outcome:  # a stand-in execute (tests) may return its own
+            done.run_id, outcome = outcome.run_id, done
+    except KeyboardInterrupt as e:
+        stop = interrupts.as_interrupted(e)
+        outcome.status, outcome.reason = "KILLED", f"interrupted by {stop.name}"
+        outcome.stop()
+        if outcome.run_id:
+            with interrupts.deferred():
+                tracking.finish_job(cl, outcome.run_id, outcome)
+        raise stop from None
+    with interrupts.deferred():
+        tracking.finish_job(cl, outcome.run_id, outcome)
     return outcome
 
 
-def summary_table(outcomes) -> str:
-    """One row per job; a value not measured (first_call off, no compile cache) or not finite is "-"."""
+def summary_table(rows) -> str:
+    """One line per job (:class:`Row`, or anything with ``.row()``); a value not measured
+    (first_call off, no compile cache) or not finite is "-"."""
     head = ("job", "status", "iter", "compile_s", "cached_s", "first_s", "run_s", "ms/iter", "final ELBO",
             "wall_s")
-    rows = []
-    for o in outcomes:
-        m = o.metrics()
+    lines = []
+    for r in rows:
+        r = r.row() if hasattr(r, "row") else r
+        m = r.metrics
         g = lambda k, f="{:.3f}": f.format(m[k]) if np.isfinite(m.get(k, np.nan)) else "-"  # noqa: E731
-        rows.append((o.name, o.status, f"{int(m.get('n_iter_run', 0))}", g("compile_s"), g("compile_warm_s"),
-                     g("first_call_s"), g("run_s"), g("ms_per_iter", "{:.2f}"), g("final_elbo", "{:.6g}"),
-                     f"{o.wall_s:.1f}"))
-    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
+        lines.append((r.name, r.status, f"{int(m.get('n_iter_run', 0))}", g("compile_s"), g("compile_warm_s"),
+                      g("first_call_s"), g("run_s"), g("ms_per_iter", "{:.2f}"), g("final_elbo", "{:.6g}"),
+                      f"{r.wall_s:.1f}"))
+    widths = [max(len(str(r[i])) for r in [head, *lines]) for i in range(len(head))]
     fmt = lambda r: "  ".join(str(c).ljust(w) if i < 2 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
-    return "\n".join([fmt(head), "  ".join("-" * w for w in widths), *map(fmt, rows)])
+    return "\n".join([fmt(head), "  ".join("-" * w for w in widths), *map(fmt, lines)])

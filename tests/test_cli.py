@@ -72,33 +72,104 @@ def test_plain_hydra_multirun_goes_on_after_a_failed_job(outputs, tmp_path):
     assert children["radam_clip"].info.status == "FINISHED"
 
 
-BAD = [
-    (["run", "precision=float16"], ["precision", "float32, float64"]),
-    (["run", "strategy=scna"], ["strategy=scna", "scan_unrolled"]),
-    (["run", "n_iter=-5"], ["n_iter=-5", ">= 1"]),
-    (["run", "dataset.replication=0"], ["dataset.replication=0", ">= 1"]),
-    (["run", "nonsense=1"], ["nonsense", "unknown key", "n_iter"]),
-    (["run", "device=gpu"], ["device", "cpu"]),
-    (["sweep", "strategy=scan,scna"], ["strategy=scna", "allowed values"]),
+# ---------------------------------------------------------------- bad input: the catalogue
+# One row per kind of bad input: the command line, the environment, the words the one line on stderr
+# must hold (what is wrong and what is allowed). Every row: exit code 2, one line, no traceback, no
+# run in the store, no Hydra run or sweep folder. {name} is a file made by the `bad_files` fixture.
+BAD_INPUT = [
+    ("no arguments", [], {}, ["plnexp: error: no command", "allowed commands are run, sweep"]),
+    ("unknown option", ["run", "--frobnicate"], {}, ["unknown option --frobnicate", "allowed commands"]),
+    ("override syntax", ["run", "n_iter=[1,2"], {}, ["bad override", "n_iter=[1,2", "allowed forms"]),
+    ("group option", ["run", "precision=float16"], {}, ["precision=float16", "allowed values are float32, float64"]),
+    ("strategy typo", ["run", "strategy=scna"], {}, ["strategy=scna", "scan_unrolled"]),
+    ("n_iter", ["run", "n_iter=-5"], {}, ["n_iter=-5", "integers >= 1"]),
+    ("repeats=0", ["run", "repeats=0"], {}, ["repeats=0", "integers >= 1"]),
+    ("lr=-1", ["run", "optimizer.lr=-1"], {}, ["optimizer.lr=-1", "number > 0"]),
+    ("replication", ["run", "dataset.replication=0"], {}, ["dataset.replication=0", ">= 1"]),
+    ("unknown key", ["run", "nonsense=1"], {}, ["nonsense", "unknown key", "n_iter"]),
+    ("gpu", ["run", "device=gpu"], {}, ["device='gpu'", "device=cpu"]),
+    ("sweep file", ["sweep", "sweep=nope"], {}, ["sweep=nope", "allowed values are default"]),
+    ("sweep job", ["sweep", "strategy=scan,scna"], {}, ["strategy=scna", "allowed values"]),
+    ("launcher", ["sweep", "hydra/launcher=nope"], {}, ["hydra/launcher=nope", "joblib"]),
+    ("csv without counts", ["run", "dataset=csv"], {}, ["dataset.counts", "required", "paths of existing CSV"]),
+    ("csv missing", ["run", "dataset=csv", "dataset.counts={missing}"], {}, ["dataset.counts=", "existing CSV"]),
+    ("negative count", ["run", "dataset=csv", "dataset.counts={negative}"], {},
+     ["plnexp: data error: counts file", "negative.csv", "negative count -1", "non-negative integers"]),
+    ("inf count", ["run", "dataset=csv", "dataset.counts={inf}"], {},
+     ["data error: counts file", "inf.csv", "infinite value at row 2, column 1", "non-negative integers"]),
+    ("raw offsets <= 0", ["run", "dataset=csv", "dataset.counts={counts}", "dataset.offsets={zero}"], {},
+     ["data error: offsets file", "zero.csv", "offset 0", "finite numbers > 0"]),
+    ("log offsets inf", ["run", "dataset=csv", "dataset.counts={counts}", "dataset.offsets={inf_log}",
+                         "dataset.log_offsets=true"], {},
+     ["data error: offsets file", "inf_log.csv", "infinite value", "finite numbers (log scale"]),
+    ("rank-deficient", ["run", "dataset=csv", "dataset.counts={counts}", "dataset.covariates={constant}"], {},
+     ["data error: covariates file", "constant.csv", "column 'x'", "linearly independent columns"]),
+    ("bad data in a sweep", ["sweep", "sweep=null", "dataset=csv", "dataset.counts={counts},{negative}"], {},
+     ["data error: counts file", "negative.csv"]),
+    ("outputs", ["run"], {"PLNEXP_OUTPUTS": "{blocker}/outputs"},
+     ["PLNEXP_OUTPUTS=", "cannot write there", "allowed values are writable folders"]),
+    ("store unreachable", ["run"], {"MLFLOW_TRACKING_URI": "http://127.0.0.1:9"},
+     ["plnexp: store error: MLFLOW_TRACKING_URI=http://127.0.0.1:9: cannot reach", "allowed values"]),
+    ("store scheme", ["run", "tracking_uri=nosuch://x"], {}, ["store error: tracking_uri=nosuch://x", "allowed"]),
 ]
 
 
-@pytest.mark.parametrize("args,words", BAD, ids=[" ".join(a) for a, _ in BAD])
-def test_bad_value_is_one_line_and_leaves_no_run(outputs, tmp_path, args, words):
-    if args[1] == "device=gpu":
+@pytest.fixture
+def bad_files(tmp_path):
+    files = {"counts": "a,b\n1,2\n3,4\n0,1\n", "negative": "a,b\n1,2\n-1,4\n0,1\n",
+             "inf": "a,b\n1,2\ninf,4\n0,1\n", "zero": "a,b\n1,2\n0,4\n1,1\n",
+             "inf_log": "a,b\n0,0\n0,-inf\n0,0\n", "constant": "x\n1\n1\n1\n"}
+    paths = {}
+    for name, text in files.items():
+        paths[name] = tmp_path / f"{name}.csv"
+        paths[name].write_text(text)
+    paths["missing"] = tmp_path / "missing.csv"
+    paths["blocker"] = tmp_path / "a_file"
+    paths["blocker"].write_text("")
+    return paths
+
+
+@pytest.mark.parametrize("args,env,words", [row[1:] for row in BAD_INPUT], ids=[row[0] for row in BAD_INPUT])
+def test_bad_input_is_one_line_and_leaves_nothing(outputs, bad_files, monkeypatch, capsys, args, env, words):
+    from plnexp.__main__ import main
+
+    if "device=gpu" in args:
         import jax
 
         if any(d.platform == "gpu" for d in jax.devices()):
             pytest.skip("this machine has a GPU")
-    proc = plnexp_cli(*args, cwd=tmp_path, timeout=120)
-    assert proc.returncode == 2
-    err = proc.stderr.strip()
+    for key, value in env.items():
+        monkeypatch.setenv(key, value.format(**bad_files))
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    code = main([a.format(**bad_files) for a in args])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
     assert len(err.splitlines()) == 1, err
     assert "Traceback" not in err
     for w in words:
-        assert w in err
+        assert w in err, (w, err)
     assert all_runs(outputs) == []
     assert not (outputs / "runs").exists() and not (outputs / "multirun").exists()
+
+
+def test_hydra_full_error_shows_the_exception(outputs, monkeypatch):
+    from plnexp.__main__ import main
+    from plnexp.config import ConfigError
+
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
+    with pytest.raises(ConfigError, match="repeats=0"):
+        main(["run", "repeats=0"])
+
+
+@pytest.mark.parametrize("args,words", [([], ["no command"]), (["run", "dataset=csv", "dataset.counts={negative}"],
+                                                                ["data error", "negative count"])])
+def test_bad_input_exit_code_of_the_real_command(outputs, bad_files, tmp_path, args, words):
+    proc = plnexp_cli(*[a.format(**bad_files) for a in args], cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2
+    err = proc.stderr.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert all(w in err for w in words), err
+    assert all_runs(outputs) == []
 
 
 def test_help_lists_config_groups(tmp_path):

@@ -4,12 +4,18 @@ fit is faked so that these tests run no JAX program."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import platform
+import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 from conftest import store_client
 
-from plnexp import cli, runner, tracking
+from plnexp import cli, interrupts, runner, sweep, tracking
+from plnexp import config as C
 from plnexp.fitting import FitResult
 from plnexp.timing import Timing
 
@@ -107,29 +113,133 @@ def test_execute_reports_failure_instead_of_raising(config, monkeypatch):
     assert out.status == "FAILED" and out.reason == "NumericsError: compiled ELBO disagrees"
 
 
-def test_sweep_parent_and_children(outputs, config, monkeypatch):
-    monkeypatch.setattr(runner, "SWEEP", None)
+def test_sweep_parent_and_children(outputs, config, monkeypatch, tmp_path):
     calls = iter([np.linspace(-10, -5, N_ITER), np.full(N_ITER, np.nan)])
+    seen_running = []
 
-    def fake_execute(cfg, overrides=(), name=None, output_dir=""):
+    def fake_execute(cfg, overrides=(), name=None, output_dir="", outcome=None):
+        # while the job "fits", its run already exists, RUNNING, under the parent
+        seen_running.append(store_client(outputs).get_run(outcome.run_id).info.status)
         elbo = next(calls)
         ok = np.isfinite(elbo).all()
-        return outcome(cfg, elbo, "FINISHED" if ok else "FAILED", "" if ok else "non-finite ELBO at iteration 0")
+        outcome.result, outcome.data_digest = fake_result(cfg, elbo), "abc123"
+        outcome.status, outcome.reason = ("FINISHED", "") if ok else ("FAILED", "non-finite ELBO at iteration 0")
+        outcome.ended = outcome.started + 1.0
+        return outcome
 
     monkeypatch.setattr(runner, "execute", fake_execute)
-    sweep = runner.open_sweep("s1", "sw", 3, None, {"sweep": "test"})
-    runner.run_job(config, ("strategy=scan",), "a")
-    runner.run_job(config, ("strategy=fori_loop",), "b")
-    runner.close_sweep("FINISHED")  # only 2 of 3 jobs ran: the parent ends FAILED
-    runner.close_sweep("FINISHED")  # idempotent
+    uri = tracking.check_store()
+    record = sweep.open_sweep(tmp_path / "sw", "s1", "sw", uri, 3, {"command": "test"})
+    assert sweep.read_record(tmp_path / "sw") == record  # what a job in any process reads
+    runner.run_job(config, ("strategy=scan",), "a", parent=record.parent, job_num=0)
+    runner.run_job(config, ("strategy=fori_loop",), "b", parent=record.parent, job_num=1)
+    assert seen_running == ["RUNNING", "RUNNING"]
+    summary = sweep.close_sweep(record, "FINISHED")  # only 2 of 3 jobs ran: the parent ends FAILED
+    assert summary.status == "FAILED" and summary.n_failed == 1 and [r.name for r in summary.rows] == ["a", "b"]
     cl = store_client(outputs)
-    parent = cl.get_run(sweep.parent_id)
+    parent = cl.get_run(record.parent_id)
     assert parent.info.status == "FAILED" and parent.data.tags["n_failed"] == "1"
-    exp = cl.get_experiment_by_name("sw")
-    children = cl.search_runs([exp.experiment_id], f"tags.mlflow.parentRunId = '{sweep.parent_id}'")
+    assert parent.data.tags[tracking.PID_TAG] == str(os.getpid())
+    children = cl.search_runs([record.experiment_id], f"tags.mlflow.parentRunId = '{record.parent_id}'")
     assert sorted(r.info.status for r in children) == ["FAILED", "FINISHED"]
-    assert "elbo" in runner.summary_table(sweep.outcomes).splitlines()[0].lower()
-    assert [a.path for a in cl.list_artifacts(sweep.parent_id)] == ["summary.txt"]
+    assert {r.data.tags[tracking.HOST_TAG] for r in children} == {platform.node()}
+    assert "elbo" in summary.table().splitlines()[0].lower()
+    assert [a.path for a in cl.list_artifacts(record.parent_id)] == ["summary.txt"]
+    assert "2/3 jobs, 1 failed" in summary.footer()
+    with pytest.raises(C.ConfigError, match="already holds a sweep"):
+        sweep.open_sweep(tmp_path / "sw", "s1", "sw", uri, 3, {})
+
+
+def test_interrupted_job_is_killed_with_its_result_and_the_sweep_closes_killed(outputs, config, monkeypatch,
+                                                                                tmp_path):
+    def interrupted_after_the_fit(cfg, overrides=(), name=None, output_dir="", outcome=None):
+        outcome.result = fake_result(cfg, np.linspace(-10, -5, N_ITER))
+        raise interrupts.Interrupted(signal.SIGTERM)
+
+    monkeypatch.setattr(runner, "execute", interrupted_after_the_fit)
+    uri = tracking.check_store()
+    record = sweep.open_sweep(tmp_path / "sw", "s", "sw", uri, 2, {})
+    with pytest.raises(interrupts.Interrupted) as stop:
+        runner.run_job(config, ("strategy=scan",), "a", parent=record.parent, job_num=0)
+    assert stop.value.exit_code == 143
+    summary = sweep.close_sweep(record, "KILLED", "interrupted by SIGTERM")
+    cl = store_client(outputs)
+    (child,) = cl.search_runs([record.experiment_id], f"tags.mlflow.parentRunId = '{record.parent_id}'")
+    assert child.info.status == "KILLED" and child.data.tags["status_reason"] == "interrupted by SIGTERM"
+    assert child.data.metrics["n_iter_run"] == N_ITER  # the fit had returned: its result is kept
+    assert len(cl.get_metric_history(child.info.run_id, "elbo")) == N_ITER
+    assert cl.get_run(record.parent_id).info.status == "KILLED"
+    assert "0 of 2 jobs finished, 1 killed, 0 failed, 1 not started" in summary.interrupted_line("SIGTERM")
+
+
+def test_close_sweep_ends_children_left_running(outputs, config, tmp_path):
+    """A job whose process was killed (e.g. a joblib worker) leaves its run RUNNING: closing the
+    sweep ends it with the sweep's status."""
+    uri = tracking.check_store()
+    record = sweep.open_sweep(tmp_path / "sw", "s", "sw", uri, 1, {})
+    job = runner.Outcome("lost", (), config)
+    cl = tracking.client(uri)
+    run_id = tracking.start_job(cl, record.experiment_id, job, record.parent_id)
+    sweep.close_sweep(record, "KILLED", "interrupted by SIGINT")
+    run = store_client(outputs).get_run(run_id)
+    assert run.info.status == "KILLED" and run.data.tags["reason"] == "interrupted"
+
+
+def test_orphans_of_dead_processes_are_marked_failed(outputs, config):
+    uri = tracking.check_store()
+    cl = tracking.client(uri)
+    exp = tracking.experiment_id(cl, "orphans")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()  # a PID that has just ended
+    job = runner.Outcome("x", (), config)
+    orphan = tracking.start_job(cl, exp, job, tags={tracking.PID_TAG: dead})
+    mine = tracking.start_job(cl, exp, job)  # this process: alive
+    elsewhere = tracking.start_job(cl, exp, job, tags={tracking.HOST_TAG: "another-host", tracking.PID_TAG: dead})
+    found = tracking.sweep_up_orphans(uri)
+    assert [r.info.run_id for r in found] == [orphan]
+    st = store_client(outputs)
+    run = st.get_run(orphan)
+    assert run.info.status == "FAILED" and run.data.tags["reason"] == "orphaned"
+    assert f"process {dead}" in run.data.tags["status_reason"]
+    assert st.get_run(mine).info.status == "RUNNING" and st.get_run(elsewhere).info.status == "RUNNING"
+    assert tracking.sweep_up_orphans(uri) == []
+    tracking.end_process_runs(uri, "KILLED", "test", "interrupted")
+    assert st.get_run(mine).info.status == "KILLED"
+
+
+def test_client_retries_a_locked_database(monkeypatch):
+    calls = []
+
+    class Flaky:
+        def get_thing(self, x):
+            calls.append(x)
+            if len(calls) < 3:
+                raise RuntimeError("(sqlite3.OperationalError) database is locked")
+            return x * 2
+
+        def broken(self):
+            calls.append("broken")
+            raise RuntimeError("no such table")
+
+    monkeypatch.setattr(tracking.time, "sleep", lambda s: None)
+    cl = tracking._Retrying(Flaky())
+    assert cl.get_thing(21) == 42 and calls == [21, 21, 21]
+    with pytest.raises(RuntimeError, match="no such table"):
+        cl.broken()
+    assert calls.count("broken") == 1  # other errors are not retried
+
+
+def test_unreachable_http_store_fails_fast(monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")
+    with pytest.raises(tracking.StoreError, match=r"^MLFLOW_TRACKING_URI=http://127.0.0.1:9: cannot reach"):
+        tracking.check_store(timeout=2.0)
+
+
+def test_sqlite_store_in_an_unwritable_place(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(tracking.StoreError, match=r"^tracking_uri=sqlite:///.*/file/sub/x.db: cannot write"):
+        tracking.check_store(f"sqlite:///{blocker}/sub/x.db")
 
 
 def test_elbo_png(tmp_path):

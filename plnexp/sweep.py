@@ -1,0 +1,240 @@
+"""A sweep's life in MLflow, owned here, whatever Hydra launcher runs its jobs.
+
+::
+
+    python -m plnexp sweep [overrides]              (plnexp.__main__, one process: the driver)
+      -> cli.plan, check_data, tracking.check_store   every job validated, each data set loaded once,
+                                                      the store reached: still no run
+      -> open_sweep(sweep_dir, ...)                   the experiment and the parent run, created once,
+                                                      and the record <sweep_dir>/plnexp-sweep.json
+      -> launch(["--multirun", ..., hydra.sweep.dir=<sweep_dir>], Task())
+           Hydra runs the jobs: in the driver (basic launcher) or in other processes
+           (hydra/launcher=joblib, ...). Each job is one Task call, which reads the record from its
+           own config's ``hydra.sweep.dir`` and runs as a child of the parent (plnexp.runner.run_job).
+      -> close_sweep(record, status)                  after the last job, or on an interrupt
+                                                      (KILLED) or a crash (FAILED): children still
+                                                      RUNNING are ended, the summary is read back from
+                                                      MLflow, the parent closed.
+
+A job finds its parent only through the record file, never through this process's memory, so a job
+in another process (or, with a shared file system, on another machine) attaches to the same parent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from . import cli, runner, tracking
+from . import config as C
+
+RECORD_NAME = "plnexp-sweep.json"
+
+
+@dataclass(frozen=True)
+class SweepRecord:
+    """What every job of a sweep reads: where its parent run is, how many jobs, who drives it."""
+
+    uri: str
+    experiment_id: str
+    parent_id: str
+    name: str
+    total: int
+    host: str
+    pid: int
+    started: float  # time.time() when the sweep opened
+    clock: float = 0.0  # time.monotonic() then (one clock for the processes of a host)
+
+    @property
+    def parent(self) -> tracking.Parent:
+        return tracking.Parent(self.uri, self.experiment_id, self.parent_id)
+
+
+def new_sweep_dir() -> Path:
+    """A fresh folder under ``<outputs>/multirun``, unique even for sweeps started in the same instant."""
+    root = C.outputs_dir() / "multirun"
+    root.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=time.strftime("%Y-%m-%d_%H-%M-%S-"), dir=root))
+
+
+def hydra_override(sweep_dir: Path) -> str:
+    """``hydra.sweep.dir='<path>'``, quoted for Hydra's override grammar."""
+    text = str(sweep_dir).replace("\\", "\\\\").replace("'", "\\'")
+    return f"hydra.sweep.dir='{text}'"
+
+
+def write_record(sweep_dir: Path, record: SweepRecord) -> Path:
+    """Write the record whole or not at all; a folder that already holds one is refused."""
+    path = Path(sweep_dir) / RECORD_NAME
+    fd, tmp = tempfile.mkstemp(prefix=".plnexp-sweep-", dir=sweep_dir)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(asdict(record), f, indent=1)
+        os.link(tmp, path)  # atomic, and fails if a record is there already
+    finally:
+        os.unlink(tmp)
+    return path
+
+
+def read_record(sweep_dir) -> SweepRecord | None:
+    path = Path(str(sweep_dir)) / RECORD_NAME
+    if not path.is_file():
+        return None
+    return SweepRecord(**json.loads(path.read_text()))
+
+
+def open_sweep(sweep_dir: Path, name: str, experiment: str, uri: str, total: int, tags: dict) -> SweepRecord:
+    """Create the experiment (once, before any job) and the parent run, and write the record."""
+    sweep_dir = Path(sweep_dir)
+    if (sweep_dir / RECORD_NAME).exists():
+        raise C.ConfigError(f"hydra.sweep.dir={sweep_dir}: already holds a sweep ({RECORD_NAME}); "
+                            "allowed values are new or empty folders")
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    tags = {"jobs": total, "git_commit": tracking.git_commit(), "sweep": name, "sweep_dir": str(sweep_dir), **tags}
+    parent = tracking.open_parent(uri, experiment, f"{name}-{time.strftime('%Y%m%d-%H%M%S')}", tags)
+    record = SweepRecord(uri, parent.experiment_id, parent.run_id, name, total, platform.node(), os.getpid(),
+                         time.time(), time.monotonic())
+    try:
+        write_record(sweep_dir, record)
+    except FileExistsError:
+        tracking.close_parent(parent, "FAILED", {"status_reason": "sweep folder taken by another sweep"})
+        raise C.ConfigError(f"hydra.sweep.dir={sweep_dir}: already holds a sweep ({RECORD_NAME}); "
+                            "allowed values are new or empty folders") from None
+    return record
+
+
+@dataclass
+class Summary:
+    status: str
+    rows: list  # runner.Row, in job order
+    total: int
+    wall_s: float
+    parent_id: str
+
+    def count(self, status: str) -> int:
+        return sum(r.status == status for r in self.rows)
+
+    @property
+    def n_failed(self) -> int:
+        return len(self.rows) - self.count("FINISHED")
+
+    def table(self) -> str:
+        return runner.summary_table(self.rows) if self.rows else "(no job ran)"
+
+    def footer(self) -> str:
+        fit_s = sum(r.wall_s for r in self.rows)
+        outside = f" ({100 * (1 - fit_s / self.wall_s):.0f}% outside)" if 0 < fit_s <= self.wall_s else ""
+        return (f"{len(self.rows)}/{self.total} jobs, {self.n_failed} failed; {self.wall_s:.1f} s in the sweep, "
+                f"{fit_s:.1f} s in fits{outside}; parent run {self.parent_id} {self.status}")
+
+    def interrupted_line(self, signame: str) -> str:
+        left = self.total - len(self.rows)
+        return (f"plnexp: interrupted by {signame}: {self.count('FINISHED')} of {self.total} jobs finished, "
+                f"{self.count('KILLED')} killed, {self.count('FAILED')} failed, {left} not started; "
+                f"parent run {self.parent_id} closed {self.status}")
+
+
+def close_sweep(record: SweepRecord, status: str = "FINISHED", reason: str = "") -> Summary:
+    """End the sweep: children still RUNNING are ended (KILLED on an interrupt, FAILED otherwise),
+    the summary table is read back from MLflow and logged, and the parent closed with ``status``
+    (FAILED instead of FINISHED when jobs are missing). Safe to call again: it re-reads the store."""
+    end_status = "KILLED" if status == "KILLED" else "FAILED"
+    why = reason or "the sweep ended while this job was running"
+    rows = [runner.Row(r["name"], r["status"], r["metrics"], r["metrics"].get("wall_s", 0.0))
+            for r in tracking.end_children(record.parent, end_status, why,
+                                           "interrupted" if status == "KILLED" else "lost")]
+    if status == "FINISHED" and len(rows) < record.total:
+        status = "FAILED"
+    here = record.host == platform.node() and record.clock
+    wall = time.monotonic() - record.clock if here else time.time() - record.started
+    summary = Summary(status, rows, record.total, wall, record.parent_id)
+    tags = {"n_done": len(rows), "n_failed": summary.n_failed, "wall_s": f"{summary.wall_s:.1f}",
+            "fit_s": f"{sum(r.wall_s for r in rows):.1f}"}
+    if reason:
+        tags["status_reason"] = reason
+    if status == "KILLED":
+        tags["reason"] = "interrupted"
+    tracking.close_parent(record.parent, status, tags, summary.table() + "\n" if rows else None)
+    return summary
+
+
+# ---------------------------------------------------------------- the Hydra job
+@dataclass
+class Task:
+    """The Hydra task function of ``run`` and ``sweep``: one job (typed config, run, log, one line).
+
+    Picklable, so that launchers running jobs in other processes can ship it. ``failed`` counts the
+    jobs of this process that did not finish (what ``run`` exits with); a sweep counts from MLflow.
+    """
+
+    failed: int = 0
+
+    def __call__(self, cfg) -> None:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        hc = HydraConfig.get()
+        record = read_record(hc.sweep.dir) if hc.mode == RunMode.MULTIRUN else None
+        num = int(hc.job.num) if record is not None else None
+        overrides = list(hc.overrides.task)
+        try:
+            config = C.load(cfg)
+        except C.ConfigError as e:  # validated before launching: only a launcher of its own gets here
+            print(f"plnexp: error: {e}", file=sys.stderr, flush=True)
+            self.failed += 1
+            return
+        name = cli.job_name(config, overrides)
+        here = record is None or record.pid == os.getpid()  # in the driver: progress on one line
+        label = f"[{num + 1}/{record.total}] {name}" if record else name
+        if record is not None and here:
+            print(f"{label} ...", end="", flush=True)
+        try:
+            outcome = runner.run_job(config, overrides, name, hc.runtime.output_dir,
+                                     parent=record.parent if record else None, job_num=num)
+        except KeyboardInterrupt:
+            if record is not None:
+                print(" KILLED" if here else f"{label} KILLED", flush=True)
+            raise
+        except Exception as e:  # noqa: BLE001 - the store failed under us: say so, go on
+            self.failed += 1
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            print(f"{' ' if record is not None and here else ''}FAILED", flush=True)
+            print(f"plnexp: error: job {name}: {type(e).__name__}: {first}", file=sys.stderr, flush=True)
+            return
+        self.failed += outcome.status != "FINISHED"
+        if record is None:
+            print(f"{outcome.summary()}  (run {outcome.run_id}, experiment {config.experiment!r})", flush=True)
+            return
+        word = "done" if outcome.status == "FINISHED" else outcome.status
+        extra = f" ({outcome.reason})" if outcome.reason else ""
+        logged = time.monotonic() - outcome.clock - outcome.wall_s
+        text = f"{word} {outcome.wall_s:.1f} s (+{logged:.1f} s logging){extra}"
+        print(f" {text}" if here else f"{label} {text}", flush=True)
+
+
+def launch(args: list[str], task: Task) -> None:
+    """Hydra's command line on ``args`` (not ``sys.argv``), with ``task`` as the task function."""
+    from hydra import version
+    from hydra._internal.utils import _run_hydra, get_args_parser
+
+    version.setbase("1.3")
+    parser = get_args_parser()
+    _run_hydra(args=parser.parse_args(list(args)), args_parser=parser, task_function=task,
+               config_path=str(C.CONF_DIR), config_name="config")
+
+
+def force_stop(record: SweepRecord | None, uri: str, signame: str) -> None:
+    """From the interrupt helper thread, when the main thread is stuck in a compiled fit: end this
+    process's RUNNING runs KILLED and close the sweep (the process exits right after)."""
+    reason = f"interrupted by {signame} (twice: stopped inside a compiled fit)"
+    tracking.end_process_runs(uri, "KILLED", reason, "interrupted")
+    if record is not None:
+        summary = close_sweep(record, "KILLED", reason)
+        print(summary.table(), flush=True)
+        print(summary.interrupted_line(signame), file=sys.stderr, flush=True)
