@@ -1,0 +1,182 @@
+"""Sweeps that survive: real ``python -m plnexp`` subprocesses with a parallel launcher, interrupted
+(SIGINT, SIGTERM), killed (SIGKILL, then the orphan sweep-up), and two at once into one store."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import plnexp_cli, store_client
+
+DATA = ["dataset=synthetic", "dataset.n=30", "dataset.p=5"]
+TINY = [*DATA, "strategy=scan"]
+# eager runs its 20000 iterations in a Python loop: long enough to be caught mid-fit, and an
+# interrupt lands at once (no long call into compiled code)
+LONG = "n_iter=20000"
+
+
+def runs_of(outputs, experiment):
+    cl = store_client(outputs)
+    exp = cl.get_experiment_by_name(experiment)
+    return [] if exp is None else cl.search_runs([exp.experiment_id])
+
+
+def split(runs):
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    return parents, children
+
+
+def start(*args, cwd, new_session=False) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "plnexp", *args], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ), start_new_session=new_session)
+
+
+def wait_for(predicate, proc: subprocess.Popen, what: str, limit_s: float = 240):
+    """Poll the store until ``predicate()`` is true (the subprocess must still be running)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"the sweep ended (rc {proc.returncode}) before {what}:\n{out}\n{err}")
+        time.sleep(0.2)
+    proc.kill()
+    pytest.fail(f"no {what} within {limit_s} s")
+
+
+def running_child(outputs, experiment, name_part):
+    _, children = split(runs_of(outputs, experiment))
+    return [r for r in children if r.info.status == "RUNNING" and name_part in r.info.run_name]
+
+
+@pytest.mark.slow
+def test_joblib_two_workers_eight_jobs(outputs, tmp_path):
+    seeds = ",".join(str(i) for i in range(8))
+    proc = plnexp_cli("run", "--multirun", *TINY, "n_iter=5", f"seed={seeds}", "experiment=par",
+                      "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "8/8 jobs, 0 failed" in proc.stdout and "Traceback" not in proc.stderr
+    (parent,), children = split(runs_of(outputs, "par"))
+    assert parent.info.status == "FINISHED"
+    assert len(children) == 8 and {r.info.status for r in children} == {"FINISHED"}
+    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parent.info.run_id}
+    assert sorted(r.data.params["seed"] for r in children) == [str(i) for i in range(8)]
+    worker_pids = {r.data.tags["plnexp.pid"] for r in children}
+    assert parent.data.tags["plnexp.pid"] not in worker_pids, "the jobs ran in worker processes"
+    cl = store_client(outputs)
+    for r in children:  # no lost metric
+        for key in ("final_elbo", "n_iter_run", "compile_s", "run_s", "wall_s"):
+            assert key in r.data.metrics, (r.info.run_name, key)
+        assert sorted(m.step for m in cl.get_metric_history(r.info.run_id, "elbo")) == list(range(5))
+    assert parent.data.tags["n_done"] == "8" and parent.data.tags["n_failed"] == "0"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
+def test_interrupt_mid_sweep(outputs, tmp_path, signum, code):
+    proc = start("run", "--multirun", *DATA, "strategy=scan,eager,fori_loop", LONG, "experiment=intr", cwd=tmp_path)
+    wait_for(lambda: running_child(outputs, "intr", "eager"), proc, "the eager job running")
+    time.sleep(0.5)  # inside the fit
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == code, err
+    assert "Traceback" not in out + err
+    name = signal.Signals(signum).name
+    assert f"plnexp: interrupted by {name}: 1 of 3 jobs finished, 1 killed, 0 failed, 1 not started" in err
+    assert len(err.strip().splitlines()) <= 3, err
+    (parent,), children = split(runs_of(outputs, "intr"))
+    assert parent.info.status == "KILLED" and parent.data.tags["reason"] == "interrupted"
+    status = {r.info.run_name.split("-")[0]: r.info.status for r in children}
+    assert status == {"scan": "FINISHED", "eager": "KILLED"}, status
+    killed = next(r for r in children if r.info.status == "KILLED")
+    assert "eager" in killed.info.run_name and killed.data.tags["status_reason"] == f"interrupted by {name}"
+    assert "final_elbo" not in killed.data.metrics  # the fit had not returned: no result
+    assert "scan" in out and "KILLED" in out  # the summary table of what finished
+
+
+@pytest.mark.slow
+def test_ctrl_c_reaches_joblib_workers_and_nothing_stays_running(outputs, tmp_path):
+    proc = start("run", "--multirun", *DATA, "strategy=eager", LONG, "seed=0,1,2,3", "experiment=pintr",
+                 "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", cwd=tmp_path, new_session=True)
+    wait_for(lambda: len(running_child(outputs, "pintr", "eager")) == 2, proc, "two jobs running in workers")
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole process group
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in out + err
+    (parent,), children = split(runs_of(outputs, "pintr"))
+    assert parent.info.status == "KILLED"
+    assert len(children) == 2 and {r.info.status for r in children} == {"KILLED"}
+
+
+@pytest.mark.slow
+def test_sigkill_then_the_next_command_marks_orphans_failed(outputs, tmp_path):
+    proc = start("run", "--multirun", *DATA, "strategy=scan,eager", LONG, "experiment=orph", cwd=tmp_path)
+    wait_for(lambda: running_child(outputs, "orph", "eager"), proc, "the eager job running")
+    proc.kill()
+    proc.wait()
+    (parent,), children = split(runs_of(outputs, "orph"))
+    assert parent.info.status == "RUNNING" and "RUNNING" in {r.info.status for r in children}
+    assert parent.data.tags["plnexp.pid"] == str(proc.pid)
+    nxt = plnexp_cli("run", *TINY, "n_iter=3", "experiment=next", cwd=tmp_path)
+    assert nxt.returncode == 0, nxt.stderr
+    assert f"2 run(s) left RUNNING by process(es) {proc.pid} on this host" in nxt.stderr
+    assert "marked FAILED (reason=orphaned)" in nxt.stderr
+    (parent,), children = split(runs_of(outputs, "orph"))
+    assert parent.info.status == "FAILED" and parent.data.tags["reason"] == "orphaned"
+    by = {r.info.run_name.split("-")[0]: r for r in children}
+    assert by["scan"].info.status == "FINISHED"
+    assert by["eager"].info.status == "FAILED" and by["eager"].data.tags["reason"] == "orphaned"
+    assert [r.info.status for r in runs_of(outputs, "next")] == ["FINISHED"]
+
+
+@pytest.mark.slow
+def test_two_sweeps_at_once_into_one_new_store(tmp_path, monkeypatch):
+    out = tmp_path / "fresh"  # no store yet: both processes want to create it
+    monkeypatch.setenv("PLNEXP_OUTPUTS", str(out))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    procs = [start("run", "--multirun", *DATA, "strategy=scan,fori_loop", "n_iter=5", "experiment=both",
+                   cwd=tmp_path) for _ in range(2)]
+    results = [p.communicate(timeout=600) for p in procs]
+    for p, (o, e) in zip(procs, results):
+        assert p.returncode == 0, e
+    parents, children = split(runs_of(out, "both"))
+    assert len(parents) == 2 and {r.info.status for r in parents} == {"FINISHED"}
+    assert len(children) == 4 and {r.info.status for r in children} == {"FINISHED"}
+    for parent in parents:
+        mine = [r for r in children if r.data.tags["mlflow.parentRunId"] == parent.info.run_id]
+        assert sorted(r.data.params["strategy.name"] for r in mine) == ["fori_loop", "scan"]
+        assert {r.data.tags["plnexp.pid"] for r in mine} == {parent.data.tags["plnexp.pid"]}
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_a_long_compiled_fit(outputs, tmp_path):
+    """A scan fit is one long XLA call (here about an hour of work). Ctrl-C still ends the command in
+    seconds: jaxlib checks for signals while it waits, the process exits without waiting for XLA,
+    and where a call does not check (then plnexp says so) a second Ctrl-C stops it at once."""
+    proc = start("run", "dataset.replication=10", "strategy=scan", "n_iter=1000000", "experiment=stuck",
+                 cwd=tmp_path)
+
+    def running():
+        return [r for r in runs_of(outputs, "stuck") if r.info.status == "RUNNING"]
+
+    wait_for(running, proc, "the run started")
+    time.sleep(8)  # past the compile (a few seconds), inside the compiled loop
+    proc.send_signal(signal.SIGINT)
+    try:
+        out, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert "stops when it returns" in err and "again: stopping now" in err
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    (run,) = runs_of(outputs, "stuck")
+    assert run.info.status == "KILLED" and run.data.tags["reason"] == "interrupted"
