@@ -2,8 +2,9 @@
 
 ``with handled(on_force):`` (the command line, around a run or a sweep) makes both signals raise
 :class:`Interrupted` in the main thread, so that the job that was running can be recorded KILLED
-and the sweep closed before the process exits with 128 + the signal number. Signals that follow the
-first are ignored while that clean-up runs.
+and the sweep closed before the process exits with 128 + the signal number. Once that clean-up has
+begun (``guard.stopping()``) later signals are ignored; an Interrupted that Python swallowed (raised
+inside a garbage-collector callback, e.g. JAX's) is delivered again.
 
 Python runs a signal handler only between bytecodes of the main thread: while a compiled fit runs
 inside XLA (one long C++ call) the exception waits until the call returns. A helper thread, woken
@@ -26,6 +27,7 @@ from contextlib import contextmanager
 from typing import Callable
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+REDELIVER_S = 0.01
 GRACE_S = 2.0  # after this long without the main thread reacting, say that the fit holds it
 
 
@@ -50,6 +52,12 @@ def as_interrupted(exc: BaseException) -> Interrupted:
     return exc if isinstance(exc, Interrupted) else Interrupted(signal.SIGINT)
 
 
+def _caught() -> list[int]:
+    """The signals to handle: those not ignored (a background job of a shell script ignores
+    SIGINT, ``nohup`` SIGHUP: that choice is kept)."""
+    return [s for s in SIGNALS if signal.getsignal(s) is not signal.SIG_IGN]
+
+
 def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
@@ -61,7 +69,14 @@ def deferred():
         yield
         return
     pending: list[int] = []
-    old = {s: signal.signal(s, lambda signum, frame: pending.append(signum)) for s in SIGNALS}
+    guard = _guard_in_place()
+
+    def hold(signum, frame):
+        pending.append(signum)
+        if guard is not None:
+            guard.held = True
+
+    old = {s: signal.signal(s, hold) for s in _caught()}
     try:
         yield
     finally:
@@ -71,26 +86,57 @@ def deferred():
             signal.raise_signal(pending[0])  # through the handler now in place
 
 
+def pending() -> Interrupted | None:
+    """The interrupt the handler in place has seen, if any: for code that caught an error which may
+    be that interrupt turned into something else by a library. Found through the installed handler
+    itself (no module state); None outside :func:`handled` and inside :func:`deferred`."""
+    guard = _guard_in_place()
+    return Interrupted(guard.signum) if guard is not None and guard.signum is not None else None
+
+
+def _guard_in_place() -> _Guard | None:
+    for s in SIGNALS:
+        guard = getattr(signal.getsignal(s), "__self__", None)
+        if isinstance(guard, _Guard):
+            return guard
+    return None
+
+
 class _Guard:
     """The handlers and the helper thread of one :func:`handled` block."""
 
     def __init__(self, on_force: Callable[[int], None] | None):
         self.on_force = on_force
         self.reacted = threading.Event()  # the main thread's handler ran
+        self.stopped = False
+        self.held = False  # a signal came during a deferred() section
+        self.signum: int | None = None  # the signal the main thread's handler saw
+        self.previous_hook = sys.unraisablehook
         self.read, self.write = socket.socketpair()
         self.write.setblocking(False)
         self.thread = threading.Thread(target=self._watch, name="plnexp-interrupts", daemon=True)
 
     def handler(self, signum, frame):
-        if self.reacted.is_set():
-            return  # already stopping: the clean-up in progress runs to its end
+        self.signum = signum
         self.reacted.set()
+        if self.stopped:
+            return  # the clean-up in progress runs to its end
         raise Interrupted(signum)
 
     def stopping(self) -> None:
-        """Say that the process is stopping (e.g. on a KeyboardInterrupt from elsewhere): later
-        signals are ignored while the clean-up runs."""
+        """Say that the process is stopping (its clean-up has begun): later signals are ignored."""
+        self.stopped = True
         self.reacted.set()
+
+    def unraisable(self, info) -> None:
+        """``sys.unraisablehook``: an Interrupted raised where Python swallows exceptions (a garbage
+        collector callback, a ``__del__``) is delivered again, to land in ordinary code."""
+        if isinstance(info.exc_value, Interrupted) and not self.stopped:
+            # sent from another thread a moment later: the handler then runs once this hook returned
+            threading.Timer(REDELIVER_S, signal.pthread_kill,
+                            (threading.main_thread().ident, info.exc_value.signum)).start()
+            return
+        self.previous_hook(info)
 
     def _watch(self) -> None:
         seen = 0
@@ -107,8 +153,10 @@ class _Guard:
                 seen += 1
                 if seen == 1:
                     if not self.reacted.wait(GRACE_S):
-                        print(f"\nplnexp: {signal.Signals(signum).name} received; the fit running in compiled code "
-                              "stops when it returns (send it again to stop now)", file=sys.stderr, flush=True)
+                        what = ("plnexp stops once the step in progress (writing results, checking) is done"
+                                if self.held else "the fit running in compiled code stops when it returns")
+                        print(f"\nplnexp: {signal.Signals(signum).name} received; {what} (send it again to stop now)",
+                              file=sys.stderr, flush=True)
                 elif not self.reacted.is_set():
                     self._force(signum)
 
@@ -124,6 +172,8 @@ class _Guard:
 
 
 class _NoGuard:
+    signum = None
+
     def stopping(self) -> None:
         pass
 
@@ -135,12 +185,14 @@ def handled(on_force: Callable[[int], None] | None = None):
         yield _NoGuard()
         return
     guard = _Guard(on_force)
-    old = {s: signal.signal(s, guard.handler) for s in SIGNALS}
+    old = {s: signal.signal(s, guard.handler) for s in _caught()}
     old_fd = signal.set_wakeup_fd(guard.write.fileno(), warn_on_full_buffer=False)
+    sys.unraisablehook = guard.unraisable
     guard.thread.start()
     try:
         yield guard
     finally:
+        sys.unraisablehook = guard.previous_hook
         signal.set_wakeup_fd(old_fd)
         for s, h in old.items():
             signal.signal(s, h)

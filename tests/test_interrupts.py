@@ -4,6 +4,7 @@ that stops a process whose main thread is stuck in compiled code."""
 from __future__ import annotations
 
 import signal
+import time
 
 import pytest
 
@@ -36,6 +37,49 @@ def test_later_signals_are_ignored_while_stopping():
     with interrupts.handled() as guard:
         guard.stopping()
         signal.raise_signal(signal.SIGINT)  # no exception: the clean-up goes on
+
+
+def test_an_interrupt_swallowed_in_a_callback_is_delivered_again():
+    """A signal handled inside a __del__ or a gc callback (JAX has one) raises where Python ignores
+    exceptions: it must not be lost."""
+    class Finalised:
+        def __del__(self):
+            signal.raise_signal(signal.SIGINT)  # the handler runs inside __del__
+            sum(range(10))
+
+    with pytest.raises(interrupts.Interrupted):
+        with interrupts.handled():
+            x = Finalised()
+            del x
+            time.sleep(30)  # the interrupt arrives again while the main thread waits here
+
+
+def test_an_ignored_signal_stays_ignored(monkeypatch):
+    """A shell runs background jobs with SIGINT ignored: plnexp keeps it so."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with interrupts.handled():
+            signal.raise_signal(signal.SIGINT)  # ignored: nothing raised
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        with pytest.raises(interrupts.Interrupted, match="SIGTERM"):
+            with interrupts.handled():
+                signal.raise_signal(signal.SIGTERM)  # still handled
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_pending_tells_code_that_caught_another_error_about_the_interrupt():
+    assert interrupts.pending() is None
+    with interrupts.handled():
+        assert interrupts.pending() is None
+        try:
+            try:
+                signal.raise_signal(signal.SIGTERM)
+            except interrupts.Interrupted as e:
+                raise RuntimeError("a library turned it into this") from e
+        except RuntimeError:
+            assert interrupts.pending().exit_code == 143
+    assert interrupts.pending() is None
 
 
 def test_plain_keyboard_interrupt_is_a_sigint():
