@@ -69,14 +69,35 @@ def _sweep_up(uri: str) -> None:
               f"no longer exist, marked FAILED (reason=orphaned)", file=sys.stderr, flush=True)
 
 
+def _stopped_by(e: BaseException, guard) -> interrupts.Interrupted | None:
+    """The interrupt behind ``e``: a KeyboardInterrupt, or any error raised while one was being
+    handled (a signal that landed inside Hydra's or a library's code can come out as another error)."""
+    if isinstance(e, KeyboardInterrupt):
+        return interrupts.as_interrupted(e)
+    return interrupts.Interrupted(guard.signum) if guard.signum is not None else None
+
+
+def _machinery_error(e: BaseException) -> int:
+    """An error of Hydra's machinery (not of a job, which never raises): one line, exit 1."""
+    if os.environ.get("HYDRA_FULL_ERROR") == "1" or isinstance(e, SystemExit):
+        raise e
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    print(f"plnexp: error: {type(e).__name__}: {first} (HYDRA_FULL_ERROR=1 for the traceback)", file=sys.stderr,
+          flush=True)
+    return 1
+
+
 def run(overrides: list[str], uri: str) -> int:
     task = sweep.Task()
     with interrupts.handled(lambda signum: sweep.force_stop(None, uri, signal.Signals(signum).name)) as guard:
         try:
-            sweep.launch(overrides, task)
-        except KeyboardInterrupt as e:
+            sweep.launch(overrides, task, raise_errors=True)
+        except BaseException as e:  # noqa: BLE001 - an interrupt, or an error: one line either way
+            stop = _stopped_by(e, guard)
+            if stop is None:
+                return _machinery_error(e)
             guard.stopping()
-            stop = interrupts.as_interrupted(e)
+            tracking.end_process_runs(uri, "KILLED", f"interrupted by {stop.name}", "interrupted")
             print(f"plnexp: interrupted by {stop.name}: the run was recorded KILLED", file=sys.stderr, flush=True)
             return stop.exit_code
     return 1 if task.failed else 0
@@ -97,24 +118,29 @@ def multirun(overrides: list[str], jobs: list, uri: str) -> int:
             return _fail(e)
         print(f"sweep {name}: {len(jobs)} jobs, experiment {first.experiment!r}, parent run {record.parent_id}",
               flush=True)
-        status, reason, stop = "FAILED", "the sweep stopped on an error", None
+        status, reason, stop, error = "FAILED", "the sweep stopped on an error", None, None
         try:
             sweep.launch(["--multirun", *overrides, *([] if given else [sweep.hydra_override(sweep_dir)])],
-                         sweep.Task())
+                         sweep.Task(), raise_errors=True)
             status, reason = "FINISHED", ""
-        except KeyboardInterrupt as e:
-            guard.stopping()
-            stop = interrupts.as_interrupted(e)
-            status, reason = "KILLED", f"interrupted by {stop.name}"
-        finally:  # also on an error (then Hydra's message, exit 1): the parent never stays RUNNING
-            with interrupts.deferred():
-                summary = sweep.close_sweep(record, status, reason)
-            print(summary.table(), flush=True)
-            if stop is not None:
-                print(summary.interrupted_line(stop.name), file=sys.stderr, flush=True)
+        except BaseException as e:  # noqa: BLE001 - an interrupt, or an error of the machinery
+            stop = _stopped_by(e, guard)
+            if stop is None:
+                error = e
+                reason = f"the sweep stopped on an error: {type(e).__name__}"
             else:
-                print(summary.footer(), flush=True)
-    return stop.exit_code if stop is not None else (1 if summary.n_failed else 0)
+                status, reason = "KILLED", f"interrupted by {stop.name}"
+        guard.stopping()
+        with interrupts.deferred():  # the parent never stays RUNNING
+            summary = sweep.close_sweep(record, status, reason)
+        print(summary.table(), flush=True)
+        if stop is not None:
+            print(summary.interrupted_line(stop.name), file=sys.stderr, flush=True)
+            return stop.exit_code
+        print(summary.footer(), flush=True)
+        if error is not None:
+            return _machinery_error(error)
+    return 1 if summary.n_failed else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,11 +168,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     is_multirun = is_multirun or any(o.startswith("sweep=") and o != "sweep=null" for o in overrides)
     overrides = [o for o in overrides if o != "sweep=null"]  # the default: no sweep file (a plain multirun)
-    try:
-        jobs, uri = _check(overrides, is_multirun)
-    except (C.ConfigError, DataError, tracking.StoreError) as e:
-        return _fail(e)
-    _sweep_up(uri)
+    with interrupts.handled() as guard:  # nothing to record yet: an interrupt is one line
+        try:
+            with interrupts.deferred():  # held until the checks end: never half-way through Hydra's code
+                jobs, uri = _check(overrides, is_multirun)
+                _sweep_up(uri)
+        except (C.ConfigError, DataError, tracking.StoreError) as e:
+            return _fail(e)
+        except KeyboardInterrupt as e:
+            guard.stopping()
+            stop = interrupts.as_interrupted(e)
+            print(f"plnexp: interrupted by {stop.name} before any job started", file=sys.stderr, flush=True)
+            return stop.exit_code
     return multirun(overrides, jobs, uri) if is_multirun else run(overrides, uri)
 
 

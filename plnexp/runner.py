@@ -123,6 +123,9 @@ def execute(config: Config, overrides=(), name: str | None = None, output_dir: s
             at = int(bad[0]) if len(bad) else out.result.n_iter
             out.reason = f"non-finite ELBO at iteration {at}"
     except Exception as e:  # noqa: BLE001 - a job reports, never raises
+        stop = interrupts.pending()
+        if stop is not None:  # a Ctrl-C that a library turned into another error
+            raise stop from e
         out.status, out.reason = "FAILED", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         log.warning("%s failed: %s", out.name, out.reason)
     out.stop()

@@ -31,7 +31,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import cli, runner, tracking
+from . import cli, interrupts, runner, tracking
 from . import config as C
 
 RECORD_NAME = "plnexp-sweep.json"
@@ -202,6 +202,9 @@ class Task:
                 print(" KILLED" if here else f"{label} KILLED", flush=True)
             raise
         except Exception as e:  # noqa: BLE001 - the store failed under us: say so, go on
+            stop = interrupts.pending()
+            if stop is not None:  # a Ctrl-C that a library turned into another error
+                raise stop from e
             self.failed += 1
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             print(f"{' ' if record is not None and here else ''}FAILED", flush=True)
@@ -218,15 +221,30 @@ class Task:
         print(f" {text}" if here else f"{label} {text}", flush=True)
 
 
-def launch(args: list[str], task: Task) -> None:
-    """Hydra's command line on ``args`` (not ``sys.argv``), with ``task`` as the task function."""
+def launch(args: list[str], task: Task, *, raise_errors: bool = False) -> None:
+    """Hydra's command line on ``args`` (not ``sys.argv``), with ``task`` as the task function.
+
+    ``raise_errors``: an error in Hydra's machinery (a launcher that fails, an interrupt that lands
+    inside Hydra's own code and turns into another error) reaches the caller as the exception,
+    instead of Hydra printing a traceback and exiting 1 (Hydra's HYDRA_FULL_ERROR, set meanwhile).
+    """
     from hydra import version
     from hydra._internal.utils import _run_hydra, get_args_parser
 
     version.setbase("1.3")
     parser = get_args_parser()
-    _run_hydra(args=parser.parse_args(list(args)), args_parser=parser, task_function=task,
-               config_path=str(C.CONF_DIR), config_name="config")
+    previous = os.environ.get("HYDRA_FULL_ERROR")
+    if raise_errors:
+        os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        _run_hydra(args=parser.parse_args(list(args)), args_parser=parser, task_function=task,
+                   config_path=str(C.CONF_DIR), config_name="config")
+    finally:
+        if raise_errors:
+            if previous is None:
+                os.environ.pop("HYDRA_FULL_ERROR", None)
+            else:
+                os.environ["HYDRA_FULL_ERROR"] = previous
 
 
 def force_stop(record: SweepRecord | None, uri: str, signame: str) -> None:

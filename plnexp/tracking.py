@@ -136,6 +136,25 @@ def _dir_lock(folder: Path):
         os.close(fd)
 
 
+def _create_sqlite_store(path: Path) -> None:
+    """Create a sqlite store whole or not at all: MLflow's migrations (seconds) run on a temporary
+    file that is then linked into place, so an interrupt cannot leave a half-migrated store."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    _quiet()
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".creating", dir=path.parent)
+    os.close(fd)
+    os.chmod(tmp, 0o644)  # what sqlite would give a new file (mkstemp makes it private)
+    try:
+        store = SqlAlchemyStore(f"sqlite:///{tmp}", (outputs_dir() / "artifacts").as_uri())
+        store.engine.dispose()
+        os.link(tmp, path)  # fails if a store appeared meanwhile: then that one is used
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(tmp)
+
+
 def _first_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return text[0] if text else type(e).__name__
@@ -145,8 +164,8 @@ def check_store(explicit: str | None = None, timeout: float = PROBE_TIMEOUT_S) -
     """Reach the store before any fit, in seconds; returns its URI or raises :class:`StoreError`.
 
     An http(s) server gets a quick probe (MLflow's own client retries for minutes); a sqlite
-    store's folder must be writable, and the store is created there (migrations, once, one
-    process at a time) if it does not exist yet.
+    store's folder must be writable, and the store is created there if it does not exist yet
+    (one process at a time, whole or not at all: see :func:`_create_sqlite_store`).
     """
     uri = tracking_uri(explicit)
     where = _uri_source(explicit)
@@ -162,23 +181,20 @@ def check_store(explicit: str | None = None, timeout: float = PROBE_TIMEOUT_S) -
         except (urllib.error.URLError, OSError, ValueError) as e:
             reason = getattr(e, "reason", e)
             raise StoreError(f"{where}: cannot reach the MLflow server ({reason}); {allowed}") from None
-    lock = None
-    if scheme == "sqlite":
-        path = _sqlite_path(uri)
-        if path is not None:
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-                    raise PermissionError("not writable")
-            except OSError as e:
-                raise StoreError(f"{where}: cannot write {path} ({e.strerror or e}); {allowed}") from None
-            lock = path.parent
+    path = _sqlite_path(uri) if scheme == "sqlite" else None
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+                raise PermissionError("not writable")
+        except OSError as e:
+            raise StoreError(f"{where}: cannot write {path} ({e.strerror or e}); {allowed}") from None
     try:
-        if lock is not None:
-            with _dir_lock(lock):
-                client(uri).search_experiments(max_results=1)
-        else:
-            client(uri).search_experiments(max_results=1)
+        if path is not None:
+            with _dir_lock(path.parent):
+                if not path.exists():
+                    _create_sqlite_store(path)
+        client(uri).search_experiments(max_results=1)
     except Exception as e:  # noqa: BLE001 - any failure here is one line
         client.cache_clear()
         raise StoreError(f"{where}: {_first_line(e)}; {allowed}") from None
@@ -413,3 +429,49 @@ def sweep_up_orphans(uri: str) -> list:
         end_running(cl, [r], "FAILED", f"orphaned: process {pid} on {host} ended without closing this run",
                     "orphaned")
     return dead
+
+
+# ---------------------------------------------------------------- reading runs back (rerun, resume)
+def find_run(uri: str, run_id: str):
+    """The run ``run_id`` of the store, or None if the store has no such run."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client(uri).get_run(run_id)
+    except MlflowException as e:
+        if e.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+            return None
+        raise
+
+
+def experiment_name(uri: str, exp_id: str) -> str:
+    return client(uri).get_experiment(exp_id).name
+
+
+def read_artifact(uri: str, run_id: str, path: str) -> str | None:
+    """The text of a run's artifact ``path``, or None if it is missing (or its file is gone)."""
+    from mlflow.exceptions import MlflowException
+
+    cl = client(uri)
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            return Path(cl.download_artifacts(run_id, path, tmp)).read_text()
+        except (MlflowException, OSError):
+            return None
+
+
+def read_curve(uri: str, run_id: str) -> np.ndarray:
+    """A run's ELBO curve (the step metric :data:`CURVE_KEY`), in step order."""
+    history = client(uri).get_metric_history(run_id, CURVE_KEY)
+    return np.asarray([m.value for m in sorted(history, key=lambda m: m.step)], dtype=np.float64)
+
+
+def sweep_children(uri: str, run) -> list:
+    """The child runs of a parent run (any status), in job order."""
+    return children(client(uri), Parent(uri, run.info.experiment_id, run.info.run_id))
+
+
+def finished_runs(uri: str, exp_id: str) -> list:
+    """The FINISHED runs of an experiment, newest first."""
+    runs = _search_all(client(uri), [exp_id], "attributes.status = 'FINISHED'")
+    return sorted(runs, key=lambda r: -(r.info.start_time or 0))

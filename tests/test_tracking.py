@@ -264,3 +264,17 @@ def test_unmeasured_timings_are_not_logged_and_shown_as_dash(outputs, config):
     head, _, row = runner.summary_table([o]).splitlines()
     cells = dict(zip(head.split(), row.split()))
     assert cells["first_s"] == "-" and cells["cached_s"] == "-" and cells["compile_s"] == "1.500"
+
+
+def test_an_interrupted_store_creation_leaves_no_store(tmp_path, monkeypatch):
+    """MLflow's migrations run on a temporary file linked into place at the end: an interrupt
+    half-way leaves nothing (a half-migrated store would fail every later command)."""
+    import mlflow.store.tracking.sqlalchemy_store as sas
+
+    def interrupted(*args, **kwargs):
+        raise interrupts.Interrupted(signal.SIGINT)
+
+    monkeypatch.setattr(sas, "SqlAlchemyStore", interrupted)
+    with pytest.raises(interrupts.Interrupted):
+        tracking.check_store(f"sqlite:///{tmp_path}/new/mlflow.db")
+    assert list((tmp_path / "new").iterdir()) == []
