@@ -195,8 +195,15 @@ def exit_now(code: int) -> None:
     os._exit(code)
 
 
+def _ran_fits_here() -> bool:
+    """False when a process-pool launcher (joblib's loky) ran the jobs: its workers are gone, no XLA
+    call runs here, and a normal exit lets loky clean up after itself."""
+    loky = sys.modules.get("joblib.externals.loky.reusable_executor")
+    return getattr(loky, "_executor", None) is None
+
+
 if __name__ == "__main__":
     code = main()
-    if code in (128 + signal.SIGINT, 128 + signal.SIGTERM):
+    if code in (128 + signal.SIGINT, 128 + signal.SIGTERM) and _ran_fits_here():
         exit_now(code)
     sys.exit(code)

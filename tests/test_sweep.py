@@ -111,6 +111,8 @@ def test_ctrl_c_reaches_joblib_workers_and_nothing_stays_running(outputs, tmp_pa
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "Traceback" not in out + err
+    assert err.strip().splitlines() == [err.strip().splitlines()[-1]], err  # one line: the summary's
+    assert "plnexp: interrupted by SIGINT: 0 of 4 jobs finished, 2 killed" in err
     (parent,), children = split(runs_of(outputs, "pintr"))
     assert parent.info.status == "KILLED"
     assert len(children) == 2 and {r.info.status for r in children} == {"KILLED"}
