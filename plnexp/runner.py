@@ -133,19 +133,21 @@ def execute(config: Config, overrides=(), name: str | None = None, output_dir: s
 
 
 def run_job(config: Config, overrides=(), name: str | None = None, output_dir: str = "", *,
-            parent=None, job_num: int | None = None) -> Outcome:
+            parent=None, job_num: int | None = None, tags: dict | None = None) -> Outcome:
     """Execute one job with its MLflow run: created RUNNING now, ended with the job's status.
 
     ``parent`` (a :class:`plnexp.tracking.Parent`) makes the run a child of a sweep, in the sweep's
     store and experiment; otherwise the run goes to the config's store and experiment. On an
-    interrupt the run is ended KILLED and :class:`plnexp.interrupts.Interrupted` re-raised.
+    interrupt the run is ended KILLED and :class:`plnexp.interrupts.Interrupted` re-raised. The run
+    is created with the provenance tags (:func:`plnexp.provenance.run_tags`) and ``tags``.
     """
-    from . import tracking
+    from . import provenance, tracking
 
     uri = parent.uri if parent else tracking.tracking_uri(config.tracking_uri)
     cl = tracking.client(uri)
     outcome = Outcome(name or config.run_name, tuple(overrides), config, output_dir=output_dir)
-    tags = {tracking.JOB_TAG: job_num} if job_num is not None else {}
+    tags = {**provenance.run_tags(config), **({tracking.JOB_TAG: job_num} if job_num is not None else {}),
+            **(tags or {})}
     try:
         with interrupts.deferred():
             exp_id = parent.experiment_id if parent else tracking.experiment_id(cl, config.experiment)

@@ -475,3 +475,9 @@ def finished_runs(uri: str, exp_id: str) -> list:
     """The FINISHED runs of an experiment, newest first."""
     runs = _search_all(client(uri), [exp_id], "attributes.status = 'FINISHED'")
     return sorted(runs, key=lambda r: -(r.info.start_time or 0))
+
+
+def find_experiment(uri: str, name: str) -> str | None:
+    """The id of the experiment ``name``, or None if the store has none (nothing is created)."""
+    exp = client(uri).get_experiment_by_name(name)
+    return exp.experiment_id if exp is not None else None

@@ -1,0 +1,149 @@
+"""What a run was made of, in tags, so that it can be rebuilt, rerun and checked.
+
+Every job's run is tagged when it starts (:func:`run_tags`): the hash of its resolved config
+(``config_hash``, what ``sweep ... resume=true`` matches on), the package version, the git commit
+and whether the tree was dirty, the command line, the seeds and, for a CSV data set, the sha256 of
+each file. The environment tags (:func:`plnexp.tracking.environment_tags`), the hash of the arrays
+actually fitted (``data_digest``, after replication) and the resolved config artifact
+(``config.yaml``) are written by :mod:`plnexp.tracking`. :func:`environment` gathers the fields
+that ``rerun`` compares, and :data:`CURVE_RTOL` is how far two ELBO curves of one configuration may
+differ when they cannot be bit for bit equal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from .config import Config
+
+PROVENANCE_VERSION = "1"  # the format of these tags and of config.yaml; a rerun refuses others
+VERSION_TAG, FORMAT_TAG = "plnexp.version", "plnexp.provenance"
+HASH_TAG, RERUN_TAG, RESUMES_TAG = "config_hash", "rerun_of", "resumes"
+DATA_TAG = "data_digest"
+FILE_TAG = "data_sha256."  # + counts, offsets, covariates (CSV data sets)
+
+# Config fields that do not change a fit's result, left out of the config hash: where it is logged
+# (experiment, tracking_uri), how it is timed (repeats, warmup, first_call, compile_cache: the
+# result is always the output of one run of the compiled program), and the requested n_iter and its
+# caps (the resolved n_iter, which is hashed, is what runs).
+UNHASHED = ("experiment", "tracking_uri", "repeats", "warmup", "first_call", "compile_cache", "n_iter_requested",
+            "n_iter_cap")
+
+# How far two ELBO curves of one configuration may differ (max relative difference) when they are
+# not expected to be bit for bit equal (another device, jax version, fusion): the strategy tests'
+# tolerances, tests/test_strategies.py RTOL.
+CURVE_RTOL = {"float64": 1e-9, "float32": 1e-5}
+
+# The fields compared by ``rerun``, in the order they are printed: (tag, what it is)
+ENV_FIELDS = (("jax_version", "jax version"), ("jaxlib_version", "jaxlib version"), ("optax_version", "optax version"),
+              ("platform", "platform"), ("device_kind", "device kind"), ("x64", "x64"), ("XLA_FLAGS", "XLA_FLAGS"),
+              ("git_commit", "git commit"), ("git_dirty", "git tree dirty"), (DATA_TAG, "data hash"),
+              (VERSION_TAG, "plnexp version"))
+
+
+def package_version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def config_hash(config: Config) -> str:
+    """sha256 of the resolved config (:meth:`Config.as_dict`) without the :data:`UNHASHED` fields."""
+    d = {k: v for k, v in config.as_dict().items() if k not in UNHASHED}
+    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def file_sha256(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def data_files(config: Config) -> dict[str, str]:
+    """The files of a CSV data set: ``{"counts": path, ...}`` (empty for generated data)."""
+    ds = config.dataset
+    if ds.name != "csv":
+        return {}
+    return {k: getattr(ds, k) for k in ("counts", "offsets", "covariates") if getattr(ds, k)}
+
+
+def command_line(argv: list[str] | None = None) -> str:
+    argv = list(sys.argv if argv is None else argv)
+    if argv and Path(argv[0]).name == "__main__.py" and Path(argv[0]).parent.name == "plnexp":
+        return " ".join(["python -m plnexp", *argv[1:]])
+    return " ".join(argv)
+
+
+def seeds(config: Config) -> str:
+    out = [f"seed={config.seed}"]
+    if hasattr(config.dataset, "seed"):
+        out.append(f"dataset.seed={config.dataset.seed}")
+    return " ".join(out)
+
+
+def run_tags(config: Config) -> dict[str, str]:
+    """The provenance tags of a job's run, written when the run is created."""
+    from .tracking import git_commit
+
+    commit = git_commit()
+    tags = {FORMAT_TAG: PROVENANCE_VERSION, VERSION_TAG: package_version(), HASH_TAG: config_hash(config),
+            "git_dirty": str(commit.endswith("-dirty")).lower(), "command": command_line(), "seeds": seeds(config)}
+    for key, path in data_files(config).items():
+        tags[FILE_TAG + key] = file_sha256(path)
+    return tags
+
+
+def environment(config: Config, data_digest: str) -> dict[str, str]:
+    """The :data:`ENV_FIELDS` of this process for ``config`` (its device and precision)."""
+    from .tracking import environment_tags
+
+    env = environment_tags(config)
+    env.update({"git_dirty": str(env["git_commit"].endswith("-dirty")).lower(), DATA_TAG: data_digest,
+                VERSION_TAG: package_version()})
+    return {k: env.get(k, "") for k, _ in ENV_FIELDS}
+
+
+def differences(recorded: dict[str, str], current: dict[str, str]) -> list[str]:
+    """One line per :data:`ENV_FIELDS` entry that differs (a field the original did not record too)."""
+    lines = []
+    for key, what in ENV_FIELDS:
+        old, new = recorded.get(key), current.get(key, "")
+        if key == "git_dirty" and old is None and "git_commit" in recorded:  # older runs: from the commit
+            old = str(recorded["git_commit"].endswith("-dirty")).lower()
+        if old != new:
+            lines.append(f"{what} ({key}): {'(not recorded)' if old is None else repr(old)} -> {new!r}")
+    return lines
+
+
+def changed_files(recorded: dict[str, str], config: Config) -> list[str]:
+    """One line per data file whose sha256 differs from the one recorded on the original run."""
+    lines = []
+    for key, path in data_files(config).items():
+        old = recorded.get(FILE_TAG + key)
+        if old is None:
+            continue
+        new = file_sha256(path)
+        if new != old:
+            lines.append(f"dataset.{key} file {path} changed since the original run (sha256 {old[:12]}... -> "
+                         f"{new[:12]}...)")
+    return lines
+
+
+def curve_difference(old: np.ndarray, new: np.ndarray) -> tuple[bool, float]:
+    """(bit for bit equal, max relative difference over the common iterations; inf if lengths differ)."""
+    old, new = np.asarray(old, dtype=np.float64), np.asarray(new, dtype=np.float64)
+    if old.shape != new.shape:
+        n = min(len(old), len(new))
+        _, rel = curve_difference(old[:n], new[:n]) if n else (False, 0.0)
+        return False, rel
+    if np.array_equal(old, new):
+        return True, 0.0
+    scale = np.maximum(np.abs(old), np.finfo(np.float64).tiny)
+    return False, float(np.max(np.abs(new - old) / scale))
