@@ -18,12 +18,12 @@ import signal
 import sys
 from pathlib import Path
 
-from . import cli, interrupts, sweep, tracking
+from . import cli, interrupts, resume, sweep, tracking
 from . import config as C
 from .data import DataError
 
-USAGE_LINE = ("usage: python -m plnexp {run,sweep,ui,doctor} [overrides ...]; allowed commands are run, sweep, "
-              "ui, doctor (python -m plnexp --help lists the config groups and overrides)")
+USAGE_LINE = ("usage: python -m plnexp {run,sweep,rerun,ui,doctor} [overrides ...]; allowed commands are run, "
+              "sweep, rerun, ui, doctor (python -m plnexp --help lists the config groups and overrides)")
 HYDRA_FLAGS = {"--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--resolve", "--package", "-p",
                "--shell-completion", "-sc", "--version"}
 ERROR_KINDS = ((C.ConfigError, "error"), (DataError, "data error"), (tracking.StoreError, "store error"))
@@ -103,21 +103,28 @@ def run(overrides: list[str], uri: str) -> int:
     return 1 if task.failed else 0
 
 
-def multirun(overrides: list[str], jobs: list, uri: str) -> int:
+def multirun(overrides: list[str], jobs: list, uri: str, resumed: bool = False) -> int:
     name = next((o.split("=", 1)[1] for o in overrides if o.startswith("sweep=")), "multirun")
     given = next((o.split("=", 1)[1] for o in overrides if o.startswith("hydra.sweep.dir=")), None)
     first = jobs[0].config
+    done = resume.find_done(uri, first.experiment, jobs) if resumed else []
+    if resumed and len(done) == len(jobs):  # nothing left to run: nothing is created
+        print(resume.summary(uri, done), flush=True)
+        print(resume.all_done_line(done, first.experiment), flush=True)
+        return 0
     held: dict = {}  # what the interrupt helper thread may need: this sweep's record, once open
     force = lambda signum: sweep.force_stop(held.get("record"), uri, signal.Signals(signum).name)  # noqa: E731
     with interrupts.handled(force) as guard:
         sweep_dir = Path(given.strip("'\"")).resolve() if given else sweep.new_sweep_dir()
         try:
-            record = held["record"] = sweep.open_sweep(sweep_dir, name, first.experiment, uri, len(jobs),
-                                                       {"command": " ".join(["sweep", *overrides])})
+            record = held["record"] = sweep.open_sweep(
+                sweep_dir, name, first.experiment, uri, len(jobs),
+                {"command": " ".join(["sweep", *overrides, *(["resume=true"] if resumed else [])]),
+                 **resume.tags(done)}, reused=tuple(done))
         except C.ConfigError as e:
             return _fail(e)
-        print(f"sweep {name}: {len(jobs)} jobs, experiment {first.experiment!r}, parent run {record.parent_id}",
-              flush=True)
+        print(f"sweep {name}: {len(jobs)} jobs, experiment {first.experiment!r}, parent run {record.parent_id}"
+              f"{resume.resuming_note(done)}", flush=True)
         status, reason, stop, error = "FAILED", "the sweep stopped on an error", None, None
         try:
             sweep.launch(["--multirun", *overrides, *([] if given else [sweep.hydra_override(sweep_dir)])],
@@ -148,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args:
         print(f"plnexp: error: no command; {USAGE_LINE}", file=sys.stderr)
         return 2
+    if args[0] == "rerun":
+        from .rerun import main as rerun
+
+        return rerun(args[1:])
     if args[0] == "doctor":
         from .doctor import main as doctor
 
@@ -168,6 +179,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     is_multirun = is_multirun or any(o.startswith("sweep=") and o != "sweep=null" for o in overrides)
     overrides = [o for o in overrides if o != "sweep=null"]  # the default: no sweep file (a plain multirun)
+    try:
+        overrides, resumed = resume.pop_switch(overrides)
+        if resumed and not is_multirun:
+            raise C.ConfigError("resume=true: only for sweeps; allowed with python -m plnexp sweep or --multirun")
+    except C.ConfigError as e:
+        return _fail(e)
     with interrupts.handled() as guard:  # nothing to record yet: an interrupt is one line
         try:
             with interrupts.deferred():  # held until the checks end: never half-way through Hydra's code
@@ -180,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             stop = interrupts.as_interrupted(e)
             print(f"plnexp: interrupted by {stop.name} before any job started", file=sys.stderr, flush=True)
             return stop.exit_code
-    return multirun(overrides, jobs, uri) if is_multirun else run(overrides, uri)
+    return multirun(overrides, jobs, uri, resumed) if is_multirun else run(overrides, uri)
 
 
 def exit_now(code: int) -> None:

@@ -31,7 +31,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import cli, interrupts, runner, tracking
+from . import cli, interrupts, resume, runner, tracking
 from . import config as C
 
 RECORD_NAME = "plnexp-sweep.json"
@@ -50,6 +50,10 @@ class SweepRecord:
     pid: int
     started: float  # time.time() when the sweep opened
     clock: float = 0.0  # time.monotonic() then (one clock for the processes of a host)
+    reused: tuple = ()  # resume=true: plnexp.resume.Reused of the jobs that earlier runs answer
+
+    def __post_init__(self):  # read back from JSON: lists
+        object.__setattr__(self, "reused", tuple(resume.Reused(*r) for r in self.reused))
 
     @property
     def parent(self) -> tracking.Parent:
@@ -89,8 +93,10 @@ def read_record(sweep_dir) -> SweepRecord | None:
     return SweepRecord(**json.loads(path.read_text()))
 
 
-def open_sweep(sweep_dir: Path, name: str, experiment: str, uri: str, total: int, tags: dict) -> SweepRecord:
-    """Create the experiment (once, before any job) and the parent run, and write the record."""
+def open_sweep(sweep_dir: Path, name: str, experiment: str, uri: str, total: int, tags: dict,
+               reused: tuple = ()) -> SweepRecord:
+    """Create the experiment (once, before any job) and the parent run, and write the record
+    (``reused``: the jobs a resumed sweep does not run again, see :mod:`plnexp.resume`)."""
     sweep_dir = Path(sweep_dir)
     if (sweep_dir / RECORD_NAME).exists():
         raise C.ConfigError(f"hydra.sweep.dir={sweep_dir}: already holds a sweep ({RECORD_NAME}); "
@@ -99,7 +105,7 @@ def open_sweep(sweep_dir: Path, name: str, experiment: str, uri: str, total: int
     tags = {"jobs": total, "git_commit": tracking.git_commit(), "sweep": name, "sweep_dir": str(sweep_dir), **tags}
     parent = tracking.open_parent(uri, experiment, f"{name}-{time.strftime('%Y%m%d-%H%M%S')}", tags)
     record = SweepRecord(uri, parent.experiment_id, parent.run_id, name, total, platform.node(), os.getpid(),
-                         time.time(), time.monotonic())
+                         time.time(), time.monotonic(), tuple(reused))
     try:
         write_record(sweep_dir, record)
     except FileExistsError:
@@ -146,9 +152,9 @@ def close_sweep(record: SweepRecord, status: str = "FINISHED", reason: str = "")
     (FAILED instead of FINISHED when jobs are missing). Safe to call again: it re-reads the store."""
     end_status = "KILLED" if status == "KILLED" else "FAILED"
     why = reason or "the sweep ended while this job was running"
-    rows = [runner.Row(r["name"], r["status"], r["metrics"], r["metrics"].get("wall_s", 0.0))
-            for r in tracking.end_children(record.parent, end_status, why,
-                                           "interrupted" if status == "KILLED" else "lost")]
+    found = tracking.end_children(record.parent, end_status, why, "interrupted" if status == "KILLED" else "lost")
+    found = sorted(found + resume.rows(record.uri, record.reused), key=lambda r: r["job"])  # resumed: the grid
+    rows = [runner.Row(r["name"], r["status"], r["metrics"], r["metrics"].get("wall_s", 0.0)) for r in found]
     if status == "FINISHED" and len(rows) < record.total:
         status = "FAILED"
     here = record.host == platform.node() and record.clock
@@ -191,6 +197,10 @@ class Task:
             return
         name = cli.job_name(config, overrides)
         here = record is None or record.pid == os.getpid()  # in the driver: progress on one line
+        earlier = resume.reused_run(record, config) if record is not None else None
+        if earlier is not None:
+            print(f"[{num + 1}/{record.total}] {name} FINISHED earlier (run {earlier}): skipped", flush=True)
+            return
         label = f"[{num + 1}/{record.total}] {name}" if record else name
         if record is not None and here:
             print(f"{label} ...", end="", flush=True)
@@ -230,6 +240,7 @@ def launch(args: list[str], task: Task, *, raise_errors: bool = False) -> None:
     """
     from hydra import version
     from hydra._internal.utils import _run_hydra, get_args_parser
+    from hydra.core.global_hydra import GlobalHydra
 
     version.setbase("1.3")
     parser = get_args_parser()
@@ -240,6 +251,7 @@ def launch(args: list[str], task: Task, *, raise_errors: bool = False) -> None:
         _run_hydra(args=parser.parse_args(list(args)), args_parser=parser, task_function=task,
                    config_path=str(C.CONF_DIR), config_name="config")
     finally:
+        GlobalHydra.instance().clear()  # so that a process can launch again (tests, Python callers)
         if raise_errors:
             if previous is None:
                 os.environ.pop("HYDRA_FULL_ERROR", None)

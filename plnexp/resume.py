@@ -1,0 +1,108 @@
+"""``python -m plnexp sweep ... resume=true``: finish a sweep that stopped (Ctrl-C, a crash, failed jobs).
+
+Before the sweep opens, each job of the grid is matched against the FINISHED runs of the sweep's
+experiment on the hash of its resolved config (tag ``config_hash``, see
+:func:`plnexp.provenance.config_hash`; never on the run name) and on the hash of its data (tag
+``data_digest``: a CSV file changed since is fitted again). A job with such a run is not run again:
+the sweep's record lists it (:attr:`plnexp.sweep.SweepRecord.reused`), its Hydra job skips it, and
+the summary (and the parent's ``n_done``) covers the whole grid, reusing that run's row. FAILED,
+KILLED and orphaned jobs run again. The new parent run is tagged ``resumes`` with the parent runs
+whose children it reuses. When every job is done already, nothing is created.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from . import provenance, runner, tracking
+from .config import Config, ConfigError
+
+
+class Reused(NamedTuple):
+    """A job of the grid that a FINISHED run of the experiment already answers."""
+
+    job: int  # the job's place in the grid (Hydra's job number)
+    config_hash: str
+    run_id: str
+    parent_id: str  # the sweep it ran in ("" for a plain run)
+
+
+def pop_switch(args: list[str]) -> tuple[list[str], bool]:
+    """Take ``resume=true|false`` out of the command line (it is not a config key)."""
+    values = [a.split("=", 1)[1] for a in args if a.split("=", 1)[0] == "resume"]
+    rest = [a for a in args if a.split("=", 1)[0] != "resume"]
+    if not values:
+        return rest, False
+    value = values[-1].strip().lower()
+    if value not in ("true", "false"):
+        raise ConfigError(f"resume={values[-1]}: allowed values are true, false")
+    return rest, value == "true"
+
+
+def find_done(uri: str, experiment: str, jobs) -> list[Reused]:
+    """The jobs (``plnexp.cli.Job``) that a FINISHED run of ``experiment`` already answers (the newest
+    such run for each). Reads only: nothing is created, not even the experiment."""
+    exp_id = tracking.find_experiment(uri, experiment)
+    if exp_id is None:
+        return []
+    latest: dict = {}
+    for r in tracking.finished_runs(uri, exp_id):  # newest first
+        h = r.data.tags.get(provenance.HASH_TAG)
+        if h and h not in latest:
+            latest[h] = r
+    done = []
+    for i, job in enumerate(jobs):
+        h = provenance.config_hash(job.config)
+        r = latest.get(h)
+        if r is None:
+            continue
+        recorded = r.data.tags.get(provenance.DATA_TAG)
+        if recorded and recorded != runner.load_data(job.config.dataset).digest():
+            continue  # the data changed since: fit it again
+        done.append(Reused(i, h, r.info.run_id, r.data.tags.get("mlflow.parentRunId", "")))
+    return done
+
+
+def tags(done: list[Reused]) -> dict[str, str]:
+    """The new parent's tags: ``resumes`` (the earlier parent runs whose children it reuses) and
+    ``n_reused``; none when nothing is reused."""
+    if not done:
+        return {}
+    earlier = ",".join(dict.fromkeys(d.parent_id for d in done if d.parent_id))
+    return {provenance.RESUMES_TAG: earlier, "n_reused": str(len(done))}
+
+
+def resuming_note(done: list[Reused]) -> str:
+    if not done:
+        return ""
+    earlier = tags(done)[provenance.RESUMES_TAG]
+    return f" (resuming: {len(done)} job(s) FINISHED earlier{', parent run(s) ' + earlier if earlier else ''})"
+
+
+def all_done_line(done: list[Reused], experiment: str) -> str:
+    earlier = tags(done)[provenance.RESUMES_TAG]
+    return (f"resume: all {len(done)} jobs already FINISHED in experiment {experiment!r}"
+            f"{' (parent run(s) ' + earlier + ')' if earlier else ''}; nothing to run, no run created")
+
+
+def reused_run(record, config: Config) -> str | None:
+    """In a job: the earlier run that answers ``config`` if the sweep reuses one, else None."""
+    h = provenance.config_hash(config)
+    return next((d.run_id for d in record.reused if d.config_hash == h), None)
+
+
+def rows(uri: str, reused) -> list[dict]:
+    """The reused runs as summary rows (like :func:`plnexp.tracking.end_children`'s)."""
+    out = []
+    for d in reused:
+        r = tracking.find_run(uri, d.run_id)
+        if r is not None:
+            out.append({"name": r.info.run_name, "status": r.info.status, "reason": "reused",
+                        "metrics": dict(r.data.metrics), "job": d.job})
+    return out
+
+
+def summary(uri: str, done: list[Reused]) -> str:
+    """The summary table of the grid from the reused runs (when nothing is left to run)."""
+    return runner.summary_table([runner.Row(r["name"], r["status"], r["metrics"], r["metrics"].get("wall_s", 0.0))
+                                 for r in rows(uri, done)])

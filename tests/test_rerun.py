@@ -1,0 +1,272 @@
+"""Reproducible reruns (``python -m plnexp rerun``), provenance tags and resumable sweeps
+(``resume=true``), against a real (copied) sqlite store and real tiny fits."""
+
+from __future__ import annotations
+
+import signal
+
+import numpy as np
+import pytest
+from conftest import plnexp_cli, store_client
+
+from plnexp import cli, provenance, rerun, resume, runner, sweep, tracking
+from plnexp import config as C
+from plnexp.__main__ import main
+
+TINY = ["dataset=synthetic", "dataset.n=50", "dataset.p=5", "n_iter=5", "strategy=scan", "experiment=rr"]
+
+
+def original(overrides=(), parent=None, job_num=None):
+    (job,) = cli.plan([*TINY, *overrides], multirun=False)
+    out = runner.run_job(job.config, job.overrides, job.name, parent=parent, job_num=job_num)
+    assert out.status == "FINISHED", out.reason
+    return out
+
+
+def all_runs(outputs):
+    cl = store_client(outputs)
+    exps = [e.experiment_id for e in cl.search_experiments()]
+    return cl.search_runs(exps) if exps else []
+
+
+def reruns_of(outputs, run_id):
+    return [r for r in all_runs(outputs) if r.data.tags.get("rerun_of") == run_id]
+
+
+def curve(outputs, run_id):
+    hist = store_client(outputs).get_metric_history(run_id, "elbo")
+    return [m.value for m in sorted(hist, key=lambda m: m.step)]
+
+
+# ---------------------------------------------------------------- provenance
+def test_config_hash_ignores_where_and_how_it_is_timed_only():
+    (base,) = cli.plan(TINY, multirun=False, check_device=False)
+    same = ["experiment=other", "repeats=3", "warmup=2", "first_call=true", "compile_cache=true",
+            "tracking_uri=sqlite:////x.db"]
+    (moved,) = cli.plan([*TINY, *same], multirun=False, check_device=False)
+    assert provenance.config_hash(moved.config) == provenance.config_hash(base.config)
+    for change in ("n_iter=6", "precision=float64", "seed=1", "strategy=fori_loop", "optimizer.lr=0.01",
+                   "dataset.n=51", "model=profiled", "gradient=autodiff", "device=auto"):
+        (other,) = cli.plan([*TINY, change], multirun=False, check_device=False)
+        assert provenance.config_hash(other.config) != provenance.config_hash(base.config), change
+
+
+def test_every_run_carries_its_provenance(outputs):
+    out = original()
+    run = store_client(outputs).get_run(out.run_id)
+    t = run.data.tags
+    assert t["config_hash"] == provenance.config_hash(out.config)
+    assert t["plnexp.version"] == provenance.package_version() and t["plnexp.provenance"] == "1"
+    assert t["git_dirty"] in ("true", "false") and t["git_commit"]
+    assert t["seeds"] == "seed=0 dataset.seed=0" and "command" in t
+    assert t["data_digest"] == out.config.dataset.load().digest()  # the arrays actually fitted
+    assert "config.yaml" in {a.path for a in store_client(outputs).list_artifacts(out.run_id)}
+
+
+def test_curve_difference():
+    a = np.array([-10.0, -9.0, -8.0])
+    assert provenance.curve_difference(a, a.copy()) == (True, 0.0)
+    same, rel = provenance.curve_difference(a, a * (1 + 1e-7))
+    assert not same and rel == pytest.approx(1e-7, rel=1e-3)
+    assert provenance.curve_difference(a, a[:2]) == (False, 0.0)
+
+
+# ---------------------------------------------------------------- rerun
+def test_rerun_on_the_same_machine_is_bit_for_bit(outputs, capsys):
+    out = original()
+    code = main(["rerun", out.run_id])
+    text = capsys.readouterr().out
+    assert code == 0, text
+    assert "same environment" in text and "ELBO curves: identical, bit for bit (5 iterations)" in text
+    assert "timing new/original: compile" in text
+    (new,) = reruns_of(outputs, out.run_id)
+    assert new.info.status == "FINISHED" and new.info.experiment_id == store_client(outputs).get_run(
+        out.run_id).info.experiment_id
+    assert new.data.tags["config_hash"] == provenance.config_hash(out.config)
+    assert curve(outputs, new.info.run_id) == curve(outputs, out.run_id)
+
+
+def test_rerun_with_a_precision_override_reports_the_difference(outputs, capsys):
+    out = original(["n_iter=200"])
+    assert main(["rerun", out.run_id, "precision=float64"]) == 0  # another experiment: reported only
+    text = capsys.readouterr().out
+    assert "x64 (x64): 'False' -> 'True'" in text
+    assert "ELBO curves: max relative difference" in text and "beyond the float32 tolerance 1e-05" in text
+    assert main(["rerun", out.run_id, "precision=float64", "--strict"]) == 1
+    assert "FAILED to reproduce" in capsys.readouterr().out
+    new = reruns_of(outputs, out.run_id)
+    assert len(new) == 2 and {r.data.params["precision"] for r in new} == {"float64"}
+
+
+def test_environment_drift_is_reported_field_by_field(outputs, capsys):
+    out = original()
+    drift = {"jax_version": "0.0.1", "jaxlib_version": "0.0.2", "optax_version": "0.0.3", "platform": "gpu",
+             "device_kind": "Imaginary GPU", "x64": "True", "XLA_FLAGS": "--xla_made_up", "git_commit": "deadbeef",
+             "git_dirty": "maybe", "data_digest": "0" * 64, "plnexp.version": "0.0.0"}
+    cl = store_client(outputs)
+    for k, v in drift.items():
+        cl.set_tag(out.run_id, k, v)
+    code = main(["rerun", out.run_id])
+    text = capsys.readouterr().out
+    assert f"{len(drift)} difference(s) from the original" in text
+    for key, value in drift.items():
+        assert f"({key}): {value!r} -> " in text, key
+    # the same config on "another platform": the curves need only agree within the tolerance
+    assert code == 0 and "ELBO curves: identical" in text
+
+
+def test_a_changed_csv_file_is_reported_before_rerunning(outputs, tmp_path, capsys):
+    sim = np.random.default_rng(0).poisson(3.0, size=(40, 4))
+    counts = tmp_path / "counts.csv"
+    counts.write_text("a,b,c,d\n" + "\n".join(",".join(map(str, row)) for row in sim) + "\n")
+    (job,) = cli.plan(["dataset=csv", f"dataset.counts={counts}", "n_iter=5", "experiment=rr"], multirun=False)
+    out = runner.run_job(job.config, job.overrides, job.name)
+    assert store_client(outputs).get_run(out.run_id).data.tags["data_sha256.counts"] == provenance.file_sha256(counts)
+    sim[0, 0] += 5
+    counts.write_text("a,b,c,d\n" + "\n".join(",".join(map(str, row)) for row in sim) + "\n")
+    code = main(["rerun", out.run_id])
+    text = capsys.readouterr().out
+    before_running = text.split("FINISHED:")[0]
+    assert f"dataset.counts file {counts} changed since the original run" in before_running
+    assert "data hash (data_digest)" in before_running
+    assert code == 1 and "FAILED to reproduce" in text  # same config, other data: not reproduced
+    counts.unlink()
+    assert main(["rerun", out.run_id]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"plnexp: error: run {out.run_id}: dataset.counts='{counts}': allowed values are paths of " \
+                  f"existing CSV files", err
+
+
+def test_bad_reruns_are_one_line_and_create_nothing(outputs, capsys, monkeypatch):
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    out = original()
+    cl = tracking.client(tracking.tracking_uri())
+    exp = cl.get_experiment_by_name("rr").experiment_id
+    no_config = cl.create_run(exp, run_name="no-config").info.run_id
+    cl.set_terminated(no_config, "FINISHED")
+    old = cl.create_run(exp, run_name="old").info.run_id
+    cl.log_text(old, "frobnicate: 1\nn_iter: 5\n", "config.yaml")
+    cl.set_terminated(old, "FINISHED")
+    newer = original(["seed=3"]).run_id
+    store_client(outputs).set_tag(newer, "plnexp.provenance", "99")
+    cases = [
+        (["nothex"], ["run id 'nothex': malformed", "32 hexadecimal"]),
+        (["0123456789abcdef0123456789abcdef"], ["not found in the store", "allowed values are ids of runs"]),
+        ([no_config], ["config artifact config.yaml is missing"]),
+        ([old], ["made by an incompatible older plnexp", "frobnicate"]),
+        ([newer], ["provenance format 99", "allowed values are runs of format 1"]),
+        ([out.run_id, "strategy=scna"], ["strategy=scna: allowed values are"]),
+        ([out.run_id, "experiment=x"], ["experiment=x", "original's experiment"]),
+        ([out.run_id, "nonsense=1"], ["nonsense: unknown key"]),
+        ([out.run_id, "--frob"], ["unknown option --frob", "--strict"]),
+        ([], ["no run id", "usage: python -m plnexp rerun"]),
+    ]
+    before = {r.info.run_id for r in all_runs(outputs)}
+    for args, words in cases:
+        code = main(["rerun", *args])
+        captured = capsys.readouterr()
+        err = captured.err.strip()
+        assert code == 2, (args, captured.out, err)
+        assert len(err.splitlines()) == 1 and err.startswith("plnexp: error: "), err
+        for w in words:
+            assert w in err, (w, err)
+    assert {r.info.run_id for r in all_runs(outputs)} == before
+
+
+@pytest.mark.slow
+def test_rerun_a_whole_sweep(outputs, tmp_path, capsys):
+    uri = tracking.check_store()
+    record = sweep.open_sweep(tmp_path / "sw", "s", "rr", uri, 2, {})
+    kids = [original([f"seed={i}"], parent=record.parent, job_num=i) for i in range(2)]
+    sweep.close_sweep(record)
+    code = main(["rerun", record.parent_id])
+    text = capsys.readouterr().out
+    assert code == 0, text
+    assert text.count("ELBO curves: identical, bit for bit") == 2 and "2 of 2 jobs reproduced" in text
+    (new_parent,) = reruns_of(outputs, record.parent_id)
+    assert new_parent.info.status == "FINISHED"
+    children = [r for r in all_runs(outputs) if r.data.tags.get("mlflow.parentRunId") == new_parent.info.run_id]
+    assert sorted(r.data.tags["rerun_of"] for r in children) == sorted(k.run_id for k in kids)
+    assert {r.info.status for r in children} == {"FINISHED"}
+
+
+# ---------------------------------------------------------------- resume
+def test_resume_switch():
+    assert resume.pop_switch(["a=1", "resume=true"]) == (["a=1"], True)
+    assert resume.pop_switch(["resume=false"]) == ([], False)
+    assert resume.pop_switch(["a=1"]) == (["a=1"], False)
+    with pytest.raises(C.ConfigError, match=r"^resume=maybe: allowed values are true, false$"):
+        resume.pop_switch(["resume=maybe"])
+
+
+def test_resume_only_for_sweeps(outputs, capsys):
+    assert main(["run", *TINY, "resume=true"]) == 2
+    assert "resume=true: only for sweeps" in capsys.readouterr().err
+
+
+def test_resume_reuses_finished_jobs_and_summarises_the_whole_grid(outputs, tmp_path, monkeypatch):
+    """The bookkeeping of a resumed sweep, with a stand-in fit: FINISHED jobs are reused, FAILED ones
+    run again, the summary covers the grid, the parent is tagged with the sweep it completes."""
+    statuses = iter(["FINISHED", "FAILED", "FINISHED", "FINISHED"])
+
+    def fake_execute(cfg, overrides=(), name=None, output_dir="", outcome=None):
+        outcome.status = next(statuses)
+        outcome.ended = outcome.started + 1.0
+        return outcome
+
+    monkeypatch.setattr(runner, "execute", fake_execute)
+    uri = tracking.check_store()
+    jobs = cli.plan([*TINY, "seed=0,1,2"], multirun=True)
+    first = sweep.open_sweep(tmp_path / "a", "s", "rr", uri, 3, {})
+    for i in (0, 1):  # then "interrupted": job 2 never ran
+        runner.run_job(jobs[i].config, jobs[i].overrides, jobs[i].name, parent=first.parent, job_num=i)
+    sweep.close_sweep(first, "KILLED", "interrupted by SIGINT")
+    done = resume.find_done(uri, "rr", jobs)
+    assert [(d.job, d.parent_id) for d in done] == [(0, first.parent_id)]
+    assert done[0].config_hash == provenance.config_hash(jobs[0].config)
+    second = sweep.open_sweep(tmp_path / "b", "s", "rr", uri, 3, resume.tags(done), reused=tuple(done))
+    assert sweep.read_record(tmp_path / "b") == second  # what the jobs read
+    assert resume.reused_run(second, jobs[0].config) == done[0].run_id
+    assert resume.reused_run(second, jobs[1].config) is None
+    for i in (1, 2):
+        runner.run_job(jobs[i].config, jobs[i].overrides, jobs[i].name, parent=second.parent, job_num=i)
+    summary = sweep.close_sweep(second)
+    assert summary.status == "FINISHED" and [r.status for r in summary.rows] == ["FINISHED"] * 3
+    assert [r.name for r in summary.rows] == [j.name for j in jobs]
+    parent = store_client(outputs).get_run(second.parent_id)
+    assert parent.data.tags["resumes"] == first.parent_id and parent.data.tags["n_done"] == "3"
+    assert len(resume.find_done(uri, "rr", jobs)) == 3  # a third resume has nothing left to run
+
+
+@pytest.mark.slow
+def test_resume_an_interrupted_sweep_subprocess(outputs, tmp_path):
+    from test_sweep import split, start, wait_for
+
+    n = 4
+    grid = [*TINY, "experiment=res", f"seed={','.join(map(str, range(n)))}"]
+
+    def finished():
+        exp = store_client(outputs).get_experiment_by_name("res")
+        runs = store_client(outputs).search_runs([exp.experiment_id]) if exp else []
+        return [r for r in split(runs)[1] if r.info.status == "FINISHED"]
+
+    proc = start("sweep", "sweep=null", *grid, cwd=tmp_path)
+    k = len(wait_for(lambda: len(finished()) >= 1 and finished(), proc, "a first job finished"))
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (out, err)
+    assert k <= len(finished()) < n
+    resumed = plnexp_cli("sweep", "sweep=null", *grid, "resume=true", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "FINISHED earlier" in resumed.stdout and f"{n}/{n} jobs, 0 failed" in resumed.stdout
+    runs = store_client(outputs).search_runs([store_client(outputs).get_experiment_by_name("res").experiment_id])
+    parents, children = split(runs)
+    done = [r for r in children if r.info.status == "FINISHED"]
+    assert len(done) == n
+    assert len({r.data.tags["config_hash"] for r in done}) == n  # no duplicate config
+    new_parent = next(p for p in parents if "resumes" in p.data.tags)
+    assert new_parent.info.status == "FINISHED" and new_parent.data.tags["n_done"] == str(n)
+    again = plnexp_cli("sweep", "sweep=null", *grid, "resume=true", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert f"all {n} jobs already FINISHED" in again.stdout
+    assert len(store_client(outputs).search_runs([new_parent.info.experiment_id])) == len(runs)  # nothing new
