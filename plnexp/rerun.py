@@ -318,7 +318,19 @@ def _stop_line(stop, what: str) -> None:
     print(f"plnexp: interrupted by {stop.name}: {what}", file=sys.stderr, flush=True)
 
 
+HELP = f"""{USAGE}
+
+Reruns the logged run RUN_ID (a sweep's parent: every child, as a new sweep) from its resolved config,
+with the overrides applied (group=option, key=value), as a new run tagged rerun_of=RUN_ID in the same
+experiment; prints every environment difference first, then compares the ELBO curves and timings.
+Exit 0 reproduced; 1 not reproduced (--strict: also when overrides moved the curve beyond the
+precision's tolerance); 2 bad input (nothing created)."""
+
+
 def main(args: list[str]) -> int:
+    if "-h" in args or "--help" in args:
+        print(HELP)
+        return 0
     with interrupts.handled() as guard:  # nothing created yet: an interrupt is one line
         try:
             run_id, overrides, strict = parse(args)
