@@ -278,6 +278,10 @@ def compare(uri: str, src: Source, outcome, env_same: bool) -> tuple[Verdict | N
         return None, [f"the original run was {src.run.info.status}: no finished result to compare with"]
     v = verdict(src, env_same, tracking.read_curve(uri, src.run_id), tracking.read_curve(uri, outcome.run_id),
                 status_ok=outcome.status == "FINISHED")
+    tracking.set_tags(uri, outcome.run_id, {"rerun.identical": str(v.identical).lower(),
+                                            "rerun.max_rel_diff": f"{v.max_rel:.3g}",
+                                            "rerun.within_tolerance": str(v.within).lower(),
+                                            "rerun.agrees": str(v.agree).lower()})
     lines = [] if v.status_ok else [f"the rerun ended {outcome.status}: {outcome.reason}"]
     lines.append(v.line())
     lines.append(timing_line(dict(src.run.data.metrics), dict(new_run.data.metrics) if new_run else {}))

@@ -481,3 +481,10 @@ def find_experiment(uri: str, name: str) -> str | None:
     """The id of the experiment ``name``, or None if the store has none (nothing is created)."""
     exp = client(uri).get_experiment_by_name(name)
     return exp.experiment_id if exp is not None else None
+
+
+def set_tags(uri: str, run_id: str, tags: dict) -> None:
+    """Add tags to a run (e.g. a rerun's verdict, once it is known), in one call."""
+    from mlflow.entities import RunTag
+
+    client(uri).log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])

@@ -84,6 +84,7 @@ def test_rerun_on_the_same_machine_is_bit_for_bit(outputs, capsys):
         out.run_id).info.experiment_id
     assert new.data.tags["config_hash"] == provenance.config_hash(out.config)
     assert curve(outputs, new.info.run_id) == curve(outputs, out.run_id)
+    assert new.data.tags["rerun.identical"] == "true" and new.data.tags["rerun.agrees"] == "true"
 
 
 def test_rerun_with_a_precision_override_reports_the_difference(outputs, capsys):
@@ -96,6 +97,8 @@ def test_rerun_with_a_precision_override_reports_the_difference(outputs, capsys)
     assert "FAILED to reproduce" in capsys.readouterr().out
     new = reruns_of(outputs, out.run_id)
     assert len(new) == 2 and {r.data.params["precision"] for r in new} == {"float64"}
+    assert {r.data.tags["rerun.within_tolerance"] for r in new} == {"false"}
+    assert float(new[0].data.tags["rerun.max_rel_diff"]) > 1e-5
 
 
 def test_environment_drift_is_reported_field_by_field(outputs, capsys):
