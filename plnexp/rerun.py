@@ -21,6 +21,7 @@ did not finish; 2 bad input; 130/143 interrupted.
 from __future__ import annotations
 
 import re
+import signal
 import sys
 from dataclasses import dataclass
 
@@ -363,7 +364,9 @@ def main(args: list[str]) -> int:
 
 
 def _single(uri: str, src: Source, overrides: list[str], env_same: bool, strict: bool) -> int:
-    force = lambda signum: tracking.end_process_runs(uri, "KILLED", "interrupted twice", "interrupted")  # noqa: E731
+    force = lambda signum: tracking.end_process_runs(  # noqa: E731
+        uri, "KILLED", f"interrupted by {signal.Signals(signum).name} (twice: stopped inside a compiled fit)",
+        "interrupted")
     with interrupts.handled(force) as guard:
         try:
             outcome = _rerun_one(uri, src, overrides)
@@ -386,7 +389,7 @@ def _sweep(uri: str, parent_run, sources: list[Source], overrides: list[str], en
 
     name = parent_run.data.tags.get("sweep", "sweep")
     held: dict = {}
-    force = lambda signum: sweep.force_stop(held.get("record"), uri, "a second signal")  # noqa: E731
+    force = lambda signum: sweep.force_stop(held.get("record"), uri, signal.Signals(signum).name)  # noqa: E731
     with interrupts.handled(force) as guard:
         sweep_dir = sweep.new_sweep_dir()
         record = held["record"] = sweep.open_sweep(

@@ -118,6 +118,7 @@ def test_environment_drift_is_reported_field_by_field(outputs, capsys):
     assert code == 0 and "ELBO curves: identical" in text
 
 
+@pytest.mark.slow
 def test_a_changed_csv_file_is_reported_before_rerunning(outputs, tmp_path, capsys):
     sim = np.random.default_rng(0).poisson(3.0, size=(40, 4))
     counts = tmp_path / "counts.csv"
