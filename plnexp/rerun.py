@@ -151,8 +151,6 @@ def find(uri: str, run_id: str):
     if run is None or run.info.lifecycle_stage == "deleted":
         raise ConfigError(f"run {run_id}: not found in the store {uri}; allowed values are ids of runs in this "
                           f"store (MLFLOW_TRACKING_URI or PLNEXP_OUTPUTS selects another)")
-    if run.info.status == "RUNNING":
-        raise ConfigError(f"run {run_id}: still RUNNING; allowed values are ended runs (FINISHED, FAILED, KILLED)")
     return run
 
 
@@ -182,13 +180,19 @@ def plan(run_id: str, overrides: list[str]) -> tuple[str, object, list[Source], 
     cli.check_outputs()
     uri = tracking.check_store(None)
     runner.load_data.cache_clear()  # a CSV file may have changed since this process read it
+    find(uri, run_id)  # a malformed or unknown id fails before anything is written
+    orphans = tracking.sweep_up_orphans(uri)  # as every command does: runs of dead processes are FAILED
+    if orphans:
+        print(f"plnexp: {len(orphans)} run(s) left RUNNING by processes of this host that no longer exist, "
+              f"marked FAILED (reason=orphaned)", file=sys.stderr, flush=True)
     run = find(uri, run_id)
     experiment = tracking.experiment_name(uri, run.info.experiment_id)
+    for r in [run, *tracking.sweep_children(uri, run)]:
+        if r.info.status == "RUNNING":
+            of = "" if r is run else f" ({r.info.run_name}) of sweep {run_id}"
+            raise ConfigError(f"run {r.info.run_id}{of}: still RUNNING; allowed values are ended runs "
+                              f"(FINISHED, FAILED, KILLED)")
     sources = [source(uri, r, overrides, experiment) for r in originals(uri, run)]
-    for s in sources:
-        if s.run.info.status == "RUNNING":
-            raise ConfigError(f"run {s.run_id} ({s.name}) of sweep {run_id}: still RUNNING; allowed values are "
-                              f"sweeps whose runs have ended")
     digests = {s.run_id: runner.load_data(s.config.dataset).digest() for s in sources}
     return uri, run, sources, digests
 

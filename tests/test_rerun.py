@@ -151,6 +151,7 @@ def test_bad_reruns_are_one_line_and_create_nothing(outputs, capsys, monkeypatch
     old = cl.create_run(exp, run_name="old").info.run_id
     cl.log_text(old, "frobnicate: 1\nn_iter: 5\n", "config.yaml")
     cl.set_terminated(old, "FINISHED")
+    running = cl.create_run(exp, run_name="running").info.run_id
     newer = original(["seed=3"]).run_id
     store_client(outputs).set_tag(newer, "plnexp.provenance", "99")
     cases = [
@@ -159,6 +160,7 @@ def test_bad_reruns_are_one_line_and_create_nothing(outputs, capsys, monkeypatch
         ([no_config], ["config artifact config.yaml is missing"]),
         ([old], ["made by an incompatible older plnexp", "frobnicate"]),
         ([newer], ["provenance format 99", "allowed values are runs of format 1"]),
+        ([running], ["still RUNNING", "allowed values are ended runs"]),
         ([out.run_id, "strategy=scna"], ["strategy=scna: allowed values are"]),
         ([out.run_id, "experiment=x"], ["experiment=x", "original's experiment"]),
         ([out.run_id, "nonsense=1"], ["nonsense: unknown key"]),
