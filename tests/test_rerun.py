@@ -72,6 +72,22 @@ def test_curve_difference():
 
 
 # ---------------------------------------------------------------- rerun
+def test_verdict_rules():
+    def v(rel, same_config=True, expect=False, n=(5, 5), ok=True):
+        return rerun.Verdict(rel == 0.0 and n[0] == n[1], rel, n[0], n[1], 1e-5, "float32", same_config, expect, ok)
+
+    assert not v(0.0, expect=True).failed()  # bit for bit where it must be
+    assert v(1e-9, expect=True).failed()  # within the tolerance is not enough on the same CPU environment
+    assert not v(1e-6).failed() and v(1e-3).failed()  # same config elsewhere: the tolerance decides
+    assert v(0.0, n=(5, 4)).failed()  # a curve of another length never agrees
+    assert not v(1e-3, same_config=False).failed()  # overrides: reported only ...
+    assert v(1e-3, same_config=False).failed(strict=True)  # ... unless strict
+    assert not v(1e-6, same_config=False).failed(strict=True)
+    assert v(0.0, ok=False).failed()  # the rerun did not finish
+    assert "beyond the float32 tolerance 1e-05" in v(1e-3).line()
+    assert v(0.0).line() == "ELBO curves: identical, bit for bit (5 iterations)"
+
+
 def test_rerun_on_the_same_machine_is_bit_for_bit(outputs, capsys):
     out = original()
     code = main(["rerun", out.run_id])
