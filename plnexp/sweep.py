@@ -122,6 +122,11 @@ class Summary:
     total: int
     wall_s: float
     parent_id: str
+    reused: tuple = ()  # names of the rows a resumed sweep took from earlier runs (not fitted here)
+
+    @property
+    def fit_s(self) -> float:
+        return sum(r.wall_s for r in self.rows if r.name not in self.reused)
 
     def count(self, status: str) -> int:
         return sum(r.status == status for r in self.rows)
@@ -134,10 +139,11 @@ class Summary:
         return runner.summary_table(self.rows) if self.rows else "(no job ran)"
 
     def footer(self) -> str:
-        fit_s = sum(r.wall_s for r in self.rows)
+        fit_s = self.fit_s
         outside = f" ({100 * (1 - fit_s / self.wall_s):.0f}% outside)" if 0 < fit_s <= self.wall_s else ""
-        return (f"{len(self.rows)}/{self.total} jobs, {self.n_failed} failed; {self.wall_s:.1f} s in the sweep, "
-                f"{fit_s:.1f} s in fits{outside}; parent run {self.parent_id} {self.status}")
+        reused = f" ({len(self.reused)} FINISHED earlier)" if self.reused else ""
+        return (f"{len(self.rows)}/{self.total} jobs{reused}, {self.n_failed} failed; {self.wall_s:.1f} s in the "
+                f"sweep, {fit_s:.1f} s in fits{outside}; parent run {self.parent_id} {self.status}")
 
     def interrupted_line(self, signame: str) -> str:
         left = self.total - len(self.rows)
@@ -159,9 +165,10 @@ def close_sweep(record: SweepRecord, status: str = "FINISHED", reason: str = "")
         status = "FAILED"
     here = record.host == platform.node() and record.clock
     wall = time.monotonic() - record.clock if here else time.time() - record.started
-    summary = Summary(status, rows, record.total, wall, record.parent_id)
+    summary = Summary(status, rows, record.total, wall, record.parent_id,
+                      tuple(r["name"] for r in found if r.get("reason") == "reused"))
     tags = {"n_done": len(rows), "n_failed": summary.n_failed, "wall_s": f"{summary.wall_s:.1f}",
-            "fit_s": f"{sum(r.wall_s for r in rows):.1f}"}
+            "fit_s": f"{summary.fit_s:.1f}"}
     if reason:
         tags["status_reason"] = reason
     if status == "KILLED":

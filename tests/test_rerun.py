@@ -255,6 +255,8 @@ def test_resume_reuses_finished_jobs_and_summarises_the_whole_grid(outputs, tmp_
     summary = sweep.close_sweep(second)
     assert summary.status == "FINISHED" and [r.status for r in summary.rows] == ["FINISHED"] * 3
     assert [r.name for r in summary.rows] == [j.name for j in jobs]
+    assert summary.reused == (jobs[0].name,) and "3/3 jobs (1 FINISHED earlier), 0 failed" in summary.footer()
+    assert summary.fit_s == 2.0  # the two jobs fitted here (1 s each), not the reused one
     parent = store_client(outputs).get_run(second.parent_id)
     assert parent.data.tags["resumes"] == first.parent_id and parent.data.tags["n_done"] == "3"
     assert len(resume.find_done(uri, "rr", jobs)) == 3  # a third resume has nothing left to run
@@ -277,10 +279,12 @@ def test_resume_an_interrupted_sweep_subprocess(outputs, tmp_path):
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, (out, err)
-    assert k <= len(finished()) < n
+    finished_before = finished()
+    assert k <= len(finished_before) < n
     resumed = plnexp_cli("sweep", "sweep=null", *grid, "resume=true", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
-    assert "FINISHED earlier" in resumed.stdout and f"{n}/{n} jobs, 0 failed" in resumed.stdout
+    assert "FINISHED earlier (run " in resumed.stdout
+    assert f"{n}/{n} jobs ({len(finished_before)} FINISHED earlier), 0 failed" in resumed.stdout
     runs = store_client(outputs).search_runs([store_client(outputs).get_experiment_by_name("res").experiment_id])
     parents, children = split(runs)
     done = [r for r in children if r.info.status == "FINISHED"]
