@@ -183,6 +183,10 @@ def test_bad_reruns_are_one_line_and_create_nothing(outputs, capsys, monkeypatch
         ([out.run_id, "--frob"], ["unknown option --frob", "--strict"]),
         ([], ["no run id", "usage: python -m plnexp rerun"]),
     ]
+    import jax
+
+    if not any(d.platform == "gpu" for d in jax.devices()):
+        cases.append(([out.run_id, "device=gpu"], ["device='gpu'", "use device=cpu"]))
     before = {r.info.run_id for r in all_runs(outputs)}
     for args, words in cases:
         code = main(["rerun", *args])
