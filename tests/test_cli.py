@@ -36,6 +36,7 @@ def test_run_logs_one_finished_run(outputs, tmp_path):
     assert (outputs / "runs").is_dir()
 
 
+@pytest.mark.slow
 def test_sweep_one_parent_children_and_equal_curves(outputs, tmp_path):
     proc = plnexp_cli("sweep", "strategy=scan,fori_loop", "dataset.replication=1", "n_iter=5", "repeats=1",
                       "warmup=0", cwd=tmp_path)
@@ -58,6 +59,7 @@ def test_sweep_one_parent_children_and_equal_curves(outputs, tmp_path):
     assert by["scan"].data.params["dataset.replication"] == "1"
 
 
+@pytest.mark.slow
 def test_plain_hydra_multirun_goes_on_after_a_failed_job(outputs, tmp_path):
     # sgd at lr=1e6 diverges: that job is FAILED with its reason, the other one still runs.
     proc = plnexp_cli("run", "--multirun", *TINY, "n_iter=3", "optimizer=sgd,radam_clip", "optimizer.lr=1e6",

@@ -175,6 +175,7 @@ def test_main_exit_status_follows_the_checks(monkeypatch, capsys):
     assert "--bogus" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_doctor_command_exits_0_with_a_line_per_check(outputs, tmp_path):
     out = plnexp_cli("doctor", cwd=tmp_path, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -22,6 +22,7 @@ def _independent_gradient_norm(data, res):
     return float(np.sqrt(np.sum(gM**2) + np.sum(gS**2)))
 
 
+@pytest.mark.slow
 def test_profiled_rprop_float64_reaches_the_optimum_on_oaks(oaks):
     res = plnexp.fit(oaks, model="profiled", optimizer="rprop", n_iter=1500, precision="float64", timed=False)
     assert abs(res.loglik - OAKS_OPTIMUM) < 0.05, res.loglik
@@ -32,6 +33,7 @@ def test_profiled_rprop_float64_reaches_the_optimum_on_oaks(oaks):
     assert _independent_gradient_norm(oaks, res) < 1e-3 * _independent_gradient_norm(oaks, start)
 
 
+@pytest.mark.slow
 def test_simulated_sigma_is_recovered():
     data = plnexp.simulate(n=5000, p=20, d=2, seed=0)
     res = plnexp.fit(data, model="profiled", optimizer="rprop", n_iter=600, precision="float32", timed=False)

@@ -95,6 +95,7 @@ def _small(seed=0):
     return plnexp.simulate(n=25, p=4, d=2, seed=seed)
 
 
+@pytest.mark.slow
 def test_gradients_full_and_profiled():
     data = _small()
     B, M, S, Sigma = _random_point(data, 4)

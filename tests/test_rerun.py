@@ -103,6 +103,7 @@ def test_rerun_on_the_same_machine_is_bit_for_bit(outputs, capsys):
     assert new.data.tags["rerun.identical"] == "true" and new.data.tags["rerun.agrees"] == "true"
 
 
+@pytest.mark.slow
 def test_rerun_with_a_precision_override_reports_the_difference(outputs, capsys):
     out = original(["n_iter=200"])
     assert main(["rerun", out.run_id, "precision=float64"]) == 0  # another experiment: reported only

@@ -92,7 +92,8 @@ def assert_close(actual, desired, rtol, what):
 # ------------------------------------------------------------------ 1. every strategy = scan
 @pytest.mark.parametrize("precision", ["float64", "float32"])
 @pytest.mark.parametrize("model", ["full", "profiled"])
-@pytest.mark.parametrize("strategy", list(plnexp.STRATEGIES))
+@pytest.mark.parametrize("strategy", [pytest.param(s, marks=pytest.mark.slow) if s == "eager" else s
+                                      for s in plnexp.STRATEGIES])  # eager: op-by-op, ~15 s in all
 def test_strategy_matches_scan(strategy, model, precision, small, scan_reference):
     ref = scan_reference(model, precision)
     # tol=0: while_loop's rule (relative change < 0) can never fire, so it runs all N_ITER steps.
@@ -360,6 +361,7 @@ _SUBPROCESS = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_miscompile_is_reproduced_and_would_be_caught(oaks):
     """With the bug-enabling flag value (plnexp then leaves that flag alone, since its name is
     present) the jitted Stirling sum comes out 13% wrong; a reference comparison at the float32

@@ -116,6 +116,7 @@ def _entries(directory):
     return sorted(p.name for p in directory.iterdir()) if directory.exists() else []
 
 
+@pytest.mark.slow
 def test_compile_cache_on_then_off(oaks, tmp_path):
     """A real fit: the cache dir gets entries, the second compile is served by it; a later fit of
     the very same program with the switch off neither reads nor writes it."""
