@@ -31,13 +31,10 @@ consecutive-point slopes are printed too.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import os
-import platform
 import resource
-import shlex
 import signal
 import subprocess
 import sys
@@ -46,7 +43,7 @@ import time
 import plnexp  # first: sets the XLA_FLAGS fix before JAX starts its backend
 
 import jax  # noqa: E402
-import jaxlib  # noqa: E402
+from _header import machine_header  # noqa: E402 (benchmarks/, on sys.path as the script's folder)
 import numpy as np  # noqa: E402
 
 BIG_N, BIG_P = 1_000_000, 2000  # dropped by --skip-big
@@ -204,14 +201,7 @@ def measure_size(args, n: int, p: int) -> dict:
 
 
 def header(args, argv) -> list[str]:
-    return [
-        f"# plnexp scaling benchmark  {datetime.datetime.now().isoformat(timespec='seconds')}",
-        f"# command: {shlex.join([sys.executable, sys.argv[0], *argv])}",
-        f"# machine: {platform.platform()}  {platform.processor() or platform.machine()}  "
-        f"cpu_count={os.cpu_count()}  python {platform.python_version()}",
-        f"# jax {jax.__version__}  jaxlib {jaxlib.__version__}  backend={jax.default_backend()}  "
-        f"devices={[str(d) for d in jax.devices()]}",
-        f"# XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}",
+    return machine_header('plnexp scaling benchmark', argv) + [
         f"# data: plnexp.simulate(n, p, d=1, seed={args.seed})  model={args.model}  optimizer={args.optimizer}  "
         f"precision={args.precision}  strategy={args.strategy}  n_iter={args.n_iter}  repeats={args.repeats} "
         f"warmup={args.warmup}",

@@ -29,10 +29,8 @@ Ratios: ``x_tutorial`` = the tutorial's steady ms/iter (plain process) / the row
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -43,7 +41,7 @@ import plnexp  # first: sets XLA_FLAGS and SciPy's OpenBLAS threads before JAX s
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-import jaxlib  # noqa: E402
+from _header import machine_header  # noqa: E402 (benchmarks/, on sys.path as the script's folder)
 import numpy as np  # noqa: E402
 
 from plnexp import runtime  # noqa: E402
@@ -87,14 +85,8 @@ def parse_args(argv=None):
 
 
 def header(args, data) -> list[str]:
-    return [
-        f"# plnexp strategy benchmark  {datetime.datetime.now().isoformat(timespec='seconds')}",
-        f"# command: {' '.join([Path(sys.executable).name, *sys.argv])}",
-        f"# machine: {platform.platform()}  {platform.processor() or platform.machine()}  "
-        f"cpu_count={os.cpu_count()}  python {platform.python_version()}",
-        f"# jax {jax.__version__}  jaxlib {jaxlib.__version__}  backend={jax.default_backend()}  "
-        f"devices={[str(d) for d in jax.devices()]}",
-        f"# XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}  SciPy OpenBLAS threads={runtime.lapack_threads()}",
+    return machine_header("plnexp strategy benchmark") + [
+        f"# SciPy OpenBLAS threads={runtime.lapack_threads()}",
         f"# data: {data.name} n={data.n} p={data.p} d={data.d}  model={args.model}  "
         f"optimizer={args.optimizer}  precision={args.precision}",
         f"# n_iter={args.n_iter} (eager: {min(args.eager_n_iter, args.n_iter)})  repeats={args.repeats} "

@@ -33,19 +33,16 @@ measured by this script.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import os
-import platform
-import shlex
 import sys
 import time
 
 import plnexp  # first: sets the XLA_FLAGS fix before JAX starts its backend
 
 import jax  # noqa: E402
-import jaxlib  # noqa: E402
+from _header import machine_header  # noqa: E402 (benchmarks/, on sys.path as the script's folder)
 import numpy as np  # noqa: E402
 
 OPTIMUM = -32026.016  # oaks, exact log-factorial, independent float64 L-BFGS fit
@@ -89,14 +86,7 @@ def parse_args(argv=None):
 
 
 def header(args, data, argv) -> list[str]:
-    return [
-        f"# plnexp time-to-optimum benchmark  {datetime.datetime.now().isoformat(timespec='seconds')}",
-        f"# command: {shlex.join([sys.executable, sys.argv[0], *argv])}",
-        f"# machine: {platform.platform()}  {platform.processor() or platform.machine()}  "
-        f"cpu_count={os.cpu_count()}  python {platform.python_version()}",
-        f"# jax {jax.__version__}  jaxlib {jaxlib.__version__}  backend={jax.default_backend()}  "
-        f"devices={[str(d) for d in jax.devices()]}",
-        f"# XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}",
+    return machine_header('plnexp time-to-optimum benchmark', argv) + [
         f"# data: {data.name} n={data.n} p={data.p} d={data.d}  model={args.model}  optimizer={args.optimizer}  "
         f"precisions={','.join(args.precisions)}",
         f"# optimum={args.optimum} gap={args.gap:g} (target ELBO >= {args.optimum - args.gap:.4f})  "

@@ -140,11 +140,9 @@ def multirun(overrides: list[str], jobs: list, uri: str, resumed: bool = False) 
         guard.stopping()
         with interrupts.deferred():  # the parent never stays RUNNING
             summary = sweep.close_sweep(record, status, reason)
-        print(summary.table(), flush=True)
+        summary.show(stop.name if stop is not None else None)
         if stop is not None:
-            print(summary.interrupted_line(stop.name), file=sys.stderr, flush=True)
             return stop.exit_code
-        print(summary.footer(), flush=True)
         if error is not None:
             return _machinery_error(error)
     return 1 if summary.n_failed else 0

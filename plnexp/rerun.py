@@ -421,11 +421,9 @@ def _sweep(uri: str, parent_run, sources: list[Source], overrides: list[str], en
         guard.stopping()
         with interrupts.deferred():
             summary = sweep.close_sweep(record, status, reason)
-    print(summary.table(), flush=True)
+    summary.show(stop.name if stop is not None else None)
     if stop is not None:
-        print(summary.interrupted_line(stop.name), file=sys.stderr, flush=True)
         return stop.exit_code
-    print(summary.footer(), flush=True)
     n = len(sources)
     print(f"rerun {'FAILED to reproduce' if failures else 'ok'}: {n - len(failures)} of {n} jobs reproduced"
           f"{': ' + ', '.join(failures) + ' did not' if failures else ''}; parent run {record.parent_id}", flush=True)

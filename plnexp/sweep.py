@@ -145,6 +145,14 @@ class Summary:
         return (f"{len(self.rows)}/{self.total} jobs{reused}, {self.n_failed} failed; {self.wall_s:.1f} s in the "
                 f"sweep, {fit_s:.1f} s in fits{outside}; parent run {self.parent_id} {self.status}")
 
+    def show(self, signame: str | None = None) -> None:
+        """Print the table, then the footer (stdout) or, after an interrupt, one line on stderr."""
+        print(self.table(), flush=True)
+        if signame is not None:
+            print(self.interrupted_line(signame), file=sys.stderr, flush=True)
+        else:
+            print(self.footer(), flush=True)
+
     def interrupted_line(self, signame: str) -> str:
         left = self.total - len(self.rows)
         return (f"plnexp: interrupted by {signame}: {self.count('FINISHED')} of {self.total} jobs finished, "
@@ -272,6 +280,4 @@ def force_stop(record: SweepRecord | None, uri: str, signame: str) -> None:
     reason = f"interrupted by {signame} (twice: stopped inside a compiled fit)"
     tracking.end_process_runs(uri, "KILLED", reason, "interrupted")
     if record is not None:
-        summary = close_sweep(record, "KILLED", reason)
-        print(summary.table(), flush=True)
-        print(summary.interrupted_line(signame), file=sys.stderr, flush=True)
+        close_sweep(record, "KILLED", reason).show(signame)

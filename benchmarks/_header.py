@@ -1,0 +1,26 @@
+"""The lines every benchmark prints first: what ran, where, with which versions and XLA flags."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import shlex
+import sys
+
+
+def machine_header(title: str, argv=None) -> list[str]:
+    """``# <title>  <time>``, the command, the machine, jax/jaxlib and devices, XLA_FLAGS."""
+    import jax
+    import jaxlib
+
+    args = sys.argv[1:] if argv is None else list(argv)
+    return [
+        f"# {title}  {datetime.datetime.now().isoformat(timespec='seconds')}",
+        f"# command: {shlex.join([sys.executable, sys.argv[0], *args])}",
+        f"# machine: {platform.platform()}  {platform.processor() or platform.machine()}  "
+        f"cpu_count={os.cpu_count()}  python {platform.python_version()}",
+        f"# jax {jax.__version__}  jaxlib {jaxlib.__version__}  backend={jax.default_backend()}  "
+        f"devices={[str(d) for d in jax.devices()]}",
+        f"# XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}",
+    ]
