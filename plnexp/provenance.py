@@ -3,9 +3,10 @@
 Every job's run is tagged when it starts (:func:`run_tags`): the hash of its resolved config
 (``config_hash``, what ``sweep ... resume=true`` matches on), the package version, the git commit
 and whether the tree was dirty, the command line, the seeds and, for a CSV data set, the sha256 of
-each file. The environment tags (:func:`plnexp.tracking.environment_tags`), the hash of the arrays
-actually fitted (``data_digest``, after replication) and the resolved config artifact
-(``config.yaml``) are written by :mod:`plnexp.tracking`. :func:`environment` gathers the fields
+each file. The environment tags (:func:`environment_tags`: versions, device, x64, XLA_FLAGS, git
+commit and dirty flag, plnexp version), the hash of the arrays actually fitted (``data_digest``,
+after replication) and the resolved config artifact (``config.yaml``) are written by
+:mod:`plnexp.tracking` when it creates the run. :func:`environment` gathers the fields
 that ``rerun`` compares, and :data:`CURVE_RTOL` is how far two ELBO curves of one configuration may
 differ when they cannot be bit for bit equal.
 """
@@ -14,12 +15,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import platform
+import subprocess
 import sys
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
-from .config import Config
+from .config import REPO, Config
 
 PROVENANCE_VERSION = "1"  # the format of these tags and of config.yaml; a rerun refuses others
 VERSION_TAG, FORMAT_TAG = "plnexp.version", "plnexp.provenance"
@@ -88,13 +93,40 @@ def seeds(config: Config) -> str:
     return " ".join(out)
 
 
-def run_tags(config: Config) -> dict[str, str]:
-    """The provenance tags of a job's run, written when the run is created."""
-    from .tracking import git_commit
+@lru_cache(maxsize=1)
+def git_commit() -> str:
+    """The checkout's commit, with ``-dirty`` when tracked files differ from it; "unknown" outside git."""
+    try:
+        out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        commit = out.stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return (commit + ("-dirty" if dirty else "")) if commit else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
 
+
+def environment_tags(config: Config) -> dict[str, str]:
+    """What this process would run ``config`` with: versions, device, x64, XLA_FLAGS, git, plnexp."""
+    import jax
+    import jaxlib
+    import optax
+
+    from .fitting import resolve_device
+
+    dev = resolve_device(config.device.value)
     commit = git_commit()
-    tags = {FORMAT_TAG: PROVENANCE_VERSION, VERSION_TAG: package_version(), HASH_TAG: config_hash(config),
-            "git_dirty": str(commit.endswith("-dirty")).lower(), "command": command_line(), "seeds": seeds(config)}
+    return {"jax_version": jax.__version__, "jaxlib_version": jaxlib.__version__, "optax_version": optax.__version__,
+            "platform": dev.platform, "device_kind": dev.device_kind, "x64": str(config.precision.value == "float64"),
+            "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""), "git_commit": commit,
+            "git_dirty": str(commit.endswith("-dirty")).lower(), VERSION_TAG: package_version(),
+            "python": platform.python_version(), "host": platform.node()}
+
+
+def run_tags(config: Config) -> dict[str, str]:
+    """The provenance tags of a job's run besides :func:`environment_tags`, written when it is created."""
+    tags = {FORMAT_TAG: PROVENANCE_VERSION, HASH_TAG: config_hash(config), "command": command_line(),
+            "seeds": seeds(config)}
     for key, path in data_files(config).items():
         tags[FILE_TAG + key] = file_sha256(path)
     return tags
@@ -102,11 +134,7 @@ def run_tags(config: Config) -> dict[str, str]:
 
 def environment(config: Config, data_digest: str) -> dict[str, str]:
     """The :data:`ENV_FIELDS` of this process for ``config`` (its device and precision)."""
-    from .tracking import environment_tags
-
-    env = environment_tags(config)
-    env.update({"git_dirty": str(env["git_commit"].endswith("-dirty")).lower(), DATA_TAG: data_digest,
-                VERSION_TAG: package_version()})
+    env = {**environment_tags(config), DATA_TAG: data_digest}
     return {k: env.get(k, "") for k, _ in ENV_FIELDS}
 
 

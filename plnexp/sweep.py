@@ -31,7 +31,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import cli, interrupts, resume, runner, tracking
+from . import cli, interrupts, provenance, resume, runner, tracking
 from . import config as C
 
 RECORD_NAME = "plnexp-sweep.json"
@@ -102,7 +102,7 @@ def open_sweep(sweep_dir: Path, name: str, experiment: str, uri: str, total: int
         raise C.ConfigError(f"hydra.sweep.dir={sweep_dir}: already holds a sweep ({RECORD_NAME}); "
                             "allowed values are new or empty folders")
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    tags = {"jobs": total, "git_commit": tracking.git_commit(), "sweep": name, "sweep_dir": str(sweep_dir), **tags}
+    tags = {"jobs": total, "git_commit": provenance.git_commit(), "sweep": name, "sweep_dir": str(sweep_dir), **tags}
     parent = tracking.open_parent(uri, experiment, f"{name}-{time.strftime('%Y%m%d-%H%M%S')}", tags)
     record = SweepRecord(uri, parent.experiment_id, parent.run_id, name, total, platform.node(), os.getpid(),
                          time.time(), time.monotonic(), tuple(reused))

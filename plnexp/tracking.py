@@ -17,7 +17,6 @@ import json
 import logging
 import os
 import platform
-import subprocess
 import tempfile
 import time
 import urllib.error
@@ -30,6 +29,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .config import REPO, Config, flatten, outputs_dir
+from .provenance import environment_tags
 
 log = logging.getLogger(__name__)
 CURVE_KEY = "elbo"
@@ -247,30 +247,6 @@ def close_parent(parent: Parent, status: str, tags: dict, summary: str | None = 
     if summary:
         cl.log_text(parent.run_id, summary, "summary.txt")
     end_run(cl, parent.run_id, status, tags)
-
-
-@lru_cache(maxsize=1)
-def git_commit() -> str:
-    try:
-        out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
-        commit = out.stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5).stdout.strip()
-        return (commit + ("-dirty" if dirty else "")) if commit else "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
-def environment_tags(config: Config) -> dict[str, str]:
-    import jax
-    import jaxlib
-    import optax
-
-    dev = jax.devices()[0] if config.device.value == "auto" else jax.devices(config.device.value)[0]
-    return {"jax_version": jax.__version__, "jaxlib_version": jaxlib.__version__, "optax_version": optax.__version__,
-            "platform": dev.platform, "device_kind": dev.device_kind, "x64": str(config.precision.value == "float64"),
-            "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""), "git_commit": git_commit(),
-            "python": platform.python_version(), "host": platform.node()}
 
 
 def _metric(key: str, value: float, step: int = 0, ts: int | None = None):
