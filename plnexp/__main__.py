@@ -22,8 +22,8 @@ from . import cli, interrupts, resume, sweep, tracking
 from . import config as C
 from .data import DataError
 
-USAGE_LINE = ("usage: python -m plnexp {run,sweep,rerun,ui,doctor} [overrides ...]; allowed commands are run, "
-              "sweep, rerun, ui, doctor (python -m plnexp --help lists the config groups and overrides)")
+USAGE_LINE = ("usage: python -m plnexp {run,sweep,report,rerun,ui,doctor} [overrides ...]; allowed commands are "
+              "run, sweep, report, rerun, ui, doctor (python -m plnexp --help lists the config groups and overrides)")
 HYDRA_FLAGS = {"--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--resolve", "--package", "-p",
                "--shell-completion", "-sc", "--version"}
 ERROR_KINDS = ((C.ConfigError, "error"), (DataError, "data error"), (tracking.StoreError, "store error"))
@@ -103,7 +103,22 @@ def run(overrides: list[str], uri: str) -> int:
     return 1 if task.failed else 0
 
 
-def multirun(overrides: list[str], jobs: list, uri: str, resumed: bool = False) -> int:
+def _report(uri: str, parent_id: str) -> int:
+    """The sweep's report (:mod:`plnexp.report`), printed after its summary; 0, or 1 if it failed."""
+    from . import report
+
+    try:
+        report.show(*report.build(uri, run_id=parent_id))
+    except Exception as e:  # noqa: BLE001 - the sweep's runs are safe in the store: one line, exit 1
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print(f"plnexp: error: the report failed ({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}); "
+              f"the runs are in the store: python -m plnexp report --run {parent_id}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+def multirun(overrides: list[str], jobs: list, uri: str, resumed: bool = False, with_report: bool = True) -> int:
     name = next((o.split("=", 1)[1] for o in overrides if o.startswith("sweep=")), "multirun")
     given = next((o.split("=", 1)[1] for o in overrides if o.startswith("hydra.sweep.dir=")), None)
     first = jobs[0].config
@@ -145,7 +160,8 @@ def multirun(overrides: list[str], jobs: list, uri: str, resumed: bool = False) 
             return stop.exit_code
         if error is not None:
             return _machinery_error(error)
-    return 1 if summary.n_failed else 0
+    code = _report(uri, record.parent_id) if with_report and summary.rows else 0
+    return 1 if summary.n_failed else code
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,6 +173,10 @@ def main(argv: list[str] | None = None) -> int:
         from .rerun import main as rerun
 
         return rerun(args[1:])
+    if args[0] == "report":
+        from .report import main as report
+
+        return report(args[1:])
     if args[0] == "doctor":
         from .doctor import main as doctor
 
@@ -179,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     overrides = [o for o in overrides if o != "sweep=null"]  # the default: no sweep file (a plain multirun)
     try:
         overrides, resumed = resume.pop_switch(overrides)
+        overrides, with_report = cli.pop_switch(overrides, "report", True)
         if resumed and not is_multirun:
             raise C.ConfigError("resume=true: only for sweeps; allowed with python -m plnexp sweep or --multirun")
     except C.ConfigError as e:
@@ -195,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
             stop = interrupts.as_interrupted(e)
             print(f"plnexp: interrupted by {stop.name} before any job started", file=sys.stderr, flush=True)
             return stop.exit_code
-    return multirun(overrides, jobs, uri, resumed) if is_multirun else run(overrides, uri)
+    return multirun(overrides, jobs, uri, resumed, with_report) if is_multirun else run(overrides, uri)
 
 
 def exit_now(code: int) -> None:

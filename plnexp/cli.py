@@ -38,14 +38,30 @@ _NAMED = {"strategy", "dataset", "dataset.replication", "dataset.n", "dataset.p"
 
 
 def job_name(config: C.Config, overrides) -> str:
-    """``scan-oaks_x100-f32-cpu``, plus the values of other swept or overridden keys."""
+    """``scan-oaks_x100-f32-cpu``, plus the values of other swept or overridden keys; ``n_iter`` as
+    it runs (after a cap), not as it was asked."""
     extra = []
     for o in overrides:
         key, _, value = o.lstrip("+~").partition("=")
-        if key in _NAMED or key.startswith(("hydra.", "hydra/", "dataset.")):
+        if key in _NAMED or key.startswith(("hydra.", "hydra/", "dataset.", "n_iter_cap.")):
             continue
+        if key == "n_iter":
+            value = str(config.n_iter)
         extra.append(value if key in C.GROUPS else f"{key.rsplit('.', 1)[-1]}{value}")
     return "-".join([config.run_name, *extra])
+
+
+def pop_switch(args: list[str], key: str, default: bool) -> tuple[list[str], bool]:
+    """Take a command switch ``key=true|false`` (not a config key: ``resume``, ``report``) out of the
+    command line; returns the rest and its value (the last one given, else ``default``)."""
+    values = [a.split("=", 1)[1] for a in args if a.split("=", 1)[0] == key]
+    rest = [a for a in args if a.split("=", 1)[0] != key]
+    if not values:
+        return rest, default
+    value = values[-1].strip().lower()
+    if value not in ("true", "false"):
+        raise ConfigError(f"{key}={values[-1]}: allowed values are true, false")
+    return rest, value == "true"
 
 
 FORMS = "key=value, group=option, key=a,b (a sweep), +key=value, ~key"

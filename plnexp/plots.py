@@ -1,26 +1,182 @@
-"""Figures written as files (matplotlib's object API with the Agg canvas: no pyplot, no GUI state)."""
+"""Figures written as files (matplotlib's object API with the Agg canvas: no pyplot, no GUI state).
+
+Each function takes plain data (curves, numbers, labels), draws one figure and saves it as a PNG;
+what to plot is decided by the caller (:mod:`plnexp.report`, :mod:`plnexp.tracking`).
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+LINESTYLES = ("-", "--", "-.", ":")
+LOG_RANGE = 30.0  # bars spanning more than this ratio get a log axis
 
-def elbo_png(curve, title: str, path: str | Path) -> Path:
-    """The ELBO curve against the iteration, saved as a PNG."""
+
+def _figure(width: float, height: float):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    curve = np.asarray(curve, dtype=float)
-    fig = Figure(figsize=(6, 3.5), dpi=100)
+    fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
+    return fig
+
+
+def _grid(fig, n: int, ncols: int = 2):
+    ncols = min(ncols, n)
+    nrows = -(-n // ncols)
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    return axes[:n]
+
+
+def elbo_png(curve, title: str, path: str | Path) -> Path:
+    """One run's ELBO curve against the iteration, saved as a PNG."""
+    curve = np.asarray(curve, dtype=float)
+    fig = _figure(6, 3.5)
     ax = fig.add_subplot()
     ax.plot(np.arange(len(curve)), curve, lw=1.2)
     ax.set_xlabel("iteration")
-    ax.set_ylabel("ELBO")
+    ax.set_ylabel("ELBO (nats)")
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
+    fig.savefig(path)
+    return Path(path)
+
+
+@dataclass
+class CurvePanel:
+    """One panel of :func:`elbo_curves_png`: a title and the ELBO curve of each labelled run."""
+
+    title: str
+    curves: dict[str, np.ndarray] = field(default_factory=dict)
+    note: str = ""  # a line under the title (e.g. how far the curves are apart)
+
+
+def converged(curve, tail: float = 0.1, ratio: float = 1e-3) -> bool:
+    """Whether an ELBO curve has flattened: over its last ``tail`` of iterations it gained less than
+    ``ratio`` of what it gained in all. Then the gap to the best value reads well on a log axis; before
+    that, the gap dives to zero at the last iteration (the best so far) and misleads."""
+    c = np.asarray(curve, dtype=float)
+    c = c[np.isfinite(c)]
+    if len(c) < 10:
+        return False
+    total = c.max() - c[0]
+    late = c.max() - c[int(len(c) * (1 - tail))]
+    return total > 0 and late <= ratio * total
+
+
+def elbo_curves_png(panels: list[CurvePanel], path: str | Path) -> Path:
+    """The ELBO against the iteration for every run, one panel per data size. On a log axis: the gap
+    to the panel's best ELBO when the curves have flattened (:func:`converged`), else -ELBO (the ELBO
+    spans decades in the first iterations, which flattens every curve on a linear axis). Curves that
+    agree lie on top of each other: their line styles differ so that each stays visible."""
+    fig = _figure(11, 3.6 * -(-len(panels) // 2) + 0.4)
+    for ax, panel in zip(_grid(fig, len(panels)), panels):
+        curves = {k: np.asarray(c, dtype=float) for k, c in panel.curves.items() if len(c)}
+        finite = [c[np.isfinite(c)] for c in curves.values()]
+        best = max((c.max() for c in finite if len(c)), default=np.nan)
+        gap = np.isfinite(best) and all(converged(c) for c in curves.values())
+        negative = all(len(c) and c.max() < 0 for c in finite)
+        floor = max(abs(best), 1.0) * 1e-12 if np.isfinite(best) else 1e-12
+        for i, (label, c) in enumerate(curves.items()):
+            y = np.maximum(best - c, floor) if gap else (-c if negative else c)
+            ax.plot(np.arange(1, len(c) + 1), y, lw=1.4, ls=LINESTYLES[i % len(LINESTYLES)], label=label, alpha=0.9)
+        if gap or negative:
+            ax.set_yscale("log")
+        ax.set_ylabel("best ELBO − ELBO (nats, log)" if gap else "−ELBO (nats, log)" if negative else "ELBO (nats)")
+        ax.set_xlabel("iteration")
+        title = panel.title + (f"\nbest ELBO {best:,.1f}" if np.isfinite(best) else "")
+        ax.set_title(title + (f"; {panel.note}" if panel.note else ""), fontsize=9)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.suptitle("ELBO against iteration, per strategy", fontsize=11)
+    fig.savefig(path)
+    return Path(path)
+
+
+@dataclass
+class TimingPanel:
+    """One panel of :func:`timings_png`: per labelled run, its compile and steady run time (s)."""
+
+    title: str
+    compile_s: dict[str, float] = field(default_factory=dict)
+    run_s: dict[str, float] = field(default_factory=dict)
+    n_iter: int | None = None  # the runs' common length, for the axis label
+
+
+def timings_png(panels: list[TimingPanel], path: str | Path) -> Path:
+    """Compile time against steady run time per strategy, as grouped horizontal bars with the value
+    at each bar's end; a log axis when the times span more than :data:`LOG_RANGE`."""
+    rows = max((len(p.run_s) for p in panels), default=1)
+    fig = _figure(11, (0.42 * rows + 1.4) * -(-len(panels) // 2) + 0.4)
+    every = np.array([v for p in panels for v in [*p.compile_s.values(), *p.run_s.values()]], dtype=float)
+    positive = every[np.isfinite(every) & (every > 0)]
+    log = len(positive) > 0 and positive.max() / positive.min() > LOG_RANGE  # one scale for every panel
+    for ax, panel in zip(_grid(fig, len(panels)), panels):
+        labels = list(panel.run_s)
+        y = np.arange(len(labels))
+        values = [np.array([panel.compile_s.get(k, np.nan) for k in labels], dtype=float),
+                  np.array([panel.run_s[k] for k in labels], dtype=float)]
+        runs = f"steady run ({panel.n_iter} iterations)" if panel.n_iter else "steady run"
+        for j, (v, name, color) in enumerate(zip(values, ("compile", runs), ("tab:orange", "tab:blue"))):
+            shown = np.where(np.isfinite(v) & (v > 0), v, np.nan)
+            bars = ax.barh(y + (j - 0.5) * 0.4, shown, height=0.4, color=color, label=name)
+            ax.bar_label(bars, labels=["" if not np.isfinite(s) else f"{s:.3g}" for s in shown], fontsize=7,
+                         padding=2)
+            for yi, vi in zip(y + (j - 0.5) * 0.4, v):
+                if vi == 0:  # nothing to draw: say so (eager compiles nothing ahead of time)
+                    ax.annotate("0", (0, yi), xycoords=("axes fraction", "data"), xytext=(3, 0),
+                                textcoords="offset points", va="center", fontsize=7)
+        ax.set_yticks(y, labels, fontsize=8)
+        ax.invert_yaxis()
+        if log:
+            ax.set_xscale("log")
+        ax.set_xlabel("seconds" + (" (log)" if log else ""))
+        ax.set_title(panel.title, fontsize=9)
+        ax.grid(alpha=0.3, axis="x", which="both")
+        ax.margins(x=0.15)
+        ax.legend(fontsize=7, loc="lower right")
+    fig.suptitle("Compile time and steady run time, per strategy", fontsize=11)
+    fig.savefig(path)
+    return Path(path)
+
+
+def loglog_slope(x, y) -> float:
+    """The least-squares slope of log y against log x (NaN with fewer than two distinct x)."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    ok = np.isfinite(x) & np.isfinite(y) & (x > 0) & (y > 0)
+    if len(np.unique(x[ok])) < 2:
+        return float("nan")
+    return float(np.polyfit(np.log(x[ok]), np.log(y[ok]), 1)[0])
+
+
+def scaling_png(series: dict[str, tuple[list, list]], xlabel: str, title: str, path: str | Path) -> Path:
+    """ms/iteration against the data size, log-log, one line per label, its fitted slope in the legend."""
+    fig = _figure(8, 4.8)
+    ax = fig.add_subplot()
+    for i, (label, (x, y)) in enumerate(series.items()):
+        order = np.argsort(x)
+        x, y = np.asarray(x, dtype=float)[order], np.asarray(y, dtype=float)[order]
+        slope = loglog_slope(x, y)
+        ax.plot(x, y, marker="o", ms=4, lw=1.4, ls=LINESTYLES[i % len(LINESTYLES)],
+                label=f"{label} (slope {slope:.2f})" if np.isfinite(slope) else label)
+    from matplotlib.ticker import FuncFormatter
+
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(plain)
+        axis.set_minor_formatter(plain)
+    ax.tick_params(which="both", labelsize=8)
+    ax.set_xlabel(f"{xlabel}, log scale")
+    ax.set_ylabel("ms per iteration, log scale")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.savefig(path)
     return Path(path)

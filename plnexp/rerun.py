@@ -155,21 +155,9 @@ def find(uri: str, run_id: str):
 
 
 def originals(uri: str, run) -> list:
-    """The runs a rerun of ``run`` repeats: ``[run]``, or for a sweep's parent its children plus the
-    FINISHED children of the sweeps it resumed (tag ``resumes``) whose config it did not run itself."""
-    own = tracking.sweep_children(uri, run)
-    if not own:
-        return [run]
-    hashes = {r.data.tags.get(provenance.HASH_TAG) for r in own}
-    earlier = []
-    for pid in filter(None, run.data.tags.get(provenance.RESUMES_TAG, "").split(",")):
-        prev = tracking.find_run(uri, pid)
-        for r in tracking.sweep_children(uri, prev) if prev is not None else []:
-            h = r.data.tags.get(provenance.HASH_TAG)
-            if r.info.status == "FINISHED" and h not in hashes:
-                earlier.append(r)
-                hashes.add(h)
-    return sorted(earlier + own, key=lambda r: int(r.data.tags.get(tracking.JOB_TAG, 0) or 0))
+    """The runs a rerun of ``run`` repeats: ``[run]``, or for a sweep's parent the runs of the sweep
+    (its children and the FINISHED children of the sweeps it resumed: :func:`tracking.sweep_runs`)."""
+    return tracking.sweep_runs(uri, run) or [run]
 
 
 def plan(run_id: str, overrides: list[str]) -> tuple[str, object, list[Source], dict[str, str]]:

@@ -29,14 +29,9 @@ class Reused(NamedTuple):
 
 def pop_switch(args: list[str]) -> tuple[list[str], bool]:
     """Take ``resume=true|false`` out of the command line (it is not a config key)."""
-    values = [a.split("=", 1)[1] for a in args if a.split("=", 1)[0] == "resume"]
-    rest = [a for a in args if a.split("=", 1)[0] != "resume"]
-    if not values:
-        return rest, False
-    value = values[-1].strip().lower()
-    if value not in ("true", "false"):
-        raise ConfigError(f"resume={values[-1]}: allowed values are true, false")
-    return rest, value == "true"
+    from .cli import pop_switch
+
+    return pop_switch(args, "resume", False)
 
 
 def find_done(uri: str, experiment: str, jobs) -> list[Reused]:

@@ -43,6 +43,7 @@ class Outcome:
     clock: float = field(default_factory=time.monotonic)  # durations: immune to wall-clock jumps
     elapsed: float | None = None
     data_digest: str = ""
+    data_shape: tuple[int, int] | None = None  # (n, p) of the data fitted
     output_dir: str = ""
     run_id: str = ""
 
@@ -69,6 +70,17 @@ class Outcome:
         c = np.asarray(self.result.elbo[: self.result.n_iter], dtype=float)
         bad = np.flatnonzero(~np.isfinite(c))
         return c[: bad[0]] if len(bad) else c
+
+    def gap_curve(self) -> np.ndarray:
+        """log10 of each ELBO's gap to the best one of the run: a curve that MLflow's linear chart can
+        show (the ELBO itself falls from ~-1e9 to ~-1e5, flattening every curve). A gap below the
+        precision's resolution of the best value is shown at that resolution (float32: ~1e-7 of it)."""
+        c = self.curve()
+        if not len(c):
+            return c
+        best = c.max()
+        floor = max(abs(best), 1.0) * float(np.finfo(self.config.precision.value).eps)
+        return np.log10(np.maximum(best - c, floor))
 
     def config_yaml(self) -> str:
         return yaml.safe_dump(self.config.as_dict(), sort_keys=False)
@@ -116,6 +128,7 @@ def execute(config: Config, overrides=(), name: str | None = None, output_dir: s
     try:
         data = load_data(config.dataset)
         out.data_digest = data.digest()
+        out.data_shape = (data.n, data.p)
         out.result = fit(data, **config.fit_kwargs())
         bad = np.flatnonzero(~np.isfinite(out.result.elbo[: out.result.n_iter]))
         if len(bad) or not np.isfinite(out.result.extra.get("final_elbo_jit", np.nan)):

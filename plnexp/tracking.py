@@ -29,10 +29,11 @@ from typing import NamedTuple
 import numpy as np
 
 from .config import REPO, Config, flatten, outputs_dir
-from .provenance import environment_tags
+from .provenance import HASH_TAG, RESUMES_TAG, environment_tags
 
 log = logging.getLogger(__name__)
-CURVE_KEY = "elbo"
+CURVE_KEY = "elbo"  # the ELBO per iteration (step metric)
+GAP_KEY = "elbo_gap_log10"  # log10 of the gap to the run's best ELBO: what reads on MLflow's linear chart
 HOST_TAG, PID_TAG, JOB_TAG = "plnexp.host", "plnexp.pid", "plnexp.job"
 PROBE_TIMEOUT_S = 3.0  # an http(s) store that does not answer in this long is unreachable
 SCHEMES = ("", "file", "sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks", "databricks-uc", "uc")
@@ -160,6 +161,12 @@ def _first_line(e: BaseException) -> str:
     return text[0] if text else type(e).__name__
 
 
+def store_exists(uri: str) -> bool:
+    """False for a sqlite store whose file does not exist yet (a server or other database: True)."""
+    path = _sqlite_path(uri) if uri.lower().startswith("sqlite:") else None
+    return path is None or path.exists()
+
+
 def check_store(explicit: str | None = None, timeout: float = PROBE_TIMEOUT_S) -> str:
     """Reach the store before any fit, in seconds; returns its URI or raises :class:`StoreError`.
 
@@ -264,7 +271,7 @@ def start_job(cl, exp_id: str, job, parent_id: str | None = None, tags: dict | N
     all_tags = {"mlflow.parentRunId": parent_id} if parent_id else {}
     all_tags.update(environment_tags(cfg))
     all_tags.update(process_tags())
-    all_tags.update({"overrides": " ".join(job.overrides), **(tags or {})})
+    all_tags.update({"overrides": " ".join(job.overrides), "dataset": cfg.dataset.label, **(tags or {})})
     if job.output_dir:
         all_tags["hydra_output_dir"] = job.output_dir
     run = cl.create_run(exp_id, start_time=int(job.started * 1000), run_name=job.name,
@@ -284,11 +291,14 @@ def finish_job(cl, run_id: str, job) -> None:
         tags["device"] = job.result.device
     if job.data_digest:
         tags["data_digest"] = job.data_digest
+    if job.data_shape:
+        tags["data_n"], tags["data_p"] = job.data_shape
     params = [Param(k, str(v)) for k, v in flatten(cfg.as_dict()).items()]
     now = int(time.time() * 1000)
     metrics = [_metric(k, v, ts=now) for k, v in job.metrics().items() if v is not None and np.isfinite(v)]
     curve = job.curve()
     metrics += [_metric(CURVE_KEY, v, step=i, ts=now) for i, v in enumerate(curve)]
+    metrics += [_metric(GAP_KEY, v, step=i, ts=now) for i, v in enumerate(job.gap_curve())]
     cl.log_batch(run_id, metrics=metrics[:1000], params=params[:100],
                  tags=[RunTag(k, str(v)) for k, v in tags.items()])
     for start in range(1000, len(metrics), 1000):
@@ -438,13 +448,81 @@ def read_artifact(uri: str, run_id: str, path: str) -> str | None:
 
 def read_curve(uri: str, run_id: str) -> np.ndarray:
     """A run's ELBO curve (the step metric :data:`CURVE_KEY`), in step order."""
-    history = client(uri).get_metric_history(run_id, CURVE_KEY)
-    return np.asarray([m.value for m in sorted(history, key=lambda m: m.step)], dtype=np.float64)
+    return read_curves(uri, [run_id])[run_id]
 
 
 def sweep_children(uri: str, run) -> list:
     """The child runs of a parent run (any status), in job order."""
     return children(client(uri), Parent(uri, run.info.experiment_id, run.info.run_id))
+
+
+def sweep_runs(uri: str, run) -> list:
+    """The runs that make up the sweep whose parent is ``run``, in job order: its children plus the
+    FINISHED children of the sweeps it resumed (tag ``resumes``) whose config it did not run itself.
+    ``[]`` for a run that is not a sweep's parent."""
+    own = sweep_children(uri, run)
+    hashes = {r.data.tags.get(HASH_TAG) for r in own}
+    earlier = []
+    for pid in filter(None, run.data.tags.get(RESUMES_TAG, "").split(",")):
+        prev = find_run(uri, pid)
+        for r in sweep_children(uri, prev) if prev is not None else []:
+            h = r.data.tags.get(HASH_TAG)
+            if r.info.status == "FINISHED" and h not in hashes:
+                earlier.append(r)
+                hashes.add(h)
+    return sorted(earlier + own, key=lambda r: int(r.data.tags.get(JOB_TAG, 0) or 0))
+
+
+def is_parent(run) -> bool:
+    """Whether ``run`` is a sweep's parent run (plnexp.sweep.open_sweep tags it ``sweep``)."""
+    return "sweep" in run.data.tags and "mlflow.parentRunId" not in run.data.tags
+
+
+def latest_parent(uri: str, experiment: str | None = None):
+    """The newest sweep parent run, in ``experiment`` or in the whole store; None if there is none."""
+    from mlflow.entities import ViewType
+
+    cl = client(uri)
+    if experiment is not None:
+        exp_id = find_experiment(uri, experiment)
+        exp_ids = [exp_id] if exp_id is not None else []
+    else:
+        exp_ids = [e.experiment_id for e in cl.search_experiments(view_type=ViewType.ACTIVE_ONLY)]
+    newest = None
+    for start in range(0, len(exp_ids), 100):
+        for r in _search_all(cl, exp_ids[start:start + 100], "tags.`sweep` LIKE '%'"):
+            if is_parent(r) and (newest is None or (r.info.start_time or 0) > (newest.info.start_time or 0)):
+                newest = r
+    return newest
+
+
+def experiment_names(uri: str) -> list[str]:
+    """The names of the store's active experiments."""
+    from mlflow.entities import ViewType
+
+    return sorted(e.name for e in client(uri).search_experiments(view_type=ViewType.ACTIVE_ONLY))
+
+
+def read_curves(uri: str, run_ids, key: str = CURVE_KEY) -> dict[str, np.ndarray]:
+    """Each run's step metric ``key`` (the ELBO curve by default), in step order."""
+    cl = client(uri)
+    out = {}
+    for run_id in run_ids:
+        history = cl.get_metric_history(run_id, key)
+        out[run_id] = np.asarray([m.value for m in sorted(history, key=lambda m: m.step)], dtype=np.float64)
+    return out
+
+
+def log_report(uri: str, run_id: str, folder: Path, metrics: dict, tags: dict) -> None:
+    """Attach a report to a sweep's parent run: the files of ``folder`` under ``report/``, its
+    summary metrics and tags (a run can take them after it ended; a later report replaces them)."""
+    from mlflow.entities import RunTag
+
+    cl = client(uri)
+    now = int(time.time() * 1000)
+    cl.log_batch(run_id, metrics=[_metric(k, v, ts=now) for k, v in metrics.items() if np.isfinite(v)],
+                 tags=[RunTag(k, str(v)) for k, v in tags.items()])
+    cl.log_artifacts(run_id, str(folder), "report")
 
 
 def finished_runs(uri: str, exp_id: str) -> list:

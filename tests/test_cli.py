@@ -43,7 +43,7 @@ def test_sweep_one_parent_children_and_equal_curves(outputs, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "[2/2] fori_loop-oaks-f32-cpu" in proc.stdout and "0 failed" in proc.stdout
     cl = store_client(outputs)
-    exp = cl.get_experiment_by_name("default")
+    exp = cl.get_experiment_by_name("strategies")
     runs = cl.search_runs([exp.experiment_id])
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]

@@ -1,0 +1,504 @@
+"""``python -m plnexp report [--experiment NAME] [--run PARENT_ID] [--out DIR]``: what a sweep shows.
+
+Reads a sweep's runs back from MLflow (never from a process's memory: the children of the parent
+run, and for a resumed sweep the runs it reused, see :func:`plnexp.tracking.sweep_runs`) and writes
+into ``<outputs>/reports/<experiment>/<parent run id>/`` (or ``--out``), whole or not at all:
+
+- ``report.md`` / ``report.csv``: one row per strategy x data size x device x precision (x every
+  other config value that varies across the sweep), with compile time, steady run time, ms per
+  iteration, speed-up over ``eager`` and over ``scan`` in the same group, the final ELBO and the
+  largest relative difference of the run's ELBO curve to ``scan``'s (do the strategies agree?);
+- ``elbo_curves.png``, ``timings.png`` and, when the sweep varies the data size, ``scaling.png``.
+
+The same files go to the parent run's artifacts (``report/``), with summary metrics on the parent
+(``best_ms_per_iter``, ``best_speedup_vs_scan``, ``best_speedup_vs_eager``, ``n_failed``) and a
+description. Runs that stopped at different lengths (a cap, an early stop) are compared at their
+common length, and the table says so.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import re
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import plots, provenance, tracking
+from .config import ConfigError, outputs_dir
+
+# params that do not define a comparison group: the strategy is what is compared; the data set is
+# named by its label (tag ``dataset``); n_iter may differ per strategy (caps), compared at a common length
+NOT_GROUPING = ("strategy.", "dataset.", "n_iter_cap")
+NOT_GROUPING_KEYS = {"experiment", "tracking_uri", "n_iter", "device", "precision"}
+SHORT = {"optimizer.name": "optimizer", "optimizer.lr": "lr", "n_iter_requested": "n_iter asked"}
+FILES = ("report.md", "report.csv", "elbo_curves.png", "timings.png", "scaling.png")
+
+
+@dataclass
+class Entry:
+    """One run of the sweep, as the report reads it back from MLflow."""
+
+    run_id: str
+    name: str
+    status: str
+    reason: str
+    strategy: str
+    data: str  # the data set's label, e.g. oaks_x100
+    n: int | None
+    p: int | None
+    device: str
+    precision: str
+    params: dict
+    metrics: dict
+    curve: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    extra: tuple = ()  # the values of the other grouping params, in Report.extra_keys order
+    # filled by compare()
+    speedup_eager: float = np.nan
+    speedup_scan: float = np.nan
+    vs_scan: float = np.nan  # max relative difference of the curve to scan's, at their common length
+    elbo_common: float = np.nan  # the ELBO after `common` iterations (when the group's lengths differ)
+
+    def m(self, key: str) -> float:
+        return float(self.metrics.get(key, np.nan))
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "FINISHED" and np.isfinite(self.m("ms_per_iter"))
+
+    @property
+    def shape(self) -> str:
+        return f"{self.n}×{self.p}" if self.n else "?"
+
+    @property
+    def group(self) -> tuple:
+        return (self.data, self.device, self.precision, *self.extra)
+
+
+@dataclass
+class Report:
+    experiment: str
+    parent: object  # the parent mlflow Run
+    entries: list[Entry]
+    extra_keys: list[str]
+    common: dict = field(default_factory=dict)  # group -> common length, for groups whose lengths differ
+
+    @property
+    def groups(self) -> dict[tuple, list[Entry]]:
+        out: dict[tuple, list[Entry]] = {}
+        for e in self.entries:
+            out.setdefault(e.group, []).append(e)
+        return out
+
+    def group_label(self, group: tuple) -> str:
+        e = self.groups[group][0]
+        extra = [f"{SHORT.get(k, k)}={v}" for k, v in zip(self.extra_keys, e.extra)]
+        return ", ".join([f"{e.data} ({e.shape})", e.precision, e.device, *extra])
+
+    @property
+    def failed(self) -> list[Entry]:
+        return [e for e in self.entries if e.status != "FINISHED"]
+
+    def main_group(self) -> tuple | None:
+        """The group the parent's summary metrics describe: the largest data with a finished run."""
+        ok = [g for g, es in self.groups.items() if any(e.ok for e in es)]
+        return max(ok, key=lambda g: (self.groups[g][0].n or 0, len(self.groups[g])), default=None)
+
+    def fastest(self, group: tuple) -> Entry | None:
+        return min((e for e in self.groups[group] if e.ok), key=lambda e: e.m("ms_per_iter"), default=None)
+
+
+# ---------------------------------------------------------------- reading the sweep back
+def _int(text) -> int | None:
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def _entry(run, curve: np.ndarray) -> Entry:
+    p, t = run.data.params, run.data.tags
+    return Entry(run.info.run_id, run.info.run_name, run.info.status, t.get("status_reason", ""),
+                 p.get("strategy.name", "?"), t.get("dataset") or p.get("dataset.name", "?"), _int(t.get("data_n")),
+                 _int(t.get("data_p")), p.get("device", "?"), p.get("precision", "?"), dict(p), dict(run.data.metrics),
+                 curve)
+
+
+def _grouping_keys(entries: list[Entry]) -> list[str]:
+    keys = sorted({k for e in entries for k in e.params})
+    varying = [k for k in keys if not k.startswith(NOT_GROUPING) and k not in NOT_GROUPING_KEYS
+               and len({e.params.get(k) for e in entries}) > 1]
+    # an optimizer's default learning rate follows the optimizer: no column of its own then
+    if "optimizer.lr" in varying and "optimizer.name" in varying and all(
+            len({e.params.get("optimizer.lr") for e in entries if e.params.get("optimizer.name") == o}) == 1
+            for o in {e.params.get("optimizer.name") for e in entries}):
+        varying.remove("optimizer.lr")
+    return varying
+
+
+def find_parent(uri: str, experiment: str | None, run_id: str | None):
+    """The sweep's parent run that the report is about; ConfigError (one line) when there is none."""
+    if run_id:
+        run = tracking.find_run(uri, run_id)
+        if run is None or run.info.lifecycle_stage == "deleted":
+            raise ConfigError(f"--run {run_id}: not found in the store {uri}; allowed values are ids of sweeps' "
+                              "parent runs (python -m plnexp report without --run takes the newest sweep)")
+        parent_id = run.data.tags.get("mlflow.parentRunId")
+        if parent_id:
+            raise ConfigError(f"--run {run_id}: a job of the sweep whose parent run is {parent_id}; allowed values "
+                              f"are ids of sweeps' parent runs (--run {parent_id})")
+        if not tracking.is_parent(run):
+            raise ConfigError(f"--run {run_id}: a single run, not a sweep; allowed values are ids of sweeps' "
+                              "parent runs")
+        return run
+    if experiment is not None and tracking.find_experiment(uri, experiment) is None:
+        names = ", ".join(tracking.experiment_names(uri)) or "none: the store is empty"
+        raise ConfigError(f"--experiment {experiment}: no such experiment in the store {uri}; allowed values are "
+                          f"{names}")
+    run = tracking.latest_parent(uri, experiment)
+    if run is None:
+        where = f"experiment {experiment!r}" if experiment else f"the store {uri}"
+        raise ConfigError(f"{where} holds no sweep (no parent run); run `python -m plnexp sweep` first")
+    return run
+
+
+def load(uri: str, parent) -> Report:
+    """The sweep's runs read back from the store, with their ELBO curves, compared."""
+    runs = tracking.sweep_runs(uri, parent)
+    curves = tracking.read_curves(uri, [r.info.run_id for r in runs])
+    entries = [_entry(r, curves[r.info.run_id]) for r in runs]
+    keys = _grouping_keys(entries)
+    for e in entries:
+        e.extra = tuple(e.params.get(k, "") for k in keys)
+    report = Report(tracking.experiment_name(uri, parent.info.experiment_id), parent, entries, keys)
+    compare(report)
+    return report
+
+
+def _ref(entries: list[Entry], strategy: str) -> Entry | None:
+    return next((e for e in entries if e.strategy == strategy and e.ok), None)
+
+
+def compare(report: Report) -> None:
+    """Speed-ups over eager and scan, agreement with scan's curve, within each group."""
+    for group, entries in report.groups.items():
+        eager, scan = _ref(entries, "eager"), _ref(entries, "scan")
+        lengths = {len(e.curve) for e in entries if e.ok and len(e.curve)}
+        if len(lengths) > 1:
+            report.common[group] = min(lengths)
+        for e in entries:
+            if not e.ok:
+                continue
+            ms = e.m("ms_per_iter")
+            if eager is not None:
+                e.speedup_eager = eager.m("ms_per_iter") / ms
+            if scan is not None:
+                e.speedup_scan = scan.m("ms_per_iter") / ms
+                if len(e.curve) and len(scan.curve):  # over their common length
+                    e.vs_scan = provenance.curve_difference(scan.curve, e.curve)[1]
+            if group in report.common and len(e.curve):
+                e.elbo_common = float(e.curve[report.common[group] - 1])
+
+
+# ---------------------------------------------------------------- the table
+def columns(report: Report) -> list[tuple[str, str, object]]:
+    """(header, csv name, cell function) per column; every number of a column in one format."""
+    f = lambda fmt, get: lambda e: "-" if not np.isfinite(get(e)) else fmt.format(get(e))  # noqa: E731
+    cols = [("strategy", "strategy", lambda e: e.strategy), ("data", "data", lambda e: e.data),
+            ("n×p", "shape", lambda e: e.shape), ("precision", "precision", lambda e: e.precision),
+            ("device", "device", lambda e: e.device)]
+    cols += [(SHORT.get(k, k), k, lambda e, i=i: e.extra[i]) for i, k in enumerate(report.extra_keys)]
+    cols += [("status", "status", lambda e: e.status),
+             ("iters", "n_iter_run", f("{:.0f}", lambda e: e.m("n_iter_run"))),
+             ("compile s", "compile_s", f("{:.3f}", lambda e: e.m("compile_s"))),
+             ("run s", "run_s", f("{:.3f}", lambda e: e.m("run_s"))),
+             ("ms/iter", "ms_per_iter", f("{:.2f}", lambda e: e.m("ms_per_iter"))),
+             ("× eager", "speedup_vs_eager", f("{:.2f}", lambda e: e.speedup_eager)),
+             ("× scan", "speedup_vs_scan", f("{:.2f}", lambda e: e.speedup_scan)),
+             ("final ELBO", "final_elbo", f("{:.1f}", lambda e: e.m("final_elbo")))]
+    if report.common:
+        cols.append(("ELBO at common length", "elbo_at_common_length", f("{:.1f}", lambda e: e.elbo_common)))
+    cols.append(("max rel. diff to scan", "max_rel_diff_to_scan", f("{:.1e}", lambda e: e.vs_scan)))
+    return cols
+
+
+def markdown_table(report: Report) -> str:
+    cols = columns(report)
+    right = lambda h: h not in ("strategy", "data", "precision", "device", "status", "optimizer")  # noqa: E731
+    lines = ["| " + " | ".join(h for h, _, _ in cols) + " |",
+             "|" + "|".join("---:" if right(h) else "---" for h, _, _ in cols) + "|"]
+    lines += ["| " + " | ".join(str(get(e)) for _, _, get in cols) + " |" for e in report.entries]
+    return "\n".join(lines)
+
+
+def csv_text(report: Report) -> str:
+    """The table with full-precision numbers (empty cells where a value was not measured)."""
+    raw = {"n_iter_run": lambda e: e.m("n_iter_run"), "compile_s": lambda e: e.m("compile_s"),
+           "run_s": lambda e: e.m("run_s"), "ms_per_iter": lambda e: e.m("ms_per_iter"),
+           "speedup_vs_eager": lambda e: e.speedup_eager, "speedup_vs_scan": lambda e: e.speedup_scan,
+           "final_elbo": lambda e: e.m("final_elbo"), "elbo_at_common_length": lambda e: e.elbo_common,
+           "max_rel_diff_to_scan": lambda e: e.vs_scan, "shape": lambda e: f"{e.n}x{e.p}" if e.n else ""}
+    cols = columns(report)
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(["run_id", *(name for _, name, _ in cols)])
+    for e in report.entries:
+        row = [e.run_id]
+        for _, name, get in cols:
+            v = raw[name](e) if name in raw else get(e)
+            row.append("" if isinstance(v, float) and not np.isfinite(v) else repr(v) if isinstance(v, float) else v)
+        w.writerow(row)
+    return out.getvalue()
+
+
+def notes(report: Report) -> list[str]:
+    lines = []
+    for group, k in report.common.items():
+        short = sorted({f"{e.strategy} ({len(e.curve)})" for e in report.groups[group] if e.ok})
+        lines.append(f"{report.group_label(group)}: the runs stopped at different lengths ({', '.join(short)}); "
+                     f"their curves and the 'ELBO at common length' column compare at iteration {k}.")
+    for e in report.failed:
+        lines.append(f"{e.name}: {e.status}{' (' + e.reason + ')' if e.reason else ''}")
+    return lines
+
+
+def summary_lines(report: Report) -> list[str]:
+    """The terminal summary: per group, the fastest strategy and its speed-ups; then the failures."""
+    lines = []
+    for group in report.groups:
+        best = report.fastest(group)
+        if best is None:
+            lines.append(f"{report.group_label(group)}: no run finished")
+            continue
+        ups = [f"{best.speedup_scan:.2f}× scan" if np.isfinite(best.speedup_scan) else "",
+               f"{best.speedup_eager:.1f}× eager" if np.isfinite(best.speedup_eager) else ""]
+        agree = [e.vs_scan for e in report.groups[group] if np.isfinite(e.vs_scan)]
+        agreement = f"; curves within {max(agree):.1e} of scan's" if agree else ""
+        lines.append(f"fastest on {report.group_label(group)}: {best.strategy} {best.m('ms_per_iter'):.2f} ms/iter"
+                     f"{' (' + ', '.join(u for u in ups if u) + ')' if any(ups) else ''}{agreement}")
+    failed = report.failed
+    lines.append(f"{len(failed)} of {len(report.entries)} runs failed" +
+                 (": " + ", ".join(f"{e.name} ({e.status})" for e in failed) if failed else ""))
+    return lines
+
+
+# ---------------------------------------------------------------- figures
+def _series_label(e: Entry, varying: list[int]) -> str:
+    parts = [e.strategy] + [str(e.group[i]) for i in varying]
+    return ", ".join(parts)
+
+
+def _varying_within(entries: list[Entry], skip: int = 1) -> list[int]:
+    """Indices of the group fields (past the first ``skip``) that differ among ``entries``."""
+    if not entries:
+        return []
+    return [i for i in range(skip, len(entries[0].group)) if len({e.group[i] for e in entries}) > 1]
+
+
+def figures(report: Report, folder: Path) -> list[str]:
+    """Write the report's PNGs into ``folder``; returns their names."""
+    ok = [e for e in report.entries if e.ok]
+    if not ok:
+        return []
+    by_data: dict[str, list[Entry]] = {}
+    for e in ok:
+        by_data.setdefault(e.data, []).append(e)
+    panels = []
+    for data, entries in by_data.items():
+        varying = _varying_within(entries)
+        agree = [e.vs_scan for e in entries if np.isfinite(e.vs_scan)]
+        k = min(len(e.curve) for e in entries)
+        note = (f"all within {max(agree):.1e} (relative) of scan" if agree else "")
+        if len({len(e.curve) for e in entries}) > 1:
+            note = (note + "; " if note else "") + f"common length {k}"
+        panels.append(plots.CurvePanel(f"{data} ({entries[0].shape})",
+                                       {_series_label(e, varying): e.curve for e in entries}, note))
+    plots.elbo_curves_png(panels, folder / "elbo_curves.png")
+    tpanels = []
+    for group, entries in report.groups.items():
+        entries = [e for e in entries if e.ok]
+        if entries:
+            lengths = {int(e.m("n_iter_run")) for e in entries if np.isfinite(e.m("n_iter_run"))}
+            tpanels.append(plots.TimingPanel(report.group_label(group),
+                                             {e.strategy: e.m("compile_s") for e in entries},
+                                             {e.strategy: e.m("run_s") for e in entries},
+                                             lengths.pop() if len(lengths) == 1 else None))
+    plots.timings_png(tpanels, folder / "timings.png")
+    names = ["elbo_curves.png", "timings.png"]
+    size = _size_axis(ok)
+    if size is not None:
+        label, get = size
+        series: dict[str, tuple[list, list]] = {}
+        for e in ok:
+            rest = [i for i in _varying_within(ok) if i != 0]
+            x, y = series.setdefault(_series_label(e, rest), ([], []))
+            x.append(get(e))
+            y.append(e.m("ms_per_iter"))
+        plots.scaling_png(series, label, f"ms per iteration against the data size ({report.experiment})",
+                          folder / "scaling.png")
+        names.append("scaling.png")
+    return names
+
+
+def _size_axis(entries: list[Entry]):
+    """What the scaling plot puts on x: n if the sweep varies n, p if it varies p, n·p if both."""
+    if any(e.n is None for e in entries):
+        return None
+    ns, ps = {e.n for e in entries}, {e.p for e in entries}
+    if len(ns) > 1 and len(ps) > 1:
+        return "n·p (cells)", lambda e: e.n * e.p
+    if len(ns) > 1:
+        return "n (rows)", lambda e: e.n
+    if len(ps) > 1:
+        return "p (columns)", lambda e: e.p
+    return None
+
+
+# ---------------------------------------------------------------- writing
+def markdown(report: Report, images: list[str]) -> str:
+    p = report.parent
+    tags = p.data.tags
+    lines = [f"# Sweep {tags.get('sweep', '?')} ({report.experiment})", "",
+             f"Parent run `{p.info.run_id}` ({p.info.status}); command `python -m plnexp "
+             f"{tags.get('command', 'sweep')}`; {len(report.entries)} runs.", "",
+             "Speed-ups compare ms/iter with `eager` and `scan` on the same data, precision and device; the last "
+             "column is the largest relative difference of the run's ELBO curve to `scan`'s.", "",
+             markdown_table(report), ""]
+    extra = notes(report)
+    if extra:
+        lines += ["Notes:", "", *[f"- {n}" for n in extra], ""]
+    lines += ["Summary:", "", *[f"- {s}" for s in summary_lines(report)], ""]
+    lines += [f"![{name}]({name})" for name in images]
+    return "\n".join(lines) + "\n"
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name) or "_"
+
+
+def default_dir(report: Report) -> Path:
+    return outputs_dir() / "reports" / _safe(report.experiment) / report.parent.info.run_id
+
+
+def write(report: Report, out: Path) -> list[str]:
+    """Write the report's files into ``out`` whole or not at all: built in a temporary folder beside
+    it, then put in place of any earlier report there. Returns the file names."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        images = figures(report, tmp)
+        (tmp / "report.md").write_text(markdown(report, images))
+        (tmp / "report.csv").write_text(csv_text(report))
+        old = None
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+            os.rename(out, old / "report")
+        os.rename(tmp, out)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return ["report.md", "report.csv", *images]
+
+
+def parent_metrics(report: Report) -> tuple[dict, dict]:
+    """The parent run's summary metrics and tags (about :meth:`Report.main_group`)."""
+    metrics = {"n_runs": float(len(report.entries)), "n_failed": float(len(report.failed))}
+    tags = {}
+    group = report.main_group()
+    best = report.fastest(group) if group is not None else None
+    if best is not None:
+        metrics.update(best_ms_per_iter=best.m("ms_per_iter"), best_speedup_vs_scan=best.speedup_scan,
+                       best_speedup_vs_eager=best.speedup_eager)
+        tags["fastest_strategy"] = best.strategy
+    lines = summary_lines(report)
+    note = (f"**Sweep `{report.parent.data.tags.get('sweep', '?')}`**: {len(report.entries)} runs, one per job "
+            f"(expand this run's + to see them, or sort by start time).\n\n"
+            + "\n".join(f"- {s}" for s in lines) +
+            "\n\nTo read it: compare `ms_per_iter` (steady time per iteration) and `compile_s` across the child "
+            "runs; the `elbo_gap_log10` chart shows each run's convergence (log10 of the gap to its best ELBO). "
+            "This run's artifacts hold `report/report.md`, `elbo_curves.png`, `timings.png`"
+            + (" and `scaling.png`" if any(e.ok for e in report.entries) and _size_axis(
+                [e for e in report.entries if e.ok]) else "") + ".")
+    tags["mlflow.note.content"] = note
+    return metrics, tags
+
+
+def build(uri: str, experiment: str | None = None, run_id: str | None = None, out: Path | None = None,
+          *, attach: bool = True) -> tuple[Report, Path, list[str]]:
+    """Read, write, and (``attach``) log onto the parent run; returns the report, its folder, its files."""
+    report = load(uri, find_parent(uri, experiment, run_id))
+    if not report.entries:
+        raise ConfigError(f"sweep {report.parent.info.run_id}: no run to report on (its jobs never started)")
+    folder = Path(out) if out is not None else default_dir(report)
+    files = write(report, folder)
+    if attach:
+        tracking.log_report(uri, report.parent.info.run_id, folder, *parent_metrics(report))
+    return report, folder, files
+
+
+def show(report: Report, folder: Path, files: list[str]) -> None:
+    for line in summary_lines(report):
+        print(line, flush=True)
+    print(f"report: {folder} ({', '.join(files)}), also on parent run {report.parent.info.run_id}", flush=True)
+
+
+# ---------------------------------------------------------------- the command
+USAGE = "usage: python -m plnexp report [--experiment NAME] [--run PARENT_ID] [--out DIR]"
+
+
+def parse(args: list[str]) -> dict:
+    """``--key value`` or ``--key=value`` for experiment, run, out; ConfigError for anything else."""
+    allowed = {"--experiment": "experiment", "--run": "run_id", "--out": "out"}
+    out, rest = {}, list(args)
+    while rest:
+        a = rest.pop(0)
+        key, eq, value = a.partition("=")
+        if key not in allowed:
+            raise ConfigError(f"{a}: unknown argument; allowed are {', '.join(allowed)} ({USAGE})")
+        if not eq:
+            if not rest or rest[0].startswith("--"):
+                raise ConfigError(f"{key}: needs a value ({USAGE})")
+            value = rest.pop(0)
+        if not value:
+            raise ConfigError(f"{key}: needs a value ({USAGE})")
+        out[allowed[key]] = value
+    if "out" in out:
+        out["out"] = Path(out["out"]).resolve()
+    return out
+
+
+def main(args: list[str]) -> int:
+    if args and args[0] in ("-h", "--help"):
+        print(f"{USAGE}\n\n" + __doc__.split("\n\n", 1)[1])
+        return 0
+    try:
+        opts = parse(args)
+        from . import cli
+
+        cli.check_outputs()
+        uri = tracking.tracking_uri(None)
+        if not tracking.store_exists(uri):
+            raise ConfigError(f"the store {uri} does not exist yet: no sweep to report on; run "
+                              "`python -m plnexp sweep` first (MLFLOW_TRACKING_URI or PLNEXP_OUTPUTS selects another)")
+        uri = tracking.check_store(None)
+        tracking.sweep_up_orphans(uri)
+        report, folder, files = build(uri, **opts)
+    except (ConfigError, tracking.StoreError) as e:
+        kind = "store error" if isinstance(e, tracking.StoreError) else "error"
+        print(f"plnexp: {kind}: {e}", file=sys.stderr, flush=True)
+        return 2
+    except OSError as e:
+        print(f"plnexp: error: cannot write the report ({e.strerror or e}: {e.filename})", file=sys.stderr,
+              flush=True)
+        return 2
+    show(report, folder, files)
+    return 0
