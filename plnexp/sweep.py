@@ -179,6 +179,10 @@ def close_sweep(record: SweepRecord, status: str = "FINISHED", reason: str = "")
             "fit_s": f"{summary.fit_s:.1f}"}
     if reason:
         tags["status_reason"] = reason
+    tags["mlflow.note.content"] = (
+        f"**Sweep `{record.name}`** ({status}): {len(rows)} of {record.total} jobs ran, {summary.n_failed} "
+        f"failed; each job is a child run (expand this run's + to see them). `python -m plnexp report --run "
+        f"{record.parent_id}` writes its table and plots and attaches them here (a sweep does it at its end).")
     if status == "KILLED":
         tags["reason"] = "interrupted"
     tracking.close_parent(record.parent, status, tags, summary.table() + "\n" if rows else None)

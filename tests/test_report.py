@@ -1,0 +1,206 @@
+"""plnexp.report on a store whose runs are known: each job's fit is faked (chosen timings and ELBO
+curves) and logged through the real runner and tracking code; the report is then read back from
+the store and checked against the logged numbers, recomputed here independently."""
+
+from __future__ import annotations
+
+import csv
+import io
+import struct
+
+import numpy as np
+import pytest
+from conftest import store_client
+
+from plnexp import cli, plots, provenance, report, runner, sweep, tracking
+from plnexp.fitting import FitResult
+from plnexp.timing import Timing
+
+# (strategy, n rows) -> (compile_s, ms_per_iter, iterations run)
+KNOWN = {("eager", 30): (0.0, 10.0, 5), ("scan", 30): (1.2, 2.0, 8), ("fori_loop", 30): (1.1, 2.5, 8),
+         ("eager", 60): (0.0, 12.0, 5), ("scan", 60): (1.3, 4.0, 8), ("fori_loop", 60): (1.4, 5.0, 8)}
+
+
+def known_curve(strategy: str, n: int, length: int) -> np.ndarray:
+    """An ELBO curve rising to a plateau; fori_loop's and eager's differ from scan's by rounding-size noise."""
+    base = -n * 1e4 * np.exp(-np.arange(length) / 2.0) - n * 100.0
+    noise = {"scan": 0.0, "fori_loop": 3e-7, "eager": 1e-6}[strategy]
+    return base * (1 + noise * np.sin(np.arange(length) + 1))
+
+
+def fake_execute(cfg, overrides=(), name=None, output_dir="", outcome=None):
+    n = cfg.dataset.n
+    compile_s, ms, length = KNOWN[(cfg.strategy.name, n)]
+    curve = known_curve(cfg.strategy.name, n, length)
+    timing = Timing(compile_s, float("nan"), ms * length / 1e3, ms, (ms * length / 1e3,))
+    outcome.result = FitResult(curve, float(curve[-1]), {}, length, timing, "full", cfg.strategy.name, "radam_clip",
+                               "float32", "TFRT_CPU_0", {"final_elbo_jit": float(curve[-1]) + 1.0})
+    outcome.data_digest, outcome.data_shape = "abc", (n, cfg.dataset.p)
+    outcome.stop()
+    return outcome
+
+
+def job_config(strategy: str, n: int):
+    (job,) = cli.plan(["dataset=synthetic", f"dataset.n={n}", "dataset.p=5", f"strategy={strategy}", "n_iter=8"],
+                      multirun=False)
+    return job.config
+
+
+def fake_sweep(tmp_path, monkeypatch, keys, name="sw", tags=None):
+    """A closed sweep of the jobs ``keys`` ((strategy, n) pairs); returns its record."""
+    monkeypatch.setattr(runner, "execute", fake_execute)
+    uri = tracking.check_store()
+    record = sweep.open_sweep(tmp_path / name, "known", "known", uri, len(keys), {"command": "test", **(tags or {})})
+    for i, (strategy, n) in enumerate(keys):
+        runner.run_job(job_config(strategy, n), (f"strategy={strategy}",), f"{strategy}-{n}", parent=record.parent,
+                       job_num=i)
+    sweep.close_sweep(record, "FINISHED")
+    return record
+
+
+def png_size(path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path.name}: not a PNG"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_report_numbers_equal_the_logged_metrics(outputs, tmp_path, monkeypatch):
+    record = fake_sweep(tmp_path, monkeypatch, list(KNOWN))
+    rep, folder, files = report.build(tracking.tracking_uri(), run_id=record.parent_id)
+    assert folder == outputs / "reports" / "known" / record.parent_id
+    assert set(files) == {"report.md", "report.csv", "elbo_curves.png", "timings.png", "scaling.png"}
+
+    cl = store_client(outputs)
+    rows = list(csv.DictReader(io.StringIO((folder / "report.csv").read_text())))
+    assert len(rows) == len(KNOWN)
+    by_key = {}
+    for row in rows:
+        run = cl.get_run(row["run_id"])
+        m = run.data.metrics
+        for col in ("compile_s", "run_s", "ms_per_iter", "final_elbo", "n_iter_run"):
+            assert float(row[col]) == m[col], (row["strategy"], col)
+        assert row["shape"] == f"{run.data.tags['data_n']}x5"
+        by_key[(row["strategy"], int(run.data.tags["data_n"]))] = (row, m, run.info.run_id)
+
+    for (strategy, n), (row, m, run_id) in by_key.items():
+        eager_ms = by_key[("eager", n)][1]["ms_per_iter"]
+        scan_ms = by_key[("scan", n)][1]["ms_per_iter"]
+        assert float(row["speedup_vs_eager"]) == pytest.approx(eager_ms / m["ms_per_iter"], rel=1e-12)
+        assert float(row["speedup_vs_scan"]) == pytest.approx(scan_ms / m["ms_per_iter"], rel=1e-12)
+        # agreement with scan's curve, recomputed from the logged step metric, over the common length
+        mine = np.array([x.value for x in sorted(cl.get_metric_history(run_id, "elbo"), key=lambda x: x.step)])
+        scan = np.array([x.value for x in sorted(cl.get_metric_history(by_key[("scan", n)][2], "elbo"),
+                                                 key=lambda x: x.step)])
+        k = min(len(mine), len(scan))
+        assert k == min(KNOWN[(strategy, n)][2], 8)
+        expected = np.max(np.abs(mine[:k] - scan[:k]) / np.abs(scan[:k]))
+        assert float(row["max_rel_diff_to_scan"]) == pytest.approx(expected, rel=1e-9, abs=1e-300)
+        # eager ran 5 iterations, the others 8: the table also compares at the common length 5
+        assert float(row["elbo_at_common_length"]) == mine[4]
+
+    md = (folder / "report.md").read_text()
+    assert md.count("\n| ") == len(KNOWN) + 1  # header + one line per run
+    assert "compare at iteration 5" in md
+    for name in ("elbo_curves.png", "timings.png", "scaling.png"):
+        w, h = png_size(folder / name)
+        assert 500 <= w <= 3000 and 300 <= h <= 3000, (name, w, h)
+
+    # the parent run: summary metrics about the largest data (n=60), the report as artifacts, a note
+    parent = cl.get_run(record.parent_id)
+    assert parent.data.metrics["best_ms_per_iter"] == 4.0
+    assert parent.data.metrics["best_speedup_vs_eager"] == pytest.approx(3.0)
+    assert parent.data.metrics["best_speedup_vs_scan"] == pytest.approx(1.0)
+    assert parent.data.metrics["n_failed"] == 0 and parent.data.metrics["n_runs"] == 6
+    assert parent.data.tags["fastest_strategy"] == "scan"
+    assert "ms_per_iter" in parent.data.tags["mlflow.note.content"]
+    assert {a.path for a in cl.list_artifacts(record.parent_id, "report")} == {f"report/{f}" for f in files}
+
+
+def test_terminal_summary_names_the_fastest_and_the_failures(outputs, tmp_path, monkeypatch):
+    record = fake_sweep(tmp_path, monkeypatch, [("eager", 30), ("scan", 30), ("fori_loop", 30)])
+    rep = report.load(tracking.tracking_uri(), tracking.find_run(tracking.tracking_uri(), record.parent_id))
+    lines = report.summary_lines(rep)
+    assert lines[0].startswith("fastest on synthetic_n30_p5_d2_s0 (30×5), float32, cpu: scan 2.00 ms/iter "
+                               "(1.00× scan, 5.0× eager)")
+    assert lines[-1] == "0 of 3 runs failed"
+
+
+def test_one_data_size_has_no_scaling_plot_and_equal_lengths_no_common_column(outputs, tmp_path, monkeypatch):
+    record = fake_sweep(tmp_path, monkeypatch, [("scan", 30), ("fori_loop", 30)])
+    _, folder, files = report.build(tracking.tracking_uri(), run_id=record.parent_id)
+    assert "scaling.png" not in files and not (folder / "scaling.png").exists()
+    assert "elbo_at_common_length" not in (folder / "report.csv").read_text().splitlines()[0]
+
+
+def test_a_resumed_sweep_reports_the_runs_it_reused(outputs, tmp_path, monkeypatch):
+    first = fake_sweep(tmp_path, monkeypatch, [("scan", 30), ("fori_loop", 30)], "a")
+    second = fake_sweep(tmp_path, monkeypatch, [("eager", 30)], "b", {provenance.RESUMES_TAG: first.parent_id})
+    rep, _, _ = report.build(tracking.tracking_uri(), run_id=second.parent_id)
+    assert sorted(e.strategy for e in rep.entries) == ["eager", "fori_loop", "scan"]
+
+
+def test_a_second_report_replaces_the_first_whole(outputs, tmp_path, monkeypatch):
+    record = fake_sweep(tmp_path, monkeypatch, [("scan", 30), ("fori_loop", 30)])
+    _, folder, _ = report.build(tracking.tracking_uri(), run_id=record.parent_id)
+    (folder / "stale.txt").write_text("from an earlier report")
+    report.build(tracking.tracking_uri(), run_id=record.parent_id)
+    assert not (folder / "stale.txt").exists() and (folder / "report.md").exists()
+    assert [p.name for p in folder.parent.iterdir()] == [folder.name]  # no temporary folder left
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "holds no sweep (no parent run); run `python -m plnexp sweep` first"),
+    (["--run", "0123456789abcdef"], "--run 0123456789abcdef: not found in the store"),
+    (["--experiment", "nope"], "--experiment nope: no such experiment in the store"),
+    (["--colour", "red"], "--colour: unknown argument; allowed are --experiment, --run, --out"),
+    (["--run"], "--run: needs a value"),
+])
+def test_bad_report_requests_are_one_line_and_exit_2(outputs, capsys, args, message):
+    assert report.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+
+
+def test_report_on_a_job_or_a_single_run_names_the_parent(outputs, tmp_path, monkeypatch, capsys):
+    record = fake_sweep(tmp_path, monkeypatch, [("scan", 30)])
+    child = tracking.sweep_runs(tracking.tracking_uri(), tracking.find_run(tracking.tracking_uri(),
+                                                                           record.parent_id))[0]
+    assert report.main(["--run", child.info.run_id]) == 2
+    assert f"a job of the sweep whose parent run is {record.parent_id}" in capsys.readouterr().err
+    single = runner.run_job(job_config("scan", 30), (), "single")
+    assert report.main(["--run", single.run_id]) == 2
+    assert "a single run, not a sweep" in capsys.readouterr().err
+
+
+def test_report_without_a_store_creates_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PLNEXP_OUTPUTS", str(tmp_path / "out"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert report.main([]) == 2
+    assert "does not exist yet: no sweep to report on" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "mlflow.db").exists()
+
+
+def test_report_out_and_newest_sweep_of_an_experiment(outputs, tmp_path, monkeypatch, capsys):
+    fake_sweep(tmp_path, monkeypatch, [("scan", 30)], "a")
+    newest = fake_sweep(tmp_path, monkeypatch, [("scan", 30), ("eager", 30)], "b")
+    assert report.main(["--experiment", "known", "--out", str(tmp_path / "mine")]) == 0
+    out = capsys.readouterr().out
+    assert f"also on parent run {newest.parent_id}" in out
+    assert (tmp_path / "mine" / "report.md").exists()
+
+
+def test_converged_tells_a_plateau_from_a_descent():
+    i = np.arange(200.0)
+    assert plots.converged(-1e3 * np.exp(-i / 10) - 5.0)
+    assert not plots.converged(-1e3 + i)
+    assert not plots.converged(np.array([-3.0, -2.0]))
+
+
+def test_gap_curve_is_log10_of_the_gap_to_the_best_floored_at_the_precision(outputs):
+    config = job_config("scan", 30)
+    o = runner.Outcome("x", (), config)
+    curve = np.array([-1000.0, -10.0, -1.0, -1.0])
+    fake = FitResult(curve, -1.0, {}, 4, Timing(0, 0, 0, 0), "full", "scan", "sgd", "float32", "cpu")
+    o.result = fake
+    eps = float(np.finfo(np.float32).eps)
+    np.testing.assert_allclose(o.gap_curve(), np.log10([999.0, 9.0, eps, eps]))
