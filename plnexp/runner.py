@@ -192,7 +192,7 @@ def summary_table(rows) -> str:
         m = r.metrics
         g = lambda k, f="{:.3f}": f.format(m[k]) if np.isfinite(m.get(k, np.nan)) else "-"  # noqa: E731
         lines.append((r.name, r.status, f"{int(m.get('n_iter_run', 0))}", g("compile_s"), g("compile_warm_s"),
-                      g("first_call_s"), g("run_s"), g("ms_per_iter", "{:.2f}"), g("final_elbo", "{:.6g}"),
+                      g("first_call_s"), g("run_s"), g("ms_per_iter", "{:.2f}"), g("final_elbo", "{:.1f}"),
                       f"{r.wall_s:.1f}"))
     widths = [max(len(str(r[i])) for r in [head, *lines]) for i in range(len(head))]
     fmt = lambda r: "  ".join(str(c).ljust(w) if i < 2 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731

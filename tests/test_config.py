@@ -73,6 +73,11 @@ def test_command_line_overrides_replace_sweep_params():
     assert [(j.config.strategy.name, j.config.dataset.replication) for j in jobs] == [("scan", 1), ("scan", 10)]
 
 
+def test_run_name_says_the_iterations_that_run_after_a_cap():
+    (job,) = cli.plan(["strategy=eager", "n_iter=300", "+n_iter_cap.eager=5"], multirun=False)
+    assert job.config.n_iter == 5 and job.name == "eager-oaks-f32-cpu-n_iter5"
+
+
 def test_run_name_from_overrides():
     (job,) = cli.plan(["strategy=scan", "dataset.replication=100", "optimizer=adam"], multirun=False)
     assert job.name == "scan-oaks_x100-f32-cpu-adam"
