@@ -113,6 +113,9 @@ BAD_INPUT = [
     ("store unreachable", ["run"], {"MLFLOW_TRACKING_URI": "http://127.0.0.1:9"},
      ["plnexp: store error: MLFLOW_TRACKING_URI=http://127.0.0.1:9: cannot reach", "allowed values"]),
     ("store scheme", ["run", "tracking_uri=nosuch://x"], {}, ["store error: tracking_uri=nosuch://x", "allowed"]),
+    ("report switch", ["sweep", "report=maybe"], {}, ["report=maybe: allowed values are true, false"]),
+    ("report of an empty store", ["report"], {}, ["holds no sweep (no parent run)", "python -m plnexp sweep"]),
+    ("report argument", ["report", "--since", "1"], {}, ["--since: unknown argument", "--experiment, --run, --out"]),
 ]
 
 

@@ -204,3 +204,16 @@ def test_gap_curve_is_log10_of_the_gap_to_the_best_floored_at_the_precision(outp
     o.result = fake
     eps = float(np.finfo(np.float32).eps)
     np.testing.assert_allclose(o.gap_curve(), np.log10([999.0, 9.0, eps, eps]))
+
+
+@pytest.mark.slow
+def test_a_real_sweep_reports_at_its_end_unless_told_not_to(outputs):
+    from plnexp.__main__ import main
+
+    args = ["sweep", "strategy=scan", "dataset.replication=1", "n_iter=3", "warmup=0"]
+    assert main([*args, "report=false"]) == 0
+    assert not (outputs / "reports").exists()
+    assert main(args) == 0
+    (folder,) = (outputs / "reports" / "strategies").iterdir()
+    assert "| scan | oaks | 116×114 |" in (folder / "report.md").read_text()
+    assert store_client(outputs).get_run(folder.name).data.tags["fastest_strategy"] == "scan"
