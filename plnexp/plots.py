@@ -6,6 +6,7 @@ what to plot is decided by the caller (:mod:`plnexp.report`, :mod:`plnexp.tracki
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,43 +57,62 @@ class CurvePanel:
     note: str = ""  # a line under the title (e.g. how far the curves are apart)
 
 
-def converged(curve, tail: float = 0.1, ratio: float = 1e-3) -> bool:
+def converged(curve, tail: float = 0.1, rtol: float = 1e-5) -> bool:
     """Whether an ELBO curve has flattened: over its last ``tail`` of iterations it gained less than
-    ``ratio`` of what it gained in all. Then the gap to the best value reads well on a log axis; before
-    that, the gap dives to zero at the last iteration (the best so far) and misleads."""
+    ``rtol`` of its best value. Then the gap to the best value reads well on a log axis; before that,
+    the gap dives to zero at the last iteration (the best so far) and misleads."""
     c = np.asarray(curve, dtype=float)
     c = c[np.isfinite(c)]
     if len(c) < 10:
         return False
-    total = c.max() - c[0]
-    late = c.max() - c[int(len(c) * (1 - tail))]
-    return total > 0 and late <= ratio * total
+    best = c.max()
+    return best - c[int(len(c) * (1 - tail))] <= rtol * max(abs(best), 1.0)
 
 
-def elbo_curves_png(panels: list[CurvePanel], path: str | Path) -> Path:
+def elbo_curves_png(panels: list[CurvePanel], path: str | Path, reference: str = "scan") -> Path:
     """The ELBO against the iteration for every run, one panel per data size. On a log axis: the gap
     to the panel's best ELBO when the curves have flattened (:func:`converged`), else -ELBO (the ELBO
     spans decades in the first iterations, which flattens every curve on a linear axis). Curves that
-    agree lie on top of each other: their line styles differ so that each stays visible."""
-    fig = _figure(11, 3.6 * -(-len(panels) // 2) + 0.4)
-    for ax, panel in zip(_grid(fig, len(panels)), panels):
+    agree lie on top of each other, so under each panel a second one shows how far each curve is
+    from ``reference``'s (relative difference per iteration, log axis), when the panel has it."""
+    ncols = min(2, len(panels))
+    nrows = -(-len(panels) // ncols)
+    fig = _figure(11 if ncols > 1 else 8, 5.2 * nrows + 0.4)
+    subs = np.atleast_1d(fig.subfigures(nrows, ncols, squeeze=False).ravel())
+    for sub in subs[len(panels):]:
+        sub.set_visible(False)
+    for sub, panel in zip(subs, panels):
         curves = {k: np.asarray(c, dtype=float) for k, c in panel.curves.items() if len(c)}
+        ref = next((c for k, c in curves.items() if k.split(",")[0] == reference), None)
+        ax, dax = sub.subplots(2, 1, sharex=True, height_ratios=(2, 1)) if ref is not None else (
+            sub.subplots(), None)
         finite = [c[np.isfinite(c)] for c in curves.values()]
         best = max((c.max() for c in finite if len(c)), default=np.nan)
         gap = np.isfinite(best) and all(converged(c) for c in curves.values())
         negative = all(len(c) and c.max() < 0 for c in finite)
         floor = max(abs(best), 1.0) * 1e-12 if np.isfinite(best) else 1e-12
         for i, (label, c) in enumerate(curves.items()):
+            style = dict(lw=1.4, ls=LINESTYLES[i % len(LINESTYLES)], color=f"C{i % 10}", alpha=0.9)
             y = np.maximum(best - c, floor) if gap else (-c if negative else c)
-            ax.plot(np.arange(1, len(c) + 1), y, lw=1.4, ls=LINESTYLES[i % len(LINESTYLES)], label=label, alpha=0.9)
+            ax.plot(np.arange(1, len(c) + 1), y, label=label, **style)
+            if dax is not None and c is not ref:
+                k = min(len(c), len(ref))
+                rel = np.abs(c[:k] - ref[:k]) / np.maximum(np.abs(ref[:k]), np.finfo(float).tiny)
+                dax.plot(np.arange(1, k + 1), np.where(rel > 0, rel, np.nan), **style)
         if gap or negative:
             ax.set_yscale("log")
         ax.set_ylabel("best ELBO − ELBO (nats, log)" if gap else "−ELBO (nats, log)" if negative else "ELBO (nats)")
-        ax.set_xlabel("iteration")
-        title = panel.title + (f"\nbest ELBO {best:,.1f}" if np.isfinite(best) else "")
-        ax.set_title(title + (f"; {panel.note}" if panel.note else ""), fontsize=9)
+        title = panel.title + (f"; best ELBO {best:,.1f}" if np.isfinite(best) else "")
+        ax.set_title(title + ("\n" + textwrap.fill(panel.note, 90) if panel.note else ""), fontsize=9)
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        bottom = ax
+        if dax is not None:
+            dax.set_yscale("log")
+            dax.set_ylabel(f"|ELBO − {reference}| / |{reference}|\n(log; 0 not drawn)", fontsize=8)
+            dax.grid(alpha=0.3, which="both")
+            bottom = dax
+        bottom.set_xlabel("iteration")
     fig.suptitle("ELBO against iteration, per strategy", fontsize=11)
     fig.savefig(path)
     return Path(path)
@@ -139,7 +159,7 @@ def timings_png(panels: list[TimingPanel], path: str | Path) -> Path:
         ax.set_title(panel.title, fontsize=9)
         ax.grid(alpha=0.3, axis="x", which="both")
         ax.margins(x=0.15)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.suptitle("Compile time and steady run time, per strategy", fontsize=11)
     fig.savefig(path)
     return Path(path)

@@ -314,7 +314,10 @@ def figures(report: Report, folder: Path) -> list[str]:
         varying = _varying_within(entries)
         agree = [e.vs_scan for e in entries if np.isfinite(e.vs_scan)]
         k = min(len(e.curve) for e in entries)
+        same = [e.strategy for e in entries if e.strategy != "scan" and e.vs_scan == 0.0]
         note = (f"all within {max(agree):.1e} (relative) of scan" if agree else "")
+        if same:
+            note += f"; {len(same)} of {len(entries) - 1} bit for bit equal to scan (no line below)"
         if len({len(e.curve) for e in entries}) > 1:
             note = (note + "; " if note else "") + f"common length {k}"
         panels.append(plots.CurvePanel(f"{data} ({entries[0].shape})",
