@@ -25,10 +25,20 @@ def _figure(width: float, height: float):
     return fig
 
 
-def _grid(fig, n: int, ncols: int = 2):
+def _plain_log(axis, span: float) -> None:
+    """Log-axis ticks written as plain numbers (0.05, 2, 500), no minor labels: at 1, 2, 5 x 10^k
+    when the values span at most two decades (``span``: largest / smallest), else at 10^k."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0) if span <= 100 else (1.0,)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _grid(fig, n: int, ncols: int = 2, **kw):
     ncols = min(ncols, n)
     nrows = -(-n // ncols)
-    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    axes = fig.subplots(nrows, ncols, squeeze=False, **kw).ravel()
     for ax in axes[n:]:
         ax.set_visible(False)
     return axes[:n]
@@ -136,7 +146,7 @@ def timings_png(panels: list[TimingPanel], path: str | Path) -> Path:
     every = np.array([v for p in panels for v in [*p.compile_s.values(), *p.run_s.values()]], dtype=float)
     positive = every[np.isfinite(every) & (every > 0)]
     log = len(positive) > 0 and positive.max() / positive.min() > LOG_RANGE  # one scale for every panel
-    for ax, panel in zip(_grid(fig, len(panels)), panels):
+    for ax, panel in zip(_grid(fig, len(panels), sharex=True), panels):  # one time axis for all
         labels = list(panel.run_s)
         y = np.arange(len(labels))
         values = [np.array([panel.compile_s.get(k, np.nan) for k in labels], dtype=float),
@@ -155,7 +165,9 @@ def timings_png(panels: list[TimingPanel], path: str | Path) -> Path:
         ax.invert_yaxis()
         if log:
             ax.set_xscale("log")
-        ax.set_xlabel("seconds" + (" (log)" if log else ""))
+            _plain_log(ax.xaxis, positive.max() / positive.min())
+        ax.xaxis.set_tick_params(labelbottom=True)
+        ax.set_xlabel("seconds" + (", log scale" if log else ""))
         ax.set_title(panel.title, fontsize=9)
         ax.grid(alpha=0.3, axis="x", which="both")
         ax.margins(x=0.15)
@@ -184,15 +196,13 @@ def scaling_png(series: dict[str, tuple[list, list]], xlabel: str, title: str, p
         slope = loglog_slope(x, y)
         ax.plot(x, y, marker="o", ms=4, lw=1.4, ls=LINESTYLES[i % len(LINESTYLES)],
                 label=f"{label} (slope {slope:.2f})" if np.isfinite(slope) else label)
-    from matplotlib.ticker import FuncFormatter
-
     ax.set_xscale("log")
     ax.set_yscale("log")
-    plain = FuncFormatter(lambda v, _: f"{v:g}")
-    for axis in (ax.xaxis, ax.yaxis):
-        axis.set_major_formatter(plain)
-        axis.set_minor_formatter(plain)
-    ax.tick_params(which="both", labelsize=8)
+    xs = np.concatenate([np.asarray(x, dtype=float) for x, _ in series.values()])
+    ys = np.concatenate([np.asarray(y, dtype=float) for _, y in series.values()])
+    for axis, v in ((ax.xaxis, xs), (ax.yaxis, ys)):
+        v = v[np.isfinite(v) & (v > 0)]
+        _plain_log(axis, v.max() / v.min() if len(v) else 1.0)
     ax.set_xlabel(f"{xlabel}, log scale")
     ax.set_ylabel("ms per iteration, log scale")
     ax.set_title(title, fontsize=10)
