@@ -23,7 +23,7 @@ from .fitting import DEVICES, INITS, PRECISIONS, resolve_device
 from .model import MODELS
 from .optim import OptimizerSpec
 from .problem import GRADIENTS
-from .strategies import STRATEGIES, StrategySpec
+from .strategies import STRATEGIES, TORCH_STRATEGIES, StrategySpec, check_torch, check_torch_device
 
 REPO = Path(__file__).resolve().parent.parent
 CONF_DIR = REPO / "conf"
@@ -190,7 +190,7 @@ class Config:
         return dict(model=self.model.value, optimizer=self.optimizer.name, n_iter=self.n_iter,
                     precision=self.precision.value, device=self.device.value, strategy=self.strategy.name,
                     lr=self.optimizer.lr, init=self.init.value, gradient=self.gradient.value, unroll=self.strategy.unroll,
-                    tol=self.strategy.tol, patience=self.strategy.patience, repeats=self.repeats,
+                    tol=self.strategy.tol, patience=self.strategy.patience, mode=self.strategy.mode, repeats=self.repeats,
                     warmup=self.warmup, first_call=self.first_call, compile_cache=self.compile_cache,
                     compile_cache_dir=outputs_dir() / "jax_cache" if self.compile_cache else None)
 
@@ -262,7 +262,7 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
     opt = dict(node["optimizer"])
     _keys("optimizer", opt, ("name", "lr"))
     strat = dict(node["strategy"])
-    _keys("strategy", strat, ("name", "unroll", "tol", "patience"))
+    _keys("strategy", strat, ("name", "unroll", "tol", "patience", "mode"))
     try:
         optimizer = OptimizerSpec(opt.get("name"), opt.get("lr"))
         strategy = StrategySpec(**strat)
@@ -270,11 +270,16 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
         raise ConfigError(str(e)) from None
 
     device = _choice("device", node.get("device"), Device)
-    if check_device:
-        try:
-            resolve_device(device.value)
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
+    compile_cache = _bool("compile_cache", node.get("compile_cache"))
+    try:
+        if strategy.name in TORCH_STRATEGIES:
+            check_torch(strategy.name, compile_cache)
+        if check_device:
+            platform = resolve_device(device.value).platform
+            if strategy.name in TORCH_STRATEGIES:
+                check_torch_device(strategy.name, platform)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     n_iter = _int("n_iter", node.get("n_iter"), 1)
     caps = node.get("n_iter_cap") or {}
     if not isinstance(caps, dict):
@@ -297,7 +302,7 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
         n_iter=min(n_iter, caps.get(strategy.name, n_iter)), n_iter_requested=n_iter,
         repeats=_int("repeats", node.get("repeats"), 1), warmup=_int("warmup", node.get("warmup"), 0),
         first_call=_bool("first_call", node.get("first_call")),
-        compile_cache=_bool("compile_cache", node.get("compile_cache")),
+        compile_cache=compile_cache,
         init=_choice("init", node.get("init"), Init),
         gradient=_choice("gradient", node.get("gradient"), Gradient), seed=_int("seed", node.get("seed"), 0),
         experiment=experiment, tracking_uri=uri, n_iter_cap=dict(caps))

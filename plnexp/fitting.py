@@ -66,7 +66,7 @@ def make_problem(model: Model, optimizer: OptimizerSpec, gradient: str = "analyt
     """Cached so that equal choices give the *same* Problem (and jit caches hit across fits)."""
     if gradient not in GRADIENTS:
         raise ValueError(f"gradient={gradient!r}: allowed values are {', '.join(GRADIENTS)}")
-    return Problem(model, optimizer.make(), GRADIENTS[gradient])
+    return Problem(model, optimizer.make(), GRADIENTS[gradient], optimizer)
 
 
 def _host(tree):
@@ -76,10 +76,13 @@ def _host(tree):
 def fit(data: Data, model: str = "profiled", optimizer: str = "rprop", n_iter: int = 1000,
         precision: str = "float32", device: str = "cpu", strategy: str = "scan", *, lr: float | None = None,
         init: str = "seed", gradient: str = "analytic", unroll: int = 8, tol: float = 1e-6, patience: int = 10,
+        mode: str = "default",
         repeats: int = 1, warmup: int = 0, first_call: bool = False, compile_cache: bool = False,
         compile_cache_dir: str | Path | None = None, timed: bool = True) -> FitResult:
     """Fit a PLN model by variational inference and time it.
 
+    ``strategy="torch_eager"`` or ``"torch_compile"`` (``mode``: torch.compile's; needs the optional
+    extra ``.[torch]``) runs the same fit in PyTorch from the same initial state.
     ``timed=True`` (see :mod:`plnexp.timing`) costs one cold AOT compile and one run by default;
     ``first_call=True`` adds a cold plain call, ``warmup``/``repeats`` add runs (median of
     ``repeats`` after ``warmup``). ``timed=False`` makes one plain call.
@@ -106,9 +109,13 @@ def fit(data: Data, model: str = "profiled", optimizer: str = "rprop", n_iter: i
 
         cache_dir = Path(compile_cache_dir) if compile_cache_dir is not None else outputs_dir() / "jax_cache"
     problem = make_problem(MODELS[model], OptimizerSpec(optimizer, lr), gradient)
-    spec = StrategySpec(strategy, unroll, tol, patience)
+    spec = StrategySpec(strategy, unroll, tol, patience, mode)
+    if strategy in strategies.TORCH_STRATEGIES:
+        strategies.check_torch(strategy, compile_cache)
     dtype = PRECISIONS[precision]
     dev = resolve_device(device)
+    if strategy in strategies.TORCH_STRATEGIES:
+        strategies.check_torch_device(strategy, dev.platform)
     log_fact = reference.log_factorial_sum(data.Y)
 
     with jax.enable_x64(dtype == np.float64):

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import optax
 
 from .model import Arrays, Model, PLNState
+from .optim import OptimizerSpec
 
 
 class FitState(NamedTuple):
@@ -54,6 +55,7 @@ class Problem:
     model: Model
     tx: optax.GradientTransformation
     gradient: Callable = analytic  # a value of GRADIENTS
+    optimizer: OptimizerSpec | None = None  # what ``tx`` was made from (the torch strategies rebuild it)
 
     def init(self, pln: PLNState) -> FitState:
         return FitState(pln, self.tx.init(self.model.free(pln)))

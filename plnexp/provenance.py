@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from .config import REPO, Config
+from .strategies import TORCH_STRATEGIES
 
 PROVENANCE_VERSION = "1"  # the format of these tags and of config.yaml; a rerun refuses others
 VERSION_TAG, FORMAT_TAG = "plnexp.version", "plnexp.provenance"
@@ -57,9 +58,18 @@ def package_version() -> str:
     return __version__
 
 
+# Keys added to the config after provenance format 1, hashed only away from their default so that
+# the configs of older runs keep their hash (resume=true and rerun still match them): (section, key) -> default
+ADDED_KEYS = {("strategy", "mode"): "default"}
+
+
 def config_hash(config: Config) -> str:
-    """sha256 of the resolved config (:meth:`Config.as_dict`) without the :data:`UNHASHED` fields."""
+    """sha256 of the resolved config (:meth:`Config.as_dict`) without the :data:`UNHASHED` fields
+    (nor the :data:`ADDED_KEYS` at their default)."""
     d = {k: v for k, v in config.as_dict().items() if k not in UNHASHED}
+    for (section, key), default in ADDED_KEYS.items():
+        if d.get(section, {}).get(key, default) == default:
+            d[section] = {k: v for k, v in d[section].items() if k != key}
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -116,11 +126,16 @@ def environment_tags(config: Config) -> dict[str, str]:
 
     dev = resolve_device(config.device.value)
     commit = git_commit()
-    return {"jax_version": jax.__version__, "jaxlib_version": jaxlib.__version__, "optax_version": optax.__version__,
+    tags = {"jax_version": jax.__version__, "jaxlib_version": jaxlib.__version__, "optax_version": optax.__version__,
             "platform": dev.platform, "device_kind": dev.device_kind, "x64": str(config.precision.value == "float64"),
             "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""), "git_commit": commit,
             "git_dirty": str(commit.endswith("-dirty")).lower(), VERSION_TAG: package_version(),
             "python": platform.python_version(), "host": platform.node()}
+    if config.strategy.name in TORCH_STRATEGIES:  # only these runs import torch
+        import torch
+
+        tags["torch_version"] = torch.__version__
+    return tags
 
 
 def run_tags(config: Config) -> dict[str, str]:
