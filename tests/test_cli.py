@@ -113,6 +113,11 @@ BAD_INPUT = [
     ("store unreachable", ["run"], {"MLFLOW_TRACKING_URI": "http://127.0.0.1:9"},
      ["plnexp: store error: MLFLOW_TRACKING_URI=http://127.0.0.1:9: cannot reach", "allowed values"]),
     ("store scheme", ["run", "tracking_uri=nosuch://x"], {}, ["store error: tracking_uri=nosuch://x", "allowed"]),
+    # torch missing: simulated here (the availability check patched); for real in tests/test_torch.py
+    ("torch missing", ["run", "strategy=torch_eager"], {},
+     ["plnexp: error: strategy=torch_eager: PyTorch is not installed", 'pip install -e ".[torch]"', "torch==2.13.0"]),
+    ("torch missing in a sweep", ["sweep", "sweep=null", "strategy=scan,torch_compile"], {},
+     ["strategy=torch_compile: PyTorch is not installed", 'pip install -e ".[torch]"']),
     ("report switch", ["sweep", "report=maybe"], {}, ["report=maybe: allowed values are true, false"]),
     ("report of an empty store", ["report"], {}, ["holds no sweep (no parent run)", "python -m plnexp sweep"]),
     ("report argument", ["report", "--since", "1"], {}, ["--since: unknown argument", "--experiment, --run, --out"]),
@@ -143,6 +148,10 @@ def test_bad_input_is_one_line_and_leaves_nothing(outputs, bad_files, monkeypatc
 
         if any(d.platform == "gpu" for d in jax.devices()):
             pytest.skip("this machine has a GPU")
+    if any(a.startswith("strategy=") and "torch" in a for a in args):
+        from plnexp.strategies import torch_loops
+
+        monkeypatch.setattr(torch_loops, "torch_available", lambda: False)  # as if the extra were not installed
     for key, value in env.items():
         monkeypatch.setenv(key, value.format(**bad_files))
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)

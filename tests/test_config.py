@@ -31,6 +31,10 @@ def test_groups_cover_the_registries():
 
 @pytest.mark.parametrize("group,option", GROUP_OPTIONS)
 def test_every_group_option_composes_and_loads(group, option):
+    from plnexp.strategies import TORCH_STRATEGIES, torch_loops
+
+    if group == "strategy" and option in TORCH_STRATEGIES and not torch_loops.torch_available():
+        pytest.skip("PyTorch not installed: pip install -e '.[torch]' (tests/test_torch.py checks the one-line refusal)")
     overrides = [f"{group}={option}"]
     if (group, option) == ("dataset", "csv"):
         overrides.append(f"dataset.counts={resources.files('plnexp.datasets') / 'oaks' / 'counts.csv'}")
@@ -58,9 +62,11 @@ def test_every_sweep_file_expands_and_loads(sweep):
 
 def test_default_sweep_is_every_strategy_on_oaks_x100_at_equal_iterations():
     from plnexp import STRATEGIES
+    from plnexp.strategies import TORCH_STRATEGIES
 
     jobs = cli.plan(["sweep=default"], multirun=True)
-    assert [j.config.strategy.name for j in jobs] == list(STRATEGIES)
+    # every JAX strategy; the PyTorch baselines need the optional extra and are asked for by name
+    assert [j.config.strategy.name for j in jobs] == [s for s in STRATEGIES if s not in TORCH_STRATEGIES]
     for j in jobs:
         c = j.config
         assert (c.dataset.replication, c.precision.value, c.model.value, c.optimizer.name) == \
@@ -93,6 +99,7 @@ BAD = [
     (["dataset.foo=1"], "dataset.foo: unknown key; allowed keys under dataset are name, replication"),
     (["optimizer.lr=-1"], "optimizer.lr=-1: must be a number > 0"),
     (["strategy.unroll=0"], "strategy.unroll=0: must be an integer >= 1"),
+    (["strategy.mode=fast"], "strategy.mode='fast': allowed values are default, reduce-overhead, max-autotune"),
     (["init=random"], "init='random': allowed values are seed, data"),
     (["repeats=0"], "repeats=0: allowed values are integers >= 1"),
     (["warmup=-1"], "warmup=-1: allowed values are integers >= 0"),

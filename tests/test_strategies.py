@@ -42,7 +42,7 @@ from plnexp.fitting import make_problem
 from plnexp.model import MODELS, Arrays, PLNState, full_elbo, init_state, profiled_elbo
 from plnexp.optim import OptimizerSpec
 from plnexp.problem import FitState
-from plnexp.strategies import StrategySpec, build
+from plnexp.strategies import TORCH_STRATEGIES, StrategySpec, build, torch_loops
 from plnexp.strategies.scans import (CONTAINERS, FIELDS, DataclassCarry, NamedTupleCarry,
                                      PytreeCarry)
 
@@ -90,10 +90,18 @@ def assert_close(actual, desired, rtol, what):
 
 
 # ------------------------------------------------------------------ 1. every strategy = scan
+def _strategy(name):
+    """eager: op by op, ~15 s in all; torch_compile: a cold torch.compile (~4 s) per case. The torch
+    strategies need the optional extra (tests/test_torch.py compares them with scan in depth)."""
+    marks = [pytest.mark.slow] if name in ("eager", "torch_compile") else []
+    if name in TORCH_STRATEGIES and not torch_loops.torch_available():
+        marks.append(pytest.mark.skip(reason="PyTorch not installed: pip install -e '.[torch]'"))
+    return pytest.param(name, marks=marks)
+
+
 @pytest.mark.parametrize("precision", ["float64", "float32"])
 @pytest.mark.parametrize("model", ["full", "profiled"])
-@pytest.mark.parametrize("strategy", [pytest.param(s, marks=pytest.mark.slow) if s == "eager" else s
-                                      for s in plnexp.STRATEGIES])  # eager: op-by-op, ~15 s in all
+@pytest.mark.parametrize("strategy", [_strategy(s) for s in plnexp.STRATEGIES])
 def test_strategy_matches_scan(strategy, model, precision, small, scan_reference):
     ref = scan_reference(model, precision)
     # tol=0: while_loop's rule (relative change < 0) can never fire, so it runs all N_ITER steps.

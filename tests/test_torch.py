@@ -1,0 +1,240 @@
+"""The PyTorch baselines (torch_eager, torch_compile): the same fit as JAX's ``scan``, from the same
+state, with the same optimizer formulas; and the optional extra's edges (no torch: one line).
+
+Every comparison runs both Programs on the same JAX FitState and data and compares whole Outputs:
+the 50 ELBO values, every parameter and closed form, every leaf of optax's optimizer state (the
+torch optimizers return optax's own state structure) and the final ELBO. Relative, scale-aware
+(max |x - ref| <= tol * max |ref| per array), on small simulated data (n=60, p=8, d=2):
+
+- float64: 1e-9. Measured <= 1e-15 for every model, optimizer and gradient (the two sides differ
+  only in the order of their sums).
+- float32: 1e-5, measured <= 7e-7 here for all four optimizers. Torch sums in another order than
+  XLA (~1e-7 relative per ELBO evaluation) and its ``decay ** count`` in the bias corrections can
+  differ from XLA's ``pow(f32, s32)`` by an ulp. On oaks the sign-driven optimizers (radam_clip's
+  clipped steps, rprop) amplify such float32 differences to O(1) in S within 50 iterations, as
+  they do between JAX's own differently fused strategies (tests/test_strategies.py), while the
+  curves stay within 2e-6: hence the small data here.
+
+torch.compile's compiles (seconds each) are in the slow tests; the fast ones run torch_eager.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import numpy as np
+import pytest
+
+import plnexp
+from plnexp import cli, runner
+from plnexp import config as C
+from plnexp.fitting import PRECISIONS, make_problem
+from plnexp.model import MODELS, init_state
+from plnexp.optim import OptimizerSpec
+from plnexp.strategies import StrategySpec, build, torch_loops
+
+NO_TORCH = "PyTorch not installed: pip install -e '.[torch]'"
+needs_torch = pytest.mark.skipif(not torch_loops.torch_available(), reason=NO_TORCH)
+
+N_ITER = 50
+RTOL = {"float64": 1e-9, "float32": 1e-5}  # see the module docstring
+LR = {"radam_clip": None, "adam": 1e-2, "rprop": 1e-2, "sgd": 1e-3}  # pinned; sgd's default 1e-4 barely moves here
+OPTIMIZERS = list(LR)
+MODEL_NAMES = ["full", "profiled"]
+
+
+@pytest.fixture(scope="module")
+def small():
+    return plnexp.simulate(n=60, p=8, d=2, seed=1)
+
+
+def run_program(data, strategy, model, optimizer, precision, gradient="analytic", mode="default", n_iter=N_ITER):
+    """The Output of ``strategy``'s plain call on the FitState plnexp.fit starts from, as float64 numpy."""
+    problem = make_problem(MODELS[model], OptimizerSpec(optimizer, LR[optimizer]), gradient)
+    with jax.enable_x64(precision == "float64"):
+        arrays = data.to_device(PRECISIONS[precision], jax.devices("cpu")[0])
+        state = problem.init(init_state(problem.model, arrays, "seed"))
+        out = build(problem, n_iter, StrategySpec(strategy, mode=mode)).call(state, arrays)
+        return jax.tree.map(np.asarray, out)
+
+
+@pytest.fixture(scope="module")
+def scan_output(small):
+    cache = {}
+
+    def get(*key):
+        if key not in cache:
+            cache[key] = run_program(small, "scan", *key)
+        return cache[key]
+
+    return get
+
+
+def assert_close(actual, desired, rtol, what):
+    actual, desired = np.asarray(actual, np.float64), np.asarray(desired, np.float64)
+    assert actual.shape == desired.shape, f"{what}: shape {actual.shape} != {desired.shape}"
+    assert np.all(np.isfinite(actual)), f"{what}: non-finite values"
+    scale = np.max(np.abs(desired))
+    err = np.max(np.abs(actual - desired)) / scale if scale > 0 else np.max(np.abs(actual))
+    assert err <= rtol, f"{what}: relative difference {err:.3e} > {rtol:g}"
+
+
+def assert_same_fit(out, ref, precision, label):
+    rtol = RTOL[precision]
+    curve = ref.elbo
+    assert curve[-1] > curve[0] + 0.1 * abs(curve[0]), "the fit moved (else equal curves prove little)"
+    assert out.elbo.dtype == ref.elbo.dtype == np.dtype(precision)
+    assert_close(out.elbo, ref.elbo, rtol, f"{label} ELBO curve")
+    assert int(out.n_run) == int(ref.n_run) == N_ITER
+    assert_close(out.final_elbo, ref.final_elbo, rtol, f"{label} final ELBO")
+    for name in ref.state.pln._fields:
+        assert_close(getattr(out.state.pln, name), getattr(ref.state.pln, name), rtol, f"{label} {name}")
+    assert jax.tree.structure(out.state.opt_state) == jax.tree.structure(ref.state.opt_state), \
+        "the torch optimizer returns optax's state structure"
+    leaves = jax.tree_util.tree_leaves_with_path(ref.state.opt_state)
+    for (path, want), got in zip(leaves, jax.tree.leaves(out.state.opt_state)):
+        where = f"{label} opt_state{jax.tree_util.keystr(path)}"
+        if np.issubdtype(want.dtype, np.integer):
+            assert got.dtype == want.dtype and np.array_equal(got, want), where
+        else:
+            assert_close(got, want, rtol, where)
+
+
+# ------------------------------------------------------------------ 1. the same fit as scan
+FAST = {("full", "radam_clip"), ("profiled", "rprop")}  # torch_eager, float64, analytic: in the fast subset
+
+
+def _grid(strategy, precisions, gradients=("analytic",), slow=False):
+    return [pytest.param(strategy, m, o, p, g, id=f"{strategy}-{m}-{o}-{p}-{g}",
+                         marks=[needs_torch] + ([pytest.mark.slow] if slow or (m, o) not in FAST else []))
+            for p in precisions for g in gradients for m in MODEL_NAMES for o in OPTIMIZERS]
+
+
+@pytest.mark.parametrize("strategy,model,optimizer,precision,gradient", [
+    *_grid("torch_eager", ["float64"]),  # ~0.1 s a fit; the scan reference compiles in ~0.5 s
+    *_grid("torch_eager", ["float32"], slow=True),
+    *_grid("torch_eager", ["float64", "float32"], ["autodiff"], slow=True),
+    *_grid("torch_compile", ["float64", "float32"], slow=True),  # ~4 s of compile each
+    *_grid("torch_compile", ["float64"], ["autodiff"], slow=True),
+])
+def test_torch_matches_scan(strategy, model, optimizer, precision, gradient, scan_output, small):
+    out = run_program(small, strategy, model, optimizer, precision, gradient)
+    assert_same_fit(out, scan_output(model, optimizer, precision, gradient), precision, strategy)
+
+
+# ------------------------------------------------------------------ 2. timing fields
+@needs_torch
+def test_torch_eager_timing_compiles_nothing(small):
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        res = plnexp.fit(small, model="full", optimizer="radam_clip", n_iter=5, precision="float32",
+                         strategy="torch_eager", repeats=2, warmup=1)
+        assert torch.get_num_threads() == 1, "a fit restores torch's thread count"
+    finally:
+        torch.set_num_threads(threads)
+    t = res.timing
+    assert t.compile_s == 0.0 and np.isnan(t.first_call_s) and len(t.runs_s) == 2
+    assert t.run_s > 0 and t.ms_per_iter == pytest.approx(1e3 * t.run_s / 5, rel=1e-12)
+    assert res.strategy == "torch_eager" and res.n_iter == 5 and np.all(np.isfinite(res.elbo))
+    assert res.extra["final_elbo_jit"] == pytest.approx(res.loglik, rel=1e-5)  # checked against the host
+
+
+@needs_torch
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["default", "max-autotune-no-cudagraphs"])
+def test_torch_compile_timing(mode, small):
+    res = plnexp.fit(small, model="profiled", optimizer="rprop", n_iter=20, precision="float64",
+                     strategy="torch_compile", mode=mode, first_call=True, repeats=2)
+    t = res.timing
+    assert t.compile_s > 0 and t.first_call_s > 0 and t.run_s > 0 and len(t.runs_s) == 2
+    assert t.ms_per_iter == pytest.approx(1e3 * t.run_s / 20, rel=1e-12)
+    scan = plnexp.fit(small, model="profiled", optimizer="rprop", n_iter=20, precision="float64", timed=False)
+    assert_close(res.elbo, scan.elbo, RTOL["float64"], f"torch_compile mode={mode} curve")
+
+
+# ------------------------------------------------------------------ 3. one run through the runner and MLflow
+TINY = ["dataset=synthetic", "dataset.n=40", "dataset.p=5", "n_iter=5"]
+
+
+@pytest.mark.parametrize("strategy", [pytest.param("torch_eager", marks=needs_torch),
+                                      pytest.param("torch_compile", marks=[needs_torch, pytest.mark.slow])])
+def test_a_torch_run_is_logged_like_any_other(strategy, outputs):
+    from conftest import store_client
+
+    (job,) = cli.plan([*TINY, f"strategy={strategy}"], multirun=False)
+    out = runner.run_job(job.config, job.overrides, job.name)
+    assert out.status == "FINISHED", out.reason
+    run = store_client(outputs).get_run(out.run_id)
+    assert run.data.params["strategy.name"] == strategy and run.data.params["strategy.mode"] == "default"
+    assert run.data.tags["torch_version"].startswith("2.13.0")
+    m = run.data.metrics
+    assert (m["compile_s"] > 0) == (strategy == "torch_compile") and m["run_s"] > 0 and m["n_iter_run"] == 5
+    assert np.isfinite(m["final_elbo"]) and np.isfinite(m["loglik"])
+    history = store_client(outputs).get_metric_history(out.run_id, "elbo")
+    assert sorted(h.step for h in history) == list(range(5))
+
+
+# ------------------------------------------------------------------ 4. without torch, and bad options
+WITHOUT_TORCH = ('strategy=torch_eager: PyTorch is not installed; install the optional extra: '
+                 'pip install -e ".[torch]" (torch==2.13.0)')
+
+
+@pytest.fixture
+def no_torch(monkeypatch):
+    monkeypatch.setattr(torch_loops, "torch_available", lambda: False)
+
+
+def test_without_torch_a_torch_job_fails_before_any_work(no_torch, small):
+    with pytest.raises(C.ConfigError) as err:
+        cli.plan(["strategy=torch_eager"], multirun=False)
+    assert str(err.value) == WITHOUT_TORCH
+    with pytest.raises(C.ConfigError, match=r"^strategy=torch_compile: PyTorch is not installed; .*\.\[torch\]"):
+        cli.plan(["strategy=scan,torch_compile"], multirun=True)  # a sweep: refused as a whole
+    with pytest.raises(ValueError, match=r"^strategy=torch_eager: PyTorch is not installed"):
+        plnexp.fit(small, strategy="torch_eager", n_iter=2)
+    assert {"torch_eager", "torch_compile"} <= set(plnexp.STRATEGIES), "listed all the same"
+    (job,) = cli.plan(["strategy=scan"], multirun=False)  # JAX jobs are unaffected
+    assert job.config.strategy.name == "scan"
+
+
+_BLOCKED = textwrap.dedent("""
+    import sys
+    sys.modules["torch"] = None  # as if not installed: import torch raises ImportError
+    import plnexp
+    from plnexp.__main__ import main
+    res = plnexp.fit(plnexp.simulate(n=20, p=3, d=1, seed=0), strategy="scan", n_iter=3, timed=False)
+    assert res.n_iter == 3
+    code = main(["run", "strategy=torch_eager"])
+    print("torch imported:", any(m == "torch" or m.startswith("torch.") for m in sys.modules if sys.modules[m]))
+    sys.exit(code)
+""")
+
+
+@pytest.mark.slow  # a fresh interpreter (~3 s): the in-process check above runs in the fast subset
+def test_plnexp_works_without_torch(outputs, tmp_path):
+    proc = subprocess.run([sys.executable, "-c", _BLOCKED], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "torch imported: False"
+    assert proc.stderr.strip() == f"plnexp: error: {WITHOUT_TORCH}"
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["strategy=torch_compile", "strategy.mode=fast"],
+     "strategy.mode='fast': allowed values are default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs"),
+    (["strategy=torch_compile", "compile_cache=true"],
+     "compile_cache=true: strategy=torch_compile has no persistent compilation cache"),
+])
+def test_bad_torch_options_are_one_line(overrides, message):
+    if "compile_cache=true" in overrides and not torch_loops.torch_available():
+        pytest.skip(NO_TORCH)
+    with pytest.raises(C.ConfigError) as err:
+        cli.plan(overrides, multirun=False)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
