@@ -47,7 +47,7 @@ def job_name(config: C.Config, overrides) -> str:
             continue
         if key == "n_iter":
             value = str(config.n_iter)
-        extra.append(value if key in C.GROUPS else f"{key.rsplit('.', 1)[-1]}{value}")
+        extra.append(value if key in C.GROUPS or key == "strategy.mode" else f"{key.rsplit('.', 1)[-1]}{value}")
     return "-".join([config.run_name, *extra])
 
 
