@@ -186,4 +186,4 @@ def test_sweeps_use_the_cheap_protocol():
         for j in jobs:
             c = j.config
             assert (c.repeats, c.first_call, c.compile_cache) == (1, False, False), sweep
-            assert c.warmup == (1 if sweep in ("default", "scaling") else 0), sweep
+            assert c.warmup == (1 if sweep in ("default", "scaling", "torch") else 0), sweep
