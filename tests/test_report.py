@@ -132,6 +132,7 @@ def test_one_data_size_has_no_scaling_plot_and_equal_lengths_no_common_column(ou
     assert "elbo_at_common_length" not in (folder / "report.csv").read_text().splitlines()[0]
 
 
+@pytest.mark.slow
 def test_a_resumed_sweep_reports_the_runs_it_reused(outputs, tmp_path, monkeypatch):
     first = fake_sweep(tmp_path, monkeypatch, [("scan", 30), ("fori_loop", 30)], "a")
     second = fake_sweep(tmp_path, monkeypatch, [("eager", 30)], "b", {provenance.RESUMES_TAG: first.parent_id})
@@ -139,6 +140,7 @@ def test_a_resumed_sweep_reports_the_runs_it_reused(outputs, tmp_path, monkeypat
     assert sorted(e.strategy for e in rep.entries) == ["eager", "fori_loop", "scan"]
 
 
+@pytest.mark.slow
 def test_a_second_report_replaces_the_first_whole(outputs, tmp_path, monkeypatch):
     record = fake_sweep(tmp_path, monkeypatch, [("scan", 30), ("fori_loop", 30)])
     _, folder, _ = report.build(tracking.tracking_uri(), run_id=record.parent_id)
@@ -180,6 +182,7 @@ def test_report_without_a_store_creates_nothing(tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "out" / "mlflow.db").exists()
 
 
+@pytest.mark.slow
 def test_report_out_and_newest_sweep_of_an_experiment(outputs, tmp_path, monkeypatch, capsys):
     fake_sweep(tmp_path, monkeypatch, [("scan", 30)], "a")
     newest = fake_sweep(tmp_path, monkeypatch, [("scan", 30), ("eager", 30)], "b")
