@@ -118,7 +118,12 @@ def elbo_curves_png(panels: list[CurvePanel], path: str | Path, reference: str =
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
         bottom = ax
         if dax is not None:
-            dax.set_yscale("log")
+            if any(line.get_ydata().size and np.nanmax(line.get_ydata(), initial=0) > 0 for line in dax.lines):
+                dax.set_yscale("log")
+            else:  # every curve equals the reference bit for bit: nothing to draw on a log axis
+                dax.text(0.5, 0.5, f"every curve equals {reference}'s bit for bit", transform=dax.transAxes,
+                         ha="center", va="center", fontsize=9)
+                dax.set_yticks([])
             dax.set_ylabel(f"|ELBO − {reference}| / |{reference}|\n(log; 0 not drawn)", fontsize=8)
             dax.grid(alpha=0.3, which="both")
             bottom = dax

@@ -192,6 +192,16 @@ def test_report_out_and_newest_sweep_of_an_experiment(outputs, tmp_path, monkeyp
     assert (tmp_path / "mine" / "report.md").exists()
 
 
+@pytest.mark.parametrize("others", [{}, {"fori_loop": "same"}, {"fori_loop": "same", "eager": "noisy"}])
+def test_elbo_curves_png_with_curves_equal_to_scan_bit_for_bit(tmp_path, others):
+    scan = known_curve("scan", 30, 8)
+    curves = {"scan": scan, **{k: scan.copy() if v == "same" else known_curve("eager", 30, 8)
+                                for k, v in others.items()}}
+    path = plots.elbo_curves_png([plots.CurvePanel("t", curves)], tmp_path / "c.png")
+    w, h = png_size(path)
+    assert w >= 500 and h >= 300
+
+
 def test_converged_tells_a_plateau_from_a_descent():
     i = np.arange(200.0)
     assert plots.converged(-1e3 * np.exp(-i / 10) - 5.0)
