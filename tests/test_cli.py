@@ -17,6 +17,7 @@ def all_runs(outputs):
     return cl.search_runs(exps) if exps else []
 
 
+@pytest.mark.slow  # a subprocess paying every import (~9 s); in-process runs are logged in the fast subset
 def test_run_logs_one_finished_run(outputs, tmp_path):
     cwd = tmp_path / "elsewhere"
     cwd.mkdir()

@@ -118,6 +118,7 @@ def test_rerun_with_a_precision_override_reports_the_difference(outputs, capsys)
     assert float(new[0].data.tags["rerun.max_rel_diff"]) > 1e-5
 
 
+@pytest.mark.slow
 def test_environment_drift_is_reported_field_by_field(outputs, capsys):
     out = original()
     drift = {"jax_version": "0.0.1", "jaxlib_version": "0.0.2", "optax_version": "0.0.3", "platform": "gpu",

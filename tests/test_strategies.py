@@ -91,9 +91,13 @@ def assert_close(actual, desired, rtol, what):
 
 # ------------------------------------------------------------------ 1. every strategy = scan
 def _strategy(name):
-    """eager: op by op, ~15 s in all; torch_compile: a cold torch.compile (~4 s) per case. The torch
-    strategies need the optional extra (tests/test_torch.py compares them with scan in depth)."""
-    marks = [pytest.mark.slow] if name in ("eager", "torch_compile") else []
+    """eager: op by op, ~15 s in all; jit_per_function: ~2 s a case; torch_compile: a cold
+    torch.compile (~4 s) per case; the namedtuple, dataclass and unrolled scans (~1.3 s a case) vary
+    the scan's carry or body, as scan_pytree (kept fast: the tutorial's carry bug) does: these run in
+    the full suite only. The torch strategies need the optional extra (tests/test_torch.py compares
+    them with scan in depth, torch_eager in the fast subset)."""
+    slow = ("eager", "jit_per_function", "scan_namedtuple", "scan_dataclass", "scan_unrolled", *TORCH_STRATEGIES)
+    marks = [pytest.mark.slow] if name in slow else []
     if name in TORCH_STRATEGIES and not torch_loops.torch_available():
         marks.append(pytest.mark.skip(reason="PyTorch not installed: pip install -e '.[torch]'"))
     return pytest.param(name, marks=marks)
@@ -150,6 +154,7 @@ def reference_stop(full_elbo_curve, tol, patience) -> int:
     return len(full_elbo_curve)
 
 
+@pytest.mark.slow  # ~2.5 s a case; test_strategy_matches_scan[while_loop-*] stays fast
 @pytest.mark.parametrize("optimizer,model,n_iter,tol,patience", [
     ("rprop", "profiled", 100, 1e-5, 5),  # reference stop: 66
     ("adam", "full", 150, 3e-3, 3),  # reference stop: 94
@@ -399,7 +404,7 @@ def test_miscompile_is_reproduced_and_would_be_caught(oaks):
 
 
 # ------------------------------------------------------------------ 6. timing (last: it clears jit caches)
-@pytest.mark.parametrize("strategy,repeats", [("eager", 2), ("scan", 3)])  # eager first: warm caches
+@pytest.mark.parametrize("strategy,repeats", [pytest.param("eager", 2, marks=pytest.mark.slow), ("scan", 3)])
 def test_measure_reports_consistent_times(strategy, repeats, small, monkeypatch):
     """For eager, ``jax.clear_caches`` is replaced by a counting no-op: after a real clear, eager
     re-compiles every primitive it dispatches (~10 s on this machine, twice per measure), and
