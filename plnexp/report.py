@@ -26,6 +26,7 @@ import shutil
 import sys
 import tempfile
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -89,7 +90,7 @@ class Report:
     extra_keys: list[str]
     common: dict = field(default_factory=dict)  # group -> common length, for groups whose lengths differ
 
-    @property
+    @cached_property  # entries are fixed once loaded
     def groups(self) -> dict[tuple, list[Entry]]:
         out: dict[tuple, list[Entry]] = {}
         for e in self.entries:
@@ -338,8 +339,8 @@ def figures(report: Report, folder: Path) -> list[str]:
     if size is not None:
         label, get = size
         series: dict[str, tuple[list, list]] = {}
+        rest = [i for i in _varying_within(ok) if i != 0]
         for e in ok:
-            rest = [i for i in _varying_within(ok) if i != 0]
             x, y = series.setdefault(_series_label(e, rest), ([], []))
             x.append(get(e))
             y.append(e.m("ms_per_iter"))
@@ -412,8 +413,9 @@ def write(report: Report, out: Path) -> list[str]:
     return ["report.md", "report.csv", *images]
 
 
-def parent_metrics(report: Report) -> tuple[dict, dict]:
-    """The parent run's summary metrics and tags (about :meth:`Report.main_group`)."""
+def parent_metrics(report: Report, files: list[str]) -> tuple[dict, dict]:
+    """The parent run's summary metrics and tags (about :meth:`Report.main_group`); ``files``: the
+    report's files, named in the run's description."""
     metrics = {"n_runs": float(len(report.entries)), "n_failed": float(len(report.failed))}
     tags = {}
     group = report.main_group()
@@ -428,9 +430,7 @@ def parent_metrics(report: Report) -> tuple[dict, dict]:
             + "\n".join(f"- {s}" for s in lines) +
             "\n\nTo read it: compare `ms_per_iter` (steady time per iteration) and `compile_s` across the child "
             "runs; the `elbo_gap_log10` chart shows each run's convergence (log10 of the gap to its best ELBO). "
-            "This run's artifacts hold `report/report.md`, `elbo_curves.png`, `timings.png`"
-            + (" and `scaling.png`" if any(e.ok for e in report.entries) and _size_axis(
-                [e for e in report.entries if e.ok]) else "") + ".")
+            "This run's artifacts hold the report: " + ", ".join(f"`report/{f}`" for f in files) + ".")
     tags["mlflow.note.content"] = note
     return metrics, tags
 
@@ -444,7 +444,7 @@ def build(uri: str, experiment: str | None = None, run_id: str | None = None, ou
     folder = Path(out) if out is not None else default_dir(report)
     files = write(report, folder)
     if attach:
-        tracking.log_report(uri, report.parent.info.run_id, folder, *parent_metrics(report))
+        tracking.log_report(uri, report.parent.info.run_id, folder, *parent_metrics(report, files))
     return report, folder, files
 
 
