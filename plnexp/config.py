@@ -83,29 +83,57 @@ def _keys(key: str, node: dict, allowed) -> None:
 
 # ---------------------------------------------------------------- data sets
 @dataclass(frozen=True)
-class OaksData:
-    replication: int = 1
+class DatasetSpec:
+    """What every data set has: ``replication``, the number of times its rows are stacked (the
+    seed's way of making a data set bigger), an axis of its own for oaks, synthetic and CSV data
+    alike. Subclasses declare their own fields and ``_load`` (the data before replication)."""
+
+    replication: int = field(default=1, kw_only=True)
+    name: ClassVar[str]
+
+    def __post_init__(self):
+        _int("dataset.replication", self.replication, 1)
+
+    @property
+    def base_label(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def label(self) -> str:
+        """``oaks``, ``oaks_x100``, ``synthetic_n2000_p50_d2_s0_x10``, ``csv_counts_x4``..."""
+        return f"{self.base_label}_x{self.replication}" if self.replication > 1 else self.base_label
+
+    def _load(self) -> Data:
+        raise NotImplementedError
+
+    def load(self) -> Data:
+        from .data import replicate
+        return replicate(self._load(), self.replication)
+
+
+@dataclass(frozen=True)
+class OaksData(DatasetSpec):
     covariates: tuple[str, ...] = ()
     name: ClassVar[str] = "oaks"
 
     def __post_init__(self):
-        _int("dataset.replication", self.replication, 1)
+        super().__post_init__()
         for c in self.covariates:
             if c not in OAKS_COVARIATES:
                 raise ConfigError(f"dataset.covariates={c!r}: allowed values are {', '.join(OAKS_COVARIATES)}")
 
     @property
-    def label(self) -> str:
+    def label(self) -> str:  # oaks_x100+tree: the replication before the covariates, as ever
         cov = "+" + "+".join(self.covariates) if self.covariates else ""
         return f"oaks_x{self.replication}{cov}" if self.replication > 1 else f"oaks{cov}"
 
-    def load(self) -> Data:
+    def _load(self) -> Data:
         from .data import load_oaks
-        return load_oaks(self.replication, self.covariates)
+        return load_oaks(1, self.covariates)
 
 
 @dataclass(frozen=True)
-class SyntheticData:
+class SyntheticData(DatasetSpec):
     n: int = 2000
     p: int = 50
     d: int = 2
@@ -113,20 +141,21 @@ class SyntheticData:
     name: ClassVar[str] = "synthetic"
 
     def __post_init__(self):
+        super().__post_init__()
         for key, low in (("n", 2), ("p", 1), ("d", 1), ("seed", 0)):
             _int(f"dataset.{key}", getattr(self, key), low)
 
     @property
-    def label(self) -> str:
+    def base_label(self) -> str:
         return f"synthetic_n{self.n}_p{self.p}_d{self.d}_s{self.seed}"
 
-    def load(self) -> Data:
+    def _load(self) -> Data:
         from .data import simulate
         return simulate(self.n, self.p, self.d, self.seed)
 
 
 @dataclass(frozen=True)
-class CsvData:
+class CsvData(DatasetSpec):
     counts: str
     offsets: str | None = None
     covariates: str | None = None
@@ -134,6 +163,7 @@ class CsvData:
     name: ClassVar[str] = "csv"
 
     def __post_init__(self):
+        super().__post_init__()
         for key in ("counts", "offsets", "covariates"):
             value = getattr(self, key)
             if value is None and key != "counts":
@@ -145,10 +175,10 @@ class CsvData:
             raise ConfigError(f"dataset.log_offsets={self.log_offsets!r}: allowed values are true, false")
 
     @property
-    def label(self) -> str:
+    def base_label(self) -> str:
         return f"csv_{Path(self.counts).stem}"
 
-    def load(self) -> Data:
+    def _load(self) -> Data:
         """Raises :class:`~plnexp.data.DataError` (one line naming the file) for a bad file."""
         from .data import load_csv
         return load_csv(self.counts, self.offsets, self.covariates, log_offsets=self.log_offsets)

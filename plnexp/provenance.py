@@ -59,18 +59,26 @@ def package_version() -> str:
 
 
 # Keys added to the config after provenance format 1, hashed only away from their default so that
-# the configs of older runs keep their hash (resume=true and rerun still match them): (section, key) -> default
-ADDED_KEYS = {("strategy", "mode"): "default"}
+# the configs of older runs keep their hash (resume=true and rerun still match them):
+# (section, key) -> (default, the section's names it was added to; None: all)
+ADDED_KEYS = {("strategy", "mode"): ("default", None),
+              ("dataset", "replication"): (1, ("synthetic", "csv"))}  # oaks always had it
+
+
+def hashed(config: Config) -> dict:
+    """The part of the resolved config (:meth:`Config.as_dict`) that identifies a fit's result: without
+    the :data:`UNHASHED` fields, nor the :data:`ADDED_KEYS` at their default."""
+    d = {k: v for k, v in config.as_dict().items() if k not in UNHASHED}
+    for (section, key), (default, names) in ADDED_KEYS.items():
+        part = d.get(section, {})
+        if part.get(key, default) == default and (names is None or part.get("name") in names):
+            d[section] = {k: v for k, v in part.items() if k != key}
+    return d
 
 
 def config_hash(config: Config) -> str:
-    """sha256 of the resolved config (:meth:`Config.as_dict`) without the :data:`UNHASHED` fields
-    (nor the :data:`ADDED_KEYS` at their default)."""
-    d = {k: v for k, v in config.as_dict().items() if k not in UNHASHED}
-    for (section, key), default in ADDED_KEYS.items():
-        if d.get(section, {}).get(key, default) == default:
-            d[section] = {k: v for k, v in d[section].items() if k != key}
-    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()
+    """sha256 of :func:`hashed` (what ``resume=true`` matches a job to a FINISHED run on)."""
+    return hashlib.sha256(json.dumps(hashed(config), sort_keys=True, default=str).encode()).hexdigest()
 
 
 def file_sha256(path) -> str:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import dataclasses
 from importlib import resources
 
+import numpy as np
 import pytest
 
-from plnexp import cli
+from plnexp import cli, provenance
 from plnexp import config as C
 
 GROUP_OPTIONS = [(g, o) for g in C.GROUPS if g != "sweep" for o in C.group_options(g)]
@@ -187,3 +188,52 @@ def test_sweeps_use_the_cheap_protocol():
             c = j.config
             assert (c.repeats, c.first_call, c.compile_cache) == (1, False, False), sweep
             assert c.warmup == (1 if sweep in ("default", "scaling", "torch") else 0), sweep
+
+
+# ---------------------------------------------------------------- replication, an axis of every data set
+@pytest.mark.parametrize("dataset, extra, label", [
+    ("oaks", [], "oaks_x100"),
+    ("synthetic", ["dataset.n=50"], "synthetic_n50_p50_d2_s0_x100"),
+    ("csv", ["dataset.counts={counts}"], "csv_counts_x100"),
+])
+def test_a_preset_that_sets_replication_takes_any_data_set(dataset, extra, label, tmp_path):
+    """The default sweep pins dataset.replication=100: a user's dataset choice must never become an
+    error under it (it was `dataset.replication: unknown key` for synthetic and csv)."""
+    counts = tmp_path / "counts.csv"
+    counts.write_text("a,b\n1,2\n3,0\n0,5\n")
+    args = ["sweep=default", f"dataset={dataset}", *(a.format(counts=counts) for a in extra)]
+    jobs = cli.plan(args, multirun=True)
+    assert len(jobs) == 9 and {j.config.dataset.replication for j in jobs} == {100}
+    assert jobs[0].name == f"eager-{label}-f32-cpu"
+
+
+def test_replication_stacks_the_rows_of_every_data_set(tmp_path):
+    counts = tmp_path / "counts.csv"
+    counts.write_text("a,b\n1,2\n3,0\n0,5\n")
+    for args, rows in ((["dataset=synthetic", "dataset.n=7", "dataset.replication=3"], 7),
+                       ([f"dataset=csv", f"dataset.counts={counts}", "dataset.replication=4"], 3)):
+        (job,) = cli.plan(args, multirun=False)
+        once = dataclasses.replace(job.config.dataset, replication=1).load()
+        data = job.config.dataset.load()
+        k = job.config.dataset.replication
+        assert data.n == rows * k and np.array_equal(data.Y, np.tile(once.Y, (k, 1)))
+        assert np.array_equal(data.X, np.tile(once.X, (k, 1))) and np.array_equal(data.O, np.tile(once.O, (k, 1)))
+    jobs = cli.plan(["sweep=scaling", "dataset=csv", f"dataset.counts={counts}", "strategy=scan"], multirun=True)
+    assert [j.config.dataset.replication for j in jobs] == [1, 10, 100, 400]
+    with pytest.raises(C.ConfigError, match=r"^dataset.replication=0: allowed values are integers >= 1$"):
+        cli.plan(["dataset=synthetic", "dataset.replication=0"], multirun=False)
+
+
+def test_replication_at_1_keeps_the_hash_of_older_synthetic_and_csv_runs():
+    """replication was added to synthetic and csv after runs were logged: at its default it is not
+    hashed for them (resume and rerun still match the older runs); oaks always had it."""
+    (syn,) = cli.plan(["dataset=synthetic"], multirun=False)
+    assert "replication" not in provenance.hashed(syn.config)["dataset"]
+    (big,) = cli.plan(["dataset=synthetic", "dataset.replication=2"], multirun=False)
+    assert provenance.hashed(big.config)["dataset"]["replication"] == 2
+    assert provenance.config_hash(big.config) != provenance.config_hash(syn.config)
+    (oaks,) = cli.plan(["dataset=oaks"], multirun=False)
+    assert provenance.hashed(oaks.config)["dataset"]["replication"] == 1
+    # the hashes plnexp logged for these two configs before replication was added (commit 77f8968)
+    assert provenance.config_hash(syn.config) == "099fdd9f304f63b066fc1b8bae6f35df39dcb8065ced9e58b83a9f51c50bd996"
+    assert provenance.config_hash(oaks.config) == "d5f9d49f0bb4c4edb567c534a53f39aaef92957fa3c1993f832e6088d39df208"
