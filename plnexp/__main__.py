@@ -16,11 +16,12 @@ import plnexp  # noqa: F401  (first: sets XLA_FLAGS before JAX starts)
 import os
 import signal
 import sys
+import warnings
 from pathlib import Path
 
 from . import cli, interrupts, resume, sweep, tracking
 from . import config as C
-from .data import DataError
+from .data import DataError, DataWarning
 
 USAGE_LINE = ("usage: python -m plnexp {run,sweep,report,rerun,ui,doctor} [overrides ...]; allowed commands are "
               "run, sweep, report, rerun, ui, doctor (python -m plnexp --help lists the config groups and overrides)")
@@ -98,7 +99,7 @@ def run(overrides: list[str], uri: str) -> int:
                 return _machinery_error(e)
             guard.stopping()
             tracking.end_process_runs(uri, "KILLED", f"interrupted by {stop.name}", "interrupted")
-            print(f"plnexp: interrupted by {stop.name}: the run was recorded KILLED", file=sys.stderr, flush=True)
+            print(f"plnexp: interrupted by {stop.name}: {sweep.killed_line(uri)}", file=sys.stderr, flush=True)
             return stop.exit_code
     return 1 if task.failed else 0
 
@@ -122,7 +123,10 @@ def multirun(overrides: list[str], jobs: list, uri: str, resumed: bool = False, 
     name = next((o.split("=", 1)[1] for o in overrides if o.startswith("sweep=")), "multirun")
     given = next((o.split("=", 1)[1] for o in overrides if o.startswith("hydra.sweep.dir=")), None)
     first = jobs[0].config
-    done = resume.find_done(uri, first.experiment, jobs) if resumed else []
+    found = resume.match(uri, first.experiment, jobs) if resumed else None
+    done = found.done if found else []
+    if found and len(done) < len(jobs):  # (all done: all_done_line says so)
+        print(found.line(), flush=True)
     if resumed and len(done) == len(jobs):  # nothing left to run: nothing is created
         print(resume.summary(uri, done), flush=True)
         print(resume.all_done_line(done, first.experiment), flush=True)
@@ -164,7 +168,21 @@ def multirun(overrides: list[str], jobs: list, uri: str, resumed: bool = False, 
     return 1 if summary.n_failed else code
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None, _default=warnings.showwarning):
+    """plnexp's own warnings (a data set's empty columns) as one line, like its errors."""
+    if issubclass(category, DataWarning):
+        print(f"plnexp: warning: {message}", file=sys.stderr if file is None else file, flush=True)
+    else:
+        _default(message, category, filename, lineno, file, line)
+
+
 def main(argv: list[str] | None = None) -> int:
+    with warnings.catch_warnings():  # restores the default display on return (callers in Python)
+        warnings.showwarning = _show_warning
+        return _main(argv)
+
+
+def _main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args:
         print(f"plnexp: error: no command; {USAGE_LINE}", file=sys.stderr)

@@ -305,8 +305,11 @@ def parse(args: list[str]) -> tuple[str, list[str], bool]:
 
 
 def _rerun_one(uri: str, src: Source, overrides: list[str], *, parent=None, job_num=None):
-    name = src.name if not overrides else f"{src.name}-{'-'.join(o.split('=', 1)[-1] for o in overrides)}"
+    from .cli import job_name
+
     logged = tuple(filter(None, src.run.data.tags.get("overrides", "").split(" "))) + tuple(overrides)
+    # named as a job of its config is (precision=float64 gives ...-f64-...), the original's name without overrides
+    name = job_name(src.config, logged) if overrides else src.name
     return runner.run_job(src.config, logged, name, parent=parent, job_num=job_num,
                           tags={provenance.RERUN_TAG: src.run_id})
 

@@ -34,16 +34,76 @@ def pop_switch(args: list[str]) -> tuple[list[str], bool]:
     return pop_switch(args, "resume", False)
 
 
-def find_done(uri: str, experiment: str, jobs) -> list[Reused]:
-    """The jobs (``plnexp.cli.Job``) that a FINISHED run of ``experiment`` already answers (the newest
-    such run for each). Reads only: nothing is created, not even the experiment."""
+class Match(NamedTuple):
+    """What ``resume=true`` found for a grid: the jobs already answered, and, when none is, the
+    FINISHED run of the experiment nearest to the grid's first job (or None when it has none)."""
+
+    done: list[Reused]
+    n_jobs: int
+    experiment: str
+    nearest: str = ""  # "run NAME (ID) differs by n_iter: 20 here, 100 there; ..."
+
+    def line(self) -> str:
+        """Always said when resuming: how many jobs matched, and, when none did, why not."""
+        head = (f"resume: {len(self.done)} of {self.n_jobs} job(s) matched a FINISHED run of experiment "
+                f"{self.experiment!r}")
+        if self.done:
+            return head + "; those are reused, the others run"
+        if self.nearest:
+            return head + f"; nearest: {self.nearest}; all jobs run"
+        return head + " (it has no FINISHED job runs); all jobs run"
+
+
+def _finished_job_runs(uri: str, experiment: str) -> list:
     exp_id = tracking.find_experiment(uri, experiment)
     if exp_id is None:
         return []
+    return [r for r in tracking.finished_runs(uri, exp_id) if r.data.tags.get(provenance.HASH_TAG)]
+
+
+def differences(config: Config, params: dict[str, str]) -> list[str]:
+    """``key: here here, there there`` for each hashed config key (flattened, as logged in params)
+    whose value differs from a run's params; a key the run did not log counts as different."""
+    from .config import flatten
+
+    mine = {k: str(v) for k, v in flatten(provenance.hashed(config)).items()}
+    out = []
+    for key in sorted(mine):
+        there = params.get(key)
+        if there != mine[key]:
+            out.append(f"{key}: {mine[key]} here, {there if there is not None else '(not logged)'} there")
+    return out
+
+
+def nearest(configs: list[Config], runs) -> str:
+    """Of all (job, run) pairs, the run whose params differ from a job's config in the fewest keys,
+    and how (newest run first on ties)."""
+    if not runs or not configs:
+        return ""
+    diff, run = min(((differences(c, r.data.params), r) for r in runs for c in configs), key=lambda t: len(t[0]))
+    what = "; ".join(diff) if diff else "no config key (its data changed since)"
+    return f"run {run.info.run_name} ({run.info.run_id}) differs by {what}"
+
+
+def match(uri: str, experiment: str, jobs) -> Match:
+    """:func:`find_done`, and, when it finds nothing, the nearest FINISHED run of the experiment."""
+    runs = _finished_job_runs(uri, experiment)
+    done = _done(runs, jobs)
+    near = "" if done else nearest([j.config for j in jobs], runs)
+    return Match(done, len(jobs), experiment, near)
+
+
+def find_done(uri: str, experiment: str, jobs) -> list[Reused]:
+    """The jobs (``plnexp.cli.Job``) that a FINISHED run of ``experiment`` already answers (the newest
+    such run for each). Reads only: nothing is created, not even the experiment."""
+    return _done(_finished_job_runs(uri, experiment), jobs)
+
+
+def _done(runs, jobs) -> list[Reused]:
     latest: dict = {}
-    for r in tracking.finished_runs(uri, exp_id):  # newest first
+    for r in runs:  # newest first
         h = r.data.tags.get(provenance.HASH_TAG)
-        if h and h not in latest:
+        if h not in latest:
             latest[h] = r
     done = []
     for i, job in enumerate(jobs):

@@ -285,3 +285,11 @@ def force_stop(record: SweepRecord | None, uri: str, signame: str) -> None:
     tracking.end_process_runs(uri, "KILLED", reason, "interrupted")
     if record is not None:
         close_sweep(record, "KILLED", reason).show(signame)
+    else:
+        print(f"plnexp: interrupted by {signame}: {killed_line(uri)}", file=sys.stderr, flush=True)
+
+
+def killed_line(uri: str) -> str:
+    """What an interrupted single ``run`` says: its run id (the runs this process created)."""
+    ids = ", ".join(r.info.run_id for r in tracking.process_runs(uri))
+    return f"the run {ids} was recorded KILLED" if ids else "no run had been created"

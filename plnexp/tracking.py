@@ -369,15 +369,20 @@ def end_children(parent: Parent, status: str, reason: str, code: str) -> list[di
              "metrics": dict(r.data.metrics), "job": int(r.data.tags.get(JOB_TAG, 0) or 0)} for r in runs]
 
 
-def _running_here(cl, extra: str = "") -> list:
+def _running_here(cl, extra: str = "", status: str | None = "RUNNING") -> list:
     from mlflow.entities import ViewType
 
     exps = [e.experiment_id for e in cl.search_experiments(view_type=ViewType.ALL)]
     runs = []
+    where = f"attributes.status = '{status}' and " if status else ""
     for start in range(0, len(exps), 100):
-        runs += _search_all(cl, exps[start:start + 100],
-                            f"attributes.status = 'RUNNING' and tags.`{HOST_TAG}` = '{platform.node()}'{extra}")
+        runs += _search_all(cl, exps[start:start + 100], f"{where}tags.`{HOST_TAG}` = '{platform.node()}'{extra}")
     return runs
+
+
+def process_runs(uri: str) -> list:
+    """The runs this process created (any status), in this store."""
+    return _running_here(client(uri), f" and tags.`{PID_TAG}` = '{os.getpid()}'", status=None)
 
 
 def end_process_runs(uri: str, status: str, reason: str, code: str) -> list:

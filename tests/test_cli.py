@@ -192,3 +192,4 @@ def test_help_lists_config_groups(tmp_path):
     assert proc.returncode == 0
     for group in ("dataset:", "optimizer:", "strategy:", "device:", "precision:", "model:", "sweep:"):
         assert group in proc.stdout
+    assert "python -m plnexp ui [--port N]" in proc.stdout  # every command with its options

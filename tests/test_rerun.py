@@ -290,6 +290,8 @@ def test_resume_an_interrupted_sweep_subprocess(outputs, tmp_path):
     resumed = plnexp_cli("sweep", "sweep=null", *grid, "resume=true", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert "FINISHED earlier (run " in resumed.stdout
+    assert resumed.stdout.startswith(f"resume: {len(finished_before)} of {n} job(s) matched a FINISHED run of "
+                                     f"experiment 'res'; those are reused, the others run\n"), resumed.stdout
     assert f"{n}/{n} jobs ({len(finished_before)} FINISHED earlier), 0 failed" in resumed.stdout
     runs = store_client(outputs).search_runs([store_client(outputs).get_experiment_by_name("res").experiment_id])
     parents, children = split(runs)
@@ -298,7 +300,48 @@ def test_resume_an_interrupted_sweep_subprocess(outputs, tmp_path):
     assert len({r.data.tags["config_hash"] for r in done}) == n  # no duplicate config
     new_parent = next(p for p in parents if "resumes" in p.data.tags)
     assert new_parent.info.status == "FINISHED" and new_parent.data.tags["n_done"] == str(n)
+    other = plnexp_cli("sweep", "sweep=null", *[a for a in grid if a != "n_iter=5"], "n_iter=6", "resume=true",
+                       "report=false", cwd=tmp_path)  # nothing matches: says why, runs every job
+    assert other.returncode == 0, other.stderr
+    first = other.stdout.splitlines()[0]
+    assert first.startswith(f"resume: 0 of {n} job(s) matched") and "differs by n_iter: 6 here, 5 there;" in first
+    runs = store_client(outputs).search_runs([store_client(outputs).get_experiment_by_name("res").experiment_id])
     again = plnexp_cli("sweep", "sweep=null", *grid, "resume=true", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert f"all {n} jobs already FINISHED" in again.stdout
     assert len(store_client(outputs).search_runs([new_parent.info.experiment_id])) == len(runs)  # nothing new
+
+
+def test_resume_says_how_many_jobs_matched_and_names_the_nearest_run(outputs, monkeypatch):
+    """resume=true is never silent: the matched count always, and when nothing matched (n_iter is
+    hashed) the nearest FINISHED run and the keys by which it differs (the command prints the line:
+    test_resume_an_interrupted_sweep_subprocess)."""
+    monkeypatch.setattr(runner, "execute", _finished)
+    uri = tracking.check_store()
+    jobs = cli.plan([*TINY, "seed=0,1"], multirun=True)
+    for job in jobs:
+        runner.run_job(job.config, job.overrides, job.name)
+    found = resume.match(uri, "rr", jobs)
+    assert len(found.done) == 2 and found.line() == (
+        "resume: 2 of 2 job(s) matched a FINISHED run of experiment 'rr'; those are reused, the others run")
+    other = cli.plan([*TINY, "seed=0,1", "n_iter=20"], multirun=True)
+    found = resume.match(uri, "rr", other)
+    assert found.done == [] and "resume: 0 of 2 job(s) matched a FINISHED run of experiment 'rr'" in found.line()
+    assert "differs by n_iter: 20 here, 5 there; all jobs run" in found.line()
+    near = cli.plan([*TINY, "seed=7", "n_iter=20", "strategy=fori_loop"], multirun=True)
+    line = resume.match(uri, "rr", near).line()
+    assert "; n_iter: 20 here, 5 there; seed: 7 here, " in line and "strategy.name: fori_loop here, scan there" in line
+    assert "(it has no FINISHED job runs)" in resume.match(uri, "nothing-here", other).line()
+
+
+def _finished(cfg, overrides=(), name=None, output_dir="", outcome=None):
+    outcome.ended = outcome.started + 0.5
+    return outcome
+
+
+def test_a_rerun_with_overrides_is_named_as_its_config(outputs, capsys):
+    out = original()
+    assert out.name == "scan-synthetic_n50_p5_d2_s0-f32-cpu-n_iter5"
+    assert main(["rerun", out.run_id, "precision=float64", "strategy=fori_loop"]) == 0
+    (new,) = reruns_of(outputs, out.run_id)
+    assert new.info.run_name == "fori_loop-synthetic_n50_p5_d2_s0-f64-cpu-n_iter5"

@@ -182,3 +182,4 @@ def test_ctrl_c_during_a_long_compiled_fit(outputs, tmp_path):
     assert "Traceback" not in err
     (run,) = runs_of(outputs, "stuck")
     assert run.info.status == "KILLED" and run.data.tags["reason"] == "interrupted"
+    assert f"the run {run.info.run_id} was recorded KILLED" in err, err
