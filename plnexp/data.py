@@ -7,6 +7,7 @@ for a fit. Offsets are always stored on the log scale.
 from __future__ import annotations
 
 import hashlib
+import warnings
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -19,6 +20,25 @@ OAKS_COVARIATES = ("tree", "orientation", "distTOground")
 
 class DataError(ValueError):
     """A data file or array that cannot be fitted; the message names the file and the problem."""
+
+
+class DataWarning(UserWarning):
+    """Data that can be fitted but not meaningfully in part (one line naming the columns)."""
+
+
+def warn_empty_columns(Y: np.ndarray, source: str, columns: Sequence[str] | None = None) -> list[int]:
+    """Warn, in one line naming them, about count columns that are zero in every row (common in
+    microbiome tables): the fit drives their mean to -inf (B, M grow without bound) so their
+    estimates mean nothing. Returns their 0-based indices."""
+    empty = [int(j) for j in np.flatnonzero(~(np.asarray(Y) != 0).any(axis=0))]
+    if empty:
+        names = [f"{columns[j]!r}" if columns is not None else f"{j + 1}" for j in empty]
+        shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+        warnings.warn(DataWarning(
+            f"counts of {source}: {len(empty)} of {Y.shape[1]} column(s) have no counts at all (column"
+            f"{'s' if len(empty) > 1 else ''} {shown}): their means diverge to -inf during the fit and their "
+            f"estimates mean nothing; drop them for a meaningful fit"), stacklevel=3)
+    return empty
 
 
 @dataclass(frozen=True, eq=False)
@@ -189,6 +209,7 @@ def load_oaks(replication: int = 1, covariates: Sequence[str] = ()) -> Data:
     _, Y = _read_csv(folder / "counts.csv", "counts")
     _, totals = _read_csv(folder / "offsets.csv", "offsets")
     X, names = design_matrix(_read_text_table(folder / "covariates.csv"), covariates, Y.shape[0])
+    warn_empty_columns(Y, "oaks")
     data = Data(check_counts(Y), np.log(totals), X, "oaks", names)
     return replicate(data, replication)
 
@@ -201,8 +222,9 @@ def load_csv(counts, offsets=None, covariates=None, *, log_offsets: bool = False
     all columns of the file (text columns one-hot encoded) unless ``covariate_columns`` names
     some; an intercept is always added. Any problem raises :class:`DataError` naming the file.
     """
-    _, Y = _read_csv(counts, "counts")
+    header, Y = _read_csv(counts, "counts")
     Y = check_counts(Y, str(counts))
+    warn_empty_columns(Y, f"file {counts}", header)
     n, p = Y.shape
     if offsets is None:
         O = np.zeros_like(Y)
@@ -252,5 +274,6 @@ def simulate(n: int = 2000, p: int = 50, d: int = 2, seed: int = 0) -> Data:
     W = rng.multivariate_normal(np.zeros(p), Sigma, size=n, method="cholesky")
     O = np.log(rng.uniform(0.5, 1.5, size=(n, 1))) * np.ones((1, p))
     Y = rng.poisson(np.exp(O + X @ B + W)).astype(np.float64)
+    warn_empty_columns(Y, f"simulate(n={n}, p={p}, d={d}, seed={seed})")
     names = ("intercept",) + tuple(f"x{k}" for k in range(1, d))
     return Data(Y, O, X, f"synthetic_n{n}_p{p}_d{d}_s{seed}", names, {"B": B, "Sigma": Sigma})

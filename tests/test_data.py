@@ -125,3 +125,19 @@ def test_log_scale_offsets_must_be_finite(files, value, message):
         plnexp.load_csv(counts, offsets=path, log_offsets=True)
     ok = _write(tmp / "ok.csv", "a,b,c\n0,-5,0\n0,0,0\n-1,-2,0\n0,0,0\n")  # <= 0 is fine on the log scale
     assert plnexp.load_csv(counts, offsets=ok, log_offsets=True).O[0, 1] == -5
+
+
+def test_empty_count_columns_are_named_in_one_warning_line(tmp_path, recwarn):
+    from plnexp.data import DataWarning
+
+    counts = tmp_path / "counts.csv"
+    counts.write_text("otu1,otu2,otu3,otu4\n1,0,2,0\n3,0,0,0\n0,0,5,0\n")
+    with pytest.warns(DataWarning) as caught:
+        data = plnexp.load_csv(counts)
+    (w,) = caught
+    text = str(w.message)
+    assert "\n" not in text and "2 of 4 column(s) have no counts at all (columns 'otu2', 'otu4')" in text
+    assert str(counts) in text and data.Y.shape == (3, 4)  # loaded: a warning, not an error
+    recwarn.clear()
+    plnexp.load_oaks()  # oaks has no empty column: silent
+    assert not [w for w in recwarn if issubclass(w.category, DataWarning)]
