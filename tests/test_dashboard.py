@@ -1,7 +1,7 @@
 """The MLflow UI as the dashboard, checked in a real browser: a small real sweep fills a store,
 ``python -m plnexp ui`` serves it on a free port of 127.0.0.1, and headless Chromium (Debian's
-``chromium`` and ``chromium-driver``, which .ci/run installs) opens the experiment's runs page.
-Screenshots are saved in the test's temporary folder."""
+``chromium`` and ``chromium-driver``, which .ci/run installs), driven by selenium, opens the
+experiment's runs page. Screenshots are saved in the test's temporary folder."""
 
 from __future__ import annotations
 
@@ -9,15 +9,26 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 
 import pytest
-from browser import Browser, WebDriverError, find, free_port, stop_group
+from browser import FLAGS, find, free_port, stop_group
 from conftest import store_client
 from test_report import png_size
 
 from plnexp.__main__ import main
+
+try:  # selenium (the test extra) drives the browser; the chrome fixture skips saying so without it
+    from selenium import webdriver
+    from selenium.common.exceptions import TimeoutException, WebDriverException
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+except ImportError:
+    pass
 
 pytestmark = pytest.mark.slow
 CLOSE_ASSISTANT = 'button[data-component-id="mlflow.assistant.chat_panel.close"]'  # opens by default in 3.17
@@ -71,36 +82,67 @@ def test_rest_search_sees_the_sweep(served_sweep):
     assert all(any(m["key"] == "ms_per_iter" for m in c["data"]["metrics"]) for c in children)
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="Chromium and chromedriver are not installed "
-                                             "(apt-get install chromium chromium-driver; .ci/run does it)")
-def test_runs_page_shows_the_sweep_children_and_metrics(served_sweep, tmp_path):
+@pytest.fixture
+def chrome():
+    """Headless Chromium under Debian's chromedriver, named explicitly so that selenium never looks
+    for (or downloads) a driver itself; quit whatever happens in the test."""
+    if CHROMIUM is None:
+        pytest.skip("Chromium and chromedriver are not installed (apt-get install chromium chromium-driver; "
+                    ".ci/run does it)")
+    pytest.importorskip("selenium", reason="selenium is not installed (pip install -e '.[test]')")
+    chromium, chromedriver = CHROMIUM
+    with tempfile.TemporaryDirectory(prefix="plnexp-chromium-", ignore_cleanup_errors=True) as profile:
+        options = webdriver.ChromeOptions()
+        options.binary_location = chromium
+        for flag in (*FLAGS, f"--user-data-dir={profile}"):
+            options.add_argument(flag)
+        try:
+            driver = webdriver.Chrome(service=Service(chromedriver), options=options)
+        except (OSError, WebDriverException) as e:
+            pytest.skip(f"Chromium does not start here: {e}")
+        try:
+            yield driver
+        finally:
+            driver.quit()
+
+
+def wait_text(driver, *wanted: str, timeout: float = 60) -> None:
+    """Wait until the page shows every one of ``wanted``; fail with what it shows otherwise."""
+    body = (By.TAG_NAME, "body")
+    try:
+        WebDriverWait(driver, timeout, poll_frequency=0.5).until(
+            ec.all_of(*(ec.text_to_be_present_in_element(body, w) for w in wanted)))
+    except TimeoutException:
+        pytest.fail(f"not all of {wanted} on the page in {timeout:.0f} s; it shows:\n"
+                    f"{driver.find_element(*body).text[:3000]}")
+
+
+def test_runs_page_shows_the_sweep_children_and_metrics(chrome, served_sweep, tmp_path):
     url, exp_id, parent = served_sweep
     children = ["scan-oaks-f32-cpu-n_iter20", "fori_loop-oaks-f32-cpu-n_iter20"]
-    try:
-        browser = Browser(*CHROMIUM)
-    except (OSError, WebDriverError) as e:
-        pytest.skip(f"Chromium does not start here: {e}")
-    with browser as b:
-        b.get(f"{url}/#/experiments/{exp_id}/runs")  # the runs table (#/experiments/<id> is a GenAI overview)
-        assert b.wait_for(lambda b: parent.info.run_name in b.text(), 90), b.text()[:2000]
-        b.script(f"const x = document.querySelector('{CLOSE_ASSISTANT}'); if (x) x.click();")
-        b.screenshot(tmp_path / "runs_collapsed.png")
-        # the children are nested under the parent (sorted by start time, the default): expand it
-        assert b.script(f"const bs = [...document.querySelectorAll('{EXPAND}')]; bs.forEach(x => x.click()); "
-                        "return bs.length;") == 1
-        assert b.wait_for(lambda b: all(c in b.text() for c in children), 30), b.text()[:2000]
-        b.screenshot(tmp_path / "runs_expanded.png")
-        # the chart view: plnexp's metrics, the parent's summary and the log-scale ELBO curve metric
-        b.script("document.querySelector('input[name=runs-view-mode][value=CHART]').click();")
-        wanted = ("ms_per_iter", "compile_s", "elbo_gap_log10", "best_ms_per_iter")
-        assert b.wait_for(lambda b: all(w in b.text() for w in wanted), 60), b.text()[:3000]
-        time.sleep(2)  # let the charts draw before the picture
-        shot = b.screenshot(tmp_path / "runs_charts.png")
-        w, h = png_size(shot)
-        assert w >= 1000 and h >= 600
-        # the parent run's page: its description and its report's files
-        b.get(f"{url}/#/experiments/{exp_id}/runs/{parent.info.run_id}")
-        assert b.wait_for(lambda b: "best_ms_per_iter" in b.text() and "Sweep" in b.text(), 60), b.text()[:3000]
-        b.screenshot(tmp_path / "parent_run.png")
-        b.get(f"{url}/#/experiments/{exp_id}/runs/{parent.info.run_id}/artifacts")
-        assert b.wait_for(lambda b: "report" in b.text() and "summary.txt" in b.text(), 60), b.text()[:3000]
+    chrome.get(f"{url}/#/experiments/{exp_id}/runs")  # the runs table (#/experiments/<id> is a GenAI overview)
+    wait_text(chrome, parent.info.run_name, timeout=90)
+    for close in chrome.find_elements(By.CSS_SELECTOR, CLOSE_ASSISTANT):
+        close.click()
+    chrome.save_screenshot(tmp_path / "runs_collapsed.png")
+    # the children are nested under the parent (sorted by start time, the default): expand it
+    expand = WebDriverWait(chrome, 30).until(ec.element_to_be_clickable((By.CSS_SELECTOR, EXPAND)))
+    assert len(chrome.find_elements(By.CSS_SELECTOR, EXPAND)) == 1  # one parent run
+    expand.click()
+    wait_text(chrome, *children, timeout=30)
+    chrome.save_screenshot(tmp_path / "runs_expanded.png")
+    # the chart view: plnexp's metrics, the parent's summary and the log-scale ELBO curve metric
+    chart = chrome.find_element(By.CSS_SELECTOR, "input[name=runs-view-mode][value=CHART]")
+    chart.find_element(By.XPATH, "./ancestor::label").click()  # the radio itself is hidden; its label is not
+    wait_text(chrome, "ms_per_iter", "compile_s", "elbo_gap_log10", "best_ms_per_iter")
+    time.sleep(2)  # let the charts draw before the picture
+    shot = tmp_path / "runs_charts.png"
+    assert chrome.save_screenshot(shot)
+    w, h = png_size(shot)
+    assert w >= 1000 and h >= 600
+    # the parent run's page: its description and its report's files
+    chrome.get(f"{url}/#/experiments/{exp_id}/runs/{parent.info.run_id}")
+    wait_text(chrome, "best_ms_per_iter", "Sweep")
+    chrome.save_screenshot(tmp_path / "parent_run.png")
+    chrome.get(f"{url}/#/experiments/{exp_id}/runs/{parent.info.run_id}/artifacts")
+    wait_text(chrome, "report", "summary.txt")
