@@ -1,8 +1,9 @@
 """The PLN maths of :mod:`plnexp.model` in PyTorch: partial ELBOs (no log y!), closed forms and the
 gradients, as pure functions of tensors. No device, dtype or thread setting here: they come from
-the tensors passed in. LAPACK's solves return column-major tensors: the state keeps them row-major
-(as the JAX arrays it starts from are), or ``torch.compile``'s guards on strides would recompile
-the step at its second call.
+the tensors passed in, and no memory layout either: LAPACK's solves (``cholesky_solve``) return
+column-major tensors, and the step of :mod:`plnexp.torch_pln.program` makes every tensor of the
+state it returns row-major (:func:`plnexp.torch_pln.program.row_major`), as ``torch.compile``'s
+guards on strides need.
 
 The containers are :mod:`plnexp.model`'s own NamedTuples holding tensors: :class:`PLNState`
 (B, M, S, Sigma, Omega) and :class:`Arrays` (Y, O, X). ``full`` and ``profiled`` follow the JAX
@@ -42,7 +43,7 @@ def _inverse_spd(Sigma: torch.Tensor) -> torch.Tensor:
     """Sigma^-1 through its Cholesky factor."""
     L = cholesky(Sigma)
     eye = torch.eye(Sigma.shape[0], dtype=Sigma.dtype, device=Sigma.device)
-    return torch.cholesky_solve(eye, L).contiguous()  # row-major, like every other tensor of the state
+    return torch.cholesky_solve(eye, L)
 
 
 def closed_form_sigma(M: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
@@ -51,7 +52,7 @@ def closed_form_sigma(M: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
 
 
 def closed_form_b(X: torch.Tensor, M: torch.Tensor) -> torch.Tensor:
-    return torch.cholesky_solve(X.T @ M, cholesky(X.T @ X)).contiguous()
+    return torch.cholesky_solve(X.T @ M, cholesky(X.T @ X))
 
 
 def _poisson_part(data: Arrays, Z: torch.Tensor, S: torch.Tensor) -> torch.Tensor:

@@ -14,10 +14,17 @@ with its persistent cache off); ``torch.compile`` compiles on the first call, so
 that first call of the step minus a second, steady call on the same inputs, after a once-per-process
 warm-up (:func:`warm_up`: Inductor's imports and workers, not the step's compile). ``torch_eager``
 compiles nothing: ``compile_s`` = 0. A run ends with ``torch.cuda.synchronize()`` on CUDA, and a
-recompile of the step during a run (a guard that failed) raises rather than being timed as a step.
+recompile of the step during a run (a guard that failed) raises :class:`StepRecompiledError`, one
+line naming the guard, rather than being timed as a step.
 The plain ``call`` of ``torch_compile`` is cold too (TorchDynamo reset, compiled at its first step):
 what a naive timer sees, and why a second untimed fit compiles again (dynamo's per-function cache
 would otherwise fill up with the closures of every fit and fall back to eager without a word).
+
+Layout: every tensor of the state is row-major (:func:`row_major`) when a run starts and after every
+step, so that the state a step returns passes the guards ``torch.compile`` put on the one it was
+first called with, strides included: ``Tensor.contiguous()`` does not ensure this (a LAPACK solve's
+column-major ``1 x p`` B, strides ``(1, 1)``, is already "contiguous" to it), and a guard on
+``(p, 1)`` fails on it at the second step (seen on oaks, whose d = 1).
 
 Threads: torch's intra-op pool is set, for the length of a call, to the CPUs this process may use
 (``os.sched_getaffinity``: the pool XLA:CPU uses), then restored; nothing is changed at import.
@@ -26,11 +33,13 @@ Threads: torch's intra-op pool is set, for the length of a call, to the CPUs thi
 from __future__ import annotations
 
 import os
+import re
 import time
 import warnings
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -60,7 +69,8 @@ def make_step(problem: Problem):
         params = model.free(state.pln)
         loss, grads = gradient(model, params, state.pln, data)
         updates, opt_state = update(grads, state.opt_state, params)
-        return FitState(model.complete(apply_updates(params, updates), data), opt_state), -loss
+        new = FitState(model.complete(apply_updates(params, updates), data), opt_state)
+        return row_major_tree(new), -loss  # the layout of the state it was given: no recompile
 
     def final_elbo(state: FitState, data):
         return model.state_elbo(state.pln, data)
@@ -68,9 +78,53 @@ def make_step(problem: Problem):
     return step, final_elbo
 
 
+class StepRecompiledError(RuntimeError):
+    """``torch.compile`` recompiled the step inside a run: a guard on the state the previous step
+    returned failed (its layout, dtype or shape is not the one the step was compiled for). The
+    step returns the state in the layout, dtype and shape it takes: this is a plnexp bug."""
+
+
+def row_major_strides(shape) -> tuple[int, ...]:
+    """The strides of a dense row-major tensor of ``shape``, size-1 dimensions included (what
+    ``torch.empty(shape)`` has)."""
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def row_major(t: torch.Tensor) -> torch.Tensor:
+    """``t`` itself if its strides are :func:`row_major_strides` of its shape, else a row-major copy.
+
+    ``t.contiguous()`` is not enough: a tensor whose only other strides are those of size-1
+    dimensions counts as contiguous and is returned as it is, e.g. ``cholesky_solve``'s column-major
+    ``1 x p`` result with strides ``(1, 1)``; TorchDynamo's guards compare every stride. The check
+    reads static strides, so inside ``torch.compile`` it costs nothing at run time (a copy is traced
+    only where the layout differs)."""
+    if t.stride() == row_major_strides(t.shape):
+        return t
+    return t.clone(memory_format=torch.contiguous_format)
+
+
+def row_major_tree(tree):
+    """:func:`row_major` on every tensor of a state: NamedTuples (FitState, PLNState, optax's
+    states), tuples and dicts, rebuilt with the same types. Plain Python, which TorchDynamo traces
+    (``jax.tree.map`` it cannot); ~20 us a step in ``torch_eager``."""
+    if isinstance(tree, torch.Tensor):
+        return row_major(tree)
+    if isinstance(tree, dict):
+        return {k: row_major_tree(v) for k, v in tree.items()}
+    if isinstance(tree, tuple):
+        items = [row_major_tree(v) for v in tree]
+        return type(tree)(*items) if hasattr(tree, "_fields") else tuple(items)
+    return tree
+
+
 def to_torch(tree):
-    """JAX arrays -> tensors (DLPack views, same device), keeping the tree's structure."""
-    return jax.tree.map(torch.from_dlpack, tree)
+    """JAX arrays -> row-major tensors (DLPack views, same device; a copy only for an array JAX
+    exports with other strides), keeping the tree's structure."""
+    return jax.tree.map(lambda a: row_major(torch.from_dlpack(a)), tree)
 
 
 def to_jax(tree):
@@ -127,9 +181,34 @@ def warm_up(device_type: str) -> float:
     return time.perf_counter() - t0
 
 
-def no_recompiles():
-    """A recompile of the step inside a run raises instead of being timed as if it were a step."""
-    return torch._dynamo.config.patch(error_on_recompile=True)
+@contextmanager
+def no_recompiles(where: Callable[[], str]):
+    """A recompile of the step inside the block raises :class:`StepRecompiledError` (one line:
+    ``where()`` it happened, the guard that failed, a plnexp bug) instead of being timed as a step.
+    Entered once per run, not per step (``where`` is called only on a recompile)."""
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        try:
+            yield
+        except torch._dynamo.exc.RecompileError as e:
+            raise StepRecompiledError(f"torch_compile recompiled the step {where()} ({guard_failures(str(e))}): "
+                                      "a plnexp bug, please report it") from None
+
+
+def guard_failures(message: str) -> str:
+    """The guard(s) that failed, in one line, from the text of TorchDynamo's ``RecompileError``
+    (torch 2.13: "Recompiling function step in FILE:LINE", "triggered by the following guard
+    failure(s):", then one "- COMPILE_ID: REASON" line per failure, maybe with a user stack after)."""
+    reasons = []
+    for line in message.splitlines():
+        line = line.strip()
+        if not line.startswith("- "):
+            continue
+        line = line[2:].strip()
+        if line.startswith("User stack trace:"):
+            break
+        reasons.append(re.sub(r"^[!\[\]\d/]+:\s*", "", line))  # "0/0: " compile id
+    reasons = [r for r in reasons if r]
+    return f"guard failed: {'; '.join(reasons)}" if reasons else "torch reported no failed guard"
 
 
 @dataclass(frozen=True)
@@ -151,9 +230,9 @@ class TorchProgram:
         tstate, tdata = to_torch(state), _torch_data(data)
         device = tdata.Y.device
         cudagraphs = self.compiled and self.mode in CUDAGRAPH_MODES and device.type == "cuda"
-        curve = []
-        with threads(), no_recompiles():
-            for _ in range(self.n_iter):
+        curve, i = [], 0
+        with threads(), no_recompiles(lambda: f"at iteration {i + 1} of {self.n_iter}"):  # entered once
+            for i in range(self.n_iter):
                 if cudagraphs:  # the previous step's outputs are this step's inputs
                     torch.compiler.cudagraph_mark_step_begin()
                 tstate, elbo = step(tstate, tdata)
@@ -184,7 +263,8 @@ class TorchProgram:
         step = self._compiled_step()
         seconds = []
         with cold_compile(), threads():
-            for recompile in (nullcontext(), no_recompiles()):  # the first call compiles and runs a step
+            # the first call compiles and runs a step
+            for recompile in (nullcontext(), no_recompiles(lambda: "at its second call on the same inputs")):
                 t0 = time.perf_counter()
                 with recompile:
                     step(tstate, tdata)
