@@ -30,11 +30,11 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_
 import plnexp  # noqa: E402  (adds plnexp's own flags)
 
 import jax  # noqa: E402
-import numpy as np  # noqa: E402
 
 from plnexp import fitting, strategies  # noqa: E402
 from plnexp.model import MODELS, init_state  # noqa: E402
 from plnexp.optim import OptimizerSpec  # noqa: E402
+from plnexp.precision import PRECISIONS  # noqa: E402
 
 
 def big_outputs(hlo_text: str, n: int, p: int) -> dict[str, int]:
@@ -58,14 +58,16 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     data = plnexp.load_oaks(replication=args.replication)
-    dtype = {"float32": np.float32, "float64": np.float64}[args.precision]
-    with jax.enable_x64(dtype == np.float64):
+    precision = PRECISIONS[args.precision]
+    dtype = precision.dtype
+    with jax.enable_x64(precision.x64):
         problem = fitting.make_problem(MODELS[args.model], OptimizerSpec(args.optimizer), args.gradient)
         arrays = data.to_device(dtype, jax.devices("cpu")[0])
         state = problem.init(init_state(problem.model, arrays, "seed"))
         program = strategies.build(problem, args.n_iter, strategies.StrategySpec("scan"))
         compiled = program.compile(state, arrays)
-        writes = big_outputs(program._jitted.lower(state, arrays).compile().as_text(), data.n, data.p)
+        (executable,) = compiled.executables.values()  # the scan's one program, compiled once
+        writes = big_outputs(executable.as_text(), data.n, data.p)
         jax.block_until_ready(compiled.run(state, arrays))  # warm
         with tempfile.TemporaryDirectory() as trace_dir:
             with jax.profiler.trace(trace_dir, create_perfetto_trace=True):

@@ -45,6 +45,7 @@ from _header import machine_header  # noqa: E402 (benchmarks/, on sys.path as th
 import numpy as np  # noqa: E402
 
 from plnexp import runtime  # noqa: E402
+from plnexp.precision import PRECISIONS  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -186,9 +187,9 @@ def main(argv=None) -> int:
     lines = header(args, data)
     for line in lines:
         print(line, flush=True)
-    dtype = {"float32": np.float32, "float64": np.float64}[args.precision]
-    with jax.enable_x64(dtype == np.float64):
-        floor = measure_floor(data.n, data.p, dtype)
+    precision = PRECISIONS[args.precision]
+    with jax.enable_x64(precision.x64):
+        floor = measure_floor(data.n, data.p, precision.dtype)
     print(f"# floor: copy {floor['bandwidth_GBps']:.1f} GB/s -> {STREAMED_ARRAYS} n x p arrays "
           f"{floor['stream_ms']:.2f} ms; dot n x p x p {floor['dot_ms']:.2f} ms ({floor['dot_GFLOPps']:.0f} GFLOP/s); "
           f"exp pass {floor['exp_pass_ms']:.2f} ms; floor = stream + 2 dots = {floor['floor_ms']:.2f} ms/iter",

@@ -70,14 +70,6 @@ def _sweep_up(uri: str) -> None:
               f"no longer exist, marked FAILED (reason=orphaned)", file=sys.stderr, flush=True)
 
 
-def _stopped_by(e: BaseException, guard) -> interrupts.Interrupted | None:
-    """The interrupt behind ``e``: a KeyboardInterrupt, or any error raised while one was being
-    handled (a signal that landed inside Hydra's or a library's code can come out as another error)."""
-    if isinstance(e, KeyboardInterrupt):
-        return interrupts.as_interrupted(e)
-    return interrupts.Interrupted(guard.signum) if guard.signum is not None else None
-
-
 def _machinery_error(e: BaseException) -> int:
     """An error of Hydra's machinery (not of a job, which never raises): one line, exit 1."""
     if os.environ.get("HYDRA_FULL_ERROR") == "1" or isinstance(e, SystemExit):
@@ -94,7 +86,7 @@ def run(overrides: list[str], uri: str) -> int:
         try:
             sweep.launch(overrides, task, raise_errors=True)
         except BaseException as e:  # noqa: BLE001 - an interrupt, or an error: one line either way
-            stop = _stopped_by(e, guard)
+            stop = interrupts.stopped_by(e, guard)
             if stop is None:
                 return _machinery_error(e)
             guard.stopping()
@@ -131,41 +123,24 @@ def multirun(overrides: list[str], jobs: list, uri: str, resumed: bool = False, 
         print(resume.summary(uri, done), flush=True)
         print(resume.all_done_line(done, first.experiment), flush=True)
         return 0
-    held: dict = {}  # what the interrupt helper thread may need: this sweep's record, once open
-    force = lambda signum: sweep.force_stop(held.get("record"), uri, signal.Signals(signum).name)  # noqa: E731
-    with interrupts.handled(force) as guard:
-        sweep_dir = Path(given.strip("'\"")).resolve() if given else sweep.new_sweep_dir()
-        try:
-            record = held["record"] = sweep.open_sweep(
-                sweep_dir, name, first.experiment, uri, len(jobs),
-                {"command": " ".join(["sweep", *overrides, *(["resume=true"] if resumed else [])]),
-                 **resume.tags(done)}, reused=tuple(done))
-        except C.ConfigError as e:
-            return _fail(e)
-        print(f"sweep {name}: {len(jobs)} jobs, experiment {first.experiment!r}, parent run {record.parent_id}"
-              f"{resume.resuming_note(done)}", flush=True)
-        status, reason, stop, error = "FAILED", "the sweep stopped on an error", None, None
-        try:
-            sweep.launch(["--multirun", *overrides, *([] if given else [sweep.hydra_override(sweep_dir)])],
-                         sweep.Task(), raise_errors=True)
-            status, reason = "FINISHED", ""
-        except BaseException as e:  # noqa: BLE001 - an interrupt, or an error of the machinery
-            stop = _stopped_by(e, guard)
-            if stop is None:
-                error = e
-                reason = f"the sweep stopped on an error: {type(e).__name__}"
-            else:
-                status, reason = "KILLED", f"interrupted by {stop.name}"
-        guard.stopping()
-        with interrupts.deferred():  # the parent never stays RUNNING
-            summary = sweep.close_sweep(record, status, reason)
-        summary.show(stop.name if stop is not None else None)
-        if stop is not None:
-            return stop.exit_code
-        if error is not None:
-            return _machinery_error(error)
-    code = _report(uri, record.parent_id) if with_report and summary.rows else 0
-    return 1 if summary.n_failed else code
+    sweep_dir = Path(given.strip("'\"")).resolve() if given else sweep.new_sweep_dir()
+    launch = lambda record: sweep.launch(  # noqa: E731 - Hydra's launcher runs the jobs
+        ["--multirun", *overrides, *([] if given else [sweep.hydra_override(sweep_dir)])], sweep.Task(),
+        raise_errors=True)
+    header = lambda record: (f"sweep {name}: {len(jobs)} jobs, experiment {first.experiment!r}, parent run "  # noqa: E731
+                             f"{record.parent_id}{resume.resuming_note(done)}")
+    try:
+        end = sweep.session(sweep_dir, name, first.experiment, uri, len(jobs),
+                            {"command": " ".join(["sweep", *overrides, *(["resume=true"] if resumed else [])]),
+                             **resume.tags(done)}, launch, header=header, reused=tuple(done))
+    except C.ConfigError as e:
+        return _fail(e)
+    if end.stop is not None:
+        return end.stop.exit_code
+    if end.error is not None:
+        return _machinery_error(end.error)
+    code = _report(uri, end.record.parent_id) if with_report and end.summary.rows else 0
+    return 1 if end.summary.n_failed else code
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None, _default=warnings.showwarning):

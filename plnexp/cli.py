@@ -38,16 +38,17 @@ _NAMED = {"strategy", "dataset", "dataset.replication", "dataset.n", "dataset.p"
 
 
 def job_name(config: C.Config, overrides) -> str:
-    """``scan-oaks_x100-f32-cpu``, plus the values of other swept or overridden keys; ``n_iter`` as
-    it runs (after a cap), not as it was asked."""
-    extra = []
+    """``scan-oaks_x100-f32-cpu``, then the strategy's options set away from their defaults as the
+    entry names them (``unroll4``, ``max-autotune``), then the values of other swept or overridden keys;
+    ``n_iter`` as it runs (after a cap), not as it was asked."""
+    extra = config.strategy.name_parts()
     for o in overrides:
         key, _, value = o.lstrip("+~").partition("=")
-        if key in _NAMED or key.startswith(("hydra.", "hydra/", "dataset.", "n_iter_cap.")):
+        if key in _NAMED or key.startswith(("hydra.", "hydra/", "dataset.", "n_iter_cap.", "strategy.")):
             continue
         if key == "n_iter":
             value = str(config.n_iter)
-        extra.append(value if key in C.GROUPS or key == "strategy.mode" else f"{key.rsplit('.', 1)[-1]}{value}")
+        extra.append(value if key in C.GROUPS else f"{key.rsplit('.', 1)[-1]}{value}")
     return "-".join([config.run_name, *extra])
 
 
@@ -113,9 +114,9 @@ def _compose(overrides: list[str], hydra: bool = False):
 
 
 def _check_keys(parsed, overrides: list[str], cache: dict) -> None:
-    """Every plain ``key=value`` must name a key that exists (given this job's dataset choice: the
-    only group whose options differ in their keys)."""
-    groups = tuple(o for o, p in zip(overrides, parsed) if p.key_or_group == "dataset")
+    """Every plain ``key=value`` must name a key that exists (given this job's dataset and strategy
+    choices: the groups whose options differ in their keys)."""
+    groups = tuple(o for o, p in zip(overrides, parsed) if p.key_or_group in ("dataset", "strategy"))
     if groups not in cache:
         cache[groups] = _compose(list(groups))
     base = cache[groups]

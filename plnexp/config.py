@@ -1,15 +1,15 @@
 """The typed experiment config: ``load(DictConfig) -> Config``, frozen, validated once.
 
 This is the only place that turns omegaconf nodes into Python objects; everything below the
-runner receives a :class:`Config`. Every bad value raises :class:`ConfigError` with one line
-naming the key and the allowed values. Names are resolved into the validating objects that
-already exist (:class:`~plnexp.optim.OptimizerSpec`, :class:`~plnexp.strategies.StrategySpec`,
-:func:`~plnexp.fitting.resolve_device`).
+runner receives a :class:`Config`, and a fit its :meth:`Config.fit_spec` (no name is parsed again).
+Every bad value raises :class:`ConfigError` with one line naming the key and the allowed values.
+Names are resolved into the registries' records: :class:`~plnexp.optim.OptimizerSpec`,
+:class:`~plnexp.strategies.StrategySpec` (a strategy and its own options),
+:class:`~plnexp.precision.Precision`, :class:`~plnexp.model.Model`. It imports leaf modules only.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from pathlib import Path
@@ -19,24 +19,19 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
 from .data import OAKS_COVARIATES, Data
-from .fitting import DEVICES, INITS, PRECISIONS, resolve_device
 from .model import MODELS
 from .optim import OptimizerSpec
+from .paths import CONF_DIR, REPO, outputs_dir  # noqa: F401  (REPO: re-exported)
+from .precision import PRECISIONS, Precision
 from .problem import GRADIENTS
-from .strategies import STRATEGIES, TORCH_STRATEGIES, StrategySpec, check_torch, check_torch_device
+from .spec import DEVICES, INITS, FitSpec, TimingSpec, resolve_device
+from .strategies import STRATEGIES, StrategySpec
 
-REPO = Path(__file__).resolve().parent.parent
-CONF_DIR = REPO / "conf"
 GROUPS = ("dataset", "optimizer", "strategy", "device", "precision", "model", "sweep")
 
 
 class ConfigError(ValueError):
     """A bad configuration value; the message is one line naming the key and the allowed values."""
-
-
-def outputs_dir() -> Path:
-    """Where every output goes: ``$PLNEXP_OUTPUTS`` or ``<repo>/outputs`` (absolute)."""
-    return Path(os.environ.get("PLNEXP_OUTPUTS") or REPO / "outputs").resolve()
 
 
 OmegaConf.register_new_resolver("plnexp_outputs", lambda: str(outputs_dir()), replace=True)
@@ -47,7 +42,6 @@ def group_options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
 
-Precision = Enum("Precision", {k: k for k in PRECISIONS}, type=str)
 Device = Enum("Device", {k: k for k in DEVICES}, type=str)
 ModelName = Enum("ModelName", {k: k for k in MODELS}, type=str)
 Init = Enum("Init", {k: k for k in INITS}, type=str)
@@ -59,6 +53,12 @@ def _choice(key: str, value: Any, enum: type[Enum]) -> Enum:
         return enum(value)
     except ValueError:
         raise ConfigError(f"{key}={value!r}: allowed values are {', '.join(e.value for e in enum)}") from None
+
+
+def _precision(value: Any) -> Precision:
+    if value not in PRECISIONS:
+        raise ConfigError(f"precision={value!r}: allowed values are {', '.join(PRECISIONS)}")
+    return PRECISIONS[value]
 
 
 def _int(key: str, value: Any, low: int) -> int:
@@ -196,7 +196,7 @@ class Config:
     strategy: StrategySpec
     model: ModelName = ModelName("full")
     device: Device = Device("cpu")
-    precision: Precision = Precision("float32")
+    precision: Precision = PRECISIONS["float32"]
     n_iter: int = 1000  # after the cap
     n_iter_requested: int = 1000
     repeats: int = 1
@@ -212,17 +212,14 @@ class Config:
 
     @property
     def run_name(self) -> str:
-        short = {"float32": "f32", "float64": "f64"}.get(self.precision.value, self.precision.value)
-        return f"{self.strategy.name}-{self.dataset.label}-{short}-{self.device.value}"
+        return f"{self.strategy.name}-{self.dataset.label}-{self.precision.label}-{self.device.value}"
 
-    def fit_kwargs(self) -> dict:
-        """The keyword arguments of :func:`plnexp.fit` (besides the data)."""
-        return dict(model=self.model.value, optimizer=self.optimizer.name, n_iter=self.n_iter,
-                    precision=self.precision.value, device=self.device.value, strategy=self.strategy.name,
-                    lr=self.optimizer.lr, init=self.init.value, gradient=self.gradient.value, unroll=self.strategy.unroll,
-                    tol=self.strategy.tol, patience=self.strategy.patience, mode=self.strategy.mode, repeats=self.repeats,
-                    warmup=self.warmup, first_call=self.first_call, compile_cache=self.compile_cache,
-                    compile_cache_dir=outputs_dir() / "jax_cache" if self.compile_cache else None)
+    def fit_spec(self) -> FitSpec:
+        """The typed fit this job runs (device resolved where it runs)."""
+        cache = outputs_dir() / "jax_cache" if self.compile_cache else None
+        return FitSpec(MODELS[self.model.value], self.optimizer, self.strategy, self.precision, self.device.value,
+                       self.n_iter, self.init.value, self.gradient.value,
+                       TimingSpec(self.repeats, self.warmup, self.first_call, cache))
 
     def as_dict(self) -> dict:
         """Plain nested dict of the resolved values (for YAML and flat MLflow params)."""
@@ -231,11 +228,11 @@ class Config:
             ds["covariates"] = list(ds["covariates"])
         out = {"dataset": ds,
                "optimizer": {"name": self.optimizer.name, "lr": self.optimizer.lr},
-               "strategy": {f.name: getattr(self.strategy, f.name) for f in fields(self.strategy)}}
+               "strategy": self.strategy.as_dict()}
         for f in fields(self):
             if f.name not in out:
                 v = getattr(self, f.name)
-                out[f.name] = v.value if isinstance(v, Enum) else v
+                out[f.name] = v.value if isinstance(v, Enum) else v.name if isinstance(v, Precision) else v
         return out
 
 
@@ -292,22 +289,12 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
     opt = dict(node["optimizer"])
     _keys("optimizer", opt, ("name", "lr"))
     strat = dict(node["strategy"])
-    _keys("strategy", strat, ("name", "unroll", "tol", "patience", "mode"))
-    try:
-        optimizer = OptimizerSpec(opt.get("name"), opt.get("lr"))
-        strategy = StrategySpec(**strat)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-
     device = _choice("device", node.get("device"), Device)
     compile_cache = _bool("compile_cache", node.get("compile_cache"))
     try:
-        if strategy.name in TORCH_STRATEGIES:
-            check_torch(strategy.name, compile_cache)
-        if check_device:
-            platform = resolve_device(device.value).platform
-            if strategy.name in TORCH_STRATEGIES:
-                check_torch_device(strategy.name, platform)
+        optimizer = OptimizerSpec(opt.get("name"), opt.get("lr"))
+        strategy = StrategySpec.of(strat.pop("name", None), **strat)
+        strategy.check(compile_cache, resolve_device(device.value).platform if check_device else None)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     n_iter = _int("n_iter", node.get("n_iter"), 1)
@@ -328,7 +315,7 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
         dataset=dataset, optimizer=optimizer, strategy=strategy,
         model=_choice("model", node.get("model"), ModelName),
         device=device,
-        precision=_choice("precision", node.get("precision"), Precision),
+        precision=_precision(node.get("precision")),
         n_iter=min(n_iter, caps.get(strategy.name, n_iter)), n_iter_requested=n_iter,
         repeats=_int("repeats", node.get("repeats"), 1), warmup=_int("warmup", node.get("warmup"), 0),
         first_call=_bool("first_call", node.get("first_call")),

@@ -9,7 +9,7 @@ SciPy's OpenBLAS threads; the MLflow store (resolved as the commands resolve it,
 writable; nothing is created in it); and the numerics: on every JAX device, for each model and
 precision, the jitted partial ELBO (``model.state_elbo`` and the value of ``model.value_and_grad``)
 at a seeded random point on the shipped oaks data against the float64 host reference
-(:mod:`plnexp.reference`) at :data:`plnexp.fitting.CHECK_RTOL`, plus the reduction that jaxlib
+(:mod:`plnexp.reference`) at the precision's tolerance (:meth:`plnexp.precision.Precision.check_tolerance`), plus the reduction that jaxlib
 0.10.2's CPU backend is known to miscompile without plnexp's XLA flag.
 """
 
@@ -30,7 +30,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from . import reference, runtime
-from .fitting import CHECK_RTOL, PRECISIONS, check_tolerance
+from .precision import PRECISIONS
 from .model import MODELS, Arrays, Model, PLNState
 
 PACKAGES = ("jax", "jaxlib", "optax", "numpy", "scipy", "mlflow", "hydra-core", "plnexp")
@@ -245,7 +245,8 @@ def elbo_check(model: Model, device, precision: str, data=None, functions: Itera
     from . import load_oaks
 
     data = load_oaks() if data is None else data
-    dtype = PRECISIONS[precision]
+    prec = PRECISIONS[precision]
+    dtype = prec.dtype
     name = f"elbo[{model.name},{precision},{device_label(device)}]"
     where = f"model {model.name} on {device_label(device)} in {precision}"
     with jax.enable_x64(dtype == np.float64):
@@ -258,8 +259,8 @@ def elbo_check(model: Model, device, precision: str, data=None, functions: Itera
         centred = np.asarray(centred, np.float64)
     log_fact = reference.log_factorial_sum(data.Y)
     host = reference.elbo(data.Y, data.O, data.X, host_state["B"], centred, host_state["S"], host_state["Sigma"])
-    rtol = CHECK_RTOL[dtype]
-    tol = check_tolerance(host, dtype, data.Y.size)
+    rtol = prec.check_rtol
+    tol = prec.check_tolerance(host, data.Y.size)
     for label, value in jitted:
         value -= log_fact
         rel = abs(value - host) / abs(host) if np.isfinite(value) and np.isfinite(host) else float("nan")

@@ -199,3 +199,11 @@ def handled(on_force: Callable[[int], None] | None = None):
         guard.write.close()  # the helper thread reads EOF and ends
         guard.thread.join(timeout=1.0)
         guard.read.close()
+
+
+def stopped_by(e: BaseException, guard) -> Interrupted | None:
+    """The interrupt behind ``e``: a KeyboardInterrupt, or any error raised while one was being
+    handled (a signal that landed inside Hydra's or a library's code can come out as another error)."""
+    if isinstance(e, KeyboardInterrupt):
+        return as_interrupted(e)
+    return Interrupted(guard.signum) if guard.signum is not None else None

@@ -7,8 +7,8 @@ each file. The environment tags (:func:`environment_tags`: versions, device, x64
 commit and dirty flag, plnexp version), the hash of the arrays actually fitted (``data_digest``,
 after replication) and the resolved config artifact (``config.yaml``) are written by
 :mod:`plnexp.tracking` when it creates the run. :func:`environment` gathers the fields
-that ``rerun`` compares, and :data:`CURVE_RTOL` is how far two ELBO curves of one configuration may
-differ when they cannot be bit for bit equal.
+that ``rerun`` compares (how far two ELBO curves of one configuration may differ when they cannot
+be bit for bit equal is each precision's ``curve_rtol``, :mod:`plnexp.precision`).
 """
 
 from __future__ import annotations
@@ -40,11 +40,6 @@ FILE_TAG = "data_sha256."  # + counts, offsets, covariates (CSV data sets)
 UNHASHED = ("experiment", "tracking_uri", "repeats", "warmup", "first_call", "compile_cache", "n_iter_requested",
             "n_iter_cap")
 
-# How far two ELBO curves of one configuration may differ (max relative difference) when they are
-# not expected to be bit for bit equal (another device, jax version, fusion): the strategy tests'
-# tolerances, tests/test_strategies.py RTOL.
-CURVE_RTOL = {"float64": 1e-9, "float32": 1e-5}
-
 # The fields compared by ``rerun``, in the order they are printed: (tag, what it is)
 ENV_FIELDS = (("jax_version", "jax version"), ("jaxlib_version", "jaxlib version"), ("optax_version", "optax version"),
               ("platform", "platform"), ("device_kind", "device kind"), ("x64", "x64"), ("XLA_FLAGS", "XLA_FLAGS"),
@@ -63,17 +58,46 @@ def package_version() -> str:
 # (section, key) -> (default, the section's names it was added to; None: all)
 ADDED_KEYS = {("strategy", "mode"): ("default", None),
               ("dataset", "replication"): (1, ("synthetic", "csv"))}  # oaks always had it
+# Provenance format 1 gave every strategy the union of all strategies' options (their defaults where
+# the strategy had no use for them); a strategy entry now owns its options. The hash keeps format 1's
+# form: the options a strategy does not have enter it at these values (mode: via ADDED_KEYS).
+FORMAT1_STRATEGY_OPTIONS = {"unroll": 8, "tol": 1e-6, "patience": 10}
 
 
 def hashed(config: Config) -> dict:
-    """The part of the resolved config (:meth:`Config.as_dict`) that identifies a fit's result: without
-    the :data:`UNHASHED` fields, nor the :data:`ADDED_KEYS` at their default."""
+    """The part of the resolved config (:meth:`Config.as_dict`) that identifies a fit's result, in
+    provenance format 1's form: without the :data:`UNHASHED` fields, nor the :data:`ADDED_KEYS` at
+    their default, with :data:`FORMAT1_STRATEGY_OPTIONS` where the strategy has no such option."""
     d = {k: v for k, v in config.as_dict().items() if k not in UNHASHED}
+    d["strategy"] = {**FORMAT1_STRATEGY_OPTIONS, **d["strategy"]}
     for (section, key), (default, names) in ADDED_KEYS.items():
         part = d.get(section, {})
         if part.get(key, default) == default and (names is None or part.get("name") in names):
             d[section] = {k: v for k, v in part.items() if k != key}
     return d
+
+
+def comparable(config: Config) -> dict[str, str]:
+    """The config's fields that identify a fit's result, flat and as MLflow params hold them
+    (``strategy.unroll`` only where the strategy has it): what ``resume=true`` compares with a run."""
+    from .config import flatten
+
+    d = {k: v for k, v in config.as_dict().items() if k not in UNHASHED}
+    return {k: str(v) for k, v in flatten(d).items()}
+
+
+def migrate_node(node: dict) -> dict:
+    """A logged config.yaml of format 1 (every strategy carrying every option) in today's form: the
+    strategy section keeps only the options its entry has."""
+    from .strategies import STRATEGIES
+
+    strat = node.get("strategy")
+    if isinstance(strat, dict) and strat.get("name") in STRATEGIES:
+        from dataclasses import fields
+
+        own = {f.name for f in fields(STRATEGIES[strat["name"]].options)}
+        node = {**node, "strategy": {k: v for k, v in strat.items() if k == "name" or k in own}}
+    return node
 
 
 def config_hash(config: Config) -> str:
@@ -130,12 +154,12 @@ def environment_tags(config: Config) -> dict[str, str]:
     import jaxlib
     import optax
 
-    from .fitting import resolve_device
+    from .spec import resolve_device
 
     dev = resolve_device(config.device.value)
     commit = git_commit()
     tags = {"jax_version": jax.__version__, "jaxlib_version": jaxlib.__version__, "optax_version": optax.__version__,
-            "platform": dev.platform, "device_kind": dev.device_kind, "x64": str(config.precision.value == "float64"),
+            "platform": dev.platform, "device_kind": dev.device_kind, "x64": str(config.precision.x64),
             "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""), "git_commit": commit,
             "git_dirty": str(commit.endswith("-dirty")).lower(), VERSION_TAG: package_version(),
             "python": platform.python_version(), "host": platform.node()}

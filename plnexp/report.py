@@ -33,6 +33,7 @@ import numpy as np
 
 from . import plots, provenance, tracking
 from .config import ConfigError, outputs_dir
+from .metrics import REPORT, cell
 
 # params that do not define a comparison group: the strategy is what is compared; the data set is
 # named by its label (tag ``dataset``); n_iter may differ per strategy (caps), compared at a common length
@@ -131,6 +132,18 @@ def _entry(run, curve: np.ndarray) -> Entry:
                  curve)
 
 
+def _label_strategies(entries: list[Entry]) -> list[Entry]:
+    """A strategy swept over its own options (``strategy.unroll=2,4,8``) is one row per value: the
+    options that vary among the runs of one strategy join its label (``scan_unrolled unroll=4``)."""
+    for name in {e.strategy for e in entries}:
+        runs = [e for e in entries if e.strategy == name]
+        keys = sorted({k for e in runs for k in e.params if k.startswith("strategy.") and k != "strategy.name"})
+        varying = [k for k in keys if len({e.params.get(k) for e in runs}) > 1]
+        for e in runs:
+            e.strategy = " ".join([name, *(f"{k.split('.', 1)[1]}={e.params.get(k)}" for k in varying)])
+    return entries
+
+
 def _grouping_keys(entries: list[Entry]) -> list[str]:
     keys = sorted({k for e in entries for k in e.params})
     varying = [k for k in keys if not k.startswith(NOT_GROUPING) and k not in NOT_GROUPING_KEYS
@@ -173,7 +186,7 @@ def load(uri: str, parent) -> Report:
     """The sweep's runs read back from the store, with their ELBO curves, compared."""
     runs = tracking.sweep_runs(uri, parent)
     curves = tracking.read_curves(uri, [r.info.run_id for r in runs])
-    entries = [_entry(r, curves[r.info.run_id]) for r in runs]
+    entries = _label_strategies([_entry(r, curves[r.info.run_id]) for r in runs])
     keys = _grouping_keys(entries)
     for e in entries:
         e.extra = tuple(e.params.get(k, "") for k in keys)
@@ -215,14 +228,12 @@ def columns(report: Report) -> list[tuple[str, str, object]]:
             ("n×p", "shape", lambda e: e.shape), ("precision", "precision", lambda e: e.precision),
             ("device", "device", lambda e: e.device)]
     cols += [(SHORT.get(k, k), k, lambda e, i=i: e.extra[i]) for i, k in enumerate(report.extra_keys)]
-    cols += [("status", "status", lambda e: e.status),
-             ("iters", "n_iter_run", f("{:.0f}", lambda e: e.m("n_iter_run"))),
-             ("compile s", "compile_s", f("{:.3f}", lambda e: e.m("compile_s"))),
-             ("run s", "run_s", f("{:.3f}", lambda e: e.m("run_s"))),
-             ("ms/iter", "ms_per_iter", f("{:.2f}", lambda e: e.m("ms_per_iter"))),
-             ("× eager", "speedup_vs_eager", f("{:.2f}", lambda e: e.speedup_eager)),
+    cols += [("status", "status", lambda e: e.status)]
+    logged = {m.key: (m.header, m.key, lambda e, m=m: cell(m, e.m(m.key))) for m in REPORT}
+    cols += [logged[k] for k in ("n_iter_run", "compile_s", "run_s", "ms_per_iter")]
+    cols += [("× eager", "speedup_vs_eager", f("{:.2f}", lambda e: e.speedup_eager)),
              ("× scan", "speedup_vs_scan", f("{:.2f}", lambda e: e.speedup_scan)),
-             ("final ELBO", "final_elbo", f("{:.1f}", lambda e: e.m("final_elbo")))]
+             logged["final_elbo"]]
     if report.common:
         cols.append(("ELBO at common length", "elbo_at_common_length", f("{:.1f}", lambda e: e.elbo_common)))
     cols.append(("max rel. diff to scan", "max_rel_diff_to_scan", f("{:.1e}", lambda e: e.vs_scan)))
@@ -240,11 +251,10 @@ def markdown_table(report: Report) -> str:
 
 def csv_text(report: Report) -> str:
     """The table with full-precision numbers (empty cells where a value was not measured)."""
-    raw = {"n_iter_run": lambda e: e.m("n_iter_run"), "compile_s": lambda e: e.m("compile_s"),
-           "run_s": lambda e: e.m("run_s"), "ms_per_iter": lambda e: e.m("ms_per_iter"),
+    raw = {**{m.key: (lambda e, k=m.key: e.m(k)) for m in REPORT},
            "speedup_vs_eager": lambda e: e.speedup_eager, "speedup_vs_scan": lambda e: e.speedup_scan,
-           "final_elbo": lambda e: e.m("final_elbo"), "elbo_at_common_length": lambda e: e.elbo_common,
-           "max_rel_diff_to_scan": lambda e: e.vs_scan, "shape": lambda e: f"{e.n}x{e.p}" if e.n else ""}
+           "elbo_at_common_length": lambda e: e.elbo_common, "max_rel_diff_to_scan": lambda e: e.vs_scan,
+           "shape": lambda e: f"{e.n}x{e.p}" if e.n else ""}
     cols = columns(report)
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")

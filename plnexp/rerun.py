@@ -32,6 +32,7 @@ from . import config as C
 from . import interrupts, provenance, runner, tracking
 from .config import Config, ConfigError
 from .data import DataError
+from .precision import PRECISIONS
 
 USAGE = "usage: python -m plnexp rerun RUN_ID [--strict] [overrides ...]"
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -122,6 +123,7 @@ def logged_node(uri: str, run) -> dict:
         node = dict(node)
         if "n_iter_requested" in node:  # the resolved n_iter is re-derived from the request and the caps
             node["n_iter"] = node.pop("n_iter_requested")
+        node = provenance.migrate_node(node)
         C.load(node, check_device=False)
     except ConfigError as e:
         if "existing CSV files" in str(e):  # the config is fine, its data files are gone
@@ -191,7 +193,7 @@ class Verdict:
     """How a rerun's ELBO curve compares with its original's.
 
     ``expect_identical`` (same config, same environment, CPU): the curves must be equal bit for bit.
-    Otherwise they must agree within :data:`plnexp.provenance.CURVE_RTOL` of the precision (the
+    Otherwise they must agree within the precision's ``curve_rtol`` (:mod:`plnexp.precision`) (the
     looser of the two precisions) over the same number of iterations. A disagreement fails the
     rerun when the config is the same (only the environment moved) or when ``strict`` is asked
     for; a config changed by overrides is expected to give another curve.
@@ -233,9 +235,9 @@ class Verdict:
 
 def verdict(src: Source, env_same: bool, old: np.ndarray, new: np.ndarray, status_ok: bool = True) -> Verdict:
     identical, rel = provenance.curve_difference(old, new)
-    precisions = {src.original.precision.value, src.config.precision.value}
-    tol = max(provenance.CURVE_RTOL[p] for p in precisions)
-    precision = max(precisions, key=lambda p: provenance.CURVE_RTOL[p])
+    precisions = {src.original.precision.name, src.config.precision.name}
+    tol = max(PRECISIONS[p].curve_rtol for p in precisions)
+    precision = max(precisions, key=lambda p: PRECISIONS[p].curve_rtol)
     expect = src.same_config and env_same and src.run.data.tags.get("platform") == "cpu"
     return Verdict(identical, rel, len(old), len(new), tol, precision, src.same_config, expect, status_ok)
 
@@ -383,39 +385,31 @@ def _sweep(uri: str, parent_run, sources: list[Source], overrides: list[str], en
     from . import sweep
 
     name = parent_run.data.tags.get("sweep", "sweep")
-    held: dict = {}
-    force = lambda signum: sweep.force_stop(held.get("record"), uri, signal.Signals(signum).name)  # noqa: E731
-    with interrupts.handled(force) as guard:
-        sweep_dir = sweep.new_sweep_dir()
-        record = held["record"] = sweep.open_sweep(
-            sweep_dir, f"{name}-rerun", tracking.experiment_name(uri, parent_run.info.experiment_id), uri,
-            len(sources), {provenance.RERUN_TAG: parent_run.info.run_id,
-                           "command": provenance.command_line()})
-        print(f"rerun of sweep {name} (run {parent_run.info.run_id}): {len(sources)} jobs, parent run "
-              f"{record.parent_id}", flush=True)
-        failures, stop = [], None
-        try:
-            for i, src in enumerate(sources):
-                print(f"[{i + 1}/{len(sources)}] {src.name} ...", end="", flush=True)
-                outcome = _rerun_one(uri, src, overrides, parent=record.parent, job_num=i)
-                v, lines = compare(uri, src, outcome, envs[src.run_id])
-                bad = not unfinished_ok(src, outcome) if v is None else v.failed(strict)
-                failures += [src.name] if bad else []
-                print(f" {outcome.status.lower() if outcome.status != 'FINISHED' else 'done'} "
-                      f"{outcome.wall_s:.1f} s{' DISAGREES' if bad else ''}", flush=True)
-                for line in lines:
-                    print(f"  {line}")
-            status, reason = "FINISHED", ""
-        except KeyboardInterrupt as e:
-            stop = interrupts.as_interrupted(e)
-            status, reason = "KILLED", f"interrupted by {stop.name}"
-        guard.stopping()
-        with interrupts.deferred():
-            summary = sweep.close_sweep(record, status, reason)
-    summary.show(stop.name if stop is not None else None)
-    if stop is not None:
-        return stop.exit_code
+    failures: list[str] = []
+
+    def jobs(record) -> None:  # in this process, one after the other, each compared with its original
+        for i, src in enumerate(sources):
+            print(f"[{i + 1}/{len(sources)}] {src.name} ...", end="", flush=True)
+            outcome = _rerun_one(uri, src, overrides, parent=record.parent, job_num=i)
+            v, lines = compare(uri, src, outcome, envs[src.run_id])
+            bad = not unfinished_ok(src, outcome) if v is None else v.failed(strict)
+            failures.extend([src.name] if bad else [])
+            print(f" {outcome.status.lower() if outcome.status != 'FINISHED' else 'done'} "
+                  f"{outcome.wall_s:.1f} s{' DISAGREES' if bad else ''}", flush=True)
+            for line in lines:
+                print(f"  {line}")
+
+    end = sweep.session(sweep.new_sweep_dir(), f"{name}-rerun",
+                        tracking.experiment_name(uri, parent_run.info.experiment_id), uri, len(sources),
+                        {provenance.RERUN_TAG: parent_run.info.run_id, "command": provenance.command_line()}, jobs,
+                        header=lambda record: f"rerun of sweep {name} (run {parent_run.info.run_id}): "
+                                              f"{len(sources)} jobs, parent run {record.parent_id}")
+    if end.stop is not None:
+        return end.stop.exit_code
+    if end.error is not None:
+        raise end.error
     n = len(sources)
     print(f"rerun {'FAILED to reproduce' if failures else 'ok'}: {n - len(failures)} of {n} jobs reproduced"
-          f"{': ' + ', '.join(failures) + ' did not' if failures else ''}; parent run {record.parent_id}", flush=True)
+          f"{': ' + ', '.join(failures) + ' did not' if failures else ''}; parent run {end.record.parent_id}",
+          flush=True)
     return 1 if failures else 0

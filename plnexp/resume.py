@@ -62,16 +62,14 @@ def _finished_job_runs(uri: str, experiment: str) -> list:
 
 
 def differences(config: Config, params: dict[str, str]) -> list[str]:
-    """``key: here here, there there`` for each hashed config key (flattened, as logged in params)
-    whose value differs from a run's params; a key the run did not log counts as different."""
-    from .config import flatten
-
-    mine = {k: str(v) for k, v in flatten(provenance.hashed(config)).items()}
+    """``key: here here, there there`` for each config key that identifies a fit (flattened, as logged
+    in params) whose value differs from a run's params."""
+    mine = provenance.comparable(config)
     out = []
     for key in sorted(mine):
         there = params.get(key)
-        if there != mine[key]:
-            out.append(f"{key}: {mine[key]} here, {there if there is not None else '(not logged)'} there")
+        if there is not None and there != mine[key]:  # a key an older run did not log is not compared
+            out.append(f"{key}: {mine[key]} here, {there} there")
     return out
 
 

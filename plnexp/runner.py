@@ -79,7 +79,7 @@ class Outcome:
         if not len(c):
             return c
         best = c.max()
-        floor = max(abs(best), 1.0) * float(np.finfo(self.config.precision.value).eps)
+        floor = max(abs(best), 1.0) * self.config.precision.eps
         return np.log10(np.maximum(best - c, floor))
 
     def config_yaml(self) -> str:
@@ -121,7 +121,7 @@ def execute(config: Config, overrides=(), name: str | None = None, output_dir: s
             outcome: Outcome | None = None) -> Outcome:
     """Load the data and fit, filling ``outcome`` (a new one if None) as it goes; any failure but an
     interrupt becomes a FAILED outcome with its reason."""
-    from .fitting import fit
+    from .fitting import run
 
     out = outcome if outcome is not None else Outcome(name or config.run_name, tuple(overrides), config,
                                                       output_dir=output_dir)
@@ -129,7 +129,7 @@ def execute(config: Config, overrides=(), name: str | None = None, output_dir: s
         data = load_data(config.dataset)
         out.data_digest = data.digest()
         out.data_shape = (data.n, data.p)
-        out.result = fit(data, **config.fit_kwargs())
+        out.result = run(data, config.fit_spec())
         bad = np.flatnonzero(~np.isfinite(out.result.elbo[: out.result.n_iter]))
         if len(bad) or not np.isfinite(out.result.extra.get("final_elbo_jit", np.nan)):
             out.status = "FAILED"
@@ -184,16 +184,14 @@ def run_job(config: Config, overrides=(), name: str | None = None, output_dir: s
 def summary_table(rows) -> str:
     """One line per job (:class:`Row`, or anything with ``.row()``); a value not measured
     (first_call off, no compile cache) or not finite is "-"."""
-    head = ("job", "status", "iter", "compile_s", "cached_s", "first_s", "run_s", "ms/iter", "final ELBO",
-            "wall_s")
+    from .metrics import TERMINAL, cell
+
+    head = ("job", "status", *(m.short for m in TERMINAL), "wall_s")
     lines = []
     for r in rows:
         r = r.row() if hasattr(r, "row") else r
-        m = r.metrics
-        g = lambda k, f="{:.3f}": f.format(m[k]) if np.isfinite(m.get(k, np.nan)) else "-"  # noqa: E731
-        lines.append((r.name, r.status, f"{int(m.get('n_iter_run', 0))}", g("compile_s"), g("compile_warm_s"),
-                      g("first_call_s"), g("run_s"), g("ms_per_iter", "{:.2f}"), g("final_elbo", "{:.1f}"),
-                      f"{r.wall_s:.1f}"))
+        values = {**r.metrics, "n_iter_run": r.metrics.get("n_iter_run", 0.0)}
+        lines.append((r.name, r.status, *(cell(m, values.get(m.key)) for m in TERMINAL), f"{r.wall_s:.1f}"))
     widths = [max(len(str(r[i])) for r in [head, *lines]) for i in range(len(head))]
     fmt = lambda r: "  ".join(str(c).ljust(w) if i < 2 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
     return "\n".join([fmt(head), "  ".join("-" * w for w in widths), *map(fmt, lines)])

@@ -13,7 +13,8 @@
            own config's ``hydra.sweep.dir`` and runs as a child of the parent (plnexp.runner.run_job).
       -> close_sweep(record, status)                  after the last job, or on an interrupt
                                                       (KILLED) or a crash (FAILED): children still
-                                                      RUNNING are ended, the summary is read back from
+                                                      RUNNING are ended (unless their owner is alive
+                                                      elsewhere), the summary is read back from
                                                       MLflow, the parent closed.
 
 A job finds its parent only through the record file, never through this process's memory, so a job
@@ -25,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import signal
 import sys
 import tempfile
 import time
@@ -133,7 +135,18 @@ class Summary:
 
     @property
     def n_failed(self) -> int:
+        """The jobs that did not finish (including those left RUNNING, see :attr:`n_running`)."""
         return len(self.rows) - self.count("FINISHED")
+
+    @property
+    def n_running(self) -> int:
+        """Children left RUNNING when the sweep closed: their owner is alive elsewhere or cannot be
+        checked from here (:func:`plnexp.tracking.end_children`)."""
+        return self.count("RUNNING")
+
+    def _running_note(self) -> str:
+        n = self.n_running
+        return f"{n} left RUNNING (owner alive elsewhere or unknown)" if n else ""
 
     def table(self) -> str:
         return runner.summary_table(self.rows) if self.rows else "(no job ran)"
@@ -142,7 +155,9 @@ class Summary:
         fit_s = self.fit_s
         outside = f" ({100 * (1 - fit_s / self.wall_s):.0f}% outside)" if 0 < fit_s <= self.wall_s else ""
         reused = f" ({len(self.reused)} FINISHED earlier)" if self.reused else ""
-        return (f"{len(self.rows)}/{self.total} jobs{reused}, {self.n_failed} failed; {self.wall_s:.1f} s in the "
+        failed = (f"{self.n_failed - self.n_running} failed, {self._running_note()}" if self.n_running
+                  else f"{self.n_failed} failed")
+        return (f"{len(self.rows)}/{self.total} jobs{reused}, {failed}; {self.wall_s:.1f} s in the "
                 f"sweep, {fit_s:.1f} s in fits{outside}; parent run {self.parent_id} {self.status}")
 
     def show(self, signame: str | None = None) -> None:
@@ -155,15 +170,18 @@ class Summary:
 
     def interrupted_line(self, signame: str) -> str:
         left = self.total - len(self.rows)
+        running = f", {self._running_note()}" if self.n_running else ""
         return (f"plnexp: interrupted by {signame}: {self.count('FINISHED')} of {self.total} jobs finished, "
-                f"{self.count('KILLED')} killed, {self.count('FAILED')} failed, {left} not started; "
+                f"{self.count('KILLED')} killed, {self.count('FAILED')} failed, {left} not started{running}; "
                 f"parent run {self.parent_id} closed {self.status}")
 
 
 def close_sweep(record: SweepRecord, status: str = "FINISHED", reason: str = "") -> Summary:
-    """End the sweep: children still RUNNING are ended (KILLED on an interrupt, FAILED otherwise),
-    the summary table is read back from MLflow and logged, and the parent closed with ``status``
-    (FAILED instead of FINISHED when jobs are missing). Safe to call again: it re-reads the store."""
+    """End the sweep: children still RUNNING are ended (KILLED on an interrupt, FAILED otherwise) when
+    their owner is this process or is gone (a dead local process); a child whose owner is alive
+    elsewhere, or cannot be checked from here, is left RUNNING and counted so. The summary table is
+    read back from MLflow and logged, and the parent closed with ``status`` (FAILED instead of
+    FINISHED when jobs are missing). Safe to call again: it re-reads the store."""
     end_status = "KILLED" if status == "KILLED" else "FAILED"
     why = reason or "the sweep ended while this job was running"
     found = tracking.end_children(record.parent, end_status, why, "interrupted" if status == "KILLED" else "lost")
@@ -177,6 +195,8 @@ def close_sweep(record: SweepRecord, status: str = "FINISHED", reason: str = "")
                       tuple(r["name"] for r in found if r.get("reason") == "reused"))
     tags = {"n_done": len(rows), "n_failed": summary.n_failed, "wall_s": f"{summary.wall_s:.1f}",
             "fit_s": f"{summary.fit_s:.1f}"}
+    if summary.n_running:
+        tags["n_running"] = summary.n_running
     if reason:
         tags["status_reason"] = reason
     tags["mlflow.note.content"] = (
@@ -293,3 +313,44 @@ def killed_line(uri: str) -> str:
     """What an interrupted single ``run`` says: its run id (the runs this process created)."""
     ids = ", ".join(r.info.run_id for r in tracking.process_runs(uri))
     return f"the run {ids} was recorded KILLED" if ids else "no run had been created"
+
+
+@dataclass
+class Ended:
+    """How a sweep session ended: its record and summary, and the interrupt or error that ended it."""
+
+    record: SweepRecord
+    summary: Summary
+    stop: interrupts.Interrupted | None = None
+    error: BaseException | None = None
+
+
+def session(sweep_dir: Path, name: str, experiment: str, uri: str, total: int, tags: dict, jobs, *,
+            header, reused: tuple = ()) -> Ended:
+    """A sweep's whole life, the one path of ``sweep``, ``sweep ... resume=true`` and ``rerun`` of a
+    sweep: open the parent (:func:`open_sweep`; a :class:`~plnexp.config.ConfigError` before anything
+    exists), print ``header(record)``, run ``jobs(record)`` (Hydra's launcher, or a rerun's loop),
+    then close it whatever happened (FINISHED; KILLED on Ctrl-C or SIGTERM; FAILED on an error of the
+    machinery) and show the summary. A second signal while a fit is stuck in compiled code ends the
+    process's runs and the sweep from the interrupt helper thread (:func:`force_stop`)."""
+    held: dict = {}
+    force = lambda signum: force_stop(held.get("record"), uri, signal.Signals(signum).name)  # noqa: E731
+    with interrupts.handled(force) as guard:
+        record = held["record"] = open_sweep(sweep_dir, name, experiment, uri, total, tags, reused=reused)
+        print(header(record), flush=True)
+        status, reason, stop, error = "FAILED", "the sweep stopped on an error", None, None
+        try:
+            jobs(record)
+            status, reason = "FINISHED", ""
+        except BaseException as e:  # noqa: BLE001 - an interrupt, or an error of the machinery
+            stop = interrupts.stopped_by(e, guard)
+            if stop is None:
+                error = e
+                reason = f"the sweep stopped on an error: {type(e).__name__}"
+            else:
+                status, reason = "KILLED", f"interrupted by {stop.name}"
+        guard.stopping()
+        with interrupts.deferred():  # the parent never stays RUNNING
+            summary = close_sweep(record, status, reason)
+        summary.show(stop.name if stop is not None else None)
+    return Ended(record, summary, stop, error)

@@ -76,7 +76,7 @@ def test_default_sweep_is_every_strategy_on_oaks_x100_at_equal_iterations():
     assert [j.config.strategy.name for j in jobs] == [s for s in STRATEGIES if s not in TORCH_STRATEGIES]
     for j in jobs:
         c = j.config
-        assert (c.dataset.replication, c.precision.value, c.model.value, c.optimizer.name) == \
+        assert (c.dataset.replication, c.precision.name, c.model.value, c.optimizer.name) == \
             (100, "float32", "full", "radam_clip")
         assert c.n_iter == c.n_iter_requested == 100  # like with like: no per-strategy cap
 
@@ -105,8 +105,11 @@ BAD = [
     (["+foo=1"], "foo: unknown key; allowed keys are dataset"),
     (["dataset.foo=1"], "dataset.foo: unknown key; allowed keys under dataset are name, replication"),
     (["optimizer.lr=-1"], "optimizer.lr=-1: must be a number > 0"),
-    (["strategy.unroll=0"], "strategy.unroll=0: must be an integer >= 1"),
-    (["strategy.mode=fast"], "strategy.mode='fast': allowed values are default, reduce-overhead, max-autotune"),
+    (["strategy=scan_unrolled", "strategy.unroll=0"], "strategy.unroll=0: allowed values are integers >= 1"),
+    (["strategy=while_loop", "strategy.tol=-1"], "strategy.tol=-1: allowed values are numbers >= 0"),
+    (["strategy.unroll=4"], "strategy.unroll: unknown key; allowed keys under strategy are name"),
+    (["strategy=while_loop", "strategy.unroll=4"],
+     "strategy.unroll: unknown key; allowed keys under strategy are name, tol, patience"),
     (["init=random"], "init='random': allowed values are seed, data"),
     (["repeats=0"], "repeats=0: allowed values are integers >= 1"),
     (["warmup=-1"], "warmup=-1: allowed values are integers >= 0"),
@@ -152,13 +155,18 @@ def test_load_rejects_a_cap_for_an_unknown_strategy():
         cli.plan(["+n_iter_cap.scna=3"], multirun=False)
 
 
-def test_flat_params_and_fit_kwargs():
+def test_flat_params_and_fit_spec():
+    from plnexp.model import MODELS
+    from plnexp.precision import PRECISIONS
+
     (job,) = cli.plan(["dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=5"], multirun=False)
     flat = C.flatten(job.config.as_dict())
     assert flat["dataset.name"] == "synthetic" and flat["dataset.n"] == 30 and flat["strategy.name"] == "scan"
     assert flat["n_iter"] == 5 and flat["precision"] == "float32"
-    kw = job.config.fit_kwargs()
-    assert kw["n_iter"] == 5 and kw["strategy"] == "scan" and kw["precision"] == "float32"
+    assert "strategy.unroll" not in flat and "strategy.mode" not in flat  # scan has no options of its own
+    spec = job.config.fit_spec()  # typed objects, no names to parse again
+    assert spec.n_iter == 5 and spec.strategy is job.config.strategy and spec.precision is PRECISIONS["float32"]
+    assert spec.model is MODELS["full"] and spec.optimizer is job.config.optimizer
 
 
 def test_timing_protocol_defaults_and_switches(tmp_path, monkeypatch):
@@ -166,13 +174,12 @@ def test_timing_protocol_defaults_and_switches(tmp_path, monkeypatch):
     (job,) = cli.plan([], multirun=False)
     c = job.config
     assert (c.repeats, c.warmup, c.first_call, c.compile_cache) == (1, 0, False, False)
-    kw = c.fit_kwargs()
-    assert (kw["repeats"], kw["warmup"], kw["first_call"], kw["compile_cache"], kw["compile_cache_dir"]) == \
-        (1, 0, False, False, None)
+    t = c.fit_spec().timing
+    assert (t.repeats, t.warmup, t.first_call, t.compile_cache_dir) == (1, 0, False, None)
     (job,) = cli.plan(["first_call=true", "compile_cache=true", "repeats=2", "warmup=1"], multirun=False)
-    kw = job.config.fit_kwargs()
-    assert (kw["repeats"], kw["warmup"], kw["first_call"], kw["compile_cache"]) == (2, 1, True, True)
-    assert kw["compile_cache_dir"] == tmp_path.resolve() / "jax_cache"
+    t = job.config.fit_spec().timing
+    assert (t.repeats, t.warmup, t.first_call) == (2, 1, True)
+    assert t.compile_cache_dir == tmp_path.resolve() / "jax_cache"
     assert job.name == "scan-oaks-f32-cpu", "protocol switches do not rename a run"
     flat = C.flatten(job.config.as_dict())
     assert flat["first_call"] is True and flat["compile_cache"] is True

@@ -8,6 +8,7 @@ from reference_np import profiled_elbo_and_grad
 
 import plnexp
 from plnexp.fitting import NumericsError, check_against_host
+from plnexp.precision import PRECISIONS
 
 
 # The reference: a float64 L-BFGS on the same (profiled) ELBO, exact log-factorial, reaches
@@ -83,12 +84,12 @@ def test_host_check_refuses_a_miscompiled_elbo():
     # float32 tolerance, absolute floor included
     size = 11600 * 114
     with pytest.raises(NumericsError, match="float64 host reference"):
-        check_against_host(1113766.9, 1285968.2, np.float32, "final state", size)
-    check_against_host(1285968.0, 1285968.2, np.float32, "final state", size)  # rounding passes
+        check_against_host(1113766.9, 1285968.2, PRECISIONS["float32"], "final state", size)
+    check_against_host(1285968.0, 1285968.2, PRECISIONS["float32"], "final state", size)  # rounding passes
     # oaks x1 (116 x 114): a 1% error is still refused, in both precisions
-    for dtype in (np.float32, np.float64):
+    for precision in PRECISIONS.values():
         with pytest.raises(NumericsError):
-            check_against_host(-32026.0 * 1.01, -32026.0, dtype, "final state", 116 * 114)
+            check_against_host(-32026.0 * 1.01, -32026.0, precision, "final state", 116 * 114)
 
 
 @pytest.mark.parametrize("precision", ["float32", "float64"])
@@ -104,5 +105,5 @@ def test_all_zero_counts_fit_without_a_false_alarm(model, precision):
         warn_empty_columns(zeros.Y, "zeros")
     result = plnexp.fit(zeros, model=model, precision=precision, n_iter=1000, timed=False)
     assert np.all(np.isfinite(result.elbo)) and -0.5 < result.loglik <= 1e-6
-    assert abs(result.extra["final_elbo_jit"] - result.loglik) <= plnexp.fitting.check_tolerance(
-        result.loglik, np.dtype(precision).type, zeros.Y.size)
+    assert abs(result.extra["final_elbo_jit"] - result.loglik) <= PRECISIONS[precision].check_tolerance(
+        result.loglik, zeros.Y.size)

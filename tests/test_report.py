@@ -230,3 +230,31 @@ def test_a_real_sweep_reports_at_its_end_unless_told_not_to(outputs):
     (folder,) = (outputs / "reports" / "strategies").iterdir()
     assert "| scan | oaks | 116×114 |" in (folder / "report.md").read_text()
     assert store_client(outputs).get_run(folder.name).data.tags["fastest_strategy"] == "scan"
+
+
+def test_a_strategy_swept_over_its_own_option_is_one_row_per_value(outputs, tmp_path, monkeypatch):
+    """strategy.tol=1e-3,1e-6 of while_loop used to overwrite itself (rows keyed on the name)."""
+    def fake(cfg, overrides=(), name=None, output_dir="", outcome=None):
+        tol = getattr(cfg.strategy.options, "tol", 0.0)
+        length = 8 if tol < 1e-4 else 5  # the looser tolerance stops earlier
+        curve = known_curve("scan", 30, length)
+        timing = Timing(1.0, float("nan"), 2.0 * length / 1e3, 2.0, (2.0 * length / 1e3,))
+        outcome.result = FitResult(curve, float(curve[-1]), {}, length, timing, "full", cfg.strategy.name,
+                                   "radam_clip", "float32", "TFRT_CPU_0", {"final_elbo_jit": float(curve[-1])})
+        outcome.data_digest, outcome.data_shape = "abc", (30, 5)
+        outcome.stop()
+        return outcome
+
+    monkeypatch.setattr(runner, "execute", fake)
+    uri = tracking.check_store()
+    jobs = cli.plan(["dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=8",
+                     "strategy=while_loop", "strategy.tol=1e-3,1e-6"], multirun=True)
+    record = sweep.open_sweep(tmp_path / "o", "options", "options", uri, 3, {"command": "test"})
+    (scan,) = cli.plan(["dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=8"], multirun=False)
+    for i, job in enumerate([scan, *jobs]):
+        runner.run_job(job.config, job.overrides, job.name, parent=record.parent, job_num=i)
+    sweep.close_sweep(record, "FINISHED")
+    rep, folder, _ = report.build(uri, run_id=record.parent_id)
+    rows = list(csv.DictReader(io.StringIO((folder / "report.csv").read_text())))
+    assert sorted(r["strategy"] for r in rows) == ["scan", "while_loop tol=0.001", "while_loop tol=1e-06"]
+    assert {r["strategy"]: int(float(r["n_iter_run"])) for r in rows}["while_loop tol=0.001"] == 5

@@ -108,7 +108,7 @@ def test_execute_reports_failure_instead_of_raising(config, monkeypatch):
     def boom(*a, **k):
         raise plnexp.fitting.NumericsError("compiled ELBO disagrees")
 
-    monkeypatch.setattr(plnexp.fitting, "fit", boom)
+    monkeypatch.setattr(plnexp.fitting, "run", boom)
     out = runner.execute(config)
     assert out.status == "FAILED" and out.reason == "NumericsError: compiled ELBO disagrees"
 
@@ -221,7 +221,7 @@ def test_client_retries_a_locked_database(monkeypatch):
             calls.append("broken")
             raise RuntimeError("no such table")
 
-    monkeypatch.setattr(tracking.time, "sleep", lambda s: None)
+    monkeypatch.setattr(tracking.store.time, "sleep", lambda s: None)  # the retrying client lives in tracking.store
     cl = tracking._Retrying(Flaky())
     assert cl.get_thing(21) == 42 and calls == [21, 21, 21]
     with pytest.raises(RuntimeError, match="no such table"):

@@ -1,4 +1,10 @@
-"""The JIT strategy registry: a plain dict from name to a builder ``(problem, n_iter, spec) -> Program``.
+"""The JIT strategy registry: each strategy declared once, as a :class:`Strategy` entry.
+
+An entry owns its options (a frozen dataclass whose fields carry their defaults, what values they
+allow and how a run name shows them), its builder ``(problem, n_iter, options) -> Program`` and what
+it needs to run (``requires``: torch for the PyTorch baselines). The config (``conf/strategy/<name>.yaml``
+holds only the entry's options), validation, hashing and run names all iterate over the options'
+fields: adding a strategy with a new option touches its entry, its yaml and its tests only.
 
 Every strategy runs the same maths and optimizer (``Problem.step``) and returns the same
 :class:`~plnexp.problem.Output`; they differ only in how JAX traces and compiles the loop. The
@@ -8,9 +14,9 @@ optimizer formulas written in torch, from the same initial state, and return the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, field, fields
 from functools import lru_cache
-from typing import Callable
+from typing import Any, Callable
 
 from ..problem import Problem
 from .base import Compiled, Program, SingleProgram
@@ -20,57 +26,161 @@ from .scans import scan_program
 from .torch_loops import COMPILE_MODES, check as check_torch, check_device as check_torch_device, torch_program
 
 
+def option(default, allowed: str, valid: Callable[[Any], bool], in_name: str = "{key}{value}", doc: str = ""):
+    """A strategy option: its default, the allowed values in words (for the one-line error), the
+    test a value must pass, and how a run name shows it when it is set (``{key}``, ``{value}``)."""
+    return field(default=default, metadata={"allowed": allowed, "valid": valid, "in_name": in_name, "doc": doc})
+
+
+def _int_at_least(low: int) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= low
+
+
+def _number_at_least(low: float) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= low
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """A strategy without options of its own."""
+
+
+@dataclass(frozen=True)
+class Unrolled:
+    unroll: int = option(8, "integers >= 1", _int_at_least(1), doc="steps per scan body")
+
+
+@dataclass(frozen=True)
+class EarlyStop:
+    tol: float = option(1e-6, "numbers >= 0", _number_at_least(0),
+                        doc="stop when the relative ELBO change < tol ...")
+    patience: int = option(10, "integers >= 1", _int_at_least(1), doc="... for this many iterations in a row")
+
+
+@dataclass(frozen=True)
+class TorchCompile:
+    mode: str = option("default", ", ".join(COMPILE_MODES), lambda v: v in COMPILE_MODES, in_name="{value}",
+                       doc="torch.compile mode")
+
+
+def make_options(strategy: str, options: type, values: dict, key: str = "strategy"):
+    """``options(**values)``, every value checked: one-line ValueError naming the key and the allowed
+    values (an unknown key names the keys this strategy has)."""
+    known = {f.name: f for f in fields(options)}
+    for name in values:
+        if name not in known:
+            allowed = ", ".join(["name", *known]) if known else "name (it has no options)"
+            raise ValueError(f"{key}.{name}: unknown key for strategy={strategy}; allowed keys under {key} are "
+                             f"{allowed}")
+    for name, value in values.items():
+        meta = known[name].metadata
+        if not meta["valid"](value):
+            raise ValueError(f"{key}.{name}={value!r}: allowed values are {meta['allowed']}")
+    return options(**values)
+
+
+def non_default(options) -> dict[str, Any]:
+    """The options set away from their defaults (what a run name shows)."""
+    return {f.name: getattr(options, f.name) for f in fields(options)
+            if f.default is MISSING or getattr(options, f.name) != f.default}
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A registry entry. ``build(problem, n_iter, options) -> Program``; ``requires(compile_cache)``
+    raises a one-line ValueError where the strategy cannot run (None: always can);
+    ``check_device(name, platform)`` likewise for a device platform."""
+
+    name: str
+    options: type
+    build: Callable[[Problem, int, Any], Program]
+    requires: Callable[[str, bool], None] | None = None
+    check_device: Callable[[str, str], None] | None = None
+
+    @property
+    def defaults(self):
+        return self.options()
+
+
+STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
+    Strategy("eager", NoOptions, lambda pb, n, o: EagerProgram(pb, n)),
+    Strategy("jit_per_function", NoOptions, lambda pb, n, o: JitPerFunctionProgram(pb, n)),
+    Strategy("scan", NoOptions, lambda pb, n, o: scan_program(pb, n, "dict")),
+    Strategy("scan_namedtuple", NoOptions, lambda pb, n, o: scan_program(pb, n, "namedtuple")),
+    Strategy("scan_pytree", NoOptions, lambda pb, n, o: scan_program(pb, n, "pytree")),
+    Strategy("scan_dataclass", NoOptions, lambda pb, n, o: scan_program(pb, n, "dataclass")),
+    Strategy("scan_unrolled", Unrolled, lambda pb, n, o: scan_program(pb, n, "dict", unroll=o.unroll)),
+    Strategy("fori_loop", NoOptions, lambda pb, n, o: fori_program(pb, n)),
+    Strategy("while_loop", EarlyStop, lambda pb, n, o: while_program(pb, n, o.tol, o.patience)),
+    Strategy("torch_eager", NoOptions, lambda pb, n, o: torch_program(pb, n, compiled=False),
+             check_torch, check_torch_device),
+    Strategy("torch_compile", TorchCompile, lambda pb, n, o: torch_program(pb, n, compiled=True, mode=o.mode),
+             check_torch, check_torch_device),
+)}
+TORCH_STRATEGIES = tuple(name for name, s in STRATEGIES.items() if s.requires is check_torch)
+
+
 @dataclass(frozen=True)
 class StrategySpec:
-    """A resolved strategy choice. ``unroll`` is used by scan_unrolled; ``tol`` and ``patience``
-    by while_loop (relative ELBO change below ``tol`` for ``patience`` iterations in a row); ``mode``
-    by torch_compile (``torch.compile(..., mode=mode)``). A torch strategy without torch installed
-    is refused here, in one line."""
+    """A resolved strategy choice: the entry's name and its options (an instance of
+    ``STRATEGIES[name].options``). ``StrategySpec.of(name, **values)`` validates both, in one line."""
 
     name: str = "scan"
-    unroll: int = 8
-    tol: float = 1e-6
-    patience: int = 10
-    mode: str = "default"
+    options: Any = None
 
     def __post_init__(self):
         if self.name not in STRATEGIES:
             raise ValueError(f"strategy={self.name!r}: allowed values are {', '.join(STRATEGIES)}")
-        if self.mode not in COMPILE_MODES:
-            raise ValueError(f"strategy.mode={self.mode!r}: allowed values are {', '.join(COMPILE_MODES)}")
-        if self.name in TORCH_STRATEGIES:
-            check_torch(self.name)
-        if not (isinstance(self.unroll, int) and self.unroll >= 1):
-            raise ValueError(f"strategy.unroll={self.unroll!r}: must be an integer >= 1")
-        if not (isinstance(self.tol, (int, float)) and self.tol >= 0):
-            raise ValueError(f"strategy.tol={self.tol!r}: must be a number >= 0")
-        if not (isinstance(self.patience, int) and self.patience >= 1):
-            raise ValueError(f"strategy.patience={self.patience!r}: must be an integer >= 1")
+        entry = STRATEGIES[self.name]
+        if self.options is None:
+            object.__setattr__(self, "options", entry.options())
+        elif not isinstance(self.options, entry.options):
+            raise TypeError(f"strategy {self.name}: options must be {entry.options.__name__}")
+
+    @classmethod
+    def of(cls, name: str, **values) -> "StrategySpec":
+        if name not in STRATEGIES:
+            raise ValueError(f"strategy={name!r}: allowed values are {', '.join(STRATEGIES)}")
+        return cls(name, make_options(name, STRATEGIES[name].options, values))
+
+    @property
+    def entry(self) -> Strategy:
+        return STRATEGIES[self.name]
+
+    def as_dict(self) -> dict[str, Any]:
+        """``{"name": ..., **options}``: the config's ``strategy`` section."""
+        return {"name": self.name, **{f.name: getattr(self.options, f.name) for f in fields(self.options)}}
+
+    def name_parts(self) -> list[str]:
+        """How a run name shows the options set away from their defaults (``unroll4``, ``max-autotune``)."""
+        meta = {f.name: f.metadata for f in fields(self.options)}
+        return [meta[k]["in_name"].format(key=k, value=v) for k, v in non_default(self.options).items()]
+
+    def check(self, compile_cache: bool = False, platform: str | None = None) -> None:
+        """One-line ValueError where this strategy cannot run here (torch missing, a device torch
+        does not see, an option it has not)."""
+        entry = self.entry
+        if entry.requires is not None:
+            entry.requires(self.name, compile_cache)
+        if platform is not None and entry.check_device is not None:
+            entry.check_device(self.name, platform)
 
 
-Builder = Callable[[Problem, int, StrategySpec], Program]
-
-STRATEGIES: dict[str, Builder] = {
-    "eager": lambda pb, n, s: EagerProgram(pb, n),
-    "jit_per_function": lambda pb, n, s: JitPerFunctionProgram(pb, n),
-    "scan": lambda pb, n, s: scan_program(pb, n, "dict"),
-    "scan_namedtuple": lambda pb, n, s: scan_program(pb, n, "namedtuple"),
-    "scan_pytree": lambda pb, n, s: scan_program(pb, n, "pytree"),
-    "scan_dataclass": lambda pb, n, s: scan_program(pb, n, "dataclass"),
-    "scan_unrolled": lambda pb, n, s: scan_program(pb, n, "dict", unroll=s.unroll),
-    "fori_loop": lambda pb, n, s: fori_program(pb, n),
-    "while_loop": lambda pb, n, s: while_program(pb, n, s.tol, s.patience),
-    "torch_eager": lambda pb, n, s: torch_program(pb, n, compiled=False),
-    "torch_compile": lambda pb, n, s: torch_program(pb, n, compiled=True, mode=s.mode),
-}
-TORCH_STRATEGIES = ("torch_eager", "torch_compile")  # need the optional extra .[torch]
+def all_option_names() -> dict[str, tuple[str, ...]]:
+    """option name -> the strategies that have it."""
+    out: dict[str, tuple[str, ...]] = {}
+    for s in STRATEGIES.values():
+        for f in fields(s.options):
+            out[f.name] = out.get(f.name, ()) + (s.name,)
+    return out
 
 
 @lru_cache(maxsize=64)
 def build(problem: Problem, n_iter: int, spec: StrategySpec) -> Program:
     """The Program for this (problem, n_iter, strategy); cached so that a second fit of the same
     shapes reuses the jitted functions and compiles nothing."""
-    return STRATEGIES[spec.name](problem, n_iter, spec)
+    return spec.entry.build(problem, n_iter, spec.options)
 
 
-__all__ = ["STRATEGIES", "TORCH_STRATEGIES", "StrategySpec", "build", "Compiled", "Program", "SingleProgram"]
+__all__ = ["STRATEGIES", "TORCH_STRATEGIES", "Strategy", "StrategySpec", "build", "Compiled", "Program",
+           "SingleProgram", "NoOptions", "option", "all_option_names"]

@@ -26,6 +26,10 @@ class Compiled:
     # XLA's estimates, per compiled function name; for scans they count the loop body once
     cost_analysis: dict[str, Any] = field(default_factory=dict)
     memory_analysis: dict[str, Any] = field(default_factory=dict)
+    # what profiling and fingerprinting read, per compiled function name: jax.stages.Lowered and
+    # jax.stages.Compiled (optimized HLO: ``executables[name].as_text()``); empty for eager and torch
+    lowered: dict[str, Any] = field(default_factory=dict)
+    executables: dict[str, Any] = field(default_factory=dict)
 
 
 class Program(Protocol):
@@ -57,11 +61,22 @@ def _memory(compiled: jax.stages.Compiled) -> dict:
     return {k: int(getattr(mem, k)) for k in names if hasattr(mem, k)}
 
 
-def aot_compile(jitted, *args) -> tuple[jax.stages.Compiled, float, dict, dict]:
-    """``jitted.lower(*args).compile()``, timed (tracing + lowering + XLA compilation)."""
+@dataclass(frozen=True)
+class AotResult:
+    lowered: jax.stages.Lowered
+    compiled: jax.stages.Compiled
+    seconds: float
+    cost: dict
+    memory: dict
+
+
+def aot_compile(jitted, *args) -> AotResult:
+    """``jitted.lower(*args).compile()``, timed (tracing + lowering + XLA compilation); the lowered
+    and compiled stages are kept (profiling reads them without compiling again)."""
     t0 = time.perf_counter()
-    compiled = jitted.lower(*args).compile()
-    return compiled, time.perf_counter() - t0, _cost(compiled), _memory(compiled)
+    lowered = jitted.lower(*args)
+    compiled = lowered.compile()
+    return AotResult(lowered, compiled, time.perf_counter() - t0, _cost(compiled), _memory(compiled))
 
 
 @dataclass(frozen=True)
@@ -78,7 +93,9 @@ class SingleProgram:
         return self._jitted(state, data)
 
     def compile(self, state, data) -> Compiled:
-        compiled, seconds, cost, memory = aot_compile(self._jitted, state, data)
+        aot = aot_compile(self._jitted, state, data)
+        cost = aot.cost
         if cost:  # XLA costs a while/scan body once, whatever the trip count
             cost["counted"] = "per iteration: the loop body once (+ one final ELBO)"
-        return Compiled(compiled, seconds, {self.label: cost}, {self.label: memory})
+        return Compiled(aot.compiled, aot.seconds, {self.label: cost}, {self.label: aot.memory},
+                        {self.label: aot.lowered}, {self.label: aot.compiled})

@@ -76,10 +76,12 @@ class JitPerFunctionProgram:
             "update": (grads, state.opt_state, params),
             "complete": (params, data),
         }
-        compiled, total, costs, memories = {}, 0.0, {}, {}
-        for name, args in example.items():
-            compiled[name], seconds, costs[name], memories[name] = aot_compile(self._fns[name], *args)
-            if costs[name]:
-                costs[name]["counted"] = "per call: one call per iteration"
-            total += seconds
-        return Compiled(lambda s, d: self._run(compiled, s, d), total, costs, memories)
+        aot = {name: aot_compile(self._fns[name], *args) for name, args in example.items()}
+        costs = {name: a.cost for name, a in aot.items()}
+        for cost in costs.values():
+            if cost:
+                cost["counted"] = "per call: one call per iteration"
+        compiled = {name: a.compiled for name, a in aot.items()}
+        return Compiled(lambda s, d: self._run(compiled, s, d), sum(a.seconds for a in aot.values()), costs,
+                        {name: a.memory for name, a in aot.items()}, {name: a.lowered for name, a in aot.items()},
+                        compiled)

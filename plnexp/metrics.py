@@ -1,0 +1,43 @@
+"""The metrics a job's run logs, declared once: key, headers, number format, what they mean.
+
+The terminal's summary table (:func:`plnexp.runner.summary_table`), the report's table and CSV
+(:mod:`plnexp.report`) take their timing and result columns from :data:`COLUMNS`, in this order. A
+leaf module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Metric:
+    key: str  # the MLflow metric
+    short: str  # the terminal's column header
+    header: str  # the report's column header
+    fmt: str  # one format for every number of a column
+    doc: str
+    in_terminal: bool = True
+    in_report: bool = True
+
+
+COLUMNS: tuple[Metric, ...] = (
+    Metric("n_iter_run", "iter", "iters", "{:.0f}", "iterations run (while_loop may stop early)"),
+    Metric("compile_s", "compile_s", "compile s", "{:.3f}", "ahead-of-time compile: trace + lower + XLA"),
+    Metric("compile_warm_s", "cached_s", "cached compile s", "{:.3f}", "a second compile served by JAX's "
+           "persistent cache (compile_cache=true)", in_report=False),
+    Metric("first_call_s", "first_s", "first call s", "{:.3f}", "a cold plain call: trace + compile + run "
+           "(first_call=true)", in_report=False),
+    Metric("run_s", "run_s", "run s", "{:.3f}", "steady run of the compiled program (median of the repeats)"),
+    Metric("ms_per_iter", "ms/iter", "ms/iter", "{:.2f}", "run_s per iteration run, in ms"),
+    Metric("final_elbo", "final ELBO", "final ELBO", "{:.1f}", "the compiled ELBO at the final state (with log y!)"),
+)
+TERMINAL = tuple(m for m in COLUMNS if m.in_terminal)
+REPORT = tuple(m for m in COLUMNS if m.in_report)
+
+
+def cell(metric: Metric, value: float) -> str:
+    """The value in its column's format; "-" where not measured (NaN, missing, infinite)."""
+    import math
+
+    return metric.fmt.format(value) if value is not None and math.isfinite(value) else "-"

@@ -1,0 +1,60 @@
+"""The precisions a fit runs in: one record each (dtype, label, tolerances), declared once.
+
+A leaf module (numpy only): the config, the fit, the doctor, reruns and reports read a precision's
+numbers from here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Precision:
+    """``check_rtol``: how far (relative) a compiled ELBO may be from the float64 host reference
+    (plus an absolute floor, :meth:`check_tolerance`). float32: a sum of n*p terms of size up to
+    ~1e4 carries relative rounding ~1e-6 (measured <= 3e-6 on oaks x100); 1e-4 leaves margin and still
+    catches a miscompiled reduction (the jaxlib 0.10.2 one is off by 13%).
+    ``curve_rtol``: how far two ELBO curves of one configuration may differ (max relative difference)
+    when they are not expected to be bit for bit equal (another device, jax version, fusion): the
+    strategy tests' tolerances."""
+
+    name: str
+    dtype: type
+    label: str  # in run names: scan-oaks-f32-cpu
+    check_rtol: float
+    curve_rtol: float
+
+    @property
+    def eps(self) -> float:
+        return float(np.finfo(self.dtype).eps)
+
+    @property
+    def x64(self) -> bool:
+        return self.dtype == np.float64
+
+    def check_tolerance(self, host: float, size: int) -> float:
+        """How far a compiled ELBO may be from the float64 host reference: ``check_rtol * |host|`` plus
+        an absolute floor ``size * eps * |log eps|`` (``size`` = n*p entries). The ELBO sums n*p
+        entries whose terms (log S^2 against log det Sigma, Y*Z against exp(Z + S^2/2)) can each be as
+        large as |log eps| and cancel, so where the ELBO tends to 0 (all-zero counts) a purely relative
+        test fails on rounding alone: 20x4 zeros, float64, measured 1.4e-13 absolute (floor 6.4e-13);
+        float32 3.8e-5 (floor 1.5e-4). On oaks x100 (float32) the floor is 2.5 nats, far below the
+        1.7e5 of the jaxlib 0.10.2 miscompile."""
+        return self.check_rtol * abs(host) + size * self.eps * abs(np.log(self.eps))
+
+
+PRECISIONS: dict[str, Precision] = {p.name: p for p in (
+    Precision("float32", np.float32, "f32", check_rtol=1e-4, curve_rtol=1e-5),
+    Precision("float64", np.float64, "f64", check_rtol=1e-9, curve_rtol=1e-9),
+)}
+
+
+def precision(name: str) -> Precision:
+    """The record of ``name``, or a one-line ValueError naming the allowed values."""
+    try:
+        return PRECISIONS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"precision={name!r}: allowed values are {', '.join(PRECISIONS)}") from None

@@ -1,0 +1,113 @@
+"""What one fit is, resolved once into typed, frozen objects: :class:`FitSpec`.
+
+The command line reaches it through :meth:`plnexp.config.Config.fit_spec`, Python users through
+:func:`plnexp.fit`'s strings (:func:`parse`); :func:`plnexp.fitting.run` takes nothing else. No name
+is parsed again below this point. Also the device choice (:func:`resolve_device`), resolved where the
+fit runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .model import MODELS, Model
+from .optim import OptimizerSpec
+from .precision import PRECISIONS, Precision, precision as precision_named
+from .problem import GRADIENTS
+from .strategies import StrategySpec, all_option_names
+
+DEVICES = ("cpu", "gpu", "auto")
+INITS = ("seed", "data")
+
+
+def resolve_device(name: str):
+    """'cpu', 'gpu' or 'auto' (JAX's default backend) -> a jax.Device, with a one-line error."""
+    import jax
+
+    if name not in DEVICES:
+        raise ValueError(f"device={name!r}: allowed values are {', '.join(DEVICES)}")
+    if name == "auto":
+        return jax.devices()[0]
+    try:
+        return jax.devices(name)[0]
+    except RuntimeError:
+        found = sorted({d.platform for d in jax.devices()})
+        raise ValueError(f"device={name!r}: no {name.upper()} visible to JAX on this machine "
+                         f"(found: {', '.join(found)}); use device=cpu or device=auto") from None
+
+
+@dataclass(frozen=True)
+class TimingSpec:
+    """How a fit is timed (:mod:`plnexp.timing`): ``repeats`` timed runs (median) after ``warmup``
+    untimed ones, a cold plain call when ``first_call``, and JAX's persistent compilation cache in
+    ``compile_cache_dir`` (None: off)."""
+
+    repeats: int = 1
+    warmup: int = 0
+    first_call: bool = False
+    compile_cache_dir: Path | None = None
+
+    def __post_init__(self):
+        for key, low in (("repeats", 1), ("warmup", 0)):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{key}={value!r}: allowed values are integers >= {low}")
+        if not isinstance(self.first_call, bool):
+            raise ValueError(f"first_call={self.first_call!r}: allowed values are True, False")
+
+
+@dataclass(frozen=True)
+class FitSpec:
+    """One fit: the model, optimizer, strategy (with its options), precision, device, number of
+    iterations, initialisation, gradient and timing protocol. Validated on construction."""
+
+    model: Model
+    optimizer: OptimizerSpec
+    strategy: StrategySpec
+    precision: Precision = PRECISIONS["float32"]
+    device: str = "cpu"
+    n_iter: int = 1000
+    init: str = "seed"
+    gradient: str = "analytic"
+    timing: TimingSpec = field(default_factory=TimingSpec)
+
+    def __post_init__(self):
+        if isinstance(self.n_iter, bool) or not isinstance(self.n_iter, int) or self.n_iter < 1:
+            raise ValueError(f"n_iter={self.n_iter!r}: must be an integer >= 1")
+        if self.init not in INITS:
+            raise ValueError(f"init={self.init!r}: allowed values are {', '.join(INITS)}")
+        if self.gradient not in GRADIENTS:
+            raise ValueError(f"gradient={self.gradient!r}: allowed values are {', '.join(GRADIENTS)}")
+        if self.device not in DEVICES:
+            raise ValueError(f"device={self.device!r}: allowed values are {', '.join(DEVICES)}")
+
+
+def parse(model: str = "profiled", optimizer: str = "rprop", n_iter: int = 1000, precision: str = "float32",
+          device: str = "cpu", strategy: str = "scan", *, lr: float | None = None, init: str = "seed",
+          gradient: str = "analytic", repeats: int = 1, warmup: int = 0, first_call: bool = False,
+          compile_cache: bool = False, compile_cache_dir: str | Path | None = None, **options) -> FitSpec:
+    """:func:`plnexp.fit`'s strings -> a :class:`FitSpec` (one-line ValueError on a bad choice).
+
+    ``options``: strategy options (``unroll``, ``tol``, ``patience``, ``mode``). Those of other
+    strategies are ignored, so that one call can loop over strategies; a name no strategy has is an
+    error."""
+    if model not in MODELS:
+        raise ValueError(f"model={model!r}: allowed values are {', '.join(MODELS)}")
+    prec = precision_named(precision)
+    if not isinstance(compile_cache, bool):
+        raise ValueError(f"compile_cache={compile_cache!r}: allowed values are True, False")
+    known = all_option_names()
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise TypeError(f"fit() got an unexpected keyword argument {unknown[0]!r} (strategy options are "
+                        f"{', '.join(known)})")
+    spec = StrategySpec.of(strategy, **{k: v for k, v in options.items() if strategy in known[k]})
+    spec.check(compile_cache)
+    cache_dir = None
+    if compile_cache:
+        from .paths import outputs_dir  # the API's default; the command line passes its own
+
+        cache_dir = Path(compile_cache_dir) if compile_cache_dir is not None else outputs_dir() / "jax_cache"
+    return FitSpec(MODELS[model], OptimizerSpec(optimizer, lr), spec, prec, device, n_iter, init, gradient,
+                   TimingSpec(repeats, warmup, first_call, cache_dir))

@@ -1,0 +1,80 @@
+"""MLflow: the store, one experiment per sweep name, a parent run per sweep, a child run per job.
+
+The only package that imports mlflow (lazily: ``python -m plnexp run`` pays for it only when it
+logs). Everything goes through :class:`mlflow.MlflowClient` (no fluent "active run" state), wrapped
+so that a call that meets ``database is locked`` (several processes writing one sqlite store) is
+retried. A job's run is created RUNNING when the job starts (tagged with its owner: the host and PID
+of the process) and written in a few short calls after the fit: params, metrics and the ELBO curve
+in ``log_batch`` calls, artifacts, then its status. :func:`sweep_up_orphans` marks FAILED the runs
+that a dead process left RUNNING.
+
+One module per responsibility; every name is re-exported here (``tracking.X``):
+
+- :mod:`.store`: the URI, the (retrying) client, the check and creation of a store
+- :mod:`.writes`: experiments, parent runs, a job's run, reports and tags
+- :mod:`.owners`: who owns a RUNNING run (:class:`Owner`, :class:`LocalProcess`), and whether it is alive
+- :mod:`.running`: the runs left RUNNING, ended only by their owner or once it is gone
+- :mod:`.queries`: reading runs, curves, artifacts and experiments back
+"""
+
+from __future__ import annotations
+
+from . import owners, queries, running, store, writes
+from .owners import HOST_TAG, PID_TAG, LocalProcess, Owner, owner_of
+from .queries import (
+    children,
+    experiment_name,
+    experiment_names,
+    find_experiment,
+    find_run,
+    finished_runs,
+    is_parent,
+    latest_parent,
+    read_artifact,
+    read_curve,
+    read_curves,
+    sweep_children,
+    sweep_runs,
+)
+from .running import end_children, end_process_runs, end_running, may_end, process_runs, sweep_up_orphans
+from .store import (
+    LOCKED,
+    PROBE_TIMEOUT_S,
+    RETRY_DELAYS_S,
+    SCHEMES,
+    StoreError,
+    _Retrying,
+    check_store,
+    client,
+    store_exists,
+    tracking_uri,
+)
+from .writes import (
+    CURVE_KEY,
+    GAP_KEY,
+    JOB_TAG,
+    Parent,
+    close_parent,
+    end_run,
+    experiment_id,
+    finish_job,
+    log_job,
+    log_report,
+    open_parent,
+    process_tags,
+    set_tags,
+    start_job,
+    start_parent,
+)
+
+__all__ = [
+    "CURVE_KEY", "GAP_KEY", "HOST_TAG", "JOB_TAG", "LOCKED", "PID_TAG", "PROBE_TIMEOUT_S", "RETRY_DELAYS_S",
+    "SCHEMES", "LocalProcess", "Owner", "Parent", "StoreError", "check_store", "children", "client",
+    "close_parent", "end_children", "end_process_runs", "end_run", "end_running", "experiment_id",
+    "experiment_name", "experiment_names", "find_experiment", "find_run", "finish_job", "finished_runs",
+    "is_parent", "latest_parent", "log_job", "log_report", "may_end", "open_parent", "owner_of", "owners",
+    "process_runs", "process_tags", "queries", "read_artifact", "read_curve", "read_curves", "running",
+    "set_tags", "start_job", "start_parent", "store", "store_exists", "sweep_children", "sweep_runs",
+    "sweep_up_orphans", "tracking_uri", "writes",
+    "_Retrying",  # (tests wrap a fake client in it)
+]

@@ -1,0 +1,170 @@
+"""Writing runs: the experiment (got or created), a sweep's parent run, a job's run (created
+RUNNING when the job starts, tagged with its :mod:`owner <plnexp.tracking.owners>`, and written in a
+few short calls after the fit: params, metrics and the ELBO curve in ``log_batch`` calls, artifacts,
+then its status), a report attached to a parent, tags added later.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from ..config import Config, flatten, outputs_dir
+from ..provenance import environment_tags
+from . import owners
+from .store import client
+
+CURVE_KEY = "elbo"  # the ELBO per iteration (step metric)
+GAP_KEY = "elbo_gap_log10"  # log10 of the gap to the run's best ELBO: what reads on MLflow's linear chart
+JOB_TAG = "plnexp.job"  # a sweep child's job number (its order in the sweep)
+
+
+class Parent(NamedTuple):
+    """Where a sweep's children go: the store, the experiment and the parent run."""
+
+    uri: str
+    experiment_id: str
+    run_id: str
+
+
+def experiment_id(cl, name: str) -> str:
+    """Get or create the experiment, with its artifacts under ``<outputs>/artifacts/<name>``."""
+    exp = cl.get_experiment_by_name(name)
+    if exp is not None:
+        return exp.experiment_id
+    location = (outputs_dir() / "artifacts" / name).as_uri()
+    try:
+        return cl.create_experiment(name, artifact_location=location)
+    except Exception:  # created meanwhile by another process
+        exp = cl.get_experiment_by_name(name)
+        if exp is None:
+            raise
+        return exp.experiment_id
+
+
+def process_tags() -> dict[str, str]:
+    """Who owns a RUNNING run (:func:`plnexp.tracking.owners.current`): lets
+    :func:`~plnexp.tracking.running.sweep_up_orphans` find the runs of dead owners."""
+    return owners.current().tags()
+
+
+def start_parent(cl, exp_id: str, name: str, tags: dict) -> str:
+    run = cl.create_run(exp_id, run_name=name, tags={k: str(v) for k, v in {**process_tags(), **tags}.items()})
+    return run.info.run_id
+
+
+def end_run(cl, run_id: str, status: str = "FINISHED", tags: dict | None = None) -> None:
+    from mlflow.entities import RunTag
+
+    if tags:
+        cl.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+    cl.set_terminated(run_id, status)
+
+
+def open_parent(uri: str, experiment: str, name: str, tags: dict) -> Parent:
+    """Get or create the experiment and create a sweep's RUNNING parent run in it."""
+    cl = client(uri)
+    exp_id = experiment_id(cl, experiment)
+    return Parent(uri, exp_id, start_parent(cl, exp_id, name, tags))
+
+
+def close_parent(parent: Parent, status: str, tags: dict, summary: str | None = None) -> None:
+    """Log the summary table (``summary.txt``) and the tags, then end the parent run."""
+    cl = client(parent.uri)
+    if summary:
+        cl.log_text(parent.run_id, summary, "summary.txt")
+    end_run(cl, parent.run_id, status, tags)
+
+
+def _metric(key: str, value: float, step: int = 0, ts: int | None = None):
+    from mlflow.entities import Metric
+
+    return Metric(key, float(value), ts or int(time.time() * 1000), step)
+
+
+def start_job(cl, exp_id: str, job, parent_id: str | None = None, tags: dict | None = None) -> str:
+    """Create the RUNNING run of a job that starts now (one call); returns its id.
+
+    ``job`` is a :class:`plnexp.runner.Outcome` (its name, overrides, config, start time).
+    """
+    cfg: Config = job.config
+    all_tags = {"mlflow.parentRunId": parent_id} if parent_id else {}
+    all_tags.update(environment_tags(cfg))
+    all_tags.update(process_tags())
+    all_tags.update({"overrides": " ".join(job.overrides), "dataset": cfg.dataset.label, **(tags or {})})
+    if job.output_dir:
+        all_tags["hydra_output_dir"] = job.output_dir
+    run = cl.create_run(exp_id, start_time=int(job.started * 1000), run_name=job.name,
+                        tags={k: str(v) for k, v in all_tags.items()})
+    return run.info.run_id
+
+
+def finish_job(cl, run_id: str, job) -> None:
+    """Log a job's params, metrics, curve and artifacts, then end its run with the job's status."""
+    from mlflow.entities import Param, RunTag
+
+    cfg: Config = job.config
+    tags = {"status_reason": job.reason or "", "mlflow.note.content": job.note()}
+    if job.status == "KILLED":
+        tags["reason"] = "interrupted"
+    if job.result is not None:
+        tags["device"] = job.result.device
+    if job.data_digest:
+        tags["data_digest"] = job.data_digest
+    if job.data_shape:
+        tags["data_n"], tags["data_p"] = job.data_shape
+    params = [Param(k, str(v)) for k, v in flatten(cfg.as_dict()).items()]
+    now = int(time.time() * 1000)
+    metrics = [_metric(k, v, ts=now) for k, v in job.metrics().items() if v is not None and np.isfinite(v)]
+    curve = job.curve()
+    metrics += [_metric(CURVE_KEY, v, step=i, ts=now) for i, v in enumerate(curve)]
+    metrics += [_metric(GAP_KEY, v, step=i, ts=now) for i, v in enumerate(job.gap_curve())]
+    cl.log_batch(run_id, metrics=metrics[:1000], params=params[:100],
+                 tags=[RunTag(k, str(v)) for k, v in tags.items()])
+    for start in range(1000, len(metrics), 1000):
+        cl.log_batch(run_id, metrics=metrics[start:start + 1000])
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        (tmp / "config.yaml").write_text(job.config_yaml())
+        if len(curve):
+            from ..plots import elbo_png
+
+            elbo_png(curve, f"{job.name}  ({job.status})", tmp / "elbo.png")
+        if job.result is not None:
+            analysis = {"cost_analysis": job.result.timing.cost_analysis,
+                        "memory_analysis": job.result.timing.memory_analysis,
+                        "runs_s": list(job.result.timing.runs_s)}
+            (tmp / "analysis.json").write_text(json.dumps(analysis, indent=1, default=str))
+        cl.log_artifacts(run_id, str(tmp))
+    cl.set_terminated(run_id, job.status, end_time=int((job.ended or time.time()) * 1000))
+
+
+def log_job(cl, exp_id: str, job, parent_id: str | None = None) -> str:
+    """Create the run of a job that has already ended and log everything; returns its id."""
+    run_id = start_job(cl, exp_id, job, parent_id)
+    finish_job(cl, run_id, job)
+    return run_id
+
+
+def log_report(uri: str, run_id: str, folder: Path, metrics: dict, tags: dict) -> None:
+    """Attach a report to a sweep's parent run: the files of ``folder`` under ``report/``, its
+    summary metrics and tags (a run can take them after it ended; a later report replaces them)."""
+    from mlflow.entities import RunTag
+
+    cl = client(uri)
+    now = int(time.time() * 1000)
+    cl.log_batch(run_id, metrics=[_metric(k, v, ts=now) for k, v in metrics.items() if np.isfinite(v)],
+                 tags=[RunTag(k, str(v)) for k, v in tags.items()])
+    cl.log_artifacts(run_id, str(folder), "report")
+
+
+def set_tags(uri: str, run_id: str, tags: dict) -> None:
+    """Add tags to a run (e.g. a rerun's verdict, once it is known), in one call."""
+    from mlflow.entities import RunTag
+
+    client(uri).log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])

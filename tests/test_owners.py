@@ -1,0 +1,148 @@
+"""plnexp.tracking.owners: who owns a RUNNING run (the Owner protocol, LocalProcess), and what the
+orphan sweep-up and closing a sweep do with runs whose owner is alive, dead, or elsewhere."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import store_client
+
+from plnexp import cli, runner, sweep, tracking
+from plnexp.tracking import owners
+from plnexp.tracking.owners import HOST_TAG, PID_TAG, LocalProcess, Owner
+
+
+@pytest.fixture
+def config(outputs):
+    (job,) = cli.plan(["dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=3"], multirun=False)
+    return job.config
+
+
+@pytest.fixture
+def exited_pid() -> int:
+    """The PID of a process of this host that has exited (and been reaped)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+@pytest.fixture
+def live_pid():
+    """The PID of another live process of this host (``sleep 30``), killed at the end."""
+    proc = subprocess.Popen(["sleep", "30"])
+    yield proc.pid
+    proc.kill()
+    proc.wait()
+
+
+def test_local_process_tags_round_trip():
+    owner = LocalProcess("some-host", 1234)
+    assert owner.tags() == {HOST_TAG: "some-host", PID_TAG: "1234"}
+    assert LocalProcess.from_tags(owner.tags()) == owner
+    assert owners.owner_of({**owner.tags(), "other": "tag"}) == owner
+    assert isinstance(owner, Owner)
+    assert str(owner) == "process 1234 on some-host"
+    for tags in ({}, {HOST_TAG: "h"}, {PID_TAG: "1"}, {HOST_TAG: "h", PID_TAG: "not-a-pid"}):
+        assert owners.owner_of(tags) is None, tags
+
+
+def test_current_is_this_process_and_what_runs_are_tagged_with():
+    me = owners.current()
+    assert me == LocalProcess(platform.node(), os.getpid())
+    assert tracking.process_tags() == me.tags()
+
+
+def test_alive_this_process_a_dead_one_and_another_host(exited_pid):
+    assert LocalProcess.here().alive() is True
+    assert LocalProcess(platform.node(), exited_pid).alive() is False
+    assert LocalProcess("another-host", os.getpid()).alive() is None  # cannot tell from here
+    assert LocalProcess(platform.node(), 0).alive() is None  # no PID: cannot tell
+
+
+def test_a_zombie_is_not_alive():
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the child did not exit"
+            time.sleep(0.05)
+        assert LocalProcess(platform.node(), proc.pid).alive() is False  # exited, not yet reaped
+    finally:
+        proc.wait()
+
+
+def test_cancel_of_a_local_process_does_nothing(live_pid):
+    owner = LocalProcess(platform.node(), live_pid)
+    assert owner.cancel() is None
+    assert owner.alive() is True
+
+
+def test_sweep_up_orphans_asks_the_owners(outputs, config, exited_pid, live_pid):
+    uri = tracking.check_store()
+    cl = tracking.client(uri)
+    exp = tracking.experiment_id(cl, "orphans")
+    job = runner.Outcome("x", (), config)
+    here = platform.node()
+    dead = tracking.start_job(cl, exp, job, tags=LocalProcess(here, exited_pid).tags())
+    live = tracking.start_job(cl, exp, job, tags=LocalProcess(here, live_pid).tags())
+    elsewhere = tracking.start_job(cl, exp, job, tags=LocalProcess("another-host", exited_pid).tags())
+    mine = tracking.start_job(cl, exp, job)
+    found = tracking.sweep_up_orphans(uri)
+    assert [r.info.run_id for r in found] == [dead]
+    st = store_client(outputs)
+    run = st.get_run(dead)
+    assert run.info.status == "FAILED" and run.data.tags["reason"] == "orphaned"
+    assert run.data.tags["status_reason"] == f"orphaned: process {exited_pid} on {here} ended without closing this run"
+    for rid in (live, elsewhere, mine):
+        assert st.get_run(rid).info.status == "RUNNING"
+    assert [r.info.run_id for r in tracking.process_runs(uri)] == [mine]
+    assert [r.info.run_id for r in tracking.end_process_runs(uri, "KILLED", "test", "interrupted")] == [mine]
+    assert st.get_run(live).info.status == "RUNNING" and st.get_run(elsewhere).info.status == "RUNNING"
+
+
+def test_close_sweep_leaves_children_of_live_or_unknown_owners_running(outputs, config, tmp_path, exited_pid,
+                                                                        live_pid):
+    uri = tracking.check_store()
+    record = sweep.open_sweep(tmp_path / "sw", "s", "sw", uri, 4, {})
+    cl = tracking.client(uri)
+    here = platform.node()
+    ids = {}
+    for num, (name, owner) in enumerate([("mine", None), ("dead", LocalProcess(here, exited_pid)),
+                                         ("live", LocalProcess(here, live_pid)),
+                                         ("elsewhere", LocalProcess("another-host", os.getpid()))]):
+        tags = {tracking.JOB_TAG: num, **(owner.tags() if owner else {})}
+        ids[name] = tracking.start_job(cl, record.experiment_id, runner.Outcome(name, (), config), record.parent_id,
+                                       tags)
+    summary = sweep.close_sweep(record, "KILLED", "interrupted by SIGINT")
+    st = store_client(outputs)
+    status = {name: st.get_run(rid).info.status for name, rid in ids.items()}
+    assert status == {"mine": "KILLED", "dead": "KILLED", "live": "RUNNING", "elsewhere": "RUNNING"}
+    assert st.get_run(ids["dead"]).data.tags["reason"] == "interrupted"
+    assert "reason" not in st.get_run(ids["live"]).data.tags
+    assert summary.n_running == 2 and summary.count("KILLED") == 2
+    assert summary.interrupted_line("SIGINT").startswith(
+        "plnexp: interrupted by SIGINT: 0 of 4 jobs finished, 2 killed, 0 failed, 0 not started, "
+        "2 left RUNNING (owner alive elsewhere or unknown); parent run ")
+    assert ", 2 failed, 2 left RUNNING (owner alive elsewhere or unknown); " in summary.footer()
+    parent = st.get_run(record.parent_id)
+    assert parent.info.status == "KILLED" and parent.data.tags["n_running"] == "2"
+    assert "RUNNING" in summary.table()
+
+
+def test_close_sweep_output_unchanged_when_nothing_is_left_running(outputs, config, tmp_path):
+    uri = tracking.check_store()
+    record = sweep.open_sweep(tmp_path / "sw", "s", "sw", uri, 2, {})
+    cl = tracking.client(uri)
+    tracking.start_job(cl, record.experiment_id, runner.Outcome("lost", (), config), record.parent_id)
+    summary = sweep.close_sweep(record, "KILLED", "interrupted by SIGTERM")
+    assert summary.n_running == 0
+    assert "left RUNNING" not in summary.footer() + summary.interrupted_line("SIGTERM")
+    assert "0 of 2 jobs finished, 1 killed, 0 failed, 1 not started; parent run" in summary.interrupted_line("SIGTERM")
+    assert "1/2 jobs, 1 failed; " in summary.footer()
+    assert "n_running" not in store_client(outputs).get_run(record.parent_id).data.tags
