@@ -54,8 +54,9 @@ def _fail(e: Exception) -> int:
 
 
 def _check(overrides: list[str], multirun: bool):
-    """Everything before the first run exists; returns the jobs and the store's URI."""
-    jobs = cli.plan(overrides, multirun)
+    """Everything before the first run exists; returns the jobs and the store's URI. The device is
+    checked here only when the jobs run on this machine (each job checks it again where it runs)."""
+    jobs = cli.plan(overrides, multirun, check_device=cli.jobs_run_here(overrides))
     cli.check_data(jobs)
     cli.check_outputs()
     uris = [tracking.check_store(u) for u in dict.fromkeys(j.config.tracking_uri for j in jobs)]

@@ -52,6 +52,21 @@ def job_name(config: C.Config, overrides) -> str:
     return "-".join([config.run_name, *extra])
 
 
+LOCAL_LAUNCHERS = ("basic", "joblib")  # Hydra launchers whose jobs run on this machine
+
+
+def jobs_run_here(overrides) -> bool:
+    """Whether the jobs run on this machine (Hydra's basic launcher, joblib), so that their device can
+    be checked before any work; a cluster launcher's jobs check it where they run (a CPU login node
+    has no GPU)."""
+    launcher = "basic"
+    for o in overrides:
+        key, _, value = o.lstrip("+").partition("=")
+        if key == "hydra/launcher":
+            launcher = value
+    return launcher in LOCAL_LAUNCHERS
+
+
 def pop_switch(args: list[str], key: str, default: bool) -> tuple[list[str], bool]:
     """Take a command switch ``key=true|false`` (not a config key: ``resume``, ``report``) out of the
     command line; returns the rest and its value (the last one given, else ``default``)."""

@@ -244,3 +244,16 @@ def test_replication_at_1_keeps_the_hash_of_older_synthetic_and_csv_runs():
     # the hashes plnexp logged for these two configs before replication was added (commit 77f8968)
     assert provenance.config_hash(syn.config) == "099fdd9f304f63b066fc1b8bae6f35df39dcb8065ced9e58b83a9f51c50bd996"
     assert provenance.config_hash(oaks.config) == "d5f9d49f0bb4c4edb567c534a53f39aaef92957fa3c1993f832e6088d39df208"
+
+
+def test_the_device_is_checked_before_launching_only_when_the_jobs_run_here():
+    assert cli.jobs_run_here(["strategy=scan"]) and cli.jobs_run_here(["hydra/launcher=joblib"])
+    assert not cli.jobs_run_here(["hydra/launcher=submitit_slurm", "strategy=scan"])
+    import jax
+
+    if any(d.platform == "gpu" for d in jax.devices()):
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(C.ConfigError, match="device='gpu': no GPU visible to JAX"):
+        cli.plan(["device=gpu"], multirun=False)
+    (job,) = cli.plan(["device=gpu"], multirun=False, check_device=False)  # a cluster's job checks it
+    assert job.config.device.value == "gpu" and job.name == "scan-oaks-f32-gpu"
