@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import jax
+import numpy as np
 from jax.experimental.compilation_cache import compilation_cache as _jax_cache
 
 from .problem import Output
@@ -48,7 +49,7 @@ _CACHE_OPTIONS = ("jax_compilation_cache_dir", "jax_enable_compilation_cache",
                   "jax_persistent_cache_min_compile_time_secs", "jax_persistent_cache_min_entry_size_bytes")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Timing:
     compile_s: float
     first_call_s: float
@@ -154,9 +155,11 @@ def measure(program, state, data, *, repeats: int = 1, warmup: int = 0, first_ca
             out, seconds = _timed(compiled.run, state, data)
             runs.append(seconds)
     run_s = statistics.median(runs)
-    n_run = max(int(out.n_run), 1)
-    return out, Timing(compiled.compile_s, first_call_s, run_s, 1e3 * run_s / n_run, tuple(runs),
-                       compiled.cost_analysis, compiled.memory_analysis, compile_warm_s, hits, warm_hits)
+    n_run = max(int(np.max(np.asarray(out.n_run))), 1)  # a batch of fits: the longest sets the time
+    return out, Timing(compile_s=compiled.compile_s, first_call_s=first_call_s, run_s=run_s,
+                       ms_per_iter=1e3 * run_s / n_run, runs_s=tuple(runs), cost_analysis=compiled.cost_analysis,
+                       memory_analysis=compiled.memory_analysis, compile_warm_s=compile_warm_s,
+                       compile_cache_hits=hits, compile_warm_cache_hits=warm_hits)
 
 
 def untimed(program, state, data, *, compile_cache_dir: str | Path | None = None) -> tuple[Output, Timing]:
@@ -164,4 +167,4 @@ def untimed(program, state, data, *, compile_cache_dir: str | Path | None = None
     compilation cache is used if ``compile_cache_dir`` is given, off otherwise."""
     with persistent_cache(compile_cache_dir):
         out, seconds = _timed(program.call, state, data)
-    return out, Timing(NAN, seconds, NAN, NAN, (seconds,))
+    return out, Timing(compile_s=NAN, first_call_s=seconds, run_s=NAN, ms_per_iter=NAN, runs_s=(seconds,))

@@ -32,7 +32,8 @@ def fake_execute(cfg, overrides=(), name=None, output_dir="", outcome=None):
     n = cfg.dataset.n
     compile_s, ms, length = KNOWN[(cfg.strategy.name, n)]
     curve = known_curve(cfg.strategy.name, n, length)
-    timing = Timing(compile_s, float("nan"), ms * length / 1e3, ms, (ms * length / 1e3,))
+    timing = Timing(compile_s=compile_s, first_call_s=float("nan"), run_s=ms * length / 1e3, ms_per_iter=ms,
+                    runs_s=(ms * length / 1e3,))
     outcome.result = FitResult(curve, float(curve[-1]), {}, length, timing, "full", cfg.strategy.name, "radam_clip",
                                "float32", "TFRT_CPU_0", {"final_elbo_jit": float(curve[-1]) + 1.0})
     outcome.data_digest, outcome.data_shape = "abc", (n, cfg.dataset.p)
@@ -213,7 +214,7 @@ def test_gap_curve_is_log10_of_the_gap_to_the_best_floored_at_the_precision(outp
     config = job_config("scan", 30)
     o = runner.Outcome("x", (), config)
     curve = np.array([-1000.0, -10.0, -1.0, -1.0])
-    fake = FitResult(curve, -1.0, {}, 4, Timing(0, 0, 0, 0), "full", "scan", "sgd", "float32", "cpu")
+    fake = FitResult(curve, -1.0, {}, 4, Timing(compile_s=0, first_call_s=0, run_s=0, ms_per_iter=0), "full", "scan", "sgd", "float32", "cpu")
     o.result = fake
     eps = float(np.finfo(np.float32).eps)
     np.testing.assert_allclose(o.gap_curve(), np.log10([999.0, 9.0, eps, eps]))
@@ -238,7 +239,8 @@ def test_a_strategy_swept_over_its_own_option_is_one_row_per_value(outputs, tmp_
         tol = getattr(cfg.strategy.options, "tol", 0.0)
         length = 8 if tol < 1e-4 else 5  # the looser tolerance stops earlier
         curve = known_curve("scan", 30, length)
-        timing = Timing(1.0, float("nan"), 2.0 * length / 1e3, 2.0, (2.0 * length / 1e3,))
+        timing = Timing(compile_s=1.0, first_call_s=float("nan"), run_s=2.0 * length / 1e3, ms_per_iter=2.0,
+                        runs_s=(2.0 * length / 1e3,))
         outcome.result = FitResult(curve, float(curve[-1]), {}, length, timing, "full", cfg.strategy.name,
                                    "radam_clip", "float32", "TFRT_CPU_0", {"final_elbo_jit": float(curve[-1])})
         outcome.data_digest, outcome.data_shape = "abc", (30, 5)

@@ -29,7 +29,8 @@ def config(outputs):
 
 
 def fake_result(config, elbo) -> FitResult:
-    timing = Timing(1.5, 2.5, 0.07, 10.0, (0.07,), {"step": {"flops": 123.0}}, {"step": {"temp_size_in_bytes": 64}})
+    timing = Timing(compile_s=1.5, first_call_s=2.5, run_s=0.07, ms_per_iter=10.0, runs_s=(0.07,),
+                    cost_analysis={"step": {"flops": 123.0}}, memory_analysis={"step": {"temp_size_in_bytes": 64}})
     return FitResult(np.asarray(elbo, dtype=float), -99.0, {}, int(np.sum(np.isfinite(elbo))), timing, "full",
                      config.strategy.name, config.optimizer.name, "float32", "TFRT_CPU_0",
                      {"final_elbo_jit": float(elbo[-1])})
@@ -254,7 +255,8 @@ def test_unmeasured_timings_are_not_logged_and_shown_as_dash(outputs, config):
     absent from the metrics, and "-" in the summary table."""
     elbo = -100.0 + np.arange(N_ITER, dtype=float)
     o = outcome(config, elbo)
-    o.result = dataclasses.replace(o.result, timing=Timing(1.5, float("nan"), 0.07, 10.0, (0.07,)))
+    o.result = dataclasses.replace(o.result, timing=Timing(compile_s=1.5, first_call_s=float("nan"), run_s=0.07,
+                                                                ms_per_iter=10.0, runs_s=(0.07,)))
     assert "first_call_s" not in o.metrics() and "compile_warm_s" not in o.metrics()
     assert "first call" not in o.summary() and "run 0.070 s" in o.summary()
     cl = tracking.client(tracking.tracking_uri())
