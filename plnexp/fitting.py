@@ -96,14 +96,15 @@ def run(data: Data, spec: FitSpec, *, timed: bool = True) -> FitResult:
     log_fact = reference.log_factorial_sum(data.Y)
 
     with jax.enable_x64(dtype == np.float64):
-        arrays = data.to_device(dtype, dev)._replace(log_factorial=jax.device_put(dtype(log_fact), dev))
-        state = problem.init(init_state(problem.model, arrays, spec.init))
         program = strategies.build(problem, spec.n_iter, spec.strategy)
+        arrays = program.place(data, dtype, dev)  # the program owns where its data goes
+        state = problem.init(init_state(problem.model, arrays, spec.init))
         if timed:
             out, times = timing.measure(program, state, arrays, repeats=t.repeats, warmup=t.warmup,
                                         first_call=t.first_call, compile_cache_dir=cache_dir)
         else:
             out, times = timing.untimed(program, state, arrays, compile_cache_dir=cache_dir)
+        (out,) = program.unbatch(out)  # one fit per spec today (a vmapped batch would give several)
         curve = np.asarray(out.elbo, dtype=np.float64)
         n_run = int(out.n_run)
         # the host reference converts to float64 a block of rows at a time: no n x p float64 copy

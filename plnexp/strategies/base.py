@@ -33,9 +33,31 @@ class Compiled:
 
 
 class Program(Protocol):
+    """``place`` puts a data set where the program runs (one device today; rows split across devices
+    for a sharded program), ``call``/``compile`` run the fit, ``unbatch`` splits a batched output
+    (vmapped replicates) into one Output per fit."""
+
+    def place(self, data, dtype, device) -> Arrays: ...
+
     def call(self, state: FitState, data: Arrays) -> Output: ...
 
     def compile(self, state: FitState, data: Arrays) -> Compiled: ...
+
+    def unbatch(self, out: Output) -> list[Output]: ...
+
+
+class OneDevice:
+    """Placement and outputs of a program that runs one fit on one device (every strategy today)."""
+
+    def place(self, data, dtype, device) -> Arrays:
+        """The data's arrays in ``dtype`` on ``device``, with the log-factorial constant."""
+        from ..reference import log_factorial_sum
+
+        arrays = data.to_device(dtype, device)
+        return arrays._replace(log_factorial=jax.device_put(dtype(log_factorial_sum(data.Y)), device))
+
+    def unbatch(self, out: Output) -> list[Output]:
+        return [out]
 
 
 def _cost(compiled: jax.stages.Compiled) -> dict:
@@ -80,7 +102,7 @@ def aot_compile(jitted, *args) -> AotResult:
 
 
 @dataclass(frozen=True)
-class SingleProgram:
+class SingleProgram(OneDevice):
     """A strategy whose whole fit is one compiled function ``fit(state, data) -> Output``."""
 
     fit: Callable[[FitState, Arrays], Output]

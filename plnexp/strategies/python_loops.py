@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from ..problem import FitState, Output, Problem
-from .base import Compiled, aot_compile
+from .base import Compiled, OneDevice, aot_compile
 
 
 def _python_loop(loss_and_grad, update, complete, model, state: FitState, data, n_iter: int) -> Output:
@@ -31,7 +31,7 @@ def _python_loop(loss_and_grad, update, complete, model, state: FitState, data, 
 
 
 @dataclass(frozen=True)
-class EagerProgram:
+class EagerProgram(OneDevice):
     """Op-by-op dispatch: nothing is compiled as a whole (compile_s = 0)."""
 
     problem: Problem
@@ -46,7 +46,7 @@ class EagerProgram:
 
 
 @dataclass(frozen=True)
-class JitPerFunctionProgram:
+class JitPerFunctionProgram(OneDevice):
     problem: Problem
     n_iter: int
 

@@ -48,7 +48,7 @@ import torch
 from ..model import Arrays
 from ..problem import GRADIENTS as JAX_GRADIENTS
 from ..problem import FitState, Output, Problem
-from ..strategies.base import Compiled
+from ..strategies.base import Compiled, OneDevice
 from .model import GRADIENTS, MODELS
 from .optim import OPTIMIZERS, apply_updates
 
@@ -212,7 +212,7 @@ def guard_failures(message: str) -> str:
 
 
 @dataclass(frozen=True)
-class TorchProgram:
+class TorchProgram(OneDevice):
     """``torch_eager`` (``compiled=False``) or ``torch_compile`` (``compiled=True``, ``mode``)."""
 
     problem: Problem
