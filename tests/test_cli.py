@@ -176,8 +176,8 @@ def test_hydra_full_error_shows_the_exception(outputs, monkeypatch):
         main(["run", "repeats=0"])
 
 
-@pytest.mark.parametrize("args,words", [([], ["no command"]), (["run", "dataset=csv", "dataset.counts={negative}"],
-                                                                ["data error", "negative count"])])
+@pytest.mark.parametrize("args,words", [([], ["no command"]), pytest.param(
+    ["run", "dataset=csv", "dataset.counts={negative}"], ["data error", "negative count"], marks=pytest.mark.slow)])
 def test_bad_input_exit_code_of_the_real_command(outputs, bad_files, tmp_path, args, words):
     proc = plnexp_cli(*[a.format(**bad_files) for a in args], cwd=tmp_path, timeout=120)
     assert proc.returncode == 2

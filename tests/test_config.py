@@ -49,7 +49,8 @@ def test_every_group_option_composes_and_loads(group, option):
         cfg.n_iter = 3  # type: ignore[misc]
 
 
-@pytest.mark.parametrize("sweep", C.group_options("sweep"))
+@pytest.mark.parametrize("sweep", [pytest.param(s, marks=[] if s == "default" else [pytest.mark.slow])
+                                   for s in C.group_options("sweep")])  # ~2 s each: the default one fast
 def test_every_sweep_file_expands_and_loads(sweep):
     from plnexp.strategies import torch_loops
 
@@ -199,9 +200,9 @@ def test_sweeps_use_the_cheap_protocol():
 
 # ---------------------------------------------------------------- replication, an axis of every data set
 @pytest.mark.parametrize("dataset, extra, label", [
-    ("oaks", [], "oaks_x100"),
+    pytest.param("oaks", [], "oaks_x100", marks=pytest.mark.slow),  # ~2 s each: synthetic (the defect) fast
     ("synthetic", ["dataset.n=50"], "synthetic_n50_p50_d2_s0_x100"),
-    ("csv", ["dataset.counts={counts}"], "csv_counts_x100"),
+    pytest.param("csv", ["dataset.counts={counts}"], "csv_counts_x100", marks=pytest.mark.slow),
 ])
 def test_a_preset_that_sets_replication_takes_any_data_set(dataset, extra, label, tmp_path):
     """The default sweep pins dataset.replication=100: a user's dataset choice must never become an

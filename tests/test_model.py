@@ -156,7 +156,7 @@ def _complete_random_state(model, data, dtype, seed):
     return model.complete(model.free(state), _arrays(data, dtype))
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("dtype", [np.float64, pytest.param(np.float32, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("name", ["full", "profiled"])
 def test_analytic_value_and_gradient_equal_autodiff(oaks, name, dtype):
     """At random complete states of oaks: the same ELBO and gradient as jax.value_and_grad.

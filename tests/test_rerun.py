@@ -339,6 +339,7 @@ def _finished(cfg, overrides=(), name=None, output_dir="", outcome=None):
     return outcome
 
 
+@pytest.mark.slow  # a fit and its rerun (~4 s)
 def test_a_rerun_with_overrides_is_named_as_its_config(outputs, capsys):
     out = original()
     assert out.name == "scan-synthetic_n50_p5_d2_s0-f32-cpu-n_iter5"

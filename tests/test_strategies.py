@@ -90,6 +90,19 @@ def assert_close(actual, desired, rtol, what):
 
 
 # ------------------------------------------------------------------ 1. every strategy = scan
+# the fast subset: one case per mechanism (scan's both models, the others one model), float64
+FAST_CASES = {("scan", "full", "float64"), ("scan", "profiled", "float64"), ("scan_pytree", "full", "float64"),
+              ("fori_loop", "full", "float64"), ("while_loop", "profiled", "float64")}
+
+
+def _case(name, model, precision):
+    param = _strategy(name)
+    marks = list(param.marks)
+    if (name, model, precision) not in FAST_CASES and not any(m.name == "slow" for m in marks):
+        marks.append(pytest.mark.slow)
+    return pytest.param(name, model, precision, marks=marks, id=f"{name}-{model}-{precision}")
+
+
 def _strategy(name):
     """eager: op by op, ~15 s in all; jit_per_function: ~2 s a case; torch_compile: a cold
     torch.compile (~4 s) per case; the namedtuple, dataclass and unrolled scans (~1.3 s a case) vary
@@ -103,9 +116,8 @@ def _strategy(name):
     return pytest.param(name, marks=marks)
 
 
-@pytest.mark.parametrize("precision", ["float64", "float32"])
-@pytest.mark.parametrize("model", ["full", "profiled"])
-@pytest.mark.parametrize("strategy", [_strategy(s) for s in plnexp.STRATEGIES])
+@pytest.mark.parametrize("strategy,model,precision", [
+    _case(s, m, p) for s in plnexp.STRATEGIES for m in ("full", "profiled") for p in ("float64", "float32")])
 def test_strategy_matches_scan(strategy, model, precision, small, scan_reference):
     ref = scan_reference(model, precision)
     # tol=0: while_loop's rule (relative change < 0) can never fire, so it runs all N_ITER steps.
@@ -126,7 +138,7 @@ def test_strategy_matches_scan(strategy, model, precision, small, scan_reference
     np.testing.assert_allclose(res.extra["final_elbo_jit"], res.loglik, rtol=ELBO_RTOL[precision])
 
 
-@pytest.mark.parametrize("precision", ["float64", "float32"])
+@pytest.mark.parametrize("precision", ["float64", pytest.param("float32", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("model", ["full", "profiled"])
 def test_analytic_gradient_fit_matches_autodiff(model, precision, small, scan_reference):
     """The default hand-written gradient gives the curve and parameters of jax.value_and_grad's

@@ -110,14 +110,15 @@ def assert_same_fit(out, ref, precision, label, n_iter=N_ITER):
 
 
 # ------------------------------------------------------------------ 1. the same fit as scan
-FAST = {("full", "radam_clip"), ("profiled", "rprop")}  # torch_eager, float64, analytic: in the fast subset
+FAST = {("full", "radam_clip"), ("profiled", "rprop")}  # torch_compile's float32 and autodiff pairs
+FAST_SUBSET = {("full", "radam_clip")}  # torch_eager, float64, analytic: the one case in the fast subset
 
 
 def _grid(strategy, precisions, gradients=("analytic",), slow=False, pairs=None):
     """``pairs``: only these (model, optimizer) pairs (torch_compile compiles the code torch_eager
     runs, which checks every pair: the compiled rows need only a few to show compiling keeps the maths)."""
     return [pytest.param(strategy, m, o, p, g, id=f"{strategy}-{m}-{o}-{p}-{g}",
-                         marks=[needs_torch] + ([pytest.mark.slow] if slow or (m, o) not in FAST else []))
+                         marks=[needs_torch] + ([pytest.mark.slow] if slow or (m, o) not in FAST_SUBSET else []))
             for p in precisions for g in gradients for m in MODEL_NAMES for o in OPTIMIZERS
             if pairs is None or (m, o) in pairs]
 
@@ -141,7 +142,8 @@ def test_torch_matches_scan(strategy, model, optimizer, precision, gradient, sca
 # call: RecompileError on every oaks run of the profiled model). Few iterations, float64.
 OAKS_ITER = 10
 OAKS_LR = {**LR, "sgd": 1e-4}  # plnexp's default: 1e-3 overflows exp() on oaks within 10 iterations
-OAKS_FAST = {("torch_compile", "profiled", "radam_clip")}  # the oaks run that raised RecompileError
+# every oaks case runs in the full suite; the layout invariant that made torch_compile recompile on
+# oaks (d=1) is checked in the fast subset by test_the_step_returns_its_state_row_major_on_oaks
 
 
 @pytest.fixture(scope="module")
@@ -157,10 +159,31 @@ def oaks_scan(oaks):
     return get
 
 
+@needs_torch
+@pytest.mark.parametrize("model", [pytest.param("full", marks=pytest.mark.slow), "profiled"])
+def test_the_step_returns_its_state_row_major_on_oaks(model, oaks):
+    """torch_compile guards every stride of the state it was first called with: the step must
+    return each tensor in the layout it takes (row-major), also where d=1 makes B 1 x p (a LAPACK
+    solve's column-major B passed Tensor.contiguous() and recompiled the step at its second call)."""
+    import torch
+
+    from plnexp.torch_pln import program as tp
+
+    with jax.enable_x64(True):
+        problem = make_problem(MODELS[model], OptimizerSpec("radam_clip"), "analytic")
+        arrays = oaks.to_device(np.float64, jax.devices("cpu")[0])
+        state = tp.to_torch(problem.init(init_state(problem.model, arrays, "seed")))
+        step, _ = tp.make_step(problem)
+        new, _ = step(state, tp._torch_data(arrays))
+    tensors = [t for t in jax.tree.leaves(new, is_leaf=lambda x: isinstance(x, torch.Tensor))
+               if isinstance(t, torch.Tensor)]
+    assert tensors and all(t.stride() == tp.row_major_strides(t.shape) for t in tensors)
+    assert new.pln.B.shape == (1, 114) and new.pln.B.stride() == (114, 1)
+
+
 @pytest.mark.parametrize("strategy,model,optimizer", [
     pytest.param(s, m, o, id=f"{s}-{m}-{o}",
-                 marks=[needs_torch] + ([pytest.mark.slow] if s == "torch_compile" and (s, m, o) not in OAKS_FAST
-                                        else []))
+                 marks=[needs_torch, pytest.mark.slow])
     for s in ("torch_eager", "torch_compile") for m in MODEL_NAMES for o in OPTIMIZERS])
 def test_torch_on_oaks_matches_scan(strategy, model, optimizer, oaks, oaks_scan):
     assert oaks.X.shape[1] == 1, "oaks: intercept only"
@@ -201,6 +224,7 @@ def test_a_recompile_in_a_run_is_one_plnexp_line(small, outputs, monkeypatch):
 
 # ------------------------------------------------------------------ 2. timing fields
 @needs_torch
+@pytest.mark.slow  # the fast subset keeps one torch_eager fit (test_torch_matches_scan)
 def test_torch_eager_timing_compiles_nothing(small):
     import torch
 
@@ -236,7 +260,7 @@ def test_torch_compile_timing(mode, small):
 TINY = ["dataset=synthetic", "dataset.n=40", "dataset.p=5", "n_iter=5"]
 
 
-@pytest.mark.parametrize("strategy", [pytest.param("torch_eager", marks=needs_torch),
+@pytest.mark.parametrize("strategy", [pytest.param("torch_eager", marks=[needs_torch, pytest.mark.slow]),
                                       pytest.param("torch_compile", marks=[needs_torch, pytest.mark.slow])])
 def test_a_torch_run_is_logged_like_any_other(strategy, outputs):
     from conftest import store_client
