@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from . import provenance, runner, tracking
-from .config import Config, ConfigError
+from .config import Config
 
 
 class Reused(NamedTuple):

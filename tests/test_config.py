@@ -219,7 +219,7 @@ def test_replication_stacks_the_rows_of_every_data_set(tmp_path):
     counts = tmp_path / "counts.csv"
     counts.write_text("a,b\n1,2\n3,0\n0,5\n")
     for args, rows in ((["dataset=synthetic", "dataset.n=7", "dataset.replication=3"], 7),
-                       ([f"dataset=csv", f"dataset.counts={counts}", "dataset.replication=4"], 3)):
+                       (["dataset=csv", f"dataset.counts={counts}", "dataset.replication=4"], 3)):
         (job,) = cli.plan(args, multirun=False)
         once = dataclasses.replace(job.config.dataset, replication=1).load()
         data = job.config.dataset.load()
