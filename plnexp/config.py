@@ -22,7 +22,7 @@ from .data import OAKS_COVARIATES, Data
 from .model import MODELS
 from .optim import OptimizerSpec
 from .paths import CONF_DIR, REPO, outputs_dir  # noqa: F401  (REPO: re-exported)
-from .precision import PRECISIONS, Precision
+from .precision import PRECISIONS, Precision, precision as precision_named
 from .problem import GRADIENTS
 from .spec import DEVICES, INITS, FitSpec, TimingSpec, resolve_device
 from .strategies import STRATEGIES, StrategySpec
@@ -56,9 +56,10 @@ def _choice(key: str, value: Any, enum: type[Enum]) -> Enum:
 
 
 def _precision(value: Any) -> Precision:
-    if value not in PRECISIONS:
-        raise ConfigError(f"precision={value!r}: allowed values are {', '.join(PRECISIONS)}")
-    return PRECISIONS[value]
+    try:
+        return precision_named(value)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _int(key: str, value: Any, low: int) -> int:
@@ -98,10 +99,13 @@ class DatasetSpec:
     def base_label(self) -> str:
         raise NotImplementedError
 
+    label_tail: ClassVar[str] = ""  # after the replication (oaks: its covariates)
+
     @property
     def label(self) -> str:
-        """``oaks``, ``oaks_x100``, ``synthetic_n2000_p50_d2_s0_x10``, ``csv_counts_x4``..."""
-        return f"{self.base_label}_x{self.replication}" if self.replication > 1 else self.base_label
+        """``oaks``, ``oaks_x100+tree``, ``synthetic_n2000_p50_d2_s0_x10``, ``csv_counts_x4``..."""
+        times = f"_x{self.replication}" if self.replication > 1 else ""
+        return f"{self.base_label}{times}{self.label_tail}"
 
     def _load(self) -> Data:
         raise NotImplementedError
@@ -122,10 +126,11 @@ class OaksData(DatasetSpec):
             if c not in OAKS_COVARIATES:
                 raise ConfigError(f"dataset.covariates={c!r}: allowed values are {', '.join(OAKS_COVARIATES)}")
 
+    base_label: ClassVar[str] = "oaks"
+
     @property
-    def label(self) -> str:  # oaks_x100+tree: the replication before the covariates, as ever
-        cov = "+" + "+".join(self.covariates) if self.covariates else ""
-        return f"oaks_x{self.replication}{cov}" if self.replication > 1 else f"oaks{cov}"
+    def label_tail(self) -> str:  # oaks_x100+tree: the covariates after the replication, as ever
+        return "+" + "+".join(self.covariates) if self.covariates else ""
 
     def _load(self) -> Data:
         from .data import load_oaks

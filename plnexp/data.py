@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import warnings
 from dataclasses import dataclass, field
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
 from typing import Sequence
@@ -63,6 +64,13 @@ class Data:
     @property
     def d(self) -> int:
         return self.X.shape[1]
+
+    @cached_property
+    def log_factorial(self) -> float:
+        """sum_ij log(Y_ij!) in float64, computed once per data set (the fit's constant)."""
+        from .reference import log_factorial_sum
+
+        return log_factorial_sum(self.Y)
 
     def digest(self) -> str:
         """sha256 of Y, O and X (float64 bytes): identifies the data a run was fitted on."""

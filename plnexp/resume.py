@@ -36,7 +36,7 @@ def pop_switch(args: list[str]) -> tuple[list[str], bool]:
 
 class Match(NamedTuple):
     """What ``resume=true`` found for a grid: the jobs already answered, and, when none is, the
-    FINISHED run of the experiment nearest to the grid's first job (or None when it has none)."""
+    FINISHED run of the experiment nearest to any job of the grid ("" when it has none)."""
 
     done: list[Reused]
     n_jobs: int
