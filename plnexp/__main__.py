@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import plnexp  # noqa: F401  (first: sets XLA_FLAGS before JAX starts)
 
+import logging
 import os
 import signal
 import sys
@@ -152,6 +153,23 @@ def _show_warning(message, category, filename, lineno, file=None, line=None, _de
         _default(message, category, filename, lineno, file, line)
 
 
+class _OneLine(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return f"plnexp: {record.levelname.lower()}: {record.getMessage()}"
+
+
+def _log_to_stderr() -> None:
+    """plnexp's log lines (a failed job's reason, a store retry) on stderr, one line each, for the
+    command line only: Hydra is told to leave logging alone (conf/config.yaml)."""
+    logger = logging.getLogger("plnexp")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(_OneLine())
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+
+
 def main(argv: list[str] | None = None) -> int:
     with warnings.catch_warnings():  # restores the default display on return (callers in Python)
         warnings.showwarning = _show_warning
@@ -233,6 +251,7 @@ def _ran_fits_here() -> bool:
 
 
 if __name__ == "__main__":
+    _log_to_stderr()
     code = main()
     if code in (128 + signal.SIGINT, 128 + signal.SIGTERM) and _ran_fits_here():
         exit_now(code)

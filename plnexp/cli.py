@@ -7,13 +7,13 @@ and :func:`check_outputs` makes sure the outputs folder can be written.
 
 from __future__ import annotations
 
+import itertools
 import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
@@ -29,27 +29,7 @@ class Job:
 
     @property
     def name(self) -> str:
-        return job_name(self.config, self.overrides)
-
-
-_NAMED = {"strategy", "dataset", "dataset.replication", "dataset.n", "dataset.p", "dataset.d", "precision",
-          "device", "sweep", "n_iter_cap", "experiment", "tracking_uri", "repeats", "warmup", "first_call",
-          "compile_cache"}
-
-
-def job_name(config: C.Config, overrides) -> str:
-    """``scan-oaks_x100-f32-cpu``, then the strategy's options set away from their defaults as the
-    entry names them (``unroll4``, ``max-autotune``), then the values of other swept or overridden keys;
-    ``n_iter`` as it runs (after a cap), not as it was asked."""
-    extra = config.strategy.name_parts()
-    for o in overrides:
-        key, _, value = o.lstrip("+~").partition("=")
-        if key in _NAMED or key.startswith(("hydra.", "hydra/", "dataset.", "n_iter_cap.", "strategy.")):
-            continue
-        if key == "n_iter":
-            value = str(config.n_iter)
-        extra.append(value if key in C.GROUPS else f"{key.rsplit('.', 1)[-1]}{value}")
-    return "-".join([config.run_name, *extra])
+        return self.config.job_name(self.overrides)
 
 
 LOCAL_LAUNCHERS = ("basic", "joblib")  # Hydra launchers whose jobs run on this machine
@@ -147,6 +127,22 @@ def _check_keys(parsed, overrides: list[str], cache: dict) -> None:
             raise ConfigError(f"{key}: unknown key; allowed keys{where} are {allowed}")
 
 
+def expand(parsed) -> list[list[str]]:
+    """The jobs of a grid, in the order Hydra's basic sweeper runs them: the cartesian product of
+    every key's values, a key's last override winning (at the place of its first)."""
+    values: dict[str, list[str]] = {}
+    for o in parsed:
+        key = o.get_key_element()
+        if o.is_sweep_override():
+            if not o.is_discrete_sweep():
+                raise ConfigError(f"{o.input_line}: a range or interval sweep; allowed sweeps are lists "
+                                  "(key=a,b,c)")
+            values[key] = [f"{key}={v}" for v in o.sweep_string_iterator()]
+        else:
+            values[key] = [f"{key}={o.get_value_element_as_str()}"]
+    return [list(job) for job in itertools.product(*values.values())]
+
+
 def plan(overrides: list[str], multirun: bool, *, check_device: bool = True) -> list[Job]:
     """Validate the command line; returns the jobs (one for a run, the grid for a multirun)."""
     overrides = list(overrides)
@@ -164,7 +160,7 @@ def plan(overrides: list[str], multirun: bool, *, check_device: bool = True) -> 
             params = master.hydra.sweeper.params
             params = OmegaConf.to_container(params, resolve=False) if params else {}
             grid_args = [f"{k}={v}" for k, v in params.items()] + overrides
-            grid = BasicSweeper.split_arguments(_parse(grid_args), None)[0]
+            grid = expand(_parse(grid_args))
             for job in grid:
                 _check_groups(_parse(job))
         else:
@@ -174,6 +170,13 @@ def plan(overrides: list[str], multirun: bool, *, check_device: bool = True) -> 
             _check_keys(_parse(job), job, cache)
             jobs.append(Job(tuple(job), C.load(_compose(job), check_device=check_device)))
     return jobs
+
+
+def group_value(group: str, option: str):
+    """What ``group=option`` gives the key named after the group (a node or a value), composed by
+    Hydra from ``conf/``."""
+    with initialize_config_dir(config_dir=str(C.CONF_DIR), version_base="1.3", job_name="plnexp"):
+        return _compose([f"{group}={option}"])[group]
 
 
 def check_data(jobs: list[Job]) -> None:

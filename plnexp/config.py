@@ -194,6 +194,10 @@ Dataset = OaksData | SyntheticData | CsvData
 
 
 # ---------------------------------------------------------------- the config
+# keys whose value the run name shows already (run_name) or never (where results go, how they are timed)
+_NAMED = {"strategy", "dataset", "dataset.replication", "dataset.n", "dataset.p", "dataset.d", "precision",
+          "device", "sweep", "n_iter_cap", "experiment", "tracking_uri", "repeats", "warmup", "first_call",
+          "compile_cache", "plnexp_job"}
 @dataclass(frozen=True)
 class Config:
     dataset: Dataset
@@ -217,7 +221,23 @@ class Config:
 
     @property
     def run_name(self) -> str:
+        """``scan-oaks_x100-f32-cpu``: the strategy, data, precision and device (see :meth:`job_name`)."""
         return f"{self.strategy.name}-{self.dataset.label}-{self.precision.label}-{self.device.value}"
+
+    def job_name(self, overrides=()) -> str:
+        """The name of a run of this config (the one naming rule: ``run``, ``sweep`` and ``rerun``):
+        :attr:`run_name`, then the strategy's options set away from their defaults as the entry names
+        them (``unroll4``, ``max-autotune``), then the values of the other keys ``overrides`` set or
+        swept; ``n_iter`` as it runs (after a cap), not as it was asked."""
+        extra = self.strategy.name_parts()
+        for o in overrides:
+            key, _, value = o.lstrip("+~").partition("=")
+            if key in _NAMED or key.startswith(("hydra.", "hydra/", "dataset.", "n_iter_cap.", "strategy.")):
+                continue
+            if key == "n_iter":
+                value = str(self.n_iter)
+            extra.append(value if key in GROUPS else f"{key.rsplit('.', 1)[-1]}{value}")
+        return "-".join([self.run_name, *extra])
 
     def fit_spec(self) -> FitSpec:
         """The typed fit this job runs (device resolved where it runs)."""
@@ -255,6 +275,14 @@ REQUIRED = {"dataset.counts": "paths of existing CSV files (dataset=csv needs on
 TOP_KEYS = ("dataset", "optimizer", "strategy", "model", "device", "precision", "n_iter", "n_iter_cap",
             "repeats", "warmup", "first_call", "compile_cache", "init", "gradient", "seed", "experiment",
             "tracking_uri")
+
+
+def loadable(config: Config) -> dict:
+    """The node that :func:`load` turns back into ``config`` (its ``as_dict``, with ``n_iter`` as it
+    was asked: the caps apply again)."""
+    node = config.as_dict()
+    node["n_iter"] = node.pop("n_iter_requested")
+    return node
 
 
 def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:

@@ -20,7 +20,7 @@ from .precision import PRECISIONS, Precision
 from .problem import GRADIENTS, Problem
 from .spec import DEVICES, INITS, FitSpec, parse, resolve_device
 
-__all__ = ["DEVICES", "INITS", "PRECISIONS", "FitResult", "NumericsError", "fit", "run", "resolve_device",
+__all__ = ["DEVICES", "INITS", "PRECISIONS", "FitResult", "NumericsError", "fit", "run", "run_all", "resolve_device",
            "make_problem", "check_against_host"]
 
 
@@ -44,6 +44,7 @@ class FitResult:
     precision: str
     device: str
     extra: dict = field(default_factory=dict)
+    replicate: int = 0  # its place in the program's batch (runs are identified by config hash and replicate)
 
 
 @lru_cache(maxsize=32)
@@ -85,8 +86,16 @@ def fit(data: Data, model: str = "profiled", optimizer: str = "rprop", n_iter: i
 
 
 def run(data: Data, spec: FitSpec, *, timed: bool = True) -> FitResult:
-    """The fit ``spec`` describes, on ``data``: placed on the spec's device (resolved here, where it
-    runs), timed (``timed=False``: one plain call), checked against the float64 host reference."""
+    """The fit ``spec`` describes (see :func:`run_all`; one fit per spec today)."""
+    (result,) = run_all(data, spec, timed=timed)
+    return result
+
+
+def run_all(data: Data, spec: FitSpec, *, timed: bool = True) -> list[FitResult]:
+    """The fits ``spec`` describes, on ``data``, one per replicate of the program's batch (one today:
+    every strategy's program is one fit, see ``Program.unbatch``): placed on the spec's device
+    (resolved here, where it runs), timed together (``timed=False``: one plain call), each checked
+    against the float64 host reference."""
     problem = make_problem(spec.model, spec.optimizer, spec.gradient)
     dtype = spec.precision.dtype
     dev = resolve_device(spec.device)
@@ -104,24 +113,25 @@ def run(data: Data, spec: FitSpec, *, timed: bool = True) -> FitResult:
                                         first_call=t.first_call, compile_cache_dir=cache_dir)
         else:
             out, times = timing.untimed(program, state, arrays, compile_cache_dir=cache_dir)
-        (out,) = program.unbatch(out)  # one fit per spec today (a vmapped batch would give several)
-        curve = np.asarray(out.elbo, dtype=np.float64)
-        n_run = int(out.n_run)
         # the host reference converts to float64 a block of rows at a time: no n x p float64 copy
         first = state.pln
         start = reference.elbo(data.Y, data.O, data.X, first.B, problem.model.centred_m(first, arrays),
                                first.S, first.Sigma)
         del first, state
-        check_against_host(curve[0] - log_fact, start, spec.precision, "initial state", data.Y.size)
-        pln = _host(out.state.pln)
-        centred_m = np.asarray(problem.model.centred_m(out.state.pln, arrays), dtype=np.float64)
-
-    params = {"B": pln.B, "M": centred_m, "S": pln.S, "Sigma": pln.Sigma}
-    loglik = reference.elbo(data.Y, data.O, data.X, pln.B, centred_m, pln.S, pln.Sigma)
-    check_against_host(float(out.final_elbo) - log_fact, loglik, spec.precision, "final state", data.Y.size)
-    return FitResult(curve - log_fact, loglik, params, n_run, times, spec.model.name, spec.strategy.name,
-                     spec.optimizer.name, spec.precision.name, str(dev),
-                     {"final_elbo_jit": float(out.final_elbo) - log_fact, "log_factorial": log_fact})
+        results = []
+        for replicate, one in enumerate(program.unbatch(out)):
+            curve = np.asarray(one.elbo, dtype=np.float64)
+            check_against_host(curve[0] - log_fact, start, spec.precision, "initial state", data.Y.size)
+            pln = _host(one.state.pln)
+            centred_m = np.asarray(problem.model.centred_m(one.state.pln, arrays), dtype=np.float64)
+            params = {"B": pln.B, "M": centred_m, "S": pln.S, "Sigma": pln.Sigma}
+            loglik = reference.elbo(data.Y, data.O, data.X, pln.B, centred_m, pln.S, pln.Sigma)
+            final = float(one.final_elbo) - log_fact
+            check_against_host(final, loglik, spec.precision, "final state", data.Y.size)
+            results.append(FitResult(curve - log_fact, loglik, params, int(one.n_run), times, spec.model.name,
+                                     spec.strategy.name, spec.optimizer.name, spec.precision.name, str(dev),
+                                     {"final_elbo_jit": final, "log_factorial": log_fact}, replicate))
+    return results
 
 
 def check_against_host(jitted: float, host: float, precision: Precision, where: str, size: int) -> None:

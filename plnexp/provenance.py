@@ -30,6 +30,13 @@ from .strategies import TORCH_STRATEGIES
 PROVENANCE_VERSION = "1"  # the format of these tags and of config.yaml; a rerun refuses others
 VERSION_TAG, FORMAT_TAG = "plnexp.version", "plnexp.provenance"
 HASH_TAG, RERUN_TAG, RESUMES_TAG = "config_hash", "rerun_of", "resumes"
+REPLICATE_TAG = "replicate"  # a run's place in its program's batch: "0" for every run today
+
+
+def run_key(tags: dict) -> tuple[str | None, str]:
+    """What identifies a run's fit: its config hash and replicate (runs logged before replicates
+    were tagged are replicate 0)."""
+    return tags.get(HASH_TAG), tags.get(REPLICATE_TAG, "0")
 DATA_TAG = "data_digest"
 FILE_TAG = "data_sha256."  # + counts, offsets, covariates (CSV data sets)
 
@@ -172,8 +179,8 @@ def environment_tags(config: Config) -> dict[str, str]:
 
 def run_tags(config: Config) -> dict[str, str]:
     """The provenance tags of a job's run besides :func:`environment_tags`, written when it is created."""
-    tags = {FORMAT_TAG: PROVENANCE_VERSION, HASH_TAG: config_hash(config), "command": command_line(),
-            "seeds": seeds(config)}
+    tags = {FORMAT_TAG: PROVENANCE_VERSION, HASH_TAG: config_hash(config), REPLICATE_TAG: "0",
+            "command": command_line(), "seeds": seeds(config)}
     for key, path in data_files(config).items():
         tags[FILE_TAG + key] = file_sha256(path)
     return tags

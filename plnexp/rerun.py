@@ -62,14 +62,10 @@ class Source:
 
 
 # ---------------------------------------------------------------- rebuilding a run's config
-def _is_global(group: str, option: str) -> bool:
-    text = (C.CONF_DIR / group / f"{option}.yaml").read_text()
-    return text.startswith("# @package _global_")
-
-
 def apply_overrides(node: dict, overrides: list[str]) -> dict:
     """``node`` (a logged config, loadable) with Hydra-style overrides applied: ``group=option``
-    takes the option's file from ``conf/``, ``key=value`` sets an existing key."""
+    replaces the group's key with what Hydra composes for that option (every group of ``conf/`` sets
+    the key named after it, whatever its package), ``key=value`` sets an existing key."""
     from omegaconf import OmegaConf
 
     from . import cli
@@ -86,13 +82,8 @@ def apply_overrides(node: dict, overrides: list[str]) -> dict:
         if key.split(".")[0] in FORBIDDEN:
             raise ConfigError(f"{text}: a rerun goes to the original's experiment and store; allowed overrides "
                               f"are the other keys")
-        if key in C.GROUPS:
-            option = p.get_value_element_as_str()
-            group_node = OmegaConf.load(C.CONF_DIR / key / f"{option}.yaml")
-            if _is_global(key, option):  # device, precision, model: one top-level key
-                cfg = OmegaConf.merge(cfg, group_node)
-            else:  # dataset, optimizer, strategy: the option's node replaces the group's
-                cfg[key] = group_node
+        if key in C.GROUPS:  # the option's value of its key, as Hydra composes it, replaces the logged one
+            cfg[key] = cli.group_value(key, p.get_value_element_as_str())
             continue
         parent, _, leaf = key.rpartition(".")
         where = OmegaConf.select(cfg, parent) if parent else cfg
@@ -306,14 +297,20 @@ def parse(args: list[str]) -> tuple[str, list[str], bool]:
     return args[0], args[1:], strict
 
 
-def _rerun_one(uri: str, src: Source, overrides: list[str], *, parent=None, job_num=None):
-    from .cli import job_name
+def job_entry(src: Source, overrides: list[str]):
+    """The rerun of ``src`` as a job the sweep's record gives whole (:class:`plnexp.sweep.JobEntry`):
+    its config, named as a job of that config is (precision=float64 gives ...-f64-...) when overrides
+    change it, else the original's name; tagged with the run it repeats."""
+    from .sweep import JobEntry
 
     logged = tuple(filter(None, src.run.data.tags.get("overrides", "").split(" "))) + tuple(overrides)
-    # named as a job of its config is (precision=float64 gives ...-f64-...), the original's name without overrides
-    name = job_name(src.config, logged) if overrides else src.name
-    return runner.run_job(src.config, logged, name, parent=parent, job_num=job_num,
-                          tags={provenance.RERUN_TAG: src.run_id})
+    name = src.config.job_name(logged) if overrides else src.name
+    return JobEntry(C.loadable(src.config), name, logged, {provenance.RERUN_TAG: src.run_id})
+
+
+def _rerun_one(uri: str, src: Source, overrides: list[str]):
+    entry = job_entry(src, overrides)
+    return runner.run_job(src.config, entry.overrides, entry.name, tags=entry.tags)
 
 
 def _stop_line(stop, what: str) -> None:
@@ -382,34 +379,58 @@ def _single(uri: str, src: Source, overrides: list[str], env_same: bool, strict:
 
 
 def _sweep(uri: str, parent_run, sources: list[Source], overrides: list[str], envs: dict, strict: bool) -> int:
+    """A new sweep of the sources' jobs through Hydra's launcher (the one sweep path,
+    :func:`plnexp.sweep.session`), each job's config given by the record; then every new run is
+    compared with its original."""
     from . import sweep
 
     name = parent_run.data.tags.get("sweep", "sweep")
-    failures: list[str] = []
-
-    def jobs(record) -> None:  # in this process, one after the other, each compared with its original
-        for i, src in enumerate(sources):
-            print(f"[{i + 1}/{len(sources)}] {src.name} ...", end="", flush=True)
-            outcome = _rerun_one(uri, src, overrides, parent=record.parent, job_num=i)
-            v, lines = compare(uri, src, outcome, envs[src.run_id])
-            bad = not unfinished_ok(src, outcome) if v is None else v.failed(strict)
-            failures.extend([src.name] if bad else [])
-            print(f" {outcome.status.lower() if outcome.status != 'FINISHED' else 'done'} "
-                  f"{outcome.wall_s:.1f} s{' DISAGREES' if bad else ''}", flush=True)
-            for line in lines:
-                print(f"  {line}")
-
-    end = sweep.session(sweep.new_sweep_dir(), f"{name}-rerun",
-                        tracking.experiment_name(uri, parent_run.info.experiment_id), uri, len(sources),
-                        {provenance.RERUN_TAG: parent_run.info.run_id, "command": provenance.command_line()}, jobs,
+    sweep_dir = sweep.new_sweep_dir()
+    entries = tuple(job_entry(s, overrides) for s in sources)
+    launch = lambda record: sweep.launch(  # noqa: E731
+        ["--multirun", sweep.entries_override(len(sources)), sweep.hydra_override(sweep_dir)], sweep.Task(),
+        raise_errors=True)
+    end = sweep.session(sweep_dir, f"{name}-rerun", tracking.experiment_name(uri, parent_run.info.experiment_id),
+                        uri, len(sources), {provenance.RERUN_TAG: parent_run.info.run_id,
+                                            "command": provenance.command_line()}, launch,
                         header=lambda record: f"rerun of sweep {name} (run {parent_run.info.run_id}): "
-                                              f"{len(sources)} jobs, parent run {record.parent_id}")
+                                              f"{len(sources)} jobs, parent run {record.parent_id}",
+                        entries=entries)
     if end.stop is not None:
         return end.stop.exit_code
     if end.error is not None:
         raise end.error
+    new = {int(r.data.tags[tracking.JOB_TAG]): r for r in tracking.sweep_children(uri, tracking.find_run(
+        uri, end.record.parent_id)) if r.data.tags.get(tracking.JOB_TAG, "").isdigit()}
+    failures: list[str] = []
+    for i, src in enumerate(sources):
+        run = new.get(i)
+        if run is None:
+            failures.append(src.name)
+            print(f"[{i + 1}/{len(sources)}] {src.name}: no rerun was recorded")
+            continue
+        outcome = Rerun.of(run)
+        v, lines = compare(uri, src, outcome, envs[src.run_id])
+        bad = not unfinished_ok(src, outcome) if v is None else v.failed(strict)
+        failures.extend([src.name] if bad else [])
+        print(f"[{i + 1}/{len(sources)}] {src.name} (run {outcome.run_id}){' DISAGREES' if bad else ''}")
+        for line in lines:
+            print(f"  {line}")
     n = len(sources)
     print(f"rerun {'FAILED to reproduce' if failures else 'ok'}: {n - len(failures)} of {n} jobs reproduced"
           f"{': ' + ', '.join(failures) + ' did not' if failures else ''}; parent run {end.record.parent_id}",
           flush=True)
     return 1 if failures else 0
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """A rerun as recorded in the store (a job run by the launcher, perhaps in another process)."""
+
+    run_id: str
+    status: str
+    reason: str
+
+    @classmethod
+    def of(cls, run) -> "Rerun":
+        return cls(run.info.run_id, run.info.status, run.data.tags.get("status_reason", ""))

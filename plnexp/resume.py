@@ -22,7 +22,7 @@ class Reused(NamedTuple):
     """A job of the grid that a FINISHED run of the experiment already answers."""
 
     job: int  # the job's place in the grid (Hydra's job number)
-    config_hash: str
+    config_hash: str  # with replicate 0: the run's key (plnexp.provenance.run_key)
     run_id: str
     parent_id: str  # the sweep it ran in ("" for a plain run)
 
@@ -100,13 +100,11 @@ def find_done(uri: str, experiment: str, jobs) -> list[Reused]:
 def _done(runs, jobs) -> list[Reused]:
     latest: dict = {}
     for r in runs:  # newest first
-        h = r.data.tags.get(provenance.HASH_TAG)
-        if h not in latest:
-            latest[h] = r
+        latest.setdefault(provenance.run_key(r.data.tags), r)
     done = []
     for i, job in enumerate(jobs):
         h = provenance.config_hash(job.config)
-        r = latest.get(h)
+        r = latest.get((h, "0"))  # a job is one fit, replicate 0, today
         if r is None:
             continue
         recorded = r.data.tags.get(provenance.DATA_TAG)

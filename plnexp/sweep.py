@@ -33,10 +33,30 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import cli, interrupts, provenance, resume, runner, tracking
+from . import interrupts, provenance, resume, runner, tracking
 from . import config as C
 
 RECORD_NAME = "plnexp-sweep.json"
+
+
+@dataclass(frozen=True)
+class JobEntry:
+    """A job given whole by the driver (a rerun's: the logged config of the run it repeats, with the
+    rerun's overrides applied): Hydra's launcher runs job ``i`` of such a sweep from ``jobs[i]``."""
+
+    node: dict  # a loadable config (plnexp.config.load)
+    name: str
+    overrides: tuple = ()
+    tags: dict = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "overrides", tuple(self.overrides))
+        object.__setattr__(self, "tags", dict(self.tags or {}))
+
+
+def entries_override(n: int) -> str:
+    """The sweep that makes Hydra's launcher run ``n`` jobs given by the record (``JobEntry``)."""
+    return f"+plnexp_job=range(0,{n})"
 
 
 @dataclass(frozen=True)
@@ -53,9 +73,11 @@ class SweepRecord:
     started: float  # time.time() when the sweep opened
     clock: float = 0.0  # time.monotonic() then (one clock for the processes of a host)
     reused: tuple = ()  # resume=true: plnexp.resume.Reused of the jobs that earlier runs answer
+    jobs: tuple = ()  # a rerun: the JobEntry of each job (its config comes from here, not from Hydra's)
 
-    def __post_init__(self):  # read back from JSON: lists
+    def __post_init__(self):  # read back from JSON: lists and dicts
         object.__setattr__(self, "reused", tuple(resume.Reused(*r) for r in self.reused))
+        object.__setattr__(self, "jobs", tuple(j if isinstance(j, JobEntry) else JobEntry(**j) for j in self.jobs))
 
     @property
     def parent(self) -> tracking.Parent:
@@ -96,7 +118,7 @@ def read_record(sweep_dir) -> SweepRecord | None:
 
 
 def open_sweep(sweep_dir: Path, name: str, experiment: str, uri: str, total: int, tags: dict,
-               reused: tuple = ()) -> SweepRecord:
+               reused: tuple = (), jobs: tuple = ()) -> SweepRecord:
     """Create the experiment (once, before any job) and the parent run, and write the record
     (``reused``: the jobs a resumed sweep does not run again, see :mod:`plnexp.resume`)."""
     sweep_dir = Path(sweep_dir)
@@ -107,7 +129,7 @@ def open_sweep(sweep_dir: Path, name: str, experiment: str, uri: str, total: int
     tags = {"jobs": total, "git_commit": provenance.git_commit(), "sweep": name, "sweep_dir": str(sweep_dir), **tags}
     parent = tracking.open_parent(uri, experiment, f"{name}-{time.strftime('%Y%m%d-%H%M%S')}", tags)
     record = SweepRecord(uri, parent.experiment_id, parent.run_id, name, total, platform.node(), os.getpid(),
-                         time.time(), time.monotonic(), tuple(reused))
+                         time.time(), time.monotonic(), tuple(reused), tuple(jobs))
     try:
         write_record(sweep_dir, record)
     except FileExistsError:
@@ -228,13 +250,17 @@ class Task:
         record = read_record(hc.sweep.dir) if hc.mode == RunMode.MULTIRUN else None
         num = int(hc.job.num) if record is not None else None
         overrides = list(hc.overrides.task)
+        entry = record.jobs[num] if record is not None and record.jobs else None
         try:
-            config = C.load(cfg)
+            config = C.load(entry.node if entry is not None else cfg)
         except C.ConfigError as e:  # validated before launching: only a launcher of its own gets here
             print(f"plnexp: error: {e}", file=sys.stderr, flush=True)
             self.failed += 1
             return
-        name = cli.job_name(config, overrides)
+        if entry is not None:
+            overrides, name = list(entry.overrides), entry.name
+        else:
+            name = config.job_name(overrides)
         here = record is None or record.pid == os.getpid()  # in the driver: progress on one line
         earlier = resume.reused_run(record, config) if record is not None else None
         if earlier is not None:
@@ -245,7 +271,8 @@ class Task:
             print(f"{label} ...", end="", flush=True)
         try:
             outcome = runner.run_job(config, overrides, name, hc.runtime.output_dir,
-                                     parent=record.parent if record else None, job_num=num)
+                                     parent=record.parent if record else None, job_num=num,
+                                     tags=entry.tags if entry is not None else None)
         except KeyboardInterrupt:
             if record is not None:
                 print(" KILLED" if here else f"{label} KILLED", flush=True)
@@ -271,25 +298,26 @@ class Task:
 
 
 def launch(args: list[str], task: Task, *, raise_errors: bool = False) -> None:
-    """Hydra's command line on ``args`` (not ``sys.argv``), with ``task`` as the task function.
+    """Hydra's command line on ``args`` (not the process's own), with ``task`` as the task function:
+    Hydra's public ``hydra.main`` entry point, given ``args`` as its ``sys.argv`` meanwhile.
 
     ``raise_errors``: an error in Hydra's machinery (a launcher that fails, an interrupt that lands
     inside Hydra's own code and turns into another error) reaches the caller as the exception,
     instead of Hydra printing a traceback and exiting 1 (Hydra's HYDRA_FULL_ERROR, set meanwhile).
     """
-    from hydra import version
-    from hydra._internal.utils import _run_hydra, get_args_parser
+    import hydra
     from hydra.core.global_hydra import GlobalHydra
 
-    version.setbase("1.3")
-    parser = get_args_parser()
+    entry = hydra.main(config_path=str(C.CONF_DIR), config_name="config", version_base="1.3")(task)
     previous = os.environ.get("HYDRA_FULL_ERROR")
+    argv = sys.argv
     if raise_errors:
         os.environ["HYDRA_FULL_ERROR"] = "1"
+    sys.argv = [argv[0] if argv else "plnexp", *args]
     try:
-        _run_hydra(args=parser.parse_args(list(args)), args_parser=parser, task_function=task,
-                   config_path=str(C.CONF_DIR), config_name="config")
+        entry()
     finally:
+        sys.argv = argv
         GlobalHydra.instance().clear()  # so that a process can launch again (tests, Python callers)
         if raise_errors:
             if previous is None:
@@ -326,17 +354,19 @@ class Ended:
 
 
 def session(sweep_dir: Path, name: str, experiment: str, uri: str, total: int, tags: dict, jobs, *,
-            header, reused: tuple = ()) -> Ended:
+            header, reused: tuple = (), entries: tuple = ()) -> Ended:
     """A sweep's whole life, the one path of ``sweep``, ``sweep ... resume=true`` and ``rerun`` of a
     sweep: open the parent (:func:`open_sweep`; a :class:`~plnexp.config.ConfigError` before anything
-    exists), print ``header(record)``, run ``jobs(record)`` (Hydra's launcher, or a rerun's loop),
+    exists), print ``header(record)``, run ``jobs(record)`` (Hydra's launcher: :func:`launch`;
+    ``entries``: the jobs given whole, see :class:`JobEntry`),
     then close it whatever happened (FINISHED; KILLED on Ctrl-C or SIGTERM; FAILED on an error of the
     machinery) and show the summary. A second signal while a fit is stuck in compiled code ends the
     process's runs and the sweep from the interrupt helper thread (:func:`force_stop`)."""
     held: dict = {}
     force = lambda signum: force_stop(held.get("record"), uri, signal.Signals(signum).name)  # noqa: E731
     with interrupts.handled(force) as guard:
-        record = held["record"] = open_sweep(sweep_dir, name, experiment, uri, total, tags, reused=reused)
+        record = held["record"] = open_sweep(sweep_dir, name, experiment, uri, total, tags, reused=reused,
+                                             jobs=entries)
         print(header(record), flush=True)
         status, reason, stop, error = "FAILED", "the sweep stopped on an error", None, None
         try:

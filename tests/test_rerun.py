@@ -346,3 +346,22 @@ def test_a_rerun_with_overrides_is_named_as_its_config(outputs, capsys):
     assert main(["rerun", out.run_id, "precision=float64", "strategy=fori_loop"]) == 0
     (new,) = reruns_of(outputs, out.run_id)
     assert new.info.run_name == "fori_loop-synthetic_n50_p5_d2_s0-f64-cpu-n_iter5"
+
+
+def test_runs_are_identified_by_config_hash_and_replicate():
+    from types import SimpleNamespace
+
+    from plnexp import cli, provenance, resume
+
+    (job,) = cli.plan(["dataset=synthetic", "dataset.n=30", "dataset.p=3", "n_iter=5"], multirun=False)
+    h = provenance.config_hash(job.config)
+
+    def run(run_id, **tags):
+        return SimpleNamespace(info=SimpleNamespace(run_id=run_id), data=SimpleNamespace(tags=tags))
+
+    # a run of another replicate of the same config does not answer the job (replicate 0)
+    assert resume._done([run("a" * 32, config_hash=h, replicate="1")], [job]) == []
+    # a run logged before replicates were tagged is replicate 0
+    (done,) = resume._done([run("b" * 32, config_hash=h)], [job])
+    assert (done.job, done.config_hash, done.run_id) == (0, h, "b" * 32)
+    assert provenance.run_key({"config_hash": h}) == provenance.run_key({"config_hash": h, "replicate": "0"})

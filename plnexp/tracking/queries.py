@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..provenance import HASH_TAG, RESUMES_TAG
+from ..provenance import RESUMES_TAG, run_key
 from .store import client
 from .writes import CURVE_KEY, JOB_TAG, Parent
 
@@ -81,18 +81,18 @@ def sweep_children(uri: str, run) -> list:
 
 def sweep_runs(uri: str, run) -> list:
     """The runs that make up the sweep whose parent is ``run``, in job order: its children plus the
-    FINISHED children of the sweeps it resumed (tag ``resumes``) whose config it did not run itself.
+    FINISHED children of the sweeps it resumed (tag ``resumes``) whose fit (config hash, replicate) it did not run itself.
     ``[]`` for a run that is not a sweep's parent."""
     own = sweep_children(uri, run)
-    hashes = {r.data.tags.get(HASH_TAG) for r in own}
+    keys = {run_key(r.data.tags) for r in own}
     earlier = []
     for pid in filter(None, run.data.tags.get(RESUMES_TAG, "").split(",")):
         prev = find_run(uri, pid)
         for r in sweep_children(uri, prev) if prev is not None else []:
-            h = r.data.tags.get(HASH_TAG)
-            if r.info.status == "FINISHED" and h not in hashes:
+            key = run_key(r.data.tags)
+            if r.info.status == "FINISHED" and key not in keys:
                 earlier.append(r)
-                hashes.add(h)
+                keys.add(key)
     return sorted(earlier + own, key=lambda r: int(r.data.tags.get(JOB_TAG, 0) or 0))
 
 
