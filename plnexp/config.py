@@ -62,6 +62,12 @@ def _precision(value: Any) -> Precision:
         raise ConfigError(str(e)) from None
 
 
+def _seconds(key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= value < float("inf")):
+        raise ConfigError(f"{key}={value!r}: allowed values are numbers >= 0 (seconds)")
+    return float(value)
+
+
 def _int(key: str, value: Any, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ConfigError(f"{key}={value!r}: allowed values are integers >= {low}")
@@ -196,7 +202,7 @@ Dataset = OaksData | SyntheticData | CsvData
 # ---------------------------------------------------------------- the config
 # keys whose value the run name shows already (run_name) or never (where results go, how they are timed)
 _NAMED = {"strategy", "dataset", "dataset.replication", "dataset.n", "dataset.p", "dataset.d", "precision",
-          "device", "sweep", "n_iter_cap", "experiment", "tracking_uri", "repeats", "warmup", "first_call",
+          "device", "sweep", "n_iter_cap", "experiment", "tracking_uri", "repeats", "warmup", "time_budget_s", "first_call",
           "compile_cache", "plnexp_job"}
 @dataclass(frozen=True)
 class Config:
@@ -210,6 +216,7 @@ class Config:
     n_iter_requested: int = 1000
     repeats: int = 1
     warmup: int = 0
+    time_budget_s: float = 0.0
     first_call: bool = False
     compile_cache: bool = False
     init: Init = Init("seed")
@@ -244,7 +251,7 @@ class Config:
         cache = outputs_dir() / "jax_cache" if self.compile_cache else None
         return FitSpec(MODELS[self.model.value], self.optimizer, self.strategy, self.precision, self.device.value,
                        self.n_iter, self.init.value, self.gradient.value,
-                       TimingSpec(self.repeats, self.warmup, self.first_call, cache))
+                       TimingSpec(self.repeats, self.warmup, self.first_call, cache, self.time_budget_s))
 
     def as_dict(self) -> dict:
         """Plain nested dict of the resolved values (for YAML and flat MLflow params)."""
@@ -273,7 +280,7 @@ def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
 
 REQUIRED = {"dataset.counts": "paths of existing CSV files (dataset=csv needs one)"}
 TOP_KEYS = ("dataset", "optimizer", "strategy", "model", "device", "precision", "n_iter", "n_iter_cap",
-            "repeats", "warmup", "first_call", "compile_cache", "init", "gradient", "seed", "experiment",
+            "repeats", "warmup", "time_budget_s", "first_call", "compile_cache", "init", "gradient", "seed", "experiment",
             "tracking_uri")
 
 
@@ -351,6 +358,7 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
         precision=_precision(node.get("precision")),
         n_iter=min(n_iter, caps.get(strategy.name, n_iter)), n_iter_requested=n_iter,
         repeats=_int("repeats", node.get("repeats"), 1), warmup=_int("warmup", node.get("warmup"), 0),
+        time_budget_s=_seconds("time_budget_s", node.get("time_budget_s", 0.0)),
         first_call=_bool("first_call", node.get("first_call")),
         compile_cache=compile_cache,
         init=_choice("init", node.get("init"), Init),

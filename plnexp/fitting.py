@@ -62,8 +62,8 @@ def _host(tree):
 def fit(data: Data, model: str = "profiled", optimizer: str = "rprop", n_iter: int = 1000,
         precision: str = "float32", device: str = "cpu", strategy: str = "scan", *, lr: float | None = None,
         init: str = "seed", gradient: str = "analytic", repeats: int = 1, warmup: int = 0,
-        first_call: bool = False, compile_cache: bool = False, compile_cache_dir=None, timed: bool = True,
-        **options) -> FitResult:
+        first_call: bool = False, compile_cache: bool = False, compile_cache_dir=None, time_budget_s: float = 0.0,
+        timed: bool = True, **options) -> FitResult:
     """Fit a PLN model by variational inference and time it.
 
     ``options``: the strategy's own options (``unroll`` for scan_unrolled, ``tol`` and ``patience``
@@ -71,8 +71,9 @@ def fit(data: Data, model: str = "profiled", optimizer: str = "rprop", n_iter: i
     strategies are ignored. ``strategy="torch_eager"`` or ``"torch_compile"`` (needs the optional
     extra ``.[torch]``) runs the same fit in PyTorch from the same initial state.
     ``timed=True`` (see :mod:`plnexp.timing`) costs one cold AOT compile and one run by default;
-    ``first_call=True`` adds a cold plain call, ``warmup``/``repeats`` add runs (median of
-    ``repeats`` after ``warmup``). ``timed=False`` makes one plain call.
+    ``first_call=True`` adds a cold plain call, ``warmup``/``repeats`` add runs (median and spread of
+    at least ``repeats``, more while they took less than ``time_budget_s`` seconds, after ``warmup``).
+    ``timed=False`` makes one plain call.
     ``compile_cache=True`` uses JAX's persistent compilation cache in ``compile_cache_dir``
     (default ``<outputs>/jax_cache``, see :func:`plnexp.paths.outputs_dir`) and also times a
     second compile served by it; otherwise the persistent cache is off during the fit.
@@ -81,7 +82,7 @@ def fit(data: Data, model: str = "profiled", optimizer: str = "rprop", n_iter: i
     """
     spec = parse(model, optimizer, n_iter, precision, device, strategy, lr=lr, init=init, gradient=gradient,
                  repeats=repeats, warmup=warmup, first_call=first_call, compile_cache=compile_cache,
-                 compile_cache_dir=compile_cache_dir, **options)
+                 compile_cache_dir=compile_cache_dir, time_budget_s=time_budget_s, **options)
     return run(data, spec, timed=timed)
 
 
@@ -110,7 +111,8 @@ def run_all(data: Data, spec: FitSpec, *, timed: bool = True) -> list[FitResult]
         state = problem.init(init_state(problem.model, arrays, spec.init))
         if timed:
             out, times = timing.measure(program, state, arrays, repeats=t.repeats, warmup=t.warmup,
-                                        first_call=t.first_call, compile_cache_dir=cache_dir)
+                                        budget_s=t.time_budget_s, first_call=t.first_call,
+                                        compile_cache_dir=cache_dir)
         else:
             out, times = timing.untimed(program, state, arrays, compile_cache_dir=cache_dir)
         # the host reference converts to float64 a block of rows at a time: no n x p float64 copy

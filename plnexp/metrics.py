@@ -28,7 +28,10 @@ COLUMNS: tuple[Metric, ...] = (
            "persistent cache (compile_cache=true)", in_report=False),
     Metric("first_call_s", "first_s", "first call s", "{:.3f}", "a cold plain call: trace + compile + run "
            "(first_call=true)", in_report=False),
-    Metric("run_s", "run_s", "run s", "{:.3f}", "steady run of the compiled program (median of the repeats)"),
+    Metric("run_s", "run_s", "run s", "{:.3f}", "steady run of the compiled program (median of the timed runs)"),
+    Metric("run_s_iqr", "spread_s", "run s spread", "{:.3f}", "interquartile range of the timed runs (their "
+           "range below 5 runs)", in_report=False),
+    Metric("n_runs", "runs", "runs", "{:.0f}", "timed runs: at least repeats, more within time_budget_s"),
     Metric("ms_per_iter", "ms/iter", "ms/iter", "{:.2f}", "run_s per iteration run, in ms"),
     Metric("final_elbo", "final ELBO", "final ELBO", "{:.1f}", "the compiled ELBO at the final state (with log y!)"),
 )

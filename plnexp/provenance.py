@@ -41,10 +41,10 @@ DATA_TAG = "data_digest"
 FILE_TAG = "data_sha256."  # + counts, offsets, covariates (CSV data sets)
 
 # Config fields that do not change a fit's result, left out of the config hash: where it is logged
-# (experiment, tracking_uri), how it is timed (repeats, warmup, first_call, compile_cache: the
+# (experiment, tracking_uri), how it is timed (repeats, warmup, time_budget_s, first_call, compile_cache: the
 # result is always the output of one run of the compiled program), and the requested n_iter and its
 # caps (the resolved n_iter, which is hashed, is what runs).
-UNHASHED = ("experiment", "tracking_uri", "repeats", "warmup", "first_call", "compile_cache", "n_iter_requested",
+UNHASHED = ("experiment", "tracking_uri", "repeats", "warmup", "time_budget_s", "first_call", "compile_cache", "n_iter_requested",
             "n_iter_cap")
 
 # The fields compared by ``rerun``, in the order they are printed: (tag, what it is)
@@ -169,12 +169,24 @@ def environment_tags(config: Config) -> dict[str, str]:
             "platform": dev.platform, "device_kind": dev.device_kind, "x64": str(config.precision.x64),
             "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""), "git_commit": commit,
             "git_dirty": str(commit.endswith("-dirty")).lower(), VERSION_TAG: package_version(),
-            "python": platform.python_version(), "host": platform.node()}
+            "python": platform.python_version(), "host": platform.node(), "cpu_model": cpu_model()}
     if config.strategy.name in TORCH_STRATEGIES:  # only these runs import torch
         import torch
 
         tags["torch_version"] = torch.__version__
     return tags
+
+
+def cpu_model() -> str:
+    """The host CPU's model name (Linux: /proc/cpuinfo), else what the platform module says."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "?"
 
 
 def run_tags(config: Config) -> dict[str, str]:

@@ -6,8 +6,11 @@ into ``<outputs>/reports/<experiment>/<parent run id>/`` (or ``--out``), whole o
 
 - ``report.md`` / ``report.csv``: one row per strategy x data size x device x precision (x every
   other config value that varies across the sweep), with compile time, steady run time, ms per
-  iteration, speed-up over ``eager`` and over ``scan`` in the same group, the final ELBO and the
-  largest relative difference of the run's ELBO curve to ``scan``'s (do the strategies agree?);
+  iteration and its spread, the number of timed runs, the program's fingerprint, whether the
+  timings were contended, speed-up over ``eager`` and over ``scan`` in the same group, the final
+  ELBO and the largest relative difference of the run's ELBO curve to ``scan``'s (do the
+  strategies agree?); its summary says per group which strategy is fastest beyond the noise, or
+  which are tied within it (:mod:`plnexp.ranking`);
 - ``elbo_curves.png``, ``timings.png`` and, when the sweep varies the data size, ``scaling.png``.
 
 The same files go to the parent run's artifacts (``report/``), with summary metrics on the parent
@@ -31,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import plots, provenance, tracking
+from . import plots, provenance, ranking, tracking
 from .config import ConfigError, outputs_dir
 from .metrics import REPORT, cell
 
@@ -60,6 +63,7 @@ class Entry:
     params: dict
     metrics: dict
     curve: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    tags: dict = field(default_factory=dict)
     extra: tuple = ()  # the values of the other grouping params, in Report.extra_keys order
     # filled by compare()
     speedup_eager: float = np.nan
@@ -113,7 +117,31 @@ class Report:
         return max(ok, key=lambda g: (self.groups[g][0].n or 0, len(self.groups[g])), default=None)
 
     def fastest(self, group: tuple) -> Entry | None:
+        """The finished run of the group with the lowest median ms/iter (a winner only if
+        :meth:`winner` says so)."""
         return min((e for e in self.groups[group] if e.ok), key=lambda e: e.m("ms_per_iter"), default=None)
+
+    @cached_property
+    def contended(self) -> dict[str, list[str]]:
+        """Why each contended run's timings cannot be compared, by run id (:func:`ranking.contention`)."""
+        return ranking.contention(self.entries)
+
+    def headline(self, group: tuple) -> str:
+        return ranking.headline(self.group_label(group), self.groups[group], self.contended)
+
+    def winner(self, group: tuple) -> str:
+        """The group's fastest strategy beyond the noise (its label), or "" when there is none."""
+        return ranking.rank(self.group_label(group), self.groups[group], self.contended).winner
+
+    def programs(self) -> list[str]:
+        """"a = b = c: one compiled program (...)" for each set of strategies of a group that share one."""
+        out = []
+        for group, entries in self.groups.items():
+            for c in ranking.contenders(entries):
+                if len(c.names) > 1:
+                    out.append(f"{' = '.join(c.names)} on {self.group_label(group)}: one compiled program (same "
+                               f"optimized HLO, hlo_fingerprint); their timings differ by noise only")
+        return out
 
 
 # ---------------------------------------------------------------- reading the sweep back
@@ -129,7 +157,7 @@ def _entry(run, curve: np.ndarray) -> Entry:
     return Entry(run.info.run_id, run.info.run_name, run.info.status, t.get("status_reason", ""),
                  p.get("strategy.name", "?"), t.get("dataset") or p.get("dataset.name", "?"), _int(t.get("data_n")),
                  _int(t.get("data_p")), p.get("device", "?"), p.get("precision", "?"), dict(p), dict(run.data.metrics),
-                 curve)
+                 curve, dict(t))
 
 
 def _label_strategies(entries: list[Entry]) -> list[Entry]:
@@ -231,6 +259,12 @@ def columns(report: Report) -> list[tuple[str, str, object]]:
     cols += [("status", "status", lambda e: e.status)]
     logged = {m.key: (m.header, m.key, lambda e, m=m: cell(m, e.m(m.key))) for m in REPORT}
     cols += [logged[k] for k in ("n_iter_run", "compile_s", "run_s", "ms_per_iter")]
+    span = lambda e: ranking.interval_ms(e) if e.ok else (np.nan, np.nan, 0)  # noqa: E731
+    cols += [("ms/iter spread", "ms_per_iter_spread",
+              lambda e: "-" if not np.isfinite(span(e)[0]) else f"{span(e)[0]:.2f}–{span(e)[1]:.2f}"),
+             logged["n_runs"],
+             ("program", "hlo_fingerprint", lambda e: e.tags.get("hlo_fingerprint", "")[:8] or "-"),
+             ("timing", "timing", lambda e: "contended" if e.run_id in report.contended else "ok" if e.ok else "-")]
     cols += [("× eager", "speedup_vs_eager", f("{:.2f}", lambda e: e.speedup_eager)),
              ("× scan", "speedup_vs_scan", f("{:.2f}", lambda e: e.speedup_scan)),
              logged["final_elbo"]]
@@ -269,7 +303,10 @@ def csv_text(report: Report) -> str:
 
 
 def notes(report: Report) -> list[str]:
-    lines = []
+    lines = list(report.programs())
+    for e in report.entries:
+        for why in report.contended.get(e.run_id, []):
+            lines.append(f"{e.name}: timings contended: {why}")
     for group, k in report.common.items():
         short = sorted({f"{e.strategy} ({len(e.curve)})" for e in report.groups[group] if e.ok})
         lines.append(f"{report.group_label(group)}: the runs stopped at different lengths ({', '.join(short)}); "
@@ -280,19 +317,16 @@ def notes(report: Report) -> list[str]:
 
 
 def summary_lines(report: Report) -> list[str]:
-    """The terminal summary: per group, the fastest strategy and its speed-ups; then the failures."""
+    """The terminal summary: per group, the fastest strategy beyond the noise or those tied within
+    it (:func:`ranking.headline`), and whether the curves agree; then contention and failures."""
     lines = []
     for group in report.groups:
-        best = report.fastest(group)
-        if best is None:
-            lines.append(f"{report.group_label(group)}: no run finished")
-            continue
-        ups = [f"{best.speedup_scan:.2f}× scan" if np.isfinite(best.speedup_scan) else "",
-               f"{best.speedup_eager:.1f}× eager" if np.isfinite(best.speedup_eager) else ""]
         agree = [e.vs_scan for e in report.groups[group] if np.isfinite(e.vs_scan)]
         agreement = f"; curves within {max(agree):.1e} of scan's" if agree else ""
-        lines.append(f"fastest on {report.group_label(group)}: {best.strategy} {best.m('ms_per_iter'):.2f} ms/iter"
-                     f"{' (' + ', '.join(u for u in ups if u) + ')' if any(ups) else ''}{agreement}")
+        lines.append(report.headline(group) + agreement)
+    if report.contended:
+        lines.append(f"timings contended in {len(report.contended)} of {len(report.entries)} runs (see the report's "
+                     f"notes): do not compare them; {ranking.CLEAN}")
     failed = report.failed
     lines.append(f"{len(failed)} of {len(report.entries)} runs failed" +
                  (": " + ", ".join(f"{e.name} ({e.status})" for e in failed) if failed else ""))
@@ -381,8 +415,11 @@ def markdown(report: Report, images: list[str]) -> str:
     lines = [f"# Sweep {tags.get('sweep', '?')} ({report.experiment})", "",
              f"Parent run `{p.info.run_id}` ({p.info.status}); command `python -m plnexp "
              f"{tags.get('command', 'sweep')}`; {len(report.entries)} runs.", "",
-             "Speed-ups compare ms/iter with `eager` and `scan` on the same data, precision and device; the last "
-             "column is the largest relative difference of the run's ELBO curve to `scan`'s.", "",
+             "Speed-ups compare median ms/iter with `eager` and `scan` on the same data, precision and device; "
+             "a ratio whose intervals overlap ('ms/iter spread': the interquartile range of the timed runs, their "
+             "range below 5 runs) is noise, not a result. 'program' is the compiled program's fingerprint: equal "
+             "values, one program. The last column is the largest relative difference of the run's ELBO curve to "
+             "`scan`'s.", "",
              markdown_table(report), ""]
     extra = notes(report)
     if extra:
@@ -426,14 +463,15 @@ def write(report: Report, out: Path) -> list[str]:
 def parent_metrics(report: Report, files: list[str]) -> tuple[dict, dict]:
     """The parent run's summary metrics and tags (about :meth:`Report.main_group`); ``files``: the
     report's files, named in the run's description."""
-    metrics = {"n_runs": float(len(report.entries)), "n_failed": float(len(report.failed))}
+    metrics = {"n_jobs": float(len(report.entries)), "n_failed": float(len(report.failed))}
     tags = {}
     group = report.main_group()
     best = report.fastest(group) if group is not None else None
     if best is not None:
         metrics.update(best_ms_per_iter=best.m("ms_per_iter"), best_speedup_vs_scan=best.speedup_scan,
                        best_speedup_vs_eager=best.speedup_eager)
-        tags["fastest_strategy"] = best.strategy
+        # only a winner beyond the noise (ranking.headline); "" when tied or contended
+        tags["fastest_strategy"] = report.winner(group)
     lines = summary_lines(report)
     note = (f"**Sweep `{report.parent.data.tags.get('sweep', '?')}`**: {len(report.entries)} runs, one per job "
             f"(expand this run's + to see them, or sort by start time).\n\n"

@@ -39,20 +39,25 @@ def resolve_device(name: str):
 
 @dataclass(frozen=True)
 class TimingSpec:
-    """How a fit is timed (:mod:`plnexp.timing`): ``repeats`` timed runs (median) after ``warmup``
-    untimed ones, a cold plain call when ``first_call``, and JAX's persistent compilation cache in
+    """How a fit is timed (:mod:`plnexp.timing`): after ``warmup`` untimed runs, at least ``repeats``
+    timed runs (median and spread), more while they took less than ``time_budget_s`` seconds in all;
+    a cold plain call when ``first_call``; JAX's persistent compilation cache in
     ``compile_cache_dir`` (None: off)."""
 
     repeats: int = 1
     warmup: int = 0
     first_call: bool = False
     compile_cache_dir: Path | None = None
+    time_budget_s: float = 0.0
 
     def __post_init__(self):
         for key, low in (("repeats", 1), ("warmup", 0)):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{key}={value!r}: allowed values are integers >= {low}")
+        b = self.time_budget_s
+        if isinstance(b, bool) or not isinstance(b, (int, float)) or not (0 <= b < float("inf")):
+            raise ValueError(f"time_budget_s={b!r}: allowed values are numbers >= 0 (seconds)")
         if not isinstance(self.first_call, bool):
             raise ValueError(f"first_call={self.first_call!r}: allowed values are True, False")
 
@@ -86,7 +91,8 @@ class FitSpec:
 def parse(model: str = "profiled", optimizer: str = "rprop", n_iter: int = 1000, precision: str = "float32",
           device: str = "cpu", strategy: str = "scan", *, lr: float | None = None, init: str = "seed",
           gradient: str = "analytic", repeats: int = 1, warmup: int = 0, first_call: bool = False,
-          compile_cache: bool = False, compile_cache_dir: str | Path | None = None, **options) -> FitSpec:
+          compile_cache: bool = False, compile_cache_dir: str | Path | None = None, time_budget_s: float = 0.0,
+          **options) -> FitSpec:
     """:func:`plnexp.fit`'s strings -> a :class:`FitSpec` (one-line ValueError on a bad choice).
 
     ``options``: strategy options (``unroll``, ``tol``, ``patience``, ``mode``). Those of other
@@ -110,4 +116,4 @@ def parse(model: str = "profiled", optimizer: str = "rprop", n_iter: int = 1000,
 
         cache_dir = Path(compile_cache_dir) if compile_cache_dir is not None else outputs_dir() / "jax_cache"
     return FitSpec(MODELS[model], OptimizerSpec(optimizer, lr), spec, prec, device, n_iter, init, gradient,
-                   TimingSpec(repeats, warmup, first_call, cache_dir))
+                   TimingSpec(repeats, warmup, first_call, cache_dir, time_budget_s))

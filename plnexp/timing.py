@@ -5,9 +5,19 @@ one ahead-of-time compile and one run of the compiled program:
 
 - ``compile_s``: after ``jax.clear_caches()``, ahead-of-time ``lower().compile()`` (tracing +
   lowering + XLA compilation, summed over the functions of ``jit_per_function``; 0 for ``eager``);
-- ``run_s``: one run of the compiled program, ended by ``block_until_ready`` (its output is the
-  fit's result); with ``repeats > 1`` the median of that many runs, after ``warmup`` untimed runs;
-  ``ms_per_iter`` = run_s / iterations run.
+- ``run_s``: the median of the timed runs of the compiled program (each ended by
+  ``block_until_ready``; the last one's output is the fit's result), after ``warmup`` untimed runs:
+  at least ``repeats`` runs, then more while the timed runs so far took less than ``budget_s``
+  seconds (at most :data:`MAX_RUNS`); ``ms_per_iter`` = run_s / iterations run. Their spread,
+  ``run_s_iqr``, is the interquartile range from 5 runs on, the range (max - min) below;
+  ``n_runs`` counts them (see :class:`Spread`).
+- ``calib_before_s`` / ``calib_after_s``: a fixed host workload (:func:`calibrate`) timed just
+  before and just after the timed runs, in the same process. A machine busy with something else
+  (another job, another user) slows it: :data:`CALIBRATION_TOLERANCE` says how much it moves on an
+  idle machine. ``timed_start`` / ``timed_end`` (epoch seconds) bound the timed runs, so that the
+  report can see jobs whose timed runs overlapped on one host.
+- ``fingerprint``: of the compiled program's optimized HLO (:mod:`plnexp.fingerprint`; "" for
+  eager and the PyTorch strategies).
 
 Opt-in extras, each an added cost:
 
@@ -40,13 +50,66 @@ import jax
 import numpy as np
 from jax.experimental.compilation_cache import compilation_cache as _jax_cache
 
+from . import fingerprint
 from .problem import Output
 
 NAN = float("nan")
+MAX_RUNS = 100  # timed runs of one job at most, whatever the budget
+# The calibration workload (see calibrate) is the best of CALIBRATION_REPEATS timings of a float64
+# matrix product chain; on the idle 2-core dev VM its before/after ratio stayed within
+# CALIBRATION_TOLERANCE (benchmarks/calibration.py measures it).
+CALIBRATION_SIZE, CALIBRATION_PRODUCTS, CALIBRATION_REPEATS = 256, 8, 3
+CALIBRATION_TOLERANCE = 0.25
 # jax 0.10.2 records this event (jax/_src/compiler.py) once per XLA compilation served by the cache
 CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
 _CACHE_OPTIONS = ("jax_compilation_cache_dir", "jax_enable_compilation_cache",
                   "jax_persistent_cache_min_compile_time_secs", "jax_persistent_cache_min_entry_size_bytes")
+
+
+@dataclass(frozen=True)
+class Spread:
+    """The timed runs of one job: their median, and an interval that holds their middle: the
+    interquartile range (inclusive quartiles) from 5 runs on, the whole range below 5 runs."""
+
+    runs: tuple[float, ...]
+
+    @property
+    def n(self) -> int:
+        return len(self.runs)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.runs) if self.runs else NAN
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        if not self.runs:
+            return NAN, NAN
+        if self.n < 5:
+            return min(self.runs), max(self.runs)
+        q1, _, q3 = statistics.quantiles(self.runs, n=4, method="inclusive")
+        return q1, q3
+
+    @property
+    def width(self) -> float:
+        lo, hi = self.interval
+        return hi - lo
+
+
+def calibrate(clock=time.perf_counter) -> float:
+    """Seconds of a fixed host workload (about 15 ms, best of 3: ~50 ms in all on an idle 2-core
+    CPU): :data:`CALIBRATION_PRODUCTS` products of :data:`CALIBRATION_SIZE`-square float64 matrices
+    with NumPy's BLAS, which uses every core, so that another process on them slows it."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((CALIBRATION_SIZE, CALIBRATION_SIZE)) / CALIBRATION_SIZE
+    best = math.inf
+    for _ in range(CALIBRATION_REPEATS):
+        t0 = clock()
+        x = a
+        for _ in range(CALIBRATION_PRODUCTS):
+            x = a @ x + a
+        best = min(best, clock() - t0)
+    return best
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,6 +119,11 @@ class Timing:
     run_s: float
     ms_per_iter: float
     runs_s: tuple[float, ...] = ()
+    fingerprint: str = ""  # of the compiled program (plnexp.fingerprint); "" for eager and torch
+    calib_before_s: float = NAN
+    calib_after_s: float = NAN
+    timed_start: float = NAN  # epoch seconds: when the timed runs began and ended
+    timed_end: float = NAN
     # XLA's estimates per compiled function. A scan's cost counts its body once: it is per iteration.
     cost_analysis: dict = field(default_factory=dict)
     memory_analysis: dict = field(default_factory=dict)
@@ -64,19 +132,31 @@ class Timing:
     compile_cache_hits: float = NAN
     compile_warm_cache_hits: float = NAN
 
+    @property
+    def spread(self) -> Spread:
+        return Spread(self.runs_s)
+
     def as_metrics(self) -> dict[str, float]:
         """The measured numbers, without those not measured (NaN)."""
+        spread = self.spread
+        lo, hi = spread.interval
         values = {"compile_s": self.compile_s, "compile_warm_s": self.compile_warm_s,
                   "first_call_s": self.first_call_s, "run_s": self.run_s, "ms_per_iter": self.ms_per_iter,
                   "compile_cache_hits": self.compile_cache_hits,
-                  "compile_warm_cache_hits": self.compile_warm_cache_hits}
+                  "compile_warm_cache_hits": self.compile_warm_cache_hits,
+                  "run_s_iqr": spread.width if not math.isnan(self.run_s) else NAN,
+                  "run_s_lo": lo if not math.isnan(self.run_s) else NAN,
+                  "run_s_hi": hi if not math.isnan(self.run_s) else NAN,
+                  "n_runs": float(spread.n) if not math.isnan(self.run_s) else NAN,
+                  "calib_before_s": self.calib_before_s, "calib_after_s": self.calib_after_s,
+                  "timed_start": self.timed_start, "timed_end": self.timed_end}
         return {k: float(v) for k, v in values.items() if v is not None and math.isfinite(v)}
 
 
-def _timed(fn, *args) -> tuple[Output, float]:
-    t0 = time.perf_counter()
-    out = jax.block_until_ready(fn(*args))
-    return out, time.perf_counter() - t0
+def _timed(fn, state, data, clock=time.perf_counter) -> tuple[Output, float]:
+    t0 = clock()
+    out = jax.block_until_ready(fn(state, data))
+    return out, clock() - t0
 
 
 def _apply_cache_options(values: dict) -> None:
@@ -131,17 +211,21 @@ def _cold_compile(program, state, data):
     return compiled, hits[0]
 
 
-def measure(program, state, data, *, repeats: int = 1, warmup: int = 0, first_call: bool = False,
-            compile_cache_dir: str | Path | None = None) -> tuple[Output, Timing]:
-    """One cold AOT compile and one run by default (see the module docstring for the options);
-    returns the output of the last timed run and its :class:`Timing`."""
+def measure(program, state, data, *, repeats: int = 1, warmup: int = 0, budget_s: float = 0.0,
+            first_call: bool = False, compile_cache_dir: str | Path | None = None,
+            clock=time.perf_counter) -> tuple[Output, Timing]:
+    """One cold AOT compile, then ``warmup`` untimed runs and the timed runs: at least ``repeats``,
+    more while they took less than ``budget_s`` in all (see the module docstring for the rest);
+    returns the output of the last timed run and its :class:`Timing`. ``clock``: for tests."""
     if not (isinstance(repeats, int) and repeats >= 1 and isinstance(warmup, int) and warmup >= 0):
         raise ValueError(f"repeats={repeats!r}, warmup={warmup!r}: need integers repeats >= 1 and warmup >= 0")
+    if not (isinstance(budget_s, (int, float)) and budget_s >= 0):
+        raise ValueError(f"budget_s={budget_s!r}: allowed values are numbers >= 0")
     first_call_s, compile_warm_s, hits, warm_hits = NAN, NAN, NAN, NAN
     with persistent_cache(None):
         if first_call:
             jax.clear_caches()
-            _, first_call_s = _timed(program.call, state, data)
+            _, first_call_s = _timed(program.call, state, data, clock)
         with persistent_cache(compile_cache_dir):
             compiled, cold_hits = _cold_compile(program, state, data)
             if compile_cache_dir is not None:
@@ -149,17 +233,23 @@ def measure(program, state, data, *, repeats: int = 1, warmup: int = 0, first_ca
                 warm, warm_count = _cold_compile(program, state, data)
                 compile_warm_s, warm_hits = warm.compile_s, float(warm_count)
         for _ in range(warmup):
-            _timed(compiled.run, state, data)
+            _timed(compiled.run, state, data, clock)
+        calib_before = calibrate(clock)
+        start = time.time()
         runs, out = [], None
-        for _ in range(repeats):
-            out, seconds = _timed(compiled.run, state, data)
+        while len(runs) < repeats or (sum(runs) < budget_s and len(runs) < MAX_RUNS):
+            out, seconds = _timed(compiled.run, state, data, clock)
             runs.append(seconds)
+        end = time.time()
+        calib_after = calibrate(clock)
     run_s = statistics.median(runs)
     n_run = max(int(np.max(np.asarray(out.n_run))), 1)  # a batch of fits: the longest sets the time
     return out, Timing(compile_s=compiled.compile_s, first_call_s=first_call_s, run_s=run_s,
-                       ms_per_iter=1e3 * run_s / n_run, runs_s=tuple(runs), cost_analysis=compiled.cost_analysis,
-                       memory_analysis=compiled.memory_analysis, compile_warm_s=compile_warm_s,
-                       compile_cache_hits=hits, compile_warm_cache_hits=warm_hits)
+                       ms_per_iter=1e3 * run_s / n_run, runs_s=tuple(runs),
+                       fingerprint=fingerprint.of_executables(compiled.executables),
+                       calib_before_s=calib_before, calib_after_s=calib_after, timed_start=start, timed_end=end,
+                       cost_analysis=compiled.cost_analysis, memory_analysis=compiled.memory_analysis,
+                       compile_warm_s=compile_warm_s, compile_cache_hits=hits, compile_warm_cache_hits=warm_hits)
 
 
 def untimed(program, state, data, *, compile_cache_dir: str | Path | None = None) -> tuple[Output, Timing]:

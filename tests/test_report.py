@@ -32,8 +32,9 @@ def fake_execute(cfg, overrides=(), name=None, output_dir="", outcome=None):
     n = cfg.dataset.n
     compile_s, ms, length = KNOWN[(cfg.strategy.name, n)]
     curve = known_curve(cfg.strategy.name, n, length)
+    runs = tuple(ms * length / 1e3 * (1 + d) for d in (-0.02, 0.01, 0.0, -0.01, 0.02))  # median: ms/iter
     timing = Timing(compile_s=compile_s, first_call_s=float("nan"), run_s=ms * length / 1e3, ms_per_iter=ms,
-                    runs_s=(ms * length / 1e3,))
+                    runs_s=runs)
     outcome.result = FitResult(curve, float(curve[-1]), {}, length, timing, "full", cfg.strategy.name, "radam_clip",
                                "float32", "TFRT_CPU_0", {"final_elbo_jit": float(curve[-1]) + 1.0})
     outcome.data_digest, outcome.data_shape = "abc", (n, cfg.dataset.p)
@@ -111,7 +112,7 @@ def test_report_numbers_equal_the_logged_metrics(outputs, tmp_path, monkeypatch)
     assert parent.data.metrics["best_ms_per_iter"] == 4.0
     assert parent.data.metrics["best_speedup_vs_eager"] == pytest.approx(3.0)
     assert parent.data.metrics["best_speedup_vs_scan"] == pytest.approx(1.0)
-    assert parent.data.metrics["n_failed"] == 0 and parent.data.metrics["n_runs"] == 6
+    assert parent.data.metrics["n_failed"] == 0 and parent.data.metrics["n_jobs"] == 6
     assert parent.data.tags["fastest_strategy"] == "scan"
     assert "ms_per_iter" in parent.data.tags["mlflow.note.content"]
     assert {a.path for a in cl.list_artifacts(record.parent_id, "report")} == {f"report/{f}" for f in files}
@@ -121,8 +122,9 @@ def test_terminal_summary_names_the_fastest_and_the_failures(outputs, tmp_path, 
     record = fake_sweep(tmp_path, monkeypatch, [("eager", 30), ("scan", 30), ("fori_loop", 30)])
     rep = report.load(tracking.tracking_uri(), tracking.find_run(tracking.tracking_uri(), record.parent_id))
     lines = report.summary_lines(rep)
+    # 5 runs each, interquartile ranges 1.98-2.02 (scan) and 2.475-2.525 (fori_loop): apart
     assert lines[0].startswith("fastest on synthetic_n30_p5_d2_s0 (30×5), float32, cpu: scan 2.00 ms/iter "
-                               "(1.00× scan, 5.0× eager)")
+                               "[1.98–2.02, 5 runs] (1.25× next: fori_loop, 5.0× eager)"), lines[0]
     assert lines[-1] == "0 of 3 runs failed"
 
 
@@ -230,7 +232,9 @@ def test_a_real_sweep_reports_at_its_end_unless_told_not_to(outputs):
     assert main(args) == 0
     (folder,) = (outputs / "reports" / "strategies").iterdir()
     assert "| scan | oaks | 116×114 |" in (folder / "report.md").read_text()
-    assert store_client(outputs).get_run(folder.name).data.tags["fastest_strategy"] == "scan"
+    # one strategy: it is the winner, unless this (shared, busy) machine made its timings contended
+    tags = store_client(outputs).get_run(folder.name).data.tags
+    assert tags["fastest_strategy"] == ("" if "timings contended" in tags["mlflow.note.content"] else "scan")
 
 
 def test_a_strategy_swept_over_its_own_option_is_one_row_per_value(outputs, tmp_path, monkeypatch):

@@ -58,7 +58,8 @@ def test_default_is_one_compile_and_one_run(cleared):
     assert t.ms_per_iter == pytest.approx(1e3 * t.run_s / N_RUN, rel=1e-12)
     for name in ("first_call_s", "compile_warm_s", "compile_cache_hits", "compile_warm_cache_hits"):
         assert math.isnan(getattr(t, name)), name
-    assert set(t.as_metrics()) == {"compile_s", "run_s", "ms_per_iter"}
+    assert set(t.as_metrics()) == {"compile_s", "run_s", "ms_per_iter", "run_s_iqr", "run_s_lo", "run_s_hi",
+                                   "n_runs", "calib_before_s", "calib_after_s", "timed_start", "timed_end"}
 
 
 @pytest.mark.parametrize("kwargs, counts", [
@@ -153,3 +154,77 @@ def test_compile_cache_on_then_off(oaks, tmp_path):
 def test_fit_rejects_a_non_boolean_switch(oaks):
     with pytest.raises(ValueError, match=r"^first_call='yes': allowed values are True, False$"):
         plnexp.fit(oaks, n_iter=2, first_call="yes")
+
+
+# ---------------------------------------------------------------- repeats, spread, calibration
+class FakeClock:
+    """A clock that each compiled run advances by the next of ``seconds`` (the calibration's own
+    reads advance it by 0): the protocol's decisions are counted, never timed."""
+
+    def __init__(self, seconds):
+        self.now, self.seconds, self.running = 0.0, list(seconds), False
+
+    def __call__(self):
+        return self.now
+
+    def run(self):
+        self.now += self.seconds.pop(0)
+
+
+class ClockedProgram(FakeProgram):
+    def __init__(self, clock):
+        super().__init__()
+        self.clock = clock
+
+    def compile(self, state, data) -> Compiled:
+        compiled = super().compile(state, data)
+
+        def run(state, data):
+            self.clock.run()
+            return compiled.run(state, data)
+
+        return Compiled(run, compiled.compile_s)
+
+
+@pytest.mark.parametrize("repeats, budget, seconds, n", [
+    (3, 0.0, [0.4] * 10, 3),  # no budget: exactly `repeats`
+    (3, 2.0, [0.4] * 10, 5),  # 0.4 s runs: the budget is spent after the 5th
+    (3, 2.0, [1.5] * 10, 3),  # slow runs: `repeats` still run, past the budget
+    (1, 1.0, [0.3, 0.3, 0.3, 0.3, 0.3], 4),  # 1.2 s >= 1.0 after the 4th
+])
+def test_runs_at_least_repeats_then_until_the_budget_is_spent(cleared, repeats, budget, seconds, n):
+    clock = FakeClock(seconds)
+    program = ClockedProgram(clock)
+    _, t = timing.measure(program, None, None, repeats=repeats, budget_s=budget, clock=clock)
+    assert program.runs == n and t.runs_s == pytest.approx(seconds[:n])
+    assert t.as_metrics()["n_runs"] == n
+
+
+def test_runs_stop_at_max_runs(cleared, monkeypatch):
+    monkeypatch.setattr(timing, "MAX_RUNS", 7)
+    clock = FakeClock([1e-6] * 20)
+    program = ClockedProgram(clock)
+    timing.measure(program, None, None, repeats=2, budget_s=100.0, clock=clock)
+    assert program.runs == 7
+
+
+def test_spread_is_the_iqr_from_five_runs_and_the_range_below():
+    # by hand: inclusive quartiles of 1..9 (positions 1 + 8/4 and 1 + 3*8/4) are 3 and 7
+    s = timing.Spread((5.0, 1.0, 9.0, 2.0, 8.0, 3.0, 7.0, 4.0, 6.0))
+    assert (s.n, s.median, s.interval, s.width) == (9, 5.0, (3.0, 7.0), 4.0)
+    # 1, 2, 4, 10, 20: q1 = 2 and q3 = 10 (exact positions 2 and 4)
+    assert timing.Spread((10.0, 1.0, 20.0, 2.0, 4.0)).interval == (2.0, 10.0)
+    assert timing.Spread((0.3, 0.1, 0.2)).interval == (0.1, 0.3)  # fewer than 5: the range
+    assert timing.Spread((0.25,)).width == 0.0
+
+
+def test_timing_logs_spread_calibration_and_window(cleared):
+    clock = FakeClock([0.1, 0.3, 0.2, 0.5, 0.4])
+    _, t = timing.measure(ClockedProgram(clock), None, None, repeats=5, clock=clock)
+    m = t.as_metrics()
+    assert (m["run_s"], m["run_s_lo"], m["run_s_hi"], m["run_s_iqr"], m["n_runs"]) == pytest.approx(
+        (0.3, 0.2, 0.4, 0.2, 5))
+    assert m["ms_per_iter"] == pytest.approx(1e3 * 0.3 / N_RUN)
+    assert m["calib_before_s"] == 0.0 == m["calib_after_s"]  # the fake clock does not move in it
+    assert m["timed_start"] <= m["timed_end"]
+    assert t.fingerprint == ""  # a program without XLA executables has none

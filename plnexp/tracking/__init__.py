@@ -51,6 +51,7 @@ from .store import (
 )
 from .writes import (
     CURVE_KEY,
+    FINGERPRINT_TAG,
     GAP_KEY,
     JOB_TAG,
     Parent,
@@ -68,7 +69,7 @@ from .writes import (
 )
 
 __all__ = [
-    "CURVE_KEY", "GAP_KEY", "HOST_TAG", "JOB_TAG", "LOCKED", "PID_TAG", "PROBE_TIMEOUT_S", "RETRY_DELAYS_S",
+    "CURVE_KEY", "FINGERPRINT_TAG", "GAP_KEY", "HOST_TAG", "JOB_TAG", "LOCKED", "PID_TAG", "PROBE_TIMEOUT_S", "RETRY_DELAYS_S",
     "SCHEMES", "LocalProcess", "Owner", "Parent", "StoreError", "check_store", "children", "client",
     "close_parent", "end_children", "end_process_runs", "end_run", "end_running", "experiment_id",
     "experiment_name", "experiment_names", "find_experiment", "find_run", "finish_job", "finished_runs",

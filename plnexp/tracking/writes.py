@@ -22,6 +22,7 @@ from .store import client
 CURVE_KEY = "elbo"  # the ELBO per iteration (step metric)
 GAP_KEY = "elbo_gap_log10"  # log10 of the gap to the run's best ELBO: what reads on MLflow's linear chart
 JOB_TAG = "plnexp.job"  # a sweep child's job number (its order in the sweep)
+FINGERPRINT_TAG = "hlo_fingerprint"  # of the compiled program (plnexp.fingerprint): same value, same program
 
 
 class Parent(NamedTuple):
@@ -114,6 +115,7 @@ def finish_job(cl, run_id: str, job) -> None:
         tags["reason"] = "interrupted"
     if job.result is not None:
         tags["device"] = job.result.device
+        tags[FINGERPRINT_TAG] = job.result.timing.fingerprint  # "": no XLA program (eager, torch)
     if job.data_digest:
         tags["data_digest"] = job.data_digest
     if job.data_shape:

@@ -1,0 +1,96 @@
+"""plnexp.ranking: a strategy is called fastest only beyond the noise, never against its own program,
+and never on contended timings. Entries are built by hand (no fit, no timing)."""
+
+from __future__ import annotations
+
+import pytest
+
+from plnexp import ranking
+from plnexp.report import Entry
+from plnexp.timing import CALIBRATION_TOLERANCE
+
+N_ITER = 100
+
+
+def entry(strategy, ms, spread=0.05, *, n_runs=5, fp=None, status="FINISHED", host="h", cpu="cpu A",
+          window=None, calib=(0.015, 0.015)):
+    """A run whose timed runs' interval is ms*(1 ± spread) ms/iter."""
+    metrics = {"ms_per_iter": ms, "n_iter_run": N_ITER, "n_runs": n_runs,
+               "run_s_lo": ms * (1 - spread) * N_ITER / 1e3, "run_s_hi": ms * (1 + spread) * N_ITER / 1e3,
+               "calib_before_s": calib[0], "calib_after_s": calib[1]}
+    if window is not None:
+        metrics["timed_start"], metrics["timed_end"] = window
+    tags = {"hlo_fingerprint": fp if fp is not None else f"fp-{strategy}", "host": host, "cpu_model": cpu}
+    return Entry(f"id-{strategy}", f"{strategy}-job", status, "", strategy, "oaks_x100", 11600, 114, "cpu",
+                 "float32", {}, metrics, tags=tags)
+
+
+def test_a_winner_only_beyond_the_spread():
+    clear = [entry("scan", 7.0), entry("fori_loop", 8.0), entry("eager", 50.0, fp="")]
+    line = ranking.headline("G", clear, {})
+    assert line.startswith("fastest on G: scan 7.00 ms/iter [6.65–7.35, 5 runs]"), line
+    assert "1.14× next: fori_loop" in line and "7.1× eager" in line
+
+    close = [entry("scan", 7.0), entry("fori_loop", 7.3), entry("eager", 50.0, fp="")]  # 7.35 > 6.935
+    line = ranking.headline("G", close, {})
+    assert line.startswith("tied within noise on G: scan 7.00") and "fori_loop 7.30" in line, line
+    assert line.endswith("; 1 slower")
+
+
+def test_one_program_is_one_contender_never_ranked_within():
+    entries = [entry("scan_namedtuple", 7.1, fp="same"), entry("scan_pytree", 10.1, fp="same"),
+               entry("scan_dataclass", 7.3, fp="same"), entry("eager", 50.0, fp="")]
+    (prog, eager) = ranking.contenders(entries)
+    assert prog.names == ("scan_namedtuple", "scan_pytree", "scan_dataclass")
+    assert prog.ms == pytest.approx(7.3)  # the members' median, not the luckiest member
+    line = ranking.headline("G", entries, {})
+    assert line.startswith("fastest on G: scan_namedtuple = scan_pytree = scan_dataclass (one program)"), line
+
+
+def test_too_few_runs_are_not_ranked_and_unfinished_runs_are_named():
+    entries = [entry("scan", 7.0, n_runs=1), entry("fori_loop", 9.0), entry("jit_per_function", 20.0, status="FAILED")]
+    line = ranking.headline("G", entries, {})
+    assert line.startswith("not ranked on G: fewer than 3 timed runs for scan"), line
+    assert line.endswith("not finished: jit_per_function (FAILED)")
+    assert ranking.headline("G", [entry("scan", 7.0, status="KILLED")], {}) == \
+        "G: no run finished; not finished: scan (KILLED)"
+
+
+def test_overlapping_timed_runs_on_one_host_are_contended():
+    a = entry("scan", 7.0, window=(100.0, 110.0))
+    b = entry("fori_loop", 9.0, window=(105.0, 120.0))
+    c = entry("while_loop", 9.0, window=(120.5, 130.0))  # after b: clean
+    d = entry("eager", 50.0, window=(100.0, 130.0), host="other")  # another host: clean
+    why = ranking.contention([a, b, c, d])
+    assert set(why) == {a.run_id, b.run_id}
+    assert "overlapped with fori_loop-job's on h" in why[a.run_id][0]
+    line = ranking.headline("G", [a, b, c], why)
+    assert line.startswith("timings contended on G: do not compare (scan: timed runs overlapped"), line
+
+
+@pytest.mark.parametrize("after, flagged", [(1 + CALIBRATION_TOLERANCE / 2, False),
+                                            (1 + 2 * CALIBRATION_TOLERANCE, True),
+                                            (1 - 2 * CALIBRATION_TOLERANCE, True)])
+def test_a_calibration_that_moves_beyond_idle_flags_its_run(after, flagged):
+    e = entry("scan", 7.0, calib=(0.010, 0.010 * after))
+    why = ranking.contention([e])
+    assert (e.run_id in why) == flagged
+    if flagged:
+        assert f"{100 * (after - 1):+.0f}%" in why[e.run_id][0]
+
+
+def test_a_calibration_slower_than_the_hosts_best_flags_its_run():
+    fast = entry("scan", 7.0, calib=(0.010, 0.0101))
+    slow = entry("fori_loop", 9.0, calib=(0.010 * (1 + 2 * CALIBRATION_TOLERANCE),) * 2)  # steady, no drift
+    elsewhere = entry("eager", 50.0, fp="", calib=(0.030, 0.030), host="h2")  # another host: its own best
+    why = ranking.contention([fast, slow, elsewhere])
+    assert set(why) == {slow.run_id} and "over its host's fastest in the sweep" in why[slow.run_id][0]
+
+
+def test_runs_on_different_hosts_or_cpu_models_are_not_compared():
+    entries = [entry("scan", 7.0, cpu="cpu A"), entry("fori_loop", 9.0, cpu="cpu B", host="h2")]
+    assert ranking.headline("G", entries, {}).startswith(
+        "timings contended on G: do not compare (timed on different CPU models (cpu A; cpu B))")
+    entries = [entry("scan", 7.0), entry("fori_loop", 9.0, host="h2")]
+    assert ranking.headline("G", entries, {}).startswith(
+        "timings contended on G: do not compare (timed on different hosts (h, h2))")
