@@ -65,6 +65,7 @@ class CurvePanel:
     title: str
     curves: dict[str, np.ndarray] = field(default_factory=dict)
     note: str = ""  # a line under the title (e.g. how far the curves are apart)
+    final: float = float("nan")  # the best final ELBO of the panel's runs (after their last step, as tables show)
 
 
 def converged(curve, tail: float = 0.1, rtol: float = 1e-5) -> bool:
@@ -80,8 +81,10 @@ def converged(curve, tail: float = 0.1, rtol: float = 1e-5) -> bool:
 
 
 def elbo_curves_png(panels: list[CurvePanel], path: str | Path, reference: str = "scan") -> Path:
-    """The ELBO against the iteration for every run, one panel per data size. On a log axis: the gap
-    to the panel's best ELBO when the curves have flattened (:func:`converged`), else -ELBO (the ELBO
+    """The ELBO against the iteration for every run, one panel per comparison group (never two
+    precisions or models in one). On a log axis: the gap to the panel's best ELBO (its best final
+    ELBO, after the last step, as the tables show it; else the curves' best) when the curves have
+    flattened (:func:`converged`), else -ELBO (the ELBO
     spans decades in the first iterations, which flattens every curve on a linear axis). Curves that
     agree lie on top of each other, so under each panel a second one shows how far each curve is
     from ``reference``'s (relative difference per iteration, log axis), when the panel has it."""
@@ -98,6 +101,7 @@ def elbo_curves_png(panels: list[CurvePanel], path: str | Path, reference: str =
             sub.subplots(), None)
         finite = [c[np.isfinite(c)] for c in curves.values()]
         best = max((c.max() for c in finite if len(c)), default=np.nan)
+        best = best if not np.isfinite(panel.final) else max(best, panel.final) if np.isfinite(best) else panel.final
         gap = np.isfinite(best) and all(converged(c) for c in curves.values())
         negative = all(len(c) and c.max() < 0 for c in finite)
         floor = max(abs(best), 1.0) * 1e-12 if np.isfinite(best) else 1e-12
@@ -112,7 +116,8 @@ def elbo_curves_png(panels: list[CurvePanel], path: str | Path, reference: str =
         if gap or negative:
             ax.set_yscale("log")
         ax.set_ylabel("best ELBO − ELBO (nats, log)" if gap else "−ELBO (nats, log)" if negative else "ELBO (nats)")
-        title = panel.title + (f"; best ELBO {best:,.1f}" if np.isfinite(best) else "")
+        what = "best final ELBO" if np.isfinite(panel.final) else "best ELBO"
+        title = panel.title + (f"; {what} {best:,.1f}" if np.isfinite(best) else "")
         ax.set_title(title + ("\n" + textwrap.fill(panel.note, 90) if panel.note else ""), fontsize=9)
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
@@ -141,11 +146,13 @@ class TimingPanel:
     compile_s: dict[str, float] = field(default_factory=dict)
     run_s: dict[str, float] = field(default_factory=dict)
     n_iter: int | None = None  # the runs' common length, for the axis label
+    run_span: dict[str, tuple[float, float]] = field(default_factory=dict)  # the run times' interval (error bar)
 
 
 def timings_png(panels: list[TimingPanel], path: str | Path) -> Path:
     """Compile time against steady run time per strategy, as grouped horizontal bars with the value
-    at each bar's end; a log axis when the times span more than :data:`LOG_RANGE`."""
+    at each bar's end, the run time's interval as an error bar; a log axis when the times span more
+    than :data:`LOG_RANGE`. Labels name the program group (``a = b``) where the caller joined them."""
     rows = max((len(p.run_s) for p in panels), default=1)
     fig = _figure(11, (0.42 * rows + 1.4) * -(-len(panels) // 2) + 0.4)
     every = np.array([v for p in panels for v in [*p.compile_s.values(), *p.run_s.values()]], dtype=float)
@@ -159,7 +166,12 @@ def timings_png(panels: list[TimingPanel], path: str | Path) -> Path:
         runs = f"steady run ({panel.n_iter} iterations)" if panel.n_iter else "steady run"
         for j, (v, name, color) in enumerate(zip(values, ("compile", runs), ("tab:orange", "tab:blue"))):
             shown = np.where(np.isfinite(v) & (v > 0), v, np.nan)
-            bars = ax.barh(y + (j - 0.5) * 0.4, shown, height=0.4, color=color, label=name)
+            err = None
+            if j == 1 and panel.run_span:
+                spans = np.array([panel.run_span.get(k, (np.nan, np.nan)) for k in labels], dtype=float)
+                err = np.nan_to_num(np.abs(spans.T - shown), nan=0.0)
+            bars = ax.barh(y + (j - 0.5) * 0.4, shown, height=0.4, color=color, label=name, xerr=err,
+                           error_kw=dict(lw=1, capsize=2, ecolor="0.2"))
             ax.bar_label(bars, labels=["" if not np.isfinite(s) else f"{s:.3g}" for s in shown], fontsize=7,
                          padding=2)
             for yi, vi in zip(y + (j - 0.5) * 0.4, v):

@@ -133,6 +133,14 @@ class Report:
         """The group's fastest strategy beyond the noise (its label), or "" when there is none."""
         return ranking.rank(self.group_label(group), self.groups[group], self.contended).winner
 
+    def program(self, e: Entry) -> str:
+        """The run's program group: the strategies of its group that compiled to its program
+        (``a = b = c``), the strategy alone when none shares it, "-" with no XLA program (eager, torch)."""
+        if not e.tags.get("hlo_fingerprint"):
+            return "-"
+        return next((" = ".join(c.names) for c in ranking.contenders(self.groups[e.group]) if e.strategy in c.names),
+                    e.strategy)
+
     def programs(self) -> list[str]:
         """"a = b = c: one compiled program (...)" for each set of strategies of a group that share one."""
         out = []
@@ -260,10 +268,11 @@ def columns(report: Report) -> list[tuple[str, str, object]]:
     logged = {m.key: (m.header, m.key, lambda e, m=m: cell(m, e.m(m.key))) for m in REPORT}
     cols += [logged[k] for k in ("n_iter_run", "compile_s", "run_s", "ms_per_iter")]
     span = lambda e: ranking.interval_ms(e) if e.ok else (np.nan, np.nan, 0)  # noqa: E731
-    cols += [("ms/iter spread", "ms_per_iter_spread",
+    cols += [("ms/iter interval", "ms_per_iter_interval",
               lambda e: "-" if not np.isfinite(span(e)[0]) else f"{span(e)[0]:.2f}–{span(e)[1]:.2f}"),
              logged["n_runs"],
-             ("program", "hlo_fingerprint", lambda e: e.tags.get("hlo_fingerprint", "")[:8] or "-"),
+             ("program", "program", lambda e: report.program(e)),
+             ("ms/iter IQR", "ms_per_iter_iqr", f("{:.2f}", lambda e: span(e)[1] - span(e)[0])),
              ("timing", "timing", lambda e: "contended" if e.run_id in report.contended else "ok" if e.ok else "-")]
     cols += [("× eager", "speedup_vs_eager", f("{:.2f}", lambda e: e.speedup_eager)),
              ("× scan", "speedup_vs_scan", f("{:.2f}", lambda e: e.speedup_scan)),
@@ -288,6 +297,7 @@ def csv_text(report: Report) -> str:
     raw = {**{m.key: (lambda e, k=m.key: e.m(k)) for m in REPORT},
            "speedup_vs_eager": lambda e: e.speedup_eager, "speedup_vs_scan": lambda e: e.speedup_scan,
            "elbo_at_common_length": lambda e: e.elbo_common, "max_rel_diff_to_scan": lambda e: e.vs_scan,
+           "ms_per_iter_iqr": lambda e: (lambda s: s[1] - s[0])(ranking.interval_ms(e)) if e.ok else np.nan,
            "shape": lambda e: f"{e.n}x{e.p}" if e.n else ""}
     cols = columns(report)
     out = io.StringIO()
@@ -328,8 +338,37 @@ def summary_lines(report: Report) -> list[str]:
         lines.append(f"timings contended in {len(report.contended)} of {len(report.entries)} runs (see the report's "
                      f"notes): do not compare them; {ranking.CLEAN}")
     failed = report.failed
-    lines.append(f"{len(failed)} of {len(report.entries)} runs failed" +
-                 (": " + ", ".join(f"{e.name} ({e.status})" for e in failed) if failed else ""))
+    total = _int(report.parent.data.tags.get("jobs")) or len(report.entries)
+    counts = [f"{sum(e.status == s for e in report.entries)} {s.lower()}" for s in ("FAILED", "KILLED", "RUNNING")
+              if any(e.status == s for e in report.entries)]
+    missing = max(total - len(report.entries), 0)
+    counts += [f"{missing} not started"] if missing else []
+    lines.append(f"{len(report.entries) - len(failed)} of {total} jobs finished"
+                 + (f" ({', '.join(counts)})" if counts else "")
+                 + (": " + ", ".join(f"{e.name} ({e.status})" for e in failed) if failed else ""))
+    return lines
+
+
+def precision_table(report: Report) -> list[str]:
+    """When the sweep varies the precision: the final ELBO of each run per precision, side by side,
+    and the float32 - float64 gap relative to float64 (what a precision sweep is for); [] otherwise."""
+    precisions = sorted({e.precision for e in report.entries})
+    if precisions != ["float32", "float64"]:
+        return []
+    rows: dict[tuple, dict[str, float]] = {}
+    for e in report.entries:
+        if e.ok:
+            key = (e.strategy, e.data, e.shape, e.device, *e.extra)
+            rows.setdefault(key, {})[e.precision] = e.m("final_elbo")
+    extra = [SHORT.get(k, k) for k in report.extra_keys]
+    lines = ["| strategy | data | n×p | device | " + "".join(f"{k} | " for k in extra)
+             + "final ELBO float32 | final ELBO float64 | (f32 − f64) / |f64| |",
+             "|---|---|---:|---|" + "---|" * len(extra) + "---:|---:|---:|"]
+    for key, v in rows.items():
+        a, b = v.get("float32", np.nan), v.get("float64", np.nan)
+        gap = (a - b) / abs(b) if np.isfinite(a) and np.isfinite(b) and b else np.nan
+        cells = [f"{x:,.1f}" if np.isfinite(x) else "-" for x in (a, b)] + [f"{gap:+.2e}" if np.isfinite(gap) else "-"]
+        lines.append("| " + " | ".join([*map(str, key), *cells]) + " |")
     return lines
 
 
@@ -351,11 +390,11 @@ def figures(report: Report, folder: Path) -> list[str]:
     ok = [e for e in report.entries if e.ok]
     if not ok:
         return []
-    by_data: dict[str, list[Entry]] = {}
-    for e in ok:
-        by_data.setdefault(e.data, []).append(e)
     panels = []
-    for data, entries in by_data.items():
+    for group, entries in report.groups.items():  # one panel per group: never two precisions or models
+        entries = [e for e in entries if e.ok]
+        if not entries:
+            continue
         varying = _varying_within(entries)
         agree = [e.vs_scan for e in entries if np.isfinite(e.vs_scan)]
         k = min(len(e.curve) for e in entries)
@@ -365,18 +404,25 @@ def figures(report: Report, folder: Path) -> list[str]:
             note += f"; {len(same)} of {len(entries) - 1} bit for bit equal to scan (no line below)"
         if len({len(e.curve) for e in entries}) > 1:
             note = (note + "; " if note else "") + f"common length {k}"
-        panels.append(plots.CurvePanel(f"{data} ({entries[0].shape})",
-                                       {_series_label(e, varying): e.curve for e in entries}, note))
+        finals = [e.m("final_elbo") for e in entries if np.isfinite(e.m("final_elbo"))]
+        panels.append(plots.CurvePanel(report.group_label(group), {_series_label(e, varying): e.curve for e in entries},
+                                       note, max(finals, default=np.nan)))
     plots.elbo_curves_png(panels, folder / "elbo_curves.png")
     tpanels = []
     for group, entries in report.groups.items():
         entries = [e for e in entries if e.ok]
         if entries:
             lengths = {int(e.m("n_iter_run")) for e in entries if np.isfinite(e.m("n_iter_run"))}
-            tpanels.append(plots.TimingPanel(report.group_label(group),
-                                             {e.strategy: e.m("compile_s") for e in entries},
-                                             {e.strategy: e.m("run_s") for e in entries},
-                                             lengths.pop() if len(lengths) == 1 else None))
+            shared = [c for c in ranking.contenders(entries) if len(c.names) > 1]
+            letter = {n: chr(ord("A") + i) for i, c in enumerate(shared) for n in c.names}
+            name = lambda e: f"{e.strategy} (program {letter[e.strategy]})" if e.strategy in letter else e.strategy  # noqa: E731
+            programs = "".join(f"\nprogram {chr(ord('A') + i)}: one compiled program for {', '.join(c.names)}"
+                               for i, c in enumerate(shared))
+            tpanels.append(plots.TimingPanel(report.group_label(group) + programs,
+                                             {name(e): e.m("compile_s") for e in entries},
+                                             {name(e): e.m("run_s") for e in entries},
+                                             lengths.pop() if len(lengths) == 1 else None,
+                                             {name(e): (e.m("run_s_lo"), e.m("run_s_hi")) for e in entries}))
     plots.timings_png(tpanels, folder / "timings.png")
     names = ["elbo_curves.png", "timings.png"]
     size = _size_axis(ok)
@@ -421,6 +467,9 @@ def markdown(report: Report, images: list[str]) -> str:
              "values, one program. The last column is the largest relative difference of the run's ELBO curve to "
              "`scan`'s.", "",
              markdown_table(report), ""]
+    precision = precision_table(report)
+    if precision:
+        lines += ["Final ELBO per precision (each run after its last step):", "", *precision, ""]
     extra = notes(report)
     if extra:
         lines += ["Notes:", "", *[f"- {n}" for n in extra], ""]

@@ -98,7 +98,9 @@ class Outcome:
             parts.append(f"cached compile {g('compile_warm_s', '{:.2f}')} s")
         if "first_call_s" in m:
             parts.append(f"first call {g('first_call_s', '{:.2f}')} s")
-        parts += [f"run {g('run_s', '{:.3f}')} s ({g('ms_per_iter', '{:.2f}')} ms/iter)",
+        runs = int(m.get("n_runs", 1))
+        spread = f", {runs} runs, spread {g('run_s_iqr', '{:.3f}')} s" if runs > 1 else ""
+        parts += [f"run {g('run_s', '{:.3f}')} s ({g('ms_per_iter', '{:.2f}')} ms/iter{spread})",
                   f"final ELBO {g('final_elbo', '{:.6g}')}"]
         text = f"{self.name} {self.status}: " + ", ".join(parts)
         return text + (f" [{self.reason}]" if self.reason else "")

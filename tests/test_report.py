@@ -125,7 +125,7 @@ def test_terminal_summary_names_the_fastest_and_the_failures(outputs, tmp_path, 
     # 5 runs each, interquartile ranges 1.98-2.02 (scan) and 2.475-2.525 (fori_loop): apart
     assert lines[0].startswith("fastest on synthetic_n30_p5_d2_s0 (30×5), float32, cpu: scan 2.00 ms/iter "
                                "[1.98–2.02, 5 runs] (1.25× next: fori_loop, 5.0× eager)"), lines[0]
-    assert lines[-1] == "0 of 3 runs failed"
+    assert lines[-1] == "3 of 3 jobs finished"
 
 
 def test_one_data_size_has_no_scaling_plot_and_equal_lengths_no_common_column(outputs, tmp_path, monkeypatch):
@@ -264,3 +264,45 @@ def test_a_strategy_swept_over_its_own_option_is_one_row_per_value(outputs, tmp_
     rows = list(csv.DictReader(io.StringIO((folder / "report.csv").read_text())))
     assert sorted(r["strategy"] for r in rows) == ["scan", "while_loop tol=0.001", "while_loop tol=1e-06"]
     assert {r["strategy"]: int(float(r["n_iter_run"])) for r in rows}["while_loop tol=0.001"] == 5
+
+
+def test_panels_and_references_never_cross_precision_or_model(outputs, tmp_path, monkeypatch):
+    """sweep=precision's shape: float32/float64 x full/profiled. Each ELBO panel and each curve
+    comparison stays inside one group (the old report drew all four in one panel against scan f32 full)."""
+    monkeypatch.setattr(runner, "execute", fake_execute)
+    uri = tracking.check_store()
+    jobs = cli.plan(["dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=8", "strategy=scan,fori_loop",
+                     "precision=float32,float64", "model=full,profiled"], multirun=True)
+    record = sweep.open_sweep(tmp_path / "p", "precision", "precision", uri, len(jobs), {"command": "test"})
+    for i, job in enumerate(jobs):
+        runner.run_job(job.config, job.overrides, job.name, parent=record.parent, job_num=i)
+    sweep.close_sweep(record, "FINISHED")
+    panels = []
+    monkeypatch.setattr(report.plots, "elbo_curves_png", lambda p, path: panels.extend(p))
+    rep = report.load(uri, tracking.find_run(uri, record.parent_id))
+    report.figures(rep, tmp_path)
+    assert len(panels) == len(rep.groups) == 4
+    for panel in panels:
+        assert len(panel.curves) == 2  # scan and fori_loop of one precision and model
+    titles = [p.title for p in panels]
+    assert len(set(titles)) == 4 and all(("float32" in t) != ("float64" in t) for t in titles)
+    table = report.precision_table(rep)  # the final ELBOs side by side, and their relative gap
+    assert len(table) == 2 + 4  # header, rule, one row per strategy x model
+    for row in table[2:]:
+        a, b, gap = (c.strip() for c in row.strip("|").split("|")[-3:])
+        a, b = float(a.replace(",", "")), float(b.replace(",", ""))
+        assert float(gap) == pytest.approx((a - b) / abs(b), rel=1e-2, abs=1e-12)
+    for group, entries in rep.groups.items():  # each run compared with its own group's scan
+        assert {e.precision for e in entries} == {group[2]} and len({e.params["model"] for e in entries}) == 1
+        assert all(e.vs_scan < 1e-5 for e in entries)
+
+
+def test_the_summary_counts_the_whole_grid(outputs, tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "execute", fake_execute)
+    uri = tracking.check_store()
+    record = sweep.open_sweep(tmp_path / "g", "grid", "grid", uri, 4, {"command": "test"})
+    for i, strategy in enumerate(("scan", "fori_loop")):
+        runner.run_job(job_config(strategy, 30), (), strategy, parent=record.parent, job_num=i)
+    sweep.close_sweep(record, "KILLED")
+    rep = report.load(uri, tracking.find_run(uri, record.parent_id))
+    assert report.summary_lines(rep)[-1] == "2 of 4 jobs finished (2 not started)"

@@ -41,7 +41,7 @@ def curve(outputs, run_id):
 # ---------------------------------------------------------------- provenance
 def test_config_hash_ignores_where_and_how_it_is_timed_only():
     (base,) = cli.plan(TINY, multirun=False, check_device=False)
-    same = ["experiment=other", "repeats=3", "warmup=2", "first_call=true", "compile_cache=true",
+    same = ["experiment=other", "repeats=3", "warmup=2", "time_budget_s=5", "first_call=true", "compile_cache=true",
             "tracking_uri=sqlite:////x.db"]
     (moved,) = cli.plan([*TINY, *same], multirun=False, check_device=False)
     assert provenance.config_hash(moved.config) == provenance.config_hash(base.config)
