@@ -8,8 +8,11 @@ varies, see :attr:`plnexp.report.Entry.group`):
   is ranked above another;
 - a contender is "fastest" only when the interval of its timed runs (interquartile range, or the
   range below 5 runs: :class:`plnexp.timing.Spread`) lies wholly below the next one's, each with at
-  least :data:`MIN_RUNS` runs; otherwise the contenders whose intervals reach the best one's are
-  "tied within noise";
+  least :data:`MIN_RUNS` runs, and when its lead exceeds the **between-job noise** the group
+  measures itself: jobs of one program are an A/A test, and how far their medians lie apart
+  (:func:`same_program_noise`) is how far two jobs can differ for no reason (a shared machine
+  drifts between jobs more than within one). Otherwise the contenders within that reach of the
+  best are "tied within noise";
 - a group with a **contended** run is not ranked at all (:func:`contention`): timed runs that
   overlapped with another job's on the same host, a calibration that moved during the timed runs,
   or runs timed on different hosts or CPU models.
@@ -74,6 +77,17 @@ def contenders(entries) -> list[Contender]:
         out.append(Contender(tuple(e.strategy for e in members), ms, min(s[0] for s in spans),
                              max(s[1] for s in spans), min(s[2] for s in spans)))
     return sorted(out, key=lambda c: c.ms)
+
+
+def same_program_noise(ranked: list[Contender], entries) -> float:
+    """How far apart (max/min - 1 of their median ms/iter) the jobs of one program landed, the
+    largest over the group's programs with several jobs; NaN when no program has two."""
+    worst = math.nan
+    for c in ranked:
+        if len(c.names) > 1:
+            ms = [e.m("ms_per_iter") for e in entries if e.ok and e.strategy in c.names]
+            worst = max(worst if math.isfinite(worst) else 0.0, max(ms) / min(ms) - 1)
+    return worst
 
 
 def contention(entries) -> dict[str, list[str]]:
@@ -153,13 +167,16 @@ def rank(label: str, entries, contended: dict[str, list[str]], baseline: str = "
         return Ranked(f"not ranked on {label}: fewer than {MIN_RUNS} timed runs for {', '.join(few)} "
                       f"(repeats={MIN_RUNS} or more ranks them){tail}", "")
     nxt = ranked[1]
-    if best.hi < nxt.lo:
+    noise = same_program_noise(ranked, entries)
+    aa = f" (jobs of one program differ by up to {100 * noise:.0f}% here)" if math.isfinite(noise) else ""
+    reach = best.ms * (1 + noise) if math.isfinite(noise) else -math.inf
+    if best.hi < nxt.lo and nxt.ms > reach:
         ups = [f"{nxt.ms / best.ms:.2f}× next: {nxt.label}"]
         base = next((e for e in entries if e.ok and e.strategy == baseline), None)
         if base is not None and baseline not in best.names:
             ups.append(f"{base.m('ms_per_iter') / best.ms:.1f}× {baseline}")
         return Ranked(f"fastest on {label}: {best.text()} ({', '.join(ups)}){tail}", best.label)
-    tied = [c for c in ranked if c.lo <= best.hi]
+    tied = [c for c in ranked if c.lo <= best.hi or c.ms <= reach]
     rest = len(ranked) - len(tied)
-    return Ranked(f"tied within noise on {label}: {'; '.join(c.text() for c in tied)}"
+    return Ranked(f"tied within noise{aa} on {label}: {'; '.join(c.text() for c in tied)}"
                   f"{f'; {rest} slower' if rest else ''}{tail}", "")

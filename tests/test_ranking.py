@@ -47,6 +47,19 @@ def test_one_program_is_one_contender_never_ranked_within():
     assert line.startswith("fastest on G: scan_namedtuple = scan_pytree = scan_dataclass (one program)"), line
 
 
+def test_a_lead_within_the_same_program_noise_is_a_tie():
+    """Jobs of one program (an A/A test) landed 10% apart: a 5% lead of another strategy, though its
+    runs' intervals do not overlap, is within what two jobs differ by for no reason."""
+    entries = [entry("scan", 7.0, 0.01), entry("scan_namedtuple", 7.2, 0.01, fp="same"),
+               entry("scan_pytree", 7.92, 0.01, fp="same"), entry("fori_loop", 9.0, 0.01)]
+    line = ranking.headline("G", entries, {})
+    assert line.startswith("tied within noise (jobs of one program differ by up to 10% here) on G: scan 7.00"), line
+    assert "scan_namedtuple = scan_pytree (one program)" in line and line.endswith("; 1 slower")
+    # a lead beyond it is a result
+    entries[0] = entry("scan", 6.0, 0.01)
+    assert ranking.headline("G", entries, {}).startswith("fastest on G: scan 6.00")
+
+
 def test_too_few_runs_are_not_ranked_and_unfinished_runs_are_named():
     entries = [entry("scan", 7.0, n_runs=1), entry("fori_loop", 9.0), entry("jit_per_function", 20.0, status="FAILED")]
     line = ranking.headline("G", entries, {})
