@@ -164,6 +164,8 @@ def timings_png(panels: list[TimingPanel], path: str | Path) -> Path:
         values = [np.array([panel.compile_s.get(k, np.nan) for k in labels], dtype=float),
                   np.array([panel.run_s[k] for k in labels], dtype=float)]
         runs = f"steady run ({panel.n_iter} iterations)" if panel.n_iter else "steady run"
+        if panel.run_span:
+            runs += ":\nmedian, whiskers: IQR\n(range below 5 runs)"
         for j, (v, name, color) in enumerate(zip(values, ("compile", runs), ("tab:orange", "tab:blue"))):
             shown = np.where(np.isfinite(v) & (v > 0), v, np.nan)
             err = None

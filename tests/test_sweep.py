@@ -79,6 +79,23 @@ def test_joblib_two_workers_eight_jobs(outputs, tmp_path):
 
 
 @pytest.mark.slow
+def test_two_jobs_at_once_are_flagged_contended(outputs, tmp_path):
+    """Two joblib workers time their jobs at the same time on this host: the report refuses to
+    rank them and says how to get clean timings."""
+    proc = plnexp_cli("sweep", "sweep=null", *DATA, "strategy=scan,fori_loop", "n_iter=2000", "time_budget_s=4",
+                      "experiment=both", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "timings contended on synthetic_n30_p5_d2_s0 (30×5), float32, cpu: do not compare (" in proc.stdout
+    assert "timed runs overlapped with" in proc.stdout and "hydra/launcher=basic" in proc.stdout
+    (parent,), children = split(runs_of(outputs, "both"))
+    assert parent.data.tags["fastest_strategy"] == ""
+    (a, b) = children
+    overlap = min(a.data.metrics["timed_end"], b.data.metrics["timed_end"]) - max(
+        a.data.metrics["timed_start"], b.data.metrics["timed_start"])
+    assert overlap > 0 and a.data.tags["host"] == b.data.tags["host"]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
 def test_interrupt_mid_sweep(outputs, tmp_path, signum, code):
     proc = start("run", "--multirun", *DATA, "strategy=scan,eager,fori_loop", LONG, "experiment=intr", cwd=tmp_path)
