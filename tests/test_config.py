@@ -79,7 +79,7 @@ def test_default_sweep_is_every_strategy_on_oaks_x100_at_equal_iterations():
         c = j.config
         assert (c.dataset.replication, c.precision.name, c.model.value, c.optimizer.name) == \
             (100, "float32", "full", "radam_clip")
-        assert c.n_iter == c.n_iter_requested == 100  # like with like: no per-strategy cap
+        assert c.n_iter == c.n_iter_requested == 50  # like with like: no per-strategy cap
 
 
 def test_command_line_overrides_replace_sweep_params():
@@ -113,6 +113,8 @@ BAD = [
      "strategy.unroll: unknown key; allowed keys under strategy are name, tol, patience"),
     (["init=random"], "init='random': allowed values are seed, data"),
     (["repeats=0"], "repeats=0: allowed values are integers >= 1"),
+    (["time_budget_s=-1"], "time_budget_s=-1: allowed values are numbers >= 0 (seconds)"),
+    (["time_budget_s=soon"], "time_budget_s='soon': allowed values are numbers >= 0 (seconds)"),
     (["warmup=-1"], "warmup=-1: allowed values are integers >= 0"),
     (["first_call=3"], "first_call=3: allowed values are true, false"),
     (["first_call=yes"], "first_call='yes': allowed values are true, false"),
@@ -174,12 +176,13 @@ def test_timing_protocol_defaults_and_switches(tmp_path, monkeypatch):
     monkeypatch.setenv("PLNEXP_OUTPUTS", str(tmp_path))
     (job,) = cli.plan([], multirun=False)
     c = job.config
-    assert (c.repeats, c.warmup, c.first_call, c.compile_cache) == (1, 0, False, False)
+    assert (c.repeats, c.time_budget_s, c.warmup, c.first_call, c.compile_cache) == (3, 2.0, 0, False, False)
     t = c.fit_spec().timing
-    assert (t.repeats, t.warmup, t.first_call, t.compile_cache_dir) == (1, 0, False, None)
-    (job,) = cli.plan(["first_call=true", "compile_cache=true", "repeats=2", "warmup=1"], multirun=False)
+    assert (t.repeats, t.time_budget_s, t.warmup, t.first_call, t.compile_cache_dir) == (3, 2.0, 0, False, None)
+    (job,) = cli.plan(["first_call=true", "compile_cache=true", "repeats=2", "warmup=1", "time_budget_s=0"],
+                      multirun=False)
     t = job.config.fit_spec().timing
-    assert (t.repeats, t.warmup, t.first_call) == (2, 1, True)
+    assert (t.repeats, t.time_budget_s, t.warmup, t.first_call) == (2, 0.0, 1, True)
     assert t.compile_cache_dir == tmp_path.resolve() / "jax_cache"
     assert job.name == "scan-oaks-f32-cpu", "protocol switches do not rename a run"
     flat = C.flatten(job.config.as_dict())

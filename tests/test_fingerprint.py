@@ -59,6 +59,7 @@ def _program_prints(data, names, n_iter=5):
     return out
 
 
+@pytest.mark.slow
 def test_carry_containers_share_one_program_on_oaks(oaks):
     """NamedTuple, registered pytree class and dataclass carries flatten to their leaves in one
     order: one XLA program. The dict carry of `scan` orders its leaves by key, which permutes the
@@ -73,7 +74,7 @@ def test_carry_containers_share_one_program_on_oaks(oaks):
     assert prints["eager"] == ""
 
 
-@pytest.mark.parametrize("precision", ["float32", "float64"])
+@pytest.mark.parametrize("precision", ["float32", pytest.param("float64", marks=pytest.mark.slow)])
 def test_a_fit_logs_its_program_fingerprint(oaks, precision):
     import plnexp
 

@@ -266,6 +266,7 @@ def test_a_strategy_swept_over_its_own_option_is_one_row_per_value(outputs, tmp_
     assert {r["strategy"]: int(float(r["n_iter_run"])) for r in rows}["while_loop tol=0.001"] == 5
 
 
+@pytest.mark.slow
 def test_panels_and_references_never_cross_precision_or_model(outputs, tmp_path, monkeypatch):
     """sweep=precision's shape: float32/float64 x full/profiled. Each ELBO panel and each curve
     comparison stays inside one group (the old report drew all four in one panel against scan f32 full)."""
