@@ -205,16 +205,39 @@ def loglog_slope(x, y) -> float:
     return float(np.polyfit(np.log(x[ok]), np.log(y[ok]), 1)[0])
 
 
+def common_slopes(series: dict[str, tuple[list, list]]) -> tuple[dict[str, float], dict[str, list], tuple]:
+    """Per label, the log-log slope of y against x over the sizes every label has (finite y), and
+    the sizes others have that it lacks; and those common sizes' (min, max)."""
+    sizes = {k: {float(a) for a, b in zip(x, y) if np.isfinite(b)} for k, (x, y) in series.items()}
+    every = set().union(*sizes.values()) if sizes else set()
+    common = set.intersection(*sizes.values()) if sizes else set()
+    slopes = {}
+    for k, (x, y) in series.items():
+        x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+        keep = np.isin(x, sorted(common))
+        slopes[k] = loglog_slope(x[keep], y[keep])
+    return slopes, {k: sorted(every - s) for k, s in sizes.items()}, (min(common, default=np.nan),
+                                                                      max(common, default=np.nan))
+
+
 def scaling_png(series: dict[str, tuple[list, list]], xlabel: str, title: str, path: str | Path) -> Path:
-    """ms/iteration against the data size, log-log, one line per label, its fitted slope in the legend."""
+    """ms/iteration against the data size, log-log, one line per label. Each label's fitted slope
+    (legend) is over the sizes every label has, so that slopes compare; a size another label has but
+    this one lacks (a failed or missing run) is named in its legend entry and marked x on the axis."""
     fig = _figure(8, 4.8)
     ax = fig.add_subplot()
+    slopes, missing_of, (lo, hi) = common_slopes(series)
+    span = f" over {lo:g}–{hi:g}" if any(missing_of.values()) and lo < hi else ""
     for i, (label, (x, y)) in enumerate(series.items()):
         order = np.argsort(x)
         x, y = np.asarray(x, dtype=float)[order], np.asarray(y, dtype=float)[order]
-        slope = loglog_slope(x, y)
-        ax.plot(x, y, marker="o", ms=4, lw=1.4, ls=LINESTYLES[i % len(LINESTYLES)],
-                label=f"{label} (slope {slope:.2f})" if np.isfinite(slope) else label)
+        slope, missing = slopes[label], missing_of[label]
+        text = label + (f" (slope {slope:.2f}{span})" if np.isfinite(slope) else "")
+        text += f"; missing {', '.join(f'{m:g}' for m in missing)}" if missing else ""
+        line, = ax.plot(x, y, marker="o", ms=4, lw=1.4, ls=LINESTYLES[i % len(LINESTYLES)], label=text)
+        if missing:
+            ax.plot(missing, [0.0] * len(missing), ls="", marker="x", ms=7, color=line.get_color(),
+                    transform=ax.get_xaxis_transform(), clip_on=False)
     ax.set_xscale("log")
     ax.set_yscale("log")
     xs = np.concatenate([np.asarray(x, dtype=float) for x, _ in series.values()])

@@ -307,3 +307,16 @@ def test_the_summary_counts_the_whole_grid(outputs, tmp_path, monkeypatch):
     sweep.close_sweep(record, "KILLED")
     rep = report.load(uri, tracking.find_run(uri, record.parent_id))
     assert report.summary_lines(rep)[-1] == "2 of 4 jobs finished (2 not started)"
+
+
+def test_scaling_slopes_use_the_sizes_every_strategy_has():
+    from plnexp import plots
+
+    # scan: y = n exactly (slope 1); eager: y = n^2 at 10 and 100 but failed at 1000 (missing)
+    series = {"scan": ([10, 100, 1000], [10.0, 100.0, 1000.0]), "eager": ([10, 100], [100.0, 10000.0])}
+    slopes, missing, span = plots.common_slopes(series)
+    assert slopes["scan"] == pytest.approx(1.0) and slopes["eager"] == pytest.approx(2.0)
+    assert missing == {"scan": [], "eager": [1000.0]} and span == (10.0, 100.0)
+    # a non-finite point is missing too
+    slopes, missing, _ = plots.common_slopes({"a": ([10, 100, 1000], [1.0, 10.0, float("nan")])})
+    assert missing == {"a": []} and slopes["a"] == pytest.approx(1.0)
