@@ -462,9 +462,9 @@ def markdown(report: Report, images: list[str]) -> str:
              f"Parent run `{p.info.run_id}` ({p.info.status}); command `python -m plnexp "
              f"{tags.get('command', 'sweep')}`; {len(report.entries)} runs.", "",
              "Speed-ups compare median ms/iter with `eager` and `scan` on the same data, precision and device; "
-             "a ratio whose intervals overlap ('ms/iter spread': the interquartile range of the timed runs, their "
-             "range below 5 runs) is noise, not a result. 'program' is the compiled program's fingerprint: equal "
-             "values, one program. The last column is the largest relative difference of the run's ELBO curve to "
+             "a ratio whose intervals overlap ('ms/iter interval': the interquartile range of the timed runs, their "
+             "range below 5 runs) is noise, not a result. 'program' names the strategies of the group whose "
+             "compiled programs are identical (one hlo_fingerprint). The last column is the largest relative difference of the run's ELBO curve to "
              "`scan`'s.", "",
              markdown_table(report), ""]
     precision = precision_table(report)
