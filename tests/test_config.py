@@ -176,9 +176,9 @@ def test_timing_protocol_defaults_and_switches(tmp_path, monkeypatch):
     monkeypatch.setenv("PLNEXP_OUTPUTS", str(tmp_path))
     (job,) = cli.plan([], multirun=False)
     c = job.config
-    assert (c.repeats, c.time_budget_s, c.warmup, c.first_call, c.compile_cache) == (3, 2.0, 0, False, False)
+    assert (c.repeats, c.time_budget_s, c.warmup, c.first_call, c.compile_cache) == (3, 1.0, 0, False, False)
     t = c.fit_spec().timing
-    assert (t.repeats, t.time_budget_s, t.warmup, t.first_call, t.compile_cache_dir) == (3, 2.0, 0, False, None)
+    assert (t.repeats, t.time_budget_s, t.warmup, t.first_call, t.compile_cache_dir) == (3, 1.0, 0, False, None)
     (job,) = cli.plan(["first_call=true", "compile_cache=true", "repeats=2", "warmup=1", "time_budget_s=0"],
                       multirun=False)
     t = job.config.fit_spec().timing
@@ -191,13 +191,14 @@ def test_timing_protocol_defaults_and_switches(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_sweeps_use_the_cheap_protocol():
-    """Only the sweeps with Python-loop strategies at few iterations keep one warm-up run (their
-    first run compiles primitives op by op)."""
+    """Every sweep times each job at least 3 times (the report ranks nothing on fewer); only the
+    sweeps with Python-loop strategies keep one warm-up run (their first run compiles primitives op
+    by op)."""
     for sweep in C.group_options("sweep"):
         jobs = cli.plan([f"sweep={sweep}"], multirun=True)
         for j in jobs:
             c = j.config
-            assert (c.repeats, c.first_call, c.compile_cache) == (1, False, False), sweep
+            assert (c.repeats, c.time_budget_s, c.first_call, c.compile_cache) == (3, 1.0, False, False), sweep
             assert c.warmup == (1 if sweep in ("default", "scaling", "torch") else 0), sweep
 
 
