@@ -78,6 +78,27 @@ def _parse(overrides: list[str]):
         raise ConfigError(f"bad override {bad!r}: {str(e).splitlines()[0]}; allowed forms are {FORMS}") from None
 
 
+# Hydra launchers that come with an optional extra: launcher -> (its module, the extra that installs it)
+EXTRA_LAUNCHERS = {"submitit_slurm": ("hydra_plugins.hydra_submitit_launcher", "cluster"),
+                   "submitit_local": ("hydra_plugins.hydra_submitit_launcher", "cluster")}
+
+
+def _check_launcher(parsed) -> None:
+    """A launcher of an optional extra that is not installed: one line saying what to install,
+    before Hydra answers with its list of the launchers it found."""
+    import importlib.util
+
+    for o in parsed:
+        if o.key_or_group == "hydra/launcher" and not o.is_sweep_override():
+            name = o.get_value_element_as_str()
+            if name in EXTRA_LAUNCHERS:
+                module, extra = EXTRA_LAUNCHERS[name]
+                if importlib.util.find_spec(module.split(".")[0]) is None or importlib.util.find_spec(module) is None:
+                    raise ConfigError(f"hydra/launcher={name}: needs hydra-submitit-launcher, which is not installed; "
+                                      f"install plnexp's {extra} extra (pip install -e '.[{extra}]'); allowed values "
+                                      f"here are {', '.join(LOCAL_LAUNCHERS)}")
+
+
 def _check_groups(parsed) -> None:
     for o in parsed:
         group = o.key_or_group
@@ -148,6 +169,7 @@ def plan(overrides: list[str], multirun: bool, *, check_device: bool = True) -> 
     overrides = list(overrides)
     parsed = _parse(overrides)
     _check_groups(parsed)
+    _check_launcher(parsed)
     sweeps = [o for o in parsed if o.is_sweep_override()]
     if sweeps and not multirun:
         o = sweeps[0]

@@ -193,3 +193,17 @@ def test_help_lists_config_groups(tmp_path):
     for group in ("dataset:", "optimizer:", "strategy:", "device:", "precision:", "model:", "sweep:"):
         assert group in proc.stdout
     assert "python -m plnexp ui [--port N]" in proc.stdout  # every command with its options
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("hydra_plugins.hydra_submitit_launcher") is not None,
+                    reason="hydra-submitit-launcher is installed here")
+def test_a_cluster_launcher_without_its_extra_says_what_to_install(outputs, capsys):
+    from plnexp.__main__ import main
+
+    assert main(["sweep", "hydra/launcher=submitit_slurm", *TINY]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("plnexp: error: hydra/launcher=submitit_slurm: needs hydra-submitit-launcher, which is not "
+                   "installed; install plnexp's cluster extra (pip install -e '.[cluster]'); allowed values here are "
+                   "basic, joblib")
+    cl = store_client(outputs)  # nothing created
+    assert not [r for e in cl.search_experiments() for r in cl.search_runs([e.experiment_id])]
