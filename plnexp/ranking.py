@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from .timing import CALIBRATION_TOLERANCE
+from .timing import CALIBRATION_LEVEL_TOLERANCE, CALIBRATION_TOLERANCE
 
 MIN_RUNS = 3  # timed runs a contender needs before it is ranked
 CLEAN = "for clean timings run the sweep alone on its machine with hydra/launcher=basic (one job at a time)"
@@ -94,8 +94,9 @@ def contention(entries) -> dict[str, list[str]]:
     """Why each contended run's timings cannot be trusted, by run id (runs not named are clean):
     timed runs that overlapped with another run's on the same host; a calibration that moved by
     more than :data:`~plnexp.timing.CALIBRATION_TOLERANCE` between before and after its timed runs
-    (a competing load that started or stopped); a calibration slower by more than that than the
-    fastest of the sweep's runs on the same host (a load all through the run). A load that lasts
+    (a competing load that started or stopped); a calibration slower by more than
+    :data:`~plnexp.timing.CALIBRATION_LEVEL_TOLERANCE` than the fastest of the sweep's runs on the
+    same host (a load all through the run). A load that lasts
     the whole sweep is not seen: nothing measured it idle.
     ``entries``: every run of the sweep (an overlap may cross comparison groups)."""
     why: dict[str, list[str]] = {}
@@ -118,9 +119,10 @@ def contention(entries) -> dict[str, list[str]]:
             why.setdefault(e.run_id, []).append(
                 f"calibration moved {100 * (after / before - 1):+.0f}% during its timed runs ({tol})")
         level = min(before, after) / best[e.tags.get("host", "?")] - 1
-        if level > CALIBRATION_TOLERANCE:
+        if level > CALIBRATION_LEVEL_TOLERANCE:
             why.setdefault(e.run_id, []).append(
-                f"calibration {100 * level:+.0f}% over its host's fastest in the sweep ({tol})")
+                f"calibration {100 * level:+.0f}% over its host's fastest in the sweep (idle: within "
+                f"+{100 * CALIBRATION_LEVEL_TOLERANCE:.0f}%)")
     return why
 
 

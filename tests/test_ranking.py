@@ -7,7 +7,7 @@ import pytest
 
 from plnexp import ranking
 from plnexp.report import Entry
-from plnexp.timing import CALIBRATION_TOLERANCE
+from plnexp.timing import CALIBRATION_LEVEL_TOLERANCE, CALIBRATION_TOLERANCE
 
 N_ITER = 100
 
@@ -94,9 +94,10 @@ def test_a_calibration_that_moves_beyond_idle_flags_its_run(after, flagged):
 
 def test_a_calibration_slower_than_the_hosts_best_flags_its_run():
     fast = entry("scan", 7.0, calib=(0.010, 0.0101))
-    slow = entry("fori_loop", 9.0, calib=(0.010 * (1 + 2 * CALIBRATION_TOLERANCE),) * 2)  # steady, no drift
+    slow = entry("fori_loop", 9.0, calib=(0.010 * (1 + 1.2 * CALIBRATION_LEVEL_TOLERANCE),) * 2)  # steady, no drift
+    idle = entry("while_loop", 9.0, calib=(0.010 * (1 + 0.8 * CALIBRATION_LEVEL_TOLERANCE),) * 2)  # within
     elsewhere = entry("eager", 50.0, fp="", calib=(0.030, 0.030), host="h2")  # another host: its own best
-    why = ranking.contention([fast, slow, elsewhere])
+    why = ranking.contention([fast, slow, idle, elsewhere])
     assert set(why) == {slow.run_id} and "over its host's fastest in the sweep" in why[slow.run_id][0]
 
 
