@@ -54,7 +54,7 @@ from . import fingerprint
 from .problem import Output
 
 NAN = float("nan")
-MAX_RUNS = 100  # timed runs of one job at most, whatever the budget
+MAX_RUNS = 30  # timed runs of one job at most, whatever the budget: enough for a steady IQR
 # The calibration workload (see calibrate): on the idle 2-core dev VM its before/after ratio stayed
 # within CALIBRATION_TOLERANCE (benchmarks/calibration.py measures it).
 CALIBRATION_SIZE, CALIBRATION_PASSES, CALIBRATION_REPEATS = 1 << 16, 96, 3
