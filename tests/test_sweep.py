@@ -81,8 +81,9 @@ def test_joblib_two_workers_eight_jobs(outputs, tmp_path):
 @pytest.mark.slow
 def test_two_jobs_at_once_are_flagged_contended(outputs, tmp_path):
     """Two joblib workers time their jobs at the same time on this host: the report refuses to
-    rank them and says how to get clean timings."""
-    proc = plnexp_cli("sweep", "sweep=null", *DATA, "strategy=scan,fori_loop", "n_iter=2000", "time_budget_s=4",
+    rank them and says how to get clean timings. Runs of ~0.2 s (20000 iterations) fill the 4 s
+    budget under the 30-run cap: each job's timed window lasts seconds, so the two overlap."""
+    proc = plnexp_cli("sweep", "sweep=null", *DATA, "strategy=scan,fori_loop", "n_iter=20000", "time_budget_s=4",
                       "experiment=both", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert "timings contended on synthetic_n30_p5_d2_s0 (30×5), float32, cpu: do not compare (" in proc.stdout
