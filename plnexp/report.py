@@ -122,33 +122,37 @@ class Report:
         return min((e for e in self.groups[group] if e.ok), key=lambda e: e.m("ms_per_iter"), default=None)
 
     @cached_property
+    def contenders(self) -> dict[tuple, list]:
+        """Per group, its finished runs as :class:`ranking.Contender` (one per program), fastest first."""
+        return {g: ranking.contenders(es) for g, es in self.groups.items()}
+
+    def shared(self, group: tuple) -> list:
+        """The group's programs that several strategies compiled to."""
+        return [c for c in self.contenders[group] if len(c.names) > 1]
+
+    @cached_property
     def contended(self) -> dict[str, list[str]]:
         """Why each contended run's timings cannot be compared, by run id (:func:`ranking.contention`)."""
         return ranking.contention(self.entries)
 
-    def headline(self, group: tuple) -> str:
-        return ranking.headline(self.group_label(group), self.groups[group], self.contended)
-
-    def winner(self, group: tuple) -> str:
-        """The group's fastest strategy beyond the noise (its label), or "" when there is none."""
-        return ranking.rank(self.group_label(group), self.groups[group], self.contended).winner
+    def ranked(self, group: tuple) -> ranking.Ranked:
+        """The group's headline and its winner beyond the noise ("" when there is none)."""
+        return ranking.rank(self.group_label(group), self.groups[group], self.contended)
 
     def program(self, e: Entry) -> str:
         """The run's program group: the strategies of its group that compiled to its program
         (``a = b = c``), the strategy alone when none shares it, "-" with no XLA program (eager, torch)."""
         if not e.tags.get("hlo_fingerprint"):
             return "-"
-        return next((" = ".join(c.names) for c in ranking.contenders(self.groups[e.group]) if e.strategy in c.names),
-                    e.strategy)
+        return next((" = ".join(c.names) for c in self.shared(e.group) if e.strategy in c.names), e.strategy)
 
     def programs(self) -> list[str]:
         """"a = b = c: one compiled program (...)" for each set of strategies of a group that share one."""
         out = []
-        for group, entries in self.groups.items():
-            for c in ranking.contenders(entries):
-                if len(c.names) > 1:
-                    out.append(f"{' = '.join(c.names)} on {self.group_label(group)}: one compiled program (same "
-                               f"optimized HLO, hlo_fingerprint); their timings differ by noise only")
+        for group in self.groups:
+            for c in self.shared(group):
+                out.append(f"{' = '.join(c.names)} on {self.group_label(group)}: one compiled program (same "
+                           f"optimized HLO, hlo_fingerprint); their timings differ by noise only")
         return out
 
 
@@ -257,6 +261,14 @@ def compare(report: Report) -> None:
 
 
 # ---------------------------------------------------------------- the table
+def _iqr_ms(e: Entry) -> float:
+    """The width of a finished run's interval, in ms/iter (:func:`ranking.interval_ms`)."""
+    if not e.ok:
+        return np.nan
+    lo, hi, _ = ranking.interval_ms(e)
+    return hi - lo
+
+
 def columns(report: Report) -> list[tuple[str, str, object]]:
     """(header, csv name, cell function) per column; every number of a column in one format."""
     f = lambda fmt, get: lambda e: "-" if not np.isfinite(get(e)) else fmt.format(get(e))  # noqa: E731
@@ -272,7 +284,7 @@ def columns(report: Report) -> list[tuple[str, str, object]]:
               lambda e: "-" if not np.isfinite(span(e)[0]) else f"{span(e)[0]:.2f}–{span(e)[1]:.2f}"),
              logged["n_runs"],
              ("program", "program", lambda e: report.program(e)),
-             ("ms/iter IQR", "ms_per_iter_iqr", f("{:.2f}", lambda e: span(e)[1] - span(e)[0])),
+             ("ms/iter IQR", "ms_per_iter_iqr", f("{:.2f}", _iqr_ms)),
              ("timing", "timing", lambda e: "contended" if e.run_id in report.contended else "ok" if e.ok else "-")]
     cols += [("× eager", "speedup_vs_eager", f("{:.2f}", lambda e: e.speedup_eager)),
              ("× scan", "speedup_vs_scan", f("{:.2f}", lambda e: e.speedup_scan)),
@@ -297,7 +309,7 @@ def csv_text(report: Report) -> str:
     raw = {**{m.key: (lambda e, k=m.key: e.m(k)) for m in REPORT},
            "speedup_vs_eager": lambda e: e.speedup_eager, "speedup_vs_scan": lambda e: e.speedup_scan,
            "elbo_at_common_length": lambda e: e.elbo_common, "max_rel_diff_to_scan": lambda e: e.vs_scan,
-           "ms_per_iter_iqr": lambda e: (lambda s: s[1] - s[0])(ranking.interval_ms(e)) if e.ok else np.nan,
+           "ms_per_iter_iqr": _iqr_ms,
            "shape": lambda e: f"{e.n}x{e.p}" if e.n else ""}
     cols = columns(report)
     out = io.StringIO()
@@ -333,7 +345,7 @@ def summary_lines(report: Report) -> list[str]:
     for group in report.groups:
         agree = [e.vs_scan for e in report.groups[group] if np.isfinite(e.vs_scan)]
         agreement = f"; curves within {max(agree):.1e} of scan's" if agree else ""
-        lines.append(report.headline(group) + agreement)
+        lines.append(report.ranked(group).line + agreement)
     if report.contended:
         lines.append(f"timings contended in {len(report.contended)} of {len(report.entries)} runs (see the report's "
                      f"notes): do not compare them; {ranking.CLEAN}")
@@ -413,7 +425,7 @@ def figures(report: Report, folder: Path) -> list[str]:
         entries = [e for e in entries if e.ok]
         if entries:
             lengths = {int(e.m("n_iter_run")) for e in entries if np.isfinite(e.m("n_iter_run"))}
-            shared = [c for c in ranking.contenders(entries) if len(c.names) > 1]
+            shared = report.shared(group)
             letter = {n: chr(ord("A") + i) for i, c in enumerate(shared) for n in c.names}
             name = lambda e: f"{e.strategy} (program {letter[e.strategy]})" if e.strategy in letter else e.strategy  # noqa: E731
             programs = "".join(f"\nprogram {chr(ord('A') + i)}: one compiled program for {', '.join(c.names)}"
@@ -520,7 +532,7 @@ def parent_metrics(report: Report, files: list[str]) -> tuple[dict, dict]:
         metrics.update(best_ms_per_iter=best.m("ms_per_iter"), best_speedup_vs_scan=best.speedup_scan,
                        best_speedup_vs_eager=best.speedup_eager)
         # only a winner beyond the noise (ranking.headline); "" when tied or contended
-        tags["fastest_strategy"] = report.winner(group)
+        tags["fastest_strategy"] = report.ranked(group).winner
     lines = summary_lines(report)
     note = (f"**Sweep `{report.parent.data.tags.get('sweep', '?')}`**: {len(report.entries)} runs, one per job "
             f"(expand this run's + to see them, or sort by start time).\n\n"

@@ -141,18 +141,16 @@ class Timing:
 
     def as_metrics(self) -> dict[str, float]:
         """The measured numbers, without those not measured (NaN)."""
-        spread = self.spread
-        lo, hi = spread.interval
         values = {"compile_s": self.compile_s, "compile_warm_s": self.compile_warm_s,
                   "first_call_s": self.first_call_s, "run_s": self.run_s, "ms_per_iter": self.ms_per_iter,
                   "compile_cache_hits": self.compile_cache_hits,
                   "compile_warm_cache_hits": self.compile_warm_cache_hits,
-                  "run_s_iqr": spread.width if not math.isnan(self.run_s) else NAN,
-                  "run_s_lo": lo if not math.isnan(self.run_s) else NAN,
-                  "run_s_hi": hi if not math.isnan(self.run_s) else NAN,
-                  "n_runs": float(spread.n) if not math.isnan(self.run_s) else NAN,
                   "calib_before_s": self.calib_before_s, "calib_after_s": self.calib_after_s,
                   "timed_start": self.timed_start, "timed_end": self.timed_end}
+        if not math.isnan(self.run_s):  # timed runs (an untimed call has no spread)
+            spread = self.spread
+            lo, hi = spread.interval
+            values.update(run_s_iqr=spread.width, run_s_lo=lo, run_s_hi=hi, n_runs=float(spread.n))
         return {k: float(v) for k, v in values.items() if v is not None and math.isfinite(v)}
 
 
