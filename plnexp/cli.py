@@ -79,7 +79,8 @@ def _parse(overrides: list[str]):
 
 
 # Hydra launchers that come with an optional extra: launcher -> (its module, the extra that installs it)
-EXTRA_LAUNCHERS = {"submitit_slurm": ("hydra_plugins.hydra_submitit_launcher", "cluster"),
+EXTRA_LAUNCHERS = {"slurm": ("hydra_plugins.hydra_submitit_launcher", "cluster"),
+                   "submitit_slurm": ("hydra_plugins.hydra_submitit_launcher", "cluster"),
                    "submitit_local": ("hydra_plugins.hydra_submitit_launcher", "cluster")}
 
 

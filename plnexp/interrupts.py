@@ -52,10 +52,10 @@ def as_interrupted(exc: BaseException) -> Interrupted:
     return exc if isinstance(exc, Interrupted) else Interrupted(signal.SIGINT)
 
 
-def _caught() -> list[int]:
+def _caught(signals=SIGNALS) -> list[int]:
     """The signals to handle: those not ignored (a background job of a shell script ignores
     SIGINT, ``nohup`` SIGHUP: that choice is kept)."""
-    return [s for s in SIGNALS if signal.getsignal(s) is not signal.SIG_IGN]
+    return [s for s in signals if signal.getsignal(s) is not signal.SIG_IGN]
 
 
 def _main_thread() -> bool:
@@ -76,7 +76,7 @@ def deferred():
         if guard is not None:
             guard.held = True
 
-    old = {s: signal.signal(s, hold) for s in _caught()}
+    old = {s: signal.signal(s, hold) for s in _caught(guard.signals if guard is not None else SIGNALS)}
     try:
         yield
     finally:
@@ -94,6 +94,11 @@ def pending() -> Interrupted | None:
     return Interrupted(guard.signum) if guard is not None and guard.signum is not None else None
 
 
+def in_place() -> bool:
+    """Whether a :func:`handled` block is in force (its handlers installed)."""
+    return _guard_in_place() is not None
+
+
 def _guard_in_place() -> _Guard | None:
     for s in SIGNALS:
         guard = getattr(signal.getsignal(s), "__self__", None)
@@ -105,8 +110,9 @@ def _guard_in_place() -> _Guard | None:
 class _Guard:
     """The handlers and the helper thread of one :func:`handled` block."""
 
-    def __init__(self, on_force: Callable[[int], None] | None):
+    def __init__(self, on_force: Callable[[int], None] | None, signals: tuple = SIGNALS):
         self.on_force = on_force
+        self.signals = tuple(signals)
         self.reacted = threading.Event()  # the main thread's handler ran
         self.stopped = False
         self.held = False  # a signal came during a deferred() section
@@ -148,7 +154,7 @@ class _Guard:
             if not data:
                 return
             for signum in data:
-                if signum not in SIGNALS:
+                if signum not in self.signals:
                     continue
                 seen += 1
                 if seen == 1:
@@ -179,13 +185,14 @@ class _NoGuard:
 
 
 @contextmanager
-def handled(on_force: Callable[[int], None] | None = None):
-    """SIGINT and SIGTERM raise :class:`Interrupted` in the main thread inside the block."""
+def handled(on_force: Callable[[int], None] | None = None, signals: tuple = SIGNALS):
+    """SIGINT and SIGTERM (or ``signals``, which must include them: a SLURM job adds SIGUSR2) raise
+    :class:`Interrupted` in the main thread inside the block."""
     if not _main_thread():
         yield _NoGuard()
         return
-    guard = _Guard(on_force)
-    old = {s: signal.signal(s, guard.handler) for s in _caught()}
+    guard = _Guard(on_force, signals)
+    old = {s: signal.signal(s, guard.handler) for s in _caught(signals)}
     old_fd = signal.set_wakeup_fd(guard.write.fileno(), warn_on_full_buffer=False)
     sys.unraisablehook = guard.unraisable
     guard.thread.start()

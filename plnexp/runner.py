@@ -156,7 +156,7 @@ def run_job(config: Config, overrides=(), name: str | None = None, output_dir: s
     interrupt the run is ended KILLED and :class:`plnexp.interrupts.Interrupted` re-raised. The run
     is created with the provenance tags (:func:`plnexp.provenance.run_tags`) and ``tags``.
     """
-    from . import provenance, tracking
+    from . import provenance, slurm, tracking
 
     uri = parent.uri if parent else tracking.tracking_uri(config.tracking_uri)
     cl = tracking.client(uri)
@@ -172,7 +172,7 @@ def run_job(config: Config, overrides=(), name: str | None = None, output_dir: s
             done.run_id, outcome = outcome.run_id, done
     except KeyboardInterrupt as e:
         stop = interrupts.as_interrupted(e)
-        outcome.status, outcome.reason = "KILLED", f"interrupted by {stop.name}"
+        outcome.status, outcome.reason = "KILLED", f"interrupted by {stop.name}{slurm.why(stop.signum)}"
         outcome.stop()
         if outcome.run_id:
             with interrupts.deferred():

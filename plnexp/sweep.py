@@ -242,7 +242,17 @@ class Task:
 
     failed: int = 0
 
-    def __call__(self, cfg) -> None:
+    def __call__(self, cfg) -> str | None:
+        """Run the job; returns its progress line when it ran in another process than the driver
+        (a cluster launcher prints it in the driver, :mod:`plnexp.slurm`)."""
+        from . import slurm
+
+        if slurm.in_job() and interrupts.pending() is None and not interrupts.in_place():
+            with interrupts.handled(signals=slurm.JOB_SIGNALS):  # scancel, time limit, preemption
+                return self._job(cfg)
+        return self._job(cfg)
+
+    def _job(self, cfg) -> str | None:
         from hydra.core.hydra_config import HydraConfig
         from hydra.types import RunMode
 
@@ -256,7 +266,7 @@ class Task:
         except C.ConfigError as e:  # validated before launching: only a launcher of its own gets here
             print(f"plnexp: error: {e}", file=sys.stderr, flush=True)
             self.failed += 1
-            return
+            return f"plnexp: error: {e}"
         if entry is not None:
             overrides, name = list(entry.overrides), entry.name
         else:
@@ -264,8 +274,9 @@ class Task:
         here = record is None or record.pid == os.getpid()  # in the driver: progress on one line
         earlier = resume.reused_run(record, config) if record is not None else None
         if earlier is not None:
-            print(f"[{num + 1}/{record.total}] {name} FINISHED earlier (run {earlier}): skipped", flush=True)
-            return
+            line = f"[{num + 1}/{record.total}] {name} FINISHED earlier (run {earlier}): skipped"
+            print(line, flush=True)
+            return None if here else line
         label = f"[{num + 1}/{record.total}] {name}" if record else name
         if record is not None and here:
             print(f"{label} ...", end="", flush=True)
@@ -285,16 +296,17 @@ class Task:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             print(f"{' ' if record is not None and here else ''}FAILED", flush=True)
             print(f"plnexp: error: job {name}: {type(e).__name__}: {first}", file=sys.stderr, flush=True)
-            return
+            return None if here else f"{label} FAILED ({type(e).__name__}: {first})"
         self.failed += outcome.status != "FINISHED"
         if record is None:
             print(f"{outcome.summary()}  (run {outcome.run_id}, experiment {config.experiment!r})", flush=True)
-            return
+            return None
         word = "done" if outcome.status == "FINISHED" else outcome.status
         extra = f" ({outcome.reason})" if outcome.reason else ""
         logged = time.monotonic() - outcome.clock - outcome.wall_s
         text = f"{word} {outcome.wall_s:.1f} s (+{logged:.1f} s logging){extra}"
         print(f" {text}" if here else f"{label} {text}", flush=True)
+        return None if here else f"{label} {text}"
 
 
 def launch(args: list[str], task: Task, *, raise_errors: bool = False) -> None:

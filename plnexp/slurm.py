@@ -1,0 +1,164 @@
+"""SLURM, as plnexp's jobs meet it: the scheduler's job states, and the driver's wait for a sweep's
+jobs (``hydra/launcher=slurm``, the launcher of ``hydra_plugins/plnexp_slurm``).
+
+The driver submits the sweep's jobs as one job array (through submitit, as Hydra's submitit
+launcher does) and then waits here: a job is done when its result file appears, or when the
+scheduler says it ended without one (cancelled, out of time, preempted, its node failed). One line
+per job as it ends, like a local sweep's. The scheduler is asked with ``squeue`` (one call for all
+jobs), never with ``sacct``, which needs accounting that many clusters lack: submitit's own watcher
+calls ``sacct`` and, without accounting, warns at every poll and never learns that a cancelled
+job ended. Ctrl-C in the driver cancels the jobs still queued or running (``scancel``).
+
+Inside a job (``$SLURM_JOB_ID`` set), :data:`JOB_SIGNALS` are those that end it: SIGTERM (``scancel``,
+the time limit, preemption; SIGKILL follows after the cluster's ``KillWait``) and SIGUSR2, which
+submitit asks SLURM to send ``signal_delay_s`` before the time limit.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
+
+# States of a job that has not ended (squeue's long names)
+ACTIVE = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
+                    "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD"})
+QUERY_TIMEOUT_S = 10.0
+JOB_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)
+
+
+def in_job(environ=os.environ) -> bool:
+    """Whether this process runs inside a SLURM job."""
+    return bool(environ.get("SLURM_JOB_ID"))
+
+
+def job_id(environ=os.environ) -> str | None:
+    """This job's id as ``squeue -j`` and ``scancel`` take it: ``<array job>_<task>`` for a task of a
+    job array, else ``$SLURM_JOB_ID``; None outside SLURM."""
+    if not in_job(environ):
+        return None
+    array, task = environ.get("SLURM_ARRAY_JOB_ID"), environ.get("SLURM_ARRAY_TASK_ID")
+    return f"{array}_{task}" if array and task else environ["SLURM_JOB_ID"]
+
+
+def _base(job: str) -> str:
+    return job.split("_", 1)[0]
+
+
+def states(jobs: Iterable[str], run=subprocess.run) -> dict[str, str] | None:
+    """The scheduler's state of each job still known to it (``squeue --states=all``, array tasks one
+    per line); a job missing from the answer has ended and been forgotten. None when the scheduler
+    cannot be asked (no ``squeue`` here, the controller does not answer)."""
+    jobs = list(jobs)
+    if not jobs:
+        return {}
+    cmd = ["squeue", "-h", "-r", "--states=all", "-o", "%i|%T", "-j", ",".join(sorted({_base(j) for j in jobs}))]
+    try:
+        out = run(cmd, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        if "invalid job id" in (out.stderr or "").lower():
+            return {}  # all of them ended long enough ago to be forgotten
+        return None
+    found = {}
+    for line in out.stdout.splitlines():
+        jid, _, state = line.strip().partition("|")
+        if jid:
+            found[jid] = state.split()[0] if state else "UNKNOWN"
+    return found
+
+
+def ended(state: str | None) -> bool:
+    """Whether a job in ``state`` (None: forgotten by the scheduler) has ended."""
+    return state is None or state.split()[0] not in ACTIVE
+
+
+@dataclass
+class Ended:
+    """How one job of the array ended: its place, its result (a Hydra ``JobReturn``) or None, and
+    the scheduler's last word on it."""
+
+    index: int
+    job: str
+    result: object | None
+    state: str  # "COMPLETED", "CANCELLED", ... or "ENDED" (forgotten: final state unknown)
+    error: str = ""  # the job raised (submitit recorded the error) or left no result
+
+
+def wait(jobs: Sequence, on_end: Callable[[Ended], None], *, poll_s: float = 1.0, grace_s: float = 20.0,
+         query=states, clock=time.monotonic, sleep=time.sleep) -> list[Ended]:
+    """Wait for every submitit job of ``jobs``; call ``on_end`` as each ends; returns them in order.
+
+    A job has ended when its result file exists, or when the scheduler has said for ``grace_s`` that
+    it ended (the result file of a job that did finish may show up late on a network filesystem).
+    On any exception (Ctrl-C) the jobs not yet ended are cancelled before it propagates."""
+    pending = dict(enumerate(jobs))
+    out: dict[int, Ended] = {}
+    gone_since: dict[int, float] = {}
+    last_state: dict[int, str] = {}
+
+    def finish(i: int, e: Ended) -> None:
+        out[i] = e
+        del pending[i]
+        on_end(e)
+
+    try:
+        while pending:
+            for i, job in list(pending.items()):
+                if job.paths.result_pickle.exists():
+                    finish(i, _read(i, job, last_state.get(i, "COMPLETED")))
+            if not pending:
+                break
+            known = query([j.job_id for j in pending.values()])
+            now = clock()
+            for i, job in list(pending.items()):
+                if known is None:
+                    continue  # cannot ask now: keep waiting
+                state = known.get(job.job_id)
+                last_state[i] = state or "ENDED"
+                if not ended(state):
+                    gone_since.pop(i, None)
+                elif now - gone_since.setdefault(i, now) >= grace_s and not job.paths.result_pickle.exists():
+                    finish(i, Ended(i, job.job_id, None, last_state[i], "no result"))
+            if pending:
+                sleep(poll_s)
+    except BaseException:
+        cancel(list(pending.values()))
+        raise
+    return [out[i] for i in range(len(jobs))]
+
+
+def _read(i: int, job, state: str) -> Ended:
+    try:
+        return Ended(i, job.job_id, job.result(), state)
+    except Exception as e:  # noqa: BLE001 - the job's own error, recorded by submitit
+        text = [t for t in str(e).strip().splitlines() if t.strip()]
+        return Ended(i, job.job_id, None, state, text[-1].strip() if text else type(e).__name__)
+
+
+def cancel(jobs: Sequence) -> None:
+    """``scancel`` the jobs (best effort: a job that ended meanwhile is no error)."""
+    ids = [j.job_id for j in jobs]
+    if ids:
+        try:
+            subprocess.run(["scancel", *ids], capture_output=True, timeout=QUERY_TIMEOUT_S)
+        except (OSError, subprocess.SubprocessError):
+            print(f"plnexp: warning: could not cancel slurm job(s) {', '.join(ids)}", file=sys.stderr, flush=True)
+
+
+def why(signum: int, environ=os.environ) -> str:
+    """What a signal means inside a SLURM job, to follow "interrupted by SIGTERM" in a run's reason;
+    "" outside SLURM."""
+    job = job_id(environ)
+    if job is None:
+        return ""
+    if signum == signal.SIGUSR2:
+        return f" in slurm job {job} (its time limit is near)"
+    if signum == signal.SIGTERM:
+        return f" in slurm job {job} (scancel, time limit or preemption)"
+    return f" in slurm job {job}"

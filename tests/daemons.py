@@ -1,0 +1,319 @@
+"""Real daemons for the cluster tests, started on 127.0.0.1 and stopped by their PID.
+
+- :func:`slurm_cluster`: a single-node SLURM cluster (Debian's ``slurm-wlm`` and ``munge``), run as
+  root without systemd: ``munged`` as user munge, ``slurmctld`` and ``slurmd`` in the foreground
+  with a ``slurm.conf`` of their own in a temporary folder (clients find it through ``SLURM_CONF``).
+- :func:`postgres`: a PostgreSQL 15 server in a temporary folder, run as user postgres (``initdb``
+  and the server refuse root), listening on 127.0.0.1 only, password authentication.
+- :func:`mlflow_server`: ``mlflow server`` backed by a PostgreSQL database, serving artifacts.
+
+Each is a context manager that yields what a client needs and stops every process it started, by
+its PID (its process group), even when the block raises. :class:`Unavailable` says in one line why
+a daemon cannot run here (not root, package missing): the tests skip with that line.
+
+Run as a script to try the README's cluster commands by hand::
+
+    python tests/daemons.py        # starts all three, prints the environment to export, waits for Ctrl-C
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import pwd
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+MUNGE_KEY = Path("/etc/munge/munge.key")
+MUNGE_SOCKET_DIR = Path("/run/munge")
+
+
+class Unavailable(RuntimeError):
+    """A daemon cannot be started here; the message says why, in one line."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait(what: str, ready, timeout: float, procs=()) -> float:
+    """Poll ``ready()`` until it is true; returns the seconds it took. Raises :class:`Unavailable`
+    when a process of ``procs`` exits first or ``timeout`` passes."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        for p in procs:
+            if p.poll() is not None:
+                raise Unavailable(f"{what} exited with code {p.returncode} before it was ready")
+        try:
+            if ready():
+                return time.monotonic() - t0
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise Unavailable(f"{what} not ready after {timeout:g} s")
+
+
+def stop(proc: subprocess.Popen, timeout: float = 15.0) -> None:
+    """Stop a process started with ``start_new_session=True`` and its children, by its PID: SIGTERM
+    to its process group, SIGKILL if it is still there after ``timeout``."""
+    if proc.poll() is not None:
+        return
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _spawn(cmd, log: Path, **kw) -> subprocess.Popen:
+    f = open(log, "ab")
+    try:
+        return subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, **kw)
+    finally:
+        f.close()
+
+
+def _as_user(name: str) -> dict:
+    """``Popen`` arguments that run the command as user ``name`` (the PID stays the command's)."""
+    entry = pwd.getpwnam(name)
+    return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": [],
+            "env": {**os.environ, "HOME": entry.pw_dir, "USER": name}}
+
+
+def _need_root(what: str) -> None:
+    if os.geteuid() != 0:
+        raise Unavailable(f"{what} needs root to start its daemons (this user is uid {os.geteuid()})")
+
+
+# -------------------------------------------------------------------------------------------- SLURM
+SLURM_CONF = """\
+ClusterName=plnexp-test
+SlurmctldHost={host}
+SlurmctldPort={ctld_port}
+SlurmdPort={d_port}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+StateSaveLocation={dir}/state
+SlurmdSpoolDir={dir}/spool
+SlurmctldPidFile={dir}/slurmctld.pid
+SlurmdPidFile={dir}/slurmd.pid
+SlurmctldLogFile={dir}/slurmctld.log
+SlurmdLogFile={dir}/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+ReturnToService=2
+KillWait={kill_wait}
+MinJobAge=300
+MpiDefault=none
+SchedulerType=sched/backfill
+NodeName={host} CPUs={cpus} RealMemory={mem_mb} State=UNKNOWN
+PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+@dataclass
+class Cluster:
+    conf: Path
+    partition: str
+    up_s: float
+    env: dict = field(default_factory=dict)  # what a client process needs (SLURM_CONF)
+
+
+def _munged(tmp: Path) -> subprocess.Popen | None:
+    """``munged`` as user munge in the foreground (None when one already answers)."""
+    if (MUNGE_SOCKET_DIR / "munge.socket.2").exists() and subprocess.run(
+            ["munge", "-n"], capture_output=True).returncode == 0:
+        return None
+    MUNGE_SOCKET_DIR.mkdir(parents=True, exist_ok=True)
+    shutil.chown(MUNGE_SOCKET_DIR, "munge", "munge")
+    os.chmod(MUNGE_SOCKET_DIR, 0o755)
+    if not MUNGE_KEY.exists():
+        raise Unavailable(f"no munge key at {MUNGE_KEY} (Debian's munge package creates it)")
+    proc = _spawn(["munged", "--foreground", "--force"], tmp / "munged.log", **_as_user("munge"))
+    _wait("munged", lambda: subprocess.run(["munge", "-n"], capture_output=True).returncode == 0, 20, [proc])
+    return proc
+
+
+def _memory_mb() -> int:
+    with open("/proc/meminfo") as f:
+        kb = next(int(line.split()[1]) for line in f if line.startswith("MemTotal"))
+    return max(512, kb // 1024 - 1024)  # leave 1 GiB to the system
+
+
+@contextmanager
+def slurm_cluster(kill_wait: int = 5):
+    """A single-node SLURM cluster, partition ``debug``; yields a :class:`Cluster`."""
+    _need_root("a SLURM cluster")
+    for tool in ("munged", "slurmctld", "slurmd", "sbatch", "squeue"):
+        if shutil.which(tool) is None:
+            raise Unavailable(f"{tool} not found: install Debian's slurm-wlm and munge (apt-get install slurm-wlm munge)")
+    tmp = Path(tempfile.mkdtemp(prefix="plnexp-slurm-"))
+    procs: list[subprocess.Popen] = []
+    t0 = time.monotonic()
+    try:
+        for d in ("state", "spool"):
+            (tmp / d).mkdir()
+        host = platform.node().split(".")[0]
+        conf = tmp / "slurm.conf"
+        conf.write_text(SLURM_CONF.format(host=host, dir=tmp, cpus=os.cpu_count() or 1, mem_mb=_memory_mb(),
+                                          ctld_port=free_port(), d_port=free_port(), kill_wait=kill_wait))
+        env = {**os.environ, "SLURM_CONF": str(conf)}
+        munged = _munged(tmp)
+        if munged is not None:
+            procs.append(munged)
+        ctld = _spawn(["slurmctld", "-D", "-i", "-f", str(conf)], tmp / "slurmctld.out", env=env)
+        procs.append(ctld)
+        _wait("slurmctld", lambda: subprocess.run(["scontrol", "ping"], env=env, capture_output=True,
+                                                  text=True).stdout.count("UP") > 0, 30, [ctld])
+        slurmd = _spawn(["slurmd", "-D", "-f", str(conf)], tmp / "slurmd.out", env=env)
+        procs.append(slurmd)
+        idle = lambda: "idle" in subprocess.run(["sinfo", "-h", "-o", "%t"], env=env, capture_output=True,  # noqa: E731
+                                                text=True).stdout
+        _wait("slurmd (node idle)", idle, 60, [ctld, slurmd])
+        yield Cluster(conf, "debug", time.monotonic() - t0, {"SLURM_CONF": str(conf)})
+    finally:
+        if procs:
+            subprocess.run(["scancel", "--user", pwd.getpwuid(os.geteuid()).pw_name],
+                           env={**os.environ, "SLURM_CONF": str(tmp / "slurm.conf")}, capture_output=True)
+        for p in reversed(procs):
+            stop(p)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------------------- Postgres
+@dataclass
+class Database:
+    uri: str  # postgresql://user:password@127.0.0.1:port/name
+    up_s: float
+
+
+@contextmanager
+def postgres(user: str = "plnexp", name: str = "mlflow"):
+    """A PostgreSQL 15 server as user postgres on 127.0.0.1; yields a :class:`Database`."""
+    _need_root("PostgreSQL (run as user postgres)")
+    if not (PG_BIN / "initdb").exists():
+        raise Unavailable(f"PostgreSQL 15 not found in {PG_BIN}")
+    try:
+        pwd.getpwnam("postgres")
+    except KeyError:
+        raise Unavailable("no user postgres on this machine") from None
+    t0 = time.monotonic()
+    tmp = Path(tempfile.mkdtemp(prefix="plnexp-pg-"))
+    shutil.chown(tmp, "postgres", "postgres")
+    os.chmod(tmp, 0o700)
+    password = secrets.token_hex(12)
+    pwfile = tmp / "pw"
+    pwfile.write_text(password + "\n")
+    shutil.chown(pwfile, "postgres", "postgres")
+    as_pg = _as_user("postgres")
+    proc = None
+    try:
+        out = subprocess.run([str(PG_BIN / "initdb"), "-D", str(tmp / "data"), "-A", "md5", f"--pwfile={pwfile}",
+                              "-U", user, "--no-sync"], capture_output=True, text=True, **as_pg)
+        if out.returncode != 0:
+            raise Unavailable(f"initdb failed: {(out.stderr or out.stdout).strip().splitlines()[-1]}")
+        port = free_port()
+        proc = _spawn([str(PG_BIN / "postgres"), "-D", str(tmp / "data"), "-h", "127.0.0.1", "-p", str(port),
+                       "-k", str(tmp), "-c", "fsync=off"], tmp / "postgres.log", **as_pg)
+        env = {**os.environ, "PGPASSWORD": password}
+        _wait("postgres", lambda: subprocess.run(["pg_isready", "-h", "127.0.0.1", "-p", str(port)],
+                                                 capture_output=True).returncode == 0, 30, [proc])
+        made = subprocess.run(["createdb", "-h", "127.0.0.1", "-p", str(port), "-U", user, name], env=env,
+                              capture_output=True, text=True)
+        if made.returncode != 0:
+            raise Unavailable(f"createdb failed: {made.stderr.strip()}")
+        yield Database(f"postgresql://{user}:{password}@127.0.0.1:{port}/{name}", time.monotonic() - t0)
+    finally:
+        if proc is not None:
+            stop(proc)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------------- MLflow server
+@dataclass
+class Server:
+    uri: str  # http://127.0.0.1:port
+    artifacts: Path
+    up_s: float
+    log: Path
+
+
+def _health(uri: str) -> bool:
+    with urllib.request.urlopen(f"{uri}/health", timeout=2) as r:
+        return r.status == 200
+
+
+@contextmanager
+def mlflow_server(backend_uri: str, folder: Path, timeout: float = 120.0):
+    """``mlflow server`` on ``backend_uri`` (e.g. a :func:`postgres` database), artifacts served from
+    ``folder/artifacts``; yields a :class:`Server` once ``/health`` answers."""
+    port = free_port()
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    artifacts = folder / "artifacts"
+    log = folder / "mlflow-server.log"
+    t0 = time.monotonic()
+    proc = _spawn([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri,
+                   "--artifacts-destination", str(artifacts), "--serve-artifacts", "--host", "127.0.0.1",
+                   "--port", str(port), "--workers", "2"], log)
+    try:
+        uri = f"http://127.0.0.1:{port}"
+        try:
+            _wait("mlflow server", lambda: _health(uri), timeout, [proc])
+        except Unavailable as e:
+            tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []
+            raise Unavailable(f"{e}{': ' + tail[0] if tail else ''}") from None
+        yield Server(uri, artifacts, time.monotonic() - t0, log)
+    finally:
+        stop(proc)
+
+
+def main() -> int:
+    """Start a cluster, a database and a tracking server; print what to export; wait for Ctrl-C."""
+    folder = Path(tempfile.mkdtemp(prefix="plnexp-daemons-"))
+    try:
+        with slurm_cluster() as cluster, postgres() as db, mlflow_server(db.uri, folder) as server:
+            print(f"# SLURM up in {cluster.up_s:.1f} s, PostgreSQL in {db.up_s:.1f} s, MLflow server in "
+                  f"{server.up_s:.1f} s. In another shell:", flush=True)
+            print(f"export SLURM_CONF={cluster.conf}\nexport MLFLOW_TRACKING_URI={server.uri}", flush=True)
+            print("# Ctrl-C stops them all", flush=True)
+            signal.signal(signal.SIGTERM, signal.default_int_handler)
+            try:
+                while True:
+                    time.sleep(3600)
+            except KeyboardInterrupt:
+                print("# stopping", flush=True)
+    except Unavailable as e:
+        print(f"daemons: {e}", file=sys.stderr)
+        return 1
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
