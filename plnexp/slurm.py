@@ -94,8 +94,9 @@ def wait(jobs: Sequence, on_end: Callable[[Ended], None], *, poll_s: float = 1.0
          query=states, clock=time.monotonic, sleep=time.sleep) -> list[Ended]:
     """Wait for every submitit job of ``jobs``; call ``on_end`` as each ends; returns them in order.
 
-    A job has ended when its result file exists, or when the scheduler has said for ``grace_s`` that
-    it ended (the result file of a job that did finish may show up late on a network filesystem).
+    A job has ended when its result file exists, or when the scheduler says that it ended without
+    one: after 5 s for a job cancelled, failed, out of time..., after ``grace_s`` for a job COMPLETED or
+    forgotten (its result file may show up late on a network filesystem).
     On any exception (Ctrl-C) the jobs not yet ended are cancelled before it propagates."""
     pending = dict(enumerate(jobs))
     out: dict[int, Ended] = {}
@@ -123,7 +124,9 @@ def wait(jobs: Sequence, on_end: Callable[[Ended], None], *, poll_s: float = 1.0
                 last_state[i] = state or "ENDED"
                 if not ended(state):
                     gone_since.pop(i, None)
-                elif now - gone_since.setdefault(i, now) >= grace_s and not job.paths.result_pickle.exists():
+                    continue
+                limit = grace_s if last_state[i] in ("COMPLETED", "ENDED") else min(grace_s, 5.0)
+                if now - gone_since.setdefault(i, now) >= limit and not job.paths.result_pickle.exists():
                     finish(i, Ended(i, job.job_id, None, last_state[i], "no result"))
             if pending:
                 sleep(poll_s)

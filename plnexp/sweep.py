@@ -254,6 +254,8 @@ class Task:
 
     def _job(self, cfg) -> str | None:
         from hydra.core.hydra_config import HydraConfig
+
+        from . import slurm
         from hydra.types import RunMode
 
         hc = HydraConfig.get()
@@ -284,9 +286,12 @@ class Task:
             outcome = runner.run_job(config, overrides, name, hc.runtime.output_dir,
                                      parent=record.parent if record else None, job_num=num,
                                      tags=entry.tags if entry is not None else None)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:
             if record is not None:
                 print(" KILLED" if here else f"{label} KILLED", flush=True)
+            if not here and slurm.in_job():  # the run is recorded: the job ends normally, its line says why
+                stop = interrupts.as_interrupted(e)
+                return f"{label} KILLED (interrupted by {stop.name}{slurm.why(stop.signum)})"
             raise
         except Exception as e:  # noqa: BLE001 - the store failed under us: say so, go on
             stop = interrupts.pending()

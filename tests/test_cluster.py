@@ -1,0 +1,208 @@
+"""On a cluster, into a team's store, for real: a single-node SLURM cluster and an MLflow server
+backed by PostgreSQL 15, started by these tests (tests/daemons.py) on 127.0.0.1 and stopped by PID.
+
+Each test skips, saying why, where the daemons cannot run (not root, Debian's slurm-wlm/munge or
+PostgreSQL 15 missing, plnexp's cluster extra not installed); CI installs them and runs these.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import daemons
+
+pytestmark = pytest.mark.slow
+
+SWEEP = ("hydra/launcher=slurm", "hydra.launcher.partition=debug", "hydra.launcher.cpus_per_task=1",
+         "dataset.replication=1", "report=false")
+
+
+def _need_extra() -> None:
+    try:
+        import hydra_plugins.hydra_submitit_launcher  # noqa: F401
+        import psycopg  # noqa: F401
+    except ImportError as e:
+        pytest.skip(f"plnexp's cluster extra is not installed ({e}): pip install -e '.[cluster]'")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    _need_extra()
+    try:
+        with daemons.slurm_cluster(kill_wait=10) as c:
+            yield c
+    except daemons.Unavailable as e:
+        pytest.skip(f"no SLURM cluster here: {e}")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    _need_extra()
+    try:
+        with daemons.postgres() as db, daemons.mlflow_server(db.uri, tmp_path_factory.mktemp("server")) as s:
+            yield s
+    except daemons.Unavailable as e:
+        pytest.skip(f"no PostgreSQL-backed MLflow server here: {e}")
+
+
+@pytest.fixture
+def env(cluster, server, tmp_path, monkeypatch):
+    """A shell's environment for the cluster: SLURM_CONF, MLFLOW_TRACKING_URI, outputs on a folder
+    every job sees (one machine: the test's tmp_path)."""
+    for k, v in {**cluster.env, "MLFLOW_TRACKING_URI": server.uri, "PLNEXP_OUTPUTS": str(tmp_path / "outputs")}.items():
+        monkeypatch.setenv(k, v)
+    return dict(os.environ)
+
+
+def plnexp(*args, env, timeout=300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "plnexp", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout, cwd=Path(__file__).parents[1])
+
+
+def _client(uri):
+    from mlflow import MlflowClient
+
+    return MlflowClient(uri)
+
+
+def _sweep(cl, experiment: str):
+    """The newest parent run of ``experiment`` and its children."""
+    exp = cl.get_experiment_by_name(experiment)
+    runs = cl.search_runs([exp.experiment_id], max_results=1000)
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    parent = max(parents, key=lambda r: r.info.start_time)
+    return parent, [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+
+
+def test_slurm_sweep_into_the_postgres_backed_server(env, server):
+    """Four SLURM jobs into the server: every run FINISHED under one parent, tagged with its SLURM
+    job, array task and node; one line per job in the driver and none of submitit's sacct warnings;
+    the report reads the sweep back through the server."""
+    t0 = time.monotonic()
+    out = plnexp("sweep", *SWEEP, "strategy=scan,fori_loop,while_loop,scan_namedtuple", "n_iter=30",
+                 "experiment=cluster", env=env)
+    took = time.monotonic() - t0
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "sacct" not in out.stdout + out.stderr
+    lines = [line for line in out.stdout.splitlines() if line.startswith("[")]
+    assert sorted(line.split()[0] for line in lines) == [f"[{i}/4]" for i in range(1, 5)], out.stdout
+    assert all(" done " in line for line in lines), out.stdout
+
+    cl = _client(server.uri)
+    parent, runs = _sweep(cl, "cluster")
+    assert parent.info.status == "FINISHED" and len(runs) == 4
+    assert {r.info.status for r in runs} == {"FINISHED"}
+    arrays = {r.data.tags["slurm_array_job_id"] for r in runs}
+    assert len(arrays) == 1  # one job array
+    assert sorted(r.data.tags["slurm_array_task_id"] for r in runs) == ["0", "1", "2", "3"]
+    for r in runs:
+        assert r.data.tags["slurm_job_id"].isdigit() and r.data.tags["slurm_node"]
+        assert r.data.tags["plnexp.slurm_job"] == f"{r.data.tags['slurm_array_job_id']}_{r.data.tags['slurm_array_task_id']}"
+        assert r.info.artifact_uri.startswith("mlflow-artifacts:")  # uploaded through the server
+
+    report = plnexp("report", "--run", parent.info.run_id, "--out", str(Path(env["PLNEXP_OUTPUTS"]) / "report"),
+                    env=env)
+    assert report.returncode == 0, report.stderr[-2000:]
+    for name in ("scan", "fori_loop", "while_loop", "scan_namedtuple"):
+        assert name in report.stdout
+    print(f"SLURM sweep of 4 jobs into the server: {took:.1f} s")
+
+
+def _wait_running(cl, experiment: str, n: int, proc, limit_s: float = 180):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < limit_s:
+        exp = cl.get_experiment_by_name(experiment)
+        if exp is not None:
+            runs = [r for r in cl.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'")
+                    if "mlflow.parentRunId" in r.data.tags]
+            if len(runs) >= n:
+                return runs
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.5)
+    raise AssertionError(f"{n} running job(s) not seen in {limit_s} s")
+
+
+def test_scancel_mid_fit_ends_the_runs_and_resume_completes_the_grid(env, server):
+    """Two long jobs: one cancelled (SIGTERM: the job records its run KILLED with the SLURM reason),
+    one killed outright (SIGKILL: nothing in the job can react; the run is marked FAILED with
+    ``reason=slurm job <id> <state>`` once the scheduler says the job ended). The sweep ends with
+    exit 1; ``resume=true`` runs those two jobs again and completes the grid."""
+    grid = ("strategy=scan,fori_loop", "n_iter=4000", "repeats=4", "time_budget_s=0", "experiment=cancel")
+    cmd = [sys.executable, "-m", "plnexp", "sweep", *SWEEP, *grid]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=Path(__file__).parents[1])
+    try:
+        cl = _client(server.uri)
+        running = _wait_running(cl, "cancel", 2, proc)
+        time.sleep(2.0)  # inside the fit
+        jobs = {r.data.tags["plnexp.slurm_job"]: r for r in running}
+        term, kill = sorted(jobs)
+        subprocess.run(["scancel", term], env=env, check=True)
+        subprocess.run(["scancel", "--signal=KILL", kill], env=env, check=True)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1, stderr[-3000:]
+    ended = {j: cl.get_run(r.info.run_id) for j, r in jobs.items()}
+    assert ended[term].info.status == "KILLED", ended[term].data.tags
+    assert f"slurm job {term}" in ended[term].data.tags["status_reason"]
+    assert ended[kill].info.status == "FAILED", ended[kill].data.tags
+    assert ended[kill].data.tags["reason"].startswith(f"slurm job {kill} "), ended[kill].data.tags
+    assert f"slurm job {kill}" in stdout, stdout
+
+    again = plnexp("sweep", *SWEEP, *grid, "resume=true", env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    parent, runs = _sweep(cl, "cancel")
+    assert parent.info.status == "FINISHED"
+    assert sorted(r.data.tags["mlflow.runName"] for r in runs if r.info.status == "FINISHED") == sorted(
+        r.data.tags["mlflow.runName"] for r in ended.values())
+
+
+WRITER = """
+import sys
+from plnexp import tracking
+uri, exp, i, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+from mlflow.entities import Metric, Param
+cl = tracking.client(uri)
+exp_id = cl.get_experiment_by_name(exp).experiment_id
+run = cl.create_run(exp_id, run_name=f"writer{i}")
+rid = run.info.run_id
+for k in range(0, n, 250):
+    cl.log_batch(rid, metrics=[Metric("elbo", float(-j), 0, j) for j in range(k, min(n, k + 250))])
+cl.log_batch(rid, params=[Param("writer", str(i))])
+cl.log_text(rid, f"writer {i}", "writer.txt")
+cl.set_terminated(rid, "FINISHED")
+"""
+
+
+def test_eight_concurrent_writers_lose_nothing(server, tmp_path):
+    """Eight processes writing runs into the server at once (each: a 1000-point curve, a param, an
+    artifact): every run, point and artifact is there."""
+    _need_extra()
+    cl = _client(server.uri)
+    cl.create_experiment("writers")
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER)
+    n = 1000
+    procs = [subprocess.Popen([sys.executable, str(script), server.uri, "writers", str(i), str(n)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(8)]
+    for p in procs:
+        _, err = p.communicate(timeout=180)
+        assert p.returncode == 0, err[-2000:]
+    exp = cl.get_experiment_by_name("writers")
+    runs = cl.search_runs([exp.experiment_id])
+    assert sorted(r.data.params["writer"] for r in runs) == [str(i) for i in range(8)]
+    for r in runs:
+        assert r.info.status == "FINISHED"
+        history = cl.get_metric_history(r.info.run_id, "elbo")
+        assert sorted(m.step for m in history) == list(range(n))
+        assert cl.download_artifacts(r.info.run_id, "writer.txt", str(tmp_path)) and \
+            (tmp_path / "writer.txt").read_text() == f"writer {r.data.params['writer']}"

@@ -1,0 +1,135 @@
+"""plnexp.slurm without a cluster: squeue's answers parsed, the driver's wait over fake submitit jobs
+and a fake clock, the reasons a signal gets inside a job. (The real cluster: tests/test_cluster.py.)"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from plnexp import slurm
+
+
+def answer(stdout="", stderr="", code=0):
+    calls = []
+
+    def run(cmd, **kw):
+        calls.append(cmd)
+        return subprocess.CompletedProcess(cmd, code, stdout, stderr)
+
+    run.calls = calls
+    return run
+
+
+def test_states_asks_squeue_once_for_the_arrays_and_reads_one_task_per_line():
+    run = answer("12_0|COMPLETED\n12_1|RUNNING\n12_2|PENDING\n13|CANCELLED by 0\n")
+    found = slurm.states(["12_0", "12_1", "12_2", "13"], run=run)
+    assert found == {"12_0": "COMPLETED", "12_1": "RUNNING", "12_2": "PENDING", "13": "CANCELLED"}
+    (cmd,) = run.calls
+    assert cmd[:2] == ["squeue", "-h"] and "-r" in cmd and "--states=all" in cmd and cmd[-1] == "12,13"
+
+
+def test_states_of_forgotten_jobs_and_of_a_scheduler_that_does_not_answer():
+    assert slurm.states(["12_0"], run=answer(stderr="slurm_load_jobs error: Invalid job id specified", code=1)) == {}
+    assert slurm.states(["12_0"], run=answer(stderr="Unable to contact slurm controller", code=1)) is None
+
+    def missing(cmd, **kw):
+        raise FileNotFoundError("squeue")
+
+    assert slurm.states(["12_0"], run=missing) is None
+    assert slurm.states([], run=missing) == {}
+
+
+@pytest.mark.parametrize("state, over", [(None, True), ("COMPLETED", True), ("CANCELLED", True), ("TIMEOUT", True),
+                                         ("RUNNING", False), ("PENDING", False), ("COMPLETING", False)])
+def test_ended(state, over):
+    assert slurm.ended(state) is over
+
+
+class FakeJob:
+    def __init__(self, folder: Path, job_id: str, result=None, error: str = ""):
+        self.job_id = job_id
+        self.paths = SimpleNamespace(result_pickle=folder / f"{job_id}_result.pkl")
+        self._result, self._error = result, error
+
+    def finish(self):
+        self.paths.result_pickle.write_text("done")
+
+    def result(self):
+        if self._error:
+            raise RuntimeError(f"Job failed\nTraceback...\n{self._error}")
+        return self._result
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+    def sleep(self, s):
+        self.t += s
+
+
+def test_wait_reads_results_and_ends_jobs_the_scheduler_says_ended(tmp_path):
+    """A job with a result file is read (its error too); a CANCELLED job without one ends after 5 s;
+    a COMPLETED job without one after the full grace (its file may be late); a running one waits."""
+    ok, bad, cancelled, late = (FakeJob(tmp_path, "7_0", result="line 0"), FakeJob(tmp_path, "7_1", error="ValueError: x"),
+                                FakeJob(tmp_path, "7_2"), FakeJob(tmp_path, "7_3"))
+    ok.finish()
+    bad.finish()
+    clock = Clock()
+    seen = []
+
+    def query(ids):
+        if clock.t >= 30:
+            late.finish()  # never: it ended before (COMPLETED, no result) and is reported so
+        return {"7_2": "CANCELLED", "7_3": "COMPLETED"}
+
+    ended = slurm.wait([ok, bad, cancelled, late], seen.append, poll_s=1.0, grace_s=20.0, query=query,
+                       clock=clock, sleep=clock.sleep)
+    assert [e.index for e in seen] == [0, 1, 2, 3]
+    assert ended[0].result == "line 0" and not ended[0].error
+    assert ended[1].result is None and ended[1].error == "ValueError: x"
+    assert (ended[2].state, ended[2].error) == ("CANCELLED", "no result")
+    assert (ended[3].state, ended[3].error) == ("COMPLETED", "no result")
+    assert 20 <= clock.t < 30
+
+
+def test_wait_keeps_waiting_while_the_scheduler_cannot_be_asked_or_the_job_runs(tmp_path):
+    job = FakeJob(tmp_path, "8_0", result="line")
+    clock = Clock()
+
+    def query(ids):
+        if clock.t >= 100:
+            job.finish()
+        return None if clock.t < 50 else {"8_0": "RUNNING"}
+
+    (e,) = slurm.wait([job], lambda e: None, query=query, clock=clock, sleep=clock.sleep)
+    assert e.result == "line" and clock.t >= 100
+
+
+def test_an_interrupt_while_waiting_cancels_the_jobs_left(tmp_path, monkeypatch):
+    done, left = FakeJob(tmp_path, "9_0", result="x"), FakeJob(tmp_path, "9_1")
+    done.finish()
+    cancelled = []
+    monkeypatch.setattr(slurm.subprocess, "run", lambda cmd, **kw: cancelled.append(cmd))
+
+    def query(ids):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        slurm.wait([done, left], lambda e: None, query=query, clock=Clock(), sleep=lambda s: None)
+    assert cancelled == [["scancel", "9_1"]]
+
+
+def test_job_id_and_why_inside_a_job():
+    env = {"SLURM_JOB_ID": "21", "SLURM_ARRAY_JOB_ID": "20", "SLURM_ARRAY_TASK_ID": "1"}
+    assert slurm.job_id(env) == "20_1" and slurm.job_id({"SLURM_JOB_ID": "5"}) == "5" and slurm.job_id({}) is None
+    assert slurm.why(signal.SIGTERM, env) == " in slurm job 20_1 (scancel, time limit or preemption)"
+    assert "time limit is near" in slurm.why(signal.SIGUSR2, env)
+    assert slurm.why(signal.SIGTERM, {}) == ""
