@@ -171,6 +171,9 @@ def _log_to_stderr() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .slurm import quiet_sacct
+
+    quiet_sacct()  # hydra/launcher=submitit_slurm on a cluster without accounting: one line, not one per poll
     with warnings.catch_warnings():  # restores the default display on return (callers in Python)
         warnings.showwarning = _show_warning
         return _main(argv)

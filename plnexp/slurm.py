@@ -165,3 +165,32 @@ def why(signum: int, environ=os.environ) -> str:
     if signum == signal.SIGTERM:
         return f" in slurm job {job} (scancel, time limit or preemption)"
     return f" in slurm job {job}"
+
+
+class QuietSacct:
+    """A filter for submitit's logger: its watcher calls ``sacct`` at every poll and, on a cluster
+    without accounting, warns each time ("Bypassing sacct error ..."). Said once, in one line, with
+    what to do; submitit's other messages (real errors) pass."""
+
+    def __init__(self, stream=None):
+        self.said = False
+        self.stream = stream
+
+    def filter(self, record) -> bool:
+        if "Bypassing sacct error" not in record.getMessage():
+            return True
+        if not self.said:
+            self.said = True
+            print("plnexp: warning: sacct is not usable on this cluster (no SLURM accounting?): submitit cannot "
+                  "tell when a job ended without a result; hydra/launcher=slurm asks squeue instead",
+                  file=self.stream or sys.stderr, flush=True)
+        return False
+
+
+def quiet_sacct() -> None:
+    """Install :class:`QuietSacct` on submitit's logger (once)."""
+    import logging
+
+    logger = logging.getLogger("submitit")
+    if not any(isinstance(f, QuietSacct) for f in logger.filters):
+        logger.addFilter(QuietSacct())

@@ -133,3 +133,25 @@ def test_job_id_and_why_inside_a_job():
     assert slurm.why(signal.SIGTERM, env) == " in slurm job 20_1 (scancel, time limit or preemption)"
     assert "time limit is near" in slurm.why(signal.SIGUSR2, env)
     assert slurm.why(signal.SIGTERM, {}) == ""
+
+
+def test_submitits_sacct_warnings_are_said_once_and_its_other_messages_pass(capsys):
+    import logging
+
+    slurm.quiet_sacct()
+    slurm.quiet_sacct()  # once
+    logger = logging.getLogger("submitit")
+    assert sum(isinstance(f, slurm.QuietSacct) for f in logger.filters) == 1
+    seen = []
+    handler = logging.Handler()
+    handler.emit = seen.append
+    logger.addHandler(handler)
+    try:
+        for n in range(3):
+            logger.warning(f"Call #{n} - Bypassing sacct error Command 'sacct' returned non-zero exit status 1., "
+                           "status may be inaccurate.")
+        logger.error("Submitted job triggered an exception")
+    finally:
+        logger.removeHandler(handler)
+    assert [r.getMessage() for r in seen] == ["Submitted job triggered an exception"]
+    assert capsys.readouterr().err.count("sacct is not usable") == 1
