@@ -8,6 +8,7 @@ PostgreSQL 15 missing, plnexp's cluster extra not installed); CI installs them a
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -129,8 +130,9 @@ def _wait_running(cl, experiment: str, n: int, proc, limit_s: float = 180):
 
 
 def test_scancel_mid_fit_ends_the_runs_and_resume_completes_the_grid(env, server):
-    """Two long jobs: one cancelled (SIGTERM: the job records its run KILLED with the SLURM reason),
-    one killed outright (SIGKILL: nothing in the job can react; the run is marked FAILED with
+    """Two long jobs: one cancelled (``scancel``: SIGTERM, the job records its run KILLED with the
+    SLURM reason), one whose process is killed outright (SIGKILL, as the kernel's OOM killer or a
+    crash would: nothing in the job can react; the run is marked FAILED with
     ``reason=slurm job <id> <state>`` once the scheduler says the job ended). The sweep ends with
     exit 1; ``resume=true`` runs those two jobs again and completes the grid."""
     grid = ("strategy=scan,fori_loop", "n_iter=4000", "repeats=4", "time_budget_s=0", "experiment=cancel")
@@ -144,7 +146,7 @@ def test_scancel_mid_fit_ends_the_runs_and_resume_completes_the_grid(env, server
         jobs = {r.data.tags["plnexp.slurm_job"]: r for r in running}
         term, kill = sorted(jobs)
         subprocess.run(["scancel", term], env=env, check=True)
-        subprocess.run(["scancel", "--signal=KILL", kill], env=env, check=True)
+        os.kill(int(jobs[kill].data.tags["plnexp.pid"]), signal.SIGKILL)  # a crash: one node, the run's PID
         stdout, stderr = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
