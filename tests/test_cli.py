@@ -195,14 +195,19 @@ def test_help_lists_config_groups(tmp_path):
     assert "python -m plnexp ui [--port N]" in proc.stdout  # every command with its options
 
 
-@pytest.mark.skipif(__import__("importlib").util.find_spec("hydra_plugins.hydra_submitit_launcher") is not None,
-                    reason="hydra-submitit-launcher is installed here")
-def test_a_cluster_launcher_without_its_extra_says_what_to_install(outputs, capsys):
+@pytest.mark.parametrize("launcher", ["slurm", "submitit_slurm"])
+def test_a_cluster_launcher_without_its_extra_says_what_to_install(outputs, capsys, monkeypatch, launcher):
+    """(The extra looks uninstalled: its module is not found, whatever this machine has.)"""
+    import importlib.util
+
     from plnexp.__main__ import main
 
-    assert main(["sweep", "hydra/launcher=submitit_slurm", *TINY]) == 2
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if "submitit" in name else find_spec(name, *a))
+    assert main(["sweep", f"hydra/launcher={launcher}", *TINY]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == ("plnexp: error: hydra/launcher=submitit_slurm: needs hydra-submitit-launcher, which is not "
+    assert err == (f"plnexp: error: hydra/launcher={launcher}: needs hydra-submitit-launcher, which is not "
                    "installed; install plnexp's cluster extra (pip install -e '.[cluster]'); allowed values here are "
                    "basic, joblib")
     cl = store_client(outputs)  # nothing created
