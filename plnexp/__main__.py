@@ -65,11 +65,18 @@ def _check(overrides: list[str], multirun: bool):
 
 
 def _sweep_up(uri: str) -> None:
+    """Mark FAILED the runs whose owners are gone; one line per kind of owner."""
     orphans = tracking.sweep_up_orphans(uri)
-    if orphans:
-        pids = sorted({r.data.tags.get(tracking.PID_TAG, "?") for r in orphans})
-        print(f"plnexp: {len(orphans)} run(s) left RUNNING by process(es) {', '.join(pids)} on this host, which "
+    jobs = [r for r in orphans if tracking.owners.SLURM_JOB_TAG in r.data.tags]
+    local = [r for r in orphans if r not in jobs]
+    if local:
+        pids = sorted({r.data.tags.get(tracking.PID_TAG, "?") for r in local})
+        print(f"plnexp: {len(local)} run(s) left RUNNING by process(es) {', '.join(pids)} on this host, which "
               f"no longer exist, marked FAILED (reason=orphaned)", file=sys.stderr, flush=True)
+    if jobs:
+        ids = sorted({r.data.tags[tracking.owners.SLURM_JOB_TAG] for r in jobs})
+        print(f"plnexp: {len(jobs)} run(s) left RUNNING by slurm job(s) {', '.join(ids)}, which ended, marked "
+              f"FAILED (reason=slurm job <id> <state>)", file=sys.stderr, flush=True)
 
 
 def _machinery_error(e: BaseException) -> int:

@@ -170,11 +170,25 @@ def environment_tags(config: Config) -> dict[str, str]:
             "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""), "git_commit": commit,
             "git_dirty": str(commit.endswith("-dirty")).lower(), VERSION_TAG: package_version(),
             "python": platform.python_version(), "host": platform.node(), "cpu_model": cpu_model()}
+    tags.update(slurm_tags())
     if config.strategy.name in TORCH_STRATEGIES:  # only these runs import torch
         import torch
 
         tags["torch_version"] = torch.__version__
     return tags
+
+
+# tag -> the variable SLURM sets in a job
+SLURM_VARIABLES = {"slurm_job_id": "SLURM_JOB_ID", "slurm_array_job_id": "SLURM_ARRAY_JOB_ID",
+                   "slurm_array_task_id": "SLURM_ARRAY_TASK_ID", "slurm_node": "SLURMD_NODENAME",
+                   "slurm_partition": "SLURM_JOB_PARTITION", "slurm_cluster": "SLURM_CLUSTER_NAME"}
+
+
+def slurm_tags(environ=os.environ) -> dict[str, str]:
+    """Where a run ran on a SLURM cluster (the variables SLURM set that are present); {} elsewhere."""
+    if not environ.get("SLURM_JOB_ID"):
+        return {}
+    return {tag: environ[var] for tag, var in SLURM_VARIABLES.items() if environ.get(var)}
 
 
 def cpu_model() -> str:

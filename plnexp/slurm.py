@@ -73,6 +73,32 @@ def states(jobs: Iterable[str], run=subprocess.run) -> dict[str, str] | None:
     return found
 
 
+def final_state(job: str, run=subprocess.run) -> str:
+    """The final state of a job the controller has forgotten: ``sacct``'s where accounting exists
+    (``CANCELLED by 0`` -> CANCELLED), else ``ENDED`` (gone from the queue, final state unknown)."""
+    try:
+        out = run(["sacct", "-n", "-X", "-P", "-j", job, "-o", "State"], capture_output=True, text=True,
+                  timeout=QUERY_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):
+        return "ENDED"
+    words = out.stdout.split() if out.returncode == 0 else []
+    return words[0] if words else "ENDED"
+
+
+def state(job: str, run=subprocess.run) -> str | None:
+    """One job's state: the queue's (:func:`states`), else its final state (:func:`final_state`);
+    None when the scheduler cannot be asked from here."""
+    found = states([job], run=run)
+    if found is None:
+        return None
+    return found[job] if job in found else final_state(job, run=run)
+
+
+def cluster_name(environ=os.environ) -> str:
+    """This job's cluster (``$SLURM_CLUSTER_NAME``), "" outside a job."""
+    return environ.get("SLURM_CLUSTER_NAME", "")
+
+
 def ended(state: str | None) -> bool:
     """Whether a job in ``state`` (None: forgotten by the scheduler) has ended."""
     return state is None or state.split()[0] not in ACTIVE
@@ -131,7 +157,7 @@ def wait(jobs: Sequence, on_end: Callable[[Ended], None], *, poll_s: float = 1.0
             if pending:
                 sleep(poll_s)
     except BaseException:
-        cancel(list(pending.values()))
+        cancel([j.job_id for j in pending.values()])
         raise
     return [out[i] for i in range(len(jobs))]
 
@@ -144,9 +170,9 @@ def _read(i: int, job, state: str) -> Ended:
         return Ended(i, job.job_id, None, state, text[-1].strip() if text else type(e).__name__)
 
 
-def cancel(jobs: Sequence) -> None:
+def cancel(ids: Sequence[str]) -> None:
     """``scancel`` the jobs (best effort: a job that ended meanwhile is no error)."""
-    ids = [j.job_id for j in jobs]
+    ids = list(ids)
     if ids:
         try:
             subprocess.run(["scancel", *ids], capture_output=True, timeout=QUERY_TIMEOUT_S)

@@ -3,6 +3,7 @@ and a fake clock, the reasons a signal gets inside a job. (The real cluster: tes
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 from pathlib import Path
@@ -155,3 +156,116 @@ def test_submitits_sacct_warnings_are_said_once_and_its_other_messages_pass(caps
         logger.removeHandler(handler)
     assert [r.getMessage() for r in seen] == ["Submitted job triggered an exception"]
     assert capsys.readouterr().err.count("sacct is not usable") == 1
+
+
+# ------------------------------------------------------------------ a SLURM job as a run's owner
+FAKE_SQUEUE = """#!/bin/sh
+# squeue -h -r --states=all -o %i|%T -j <ids>: the queue written in $FAKE_QUEUE (lines "id|STATE")
+[ -n "$FAKE_SLURM_DOWN" ] && { echo "slurm_load_jobs error: Unable to contact slurm controller" >&2; exit 1; }
+for last; do :; done
+found=$(grep -E "^($(echo "$last" | tr ',' '|'))(_|\\|)" "$FAKE_QUEUE")
+[ -z "$found" ] && { echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1; }
+echo "$found"
+"""
+FAKE_SACCT = """#!/bin/sh
+[ -z "$FAKE_ACCOUNTING" ] && { echo "Slurm accounting storage is disabled" >&2; exit 1; }
+echo "$FAKE_ACCOUNTING"
+"""
+
+
+@pytest.fixture
+def scheduler(tmp_path, monkeypatch):
+    """Fake ``squeue`` and ``sacct`` first on PATH; the queue is the file $FAKE_QUEUE."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("squeue", FAKE_SQUEUE), ("sacct", FAKE_SACCT)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    queue = tmp_path / "queue"
+    queue.write_text("7_0|RUNNING\n7_1|CANCELLED\n")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_QUEUE", str(queue))
+    monkeypatch.delenv("FAKE_ACCOUNTING", raising=False)
+    monkeypatch.delenv("SLURM_CLUSTER_NAME", raising=False)
+    return queue
+
+
+def test_a_slurm_job_owns_the_runs_of_its_processes(monkeypatch):
+    from plnexp.tracking import owners
+
+    env = {"SLURM_JOB_ID": "21", "SLURM_ARRAY_JOB_ID": "20", "SLURM_ARRAY_TASK_ID": "1", "SLURM_CLUSTER_NAME": "c1"}
+    job = owners.SlurmJob.here(env)
+    assert (job.job, job.cluster, job.pid) == ("20_1", "c1", os.getpid())
+    assert owners.SlurmJob.here({}) is None
+    tags = job.tags()
+    assert tags["plnexp.slurm_job"] == "20_1" and tags[owners.PID_TAG] == str(os.getpid())  # host/PID too
+    assert owners.owner_of(tags) == job and owners.owner_of({owners.HOST_TAG: "h", owners.PID_TAG: "3"}) == \
+        owners.LocalProcess("h", 3)
+    assert isinstance(owners.current(), owners.LocalProcess)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert owners.current() == job
+
+
+def test_alive_asks_the_scheduler(scheduler, monkeypatch):
+    from plnexp.tracking.owners import SlurmJob
+
+    assert SlurmJob("7_0").alive() is True
+    cancelled = SlurmJob("7_1")
+    assert cancelled.alive() is False
+    assert cancelled.end_reason()[0] == "slurm job 7_1 CANCELLED"
+    forgotten = SlurmJob("7_2")  # gone from the queue, no accounting
+    assert forgotten.alive() is False and forgotten.end_reason()[0] == "slurm job 7_2 ENDED"
+    monkeypatch.setenv("FAKE_ACCOUNTING", "TIMEOUT")
+    timed_out = SlurmJob("7_2")
+    assert timed_out.alive() is False and timed_out.end_reason()[0] == "slurm job 7_2 TIMEOUT"
+    monkeypatch.setenv("SLURM_CLUSTER_NAME", "here")
+    assert SlurmJob("7_1", cluster="elsewhere").alive() is None  # another cluster's job
+    monkeypatch.setenv("FAKE_SLURM_DOWN", "1")
+    assert SlurmJob("7_1").alive() is None  # the controller does not answer: cannot tell
+
+
+def test_no_squeue_here_means_cannot_tell(monkeypatch, tmp_path):
+    from plnexp.tracking.owners import SlurmJob
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing there
+    assert SlurmJob("7_1").alive() is None
+
+
+def test_sweep_up_marks_the_runs_of_ended_slurm_jobs_failed_and_leaves_the_others(scheduler, outputs,
+                                                                                   monkeypatch):
+    from conftest import store_client
+
+    from plnexp import cli, runner, tracking
+    from plnexp.tracking.owners import LocalProcess, SlurmJob
+
+    (job,) = cli.plan(["dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=3"], multirun=False)
+    uri = tracking.check_store()
+    cl = tracking.client(uri)
+    exp = tracking.experiment_id(cl, "slurm")
+    outcome = runner.Outcome("x", (), job.config)
+    runs = {name: tracking.start_job(cl, exp, outcome, tags=owner.tags()) for name, owner in (
+        ("running", SlurmJob("7_0", "", "node1", 11)), ("cancelled", SlurmJob("7_1", "", "node1", 12)),
+        ("cancelled_too", SlurmJob("7_1", "", "node1", 12)), ("elsewhere", LocalProcess("another-host", 13)))}
+    found = tracking.sweep_up_orphans(uri)
+    assert sorted(r.info.run_id for r in found) == sorted([runs["cancelled"], runs["cancelled_too"]])
+    st = store_client(outputs)
+    run = st.get_run(runs["cancelled"])
+    assert run.info.status == "FAILED" and run.data.tags["reason"] == "slurm job 7_1 CANCELLED"
+    assert run.data.tags["status_reason"].startswith("slurm job 7_1 ended CANCELLED without closing this run")
+    assert st.get_run(runs["running"]).info.status == "RUNNING"
+    assert st.get_run(runs["elsewhere"]).info.status == "RUNNING"  # another host, no scheduler: never touched
+
+    scheduler.write_text("7_0|COMPLETED\n")
+    monkeypatch.setenv("PATH", "/nonexistent")  # no squeue here now: nothing can be told
+    assert tracking.sweep_up_orphans(uri) == [] and st.get_run(runs["running"]).info.status == "RUNNING"
+
+
+def test_slurm_tags_of_a_job():
+    from plnexp import provenance
+
+    env = {"SLURM_JOB_ID": "21", "SLURM_ARRAY_JOB_ID": "20", "SLURM_ARRAY_TASK_ID": "1", "SLURMD_NODENAME": "n7",
+           "SLURM_JOB_PARTITION": "debug"}
+    assert provenance.slurm_tags(env) == {"slurm_job_id": "21", "slurm_array_job_id": "20",
+                                          "slurm_array_task_id": "1", "slurm_node": "n7", "slurm_partition": "debug"}
+    assert provenance.slurm_tags({"SLURMD_NODENAME": "n7"}) == {}

@@ -5,20 +5,19 @@ A run left RUNNING is ended by someone else than its owner only when its owner s
 is False (see :mod:`plnexp.tracking.running`); an owner that cannot be checked from here (a process
 of another host) answers None and its runs are left alone.
 
-Today every run is owned by a :class:`LocalProcess` (host and PID). Another kind of owner plugs in
-by implementing the protocol with tags of its own, being listed in :data:`KINDS` (before
+A run is owned by a :class:`LocalProcess` (host and PID), or, inside a SLURM job, by a
+:class:`SlurmJob` (which writes the host and PID tags too). Another kind of owner plugs in by
+implementing the protocol with tags of its own, being listed in :data:`KINDS` (before
 ``LocalProcess``, whose tags it may also write) and being what :func:`current` returns in the
-processes its launcher starts. E.g. a future ``SlurmJob(job_id, cluster)``: tags
-``plnexp.slurm_job``/``plnexp.slurm_cluster``, ``alive()`` from ``squeue -j`` (None when the
-cluster cannot be queried from here), ``cancel()`` by ``scancel``, and ``current()`` returning it
-when the SLURM launcher set ``$SLURM_JOB_ID`` for the job. (Not implemented.)
+processes its launcher starts. An owner known to be gone says why (:meth:`Owner.end_reason`): the
+tags its runs are ended with.
 """
 
 from __future__ import annotations
 
 import os
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -41,6 +40,11 @@ class Owner(Protocol):
 
     def cancel(self) -> None:
         """Stop the owner, where that makes sense (nothing for a local process)."""
+        ...
+
+    def end_reason(self) -> tuple[str, str]:
+        """Once ``alive()`` is False: (the ``reason`` tag, the ``status_reason`` text) of the runs it
+        left RUNNING."""
         ...
 
     @classmethod
@@ -91,6 +95,9 @@ class LocalProcess:
         """Nothing: plnexp does not signal processes it is not (a local job is stopped by its own
         Ctrl-C or SIGTERM)."""
 
+    def end_reason(self) -> tuple[str, str]:
+        return "orphaned", f"orphaned: {self} ended without closing this run"
+
     @classmethod
     def from_tags(cls, tags: dict[str, str]) -> LocalProcess | None:
         host, pid = tags.get(HOST_TAG), tags.get(PID_TAG)
@@ -105,7 +112,71 @@ class LocalProcess:
         return f"process {self.pid} on {self.host}"
 
 
-KINDS: tuple[type, ...] = (LocalProcess,)  # tried in order by owner_of: the most specific first
+SLURM_JOB_TAG, SLURM_CLUSTER_TAG = "plnexp.slurm_job", "plnexp.slurm_cluster"
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """A SLURM job (tags ``plnexp.slurm_job``: ``<array job>_<task>`` or the job id, and
+    ``plnexp.slurm_cluster``), alive or not as its scheduler says (:func:`plnexp.slurm.state`: squeue,
+    then sacct): from a machine that cannot ask that cluster's scheduler, :meth:`alive` is None."""
+
+    job: str
+    cluster: str = ""
+    host: str = ""
+    pid: int = 0
+    state: str | None = field(default=None, compare=False, repr=False)  # the scheduler's last answer
+
+    @classmethod
+    def here(cls, environ=os.environ) -> SlurmJob | None:
+        """This process's job, or None outside SLURM."""
+        from .. import slurm
+
+        job = slurm.job_id(environ)
+        if job is None:
+            return None
+        return cls(job, slurm.cluster_name(environ), platform.node(), os.getpid())
+
+    def tags(self) -> dict[str, str]:
+        return {SLURM_JOB_TAG: self.job, SLURM_CLUSTER_TAG: self.cluster, HOST_TAG: self.host, PID_TAG: str(self.pid)}
+
+    def alive(self) -> bool | None:
+        from .. import slurm
+
+        here = slurm.cluster_name()
+        if self.cluster and here and here != self.cluster:
+            return None  # another cluster's job: its scheduler is not ours to ask
+        state = slurm.state(self.job)
+        object.__setattr__(self, "state", state)
+        return None if state is None else not slurm.ended(state)
+
+    def cancel(self) -> None:
+        from .. import slurm
+
+        slurm.cancel([self.job])
+
+    def end_reason(self) -> tuple[str, str]:
+        state = self.state or "ENDED"
+        return (f"slurm job {self.job} {state}",
+                f"slurm job {self.job} ended {state} without closing this run (scancel, time limit, preemption, "
+                "node failure or a crash)")
+
+    @classmethod
+    def from_tags(cls, tags: dict[str, str]) -> SlurmJob | None:
+        job = tags.get(SLURM_JOB_TAG)
+        if not job:
+            return None
+        try:
+            pid = int(tags.get(PID_TAG, 0) or 0)
+        except ValueError:
+            pid = 0
+        return cls(job, tags.get(SLURM_CLUSTER_TAG, ""), tags.get(HOST_TAG, ""), pid)
+
+    def __str__(self) -> str:
+        return f"slurm job {self.job}"
+
+
+KINDS: tuple[type, ...] = (SlurmJob, LocalProcess)  # tried in order by owner_of: the most specific first
 
 
 def owner_of(tags: dict[str, str]) -> Owner | None:
@@ -118,6 +189,5 @@ def owner_of(tags: dict[str, str]) -> Owner | None:
 
 
 def current() -> Owner:
-    """The owner of the runs this process creates: this local process (a launcher that runs jobs
-    elsewhere would make it return its own kind, see the module's docstring)."""
-    return LocalProcess.here()
+    """The owner of the runs this process creates: its SLURM job inside one, else this process."""
+    return SlurmJob.here() or LocalProcess.here()

@@ -19,13 +19,26 @@ def _runs_of(cl, owner: Owner | None = None, status: str | None = "RUNNING") -> 
     return _search_experiments(cl, " and ".join(where))
 
 
-def may_end(run, me: Owner | None = None) -> bool:
+class _Asked:
+    """Each distinct owner asked once whether it is alive (one ``squeue`` per SLURM job, not per run)."""
+
+    def __init__(self):
+        self.seen: dict = {}
+
+    def gone(self, owner: Owner) -> Owner | None:
+        """The owner, asked (it then knows why it ended), if it is known to be gone; else None."""
+        if owner not in self.seen:
+            self.seen[owner] = owner if owner.alive() is False else None
+        return self.seen[owner]
+
+
+def may_end(run, me: Owner | None = None, asked: _Asked | None = None) -> bool:
     """Whether this process may end ``run`` (RUNNING): its owner is this process (``me``, by default
     :func:`~plnexp.tracking.owners.current`), or it is known to be gone (``alive()`` is False)."""
     owner = owners.owner_of(run.data.tags)
     if owner is None:
         return False  # nobody named: cannot tell
-    return owner == (me if me is not None else owners.current()) or owner.alive() is False
+    return owner == (me if me is not None else owners.current()) or (asked or _Asked()).gone(owner) is not None
 
 
 def end_running(cl, runs, status: str, reason: str, code: str) -> list:
@@ -45,13 +58,25 @@ def end_running(cl, runs, status: str, reason: str, code: str) -> list:
 
 def end_children(parent: Parent, status: str, reason: str, code: str) -> list[dict]:
     """End the parent's children still RUNNING that this process may end (:func:`may_end`: its own,
-    and those of owners known to be gone; see :func:`end_running`); a child whose owner is alive
+    with ``status`` and ``reason``; those of owners known to be gone, with the owner's reason and
+    FAILED, or as this process's own when ``status`` is KILLED); a child whose owner is alive
     elsewhere, or cannot be checked from here, stays RUNNING. Returns every child as a plain row:
     name, status, reason, metrics, job number."""
     cl = client(parent.uri)
     runs = children(cl, parent)
-    me = owners.current()
-    if end_running(cl, [r for r in runs if r.info.status == "RUNNING" and may_end(r, me)], status, reason, code):
+    me, asked = owners.current(), _Asked()
+    mine = [r for r in runs if r.info.status == "RUNNING" and owners.owner_of(r.data.tags) == me]
+    ended = end_running(cl, mine, status, reason, code)
+    for r in runs:  # the children of owners that are gone
+        owner = owners.owner_of(r.data.tags)
+        gone = asked.gone(owner) if r.info.status == "RUNNING" and owner is not None and owner != me else None
+        if gone is None:
+            continue
+        if status == "KILLED":  # the interrupt that ends the sweep ended them (a joblib worker's Ctrl-C)
+            ended += end_running(cl, [r], status, reason, code)
+        else:  # they died on their own: FAILED, with their owner's reason (slurm job 12_3 CANCELLED)
+            ended += end_running(cl, [r], "FAILED", *reversed(gone.end_reason()))
+    if ended:
         runs = children(cl, parent)
     return [{"name": r.info.run_name, "status": r.info.status, "reason": r.data.tags.get("status_reason", ""),
              "metrics": dict(r.data.metrics), "job": int(r.data.tags.get(JOB_TAG, 0) or 0)} for r in runs]
@@ -74,10 +99,12 @@ def sweep_up_orphans(uri: str) -> list:
     returns them. Runs whose owner cannot be checked from here (another host's processes) are left
     alone. ``sweep`` and ``run`` call it first (and so can ``report``)."""
     cl = client(uri)
-    dead = []
+    dead, asked = [], _Asked()
     for r in _runs_of(cl):
         owner = owners.owner_of(r.data.tags)
-        if owner is not None and owner.alive() is False:
-            end_running(cl, [r], "FAILED", f"orphaned: {owner} ended without closing this run", "orphaned")
+        gone = asked.gone(owner) if owner is not None else None
+        if gone is not None:
+            code, why = gone.end_reason()
+            end_running(cl, [r], "FAILED", why, code)
             dead.append(r)
     return dead
