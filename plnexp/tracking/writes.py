@@ -34,11 +34,14 @@ class Parent(NamedTuple):
 
 
 def experiment_id(cl, name: str) -> str:
-    """Get or create the experiment, with its artifacts under ``<outputs>/artifacts/<name>``."""
+    """Get or create the experiment: in a local store (sqlite, a folder) with its artifacts under
+    ``<outputs>/artifacts/<name>``; on a tracking server where the server puts them (with
+    ``--serve-artifacts``: uploaded through it, so the cluster's nodes need no access to them)."""
     exp = cl.get_experiment_by_name(name)
     if exp is not None:
         return exp.experiment_id
-    location = (outputs_dir() / "artifacts" / name).as_uri()
+    server = str(cl.tracking_uri).startswith(("http://", "https://"))
+    location = None if server else (outputs_dir() / "artifacts" / name).as_uri()
     try:
         return cl.create_experiment(name, artifact_location=location)
     except Exception:  # created meanwhile by another process
