@@ -5,8 +5,10 @@ line; exit status 0 when nothing failed, 1 otherwise. ``--json`` prints the chec
 
 The checks: package versions; JAX's devices per platform; float64 (x64) availability; the XLA
 flags and whether plnexp set any (only for a jaxlib it has checked, see :mod:`plnexp.runtime`);
-SciPy's OpenBLAS threads; the MLflow store (resolved as the commands resolve it, reachable,
-writable; nothing is created in it); and the numerics: on every JAX device, for each model and
+SciPy's OpenBLAS threads; the MLflow store (resolved as the commands resolve it: reachable,
+writable; a local store without creating anything in it, a tracking server by creating and deleting
+a run in the experiment ``plnexp-doctor`` and uploading an artifact through it; a warning for a
+sqlite store on a network filesystem); and the numerics: on every JAX device, for each model and
 precision, the jitted partial ELBO (``model.state_elbo`` and the value of ``model.value_and_grad``)
 at a seeded random point on the shipped oaks data against the float64 host reference
 (:mod:`plnexp.reference`) at the precision's tolerance (:meth:`plnexp.precision.Precision.check_tolerance`), plus the reduction that jaxlib
@@ -180,12 +182,115 @@ def _http_checks(uri: str, timeout: float) -> list[Check]:
         except (urllib.error.URLError, OSError) as e:
             reason = getattr(e, "reason", e)
             return [Check("store_reachable", False, f"{uri}: no answer within {timeout:g} s ({reason})")]
-    return [Check("store_reachable", True, f"{uri}: {answered}"),
-            Check("store_writable", None, f"{uri}: not checked (it would take creating a run on the server)")]
+    return [Check("store_reachable", True, f"{uri}: {answered}"), *_server_writes(uri, timeout)]
+
+
+DOCTOR_EXPERIMENT = "plnexp-doctor"
+
+
+def _server_writes(uri: str, timeout: float) -> list[Check]:
+    """A run created in the experiment ``plnexp-doctor`` (a param, a metric), an artifact uploaded and
+    read back, the run deleted: ``store_writable`` and ``store_artifacts``. Each call is bounded by
+    MLflow's HTTP timeout, set to ``timeout`` for the while (and retried at most once)."""
+    from mlflow import MlflowClient
+
+    limits = {"MLFLOW_HTTP_REQUEST_TIMEOUT": str(max(1, int(timeout * 3))), "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1"}
+    before = {k: os.environ.get(k) for k in limits}
+    os.environ.update(limits)
+    run_id = None
+    cl = MlflowClient(uri)
+    try:
+        try:
+            exp = cl.get_experiment_by_name(DOCTOR_EXPERIMENT)
+            exp_id = exp.experiment_id if exp is not None else cl.create_experiment(DOCTOR_EXPERIMENT)
+            run_id = cl.create_run(exp_id, run_name="doctor").info.run_id
+            cl.log_param(run_id, "doctor", "1")
+            cl.log_metric(run_id, "doctor", 1.0)
+            writable = Check("store_writable", True, f"{uri}: created a run in experiment {DOCTOR_EXPERIMENT} "
+                                                     "(a param, a metric), then deleted it")
+        except Exception as e:  # noqa: BLE001 - the finding is the error, in one line
+            return [Check("store_writable", False, f"{uri}: cannot create a run: {_first_line(e)}"),
+                    Check("store_artifacts", None, f"{uri}: not checked (no run to upload to)")]
+        return [writable, _artifact_check(cl, uri, run_id)]
+    finally:
+        if run_id is not None:
+            try:
+                cl.delete_run(run_id)
+            except Exception:  # noqa: BLE001 - best effort: the finding above stands
+                pass
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _artifact_check(cl, uri: str, run_id: str) -> Check:
+    text = f"plnexp doctor {run_id}"
+    try:
+        cl.log_text(run_id, text, "doctor.txt")
+        with tempfile.TemporaryDirectory(prefix="plnexp-doctor-") as tmp:
+            back = Path(cl.download_artifacts(run_id, "doctor.txt", tmp)).read_text()
+        location = cl.get_run(run_id).info.artifact_uri
+    except Exception as e:  # noqa: BLE001
+        return Check("store_artifacts", False, f"{uri}: artifact upload or download failed: {_first_line(e)}")
+    if back != text:
+        return Check("store_artifacts", False, f"{uri}: the artifact read back differs from the one uploaded")
+    how = ("through the server" if location.startswith("mlflow-artifacts:") else
+           f"directly to {location.rsplit('/', 2)[0]} (the server does not serve artifacts: every machine that "
+           "logs, cluster nodes included, must reach that location)")
+    return Check("store_artifacts", True, f"{uri}: uploaded an artifact and read it back, {how}")
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+# Filesystems on which sqlite's locking cannot be trusted (several writers: corruption, "database is locked")
+NETWORK_FILESYSTEMS = ("nfs", "nfs4", "lustre", "gpfs", "beegfs", "cifs", "smb3", "smbfs", "ceph", "glusterfs",
+                       "fuse.glusterfs", "fuse.sshfs", "fuse.cephfs", "panfs", "afs")
+
+
+def _mounts_text() -> str:
+    try:
+        return Path("/proc/self/mounts").read_text()
+    except OSError:
+        return ""
+
+
+def filesystem_of(path: Path, mounts_text: str) -> tuple[str, str] | None:
+    """(type, mount point) of the filesystem holding ``path``: the longest mount point of
+    ``mounts_text`` (``/proc/self/mounts``) that contains it; None when nothing is known."""
+    best = None
+    target = str(path)
+    for line in mounts_text.splitlines():
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        point = parts[1].replace("\\040", " ").replace("\\011", "\t").replace("\\134", "\\")
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and (best is None or len(point) >= len(best[1])):
+            best = (parts[2], point)
+    return best
+
+
+def _filesystem_check(uri: str, db: Path) -> list[Check]:
+    found = filesystem_of(db, _mounts_text())
+    if found is None:
+        return []
+    fstype, point = found
+    if fstype in NETWORK_FILESYSTEMS:
+        return [Check("store_filesystem", None, f"warning: {uri}: the sqlite store lies on {fstype} ({point}), where "
+                      "sqlite's locking is unsafe: jobs writing at once can corrupt it or fail with 'database is "
+                      "locked'. Use a tracking server (README: A shared tracking server)")]
+    return [Check("store_filesystem", True, f"{uri}: sqlite store on {fstype} ({point})")]
 
 
 def store(uri: str | None = None, timeout: float = HTTP_TIMEOUT_S) -> list[Check]:
-    """The MLflow store the commands would use: reachable, and writable, without creating anything in it."""
+    """The MLflow store the commands would use: reachable, and writable; a local store without creating
+    anything in it, a tracking server by creating (then deleting) a run and uploading an artifact; a
+    sqlite store on a network filesystem is warned about."""
     if uri is None:
         from .tracking import tracking_uri
 
@@ -199,7 +304,8 @@ def store(uri: str | None = None, timeout: float = HTTP_TIMEOUT_S) -> list[Check
         db = _sqlite_path(uri)
         if db is None:
             return [Check("store_reachable", None, f"{uri}: in-memory sqlite store, nothing persists")]
-        return _dir_checks(uri, db.parent, db)
+        found = _dir_checks(uri, db.parent, db)
+        return found + (_filesystem_check(uri, db) if found[0].ok else [])
     if scheme in ("http", "https"):
         return _http_checks(uri, timeout)
     if scheme in ("", "file"):  # MLflow's file store: a directory

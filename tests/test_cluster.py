@@ -210,3 +210,13 @@ def test_eight_concurrent_writers_lose_nothing(server, tmp_path):
         assert sorted(m.step for m in history) == list(range(n))
         assert cl.download_artifacts(r.info.run_id, "writer.txt", str(tmp_path)) and \
             (tmp_path / "writer.txt").read_text() == f"writer {r.data.params['writer']}"
+
+
+def test_doctor_checks_the_postgres_backed_server(server):
+    """``doctor`` against the team's server: reachable, a run written and deleted, an artifact
+    uploaded through the server and read back."""
+    from plnexp import doctor
+
+    found = {c.name: c for c in doctor.store(server.uri)}
+    assert [found[k].ok for k in ("store_reachable", "store_writable", "store_artifacts")] == [True] * 3, found
+    assert "through the server" in found["store_artifacts"].detail

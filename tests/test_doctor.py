@@ -100,7 +100,8 @@ def test_store_in_a_read_only_outputs_dir_fails(read_only_dir, monkeypatch, sub)
     failed = [c for c in found if c.ok is False]
     assert len(failed) == 1 and str(read_only_dir) in failed[0].detail, found
     if not sub:  # the directory is there, but nothing can be written in it
-        assert [(c.name, c.ok) for c in found] == [("store_reachable", True), ("store_writable", False)]
+        assert [(c.name, c.ok) for c in found if c.name != "store_filesystem"] == [("store_reachable", True),
+                                                                                   ("store_writable", False)]
     assert sorted(read_only_dir.iterdir()) == before
 
 
@@ -187,3 +188,49 @@ def test_doctor_command_exits_0_with_a_line_per_check(outputs, tmp_path):
                  "miscompile_probe[cpu:0]", "elbo[full,float32,cpu:0]", "elbo[profiled,float64,cpu:0]"):
         assert name in names, (name, out.stdout)
     assert int(lines[-1].split()[2]) == sum(line.startswith("ok") for line in lines[:-1])
+
+
+MOUNTS = """\
+/dev/vda1 / ext4 rw,relatime 0 0
+proc /proc proc rw 0 0
+server:/export /shared nfs4 rw,vers=4.2 0 0
+server:/export/proj\\040x /shared/proj\\040x nfs rw 0 0
+lfs@o2ib:/scratch /scratch lustre rw 0 0
+"""
+
+
+def test_filesystem_of_takes_the_longest_mount_point():
+    assert doctor.filesystem_of(Path("/shared/a/mlflow.db"), MOUNTS) == ("nfs4", "/shared")
+    assert doctor.filesystem_of(Path("/shared/proj x/mlflow.db"), MOUNTS) == ("nfs", "/shared/proj x")
+    assert doctor.filesystem_of(Path("/sharedness/mlflow.db"), MOUNTS) == ("ext4", "/")
+    assert doctor.filesystem_of(Path("/scratch/u/mlflow.db"), MOUNTS) == ("lustre", "/scratch")
+    assert doctor.filesystem_of(Path("/x"), "") is None
+
+
+@pytest.mark.parametrize("folder, ok", [("/shared/proj", None), ("/scratch/u", None), ("/home/u", True)])
+def test_a_sqlite_store_on_a_network_filesystem_is_warned_about(monkeypatch, folder, ok):
+    monkeypatch.setattr(doctor, "_mounts_text", lambda: MOUNTS)
+    found = {c.name: c for c in doctor.store(f"sqlite:///{folder}/mlflow.db")}
+    check = found["store_filesystem"]
+    assert check.ok is ok
+    if ok is None:
+        assert check.detail.startswith("warning: ") and "sqlite's locking is unsafe" in check.detail
+        assert "A shared tracking server" in check.detail
+
+
+@pytest.mark.slow
+def test_a_tracking_server_is_written_to_and_its_artifacts_read_back(tmp_path):
+    """A real ``mlflow server`` (sqlite-backed, serving artifacts) started here and stopped by PID."""
+    import daemons
+    from mlflow import MlflowClient
+
+    try:
+        with daemons.mlflow_server(f"sqlite:///{tmp_path}/server.db", tmp_path / "server") as server:
+            found = {c.name: c for c in doctor.store(server.uri)}
+            assert [found[k].ok for k in ("store_reachable", "store_writable", "store_artifacts")] == [True] * 3, found
+            assert "through the server" in found["store_artifacts"].detail
+            cl = MlflowClient(server.uri)
+            exp = cl.get_experiment_by_name(doctor.DOCTOR_EXPERIMENT)
+            assert cl.search_runs([exp.experiment_id]) == []  # the run it made is deleted
+    except daemons.Unavailable as e:
+        pytest.skip(f"no mlflow server here: {e}")
