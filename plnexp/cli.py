@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,6 +79,7 @@ def _parse(overrides: list[str]):
         raise ConfigError(f"bad override {bad!r}: {str(e).splitlines()[0]}; allowed forms are {FORMS}") from None
 
 
+SLURM_LAUNCHERS = ("slurm", "submitit_slurm")
 # Hydra launchers that come with an optional extra: launcher -> (its module, the extra that installs it)
 EXTRA_LAUNCHERS = {"slurm": ("hydra_plugins.hydra_submitit_launcher", "cluster"),
                    "submitit_slurm": ("hydra_plugins.hydra_submitit_launcher", "cluster"),
@@ -98,6 +100,10 @@ def _check_launcher(parsed) -> None:
                     raise ConfigError(f"hydra/launcher={name}: needs hydra-submitit-launcher, which is not installed; "
                                       f"install plnexp's {extra} extra (pip install -e '.[{extra}]'); allowed values "
                                       f"here are {', '.join(LOCAL_LAUNCHERS)}")
+                if name in SLURM_LAUNCHERS and shutil.which("sbatch") is None:
+                    raise ConfigError(f"hydra/launcher={name}: sbatch not found on PATH (no SLURM client here): run "
+                                      "the sweep on a machine that submits to the cluster (a login node); allowed "
+                                      f"values here are {', '.join(LOCAL_LAUNCHERS)}")
 
 
 def _check_groups(parsed) -> None:

@@ -212,3 +212,15 @@ def test_a_cluster_launcher_without_its_extra_says_what_to_install(outputs, caps
                    "basic, joblib")
     cl = store_client(outputs)  # nothing created
     assert not [r for e in cl.search_experiments() for r in cl.search_runs([e.experiment_id])]
+
+
+def test_a_slurm_launcher_without_sbatch_says_so(outputs, capsys, monkeypatch):
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="needs plnexp's cluster extra")
+    from plnexp.__main__ import main
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert main(["sweep", "hydra/launcher=slurm", *TINY]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("plnexp: error: hydra/launcher=slurm: sbatch not found on PATH") and "\n" not in err
+    cl = store_client(outputs)  # nothing created
+    assert not [r for e in cl.search_experiments() for r in cl.search_runs([e.experiment_id])]
