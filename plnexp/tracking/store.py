@@ -53,6 +53,9 @@ def _uri_source(explicit: str | None) -> str:
 def _quiet() -> None:
     for name in ("mlflow", "alembic", "sqlalchemy", "urllib3"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # a tracking server: MLflow prints two "View run ... at" lines on stdout per run it ends, between
+    # plnexp's own lines (the parent run's address is in the sweep's header line already)
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 
 
 def _is_locked(e: BaseException | None) -> bool:
