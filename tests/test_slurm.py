@@ -269,3 +269,31 @@ def test_slurm_tags_of_a_job():
     assert provenance.slurm_tags(env) == {"slurm_job_id": "21", "slurm_array_job_id": "20",
                                           "slurm_array_task_id": "1", "slurm_node": "n7", "slurm_partition": "debug"}
     assert provenance.slurm_tags({"SLURMD_NODENAME": "n7"}) == {}
+
+
+@pytest.mark.parametrize("signum, why", [(signal.SIGUSR2, "its time limit is near"),
+                                         (signal.SIGTERM, "scancel, time limit or preemption")])
+def test_a_job_stopped_by_slurm_records_its_run_killed_with_the_reason(outputs, monkeypatch, signum, why):
+    """Inside a SLURM job, SIGUSR2 (sent ``signal_delay_s`` before the time limit) and SIGTERM end the
+    run KILLED, the reason naming the job; the owner tags are the job's."""
+    from conftest import store_client
+
+    from plnexp import cli, interrupts, runner
+
+    for k, v in {"SLURM_JOB_ID": "52", "SLURM_ARRAY_JOB_ID": "50", "SLURM_ARRAY_TASK_ID": "2"}.items():
+        monkeypatch.setenv(k, v)
+    (job,) = cli.plan(["dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=3"], multirun=False)
+
+    def stopped(config, overrides, name, output_dir, outcome):
+        signal.raise_signal(signum)  # as SLURM sends it, in the middle of the fit
+        raise AssertionError("not reached")
+
+    monkeypatch.setattr(runner, "execute", stopped)
+    with interrupts.handled(signals=slurm.JOB_SIGNALS):
+        with pytest.raises(interrupts.Interrupted):
+            runner.run_job(job.config, (), "stopped")
+    (run,) = [r for e in store_client(outputs).search_experiments()
+              for r in store_client(outputs).search_runs([e.experiment_id])]
+    assert run.info.status == "KILLED"
+    assert run.data.tags["status_reason"] == f"interrupted by {signal.Signals(signum).name} in slurm job 50_2 ({why})"
+    assert run.data.tags["plnexp.slurm_job"] == "50_2" and run.data.tags["slurm_array_task_id"] == "2"
