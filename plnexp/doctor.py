@@ -8,7 +8,8 @@ flags and whether plnexp set any (only for a jaxlib it has checked, see :mod:`pl
 SciPy's OpenBLAS threads; the MLflow store (resolved as the commands resolve it: reachable,
 writable; a local store without creating anything in it, a tracking server by creating and deleting
 a run in the experiment ``plnexp-doctor`` and uploading an artifact through it; a warning for a
-sqlite store on a network filesystem); and the numerics: on every JAX device, for each model and
+sqlite store on a network filesystem); SLURM (the client and a controller that answers, for
+``hydra/launcher=slurm``); and the numerics: on every JAX device, for each model and
 precision, the jitted partial ELBO (``model.state_elbo`` and the value of ``model.value_and_grad``)
 at a seeded random point on the shipped oaks data against the float64 host reference
 (:mod:`plnexp.reference`) at the precision's tolerance (:meth:`plnexp.precision.Precision.check_tolerance`), plus the reduction that jaxlib
@@ -414,7 +415,36 @@ def numerics() -> list[Check]:
 
 
 # ------------------------------------------------------------------------------------------ driver
-CHECKS: tuple[Callable[[], list[Check]], ...] = (versions, devices, x64, xla_flags, lapack, store, numerics)
+def slurm(run=None) -> list[Check]:
+    """Whether ``hydra/launcher=slurm`` can submit from here: the cluster extra, the SLURM client
+    (sbatch, squeue, scancel) and a controller that answers (``sinfo``: its partitions)."""
+    import importlib.util
+    import shutil
+    import subprocess
+
+    run = run or subprocess.run
+    missing = [tool for tool in ("sbatch", "squeue", "scancel") if shutil.which(tool) is None]
+    if missing:
+        return [Check("slurm", None, f"no SLURM client here ({', '.join(missing)} not on PATH): sweeps run on this "
+                                     "machine (hydra/launcher=slurm needs a login node)")]
+    if importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None:
+        return [Check("slurm", False, "SLURM client found but hydra-submitit-launcher is not installed: "
+                                      "pip install -e '.[cluster]'")]
+    try:
+        out = run(["sinfo", "-h", "-o", "%P %a %D %t"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError) as e:
+        return [Check("slurm", False, f"sinfo failed: {e}")]
+    if out.returncode != 0:  # a client with no cluster configured: nothing this machine must do
+        first = (out.stderr or out.stdout).strip().splitlines()
+        return [Check("slurm", None, f"warning: SLURM client found but no controller answers "
+                                     f"({first[0] if first else out.returncode}): hydra/launcher=slurm cannot submit "
+                                     "from here")]
+    parts = sorted({line.split()[0] for line in out.stdout.splitlines() if line.strip()})
+    return [Check("slurm", True, f"controller answers; partitions: {', '.join(parts) or '(none)'} "
+                                 "(hydra/launcher=slurm hydra.launcher.partition=NAME)")]
+
+
+CHECKS: tuple[Callable[[], list[Check]], ...] = (versions, devices, x64, xla_flags, lapack, store, slurm, numerics)
 
 
 def _guarded(fn: Callable[[], list[Check]]) -> list[Check]:

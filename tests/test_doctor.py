@@ -234,3 +234,24 @@ def test_a_tracking_server_is_written_to_and_its_artifacts_read_back(tmp_path):
             assert cl.search_runs([exp.experiment_id]) == []  # the run it made is deleted
     except daemons.Unavailable as e:
         pytest.skip(f"no mlflow server here: {e}")
+
+
+def test_slurm_check_without_a_client_is_information(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    [check] = doctor.slurm()
+    assert check.ok is None and "no SLURM client here" in check.detail
+
+
+def test_slurm_check_asks_the_controller(monkeypatch, tmp_path):
+    import subprocess
+
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="needs plnexp's cluster extra")
+    for tool in ("sbatch", "squeue", "scancel"):
+        (tmp_path / tool).write_text("#!/bin/sh\n")
+        (tmp_path / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    answer = lambda code, out, err="": (lambda cmd, **kw: subprocess.CompletedProcess(cmd, code, out, err))  # noqa: E731
+    [ok] = doctor.slurm(answer(0, "debug* up 1 idle\ngpu up 2 mix\n"))
+    assert ok.ok is True and "partitions: debug*, gpu" in ok.detail
+    [down] = doctor.slurm(answer(1, "", "sinfo: error: Unable to contact slurm controller (connect failure)"))
+    assert down.ok is None and down.detail.startswith("warning: ") and "Unable to contact slurm" in down.detail
