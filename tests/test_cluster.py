@@ -220,3 +220,11 @@ def test_doctor_checks_the_postgres_backed_server(server):
     found = {c.name: c for c in doctor.store(server.uri)}
     assert [found[k].ok for k in ("store_reachable", "store_writable", "store_artifacts")] == [True] * 3, found
     assert "through the server" in found["store_artifacts"].detail
+
+
+def test_doctor_sees_the_cluster(cluster, monkeypatch):
+    from plnexp import doctor
+
+    monkeypatch.setenv("SLURM_CONF", cluster.env["SLURM_CONF"])
+    [check] = doctor.slurm()
+    assert check.ok is True and "partitions: debug" in check.detail, check
