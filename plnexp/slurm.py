@@ -105,7 +105,7 @@ def ended(state: str | None) -> bool:
 
 
 @dataclass
-class Ended:
+class JobEnd:
     """How one job of the array ended: its place, its result (a Hydra ``JobReturn``) or None, and
     the scheduler's last word on it."""
 
@@ -116,8 +116,8 @@ class Ended:
     error: str = ""  # the job raised (submitit recorded the error) or left no result
 
 
-def wait(jobs: Sequence, on_end: Callable[[Ended], None], *, poll_s: float = 1.0, grace_s: float = 20.0,
-         query=states, clock=time.monotonic, sleep=time.sleep) -> list[Ended]:
+def wait(jobs: Sequence, on_end: Callable[[JobEnd], None], *, poll_s: float = 1.0, grace_s: float = 20.0,
+         query=states, clock=time.monotonic, sleep=time.sleep) -> list[JobEnd]:
     """Wait for every submitit job of ``jobs``; call ``on_end`` as each ends; returns them in order.
 
     A job has ended when its result file exists, or when the scheduler says that it ended without
@@ -125,11 +125,11 @@ def wait(jobs: Sequence, on_end: Callable[[Ended], None], *, poll_s: float = 1.0
     forgotten (its result file may show up late on a network filesystem).
     On any exception (Ctrl-C) the jobs not yet ended are cancelled before it propagates."""
     pending = dict(enumerate(jobs))
-    out: dict[int, Ended] = {}
+    out: dict[int, JobEnd] = {}
     gone_since: dict[int, float] = {}
     last_state: dict[int, str] = {}
 
-    def finish(i: int, e: Ended) -> None:
+    def finish(i: int, e: JobEnd) -> None:
         out[i] = e
         del pending[i]
         on_end(e)
@@ -153,7 +153,7 @@ def wait(jobs: Sequence, on_end: Callable[[Ended], None], *, poll_s: float = 1.0
                     continue
                 limit = grace_s if last_state[i] in ("COMPLETED", "ENDED") else min(grace_s, 5.0)
                 if now - gone_since.setdefault(i, now) >= limit and not job.paths.result_pickle.exists():
-                    finish(i, Ended(i, job.job_id, None, last_state[i], "no result"))
+                    finish(i, JobEnd(i, job.job_id, None, last_state[i], "no result"))
             if pending:
                 sleep(poll_s)
     except BaseException:
@@ -162,12 +162,12 @@ def wait(jobs: Sequence, on_end: Callable[[Ended], None], *, poll_s: float = 1.0
     return [out[i] for i in range(len(jobs))]
 
 
-def _read(i: int, job, state: str) -> Ended:
+def _read(i: int, job, state: str) -> JobEnd:
     try:
-        return Ended(i, job.job_id, job.result(), state)
+        return JobEnd(i, job.job_id, job.result(), state)
     except Exception as e:  # noqa: BLE001 - the job's own error, recorded by submitit
         text = [t for t in str(e).strip().splitlines() if t.strip()]
-        return Ended(i, job.job_id, None, state, text[-1].strip() if text else type(e).__name__)
+        return JobEnd(i, job.job_id, None, state, text[-1].strip() if text else type(e).__name__)
 
 
 def cancel(ids: Sequence[str]) -> None:

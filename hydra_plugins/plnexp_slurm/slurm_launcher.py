@@ -58,7 +58,7 @@ if _SubmititSlurm is not None:
                   f"{' on partition ' + str(self.params['partition']) if self.params.get('partition') else ''}; "
                   f"logs: {jobs[0].paths.stdout if jobs else sweep_dir} and the like", flush=True)
 
-            def on_end(e: "slurm.Ended") -> None:
+            def on_end(e: "slurm.JobEnd") -> None:
                 label = f"[{initial_job_idx + e.index + 1}/{total}]"
                 result = e.result
                 if result is not None and result.status == JobStatus.COMPLETED and result._return_value:
