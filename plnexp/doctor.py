@@ -1,19 +1,22 @@
 """``python -m plnexp doctor``: can this machine be trusted to run plnexp, and give right numbers?
 
-One line per check (``ok``, ``FAIL`` or ``info``, the check's name, what it found), then a summary
-line; exit status 0 when nothing failed, 1 otherwise. ``--json`` prints the checks as a JSON list.
+One line per check (``ok``, ``FAIL`` or ``info``, the check's name, what it found; an ``info`` whose
+finding starts with ``warning:`` deserves a look but fails nothing), then a summary line; exit
+status 0 when nothing failed, 1 otherwise. ``--json`` prints the checks as a JSON list.
 
 The checks: package versions; JAX's devices per platform; float64 (x64) availability; the XLA
 flags and whether plnexp set any (only for a jaxlib it has checked, see :mod:`plnexp.runtime`);
-SciPy's OpenBLAS threads; the MLflow store (resolved as the commands resolve it: reachable,
-writable; a local store without creating anything in it, a tracking server by creating and deleting
-a run in the experiment ``plnexp-doctor`` and uploading an artifact through it; a warning for a
-sqlite store on a network filesystem); SLURM (the client and a controller that answers, for
-``hydra/launcher=slurm``); and the numerics: on every JAX device, for each model and
-precision, the jitted partial ELBO (``model.state_elbo`` and the value of ``model.value_and_grad``)
-at a seeded random point on the shipped oaks data against the float64 host reference
-(:mod:`plnexp.reference`) at the precision's tolerance (:meth:`plnexp.precision.Precision.check_tolerance`), plus the reduction that jaxlib
-0.10.2's CPU backend is known to miscompile without plnexp's XLA flag.
+SciPy's OpenBLAS threads; the MLflow store, resolved as the commands resolve it (a local store:
+reachable and writable without creating anything in it, and for sqlite the filesystem, with a
+warning on NFS, Lustre, GPFS...; a tracking server: ``/health`` answers, a run created and deleted
+in the experiment ``plnexp-doctor``, an artifact uploaded to it and read back, and whether the
+artifacts go through the server or straight to a path every node must see); SLURM (the client
+and a controller that answers, for ``hydra/launcher=slurm``); and the numerics: on every JAX
+device, for each model and precision, the jitted partial ELBO (``model.state_elbo`` and the value
+of ``model.value_and_grad``) at a seeded random point on the shipped oaks data against the float64
+host reference (:mod:`plnexp.reference`) at the precision's tolerance
+(:meth:`plnexp.precision.Precision.check_tolerance`), plus the reduction that jaxlib 0.10.2's CPU
+backend is known to miscompile without plnexp's XLA flag.
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import sys
 import tempfile
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
@@ -171,6 +176,8 @@ def _dir_checks(where: str, folder: Path, db: Path | None) -> list[Check]:
 
 
 def _http_checks(uri: str, timeout: float) -> list[Check]:
+    """``store_reachable`` (``/health``, else the REST API, answers within ``timeout``); then, only
+    when it answers, the writes of :func:`_server_writes`."""
     base = uri.rstrip("/")
     answered = None
     for path in ("/health", "/api/2.0/mlflow/experiments/search?max_results=1"):
@@ -182,43 +189,23 @@ def _http_checks(uri: str, timeout: float) -> list[Check]:
             answered = f"GET {path} answered {e.code}"
         except (urllib.error.URLError, OSError) as e:
             reason = getattr(e, "reason", e)
-            return [Check("store_reachable", False, f"{uri}: no answer within {timeout:g} s ({reason})")]
+            return [Check("store_reachable", False, f"{uri}: no answer ({reason}; timeout {timeout:g} s)"),
+                    Check("store_writable", None, f"{uri}: not checked: server unreachable"),
+                    Check("store_artifacts", None, f"{uri}: not checked: server unreachable")]
     return [Check("store_reachable", True, f"{uri}: {answered}"), *_server_writes(uri, timeout)]
 
 
 DOCTOR_EXPERIMENT = "plnexp-doctor"
 
 
-def _server_writes(uri: str, timeout: float) -> list[Check]:
-    """A run created in the experiment ``plnexp-doctor`` (a param, a metric), an artifact uploaded and
-    read back, the run deleted: ``store_writable`` and ``store_artifacts``. Each call is bounded by
-    MLflow's HTTP timeout, set to ``timeout`` for the while (and retried at most once)."""
-    from mlflow import MlflowClient
-
-    limits = {"MLFLOW_HTTP_REQUEST_TIMEOUT": str(max(1, int(timeout * 3))), "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1"}
-    before = {k: os.environ.get(k) for k in limits}
-    os.environ.update(limits)
-    run_id = None
-    cl = MlflowClient(uri)
+@contextmanager
+def _environ(**values: str):
+    """``os.environ`` with ``values`` set for the block, restored (or unset) afterwards."""
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
     try:
-        try:
-            exp = cl.get_experiment_by_name(DOCTOR_EXPERIMENT)
-            exp_id = exp.experiment_id if exp is not None else cl.create_experiment(DOCTOR_EXPERIMENT)
-            run_id = cl.create_run(exp_id, run_name="doctor").info.run_id
-            cl.log_param(run_id, "doctor", "1")
-            cl.log_metric(run_id, "doctor", 1.0)
-            writable = Check("store_writable", True, f"{uri}: created a run in experiment {DOCTOR_EXPERIMENT} "
-                                                     "(a param, a metric), then deleted it")
-        except Exception as e:  # noqa: BLE001 - the finding is the error, in one line
-            return [Check("store_writable", False, f"{uri}: cannot create a run: {_first_line(e)}"),
-                    Check("store_artifacts", None, f"{uri}: not checked (no run to upload to)")]
-        return [writable, _artifact_check(cl, uri, run_id)]
+        yield
     finally:
-        if run_id is not None:
-            try:
-                cl.delete_run(run_id)
-            except Exception:  # noqa: BLE001 - best effort: the finding above stands
-                pass
         for k, v in before.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -226,7 +213,60 @@ def _server_writes(uri: str, timeout: float) -> list[Check]:
                 os.environ[k] = v
 
 
+def _doctor_experiment(cl) -> str:
+    """The id of the experiment ``plnexp-doctor``: created if missing, restored if someone deleted it
+    (a deleted experiment keeps its name, and takes no runs)."""
+    exp = cl.get_experiment_by_name(DOCTOR_EXPERIMENT)
+    if exp is None:
+        return cl.create_experiment(DOCTOR_EXPERIMENT)
+    if exp.lifecycle_stage == "deleted":
+        cl.restore_experiment(exp.experiment_id)
+    return exp.experiment_id
+
+
+def _server_writes(uri: str, timeout: float) -> list[Check]:
+    """A run created in the experiment ``plnexp-doctor`` (a param, a metric), an artifact uploaded and
+    read back (:func:`_artifact_check`), the run deleted: ``store_writable`` and ``store_artifacts``.
+    Each call is bounded by MLflow's HTTP timeout, set to 3 * ``timeout`` for the while and retried
+    at most once, so a server that stops answering holds the doctor for seconds, not minutes."""
+    from mlflow import MlflowClient
+
+    limits = {"MLFLOW_HTTP_REQUEST_TIMEOUT": str(max(1, round(3 * timeout))), "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1"}
+    with _environ(**limits):
+        cl = MlflowClient(uri)
+        run_id = None
+        try:
+            run_id = cl.create_run(_doctor_experiment(cl), run_name="doctor").info.run_id
+            cl.log_param(run_id, "doctor", "1")
+            cl.log_metric(run_id, "doctor", 1.0)
+        except Exception as e:  # noqa: BLE001 - the finding is the error, in one line
+            if run_id is not None:
+                _delete_run(cl, run_id)
+            return [Check("store_writable", False, f"{uri}: cannot create a run in experiment {DOCTOR_EXPERIMENT} "
+                                                   f"and log to it: {_first_line(e)}"),
+                    Check("store_artifacts", None, f"{uri}: not checked (no run to upload to)")]
+        artifacts = _artifact_check(cl, uri, run_id)  # before the run is deleted
+        failed = _delete_run(cl, run_id)
+    if failed:  # plnexp itself never deletes runs: what it needs worked (a server may let only managers delete)
+        return [Check("store_writable", True, f"{uri}: created a run in experiment {DOCTOR_EXPERIMENT} (a param, a "
+                                              f"metric) but could not delete it (run {run_id} stays): {failed}"),
+                artifacts]
+    return [Check("store_writable", True, f"{uri}: created and deleted a run in experiment {DOCTOR_EXPERIMENT} "
+                                          "(a param, a metric)"), artifacts]
+
+
+def _delete_run(cl, run_id: str) -> str:
+    """Deletes the run; the error in one line if that failed, else ''."""
+    try:
+        cl.delete_run(run_id)
+    except Exception as e:  # noqa: BLE001
+        return _first_line(e)
+    return ""
+
+
 def _artifact_check(cl, uri: str, run_id: str) -> Check:
+    """``doctor.txt`` uploaded to the run and read back. The run's artifact_uri tells who writes the
+    artifacts: the server (``mlflow-artifacts:``, proxied) or this client, straight to the location."""
     text = f"plnexp doctor {run_id}"
     try:
         cl.log_text(run_id, text, "doctor.txt")
@@ -234,13 +274,19 @@ def _artifact_check(cl, uri: str, run_id: str) -> Check:
             back = Path(cl.download_artifacts(run_id, "doctor.txt", tmp)).read_text()
         location = cl.get_run(run_id).info.artifact_uri
     except Exception as e:  # noqa: BLE001
-        return Check("store_artifacts", False, f"{uri}: artifact upload or download failed: {_first_line(e)}")
+        return Check("store_artifacts", False, f"{uri}: artifact upload or read-back failed: {_first_line(e)}")
     if back != text:
-        return Check("store_artifacts", False, f"{uri}: the artifact read back differs from the one uploaded")
-    how = ("through the server" if location.startswith("mlflow-artifacts:") else
-           f"directly to {location.rsplit('/', 2)[0]} (the server does not serve artifacts: every machine that "
-           "logs, cluster nodes included, must reach that location)")
-    return Check("store_artifacts", True, f"{uri}: uploaded an artifact and read it back, {how}")
+        return Check("store_artifacts", False, f"{uri}: the artifact read back differs from the one uploaded "
+                                               f"(artifact_uri {location})")
+    if location.startswith("mlflow-artifacts:"):
+        return Check("store_artifacts", True, f"{uri}: artifact uploaded and read back through the server "
+                                              f"(artifact_uri {location})")
+    scheme = location.split(":", 1)[0] if "://" in location else "file"
+    must = ("see that path (a shared filesystem)" if scheme == "file" else
+            f"reach that location with its own {scheme} credentials")
+    return Check("store_artifacts", True, f"{uri}: artifact uploaded and read back (artifact_uri {location}); "
+                                          f"artifacts bypass the server, this client writes them there directly, so "
+                                          f"every machine that logs, cluster nodes included, must {must}")
 
 
 def _first_line(e: BaseException) -> str:
@@ -249,27 +295,35 @@ def _first_line(e: BaseException) -> str:
 
 
 # Filesystems on which sqlite's locking cannot be trusted (several writers: corruption, "database is locked")
-NETWORK_FILESYSTEMS = ("nfs", "nfs4", "lustre", "gpfs", "beegfs", "cifs", "smb3", "smbfs", "ceph", "glusterfs",
-                       "fuse.glusterfs", "fuse.sshfs", "fuse.cephfs", "panfs", "afs")
+NETWORK_FILESYSTEMS = frozenset({"nfs", "nfs4", "lustre", "gpfs", "beegfs", "cifs", "smb3", "smbfs", "ceph",
+                                 "glusterfs", "fuse.glusterfs", "fuse.sshfs", "fuse.cephfs", "panfs", "afs"})
 
 
 def _mounts_text() -> str:
+    """``/proc/self/mounts`` ('' where there is none: not Linux)."""
     try:
         return Path("/proc/self/mounts").read_text()
     except OSError:
         return ""
 
 
+def _unescape_mount(field: str) -> str:
+    r"""A field of ``/proc/self/mounts`` as it is: the kernel writes space, tab, newline and backslash
+    as octal escapes (``\040``, ``\011``, ``\012``, ``\134``)."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
 def filesystem_of(path: Path, mounts_text: str) -> tuple[str, str] | None:
-    """(type, mount point) of the filesystem holding ``path``: the longest mount point of
-    ``mounts_text`` (``/proc/self/mounts``) that contains it; None when nothing is known."""
+    """(type, mount point) of the filesystem holding ``path`` (resolved by the caller): the longest
+    mount point of ``mounts_text`` (``/proc/self/mounts``) that contains it, the last one mounted
+    there when several are; None when nothing is known."""
     best = None
     target = str(path)
     for line in mounts_text.splitlines():
         parts = line.split()
         if len(parts) < 3:
             continue
-        point = parts[1].replace("\\040", " ").replace("\\011", "\t").replace("\\134", "\\")
+        point = _unescape_mount(parts[1])
         inside = target == point or target.startswith(point.rstrip("/") + "/")
         if inside and (best is None or len(point) >= len(best[1])):
             best = (parts[2], point)
@@ -277,21 +331,24 @@ def filesystem_of(path: Path, mounts_text: str) -> tuple[str, str] | None:
 
 
 def _filesystem_check(uri: str, db: Path) -> list[Check]:
-    found = filesystem_of(db, _mounts_text())
+    """``store_filesystem``: the filesystem of the folder holding a sqlite store; a warning (information,
+    not a failure: one writer at a time is fine) when it is a network filesystem."""
+    found = filesystem_of(db.parent, _mounts_text())
     if found is None:
-        return []
+        return [Check("store_filesystem", None, f"{uri}: filesystem of {db.parent} not known (no /proc/self/mounts)")]
     fstype, point = found
     if fstype in NETWORK_FILESYSTEMS:
-        return [Check("store_filesystem", None, f"warning: {uri}: the sqlite store lies on {fstype} ({point}), where "
-                      "sqlite's locking is unsafe: jobs writing at once can corrupt it or fail with 'database is "
-                      "locked'. Use a tracking server (README: A shared tracking server)")]
-    return [Check("store_filesystem", True, f"{uri}: sqlite store on {fstype} ({point})")]
+        return [Check("store_filesystem", None, f"warning: sqlite store on {fstype} ({point}): sqlite locking is "
+                      "unsafe on network filesystems; several jobs writing at once can corrupt it or fail with "
+                      f"'database is locked' ({db}). Use a tracking server: README 'A shared tracking server'")]
+    return [Check("store_filesystem", True, f"sqlite store on {fstype} ({point})")]
 
 
 def store(uri: str | None = None, timeout: float = HTTP_TIMEOUT_S) -> list[Check]:
     """The MLflow store the commands would use: reachable, and writable; a local store without creating
-    anything in it, a tracking server by creating (then deleting) a run and uploading an artifact; a
-    sqlite store on a network filesystem is warned about."""
+    anything in it, a tracking server by creating (then deleting) a run and uploading an artifact
+    (``store_artifacts``); a sqlite store's filesystem (``store_filesystem``), warned about when it is
+    a network one."""
     if uri is None:
         from .tracking import tracking_uri
 
@@ -461,12 +518,16 @@ def checks() -> list[Check]:
 
 
 def summary(found: list[Check]) -> str:
+    """One line: the failed checks by name, the counts, and the information lines that are warnings
+    (a detail starting ``warning:``: not a failure, the exit status stays 0) by name."""
     failed = [c.name for c in found if c.ok is False]
     passed = sum(c.ok is True for c in found)
     info = sum(c.ok is None for c in found)
+    warned = [c.name for c in found if c.ok is None and c.detail.startswith("warning:")]
+    warnings = f"; warnings: {', '.join(warned)}" if warned else ""
     if failed:
-        return f"doctor: {len(failed)} FAILED ({', '.join(failed)}), {passed} ok, {info} info"
-    return f"doctor: all {passed} checks passed ({info} info)"
+        return f"doctor: {len(failed)} FAILED ({', '.join(failed)}), {passed} ok, {info} info{warnings}"
+    return f"doctor: all {passed} checks passed ({info} info{warnings})"
 
 
 def main(args: list[str]) -> int:

@@ -123,13 +123,19 @@ def test_store_whose_outputs_dir_cannot_exist_fails(tmp_path, monkeypatch):
     assert str(tmp_path / "a_file") in check.detail and "directory" in check.detail
 
 
-def test_store_on_an_http_port_nobody_listens_to_fails(monkeypatch):
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")
+@pytest.mark.parametrize("via_env", [True, False])
+def test_store_on_an_http_port_nobody_listens_to_fails_and_writes_nothing(monkeypatch, via_env):
+    import daemons
+
+    uri = f"http://127.0.0.1:{daemons.free_port()}"  # bound then closed: nobody listens there
     for var in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):  # a proxy would answer for the port
         monkeypatch.delenv(var, raising=False)
-    [check] = doctor.store()  # returns (refused at once, or after the short timeout), no retries
-    assert check.ok is False and check.name == "store_reachable"
-    assert "http://127.0.0.1:9" in check.detail
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    found = doctor.store() if via_env else doctor.store(uri)  # refused at once, or after the short timeout
+    assert [(c.name, c.ok) for c in found] == [("store_reachable", False), ("store_writable", None),
+                                               ("store_artifacts", None)], found
+    assert uri in found[0].detail
+    assert all("not checked: server unreachable" in c.detail for c in found[1:]), found
 
 
 def test_unchecked_jaxlib_gets_an_info_line_and_no_flags():
@@ -196,42 +202,155 @@ proc /proc proc rw 0 0
 server:/export /shared nfs4 rw,vers=4.2 0 0
 server:/export/proj\\040x /shared/proj\\040x nfs rw 0 0
 lfs@o2ib:/scratch /scratch lustre rw 0 0
+tmpfs /scratch/tmp\\011a\\134b tmpfs rw 0 0
 """
 
 
 def test_filesystem_of_takes_the_longest_mount_point():
-    assert doctor.filesystem_of(Path("/shared/a/mlflow.db"), MOUNTS) == ("nfs4", "/shared")
-    assert doctor.filesystem_of(Path("/shared/proj x/mlflow.db"), MOUNTS) == ("nfs", "/shared/proj x")
-    assert doctor.filesystem_of(Path("/sharedness/mlflow.db"), MOUNTS) == ("ext4", "/")
+    assert doctor.filesystem_of(Path("/shared/proj/outputs/mlflow.db"), MOUNTS) == ("nfs4", "/shared")
+    assert doctor.filesystem_of(Path("/shared"), MOUNTS) == ("nfs4", "/shared")
+    assert doctor.filesystem_of(Path("/home/u/outputs/mlflow.db"), MOUNTS) == ("ext4", "/")
+    assert doctor.filesystem_of(Path("/sharedness/mlflow.db"), MOUNTS) == ("ext4", "/")  # a prefix, not a parent
     assert doctor.filesystem_of(Path("/scratch/u/mlflow.db"), MOUNTS) == ("lustre", "/scratch")
     assert doctor.filesystem_of(Path("/x"), "") is None
 
 
-@pytest.mark.parametrize("folder, ok", [("/shared/proj", None), ("/scratch/u", None), ("/home/u", True)])
-def test_a_sqlite_store_on_a_network_filesystem_is_warned_about(monkeypatch, folder, ok):
-    monkeypatch.setattr(doctor, "_mounts_text", lambda: MOUNTS)
-    found = {c.name: c for c in doctor.store(f"sqlite:///{folder}/mlflow.db")}
-    check = found["store_filesystem"]
-    assert check.ok is ok
-    if ok is None:
-        assert check.detail.startswith("warning: ") and "sqlite's locking is unsafe" in check.detail
-        assert "A shared tracking server" in check.detail
+def test_filesystem_of_decodes_escaped_mount_points_and_takes_the_last_mount():
+    assert doctor.filesystem_of(Path("/shared/proj x/mlflow.db"), MOUNTS) == ("nfs", "/shared/proj x")
+    assert doctor.filesystem_of(Path("/shared/proj/mlflow.db"), MOUNTS) == ("nfs4", "/shared")
+    assert doctor.filesystem_of(Path("/scratch/tmp\ta\\b/mlflow.db"), MOUNTS) == ("tmpfs", "/scratch/tmp\ta\\b")
+    over = MOUNTS + "server2:/x /shared nfs rw 0 0\n"  # mounted over /shared: the later one is what is seen
+    assert doctor.filesystem_of(Path("/shared/a/mlflow.db"), over) == ("nfs", "/shared")
+
+
+def _mounted(tmp_path, fstype):
+    return f"/dev/vda1 / ext4 rw 0 0\nserver:/export {str(tmp_path).replace(' ', chr(92) + '040')} {fstype} rw 0 0\n"
+
+
+@pytest.mark.parametrize("fstype", ["nfs", "nfs4", "lustre", "gpfs", "beegfs", "cifs", "fuse.sshfs"])
+def test_a_sqlite_store_on_a_network_filesystem_is_a_warning_not_a_failure(monkeypatch, tmp_path, fstype):
+    monkeypatch.setattr(doctor, "_mounts_text", lambda: _mounted(tmp_path, fstype))
+    found = doctor.store(f"sqlite:///{tmp_path}/mlflow.db")
+    assert [(c.name, c.ok) for c in found] == [("store_reachable", True), ("store_writable", True),
+                                               ("store_filesystem", None)], found
+    check = found[-1]
+    assert check.label == "info" and check.detail.startswith(f"warning: sqlite store on {fstype} ({tmp_path}): ")
+    for words in ("sqlite locking is unsafe", "database is locked", "README 'A shared tracking server'"):
+        assert words in check.detail, (words, check.detail)
+    assert "\n" not in check.detail
+    assert doctor.summary(found) == "doctor: all 2 checks passed (1 info; warnings: store_filesystem)"
+    monkeypatch.setattr(doctor, "checks", lambda: found)
+    assert doctor.main([]) == 0  # a warning fails nothing
+
+
+@pytest.mark.parametrize("mounts, ok, detail", [(lambda t: _mounted(t, "ext4"), True, "sqlite store on ext4"),
+                                                (lambda t: "/dev/vda1 / xfs rw 0 0\n", True, "sqlite store on xfs (/)"),
+                                                (lambda t: "", None, "not known")])
+def test_a_sqlite_store_on_a_local_filesystem_passes(monkeypatch, tmp_path, mounts, ok, detail):
+    monkeypatch.setattr(doctor, "_mounts_text", lambda: mounts(tmp_path))
+    found = {c.name: c for c in doctor.store(f"sqlite:///{tmp_path}/outputs/mlflow.db")}  # outputs/ not made yet
+    assert found["store_filesystem"].ok is ok and detail in found["store_filesystem"].detail, found
+    assert not found["store_filesystem"].detail.startswith("warning")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_real_mounts_name_the_filesystem_of_the_tests_folder(tmp_path):
+    if not Path("/proc/self/mounts").exists():
+        pytest.skip("no /proc/self/mounts here")
+    [check] = [c for c in doctor.store(f"sqlite:///{tmp_path}/mlflow.db") if c.name == "store_filesystem"]
+    assert check.ok in (True, None) and "sqlite store on " in check.detail
+
+
+class FakeClient:
+    """An ``MlflowClient`` whose calls are recorded and whose method ``failing`` raises."""
+
+    failing = ""
+    calls: list = []
+
+    def __init__(self, uri):
+        self.uri = uri
+
+    def __getattr__(self, name):
+        def call(*args, **kwargs):
+            FakeClient.calls.append((name, os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT")))
+            if name == self.failing:
+                raise RuntimeError(f"{name} refused\nsecond line")
+            if name == "get_experiment_by_name":
+                return None
+            if name == "create_run":
+                return type("Run", (), {"info": type("Info", (), {"run_id": "r1"})})()
+            if name == "download_artifacts":
+                Path(args[2], "doctor.txt").write_text("plnexp doctor r1")
+                return str(Path(args[2], "doctor.txt"))
+            if name == "get_run":
+                return type("Run", (), {"info": type("Info", (), {"artifact_uri": "/nfs/mlruns/1/r1/artifacts"})})()
+            return "1"
+        return call
+
+
+@pytest.mark.parametrize("failing", ["", "create_run", "log_metric", "log_text", "delete_run"])
+def test_server_writes_report_each_failure_in_one_line_and_restore_the_environment(monkeypatch, failing):
+    import mlflow
+
+    monkeypatch.setattr(mlflow, "MlflowClient", FakeClient)
+    monkeypatch.setattr(FakeClient, "failing", failing)
+    monkeypatch.setattr(FakeClient, "calls", [])
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "77")
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)
+    writable, artifacts = doctor._server_writes("http://h:5000", timeout=2.0)
+    assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "77" and "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ
+    assert {t for _, t in FakeClient.calls} == {"6"}  # every call under the short limit
+    names = [n for n, _ in FakeClient.calls]
+    assert all("\n" not in c.detail for c in (writable, artifacts))
+    if failing != "create_run":  # a run was made: it is deleted (tried), after the upload
+        assert "delete_run" in names and ("log_text" not in names or names.index("log_text") < names.index("delete_run"))
+    if failing in ("create_run", "log_metric"):
+        assert writable.ok is False and f"{failing} refused" in writable.detail
+        assert artifacts.ok is None and "not checked" in artifacts.detail
+    elif failing == "log_text":
+        assert writable.ok is True and artifacts.ok is False and "log_text refused" in artifacts.detail
+    else:
+        assert writable.ok is True and f"experiment {doctor.DOCTOR_EXPERIMENT}" in writable.detail
+        assert ("could not delete it (run r1 stays)" in writable.detail) == (failing == "delete_run")
+        assert ("created and deleted a run" in writable.detail) == (failing == "")
+        assert artifacts.ok is True and "artifact_uri /nfs/mlruns/1/r1/artifacts" in artifacts.detail
+        assert "bypass the server" in artifacts.detail and "see that path" in artifacts.detail
 
 
 @pytest.mark.slow
-def test_a_tracking_server_is_written_to_and_its_artifacts_read_back(tmp_path):
+def test_a_tracking_server_is_written_to_and_its_artifacts_read_back(tmp_path, monkeypatch):
     """A real ``mlflow server`` (sqlite-backed, serving artifacts) started here and stopped by PID."""
     import daemons
     from mlflow import MlflowClient
+    from mlflow.entities import ViewType
 
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_TIMEOUT", raising=False)
     try:
         with daemons.mlflow_server(f"sqlite:///{tmp_path}/server.db", tmp_path / "server") as server:
             found = {c.name: c for c in doctor.store(server.uri)}
             assert [found[k].ok for k in ("store_reachable", "store_writable", "store_artifacts")] == [True] * 3, found
-            assert "through the server" in found["store_artifacts"].detail
+            assert "created and deleted a run in experiment plnexp-doctor" in found["store_writable"].detail
+            assert found["store_artifacts"].detail.startswith(f"{server.uri}: artifact uploaded and read back "
+                                                              "through the server (artifact_uri mlflow-artifacts:")
+            assert "MLFLOW_HTTP_REQUEST_TIMEOUT" not in os.environ
             cl = MlflowClient(server.uri)
             exp = cl.get_experiment_by_name(doctor.DOCTOR_EXPERIMENT)
             assert cl.search_runs([exp.experiment_id]) == []  # the run it made is deleted
+            [deleted] = cl.search_runs([exp.experiment_id], run_view_type=ViewType.DELETED_ONLY)
+            assert [p.name for p in (tmp_path / "server" / "artifacts").rglob("doctor.txt")] == ["doctor.txt"]
+
+            cl.delete_experiment(exp.experiment_id)  # deleted from the UI: the name stays taken
+            assert doctor.store(server.uri)[1].ok is True
+
+            # an experiment whose artifacts go to a path: the client writes there, bypassing the server
+            cl.rename_experiment(exp.experiment_id, "plnexp-doctor-before")
+            direct = tmp_path / "direct"
+            cl.create_experiment(doctor.DOCTOR_EXPERIMENT, artifact_location=str(direct))
+            found = {c.name: c for c in doctor.store(server.uri)}
+            assert found["store_writable"].ok is True and found["store_artifacts"].ok is True, found
+            assert str(direct) in found["store_artifacts"].detail
+            assert "artifacts bypass the server" in found["store_artifacts"].detail
+            assert [p.name for p in direct.rglob("doctor.txt")] == ["doctor.txt"]
     except daemons.Unavailable as e:
         pytest.skip(f"no mlflow server here: {e}")
 
