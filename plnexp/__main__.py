@@ -65,18 +65,21 @@ def _check(overrides: list[str], multirun: bool):
 
 
 def _sweep_up(uri: str) -> None:
-    """Mark FAILED the runs whose owners are gone; one line per kind of owner."""
+    """Mark FAILED the runs whose owners are gone; one line per kind of owner (the states of the
+    SLURM jobs read back from the reason each run was ended with: ``slurm job <id> <state>``)."""
     orphans = tracking.sweep_up_orphans(uri)
-    jobs = [r for r in orphans if tracking.owners.SLURM_JOB_TAG in r.data.tags]
-    local = [r for r in orphans if r not in jobs]
+    jobs = [r for r in orphans if r.data.tags.get(tracking.SLURM_JOB_TAG)]
+    local = [r for r in orphans if not r.data.tags.get(tracking.SLURM_JOB_TAG)]
     if local:
         pids = sorted({r.data.tags.get(tracking.PID_TAG, "?") for r in local})
         print(f"plnexp: {len(local)} run(s) left RUNNING by process(es) {', '.join(pids)} on this host, which "
               f"no longer exist, marked FAILED (reason=orphaned)", file=sys.stderr, flush=True)
     if jobs:
-        ids = sorted({r.data.tags[tracking.owners.SLURM_JOB_TAG] for r in jobs})
-        print(f"plnexp: {len(jobs)} run(s) left RUNNING by slurm job(s) {', '.join(ids)}, which ended, marked "
-              f"FAILED (reason=slurm job <id> <state>)", file=sys.stderr, flush=True)
+        state = {r.data.tags[tracking.SLURM_JOB_TAG]: r.data.tags.get("reason", "").rsplit(" ", 1)[-1] for r in jobs}
+        ids = sorted(state, key=lambda j: (tuple(int(p) if p.isdigit() else 0 for p in j.split("_")), j))
+        print(f"plnexp: {len(jobs)} run(s) left RUNNING by slurm job(s) {', '.join(ids)}, which ended "
+              f"({', '.join(state[j] for j in ids)}), marked FAILED (reason=slurm job <id> <state>)",
+              file=sys.stderr, flush=True)
 
 
 def _machinery_error(e: BaseException) -> int:

@@ -4,7 +4,8 @@ Every job's run is tagged when it starts (:func:`run_tags`): the hash of its res
 (``config_hash``, what ``sweep ... resume=true`` matches on), the package version, the git commit
 and whether the tree was dirty, the command line, the seeds and, for a CSV data set, the sha256 of
 each file. The environment tags (:func:`environment_tags`: versions, device, x64, XLA_FLAGS, git
-commit and dirty flag, plnexp version), the hash of the arrays actually fitted (``data_digest``,
+commit and dirty flag, plnexp version; inside a SLURM job, its id, array task, node, partition and
+cluster: :func:`slurm_tags`), the hash of the arrays actually fitted (``data_digest``,
 after replication) and the resolved config artifact (``config.yaml``) are written by
 :mod:`plnexp.tracking` when it creates the run. :func:`environment` gathers the fields
 that ``rerun`` compares (how far two ELBO curves of one configuration may differ when they cannot
@@ -156,7 +157,8 @@ def git_commit() -> str:
 
 
 def environment_tags(config: Config) -> dict[str, str]:
-    """What this process would run ``config`` with: versions, device, x64, XLA_FLAGS, git, plnexp."""
+    """What this process would run ``config`` with: versions, device, x64, XLA_FLAGS, git, plnexp, and
+    where it runs (host, CPU, the SLURM job)."""
     import jax
     import jaxlib
     import optax

@@ -4,15 +4,17 @@ The only package that imports mlflow (lazily: ``python -m plnexp run`` pays for 
 logs). Everything goes through :class:`mlflow.MlflowClient` (no fluent "active run" state), wrapped
 so that a call that meets ``database is locked`` (several processes writing one sqlite store) is
 retried. A job's run is created RUNNING when the job starts (tagged with its owner: the host and PID
-of the process) and written in a few short calls after the fit: params, metrics and the ELBO curve
-in ``log_batch`` calls, artifacts, then its status. :func:`sweep_up_orphans` marks FAILED the runs
-that a dead process left RUNNING.
+of the process, and inside a SLURM job the job's id and cluster) and written in a few short calls
+after the fit: params, metrics and the ELBO curve in ``log_batch`` calls, artifacts, then its status.
+:func:`sweep_up_orphans` marks FAILED the runs that an owner now gone left RUNNING (a dead process of
+this host, a SLURM job that ended), with that owner's reason.
 
 One module per responsibility; every name is re-exported here (``tracking.X``):
 
 - :mod:`.store`: the URI, the (retrying) client, the check and creation of a store
 - :mod:`.writes`: experiments, parent runs, a job's run, reports and tags
-- :mod:`.owners`: who owns a RUNNING run (:class:`Owner`, :class:`LocalProcess`), and whether it is alive
+- :mod:`.owners`: who owns a RUNNING run (:class:`Owner`, :class:`LocalProcess`, :class:`SlurmJob`), and
+  whether it is alive
 - :mod:`.running`: the runs left RUNNING, ended only by their owner or once it is gone
 - :mod:`.queries`: reading runs, curves, artifacts and experiments back
 """
@@ -20,7 +22,7 @@ One module per responsibility; every name is re-exported here (``tracking.X``):
 from __future__ import annotations
 
 from . import owners, queries, running, store, writes
-from .owners import HOST_TAG, PID_TAG, LocalProcess, Owner, owner_of
+from .owners import HOST_TAG, PID_TAG, SLURM_CLUSTER_TAG, SLURM_JOB_TAG, LocalProcess, Owner, SlurmJob, owner_of
 from .queries import (
     children,
     experiment_name,
@@ -70,7 +72,8 @@ from .writes import (
 
 __all__ = [
     "CURVE_KEY", "FINGERPRINT_TAG", "GAP_KEY", "HOST_TAG", "JOB_TAG", "LOCKED", "PID_TAG", "PROBE_TIMEOUT_S", "RETRY_DELAYS_S",
-    "SCHEMES", "LocalProcess", "Owner", "Parent", "StoreError", "check_store", "children", "client",
+    "SCHEMES", "SLURM_CLUSTER_TAG", "SLURM_JOB_TAG", "LocalProcess", "Owner", "Parent", "SlurmJob", "StoreError",
+    "check_store", "children", "client",
     "close_parent", "end_children", "end_process_runs", "end_run", "end_running", "experiment_id",
     "experiment_name", "experiment_names", "find_experiment", "find_run", "finish_job", "finished_runs",
     "is_parent", "latest_parent", "log_job", "log_report", "may_end", "open_parent", "owner_of", "owners",

@@ -3,21 +3,29 @@ that says whether it is still alive.
 
 A run left RUNNING is ended by someone else than its owner only when its owner says ``alive()``
 is False (see :mod:`plnexp.tracking.running`); an owner that cannot be checked from here (a process
-of another host) answers None and its runs are left alone.
+of another host, a SLURM job whose scheduler cannot be asked) answers None and its runs are left
+alone.
 
 A run is owned by a :class:`LocalProcess` (host and PID), or, inside a SLURM job, by a
-:class:`SlurmJob` (which writes the host and PID tags too). Another kind of owner plugs in by
-implementing the protocol with tags of its own, being listed in :data:`KINDS` (before
-``LocalProcess``, whose tags it may also write) and being what :func:`current` returns in the
-processes its launcher starts. An owner known to be gone says why (:meth:`Owner.end_reason`): the
-tags its runs are ended with.
+:class:`SlurmJob` (which writes the host and PID tags too, so that older code still reads them):
+alive or not as the scheduler says (:func:`slurm_state`: ``squeue``, then ``sacct`` for a job the
+controller has forgotten, else ``ENDED``); where the scheduler cannot be asked (no ``squeue`` here,
+the controller does not answer, another cluster's job) its :meth:`~SlurmJob.alive` is None.
+
+Another kind of owner plugs in by implementing the protocol with tags of its own, being listed in
+:data:`KINDS` (before ``LocalProcess``, whose tags it may also write) and being what :func:`current`
+returns in the processes its launcher starts. An owner known to be gone says why
+(:meth:`Owner.end_reason`): the tags its runs are ended with (``orphaned``; ``slurm job 12_3
+CANCELLED``).
 """
 
 from __future__ import annotations
 
 import os
 import platform
+import subprocess
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -115,11 +123,46 @@ class LocalProcess:
 SLURM_JOB_TAG, SLURM_CLUSTER_TAG = "plnexp.slurm_job", "plnexp.slurm_cluster"
 
 
+def slurm_state(job: str) -> str | None:
+    """A SLURM job's state as its scheduler says (:func:`plnexp.slurm.state`): the queue's
+    (``squeue``), else, once the controller has forgotten the job, its final state (``sacct``; ``ENDED``
+    where there is no accounting); None when the scheduler cannot be asked from here."""
+    from .. import slurm
+
+    return slurm.state(job)
+
+
+def this_cluster() -> str:
+    """The SLURM cluster this machine belongs to: ``$SLURM_CLUSTER_NAME`` inside a job, else the
+    controller's ``ClusterName`` (``scontrol show config``, asked once per process); "" if unknown."""
+    from .. import slurm
+
+    return slurm.cluster_name() or _configured_cluster(os.environ.get("PATH", ""), os.environ.get("SLURM_CONF", ""))
+
+
+@lru_cache(maxsize=8)
+def _configured_cluster(path: str, conf: str) -> str:
+    """``ClusterName`` of ``scontrol show config`` (cached per PATH and SLURM_CONF); "" if it fails."""
+    from .. import slurm
+
+    try:
+        out = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True,
+                             timeout=slurm.QUERY_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    for line in out.stdout.splitlines() if out.returncode == 0 else []:
+        key, _, value = line.partition("=")
+        if key.strip() == "ClusterName":
+            return value.strip()
+    return ""
+
+
 @dataclass(frozen=True)
 class SlurmJob:
     """A SLURM job (tags ``plnexp.slurm_job``: ``<array job>_<task>`` or the job id, and
-    ``plnexp.slurm_cluster``), alive or not as its scheduler says (:func:`plnexp.slurm.state`: squeue,
-    then sacct): from a machine that cannot ask that cluster's scheduler, :meth:`alive` is None."""
+    ``plnexp.slurm_cluster``), alive or not as its scheduler says (:func:`slurm_state`): from a machine
+    that cannot ask that cluster's scheduler, :meth:`alive` is None. The state last asked is kept (not
+    compared: two owners are equal by job, cluster, host and PID) for :meth:`end_reason`."""
 
     job: str
     cluster: str = ""
@@ -143,10 +186,9 @@ class SlurmJob:
     def alive(self) -> bool | None:
         from .. import slurm
 
-        here = slurm.cluster_name()
-        if self.cluster and here and here != self.cluster:
-            return None  # another cluster's job: its scheduler is not ours to ask
-        state = slurm.state(self.job)
+        if self.cluster and this_cluster() != self.cluster:
+            return None  # another cluster's job (or ours is unknown): its scheduler is not ours to ask
+        state = slurm_state(self.job)
         object.__setattr__(self, "state", state)
         return None if state is None else not slurm.ended(state)
 

@@ -1,6 +1,9 @@
 """Runs left RUNNING, and who may end them: only their :class:`~plnexp.tracking.owners.Owner`, or
-anyone once that owner is known to be gone (``alive()`` is False). A run whose owner is alive, or
-cannot be checked from here (``alive()`` None: another host's process), is never touched."""
+anyone once that owner is known to be gone (``alive()`` is False), with the owner's reason
+(:meth:`~plnexp.tracking.owners.Owner.end_reason`: ``orphaned`` for a dead local process, ``slurm job
+12_3 CANCELLED`` for an ended SLURM job). A run whose owner is alive, or cannot be checked from here
+(``alive()`` None: another host's process, a SLURM job whose scheduler cannot be asked), is never
+touched. Each distinct owner is asked once per call (one ``squeue`` per SLURM job, not per run)."""
 
 from __future__ import annotations
 
@@ -58,10 +61,10 @@ def end_running(cl, runs, status: str, reason: str, code: str) -> list:
 
 def end_children(parent: Parent, status: str, reason: str, code: str) -> list[dict]:
     """End the parent's children still RUNNING that this process may end (:func:`may_end`: its own,
-    with ``status`` and ``reason``; those of owners known to be gone, with the owner's reason and
-    FAILED, or as this process's own when ``status`` is KILLED); a child whose owner is alive
-    elsewhere, or cannot be checked from here, stays RUNNING. Returns every child as a plain row:
-    name, status, reason, metrics, job number."""
+    with ``status`` and ``reason``; those of owners known to be gone, FAILED with the owner's reason,
+    except a local process's when ``status`` is KILLED: the interrupt that ends the sweep ended it, a
+    joblib worker's Ctrl-C); a child whose owner is alive elsewhere, or cannot be checked from here,
+    stays RUNNING. Returns every child as a plain row: name, status, reason, metrics, job number."""
     cl = client(parent.uri)
     runs = children(cl, parent)
     me, asked = owners.current(), _Asked()
@@ -72,7 +75,7 @@ def end_children(parent: Parent, status: str, reason: str, code: str) -> list[di
         gone = asked.gone(owner) if r.info.status == "RUNNING" and owner is not None and owner != me else None
         if gone is None:
             continue
-        if status == "KILLED":  # the interrupt that ends the sweep ended them (a joblib worker's Ctrl-C)
+        if status == "KILLED" and isinstance(gone, owners.LocalProcess):  # the sweep's Ctrl-C ended it too
             ended += end_running(cl, [r], status, reason, code)
         else:  # they died on their own: FAILED, with their owner's reason (slurm job 12_3 CANCELLED)
             ended += end_running(cl, [r], "FAILED", *reversed(gone.end_reason()))
@@ -94,10 +97,12 @@ def end_process_runs(uri: str, status: str, reason: str, code: str) -> list:
 
 
 def sweep_up_orphans(uri: str) -> list:
-    """Mark FAILED (tag ``reason=orphaned``) the runs left RUNNING by owners that are gone (for a
-    local process: a process of this host that no longer exists, after a SIGKILL or a crash);
-    returns them. Runs whose owner cannot be checked from here (another host's processes) are left
-    alone. ``sweep`` and ``run`` call it first (and so can ``report``)."""
+    """Mark FAILED, with their owner's reason (tags ``reason``, ``status_reason``), the runs left
+    RUNNING by owners that are gone (``reason=orphaned``: a process of this host that no longer
+    exists, after a SIGKILL or a crash; ``reason=slurm job 12_3 CANCELLED``: a SLURM job that ended);
+    returns them as they are now (ended, with those tags). Runs whose owner cannot be checked from
+    here (another host's processes, a scheduler that does not answer) are left alone. Every command
+    calls it first (run, sweep, rerun, report)."""
     cl = client(uri)
     dead, asked = [], _Asked()
     for r in _runs_of(cl):
@@ -106,5 +111,5 @@ def sweep_up_orphans(uri: str) -> list:
         if gone is not None:
             code, why = gone.end_reason()
             end_running(cl, [r], "FAILED", why, code)
-            dead.append(r)
+            dead.append(cl.get_run(r.info.run_id))
     return dead
