@@ -16,10 +16,10 @@ submitit asks SLURM to send ``signal_delay_s`` before the time limit.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
@@ -29,6 +29,7 @@ ACTIVE = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDE
                     "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD"})
 QUERY_TIMEOUT_S = 10.0
 JOB_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)
+log = logging.getLogger(__name__)
 
 
 def in_job(environ=os.environ) -> bool:
@@ -177,7 +178,7 @@ def cancel(ids: Sequence[str]) -> None:
         try:
             subprocess.run(["scancel", *ids], capture_output=True, timeout=QUERY_TIMEOUT_S)
         except (OSError, subprocess.SubprocessError):
-            print(f"plnexp: warning: could not cancel slurm job(s) {', '.join(ids)}", file=sys.stderr, flush=True)
+            log.warning("could not cancel slurm job(s) %s", ", ".join(ids))
 
 
 def why(signum: int, environ=os.environ) -> str:
@@ -195,21 +196,19 @@ def why(signum: int, environ=os.environ) -> str:
 
 class QuietSacct:
     """A filter for submitit's logger: its watcher calls ``sacct`` at every poll and, on a cluster
-    without accounting, warns each time ("Bypassing sacct error ..."). Said once, in one line, with
-    what to do; submitit's other messages (real errors) pass."""
+    without accounting, warns each time ("Bypassing sacct error ..."). Said once, in one line (on
+    plnexp's logger), with what to do; submitit's other messages (real errors) pass."""
 
-    def __init__(self, stream=None):
+    def __init__(self):
         self.said = False
-        self.stream = stream
 
     def filter(self, record) -> bool:
         if "Bypassing sacct error" not in record.getMessage():
             return True
         if not self.said:
             self.said = True
-            print("plnexp: warning: sacct is not usable on this cluster (no SLURM accounting?): submitit cannot "
-                  "tell when a job ended without a result; hydra/launcher=slurm asks squeue instead",
-                  file=self.stream or sys.stderr, flush=True)
+            log.warning("sacct is not usable on this cluster (no SLURM accounting?): submitit cannot tell when a job "
+                        "ended without a result; hydra/launcher=slurm asks squeue instead")
         return False
 
 

@@ -52,3 +52,20 @@ def plnexp_cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.Comple
     """``python -m plnexp ARGS`` in a subprocess (environment inherited, e.g. PLNEXP_OUTPUTS)."""
     return subprocess.run([sys.executable, "-m", "plnexp", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=dict(os.environ))
+
+
+@pytest.fixture
+def tiny_config(outputs):
+    """A valid config of a tiny synthetic fit (3 iterations), with a fresh store."""
+    from plnexp import cli
+
+    (job,) = cli.plan(["dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=3"], multirun=False)
+    return job.config
+
+
+@pytest.fixture
+def exited_pid() -> int:
+    """The PID of a process of this host that has exited (and been reaped)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid

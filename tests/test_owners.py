@@ -13,23 +13,14 @@ from pathlib import Path
 import pytest
 from conftest import store_client
 
-from plnexp import cli, runner, sweep, tracking
+from plnexp import runner, sweep, tracking
 from plnexp.tracking import owners
 from plnexp.tracking.owners import HOST_TAG, PID_TAG, LocalProcess, Owner
 
 
 @pytest.fixture
-def config(outputs):
-    (job,) = cli.plan(["dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=3"], multirun=False)
-    return job.config
-
-
-@pytest.fixture
-def exited_pid() -> int:
-    """The PID of a process of this host that has exited (and been reaped)."""
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()
-    return proc.pid
+def config(tiny_config):
+    return tiny_config
 
 
 @pytest.fixture

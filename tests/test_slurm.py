@@ -136,7 +136,7 @@ def test_job_id_and_why_inside_a_job():
     assert slurm.why(signal.SIGTERM, {}) == ""
 
 
-def test_submitits_sacct_warnings_are_said_once_and_its_other_messages_pass(capsys):
+def test_submitits_sacct_warnings_are_said_once_and_its_other_messages_pass(caplog):
     import logging
 
     slurm.quiet_sacct()
@@ -155,7 +155,8 @@ def test_submitits_sacct_warnings_are_said_once_and_its_other_messages_pass(caps
     finally:
         logger.removeHandler(handler)
     assert [r.getMessage() for r in seen] == ["Submitted job triggered an exception"]
-    assert capsys.readouterr().err.count("sacct is not usable") == 1
+    said = [r for r in caplog.records if r.name == "plnexp.slurm" and "sacct is not usable" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelname == "WARNING"
 
 
 # ------------------------------------------------------------------ a SLURM job as a run's owner

@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import os
 import platform
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from conftest import store_client
 
-from plnexp import cli, provenance, runner, sweep, tracking
+from plnexp import provenance, runner, sweep, tracking
 from plnexp.tracking import owners
 from plnexp.tracking.owners import HOST_TAG, PID_TAG, SLURM_CLUSTER_TAG, SLURM_JOB_TAG, LocalProcess, SlurmJob
 
@@ -90,17 +88,8 @@ def scheduler(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def config(outputs):
-    (job,) = cli.plan(["dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=3"], multirun=False)
-    return job.config
-
-
-@pytest.fixture
-def exited_pid() -> int:
-    """The PID of a process of this host that has exited (and been reaped)."""
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()
-    return proc.pid
+def config(tiny_config):
+    return tiny_config
 
 
 def test_here_is_the_job_of_an_array_task_or_of_a_plain_job():
