@@ -222,6 +222,7 @@ class Config:
     init: Init = Init("seed")
     gradient: Gradient = Gradient("analytic")
     seed: int = 0
+    replicates: int = 1
     experiment: str = "run"
     tracking_uri: str | None = None
     n_iter_cap: dict = field(default_factory=dict)
@@ -251,7 +252,17 @@ class Config:
         cache = outputs_dir() / "jax_cache" if self.compile_cache else None
         return FitSpec(MODELS[self.model.value], self.optimizer, self.strategy, self.precision, self.device.value,
                        self.n_iter, self.init.value, self.gradient.value,
-                       TimingSpec(self.repeats, self.warmup, self.first_call, cache, self.time_budget_s))
+                       TimingSpec(self.repeats, self.warmup, self.first_call, cache, self.time_budget_s),
+                       self.seed, self.replicates)
+
+    def replicate_datasets(self) -> list[Dataset]:
+        """The data set of each replicate: K synthetic data sets from seeds ``dataset.seed + k``; one
+        data set shared by every replicate otherwise (they differ by their initial seed)."""
+        if self.replicates > 1 and isinstance(self.dataset, SyntheticData):
+            from dataclasses import replace
+
+            return [replace(self.dataset, seed=self.dataset.seed + k) for k in range(self.replicates)]
+        return [self.dataset]
 
     def as_dict(self) -> dict:
         """Plain nested dict of the resolved values (for YAML and flat MLflow params)."""
@@ -280,8 +291,8 @@ def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
 
 REQUIRED = {"dataset.counts": "paths of existing CSV files (dataset=csv needs one)"}
 TOP_KEYS = ("dataset", "optimizer", "strategy", "model", "device", "precision", "n_iter", "n_iter_cap",
-            "repeats", "warmup", "time_budget_s", "first_call", "compile_cache", "init", "gradient", "seed", "experiment",
-            "tracking_uri")
+            "repeats", "warmup", "time_budget_s", "first_call", "compile_cache", "init", "gradient", "seed", "replicates",
+            "experiment", "tracking_uri")
 
 
 def loadable(config: Config) -> dict:
@@ -331,10 +342,11 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
     strat = dict(node["strategy"])
     device = _choice("device", node.get("device"), Device)
     compile_cache = _bool("compile_cache", node.get("compile_cache"))
+    replicates = _int("replicates", node.get("replicates", 1), 1)
     try:
         optimizer = OptimizerSpec(opt.get("name"), opt.get("lr"))
         strategy = StrategySpec.of(strat.pop("name", None), **strat)
-        strategy.check(compile_cache, resolve_device(device.value).platform if check_device else None)
+        strategy.check(compile_cache, resolve_device(device.value).platform if check_device else None, replicates)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     n_iter = _int("n_iter", node.get("n_iter"), 1)
@@ -363,4 +375,4 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
         compile_cache=compile_cache,
         init=_choice("init", node.get("init"), Init),
         gradient=_choice("gradient", node.get("gradient"), Gradient), seed=_int("seed", node.get("seed"), 0),
-        experiment=experiment, tracking_uri=uri, n_iter_cap=dict(caps))
+        replicates=replicates, experiment=experiment, tracking_uri=uri, n_iter_cap=dict(caps))

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Sequence
 
 import jax
 import numpy as np
 
 from . import reference, strategies, timing
 from .data import Data
-from .model import Model, init_state
+from .model import Model
 from .optim import OptimizerSpec
 from .precision import PRECISIONS, Precision
 from .problem import GRADIENTS, Problem
@@ -87,49 +88,56 @@ def fit(data: Data, model: str = "profiled", optimizer: str = "rprop", n_iter: i
 
 
 def run(data: Data, spec: FitSpec, *, timed: bool = True) -> FitResult:
-    """The fit ``spec`` describes (see :func:`run_all`; one fit per spec today)."""
+    """The fit ``spec`` describes (one replicate; see :func:`run_all`)."""
+    if spec.replicates != 1:
+        raise ValueError(f"replicates={spec.replicates}: plnexp.fitting.run is one fit; use run_all")
     (result,) = run_all(data, spec, timed=timed)
     return result
 
 
-def run_all(data: Data, spec: FitSpec, *, timed: bool = True) -> list[FitResult]:
-    """The fits ``spec`` describes, on ``data``, one per replicate of the program's batch (one today:
-    every strategy's program is one fit, see ``Program.unbatch``): placed on the spec's device
-    (resolved here, where it runs), timed together (``timed=False``: one plain call), each checked
-    against the float64 host reference."""
+def run_all(data: Data | Sequence[Data], spec: FitSpec, *, timed: bool = True) -> list[FitResult]:
+    """The ``spec.replicates`` fits ``spec`` describes, in one program: on one data set ``data``
+    (replicate k from initial seed ``spec.seed + k``), or replicate k on ``data[k]``. Placed as the
+    strategy's program places them (on the spec's device, resolved here where it runs), timed together
+    (``timed=False``: one plain call), each checked against the float64 host reference. Returns one
+    :class:`FitResult` per replicate, with the batch's timing."""
+    datas = list(data) if isinstance(data, (list, tuple)) else [data]
+    if len(datas) not in (1, spec.replicates):
+        raise ValueError(f"replicates={spec.replicates}: got {len(datas)} data sets (give 1 or {spec.replicates})")
     problem = make_problem(spec.model, spec.optimizer, spec.gradient)
     dtype = spec.precision.dtype
     dev = resolve_device(spec.device)
-    spec.strategy.check(spec.timing.compile_cache_dir is not None, dev.platform)
+    spec.strategy.check(spec.timing.compile_cache_dir is not None, dev.platform, spec.replicates)
     t = spec.timing
     cache_dir = t.compile_cache_dir
-    log_fact = data.log_factorial
+    seeds = [spec.seed + k for k in range(spec.replicates)]
 
     with jax.enable_x64(dtype == np.float64):
-        program = strategies.build(problem, spec.n_iter, spec.strategy)
-        arrays = program.place(data, dtype, dev)  # the program owns where its data goes
-        state = problem.init(init_state(problem.model, arrays, spec.init))
+        program = strategies.build(problem, spec.n_iter, spec.strategy, spec.replicates)
+        arrays = program.place(datas, dtype, dev)  # the program owns where its data goes
+        state = program.initial(problem, arrays, spec.init, seeds)
+        # the host reference converts to float64 a block of rows at a time: no n x p float64 copy
+        starts = [s.pln for s in program.split(state, arrays)]
         if timed:
             out, times = timing.measure(program, state, arrays, repeats=t.repeats, warmup=t.warmup,
                                         budget_s=t.time_budget_s, first_call=t.first_call,
                                         compile_cache_dir=cache_dir)
         else:
             out, times = timing.untimed(program, state, arrays, compile_cache_dir=cache_dir)
-        # the host reference converts to float64 a block of rows at a time: no n x p float64 copy
-        first = state.pln
-        start = reference.elbo(data.Y, data.O, data.X, first.B, problem.model.centred_m(first, arrays),
-                               first.S, first.Sigma)
-        del first, state
+        del state
         results = []
-        for replicate, one in enumerate(program.unbatch(out)):
+        for replicate, (one, first) in enumerate(zip(program.unbatch(out, arrays), starts)):
+            d = datas[replicate] if len(datas) > 1 else datas[0]
+            log_fact = d.log_factorial
+            start = reference.elbo(d.Y, d.O, d.X, first.B, problem.model.centred_m(first, d), first.S, first.Sigma)
             curve = np.asarray(one.elbo, dtype=np.float64)
-            check_against_host(curve[0] - log_fact, start, spec.precision, "initial state", data.Y.size)
+            check_against_host(curve[0] - log_fact, start, spec.precision, "initial state", d.Y.size)
             pln = _host(one.state.pln)
-            centred_m = np.asarray(problem.model.centred_m(one.state.pln, arrays), dtype=np.float64)
+            centred_m = np.asarray(problem.model.centred_m(pln, d), dtype=np.float64)
             params = {"B": pln.B, "M": centred_m, "S": pln.S, "Sigma": pln.Sigma}
-            loglik = reference.elbo(data.Y, data.O, data.X, pln.B, centred_m, pln.S, pln.Sigma)
+            loglik = reference.elbo(d.Y, d.O, d.X, pln.B, centred_m, pln.S, pln.Sigma)
             final = float(one.final_elbo) - log_fact
-            check_against_host(final, loglik, spec.precision, "final state", data.Y.size)
+            check_against_host(final, loglik, spec.precision, "final state", d.Y.size)
             results.append(FitResult(curve - log_fact, loglik, params, int(one.n_run), times, spec.model.name,
                                      spec.strategy.name, spec.optimizer.name, spec.precision.name, str(dev),
                                      {"final_elbo_jit": final, "log_factorial": log_fact}, replicate))

@@ -25,9 +25,38 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
+import numpy as np
+
 import jax
 import jax.numpy as jnp
 from jax.scipy.linalg import cho_solve
+
+
+@jax.tree_util.register_pytree_node_class
+@dataclass(frozen=True)
+class Rows:
+    """Which rows of the arrays are data, and where the rest of the rows are (a row-sharded fit).
+
+    - ``weight`` (n, 1): 1 for a data row, 0 for a padding row (rows added so that n splits evenly
+      across devices: Y = O = X = 0 and M = 0 there; they contribute nothing to any sum);
+    - ``n`` (): the number of data rows, over all devices (what Sigma = (M'M + D) / n divides by);
+    - ``axis``: under ``shard_map`` the mesh axis the rows are split over: every sum over rows
+      taken on a device's rows is then ``psum``-ed over it (None: the arrays hold every row, as
+      under ``jit`` with a ``NamedSharding``, where XLA inserts the reductions itself).
+
+    A pytree (``weight`` and ``n`` are leaves, ``axis`` static), so it travels inside :class:`Arrays`.
+    """
+
+    weight: jax.Array
+    n: jax.Array
+    axis: str | None = None
+
+    def tree_flatten(self):
+        return (self.weight, self.n), self.axis
+
+    @classmethod
+    def tree_unflatten(cls, axis, children):
+        return cls(*children, axis)
 
 
 class Arrays(NamedTuple):
@@ -35,12 +64,32 @@ class Arrays(NamedTuple):
 
     ``log_factorial`` = sum log(Y!) (a float64 host constant cast to the fit's dtype); the ELBOs
     here leave it out, only the early-stopping rule uses it (relative change of the full ELBO).
+    ``rows``: None when every row is data and on this device (every fit but a row-sharded one).
     """
 
     Y: jax.Array
     O: jax.Array
     X: jax.Array
     log_factorial: jax.Array | float = 0.0
+    rows: Rows | None = None
+
+
+# The only quantities that mix rows: sums over rows (the ELBO's, M'M, sum S^2, X'M, X'(Y - A)) and
+# the number of rows. They go through these three, so that padding rows and rows on other devices
+# are accounted for in one place.
+def _total(rows: Rows | None, x):
+    """A sum over this device's rows -> the sum over every row (``psum`` under ``shard_map``)."""
+    return x if rows is None or rows.axis is None else jax.lax.psum(x, rows.axis)
+
+
+def _n(rows: Rows | None, M: jax.Array):
+    """The number of data rows (static when there is no padding)."""
+    return M.shape[0] if rows is None else rows.n
+
+
+def _data_rows(rows: Rows | None, x: jax.Array) -> jax.Array:
+    """``x`` (n, .) with its padding rows zeroed."""
+    return x if rows is None else x * rows.weight
 
 
 class PLNState(NamedTuple):
@@ -66,29 +115,30 @@ def _inverse_spd(Sigma: jax.Array) -> jax.Array:
     return cho_solve((L, True), jnp.eye(Sigma.shape[0], dtype=Sigma.dtype))
 
 
-def closed_form_sigma(M: jax.Array, S: jax.Array) -> jax.Array:
-    """argmax over Sigma of the ELBO: (M'M + diag(sum_i S_i^2)) / n, for centred M."""
-    n = M.shape[0]
-    return (M.T @ M + jnp.diag(jnp.sum(S * S, axis=0))) / n
+def closed_form_sigma(M: jax.Array, S: jax.Array, rows: Rows | None = None) -> jax.Array:
+    """argmax over Sigma of the ELBO: (M'M + diag(sum_i S_i^2)) / n, for centred M (zero on padding rows)."""
+    second_moment = _total(rows, M.T @ M + jnp.diag(jnp.sum(_data_rows(rows, S * S), axis=0)))
+    return second_moment / _n(rows, M)
 
 
-def closed_form_b(X: jax.Array, M: jax.Array) -> jax.Array:
+def closed_form_b(X: jax.Array, M: jax.Array, rows: Rows | None = None) -> jax.Array:
     """argmax over B of the ELBO for uncentred M: the least-squares fit (X'X)^-1 X'M."""
-    L = jnp.linalg.cholesky(X.T @ X)
-    return cho_solve((L, True), X.T @ M)
+    L = jnp.linalg.cholesky(_total(rows, X.T @ X))
+    return cho_solve((L, True), _total(rows, X.T @ M))
 
 
 def _poisson_part(data: Arrays, Z: jax.Array, S: jax.Array) -> jax.Array:
     """sum_ij [Y Z - exp(Z + S^2/2) + log|S|] with Z = O + XB + M (log|S| = 1/2 log S^2)."""
-    return jnp.sum(data.Y * Z - jnp.exp(Z + 0.5 * S * S) + jnp.log(jnp.abs(S)))
+    per_entry = data.Y * Z + _data_rows(data.rows, -jnp.exp(Z + 0.5 * S * S) + jnp.log(jnp.abs(S)))
+    return _total(data.rows, jnp.sum(per_entry))
 
 
 def elbo_given_sigma(B, M, S, Sigma, data: Arrays) -> jax.Array:
     """Partial ELBO at any (B, centred M, S, Sigma): the general formula, used for checks."""
-    n, p = M.shape
+    n, p = _n(data.rows, M), M.shape[1]
     L = jnp.linalg.cholesky(Sigma)
     Omega = cho_solve((L, True), jnp.eye(p, dtype=Sigma.dtype))
-    second_moment = M.T @ M + jnp.diag(jnp.sum(S * S, axis=0))
+    second_moment = _total(data.rows, M.T @ M + jnp.diag(jnp.sum(_data_rows(data.rows, S * S), axis=0)))
     gauss = -0.5 * n * _logdet_from_cholesky(L) - 0.5 * jnp.sum(Omega * second_moment)
     return _poisson_part(data, data.O + data.X @ B + M, S) + gauss + 0.5 * n * p
 
@@ -100,10 +150,12 @@ def full_elbo(params: Params, state: PLNState, data: Arrays) -> jax.Array:
     *both* terms (the seed's precedence bug dropped it from M'M).
     """
     B, M, S = params["B"], params["M"], params["S"]
-    n, p = M.shape
+    rows = data.rows
+    n, p = _n(rows, M), M.shape[1]
     logdet_omega = -_logdet_from_cholesky(jnp.linalg.cholesky(state.Sigma))  # state is not differentiated
     Omega = state.Omega
-    trace = jnp.sum(Omega * (M.T @ M)) + jnp.sum(jnp.diagonal(Omega) * jnp.sum(S * S, axis=0))
+    trace = jnp.sum(Omega * _total(rows, M.T @ M)) + jnp.sum(
+        jnp.diagonal(Omega) * _total(rows, jnp.sum(_data_rows(rows, S * S), axis=0)))
     return (
         _poisson_part(data, data.O + data.X @ B + M, S)
         + 0.5 * n * logdet_omega
@@ -120,9 +172,9 @@ def profiled_elbo(params: Params, state: PLNState, data: Arrays) -> jax.Array:
     """
     del state  # everything but (M, S) is profiled out
     M, S = params["M"], params["S"]
-    n = M.shape[0]
-    R = M - data.X @ closed_form_b(data.X, M)
-    L = jnp.linalg.cholesky(closed_form_sigma(R, S))
+    n = _n(data.rows, M)
+    R = M - data.X @ closed_form_b(data.X, M, data.rows)
+    L = jnp.linalg.cholesky(closed_form_sigma(R, S, data.rows))
     return _poisson_part(data, data.O + M, S) - 0.5 * n * _logdet_from_cholesky(L)
 
 
@@ -135,18 +187,22 @@ def _value_and_grad_given_omega(data: Arrays, M, B, M_res, S, Sigma, Omega, logd
     n sum(Omega o Sigma): the value needs no second pass over M. One exp and one n x p x p product
     per call. ``B`` is None for Z = O + M. Returns (value, dZ, dS, A).
     """
-    n, p = S.shape
+    rows = data.rows
+    n, p = _n(rows, S), S.shape[1]
     Z = data.O + M if B is None else data.O + data.X @ B + M
-    A = jnp.exp(Z + 0.5 * S * S)
+    A = _data_rows(rows, jnp.exp(Z + 0.5 * S * S))  # zero on padding rows, as everything below
     # sum(Y Z) = sum(Y M) + sum(Y O) + sum((X'Y) o B): Z is then only read by the exp's own fusion
     # and never written to memory; sum(Y O) and X'Y are loop-invariant (XLA hoists them).
-    yz_rest = jnp.sum(data.Y * data.O) + (0.0 if B is None else jnp.sum((data.X.T @ data.Y) * B))
+    yz_rest = _total(rows, jnp.sum(data.Y * data.O)) + (
+        0.0 if B is None else jnp.sum(_total(rows, data.X.T @ data.Y) * B))
     # Column sums, then the p-vector. The barrier stops XLA from merging the two into one full
     # reduction, which XLA:CPU runs about 3x slower than the column sums (profiled on oaks x100).
-    per_column = jax.lax.optimization_barrier(jnp.sum(data.Y * M - A + jnp.log(jnp.abs(S)), axis=0))
+    per_column = jax.lax.optimization_barrier(
+        jnp.sum(data.Y * M - A + _data_rows(rows, jnp.log(jnp.abs(S))), axis=0))
     trace = n * jnp.sum(Omega * Sigma)
-    value = jnp.sum(per_column) + yz_rest - 0.5 * n * logdet_sigma - 0.5 * trace + 0.5 * n * p
-    return value, data.Y - A - M_res @ Omega, 1.0 / S - S * (A + jnp.diagonal(Omega)), A
+    value = jnp.sum(_total(rows, per_column)) + yz_rest - 0.5 * n * logdet_sigma - 0.5 * trace + 0.5 * n * p
+    dS = _data_rows(rows, 1.0 / S - S * (A + jnp.diagonal(Omega)))
+    return value, data.Y - A - M_res @ Omega, dS, A
 
 
 def full_value_and_grad(params: Params, state: PLNState, data: Arrays) -> tuple[jax.Array, Params]:
@@ -161,7 +217,7 @@ def full_value_and_grad(params: Params, state: PLNState, data: Arrays) -> tuple[
     value, dM, dS, A = _value_and_grad_given_omega(
         data, M, B, M, S, state.Sigma, state.Omega, logdet_sigma)
     # X'(Y - A) as X'Y - X'A: X'Y is loop-invariant (XLA hoists it) and A is already in memory
-    return value, {"B": data.X.T @ data.Y - data.X.T @ A, "M": dM, "S": dS}
+    return value, {"B": _total(data.rows, data.X.T @ data.Y - data.X.T @ A), "M": dM, "S": dS}
 
 
 def profiled_value_and_grad(params: Params, state: PLNState, data: Arrays) -> tuple[jax.Array, Params]:
@@ -180,14 +236,14 @@ def profiled_value_and_grad(params: Params, state: PLNState, data: Arrays) -> tu
 
 
 def _complete_full(params: Params, data: Arrays) -> PLNState:
-    Sigma = closed_form_sigma(params["M"], params["S"])
+    Sigma = closed_form_sigma(params["M"], params["S"], data.rows)
     return PLNState(params["B"], params["M"], params["S"], Sigma, _inverse_spd(Sigma))
 
 
 def _complete_profiled(params: Params, data: Arrays) -> PLNState:
     M, S = params["M"], params["S"]
-    B = closed_form_b(data.X, M)
-    Sigma = closed_form_sigma(M - data.X @ B, S)
+    B = closed_form_b(data.X, M, data.rows)
+    Sigma = closed_form_sigma(M - data.X @ B, S, data.rows)
     return PLNState(B, M, S, Sigma, _inverse_spd(Sigma))
 
 
@@ -234,9 +290,15 @@ PROFILED = Model(
 MODELS: dict[str, Model] = {m.name: m for m in (FULL, PROFILED)}
 
 
-def init_state(model: Model, data: Arrays, init: str) -> PLNState:
+INIT_NOISE = 0.5  # init="random": the standard deviation of the noise added to the data init's M
+
+
+def init_state(model: Model, data: Arrays, init: str, seed: int = 0) -> PLNState:
     """Initial state. ``seed``: M = 0, S = 1, B = 0 (the tutorial's; Sigma = I follows).
     ``data``: M from log(Y + 1) - O (least-squares B for the full model), S = 0.5.
+    ``random``: the ``data`` init with N(0, INIT_NOISE^2) noise added to M, drawn on the host by
+    ``numpy.random.default_rng(seed)`` row after row (so that a fit's data rows get the same noise
+    whatever padding follows them; padding rows get none). ``seed`` is used by ``random`` only.
     """
     n, p = data.Y.shape
     d = data.X.shape[1]
@@ -244,11 +306,16 @@ def init_state(model: Model, data: Arrays, init: str) -> PLNState:
     if init == "seed":
         B = jnp.zeros((d, p), dtype)
         M = jnp.zeros((n, p), dtype)
-    elif init == "data":
+    elif init in ("data", "random"):
         Z = jnp.log1p(data.Y) - data.O
-        B = closed_form_b(data.X, Z)
+        B = closed_form_b(data.X, Z, data.rows)
         M = Z - data.X @ B if model is FULL else Z
+        if init == "random":
+            noise = INIT_NOISE * np.random.default_rng(seed).standard_normal((n, p))
+            if data.rows is not None:
+                noise = noise * np.asarray(data.rows.weight)
+            M = M + jnp.asarray(noise, dtype)
     else:
-        raise ValueError(f"init={init!r}: allowed values are 'seed', 'data'")
+        raise ValueError(f"init={init!r}: allowed values are 'seed', 'data', 'random'")
     S = jnp.full((n, p), 1.0 if init == "seed" else 0.5, dtype)
     return model.complete(model.free(PLNState(B, M, S, None, None)), data)

@@ -70,6 +70,8 @@ ADDED_KEYS = {("strategy", "mode"): ("default", None),
 # the strategy had no use for them); a strategy entry now owns its options. The hash keeps format 1's
 # form: the options a strategy does not have enter it at these values (mode: via ADDED_KEYS).
 FORMAT1_STRATEGY_OPTIONS = {"unroll": 8, "tol": 1e-6, "patience": 10}
+# Top-level keys added after format 1, hashed only away from their default likewise
+ADDED_TOP_KEYS = {"replicates": 1}
 
 
 def hashed(config: Config) -> dict:
@@ -82,6 +84,9 @@ def hashed(config: Config) -> dict:
         part = d.get(section, {})
         if part.get(key, default) == default and (names is None or part.get("name") in names):
             d[section] = {k: v for k, v in part.items() if k != key}
+    for key, default in ADDED_TOP_KEYS.items():
+        if d.get(key, default) == default:
+            d.pop(key, None)
     return d
 
 

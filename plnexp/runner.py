@@ -30,6 +30,11 @@ def load_data(dataset) -> Data:
     return dataset.load()
 
 
+# What a replicate's run reports as its share of its batch's run (the batch's divided by the number
+# of fits in it); ``batch_run_s`` keeps the batch's own. compile_s is the batch's.
+SHARED_TIMES = ("run_s", "run_s_iqr", "run_s_lo", "run_s_hi", "ms_per_iter")
+
+
 @dataclass
 class Outcome:
     name: str
@@ -46,6 +51,7 @@ class Outcome:
     data_shape: tuple[int, int] | None = None  # (n, p) of the data fitted
     output_dir: str = ""
     run_id: str = ""
+    replicate: int = 0  # its place in the job's batch of ``config.replicates`` fits
 
     @property
     def wall_s(self) -> float:
@@ -61,6 +67,12 @@ class Outcome:
             out.update(r.timing.as_metrics())
             out.update(n_iter_run=float(r.n_iter), final_elbo=r.extra.get("final_elbo_jit", np.nan),
                        loglik=r.loglik)
+            k = self.config.replicates
+            if k > 1 and "run_s" in out:  # one fit of a batch: its share of the batch's run time
+                out.update(batch_run_s=out["run_s"], replicates=float(k))
+                for key in SHARED_TIMES:
+                    if key in out:
+                        out[key] /= k
         return out
 
     def curve(self) -> np.ndarray:
@@ -122,65 +134,114 @@ class Row(NamedTuple):
 def execute(config: Config, overrides=(), name: str | None = None, output_dir: str = "",
             outcome: Outcome | None = None) -> Outcome:
     """Load the data and fit, filling ``outcome`` (a new one if None) as it goes; any failure but an
-    interrupt becomes a FAILED outcome with its reason."""
-    from .fitting import run
-
+    interrupt becomes a FAILED outcome with its reason. (One fit: ``replicates=1``.)"""
     out = outcome if outcome is not None else Outcome(name or config.run_name, tuple(overrides), config,
                                                       output_dir=output_dir)
+    execute_all(config, [out])
+    return out
+
+
+def execute_all(config: Config, outcomes: list[Outcome]) -> list[Outcome]:
+    """Fit the job's ``config.replicates`` fits in one program, filling one outcome per replicate.
+
+    A replicate whose ELBO is not finite is FAILED alone; an error of the program fails them all."""
+    from .fitting import run_all
+
     try:
-        data = load_data(config.dataset)
-        out.data_digest = data.digest()
-        out.data_shape = (data.n, data.p)
-        out.result = run(data, config.fit_spec())
-        bad = np.flatnonzero(~np.isfinite(out.result.elbo[: out.result.n_iter]))
-        if len(bad) or not np.isfinite(out.result.extra.get("final_elbo_jit", np.nan)):
-            out.status = "FAILED"
-            at = int(bad[0]) if len(bad) else out.result.n_iter
-            out.reason = f"non-finite ELBO at iteration {at}"
+        datas = [load_data(ds) for ds in config.replicate_datasets()]
+        for k, out in enumerate(outcomes):
+            data = datas[k] if len(datas) > 1 else datas[0]
+            out.data_digest, out.data_shape = data.digest(), (data.n, data.p)
+        results = run_all(datas, config.fit_spec())
+        for out, result in zip(outcomes, results):
+            out.result = result
+            bad = np.flatnonzero(~np.isfinite(result.elbo[: result.n_iter]))
+            if len(bad) or not np.isfinite(result.extra.get("final_elbo_jit", np.nan)):
+                out.status = "FAILED"
+                at = int(bad[0]) if len(bad) else result.n_iter
+                out.reason = f"non-finite ELBO at iteration {at}"
     except Exception as e:  # noqa: BLE001 - a job reports, never raises
         stop = interrupts.pending()
         if stop is not None:  # a Ctrl-C that a library turned into another error
             raise stop from e
-        out.status, out.reason = "FAILED", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        log.warning("%s failed: %s", out.name, out.reason)
-    out.stop()
-    return out
+        reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        for out in outcomes:
+            out.status, out.reason = "FAILED", reason
+        log.warning("%s failed: %s", outcomes[0].name, reason)
+    for out in outcomes:
+        out.stop()
+    return outcomes
+
+
+def replicate_name(name: str, k: int, replicates: int) -> str:
+    """The run name of replicate ``k`` of a job (the job's own name when it is one fit)."""
+    return name if replicates == 1 else f"{name}-rep{k}"
+
+
+def combined(outcomes: list[Outcome]) -> Outcome:
+    """One outcome standing for a job's replicates (what the job's line and exit code report): the
+    first replicate's, FAILED with a count when some failed."""
+    first = outcomes[0]
+    if len(outcomes) == 1:
+        return first
+    failed = [o for o in outcomes if o.status != "FINISHED"]
+    if not failed:
+        return first
+    status = "KILLED" if any(o.status == "KILLED" for o in failed) else "FAILED"
+    reasons = sorted({o.reason for o in failed})
+    job = Outcome(first.name, first.overrides, first.config, status,
+                  f"{len(failed)} of {len(outcomes)} replicates {status}: {'; '.join(reasons)}", first.result,
+                  first.started, first.ended, first.clock, first.elapsed, first.data_digest, first.data_shape,
+                  first.output_dir, first.run_id)
+    return job
 
 
 def run_job(config: Config, overrides=(), name: str | None = None, output_dir: str = "", *,
             parent=None, job_num: int | None = None, tags: dict | None = None) -> Outcome:
-    """Execute one job with its MLflow run: created RUNNING now, ended with the job's status.
+    """Execute one job with its MLflow run(s): created RUNNING now, ended with the job's status; one
+    run per replicate (``config.replicates``, tagged ``replicate``), all fitted in one program.
 
-    ``parent`` (a :class:`plnexp.tracking.Parent`) makes the run a child of a sweep, in the sweep's
-    store and experiment; otherwise the run goes to the config's store and experiment. On an
-    interrupt the run is ended KILLED and :class:`plnexp.interrupts.Interrupted` re-raised. The run
-    is created with the provenance tags (:func:`plnexp.provenance.run_tags`) and ``tags``.
+    ``parent`` (a :class:`plnexp.tracking.Parent`) makes the runs children of a sweep, in the sweep's
+    store and experiment; otherwise they go to the config's store and experiment. On an interrupt the
+    runs are ended KILLED and :class:`plnexp.interrupts.Interrupted` re-raised. The runs are created
+    with the provenance tags (:func:`plnexp.provenance.run_tags`) and ``tags``. Returns the job's
+    outcome (:func:`combined`).
     """
     from . import provenance, slurm, tracking
 
     uri = parent.uri if parent else tracking.tracking_uri(config.tracking_uri)
     cl = tracking.client(uri)
-    outcome = Outcome(name or config.run_name, tuple(overrides), config, output_dir=output_dir)
+    base = name or config.run_name
+    k = config.replicates
+    outcomes = [Outcome(replicate_name(base, i, k), tuple(overrides), config, output_dir=output_dir, replicate=i)
+                for i in range(k)]
     tags = {**provenance.run_tags(config), **({tracking.JOB_TAG: job_num} if job_num is not None else {}),
             **(tags or {})}
     try:
         with interrupts.deferred():
             exp_id = parent.experiment_id if parent else tracking.experiment_id(cl, config.experiment)
-            outcome.run_id = tracking.start_job(cl, exp_id, outcome, parent.run_id if parent else None, tags)
-        done = execute(config, overrides, name, output_dir, outcome)
-        if done is not outcome:  # a stand-in execute (tests) may return its own
-            done.run_id, outcome = outcome.run_id, done
+            for out in outcomes:
+                out.run_id = tracking.start_job(cl, exp_id, out, parent.run_id if parent else None,
+                                                {**tags, provenance.REPLICATE_TAG: out.replicate})
+        if k == 1:
+            done = execute(config, overrides, name, output_dir, outcomes[0])
+            if done is not outcomes[0]:  # a stand-in execute (tests) may return its own
+                done.run_id, outcomes[0] = outcomes[0].run_id, done
+        else:
+            execute_all(config, outcomes)
     except KeyboardInterrupt as e:
         stop = interrupts.as_interrupted(e)
-        outcome.status, outcome.reason = "KILLED", f"interrupted by {stop.name}{slurm.why(stop.signum)}"
-        outcome.stop()
-        if outcome.run_id:
-            with interrupts.deferred():
-                tracking.finish_job(cl, outcome.run_id, outcome)
+        for out in outcomes:
+            out.status, out.reason = "KILLED", f"interrupted by {stop.name}{slurm.why(stop.signum)}"
+            out.stop()
+            if out.run_id:
+                with interrupts.deferred():
+                    tracking.finish_job(cl, out.run_id, out)
         raise stop from None
     with interrupts.deferred():
-        tracking.finish_job(cl, outcome.run_id, outcome)
-    return outcome
+        for out in outcomes:
+            tracking.finish_job(cl, out.run_id, out)
+    return combined(outcomes)
 
 
 def summary_table(rows) -> str:

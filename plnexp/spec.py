@@ -18,7 +18,7 @@ from .problem import GRADIENTS
 from .strategies import StrategySpec, all_option_names
 
 DEVICES = ("cpu", "gpu", "auto")
-INITS = ("seed", "data")
+INITS = ("seed", "data", "random")
 
 
 def resolve_device(name: str):
@@ -65,7 +65,8 @@ class TimingSpec:
 @dataclass(frozen=True)
 class FitSpec:
     """One fit: the model, optimizer, strategy (with its options), precision, device, number of
-    iterations, initialisation, gradient and timing protocol. Validated on construction."""
+    iterations, initialisation, gradient and timing protocol; ``replicates`` fits of it in one
+    program (``vmap``), replicate k from seed ``seed + k``. Validated on construction."""
 
     model: Model
     optimizer: OptimizerSpec
@@ -76,10 +77,18 @@ class FitSpec:
     init: str = "seed"
     gradient: str = "analytic"
     timing: TimingSpec = field(default_factory=TimingSpec)
+    seed: int = 0
+    replicates: int = 1
 
     def __post_init__(self):
         if isinstance(self.n_iter, bool) or not isinstance(self.n_iter, int) or self.n_iter < 1:
             raise ValueError(f"n_iter={self.n_iter!r}: must be an integer >= 1")
+        for key, low in (("seed", 0), ("replicates", 1)):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{key}={value!r}: allowed values are integers >= {low}")
+        if self.replicates > 1:
+            self.strategy.check(replicates=self.replicates)
         if self.init not in INITS:
             raise ValueError(f"init={self.init!r}: allowed values are {', '.join(INITS)}")
         if self.gradient not in GRADIENTS:
@@ -92,7 +101,7 @@ def parse(model: str = "profiled", optimizer: str = "rprop", n_iter: int = 1000,
           device: str = "cpu", strategy: str = "scan", *, lr: float | None = None, init: str = "seed",
           gradient: str = "analytic", repeats: int = 1, warmup: int = 0, first_call: bool = False,
           compile_cache: bool = False, compile_cache_dir: str | Path | None = None, time_budget_s: float = 0.0,
-          **options) -> FitSpec:
+          seed: int = 0, replicates: int = 1, **options) -> FitSpec:
     """:func:`plnexp.fit`'s strings -> a :class:`FitSpec` (one-line ValueError on a bad choice).
 
     ``options``: strategy options (``unroll``, ``tol``, ``patience``, ``mode``). Those of other
@@ -116,4 +125,4 @@ def parse(model: str = "profiled", optimizer: str = "rprop", n_iter: int = 1000,
 
         cache_dir = Path(compile_cache_dir) if compile_cache_dir is not None else outputs_dir() / "jax_cache"
     return FitSpec(MODELS[model], OptimizerSpec(optimizer, lr), spec, prec, device, n_iter, init, gradient,
-                   TimingSpec(repeats, warmup, first_call, cache_dir, time_budget_s))
+                   TimingSpec(repeats, warmup, first_call, cache_dir, time_budget_s), seed, replicates)

@@ -53,7 +53,7 @@ def _program_prints(data, names, n_iter=5):
         spec = parse("full", "radam_clip", n_iter, "float32", "cpu", name)
         problem = make_problem(spec.model, spec.optimizer, spec.gradient)
         program = strategies.build(problem, n_iter, spec.strategy)
-        arrays = program.place(data, np.float32, jax.devices("cpu")[0])
+        arrays = program.place([data], np.float32, jax.devices("cpu")[0])
         state = problem.init(init_state(problem.model, arrays, "seed"))
         out[name] = fingerprint.of_executables(program.compile(state, arrays).executables)
     return out

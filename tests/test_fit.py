@@ -61,7 +61,7 @@ def test_fit_result_shapes_and_types(oaks):
     ({"precision": "float16"}, "precision='float16': allowed values are float32, float64"),
     ({"n_iter": -5}, "n_iter=-5: must be an integer >= 1"),
     ({"device": "tpu"}, "device='tpu': allowed values are cpu, gpu, auto"),
-    ({"init": "random"}, "init='random': allowed values are seed, data"),
+    ({"init": "noise"}, "init='noise': allowed values are seed, data, random"),
     ({"optimizer": "adam", "lr": -1.0}, "optimizer.lr=-1.0: must be a number > 0"),
 ])
 def test_fit_rejects_bad_arguments_in_one_line(oaks, kwargs, message):

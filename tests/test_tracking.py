@@ -109,7 +109,7 @@ def test_execute_reports_failure_instead_of_raising(config, monkeypatch):
     def boom(*a, **k):
         raise plnexp.fitting.NumericsError("compiled ELBO disagrees")
 
-    monkeypatch.setattr(plnexp.fitting, "run", boom)
+    monkeypatch.setattr(plnexp.fitting, "run_all", boom)
     out = runner.execute(config)
     assert out.status == "FAILED" and out.reason == "NumericsError: compiled ELBO disagrees"
 

@@ -20,9 +20,11 @@ from typing import Any, Callable
 
 from ..problem import Problem
 from .base import Compiled, Program, SingleProgram
+from .batched import Batched
 from .loops import fori_program, while_program
 from .python_loops import EagerProgram, JitPerFunctionProgram
 from .scans import scan_program
+from .sharded import VIA, RowSharded
 from .torch_loops import COMPILE_MODES, check as check_torch, check_device as check_torch_device, torch_program
 
 
@@ -58,6 +60,14 @@ class EarlyStop:
 
 
 @dataclass(frozen=True)
+class Sharded:
+    devices: int = option(0, "integers >= 0 (0: every device of the platform)", _int_at_least(0),
+                          in_name="{value}dev", doc="devices the rows are split across")
+    via: str = option("jit", ", ".join(VIA), lambda v: v in VIA, in_name="{value}",
+                      doc="jit: NamedSharding, XLA partitions; shard_map: per device, explicit psum")
+
+
+@dataclass(frozen=True)
 class TorchCompile:
     mode: str = option("default", ", ".join(COMPILE_MODES), lambda v: v in COMPILE_MODES, in_name="{value}",
                        doc="torch.compile mode")
@@ -89,13 +99,15 @@ def non_default(options) -> dict[str, Any]:
 class Strategy:
     """A registry entry. ``build(problem, n_iter, options) -> Program``; ``requires(compile_cache)``
     raises a one-line ValueError where the strategy cannot run (None: always can);
-    ``check_device(name, platform)`` likewise for a device platform."""
+    ``check_device(name, platform)`` likewise for a device platform. ``batches``: its fit is one
+    function of (state, data) that ``replicates=K`` can ``vmap`` (a :class:`SingleProgram`)."""
 
     name: str
     options: type
     build: Callable[[Problem, int, Any], Program]
     requires: Callable[[str, bool], None] | None = None
     check_device: Callable[[str, str], None] | None = None
+    batches: bool = False
 
     @property
     def defaults(self):
@@ -105,13 +117,15 @@ class Strategy:
 STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
     Strategy("eager", NoOptions, lambda pb, n, o: EagerProgram(pb, n)),
     Strategy("jit_per_function", NoOptions, lambda pb, n, o: JitPerFunctionProgram(pb, n)),
-    Strategy("scan", NoOptions, lambda pb, n, o: scan_program(pb, n, "dict")),
-    Strategy("scan_namedtuple", NoOptions, lambda pb, n, o: scan_program(pb, n, "namedtuple")),
-    Strategy("scan_pytree", NoOptions, lambda pb, n, o: scan_program(pb, n, "pytree")),
-    Strategy("scan_dataclass", NoOptions, lambda pb, n, o: scan_program(pb, n, "dataclass")),
-    Strategy("scan_unrolled", Unrolled, lambda pb, n, o: scan_program(pb, n, "dict", unroll=o.unroll)),
-    Strategy("fori_loop", NoOptions, lambda pb, n, o: fori_program(pb, n)),
-    Strategy("while_loop", EarlyStop, lambda pb, n, o: while_program(pb, n, o.tol, o.patience)),
+    Strategy("scan", NoOptions, lambda pb, n, o: scan_program(pb, n, "dict"), batches=True),
+    Strategy("scan_namedtuple", NoOptions, lambda pb, n, o: scan_program(pb, n, "namedtuple"), batches=True),
+    Strategy("scan_pytree", NoOptions, lambda pb, n, o: scan_program(pb, n, "pytree"), batches=True),
+    Strategy("scan_dataclass", NoOptions, lambda pb, n, o: scan_program(pb, n, "dataclass"), batches=True),
+    Strategy("scan_unrolled", Unrolled, lambda pb, n, o: scan_program(pb, n, "dict", unroll=o.unroll),
+             batches=True),
+    Strategy("fori_loop", NoOptions, lambda pb, n, o: fori_program(pb, n), batches=True),
+    Strategy("while_loop", EarlyStop, lambda pb, n, o: while_program(pb, n, o.tol, o.patience), batches=True),
+    Strategy("scan_sharded", Sharded, lambda pb, n, o: RowSharded(pb, n, o.devices, o.via)),
     Strategy("torch_eager", NoOptions, lambda pb, n, o: torch_program(pb, n, compiled=False),
              check_torch, check_torch_device),
     Strategy("torch_compile", TorchCompile, lambda pb, n, o: torch_program(pb, n, compiled=True, mode=o.mode),
@@ -156,10 +170,14 @@ class StrategySpec:
         meta = {f.name: f.metadata for f in fields(self.options)}
         return [meta[k]["in_name"].format(key=k, value=v) for k, v in non_default(self.options).items()]
 
-    def check(self, compile_cache: bool = False, platform: str | None = None) -> None:
+    def check(self, compile_cache: bool = False, platform: str | None = None, replicates: int = 1) -> None:
         """One-line ValueError where this strategy cannot run here (torch missing, a device torch
-        does not see, an option it has not)."""
+        does not see, an option it has not, replicates it cannot batch)."""
         entry = self.entry
+        if replicates > 1 and not entry.batches:
+            batching = ", ".join(s.name for s in STRATEGIES.values() if s.batches)
+            raise ValueError(f"replicates={replicates}: strategy={self.name} runs one fit per program; allowed "
+                             f"strategies with replicates > 1 are {batching}")
         if entry.requires is not None:
             entry.requires(self.name, compile_cache)
         if platform is not None and entry.check_device is not None:
@@ -176,11 +194,14 @@ def all_option_names() -> dict[str, tuple[str, ...]]:
 
 
 @lru_cache(maxsize=64)
-def build(problem: Problem, n_iter: int, spec: StrategySpec) -> Program:
-    """The Program for this (problem, n_iter, strategy); cached so that a second fit of the same
-    shapes reuses the jitted functions and compiles nothing."""
-    return spec.entry.build(problem, n_iter, spec.options)
+def build(problem: Problem, n_iter: int, spec: StrategySpec, replicates: int = 1) -> Program:
+    """The Program for this (problem, n_iter, strategy, replicates); cached so that a second fit of
+    the same shapes reuses the jitted functions and compiles nothing. ``replicates > 1``: the
+    strategy's fit ``vmap``-ed over that many fits (:mod:`.batched`)."""
+    spec.check(replicates=replicates)
+    program = spec.entry.build(problem, n_iter, spec.options)
+    return Batched(program, replicates) if replicates > 1 else program
 
 
-__all__ = ["STRATEGIES", "TORCH_STRATEGIES", "Strategy", "StrategySpec", "build", "Compiled", "Program",
+__all__ = ["Batched", "RowSharded", "STRATEGIES", "TORCH_STRATEGIES", "Strategy", "StrategySpec", "build", "Compiled", "Program",
            "SingleProgram", "NoOptions", "option", "all_option_names"]

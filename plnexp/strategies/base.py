@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 import jax
 
-from ..model import Arrays
-from ..problem import FitState, Output
+from ..model import Arrays, init_state
+from ..problem import FitState, Output, Problem
 
 
 @dataclass(frozen=True)
@@ -33,28 +33,42 @@ class Compiled:
 
 
 class Program(Protocol):
-    """``place`` puts a data set where the program runs (one device today; rows split across devices
-    for a sharded program), ``call``/``compile`` run the fit, ``unbatch`` splits a batched output
-    (vmapped replicates) into one Output per fit."""
+    """What a strategy builds. ``place`` puts the data where the program runs (one data set per fit
+    of the program's batch: one device, rows split across devices, or stacked replicates);
+    ``initial`` makes the initial state there (``seeds``: one per fit, for ``init="random"``);
+    ``call``/``compile`` run the fit(s); ``split`` and ``unbatch`` give back one state / one Output
+    per fit, as an unbatched, unpadded fit of that data set would have them."""
 
-    def place(self, data, dtype, device) -> Arrays: ...
+    def place(self, data: Sequence, dtype, device) -> Arrays: ...
+
+    def initial(self, problem: Problem, data: Arrays, init: str, seeds: Sequence[int]) -> FitState: ...
 
     def call(self, state: FitState, data: Arrays) -> Output: ...
 
     def compile(self, state: FitState, data: Arrays) -> Compiled: ...
 
-    def unbatch(self, out: Output) -> list[Output]: ...
+    def split(self, state: FitState, data: Arrays) -> list[FitState]: ...
+
+    def unbatch(self, out: Output, data: Arrays) -> list[Output]: ...
 
 
 class OneDevice:
-    """Placement and outputs of a program that runs one fit on one device (every strategy today)."""
+    """Placement, initial state and outputs of a program that runs one fit on one device."""
 
-    def place(self, data, dtype, device) -> Arrays:
-        """The data's arrays in ``dtype`` on ``device``, with the log-factorial constant."""
-        arrays = data.to_device(dtype, device)
-        return arrays._replace(log_factorial=jax.device_put(dtype(data.log_factorial), device))
+    def place(self, data: Sequence, dtype, device) -> Arrays:
+        """The data set's arrays in ``dtype`` on ``device``, with the log-factorial constant."""
+        (one,) = data
+        arrays = one.to_device(dtype, device)
+        return arrays._replace(log_factorial=jax.device_put(dtype(one.log_factorial), device))
 
-    def unbatch(self, out: Output) -> list[Output]:
+    def initial(self, problem: Problem, data: Arrays, init: str, seeds: Sequence[int]) -> FitState:
+        (seed,) = seeds
+        return problem.init(init_state(problem.model, data, init, seed))
+
+    def split(self, state: FitState, data: Arrays) -> list[FitState]:
+        return [state]
+
+    def unbatch(self, out: Output, data: Arrays) -> list[Output]:
         return [out]
 
 

@@ -1,0 +1,164 @@
+"""``scan_sharded``: one fit across the devices of a 1-D mesh, its rows split between them.
+
+A PLN fit is data-parallel by rows: Y, O, X, M, S and the optimizer's per-row state split by rows;
+the only quantities that mix rows are sums over rows (the ELBO's, M'M, sum S^2, X'M, X'(Y - A)),
+which :mod:`plnexp.model` takes in one place (``_total``). The p x p closed forms (Sigma, Omega, B)
+are then computed on every device from the reduced statistics (replicated).
+
+Two ways to write it, an option of the strategy (``strategy.via``):
+
+- ``jit``: ``jax.jit`` of scan's own fit on row-sharded arrays (``NamedSharding``); XLA's
+  partitioner inserts the all-reduces. The carry is pinned to its sharding every iteration.
+- ``shard_map``: ``jax.shard_map`` of the same fit, written per device: every sum over rows is
+  ``psum``-ed over the mesh axis explicitly (``Rows.axis``).
+
+n need not divide by the device count: the arrays are padded with rows that contribute nothing
+(Y = O = X = 0, weight 0, M = 0 kept there by a zero gradient; see :class:`plnexp.model.Rows`), and
+Sigma divides by the number of data rows. One device gives scan's program on one device's rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from ..model import Arrays, PLNState, Rows, init_state
+from ..problem import FitState, Output, Problem
+from .base import Compiled, aot_compile
+
+AXIS = "rows"
+VIA = ("jit", "shard_map")
+
+
+def mesh_of(platform: str, devices: int) -> Mesh:
+    """A 1-D mesh over the first ``devices`` devices of ``platform`` (0: all of them); one-line
+    ValueError naming ``strategy.devices`` when there are fewer."""
+    available = jax.devices(platform)
+    k = len(available) if devices == 0 else devices
+    if k > len(available):
+        hint = (" (simulated CPU devices: set JAX_NUM_CPU_DEVICES=N before the process starts)"
+                if platform == "cpu" else "")
+        raise ValueError(f"strategy.devices={devices}: only {len(available)} {platform} device(s) visible to JAX "
+                         f"here{hint}; allowed values are 0 (all) to {len(available)}")
+    return Mesh(np.array(available[:k]), (AXIS,))
+
+
+def state_specs(problem: Problem, state: FitState) -> FitState:
+    """The partition spec of every leaf of a fit state: the per-row arrays (M, S and the optimizer's
+    state for them) split by rows, the rest (B, Sigma, Omega, step counts) replicated. The
+    optimizer's leaves are told apart by shape, on an abstract state whose row count is unlike
+    any other dimension."""
+    d, p = state.pln.B.shape
+    n = max(state.pln.M.shape[0], d, p) + 1
+    sds = lambda shape: jax.ShapeDtypeStruct(shape, state.pln.M.dtype)  # noqa: E731
+    params = problem.model.free(PLNState(sds((d, p)), sds((n, p)), sds((n, p)), None, None))
+    opt = jax.eval_shape(problem.tx.init, params)
+    by_rows = lambda x: P(AXIS) if len(x.shape) >= 1 and x.shape[0] == n else P()  # noqa: E731
+    return FitState(PLNState(P(), P(AXIS), P(AXIS), P(), P()), jax.tree.map(by_rows, opt))
+
+
+def data_specs(axis: str | None) -> Arrays:
+    return Arrays(P(AXIS), P(AXIS), P(AXIS), P(), Rows(P(AXIS), P(), axis))
+
+
+@dataclass(frozen=True, eq=False)
+class RowSharded:
+    """The Program of ``scan_sharded`` (see the module's doc)."""
+
+    problem: Problem
+    n_iter: int
+    devices: int = 0  # 0: every device of the platform
+    via: str = "jit"
+
+    def __post_init__(self):
+        object.__setattr__(self, "_jitted", {})  # per mesh
+
+    # ------------------------------------------------------------ data and state
+    def place(self, data: Sequence, dtype, device) -> Arrays:
+        """The data set's rows split across the mesh, padded to a multiple of the device count."""
+        (one,) = data
+        mesh = mesh_of(device.platform, self.devices)
+        pad = -one.n % mesh.size
+        rows, same = NamedSharding(mesh, P(AXIS)), NamedSharding(mesh, P())
+
+        def padded(a):
+            a = np.asarray(a, dtype=dtype).reshape(one.n, -1)
+            return jax.device_put(np.concatenate([a, np.zeros((pad, a.shape[1]), dtype)]), rows)
+
+        weight = padded(np.ones(one.n))
+        return Arrays(padded(one.Y), padded(one.O), padded(one.X), jax.device_put(dtype(one.log_factorial), same),
+                      Rows(weight, jax.device_put(dtype(one.n), same), AXIS if self.via == "shard_map" else None))
+
+    def _shardings(self, state: FitState, mesh: Mesh) -> FitState:
+        return jax.tree.map(lambda spec: NamedSharding(mesh, spec), state_specs(self.problem, state))
+
+    def initial(self, problem: Problem, data: Arrays, init: str, seeds: Sequence[int]) -> FitState:
+        (seed,) = seeds
+        eager = data._replace(rows=replace(data.rows, axis=None))  # outside shard_map: XLA reduces
+        state = problem.init(init_state(problem.model, eager, init, seed))
+        return jax.device_put(state, self._shardings(state, data.Y.sharding.mesh))
+
+    def split(self, state: FitState, data: Arrays) -> list[FitState]:
+        """The state without its padding rows (the optimizer's state is left as it is)."""
+        n = int(np.asarray(data.rows.n))
+        pln = state.pln
+        return [FitState(pln._replace(M=pln.M[:n], S=pln.S[:n]), state.opt_state)]
+
+    def unbatch(self, out: Output, data: Arrays) -> list[Output]:
+        return [out._replace(state=self.split(out.state, data)[0])]
+
+    # ------------------------------------------------------------ the program
+    def _program(self, state: FitState, data: Arrays):
+        mesh = data.Y.sharding.mesh
+        if mesh not in self._jitted:
+            shardings = self._shardings(state, mesh)
+            if self.via == "shard_map":
+                specs = state_specs(self.problem, state)
+                out = Output(specs, P(), P(), P())
+                per_device = lambda s, d: _scan(self.problem.step, s, d, self.n_iter, self.problem)  # noqa: E731
+                fit = jax.shard_map(per_device, mesh=mesh, in_specs=(specs, data_specs(AXIS)), out_specs=out,
+                                    check_vma=True)
+            else:
+                fit = self._pinned(shardings)
+            self._jitted[mesh] = jax.jit(fit, out_shardings=Output(shardings, *[NamedSharding(mesh, P())] * 3))
+        return self._jitted[mesh]
+
+    def _pinned(self, shardings: FitState):
+        """scan's fit with the carry held at its sharding every iteration (so that XLA's partitioner
+        never gathers M or S onto one device)."""
+        problem = self.problem
+
+        def fit(state: FitState, data: Arrays) -> Output:
+            def step(s, d):
+                new, elbo = problem.step(s, d)
+                return jax.lax.with_sharding_constraint(new, shardings), elbo
+
+            return _scan(step, state, data, self.n_iter, problem)
+
+        return fit
+
+    def call(self, state, data):
+        return self._program(state, data)(state, data)
+
+    def compile(self, state, data) -> Compiled:
+        aot = aot_compile(self._program(state, data), state, data)
+        label = f"scan_sharded_{self.via}"
+        cost = aot.cost
+        if cost:
+            cost["counted"] = "per iteration: the loop body once (+ one final ELBO), per device"
+        return Compiled(aot.compiled, aot.seconds, {label: cost}, {label: aot.memory},
+                        {label: aot.lowered}, {label: aot.compiled})
+
+
+def _scan(step, state: FitState, data: Arrays, n_iter: int, problem: Problem) -> Output:
+    import jax.numpy as jnp
+
+    def body(carry, _):
+        return step(carry, data)
+
+    final, curve = jax.lax.scan(body, state, None, length=n_iter)
+    return Output(final, curve, jnp.asarray(n_iter, jnp.int32), problem.elbo(final, data))
