@@ -11,9 +11,9 @@ runtime.set_xla_flags()  # must run before JAX creates its CPU client: see plnex
 runtime.set_lapack_threads(1)  # SciPy's OpenBLAS (jaxlib's CPU LAPACK): see plnexp/runtime.py
 
 from .data import Data, DataError, load_csv, load_oaks, replicate, simulate  # noqa: E402
-from .fitting import FitResult, NumericsError, fit  # noqa: E402
+from .fitting import FitResult, NumericsError, fit, fit_replicates  # noqa: E402
 from .strategies import STRATEGIES  # noqa: E402
 
-__all__ = ["Data", "DataError", "FitResult", "NumericsError", "STRATEGIES", "fit", "load_csv",
+__all__ = ["Data", "DataError", "FitResult", "NumericsError", "STRATEGIES", "fit", "fit_replicates", "load_csv",
            "load_oaks", "replicate", "simulate"]
 __version__ = "0.1.0"

@@ -64,7 +64,7 @@ def fit(data: Data, model: str = "profiled", optimizer: str = "rprop", n_iter: i
         precision: str = "float32", device: str = "cpu", strategy: str = "scan", *, lr: float | None = None,
         init: str = "seed", gradient: str = "analytic", repeats: int = 1, warmup: int = 0,
         first_call: bool = False, compile_cache: bool = False, compile_cache_dir=None, time_budget_s: float = 0.0,
-        timed: bool = True, **options) -> FitResult:
+        seed: int = 0, timed: bool = True, **options) -> FitResult:
     """Fit a PLN model by variational inference and time it.
 
     ``options``: the strategy's own options (``unroll`` for scan_unrolled, ``tol`` and ``patience``
@@ -74,7 +74,7 @@ def fit(data: Data, model: str = "profiled", optimizer: str = "rprop", n_iter: i
     ``timed=True`` (see :mod:`plnexp.timing`) costs one cold AOT compile and one run by default;
     ``first_call=True`` adds a cold plain call, ``warmup``/``repeats`` add runs (median and spread of
     at least ``repeats``, more while they took less than ``time_budget_s`` seconds, after ``warmup``).
-    ``timed=False`` makes one plain call.
+    ``timed=False`` makes one plain call. ``seed``: the noise of ``init="random"``.
     ``compile_cache=True`` uses JAX's persistent compilation cache in ``compile_cache_dir``
     (default ``<outputs>/jax_cache``, see :func:`plnexp.paths.outputs_dir`) and also times a
     second compile served by it; otherwise the persistent cache is off during the fit.
@@ -83,8 +83,19 @@ def fit(data: Data, model: str = "profiled", optimizer: str = "rprop", n_iter: i
     """
     spec = parse(model, optimizer, n_iter, precision, device, strategy, lr=lr, init=init, gradient=gradient,
                  repeats=repeats, warmup=warmup, first_call=first_call, compile_cache=compile_cache,
-                 compile_cache_dir=compile_cache_dir, time_budget_s=time_budget_s, **options)
+                 compile_cache_dir=compile_cache_dir, time_budget_s=time_budget_s, seed=seed, **options)
     return run(data, spec, timed=timed)
+
+
+def fit_replicates(data: Data | Sequence[Data], replicates: int, *, seed: int = 0, timed: bool = True,
+                   **kwargs) -> list[FitResult]:
+    """``replicates`` fits in one compiled program (``jax.vmap`` of the strategy's fit), one
+    :class:`FitResult` each: of one data set from the initial seeds ``seed, seed+1, ...`` (use
+    ``init="random"``, or they are all the same fit), or replicate k of ``data[k]`` (a list of
+    ``replicates`` data sets of one shape). Every other argument is :func:`fit`'s; the strategy must
+    be one whose fit is one function (``scan``, its carries, ``fori_loop``, ``while_loop``)."""
+    spec = parse(seed=seed, replicates=replicates, **kwargs)
+    return run_all(data, spec, timed=timed)
 
 
 def run(data: Data, spec: FitSpec, *, timed: bool = True) -> FitResult:

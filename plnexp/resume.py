@@ -23,8 +23,9 @@ class Reused(NamedTuple):
 
     job: int  # the job's place in the grid (Hydra's job number)
     config_hash: str  # with replicate 0: the run's key (plnexp.provenance.run_key)
-    run_id: str
+    run_id: str  # replicate 0's run
     parent_id: str  # the sweep it ran in ("" for a plain run)
+    run_ids: tuple = ()  # every replicate's run, in replicate order (``replicates=K``: K runs)
 
 
 def pop_switch(args: list[str]) -> tuple[list[str], bool]:
@@ -98,20 +99,30 @@ def find_done(uri: str, experiment: str, jobs) -> list[Reused]:
 
 
 def _done(runs, jobs) -> list[Reused]:
+    """A job is done when each of its replicates has a FINISHED run (the newest), all of one parent
+    run (one program's batch), each on the data it was fitted on then."""
     latest: dict = {}
     for r in runs:  # newest first
         latest.setdefault(provenance.run_key(r.data.tags), r)
     done = []
     for i, job in enumerate(jobs):
         h = provenance.config_hash(job.config)
-        r = latest.get((h, "0"))  # a job is one fit, replicate 0, today
-        if r is None:
+        found = [latest.get((h, str(k))) for k in range(job.config.replicates)]
+        if any(r is None for r in found):
             continue
-        recorded = r.data.tags.get(provenance.DATA_TAG)
-        if recorded and recorded != runner.load_data(job.config.dataset).digest():
+        parents = {r.data.tags.get("mlflow.parentRunId", "") for r in found}
+        if len(parents) > 1:
+            continue  # replicates of different batches: fit them again, together
+        datasets = job.config.replicate_datasets()
+        if any(_data_changed(r, datasets[k if len(datasets) > 1 else 0]) for k, r in enumerate(found)):
             continue  # the data changed since: fit it again
-        done.append(Reused(i, h, r.info.run_id, r.data.tags.get("mlflow.parentRunId", "")))
+        done.append(Reused(i, h, found[0].info.run_id, parents.pop(), tuple(r.info.run_id for r in found)))
     return done
+
+
+def _data_changed(run, dataset) -> bool:
+    recorded = run.data.tags.get(provenance.DATA_TAG)
+    return bool(recorded) and recorded != runner.load_data(dataset).digest()
 
 
 def tags(done: list[Reused]) -> dict[str, str]:
@@ -143,13 +154,15 @@ def reused_run(record, config: Config) -> str | None:
 
 
 def rows(uri: str, reused) -> list[dict]:
-    """The reused runs as summary rows (like :func:`plnexp.tracking.end_children`'s)."""
+    """The reused runs as summary rows (like :func:`plnexp.tracking.end_children`'s): every
+    replicate's."""
     out = []
     for d in reused:
-        r = tracking.find_run(uri, d.run_id)
-        if r is not None:
-            out.append({"name": r.info.run_name, "status": r.info.status, "reason": "reused",
-                        "metrics": dict(r.data.metrics), "job": d.job})
+        for run_id in d.run_ids or (d.run_id,):
+            r = tracking.find_run(uri, run_id)
+            if r is not None:
+                out.append({"name": r.info.run_name, "status": r.info.status, "reason": "reused",
+                            "metrics": dict(r.data.metrics), "job": d.job})
     return out
 
 

@@ -76,7 +76,8 @@ class SweepRecord:
     jobs: tuple = ()  # a rerun: the JobEntry of each job (its config comes from here, not from Hydra's)
 
     def __post_init__(self):  # read back from JSON: lists and dicts
-        object.__setattr__(self, "reused", tuple(resume.Reused(*r) for r in self.reused))
+        object.__setattr__(self, "reused", tuple(resume.Reused(*r[:4], tuple(r[4]) if len(r) > 4 else ())
+                                                 for r in self.reused))
         object.__setattr__(self, "jobs", tuple(j if isinstance(j, JobEntry) else JobEntry(**j) for j in self.jobs))
 
     @property
@@ -142,22 +143,37 @@ def open_sweep(sweep_dir: Path, name: str, experiment: str, uri: str, total: int
 @dataclass
 class Summary:
     status: str
-    rows: list  # runner.Row, in job order
-    total: int
+    rows: list  # runner.Row, in job order: one per run (a job of ``replicates=K`` has K runs)
+    total: int  # jobs in the grid
     wall_s: float
     parent_id: str
     reused: tuple = ()  # names of the rows a resumed sweep took from earlier runs (not fitted here)
+    jobs: tuple = ()  # the job number of each row (empty: one row per job)
+
+    def _job_of(self) -> list:
+        return list(self.jobs) if len(self.jobs) == len(self.rows) else list(range(len(self.rows)))
+
+    @property
+    def n_jobs(self) -> int:
+        """The jobs that ran (a job's replicates are one job)."""
+        return len(set(self._job_of()))
 
     @property
     def fit_s(self) -> float:
-        return sum(r.wall_s for r in self.rows if r.name not in self.reused)
+        """Seconds in fits: a job's replicates share one program, so a job counts once (its longest run)."""
+        longest: dict = {}
+        for job, r in zip(self._job_of(), self.rows):
+            if r.name not in self.reused:
+                longest[job] = max(longest.get(job, 0.0), r.wall_s)
+        return sum(longest.values())
 
     def count(self, status: str) -> int:
+        """Runs with this status."""
         return sum(r.status == status for r in self.rows)
 
     @property
     def n_failed(self) -> int:
-        """The jobs that did not finish (including those left RUNNING, see :attr:`n_running`)."""
+        """The runs that did not finish (including those left RUNNING, see :attr:`n_running`)."""
         return len(self.rows) - self.count("FINISHED")
 
     @property
@@ -170,16 +186,22 @@ class Summary:
         n = self.n_running
         return f"{n} left RUNNING (owner alive elsewhere or unknown)" if n else ""
 
+    def _runs(self) -> str:
+        """`` (8 runs)`` when jobs have several runs (replicates), else nothing."""
+        return f" ({len(self.rows)} runs)" if len(self.rows) != self.n_jobs else ""
+
     def table(self) -> str:
         return runner.summary_table(self.rows) if self.rows else "(no job ran)"
 
     def footer(self) -> str:
         fit_s = self.fit_s
         outside = f" ({100 * (1 - fit_s / self.wall_s):.0f}% outside)" if 0 < fit_s <= self.wall_s else ""
-        reused = f" ({len(self.reused)} FINISHED earlier)" if self.reused else ""
-        failed = (f"{self.n_failed - self.n_running} failed, {self._running_note()}" if self.n_running
-                  else f"{self.n_failed} failed")
-        return (f"{len(self.rows)}/{self.total} jobs{reused}, {failed}; {self.wall_s:.1f} s in the "
+        earlier = {j for j, r in zip(self._job_of(), self.rows) if r.name in self.reused}
+        reused = f" ({len(earlier)} FINISHED earlier)" if earlier else ""
+        unit = " runs" if self._runs() else ""
+        failed = (f"{self.n_failed - self.n_running}{unit} failed, {self._running_note()}" if self.n_running
+                  else f"{self.n_failed}{unit} failed")
+        return (f"{self.n_jobs}/{self.total} jobs{self._runs()}{reused}, {failed}; {self.wall_s:.1f} s in the "
                 f"sweep, {fit_s:.1f} s in fits{outside}; parent run {self.parent_id} {self.status}")
 
     def show(self, signame: str | None = None) -> None:
@@ -191,9 +213,11 @@ class Summary:
             print(self.footer(), flush=True)
 
     def interrupted_line(self, signame: str) -> str:
-        left = self.total - len(self.rows)
+        left = self.total - self.n_jobs
         running = f", {self._running_note()}" if self.n_running else ""
-        return (f"plnexp: interrupted by {signame}: {self.count('FINISHED')} of {self.total} jobs finished, "
+        done = (f"{self.count('FINISHED')} of {len(self.rows)} runs of {self.n_jobs} jobs finished" if self._runs()
+                else f"{self.count('FINISHED')} of {self.total} jobs finished")
+        return (f"plnexp: interrupted by {signame}: {done}, "
                 f"{self.count('KILLED')} killed, {self.count('FAILED')} failed, {left} not started{running}; "
                 f"parent run {self.parent_id} closed {self.status}")
 
@@ -209,21 +233,22 @@ def close_sweep(record: SweepRecord, status: str = "FINISHED", reason: str = "")
     found = tracking.end_children(record.parent, end_status, why, "interrupted" if status == "KILLED" else "lost")
     found = sorted(found + resume.rows(record.uri, record.reused), key=lambda r: r["job"])  # resumed: the grid
     rows = [runner.Row(r["name"], r["status"], r["metrics"], r["metrics"].get("wall_s", 0.0)) for r in found]
-    if status == "FINISHED" and len(rows) < record.total:
+    jobs = tuple(r["job"] for r in found)
+    if status == "FINISHED" and len(set(jobs)) < record.total:
         status = "FAILED"
     here = record.host == platform.node() and record.clock
     wall = time.monotonic() - record.clock if here else time.time() - record.started
     summary = Summary(status, rows, record.total, wall, record.parent_id,
-                      tuple(r["name"] for r in found if r.get("reason") == "reused"))
-    tags = {"n_done": len(rows), "n_failed": summary.n_failed, "wall_s": f"{summary.wall_s:.1f}",
+                      tuple(r["name"] for r in found if r.get("reason") == "reused"), jobs)
+    tags = {"n_done": summary.n_jobs, "n_failed": summary.n_failed, "wall_s": f"{summary.wall_s:.1f}",
             "fit_s": f"{summary.fit_s:.1f}"}
     if summary.n_running:
         tags["n_running"] = summary.n_running
     if reason:
         tags["status_reason"] = reason
     tags["mlflow.note.content"] = (
-        f"**Sweep `{record.name}`** ({status}): {len(rows)} of {record.total} jobs ran, {summary.n_failed} "
-        f"failed; each job is a child run (expand this run's + to see them). `python -m plnexp report --run "
+        f"**Sweep `{record.name}`** ({status}): {summary.n_jobs} of {record.total} jobs ran{summary._runs()}, "
+        f"{summary.n_failed} failed; each job is a child run (expand this run's + to see them). `python -m plnexp report --run "
         f"{record.parent_id}` writes its table and plots and attaches them here (a sweep does it at its end).")
     if status == "KILLED":
         tags["reason"] = "interrupted"

@@ -24,7 +24,7 @@ from .batched import Batched
 from .loops import fori_program, while_program
 from .python_loops import EagerProgram, JitPerFunctionProgram
 from .scans import scan_program
-from .sharded import VIA, RowSharded
+from .sharded import VIA, RowSharded, mesh_of
 from .torch_loops import COMPILE_MODES, check as check_torch, check_device as check_torch_device, torch_program
 
 
@@ -99,14 +99,14 @@ def non_default(options) -> dict[str, Any]:
 class Strategy:
     """A registry entry. ``build(problem, n_iter, options) -> Program``; ``requires(compile_cache)``
     raises a one-line ValueError where the strategy cannot run (None: always can);
-    ``check_device(name, platform)`` likewise for a device platform. ``batches``: its fit is one
+    ``check_device(spec, platform)`` likewise for a device platform (and the options' fit to it). ``batches``: its fit is one
     function of (state, data) that ``replicates=K`` can ``vmap`` (a :class:`SingleProgram`)."""
 
     name: str
     options: type
     build: Callable[[Problem, int, Any], Program]
     requires: Callable[[str, bool], None] | None = None
-    check_device: Callable[[str, str], None] | None = None
+    check_device: Callable[["StrategySpec", str], None] | None = None
     batches: bool = False
 
     @property
@@ -125,11 +125,12 @@ STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
              batches=True),
     Strategy("fori_loop", NoOptions, lambda pb, n, o: fori_program(pb, n), batches=True),
     Strategy("while_loop", EarlyStop, lambda pb, n, o: while_program(pb, n, o.tol, o.patience), batches=True),
-    Strategy("scan_sharded", Sharded, lambda pb, n, o: RowSharded(pb, n, o.devices, o.via)),
+    Strategy("scan_sharded", Sharded, lambda pb, n, o: RowSharded(pb, n, o.devices, o.via),
+             check_device=lambda spec, platform: mesh_of(platform, spec.options.devices) and None),
     Strategy("torch_eager", NoOptions, lambda pb, n, o: torch_program(pb, n, compiled=False),
-             check_torch, check_torch_device),
+             check_torch, lambda spec, platform: check_torch_device(spec.name, platform)),
     Strategy("torch_compile", TorchCompile, lambda pb, n, o: torch_program(pb, n, compiled=True, mode=o.mode),
-             check_torch, check_torch_device),
+             check_torch, lambda spec, platform: check_torch_device(spec.name, platform)),
 )}
 TORCH_STRATEGIES = tuple(name for name, s in STRATEGIES.items() if s.requires is check_torch)
 
@@ -181,7 +182,7 @@ class StrategySpec:
         if entry.requires is not None:
             entry.requires(self.name, compile_cache)
         if platform is not None and entry.check_device is not None:
-            entry.check_device(self.name, platform)
+            entry.check_device(self, platform)
 
 
 def all_option_names() -> dict[str, tuple[str, ...]]:
