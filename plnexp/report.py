@@ -91,9 +91,10 @@ class Entry:
 class Report:
     experiment: str
     parent: object  # the parent mlflow Run
-    entries: list[Entry]
+    entries: list[Entry]  # one per job: a job of ``replicates=K`` is its replicate 0 (one program, one timing)
     extra_keys: list[str]
     common: dict = field(default_factory=dict)  # group -> common length, for groups whose lengths differ
+    others: list[Entry] = field(default_factory=list)  # replicates 1..K-1 of each job
 
     @cached_property  # entries are fixed once loaded
     def groups(self) -> dict[tuple, list[Entry]]:
@@ -109,7 +110,8 @@ class Report:
 
     @property
     def failed(self) -> list[Entry]:
-        return [e for e in self.entries if e.status != "FINISHED"]
+        """Every run that did not finish, a job's other replicates included."""
+        return [e for e in self.entries + self.others if e.status != "FINISHED"]
 
     def main_group(self) -> tuple | None:
         """The group the parent's summary metrics describe: the largest data with a finished run."""
@@ -226,11 +228,13 @@ def load(uri: str, parent) -> Report:
     """The sweep's runs read back from the store, with their ELBO curves, compared."""
     runs = tracking.sweep_runs(uri, parent)
     curves = tracking.read_curves(uri, [r.info.run_id for r in runs])
-    entries = _label_strategies([_entry(r, curves[r.info.run_id]) for r in runs])
+    every = _label_strategies([_entry(r, curves[r.info.run_id]) for r in runs])
+    entries = [e for e in every if e.tags.get(provenance.REPLICATE_TAG, "0") == "0"]  # a job's timing and curve vs scan's
     keys = _grouping_keys(entries)
-    for e in entries:
+    for e in every:
         e.extra = tuple(e.params.get(k, "") for k in keys)
-    report = Report(tracking.experiment_name(uri, parent.info.experiment_id), parent, entries, keys)
+    report = Report(tracking.experiment_name(uri, parent.info.experiment_id), parent, entries, keys,
+                    others=[e for e in every if e.tags.get(provenance.REPLICATE_TAG, "0") != "0"])
     compare(report)
     return report
 
@@ -349,8 +353,16 @@ def summary_lines(report: Report) -> list[str]:
     if report.contended:
         lines.append(f"timings contended in {len(report.contended)} of {len(report.entries)} runs (see the report's "
                      f"notes): do not compare them; {ranking.CLEAN}")
+    if report.others:
+        lines.append(replicates_line(report))
     failed = report.failed
     total = _int(report.parent.data.tags.get("jobs")) or len(report.entries)
+    if report.others:
+        runs = report.entries + report.others
+        lines.append(f"{len(runs) - len(failed)} of {len(runs)} runs finished ({len(report.entries)} of {total} "
+                     f"jobs ran, {len(runs) // max(len(report.entries), 1)} replicates each)"
+                     + (": " + ", ".join(f"{e.name} ({e.status})" for e in failed) if failed else ""))
+        return lines
     counts = [f"{sum(e.status == s for e in report.entries)} {s.lower()}" for s in ("FAILED", "KILLED", "RUNNING")
               if any(e.status == s for e in report.entries)]
     missing = max(total - len(report.entries), 0)
@@ -359,6 +371,20 @@ def summary_lines(report: Report) -> list[str]:
                  + (f" ({', '.join(counts)})" if counts else "")
                  + (": " + ", ".join(f"{e.name} ({e.status})" for e in failed) if failed else ""))
     return lines
+
+
+def replicates_line(report: Report) -> str:
+    """A sweep of ``replicates=K``: what the ranking shows of it, and the spread of the replicates'
+    final ELBOs per job (their K initial states or data sets)."""
+    spans = []
+    for e in report.entries:
+        mine = [o for o in report.others if o.tags.get(provenance.HASH_TAG) == e.tags.get(provenance.HASH_TAG)
+                and o.tags.get("mlflow.parentRunId") == e.tags.get("mlflow.parentRunId")]
+        finals = [x.m("final_elbo") for x in [e, *mine] if x.status == "FINISHED" and np.isfinite(x.m("final_elbo"))]
+        if finals:
+            spans.append(f"{e.strategy} {min(finals):.7g} to {max(finals):.7g} ({len(finals)} finished)")
+    return ("replicates: each job's fits ran in one program; the ranking and the curve agreement above are "
+            "replicate 0's (its run_s the batch's share); final ELBO across replicates: " + "; ".join(spans))
 
 
 def precision_table(report: Report) -> list[str]:

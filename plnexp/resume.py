@@ -158,11 +158,11 @@ def rows(uri: str, reused) -> list[dict]:
     replicate's."""
     out = []
     for d in reused:
-        for run_id in d.run_ids or (d.run_id,):
+        for k, run_id in enumerate(d.run_ids or (d.run_id,)):
             r = tracking.find_run(uri, run_id)
             if r is not None:
                 out.append({"name": r.info.run_name, "status": r.info.status, "reason": "reused",
-                            "metrics": dict(r.data.metrics), "job": d.job})
+                            "metrics": dict(r.data.metrics), "job": d.job, "replicate": k})
     return out
 
 

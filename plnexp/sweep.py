@@ -231,7 +231,7 @@ def close_sweep(record: SweepRecord, status: str = "FINISHED", reason: str = "")
     end_status = "KILLED" if status == "KILLED" else "FAILED"
     why = reason or "the sweep ended while this job was running"
     found = tracking.end_children(record.parent, end_status, why, "interrupted" if status == "KILLED" else "lost")
-    found = sorted(found + resume.rows(record.uri, record.reused), key=lambda r: r["job"])  # resumed: the grid
+    found = sorted(found + resume.rows(record.uri, record.reused), key=lambda r: (r["job"], r.get("replicate", 0)))  # the grid
     rows = [runner.Row(r["name"], r["status"], r["metrics"], r["metrics"].get("wall_s", 0.0)) for r in found]
     jobs = tuple(r["job"] for r in found)
     if status == "FINISHED" and len(set(jobs)) < record.total:

@@ -15,6 +15,22 @@ sys.path.insert(0, str(Path(__file__).parent))  # tests/reference_np.py: indepen
 import plnexp  # noqa: E402  (sets XLA_FLAGS before any test touches jax)
 
 
+def pytest_collection_modifyitems(config, items):
+    """``multidevice`` tests need two JAX CPU devices, which must be asked for before JAX starts: the
+    main run (one device) skips them saying so; ``JAX_NUM_CPU_DEVICES=2 python -m pytest -m
+    multidevice`` (README's test command, .ci/run) runs them."""
+    marked = [item for item in items if item.get_closest_marker("multidevice")]
+    if not marked:
+        return
+    import jax
+
+    if len(jax.devices("cpu")) < 2:
+        skip = pytest.mark.skip(reason=f"{len(jax.devices('cpu'))} JAX CPU device here; run them with "
+                                       "JAX_NUM_CPU_DEVICES=2 python -m pytest -m multidevice")
+        for item in marked:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def oaks():
     """The shipped oaks data, n=116, p=114, intercept only."""

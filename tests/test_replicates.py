@@ -46,6 +46,7 @@ def test_each_replicate_is_the_single_fit_with_its_seed(strategy, model, small):
     assert abs(batch[0].elbo[0] - batch[1].elbo[0]) > 1e-3 * abs(batch[0].elbo[0])
 
 
+@pytest.mark.slow
 def test_replicates_of_k_data_sets_are_their_single_fits():
     datas = [plnexp.simulate(n=40, p=6, d=2, seed=10 + k) for k in range(3)]
     kw = dict(model="profiled", optimizer="rprop", n_iter=N_ITER, precision="float64", strategy="scan", timed=False)
@@ -58,8 +59,9 @@ def test_replicates_of_k_data_sets_are_their_single_fits():
         plnexp.fit_replicates(datas[:2], 3, **kw)
 
 
+@pytest.mark.slow  # (two devices: tests/test_multidevice.py)
 @pytest.mark.parametrize("via", ["jit", "shard_map"])
-@pytest.mark.parametrize("model", ["full", pytest.param("profiled", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("model", ["full", "profiled"])
 def test_scan_sharded_on_one_device_is_scan(model, via, small):
     """One device: the mesh has one device and the program is scan's fit on it (stated in the README)."""
     kw = dict(model=model, optimizer="radam_clip", n_iter=N_ITER, precision="float64", timed=False)
@@ -68,6 +70,7 @@ def test_scan_sharded_on_one_device_is_scan(model, via, small):
     assert close(got.elbo, want.elbo) and close(got.params["S"], want.params["S"])
 
 
+@pytest.mark.slow
 def test_a_diverged_replicate_fails_alone(monkeypatch, small):
     """The runner's verdict per replicate: a non-finite ELBO fails that run only (the divergence is
     planted in replicate 1's returned curve; the fits themselves are real)."""
