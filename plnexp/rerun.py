@@ -150,7 +150,9 @@ def find(uri: str, run_id: str):
 def originals(uri: str, run) -> list:
     """The runs a rerun of ``run`` repeats: ``[run]``, or for a sweep's parent the runs of the sweep
     (its children and the FINISHED children of the sweeps it resumed: :func:`tracking.sweep_runs`)."""
-    return tracking.sweep_runs(uri, run) or [run]
+    runs = tracking.sweep_runs(uri, run)
+    # a job of replicates=K is K runs of one program: it reruns as one job, compared on replicate 0
+    return [r for r in runs if r.data.tags.get(provenance.REPLICATE_TAG, "0") == "0"] or [run]
 
 
 def plan(run_id: str, overrides: list[str]) -> tuple[str, object, list[Source], dict[str, str]]:
@@ -309,8 +311,12 @@ def job_entry(src: Source, overrides: list[str]):
 
 
 def _rerun_one(uri: str, src: Source, overrides: list[str]):
+    """The rerun's outcome for the original's replicate (a job of ``replicates=K`` reruns all K, in
+    one program as they ran; the original is compared with its own replicate)."""
     entry = job_entry(src, overrides)
-    return runner.run_job(src.config, entry.overrides, entry.name, tags=entry.tags)
+    job = runner.run_job(src.config, entry.overrides, entry.name, tags=entry.tags)
+    k = int(src.run.data.tags.get(provenance.REPLICATE_TAG, "0") or 0)
+    return job.batch[k] if k < len(job.batch) else job
 
 
 def _stop_line(stop, what: str) -> None:
@@ -401,7 +407,8 @@ def _sweep(uri: str, parent_run, sources: list[Source], overrides: list[str], en
     if end.error is not None:
         raise end.error
     new = {int(r.data.tags[tracking.JOB_TAG]): r for r in tracking.sweep_children(uri, tracking.find_run(
-        uri, end.record.parent_id)) if r.data.tags.get(tracking.JOB_TAG, "").isdigit()}
+        uri, end.record.parent_id)) if r.data.tags.get(tracking.JOB_TAG, "").isdigit()
+        and r.data.tags.get(provenance.REPLICATE_TAG, "0") == "0"}
     failures: list[str] = []
     for i, src in enumerate(sources):
         run = new.get(i)

@@ -52,6 +52,7 @@ class Outcome:
     output_dir: str = ""
     run_id: str = ""
     replicate: int = 0  # its place in the job's batch of ``config.replicates`` fits
+    batch: list = field(default_factory=list, repr=False)  # run_job's result: every replicate's outcome
 
     @property
     def wall_s(self) -> float:
@@ -205,7 +206,7 @@ def run_job(config: Config, overrides=(), name: str | None = None, output_dir: s
     store and experiment; otherwise they go to the config's store and experiment. On an interrupt the
     runs are ended KILLED and :class:`plnexp.interrupts.Interrupted` re-raised. The runs are created
     with the provenance tags (:func:`plnexp.provenance.run_tags`) and ``tags``. Returns the job's
-    outcome (:func:`combined`).
+    outcome (:func:`combined`), each replicate's in its ``batch``.
     """
     from . import provenance, slurm, tracking
 
@@ -241,7 +242,9 @@ def run_job(config: Config, overrides=(), name: str | None = None, output_dir: s
     with interrupts.deferred():
         for out in outcomes:
             tracking.finish_job(cl, out.run_id, out)
-    return combined(outcomes)
+    job = combined(outcomes)
+    job.batch = outcomes
+    return job
 
 
 def summary_table(rows) -> str:

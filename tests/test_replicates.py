@@ -119,3 +119,23 @@ def test_sweep_with_replicates_logs_one_child_per_replicate(outputs, capsys):
     # resuming finds the job done: all three replicates FINISHED under one parent
     assert main([*args, "resume=true"]) == 0
     assert "resume: all 1 jobs already FINISHED" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_rerun_of_a_replicate_and_of_a_replicates_sweep(outputs, capsys):
+    """A replicate reruns in its batch and is compared with its own replicate (bit for bit); a sweep
+    of replicates reruns one job per batch, not one per run."""
+    from plnexp.__main__ import main
+
+    assert main(["sweep", "sweep=null", *DATA, "strategy=scan", "replicates=3", "init=random", "n_iter=10",
+                 "experiment=rr", "report=false"]) == 0
+    cl = store_client(outputs)
+    runs = cl.search_runs([cl.get_experiment_by_name("rr").experiment_id])
+    (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    (rep1,) = [r for r in runs if r.data.tags.get("replicate") == "1"]
+    capsys.readouterr()
+    assert main(["rerun", rep1.info.run_id]) == 0
+    assert "ELBO curves: identical, bit for bit (10 iterations)" in capsys.readouterr().out
+    assert main(["rerun", parent.info.run_id]) == 0
+    out = capsys.readouterr().out
+    assert "1 of 1 jobs reproduced" in out and out.count("identical, bit for bit") == 1, out
