@@ -31,7 +31,17 @@ from .strategies import TORCH_STRATEGIES
 PROVENANCE_VERSION = "1"  # the format of these tags and of config.yaml; a rerun refuses others
 VERSION_TAG, FORMAT_TAG = "plnexp.version", "plnexp.provenance"
 HASH_TAG, RERUN_TAG, RESUMES_TAG = "config_hash", "rerun_of", "resumes"
-REPLICATE_TAG = "replicate"  # a run's place in its program's batch: "0" for every run today
+REPLICATE_TAG = "replicate"  # a run's place in its program's batch (replicates=K: 0..K-1)
+
+
+def replicate(tags: dict) -> int:
+    """A run's place in its program's batch (runs logged before replicates were tagged: 0)."""
+    return int(tags.get(REPLICATE_TAG, "0") or 0)
+
+
+def batch_key(tags: dict) -> tuple:
+    """What the runs of one job share (``replicates=K``: its K runs): config hash and parent run."""
+    return tags.get(HASH_TAG), tags.get("mlflow.parentRunId", "")
 
 
 def run_key(tags: dict) -> tuple[str | None, str]:

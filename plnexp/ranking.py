@@ -24,8 +24,8 @@ import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from .provenance import batch_key, replicate
 from .timing import CALIBRATION_LEVEL_TOLERANCE, CALIBRATION_TOLERANCE
-from .provenance import HASH_TAG, REPLICATE_TAG
 
 MIN_RUNS = 3  # timed runs a contender needs before it is ranked
 CLEAN = "for clean timings run the sweep alone on its machine with hydra/launcher=basic (one job at a time)"
@@ -94,8 +94,8 @@ def same_program_noise(ranked: list[Contender], entries) -> float:
 def same_batch(a, b) -> bool:
     """Two replicates of one job (``replicates=K``): one program, timed once, so their timed runs are
     the same ones, not two loads on the machine."""
-    key = lambda e: (e.tags.get(HASH_TAG), e.tags.get("mlflow.parentRunId"), e.m("timed_start"))  # noqa: E731
-    return a.tags.get(REPLICATE_TAG) != b.tags.get(REPLICATE_TAG) and a.tags.get(HASH_TAG) and key(a) == key(b)
+    return (replicate(a.tags) != replicate(b.tags) and batch_key(a.tags)[0] is not None
+            and batch_key(a.tags) == batch_key(b.tags) and a.m("timed_start") == b.m("timed_start"))
 
 
 def contention(entries) -> dict[str, list[str]]:
@@ -112,7 +112,8 @@ def contention(entries) -> dict[str, list[str]]:
     for i, a in enumerate(timed):
         for b in timed[i + 1:]:
             same_host = a.tags.get("host") and a.tags.get("host") == b.tags.get("host")
-            if same_host and not same_batch(a, b) and a.m("timed_start") < b.m("timed_end") and b.m("timed_start") < a.m("timed_end"):
+            overlap = a.m("timed_start") < b.m("timed_end") and b.m("timed_start") < a.m("timed_end")
+            if same_host and overlap and not same_batch(a, b):
                 why.setdefault(a.run_id, []).append(f"timed runs overlapped with {b.name}'s on {a.tags['host']}")
                 why.setdefault(b.run_id, []).append(f"timed runs overlapped with {a.name}'s on {b.tags['host']}")
     best: dict[str, float] = {}  # per host, the fastest calibration of the sweep

@@ -229,12 +229,12 @@ def load(uri: str, parent) -> Report:
     runs = tracking.sweep_runs(uri, parent)
     curves = tracking.read_curves(uri, [r.info.run_id for r in runs])
     every = _label_strategies([_entry(r, curves[r.info.run_id]) for r in runs])
-    entries = [e for e in every if e.tags.get(provenance.REPLICATE_TAG, "0") == "0"]  # a job's timing and curve vs scan's
+    entries = [e for e in every if provenance.replicate(e.tags) == 0]  # a job's timing, and curve vs scan's
     keys = _grouping_keys(entries)
     for e in every:
         e.extra = tuple(e.params.get(k, "") for k in keys)
     report = Report(tracking.experiment_name(uri, parent.info.experiment_id), parent, entries, keys,
-                    others=[e for e in every if e.tags.get(provenance.REPLICATE_TAG, "0") != "0"])
+                    others=[e for e in every if provenance.replicate(e.tags) != 0])
     compare(report)
     return report
 
@@ -357,18 +357,15 @@ def summary_lines(report: Report) -> list[str]:
         lines.append(replicates_line(report))
     failed = report.failed
     total = _int(report.parent.data.tags.get("jobs")) or len(report.entries)
-    if report.others:
-        runs = report.entries + report.others
-        lines.append(f"{len(runs) - len(failed)} of {len(runs)} runs finished ({len(report.entries)} of {total} "
-                     f"jobs ran, {len(runs) // max(len(report.entries), 1)} replicates each)"
-                     + (": " + ", ".join(f"{e.name} ({e.status})" for e in failed) if failed else ""))
-        return lines
-    counts = [f"{sum(e.status == s for e in report.entries)} {s.lower()}" for s in ("FAILED", "KILLED", "RUNNING")
-              if any(e.status == s for e in report.entries)]
+    runs = report.entries + report.others
+    counts = [f"{sum(e.status == s for e in runs)} {s.lower()}" for s in ("FAILED", "KILLED", "RUNNING")
+              if any(e.status == s for e in runs)]
     missing = max(total - len(report.entries), 0)
     counts += [f"{missing} not started"] if missing else []
-    lines.append(f"{len(report.entries) - len(failed)} of {total} jobs finished"
-                 + (f" ({', '.join(counts)})" if counts else "")
+    done = (f"{len(runs) - len(failed)} of {len(runs)} runs ({len(report.entries)} of {total} jobs, "
+            f"{len(runs) // max(len(report.entries), 1)} replicates each) finished" if report.others
+            else f"{len(report.entries) - len(failed)} of {total} jobs finished")
+    lines.append(done + (f" ({', '.join(counts)})" if counts else "")
                  + (": " + ", ".join(f"{e.name} ({e.status})" for e in failed) if failed else ""))
     return lines
 
@@ -378,8 +375,7 @@ def replicates_line(report: Report) -> str:
     final ELBOs per job (their K initial states or data sets)."""
     spans = []
     for e in report.entries:
-        mine = [o for o in report.others if o.tags.get(provenance.HASH_TAG) == e.tags.get(provenance.HASH_TAG)
-                and o.tags.get("mlflow.parentRunId") == e.tags.get("mlflow.parentRunId")]
+        mine = [o for o in report.others if provenance.batch_key(o.tags) == provenance.batch_key(e.tags)]
         finals = [x.m("final_elbo") for x in [e, *mine] if x.status == "FINISHED" and np.isfinite(x.m("final_elbo"))]
         if finals:
             spans.append(f"{e.strategy} {min(finals):.7g} to {max(finals):.7g} ({len(finals)} finished)")

@@ -152,7 +152,7 @@ def originals(uri: str, run) -> list:
     (its children and the FINISHED children of the sweeps it resumed: :func:`tracking.sweep_runs`)."""
     runs = tracking.sweep_runs(uri, run)
     # a job of replicates=K is K runs of one program: it reruns as one job, compared on replicate 0
-    return [r for r in runs if r.data.tags.get(provenance.REPLICATE_TAG, "0") == "0"] or [run]
+    return [r for r in runs if provenance.replicate(r.data.tags) == 0] or [run]
 
 
 def plan(run_id: str, overrides: list[str]) -> tuple[str, object, list[Source], dict[str, str]]:
@@ -315,7 +315,7 @@ def _rerun_one(uri: str, src: Source, overrides: list[str]):
     one program as they ran; the original is compared with its own replicate)."""
     entry = job_entry(src, overrides)
     job = runner.run_job(src.config, entry.overrides, entry.name, tags=entry.tags)
-    k = int(src.run.data.tags.get(provenance.REPLICATE_TAG, "0") or 0)
+    k = provenance.replicate(src.run.data.tags)
     return job.batch[k] if k < len(job.batch) else job
 
 
@@ -408,7 +408,7 @@ def _sweep(uri: str, parent_run, sources: list[Source], overrides: list[str], en
         raise end.error
     new = {int(r.data.tags[tracking.JOB_TAG]): r for r in tracking.sweep_children(uri, tracking.find_run(
         uri, end.record.parent_id)) if r.data.tags.get(tracking.JOB_TAG, "").isdigit()
-        and r.data.tags.get(provenance.REPLICATE_TAG, "0") == "0"}
+        and provenance.replicate(r.data.tags) == 0}
     failures: list[str] = []
     for i, src in enumerate(sources):
         run = new.get(i)

@@ -186,7 +186,7 @@ class Summary:
         n = self.n_running
         return f"{n} left RUNNING (owner alive elsewhere or unknown)" if n else ""
 
-    def _runs(self) -> str:
+    def runs_note(self) -> str:
         """`` (8 runs)`` when jobs have several runs (replicates), else nothing."""
         return f" ({len(self.rows)} runs)" if len(self.rows) != self.n_jobs else ""
 
@@ -198,10 +198,10 @@ class Summary:
         outside = f" ({100 * (1 - fit_s / self.wall_s):.0f}% outside)" if 0 < fit_s <= self.wall_s else ""
         earlier = {j for j, r in zip(self._job_of(), self.rows) if r.name in self.reused}
         reused = f" ({len(earlier)} FINISHED earlier)" if earlier else ""
-        unit = " runs" if self._runs() else ""
+        unit = " runs" if self.runs_note() else ""
         failed = (f"{self.n_failed - self.n_running}{unit} failed, {self._running_note()}" if self.n_running
                   else f"{self.n_failed}{unit} failed")
-        return (f"{self.n_jobs}/{self.total} jobs{self._runs()}{reused}, {failed}; {self.wall_s:.1f} s in the "
+        return (f"{self.n_jobs}/{self.total} jobs{self.runs_note()}{reused}, {failed}; {self.wall_s:.1f} s in the "
                 f"sweep, {fit_s:.1f} s in fits{outside}; parent run {self.parent_id} {self.status}")
 
     def show(self, signame: str | None = None) -> None:
@@ -215,7 +215,7 @@ class Summary:
     def interrupted_line(self, signame: str) -> str:
         left = self.total - self.n_jobs
         running = f", {self._running_note()}" if self.n_running else ""
-        done = (f"{self.count('FINISHED')} of {len(self.rows)} runs of {self.n_jobs} jobs finished" if self._runs()
+        done = (f"{self.count('FINISHED')} of {len(self.rows)} runs of {self.n_jobs} jobs finished" if self.runs_note()
                 else f"{self.count('FINISHED')} of {self.total} jobs finished")
         return (f"plnexp: interrupted by {signame}: {done}, "
                 f"{self.count('KILLED')} killed, {self.count('FAILED')} failed, {left} not started{running}; "
@@ -247,7 +247,7 @@ def close_sweep(record: SweepRecord, status: str = "FINISHED", reason: str = "")
     if reason:
         tags["status_reason"] = reason
     tags["mlflow.note.content"] = (
-        f"**Sweep `{record.name}`** ({status}): {summary.n_jobs} of {record.total} jobs ran{summary._runs()}, "
+        f"**Sweep `{record.name}`** ({status}): {summary.n_jobs} of {record.total} jobs ran{summary.runs_note()}, "
         f"{summary.n_failed} failed; each job is a child run (expand this run's + to see them). `python -m plnexp report --run "
         f"{record.parent_id}` writes its table and plots and attaches them here (a sweep does it at its end).")
     if status == "KILLED":
