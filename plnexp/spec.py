@@ -118,7 +118,7 @@ def parse(model: str = "profiled", optimizer: str = "rprop", n_iter: int = 1000,
         raise TypeError(f"fit() got an unexpected keyword argument {unknown[0]!r} (strategy options are "
                         f"{', '.join(known)})")
     spec = StrategySpec.of(strategy, **{k: v for k, v in options.items() if strategy in known[k]})
-    spec.check(compile_cache)
+    spec.check(compile_cache, optimizer=optimizer, gradient=gradient)
     cache_dir = None
     if compile_cache:
         from .paths import outputs_dir  # the API's default; the command line passes its own

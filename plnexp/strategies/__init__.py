@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from ..problem import Problem
 from .base import Compiled, Program, SingleProgram
+from . import fused
 from .batched import Batched
 from .loops import fori_program, while_program
 from .python_loops import EagerProgram, JitPerFunctionProgram
@@ -99,8 +100,10 @@ def non_default(options) -> dict[str, Any]:
 class Strategy:
     """A registry entry. ``build(problem, n_iter, options) -> Program``; ``requires(compile_cache)``
     raises a one-line ValueError where the strategy cannot run (None: always can);
-    ``check_device(spec, platform)`` likewise for a device platform (and the options' fit to it). ``batches``: its fit is one
-    function of (state, data) that ``replicates=K`` can ``vmap`` (a :class:`SingleProgram`)."""
+    ``check_device(spec, platform)`` likewise for a device platform (and the options' fit to it);
+    ``check_fit(name, optimizer, gradient)`` likewise for the optimizer and gradient it is asked to
+    run. ``batches``: its fit is one function of (state, data) that ``replicates=K`` can ``vmap``
+    (a :class:`SingleProgram`)."""
 
     name: str
     options: type
@@ -108,6 +111,7 @@ class Strategy:
     requires: Callable[[str, bool], None] | None = None
     check_device: Callable[["StrategySpec", str], None] | None = None
     batches: bool = False
+    check_fit: Callable[[str, str, str], None] | None = None
 
     @property
     def defaults(self):
@@ -127,6 +131,8 @@ STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
     Strategy("while_loop", EarlyStop, lambda pb, n, o: while_program(pb, n, o.tol, o.patience), batches=True),
     Strategy("scan_sharded", Sharded, lambda pb, n, o: RowSharded(pb, n, o.devices, o.via),
              check_device=lambda spec, platform: mesh_of(platform, spec.options.devices) and None),
+    Strategy("scan_fused", NoOptions, lambda pb, n, o: fused.fused_program(pb, n), fused.check,
+             lambda spec, platform: fused.check_device(spec.name, platform), check_fit=fused.check_fit),
     Strategy("torch_eager", NoOptions, lambda pb, n, o: torch_program(pb, n, compiled=False),
              check_torch, lambda spec, platform: check_torch_device(spec.name, platform)),
     Strategy("torch_compile", TorchCompile, lambda pb, n, o: torch_program(pb, n, compiled=True, mode=o.mode),
@@ -171,9 +177,11 @@ class StrategySpec:
         meta = {f.name: f.metadata for f in fields(self.options)}
         return [meta[k]["in_name"].format(key=k, value=v) for k, v in non_default(self.options).items()]
 
-    def check(self, compile_cache: bool = False, platform: str | None = None, replicates: int = 1) -> None:
+    def check(self, compile_cache: bool = False, platform: str | None = None, replicates: int = 1,
+              optimizer: str | None = None, gradient: str | None = None) -> None:
         """One-line ValueError where this strategy cannot run here (torch missing, a device torch
-        does not see, an option it has not, replicates it cannot batch)."""
+        does not see, an option it has not, replicates it cannot batch, an optimizer or gradient
+        its kernel does not compute)."""
         entry = self.entry
         if replicates > 1 and not entry.batches:
             batching = ", ".join(s.name for s in STRATEGIES.values() if s.batches)
@@ -183,6 +191,8 @@ class StrategySpec:
             entry.requires(self.name, compile_cache)
         if platform is not None and entry.check_device is not None:
             entry.check_device(self, platform)
+        if entry.check_fit is not None and optimizer is not None and gradient is not None:
+            entry.check_fit(self.name, optimizer, gradient)
 
 
 def all_option_names() -> dict[str, tuple[str, ...]]:

@@ -1,0 +1,258 @@
+"""``scan_fused``: the ``scan`` loop with its n x p work as one hand-fused custom call.
+
+XLA:CPU splits a PLN iteration's elementwise work into ~12 passes over n x p arrays, each writing
+its result to memory, and cannot fuse the reductions with their producers. The kernel
+(``plnexp/native/pln_fused_step.cc``, called through ``jax.ffi``) does, per block of rows held in
+cache: R Omega, A = exp(Z + S^2/2), the ELBO's column sums, the gradient, the optimizer's
+elementwise update of M and S, and the statistics of the next Sigma from the *new* rows (C'C,
+sum S^2, X'C). What is left is p x p work, here in XLA: the value's other terms, the closed forms
+(Sigma, Omega; B), and the full model's B update (d x p) through optax itself.
+
+The kernel repeats optax's formulas for the optimizers declared in :data:`RULES` (each updates
+every coordinate on its own, with scalars of the shared step count computed here exactly as optax
+computes them); another optimizer is refused in one line. The native library is built at install
+time when a C++ compiler is present (``setup.py``); where it was not, ``scan_fused`` is refused in
+one line and every other strategy is unaffected.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.machinery
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.scipy.linalg import cho_solve
+
+from ..model import FULL, Arrays, PLNState, _inverse_spd, _logdet_from_cholesky
+from ..problem import FitState, Output, Problem, analytic
+from .base import SingleProgram
+
+LIBRARY = "_pln_fused"  # plnexp/_pln_fused<extension suffix>, built by setup.py
+TARGETS = {"float32": "plnexp_pln_fused_step_f32", "float64": "plnexp_pln_fused_step_f64"}
+SYMBOLS = {"float32": "PlnFusedStepF32", "float64": "PlnFusedStepF64"}
+N_COEFFICIENTS = 10  # the kernel's struct Coef
+
+
+def library_path() -> Path | None:
+    """The built kernel next to this package, or None."""
+    package = Path(__file__).resolve().parent.parent
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        candidate = package / f"{LIBRARY}{suffix}"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+@lru_cache(maxsize=1)
+def _register() -> str | None:
+    """Load the kernel and register its two targets with XLA (once per process); the reason it
+    cannot be used, or None."""
+    path = library_path()
+    if path is None:
+        return ("its native kernel was not built (no C++ compiler when plnexp was installed?): reinstall with "
+                "g++ on PATH (pip install -e .) or choose another strategy")
+    try:
+        lib = ctypes.cdll.LoadLibrary(str(path))
+        for precision, target in TARGETS.items():
+            jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(lib, SYMBOLS[precision])), platform="cpu")
+    except (OSError, AttributeError) as err:
+        return f"its native kernel {path.name} could not be loaded ({err}): reinstall plnexp"
+    return None
+
+
+def check(name: str, compile_cache: bool = False) -> None:
+    """One-line ValueError where the kernel is missing (a ``Strategy.requires``)."""
+    del compile_cache  # a custom call is cached like any other program
+    reason = _register()
+    if reason is not None:
+        raise ValueError(f"strategy={name}: {reason}")
+
+
+def check_device(name: str, platform: str) -> None:
+    if platform != "cpu":
+        raise ValueError(f"strategy={name} with device={platform}: its kernel is CPU code; allowed devices are cpu")
+
+
+# --- the optimizers' elementwise rules --------------------------------------------------------
+
+
+def _count_inc(opt_state) -> jax.Array:
+    return optax.safe_increment(optax.tree.get(opt_state, "count"))
+
+
+def _adam_like(b1: float, b2: float, eps: float):
+    def moments(count_inc, dtype):
+        bc1 = (1 - b1 ** count_inc).astype(dtype)  # optax.tree.bias_correction's cast
+        bc2 = (1 - b2 ** count_inc).astype(dtype)
+        return [jnp.asarray(1 - b1, dtype), jnp.asarray(b1, dtype), jnp.asarray(1 - b2, dtype),
+                jnp.asarray(b2, dtype), bc1, bc2, jnp.asarray(eps, dtype)]
+    return moments
+
+
+def _adam(opt_state, lr, dtype):
+    c = _adam_like(0.9, 0.999, 1e-8)(_count_inc(opt_state), dtype)
+    return c + [jnp.asarray(-lr, dtype), jnp.zeros((), dtype), jnp.zeros((), dtype)]
+
+
+def _radam_clip(opt_state, lr, dtype):
+    del lr
+    b2, threshold = 0.999, 5.0
+    count_inc = _count_inc(opt_state)
+    ro_inf = 2.0 / (1.0 - b2) - 1.0  # optax.scale_by_radam, line for line
+    b2t = b2 ** count_inc
+    ro = ro_inf - 2 * count_inc * b2t / (1 - b2t)
+    r = jnp.sqrt((ro - 4.0) * (ro - 2.0) * ro_inf / ((ro_inf - 4.0) * (ro_inf - 2.0) * ro))
+    c = _adam_like(0.9, b2, 1e-8)(count_inc, dtype)
+    return c + [jnp.zeros((), dtype), (ro >= threshold).astype(dtype), r.astype(dtype)]
+
+
+def _rprop(opt_state, lr, dtype):
+    del opt_state, lr  # optax.rprop's defaults: eta_plus, eta_minus, min_step_size, max_step_size
+    return [jnp.asarray(v, dtype) for v in (1.2, 0.5, 1e-6, 50.0)]
+
+
+def _sgd(opt_state, lr, dtype):
+    del opt_state
+    return [jnp.asarray(-lr, dtype)]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """An optimizer that updates every coordinate on its own: the kernel's id for it (``enum Rule``
+    in pln_fused_step.cc), how many per-coordinate arrays its state holds for each parameter, in
+    the order optax's state flattens them, and its per-step scalars ``coefficients(opt_state, lr,
+    dtype)`` (from the state *before* the step, as optax computes them)."""
+
+    kernel_id: int
+    slots: int
+    coefficients: Callable
+
+
+# Keys: the names of plnexp.optim.OPTIMIZERS. Every optimizer of the registry is elementwise today;
+# one added without an entry here is refused by scan_fused in one line.
+RULES: dict[str, Rule] = {
+    "sgd": Rule(0, 0, _sgd),
+    "adam": Rule(1, 2, _adam),
+    "radam_clip": Rule(2, 2, _radam_clip),
+    "rprop": Rule(3, 2, _rprop),
+}
+
+
+def check_fit(strategy: str, optimizer: str, gradient: str) -> None:
+    """One-line ValueError for an optimizer or gradient the kernel does not compute."""
+    if optimizer not in RULES:
+        raise ValueError(f"strategy={strategy} with optimizer={optimizer}: its kernel updates elementwise optimizers "
+                         f"only; allowed optimizers are {', '.join(RULES)}")
+    if gradient != "analytic":
+        raise ValueError(f"strategy={strategy} with gradient={gradient}: its kernel computes the analytic gradient; "
+                         "allowed gradients are analytic")
+
+
+# --- the step ---------------------------------------------------------------------------------
+
+
+def _is_param_dict(node) -> bool:
+    return isinstance(node, dict) and "M" in node and "S" in node
+
+
+def _param_dicts(opt_state) -> list[dict]:
+    """The optimizer state's per-parameter dicts ({"B", "M", "S"} or {"M", "S"}), in flatten order."""
+    return [leaf for leaf in jax.tree.leaves(opt_state, is_leaf=_is_param_dict) if _is_param_dict(leaf)]
+
+
+def _without_rows(opt_state):
+    """The optimizer state restricted to the parameters that are not (n, p): B or nothing."""
+    return jax.tree.map(lambda node: {k: v for k, v in node.items() if k not in ("M", "S")} if _is_param_dict(node)
+                        else node, opt_state, is_leaf=_is_param_dict)
+
+
+def _with_rows(small_state, m_slots: list, s_slots: list):
+    """``small_state`` (from :func:`_without_rows`) with M's and S's slots put back, in order."""
+    it = iter(zip(m_slots, s_slots))
+
+    def put(node):
+        if isinstance(node, dict):
+            m, s = next(it)
+            return {**node, "M": m, "S": s}
+        return node
+
+    # the dicts were emptied of M and S: find them as the dict nodes of the small state
+    return jax.tree.map(put, small_state, is_leaf=lambda x: isinstance(x, dict))
+
+
+def fused_step(problem: Problem, rule: Rule, consts: dict, state: FitState, data: Arrays) -> tuple[FitState, jax.Array]:
+    """:meth:`Problem.step` with the n x p work in the kernel; returns the new state and the ELBO at the old one."""
+    pln, opt_state = state
+    model_full = problem.model is FULL
+    dtype = pln.M.dtype
+    n, p = pln.M.shape
+    lr = problem.optimizer.lr if problem.optimizer.lr is not None else 0.0
+    values = rule.coefficients(opt_state, lr, dtype)
+    coef = jnp.stack(values + [jnp.zeros((), dtype)] * (N_COEFFICIENTS - len(values)))
+    dicts = _param_dicts(opt_state)
+    if len(dicts) != rule.slots:
+        raise ValueError(f"optimizer={problem.optimizer.name}: its state has {len(dicts)} per-parameter arrays, "
+                         f"the kernel's rule expects {rule.slots}")
+    empty = jnp.zeros((0, 0), dtype)
+    m_slots = [d["M"] for d in dicts] + [empty] * (2 - rule.slots)
+    s_slots = [d["S"] for d in dicts] + [empty] * (2 - rule.slots)
+    d = data.X.shape[1]
+    vec = lambda *shape: jax.ShapeDtypeStruct(shape, dtype)  # noqa: E731
+    slot_shapes = [jax.ShapeDtypeStruct(a.shape, dtype) for a in m_slots + s_slots]
+    call = jax.ffi.ffi_call(
+        TARGETS[jnp.dtype(dtype).name],
+        [vec(n, p), vec(n, p), *slot_shapes, vec(p), vec(d, p), vec(p, p), vec(p), vec(d, p)],
+        input_output_aliases={4: 0, 5: 1, 8: 2, 9: 3, 10: 4, 11: 5},
+    )
+    M, S, um, vm, us, vs, colsum, xta, gram, s2, xtc = call(
+        data.Y, data.O, data.X, pln.B, pln.M, pln.S, pln.Omega, coef, *m_slots, *s_slots,
+        model=np.int32(0 if model_full else 1), rule=np.int32(rule.kernel_id))
+
+    # the value at the old state: the kernel's column sums and the p x p terms (model._value_and_grad_given_omega)
+    logdet_sigma = _logdet_from_cholesky(jnp.linalg.cholesky(pln.Sigma))
+    yz_rest = consts["sum_yo"] + (jnp.sum(consts["xty"] * pln.B) if model_full else 0.0)
+    value = (jnp.sum(colsum) + yz_rest - 0.5 * n * logdet_sigma - 0.5 * (n * jnp.sum(pln.Omega * pln.Sigma))
+             + 0.5 * n * p)
+
+    # the optimizer's update of B (full model) and of its step count, through optax itself
+    small = _without_rows(opt_state)
+    if model_full:
+        grad_b = jnp.negative(consts["xty"] - xta)
+        updates, small = problem.tx.update({"B": grad_b}, small, {"B": pln.B})
+        B = optax.apply_updates({"B": pln.B}, updates)["B"]
+        Sigma = (gram + jnp.diag(s2)) / n
+    else:
+        _, small = problem.tx.update({}, small, {})
+        # C = M_new - X B_old; B_new = B_old + (X'X)^-1 X'C; Sigma from the residual C - X (B_new - B_old)
+        delta = cho_solve((consts["xtx_chol"], True), xtc)
+        B = pln.B + delta
+        Sigma = (gram - xtc.T @ delta + jnp.diag(s2)) / n
+    new_opt = _with_rows(small, [um, vm][:rule.slots], [us, vs][:rule.slots])
+    return FitState(PLNState(B, M, S, Sigma, _inverse_spd(Sigma)), new_opt), value
+
+
+def fused_program(problem: Problem, n_iter: int) -> SingleProgram:
+    """The ``scan`` strategy's loop around :func:`fused_step`."""
+    check_fit("scan_fused", problem.optimizer.name, "analytic" if problem.gradient is analytic else "autodiff")
+    rule = RULES[problem.optimizer.name]
+
+    def fit(state: FitState, data: Arrays) -> Output:
+        if data.rows is not None:
+            raise ValueError("strategy=scan_fused: the kernel fits all rows on one device (no padding rows)")
+        consts = {"sum_yo": jnp.sum(data.Y * data.O), "xty": data.X.T @ data.Y,
+                  "xtx_chol": jnp.linalg.cholesky(data.X.T @ data.X)}
+
+        def body(carry, _):
+            return fused_step(problem, rule, consts, carry, data)
+
+        final, curve = jax.lax.scan(body, state, None, length=n_iter)
+        return Output(final, curve, jnp.asarray(n_iter, jnp.int32), problem.elbo(final, data))
+
+    return SingleProgram(fit, label="scan_fused")
