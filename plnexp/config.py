@@ -346,7 +346,8 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
     try:
         optimizer = OptimizerSpec(opt.get("name"), opt.get("lr"))
         strategy = StrategySpec.of(strat.pop("name", None), **strat)
-        strategy.check(compile_cache, resolve_device(device.value).platform if check_device else None, replicates)
+        strategy.check(compile_cache, resolve_device(device.value).platform if check_device else None, replicates,
+                       optimizer.name, str(node.get("gradient")))
     except ValueError as e:
         raise ConfigError(str(e)) from None
     n_iter = _int("n_iter", node.get("n_iter"), 1)
