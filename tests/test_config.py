@@ -70,11 +70,13 @@ def test_every_sweep_file_expands_and_loads(sweep):
 
 def test_default_sweep_is_every_strategy_on_oaks_x100_at_equal_iterations():
     from plnexp import STRATEGIES
-    from plnexp.strategies import TORCH_STRATEGIES
+    from plnexp.strategies import NATIVE_STRATEGIES, TORCH_STRATEGIES
 
     jobs = cli.plan(["sweep=default"], multirun=True)
-    # every JAX strategy; the PyTorch baselines need the optional extra and are asked for by name
-    assert [j.config.strategy.name for j in jobs] == [s for s in STRATEGIES if s not in TORCH_STRATEGIES]
+    # every JAX strategy; the PyTorch baselines need the optional extra, the native kernel a
+    # compiler at install time: they are asked for by name (sweep=torch, sweep=fused)
+    assert [j.config.strategy.name for j in jobs] == [s for s in STRATEGIES
+                                                      if s not in TORCH_STRATEGIES + NATIVE_STRATEGIES]
     for j in jobs:
         c = j.config
         assert (c.dataset.replication, c.precision.name, c.model.value, c.optimizer.name) == \

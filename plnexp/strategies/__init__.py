@@ -139,6 +139,9 @@ STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
              check_torch, lambda spec, platform: check_torch_device(spec.name, platform)),
 )}
 TORCH_STRATEGIES = tuple(name for name, s in STRATEGIES.items() if s.requires is check_torch)
+# strategies whose step is native code built at install time (absent where no compiler was): like
+# the torch baselines, asked for by name (sweep=fused), never in a preset that must run everywhere
+NATIVE_STRATEGIES = tuple(name for name, s in STRATEGIES.items() if s.requires is fused.check)
 
 
 @dataclass(frozen=True)
@@ -214,5 +217,5 @@ def build(problem: Problem, n_iter: int, spec: StrategySpec, replicates: int = 1
     return Batched(program, replicates) if replicates > 1 else program
 
 
-__all__ = ["Batched", "RowSharded", "STRATEGIES", "TORCH_STRATEGIES", "Strategy", "StrategySpec", "build", "Compiled", "Program",
+__all__ = ["Batched", "RowSharded", "STRATEGIES", "TORCH_STRATEGIES", "NATIVE_STRATEGIES", "Strategy", "StrategySpec", "build", "Compiled", "Program",
            "SingleProgram", "NoOptions", "option", "all_option_names"]
