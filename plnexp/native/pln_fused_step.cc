@@ -78,9 +78,9 @@ struct Aligned {
   Aligned& operator=(const Aligned&) = delete;
 };
 
-// Out (rows x ld) = R (rows x ld, first k columns used) @ W (k x ld). rows: a multiple of kMR.
+// Out (rows x ld) = R (rows x lda, first k columns used) @ W (k x ld). rows: a multiple of kMR.
 template <typename T>
-void product(const T* R, const T* W, T* Out, int rows, int64_t k, int64_t ld) {
+void product(const T* R, int64_t lda, const T* W, T* Out, int rows, int64_t k, int64_t ld) {
   using V = typename VecOf<T>::type;
   constexpr int L = kLanes<T>;
   for (int64_t j0 = 0; j0 < ld; j0 += kNR<T>) {
@@ -89,12 +89,12 @@ void product(const T* R, const T* W, T* Out, int rows, int64_t k, int64_t ld) {
 #pragma GCC unroll 16
       for (int i = 0; i < kMR; ++i)
         for (int v = 0; v < kNV; ++v) acc[i][v] = V{};
-      const T* a = R + i0 * ld;
+      const T* a = R + i0 * lda;
       for (int64_t kk = 0; kk < k; ++kk) {
         V b0 = load<T>(W + kk * ld + j0), b1 = load<T>(W + kk * ld + j0 + L);
 #pragma GCC unroll 16
         for (int i = 0; i < kMR; ++i) {
-          T s = a[i * ld + kk];
+          T s = a[i * lda + kk];
           acc[i][0] += s * b0;
           acc[i][1] += s * b1;
         }
@@ -417,12 +417,20 @@ void run_chunk(const Work<T>& w, int64_t chunk) {
         const T* b = w.B + k * p;
         for (int64_t j = 0; j < p; ++j) xb[j] += xk * b[j];
       }
-      const T* m = w.M + (r0 + i) * p;
-      T* rr = Rm.ptr + i * ld;
-      for (int64_t j = 0; j < p; ++j) rr[j] = Full ? m[j] : m[j] - xb[j];
+      if constexpr (!Full) {
+        const T* m = w.M + (r0 + i) * p;
+        T* rr = Rm.ptr + i * ld;
+        for (int64_t j = 0; j < p; ++j) rr[j] = m[j] - xb[j];
+      }
     }
-    for (int i = rows; i < padded; ++i) std::memset(Rm.ptr + i * ld, 0, ld * sizeof(T));
-    product<T>(Rm.ptr, w.Omega_pad, Tm.ptr, padded, p, ld);
+    if (Full && rows == padded) {  // R = M: the product reads M's rows where they are
+      product<T>(w.M + r0 * p, p, w.Omega_pad, Tm.ptr, padded, p, ld);
+    } else {
+      if constexpr (Full)
+        for (int i = 0; i < rows; ++i) std::memcpy(Rm.ptr + i * ld, w.M + (r0 + i) * p, p * sizeof(T));
+      for (int i = rows; i < padded; ++i) std::memset(Rm.ptr + i * ld, 0, ld * sizeof(T));
+      product<T>(Rm.ptr, ld, w.Omega_pad, Tm.ptr, padded, p, ld);
+    }
     for (int i = 0; i < rows; ++i) {
       T* cc = C.ptr + i * ld;
       T* a_row = Rm.ptr + i * ld;  // R's row is used up: A goes there (for X'A)
