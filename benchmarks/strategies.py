@@ -4,12 +4,14 @@ all measured side by side in one run.
 Default workload W1 (the tutorial's): oaks x100 (n=11600, p=114), float32, full model,
 radam_clip, 1000 iterations. Printed, in this order:
 
-1. **The floor** of this machine, measured now: the bandwidth of a large copy, one fused ``exp``
-   pass over an n x p array, one n x p x p product. An iteration must stream about 14 n x p arrays
-   (read Y, O, M, S and the optimizer's two moments of each; write M, S and the moments) and do two
-   n x p x p products (M Omega for the gradient, M'M for Sigma): ``floor = 14 n p bytes /
-   bandwidth + 2 dot``, bandwidth measured in place (output buffer = input buffer, as in a loop); an ``exp`` pass is printed beside it because transcendentals, not bytes,
-   bound the elementwise work on some CPUs.
+1. **The floor** of this machine, measured now by ``plnexp.floor`` (the one definition, which every
+   sweep's job logs too): an iteration must stream about 14 n x p arrays (read Y, O, M, S and the
+   optimizer's two moments of each; write M, S and the moments) and do two n x p x p products (M
+   Omega for the gradient, M'M for Sigma): ``floor = 14 n p bytes / bandwidth + 2 dot``, bandwidth
+   measured in place (output buffer = input buffer, as in a loop) over a buffer the size of the
+   fit's working set (8 n x p arrays, rounded up to a power of two, 1 to 256 MiB). One fused ``exp``
+   pass over an n x p array is printed beside it because transcendentals, not bytes, bound the
+   elementwise work on some CPUs.
 2. **The tutorial's level-2 scan** (``benchmarks/tutorial.py``, defects included), three ways:
    in a plain process (no plnexp import: its users' setting), and in this process with SciPy's
    OpenBLAS at its default thread count and at one thread (what ``import plnexp`` sets).
@@ -40,18 +42,17 @@ from pathlib import Path
 import plnexp  # first: sets XLA_FLAGS and SciPy's OpenBLAS threads before JAX starts its backend
 
 import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
 from _header import machine_header  # noqa: E402 (benchmarks/, on sys.path as the script's folder)
 import numpy as np  # noqa: E402
 
-from plnexp import runtime  # noqa: E402
+from plnexp import floor as machine_floor, runtime  # noqa: E402
 from plnexp.precision import PRECISIONS  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import tutorial  # noqa: E402
 
-STREAMED_ARRAYS = 14  # n x p arrays an iteration must read or write (see the module docstring)
+STREAMED_ARRAYS = machine_floor.STREAMED_ARRAYS  # n x p arrays an iteration must read or write (plnexp.floor)
 
 
 def parse_args(argv=None):
@@ -95,45 +96,13 @@ def header(args, data) -> list[str]:
     ]
 
 
-def _best(fn, *a, repeats=20) -> float:
-    """Fastest of ``repeats`` blocked calls (seconds)."""
-    jax.block_until_ready(fn(*a))
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*a))
-        times.append(time.perf_counter() - t0)
-    return min(times)
-
-
-def _best_in_place(fn, x, repeats=10) -> float:
-    """Fastest of ``repeats`` calls of ``x = fn(x)`` with x donated, so the output reuses the input's
-    buffer as a fit loop does (a fresh output buffer would time the kernel's page faults instead)."""
-    step = jax.jit(fn, donate_argnums=0)
-    x = jax.block_until_ready(step(x))
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        x = jax.block_until_ready(step(x))
-        times.append(time.perf_counter() - t0)
-    return min(times)
-
-
 def measure_floor(n: int, p: int, dtype) -> dict:
-    """This machine's primitives at the fit's shapes: copy bandwidth, exp pass, n x p x p dot."""
-    key = jax.random.split(jax.random.PRNGKey(0), 3)
-    big = jax.random.normal(key[0], (2**19, 128), dtype)  # 256 MB in float32: past every cache
-    nbytes = big.nbytes
-    M = jax.random.normal(key[1], (n, p), dtype)
-    W = jax.random.normal(key[2], (p, p), dtype)
-    copy_s = _best_in_place(lambda a: a * 0.5, big)
-    exp_s = _best_in_place(lambda a: jnp.exp(-jnp.abs(a)), jnp.array(M))
-    dot_s = _best(jax.jit(lambda a, b: a @ b), M, W)
-    bandwidth = 2 * nbytes / copy_s
-    stream_s = STREAMED_ARRAYS * M.nbytes / bandwidth
-    return {"bandwidth_GBps": bandwidth / 1e9, "exp_pass_ms": 1e3 * exp_s, "dot_ms": 1e3 * dot_s,
-            "dot_GFLOPps": 2 * n * p * p / dot_s / 1e9, "stream_ms": 1e3 * stream_s,
-            "floor_ms": 1e3 * (stream_s + 2 * dot_s)}
+    """This machine's primitives at the fit's shapes, measured now (:mod:`plnexp.floor`, uncached): copy
+    bandwidth, n x p x p dot, and an exp pass printed beside them."""
+    f = machine_floor.measure(n, p, dtype)
+    return {"bandwidth_GBps": f.copy_GBps, "copy_MiB": f.copy_bytes / 2**20,
+            "exp_pass_ms": machine_floor.measure_exp(n, p, dtype), "dot_ms": f.dot_ms, "dot_GFLOPps": f.dot_GFLOPps,
+            "stream_ms": f.stream_ms, "floor_ms": f.ms_per_iter}
 
 
 def tutorial_in_process(data, n_iter: int, repeats: int, lapack_threads: int) -> dict:
@@ -190,8 +159,8 @@ def main(argv=None) -> int:
     precision = PRECISIONS[args.precision]
     with jax.enable_x64(precision.x64):
         floor = measure_floor(data.n, data.p, precision.dtype)
-    print(f"# floor: copy {floor['bandwidth_GBps']:.1f} GB/s -> {STREAMED_ARRAYS} n x p arrays "
-          f"{floor['stream_ms']:.2f} ms; dot n x p x p {floor['dot_ms']:.2f} ms ({floor['dot_GFLOPps']:.0f} GFLOP/s); "
+    print(f"# floor: copy {floor['bandwidth_GBps']:.1f} GB/s ({floor['copy_MiB']:.0f} MiB in place) -> "
+          f"{STREAMED_ARRAYS} n x p arrays {floor['stream_ms']:.2f} ms; dot n x p x p {floor['dot_ms']:.2f} ms ({floor['dot_GFLOPps']:.0f} GFLOP/s); "
           f"exp pass {floor['exp_pass_ms']:.2f} ms; floor = stream + 2 dots = {floor['floor_ms']:.2f} ms/iter",
           flush=True)
 

@@ -35,6 +35,15 @@ COLUMNS: tuple[Metric, ...] = (
     Metric("ms_per_iter", "ms/iter", "ms/iter", "{:.2f}", "run_s per iteration run, in ms"),
     Metric("final_elbo", "final ELBO", "final ELBO", "{:.1f}", "the compiled ELBO at the final state (with log y!)"),
 )
+# This machine's floor for the fit (plnexp.floor), logged by every job from the process that ran it,
+# measured before the fit; the report divides ms_per_iter by the first (its "× floor" column).
+FLOOR: tuple[Metric, ...] = (
+    Metric("floor_ms_per_iter", "floor", "floor ms/iter", "{:.3f}", "the machine's floor for one iteration: "
+           "14 n x p arrays at floor_copy_GBps + 2 n x p x p products of floor_dot_ms", False, False),
+    Metric("floor_copy_GBps", "copy_GBps", "copy GB/s", "{:.1f}", "in-place copy bandwidth over a buffer the "
+           "size of the fit's working set (bytes read + written)", False, False),
+    Metric("floor_dot_ms", "dot_ms", "dot ms", "{:.3f}", "one n x p times p x p product", False, False),
+)
 TERMINAL = tuple(m for m in COLUMNS if m.in_terminal)
 REPORT = tuple(m for m in COLUMNS if m.in_report)
 

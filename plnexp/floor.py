@@ -1,0 +1,302 @@
+"""This machine's floor for one iteration of the fit: how fast a hand-fused kernel could go at best.
+
+An iteration must stream :data:`STREAMED_ARRAYS` n x p arrays (read Y, O, M, S and the optimizer's
+two moments of each; write M, S and the moments) and do :data:`DOTS` n x p x p products (M Omega for
+the gradient, M'M for Sigma)::
+
+    floor_ms = STREAMED_ARRAYS * n * p * itemsize / copy bandwidth + DOTS * dot_ms
+
+Both parts are measured on the fit's own device and dtype (:func:`measure_copy`,
+:func:`measure_dot`), each as the fastest of a few calls of a compiled loop (so that a tiny shape
+times its work, not one dispatch):
+
+- the copy bandwidth of an in-place pass over a buffer the size of the fit's working set (the 8
+  distinct n x p arrays above, rounded up to a power of two between 1 MiB and 256 MiB: a fit whose
+  arrays stay in cache is held to the cache's bandwidth, a large one to memory's). Measured once per
+  machine, device, dtype and buffer size;
+- one n x p times p x p product: measured once per machine, device, dtype and (n, p).
+
+Measured values are cached per machine (:func:`cached`) in a JSON file of the user's cache folder
+(``$PLNEXP_FLOOR_CACHE``, else ``$XDG_CACHE_HOME/plnexp``, else ``~/.cache/plnexp``), one file per
+machine identity (host, CPU model, usable cores, jax/jaxlib versions, XLA_FLAGS, device kind),
+replaced atomically: parallel jobs never leave a half-written file; an unreadable or corrupt one is
+measured again, never an error. A job logs the floor of the machine that ran it
+(:func:`run_metrics`, called by :mod:`plnexp.runner` before the fit), and the report divides the
+job's ms/iter by it (``× floor``).
+
+No module-level device or dtype state: every function takes the shape, dtype and device it measures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import platform
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .metrics import FLOOR
+
+log = logging.getLogger(__name__)
+
+STREAMED_ARRAYS = 14  # n x p arrays an iteration must read or write (see the module docstring)
+DOTS = 2  # n x p x p products per iteration
+WORKING_SET_ARRAYS = 8  # distinct n x p arrays an iteration touches: Y, O, M, S, 4 moments
+MIN_COPY_BYTES, MAX_COPY_BYTES = 2**20, 2**28  # the copy buffer's bounds (1 MiB, 256 MiB)
+COPY_TRAFFIC = 2**28  # bytes one timed copy call passes over (in loops over a smaller buffer)
+DOT_FLOPS = 2e8  # flops one timed dot call does at least (up to MAX_LOOP products)
+MAX_LOOP = 256
+CACHE_ENV = "PLNEXP_FLOOR_CACHE"
+CACHE_FORMAT = 1
+METRICS = tuple(m.key for m in FLOOR)  # what a run logs: floor_ms_per_iter, floor_copy_GBps, floor_dot_ms
+
+
+@dataclass(frozen=True)
+class Floor:
+    """The floor of an (n, p) iteration in ``dtype`` and its measured parts."""
+
+    n: int
+    p: int
+    dtype: str  # numpy name: float32, float64
+    copy_GBps: float  # in-place copy bandwidth (bytes read + written per second / 1e9)
+    copy_bytes: int  # the buffer it was measured on
+    dot_ms: float  # one n x p times p x p product
+
+    @property
+    def stream_ms(self) -> float:
+        return stream_ms(self.n, self.p, np.dtype(self.dtype).itemsize, self.copy_GBps)
+
+    @property
+    def ms_per_iter(self) -> float:
+        return floor_ms(self.n, self.p, np.dtype(self.dtype).itemsize, self.copy_GBps, self.dot_ms)
+
+    @property
+    def dot_GFLOPps(self) -> float:
+        return 2 * self.n * self.p * self.p / (self.dot_ms / 1e3) / 1e9
+
+    def metrics(self) -> dict[str, float]:
+        return dict(zip(METRICS, (self.ms_per_iter, self.copy_GBps, self.dot_ms)))
+
+
+# ---------------------------------------------------------------- the arithmetic
+def stream_ms(n: int, p: int, itemsize: int, copy_GBps: float) -> float:
+    """Milliseconds to stream the iteration's n x p arrays once at ``copy_GBps``."""
+    return 1e3 * STREAMED_ARRAYS * n * p * itemsize / (copy_GBps * 1e9)
+
+
+def floor_ms(n: int, p: int, itemsize: int, copy_GBps: float, dot_ms: float) -> float:
+    """The floor of one iteration, in ms: the streamed arrays plus the products."""
+    return stream_ms(n, p, itemsize, copy_GBps) + DOTS * dot_ms
+
+
+def copy_bytes(n: int, p: int, itemsize: int) -> int:
+    """The copy buffer for an (n, p) fit: its working set rounded up to a power of two, within
+    [1 MiB, 256 MiB]."""
+    want = WORKING_SET_ARRAYS * n * p * itemsize
+    return int(min(max(2 ** math.ceil(math.log2(max(want, 1))), MIN_COPY_BYTES), MAX_COPY_BYTES))
+
+
+# ---------------------------------------------------------------- measuring
+def _device(device):
+    """A jax.Device from a device, a name ('cpu', 'gpu', 'auto') or None (JAX's default)."""
+    import jax
+
+    if device is None:
+        return jax.devices()[0]
+    if isinstance(device, str):
+        from .spec import resolve_device
+
+        return resolve_device(device)
+    return device
+
+
+def _fastest(call, x, *args, min_calls: int = 3, max_calls: int = 20, budget_s: float = 0.5) -> float:
+    """Seconds of the fastest of at least ``min_calls`` blocked calls of ``x = call(x, *args)`` (x
+    donated), more while they took less than ``budget_s`` in all; one untimed call first (compile)."""
+    import jax
+
+    x = jax.block_until_ready(call(x, *args))
+    times: list[float] = []
+    while len(times) < max_calls and (len(times) < min_calls or sum(times) < budget_s):
+        t0 = time.perf_counter()
+        x = jax.block_until_ready(call(x, *args))
+        times.append(time.perf_counter() - t0)
+    del x
+    return min(times)
+
+
+def _loop(body, count: int):
+    """``count`` applications of ``body`` in one compiled call, its first argument donated (in place,
+    as in a fit's loop)."""
+    import jax
+
+    def run(x, *args):
+        return jax.lax.fori_loop(0, count, lambda i, a: body(a, *args), x)
+
+    return jax.jit(run, donate_argnums=0)
+
+
+def measure_copy(nbytes: int, dtype, device=None) -> float:
+    """In-place copy bandwidth over a buffer of ``nbytes``, GB/s (bytes read + written)."""
+    import jax
+    import jax.numpy as jnp
+
+    dtype, dev = np.dtype(dtype), _device(device)
+    rows = max(nbytes // (1024 * dtype.itemsize), 1)
+    passes = int(min(max(COPY_TRAFFIC // (rows * 1024 * dtype.itemsize), 1), MAX_LOOP))
+    with jax.enable_x64(dtype == np.float64):
+        buf = jnp.ones((rows, 1024), dtype, device=dev)
+        seconds = _fastest(_loop(lambda a: a * 0.5 + 1.0, passes), buf)  # stays at 1..2: no denormals
+    return 2 * rows * 1024 * dtype.itemsize * passes / seconds / 1e9
+
+
+def measure_dot(n: int, p: int, dtype, device=None) -> float:
+    """Milliseconds of one (n, p) times (p, p) product (a chain of them in one call: M <- M W, W = I,
+    which the product cannot tell from any other W)."""
+    import jax
+    import jax.numpy as jnp
+
+    dtype, dev = np.dtype(dtype), _device(device)
+    count = int(min(max(math.ceil(DOT_FLOPS / (2 * n * p * p)), 1), MAX_LOOP))
+    with jax.enable_x64(dtype == np.float64):
+        m = jnp.ones((n, p), dtype, device=dev)
+        w = jnp.eye(p, dtype=dtype, device=dev)
+        seconds = _fastest(_loop(lambda a, b: a @ b, count), m, w)
+    return 1e3 * seconds / count
+
+
+def measure_exp(n: int, p: int, dtype, device=None) -> float:
+    """Milliseconds of one in-place ``exp`` pass over an n x p array (printed by the benchmark beside
+    the floor: transcendentals, not bytes, bound the elementwise work on some CPUs; not in the floor)."""
+    import jax
+    import jax.numpy as jnp
+
+    dtype, dev = np.dtype(dtype), _device(device)
+    count = int(min(max(COPY_TRAFFIC // (2 * n * p * dtype.itemsize), 1), MAX_LOOP))
+    with jax.enable_x64(dtype == np.float64):
+        a = jnp.ones((n, p), dtype, device=dev)
+        seconds = _fastest(_loop(lambda x: jnp.exp(-jnp.abs(x)), count), a)
+    return 1e3 * seconds / count
+
+
+def measure(n: int, p: int, dtype, device=None) -> Floor:
+    """The floor measured now, uncached (the benchmark's)."""
+    dtype = np.dtype(dtype)
+    size = copy_bytes(n, p, dtype.itemsize)
+    return Floor(n, p, dtype.name, measure_copy(size, dtype, device), size, measure_dot(n, p, dtype, device))
+
+
+# ---------------------------------------------------------------- the per-machine cache
+def cache_dir() -> Path:
+    """``$PLNEXP_FLOOR_CACHE``, else ``$XDG_CACHE_HOME/plnexp``, else ``~/.cache/plnexp``."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "plnexp"
+
+
+def identity(device=None) -> dict[str, str]:
+    """What the measurements depend on besides the shape: the machine, the software, the device."""
+    import jax
+    import jaxlib
+
+    from .provenance import cpu_model
+
+    dev = _device(device)
+    try:
+        cores = len(os.sched_getaffinity(0))  # what this process may use (a SLURM job: its allocation)
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 0
+    return {"host": platform.node(), "cpu_model": cpu_model(), "cores": str(cores), "jax": jax.__version__,
+            "jaxlib": jaxlib.__version__, "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
+            "platform": dev.platform, "device_kind": str(dev.device_kind)}
+
+
+def cache_file(ident: dict[str, str], folder: Path | None = None) -> Path:
+    digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+    return (folder or cache_dir()) / f"floor-{digest}.json"
+
+
+def _read(path: Path, ident: dict) -> dict:
+    """The file's entries ({"copy": {...}, "dot": {...}}); empty when missing, unreadable, corrupt,
+    of another format or of another machine."""
+    empty = {"copy": {}, "dot": {}}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return empty
+    if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT or data.get("machine") != ident:
+        return empty
+    out = {}
+    for part in ("copy", "dot"):
+        entries = data.get(part)
+        out[part] = {k: v for k, v in entries.items() if _valid(v)} if isinstance(entries, dict) else {}
+    return out
+
+
+def _valid(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def _write(path: Path, ident: dict, entries: dict) -> None:
+    """Merge ``entries`` into the file (read again just before: another job may have added some) and
+    replace it atomically (temporary file in the same folder, then os.replace)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    now = _read(path, ident)
+    for part in ("copy", "dot"):
+        now[part].update(entries[part])
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump({"format": CACHE_FORMAT, "machine": ident, **now}, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def cached(n: int, p: int, dtype, device=None, folder: Path | None = None) -> Floor:
+    """The floor of an (n, p) fit in ``dtype`` on ``device`` (None: JAX's default; or 'cpu', 'gpu',
+    'auto'), each part measured only when this machine's cache file lacks it. A cache that cannot
+    be written is skipped (the measurement is returned all the same)."""
+    dtype, dev = np.dtype(dtype), _device(device)
+    ident = identity(dev)
+    path = cache_file(ident, folder)
+    entries = _read(path, ident)
+    size = copy_bytes(n, p, dtype.itemsize)
+    copy_key, dot_key = f"{dtype.name}/{size}", f"{dtype.name}/{n}x{p}"
+    new: dict = {"copy": {}, "dot": {}}
+    if copy_key not in entries["copy"]:
+        new["copy"][copy_key] = measure_copy(size, dtype, dev)
+    if dot_key not in entries["dot"]:
+        new["dot"][dot_key] = measure_dot(n, p, dtype, dev)
+    if new["copy"] or new["dot"]:
+        try:
+            _write(path, ident, new)
+        except OSError as e:
+            log.warning("floor cache not written (%s: %s); measured values used all the same", path, e)
+    copy = new["copy"].get(copy_key, entries["copy"].get(copy_key))
+    dot = new["dot"].get(dot_key, entries["dot"].get(dot_key))
+    return Floor(n, p, dtype.name, float(copy), size, float(dot))
+
+
+def run_metrics(n: int, p: int, dtype, device=None) -> dict[str, float]:
+    """What a job logs: :meth:`Floor.metrics` of :func:`cached`, or NaN for each (logged as not
+    measured) when measuring fails for any reason: a job never fails for its floor."""
+    try:
+        return cached(n, p, dtype, device).metrics()
+    except Exception as e:  # noqa: BLE001 - the floor is a reading aid, never a reason to fail a run
+        log.warning("floor not measured (%s: %s)", type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+        return dict.fromkeys(METRICS, float("nan"))
