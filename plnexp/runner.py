@@ -53,6 +53,7 @@ class Outcome:
     run_id: str = ""
     replicate: int = 0  # its place in the job's batch of ``config.replicates`` fits
     batch: list = field(default_factory=list, repr=False)  # run_job's result: every replicate's outcome
+    floor: dict = field(default_factory=dict)  # this machine's floor for the fit (plnexp.floor.run_metrics)
 
     @property
     def wall_s(self) -> float:
@@ -62,7 +63,7 @@ class Outcome:
         self.ended, self.elapsed = time.time(), time.monotonic() - self.clock
 
     def metrics(self) -> dict[str, float]:
-        out = {"wall_s": self.wall_s, "n_iter": float(self.config.n_iter)}
+        out = {"wall_s": self.wall_s, "n_iter": float(self.config.n_iter), **self.floor}
         r = self.result
         if r is not None:
             out.update(r.timing.as_metrics())
@@ -145,7 +146,10 @@ def execute(config: Config, overrides=(), name: str | None = None, output_dir: s
 def execute_all(config: Config, outcomes: list[Outcome]) -> list[Outcome]:
     """Fit the job's ``config.replicates`` fits in one program, filling one outcome per replicate.
 
-    A replicate whose ELBO is not finite is FAILED alone; an error of the program fails them all."""
+    A replicate whose ELBO is not finite is FAILED alone; an error of the program fails them all.
+    Before the fit (never while it is timed), this machine's floor for one fit of the data's shape
+    (:func:`plnexp.floor.run_metrics`: cached per machine; NaN, never an error, when not measured)."""
+    from . import floor
     from .fitting import run_all
 
     try:
@@ -153,6 +157,12 @@ def execute_all(config: Config, outcomes: list[Outcome]) -> list[Outcome]:
         for k, out in enumerate(outcomes):
             data = datas[k] if len(datas) > 1 else datas[0]
             out.data_digest, out.data_shape = data.digest(), (data.n, data.p)
+        measured = floor.run_metrics(datas[0].n, datas[0].p, config.precision.dtype, config.device.value)
+        stop = interrupts.pending()
+        if stop is not None:  # a Ctrl-C while measuring, which the floor's guard took for a failure
+            raise stop
+        for out in outcomes:
+            out.floor = measured
         results = run_all(datas, config.fit_spec())
         for out, result in zip(outcomes, results):
             out.result = result
