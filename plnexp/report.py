@@ -7,7 +7,8 @@ into ``<outputs>/reports/<experiment>/<parent run id>/`` (or ``--out``), whole o
 - ``report.md`` / ``report.csv``: one row per strategy x data size x device x precision (x every
   other config value that varies across the sweep), with compile time, steady run time, ms per
   iteration and its spread, the number of timed runs, the program's fingerprint, whether the
-  timings were contended, speed-up over ``eager`` and over ``scan`` in the same group, the final
+  timings were contended, speed-up over ``eager`` and over ``scan`` in the same group, how many
+  times the floor of the machine that ran it its ms/iter is (``× floor``, :mod:`plnexp.floor`), the final
   ELBO and the largest relative difference of the run's ELBO curve to ``scan``'s (do the
   strategies agree?); its summary says per group which strategy is fastest beyond the noise, or
   which are tied within it (:mod:`plnexp.ranking`);
@@ -77,6 +78,13 @@ class Entry:
     @property
     def ok(self) -> bool:
         return self.status == "FINISHED" and np.isfinite(self.m("ms_per_iter"))
+
+    @property
+    def x_floor(self) -> float:
+        """How many times this machine's floor the run's ms/iter is (1 = a hand-fused kernel's best);
+        NaN for a run that did not finish or logged no floor (runs older than the floor)."""
+        ms, floor = self.m("ms_per_iter"), self.m("floor_ms_per_iter")
+        return ms / floor if self.ok and np.isfinite(floor) and floor > 0 else np.nan
 
     @property
     def shape(self) -> str:
@@ -292,6 +300,7 @@ def columns(report: Report) -> list[tuple[str, str, object]]:
              ("timing", "timing", lambda e: "contended" if e.run_id in report.contended else "ok" if e.ok else "-")]
     cols += [("× eager", "speedup_vs_eager", f("{:.2f}", lambda e: e.speedup_eager)),
              ("× scan", "speedup_vs_scan", f("{:.2f}", lambda e: e.speedup_scan)),
+             ("× floor", "x_floor", f("{:.2f}", lambda e: e.x_floor)),
              logged["final_elbo"]]
     if report.common:
         cols.append(("ELBO at common length", "elbo_at_common_length", f("{:.1f}", lambda e: e.elbo_common)))
@@ -312,6 +321,7 @@ def csv_text(report: Report) -> str:
     """The table with full-precision numbers (empty cells where a value was not measured)."""
     raw = {**{m.key: (lambda e, k=m.key: e.m(k)) for m in REPORT},
            "speedup_vs_eager": lambda e: e.speedup_eager, "speedup_vs_scan": lambda e: e.speedup_scan,
+           "x_floor": lambda e: e.x_floor,
            "elbo_at_common_length": lambda e: e.elbo_common, "max_rel_diff_to_scan": lambda e: e.vs_scan,
            "ms_per_iter_iqr": _iqr_ms,
            "shape": lambda e: f"{e.n}x{e.p}" if e.n else ""}
@@ -498,7 +508,9 @@ def markdown(report: Report, images: list[str]) -> str:
              "Speed-ups compare median ms/iter with `eager` and `scan` on the same data, precision and device; "
              "a ratio whose intervals overlap ('ms/iter interval': the interquartile range of the timed runs, their "
              "range below 5 runs) is noise, not a result. 'program' names the strategies of the group whose "
-             "compiled programs are identical (one hlo_fingerprint). The last column is the largest relative difference of the run's ELBO curve to "
+             "compiled programs are identical (one hlo_fingerprint). '× floor' is the run's ms/iter over the floor "
+             "of the machine that ran it (logged by the run: 14 n×p arrays at its copy bandwidth plus two n×p×p "
+             "products; 1 would be a hand-fused kernel at the machine's limits). The last column is the largest relative difference of the run's ELBO curve to "
              "`scan`'s.", "",
              markdown_table(report), ""]
     precision = precision_table(report)

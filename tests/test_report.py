@@ -12,13 +12,15 @@ import numpy as np
 import pytest
 from conftest import store_client
 
-from plnexp import cli, plots, provenance, report, runner, sweep, tracking
+from plnexp import cli, floor, plots, provenance, report, runner, sweep, tracking
 from plnexp.fitting import FitResult
 from plnexp.timing import Timing
 
 # (strategy, n rows) -> (compile_s, ms_per_iter, iterations run)
 KNOWN = {("eager", 30): (0.0, 10.0, 5), ("scan", 30): (1.2, 2.0, 8), ("fori_loop", 30): (1.1, 2.5, 8),
          ("eager", 60): (0.0, 12.0, 5), ("scan", 60): (1.3, 4.0, 8), ("fori_loop", 60): (1.4, 5.0, 8)}
+# the floor the n=30 jobs log (copy GB/s, dot ms: plnexp.floor's parts); the n=60 ones log none (older runs)
+KNOWN_FLOOR = {30: (0.0105, 0.3)}
 
 
 def known_curve(strategy: str, n: int, length: int) -> np.ndarray:
@@ -38,6 +40,9 @@ def fake_execute(cfg, overrides=(), name=None, output_dir="", outcome=None):
     outcome.result = FitResult(curve, float(curve[-1]), {}, length, timing, "full", cfg.strategy.name, "radam_clip",
                                "float32", "TFRT_CPU_0", {"final_elbo_jit": float(curve[-1]) + 1.0})
     outcome.data_digest, outcome.data_shape = "abc", (n, cfg.dataset.p)
+    if n in KNOWN_FLOOR:
+        copy_GBps, dot_ms = KNOWN_FLOOR[n]
+        outcome.floor = floor.Floor(n, cfg.dataset.p, "float32", copy_GBps, 2**20, dot_ms).metrics()
     outcome.stop()
     return outcome
 
@@ -99,9 +104,22 @@ def test_report_numbers_equal_the_logged_metrics(outputs, tmp_path, monkeypatch)
         assert float(row["max_rel_diff_to_scan"]) == pytest.approx(expected, rel=1e-9, abs=1e-300)
         # eager ran 5 iterations, the others 8: the table also compares at the common length 5
         assert float(row["elbo_at_common_length"]) == mine[4]
+        # x floor: the run's ms/iter over the floor it logged, recomputed from the floor's logged parts
+        if n in KNOWN_FLOOR:
+            copy_GBps, dot_ms = m["floor_copy_GBps"], m["floor_dot_ms"]
+            assert (copy_GBps, dot_ms) == KNOWN_FLOOR[n]
+            floor_ms = 1e3 * 14 * n * 5 * 4 / (copy_GBps * 1e9) + 2 * dot_ms
+            assert float(row["x_floor"]) == pytest.approx(m["ms_per_iter"] / floor_ms, rel=1e-9)
+        else:  # a run that logged no floor
+            assert row["x_floor"] == "" and "floor_ms_per_iter" not in m
 
     md = (folder / "report.md").read_text()
     assert md.count("\n| ") == len(KNOWN) + 1  # header + one line per run
+    table = [[c.strip() for c in line.strip("|").split("|")] for line in md.splitlines() if line.startswith("| ")]
+    col = table[0].index("× floor")
+    # scan, n=30: 2.00 ms/iter over 14*30*5*4 bytes at 10.5 MB/s (0.8 ms) + 2 x 0.3 ms = 1.4 ms
+    assert {(r[0], r[2], r[col]) for r in table[1:] if r[0] == "scan"} == {("scan", "30×5", "1.43"),
+                                                                            ("scan", "60×5", "-")}
     assert "compare at iteration 5" in md
     for name in ("elbo_curves.png", "timings.png", "scaling.png"):
         w, h = png_size(folder / name)
