@@ -243,7 +243,8 @@ def timing_line(old: dict, new: dict) -> str:
         return f"{b / a:.2f}x ({fmt.format(b)} vs {fmt.format(a)} {unit})"
 
     return (f"timing new/original: compile {ratio('compile_s', 's', '{:.3f}')}, steady "
-            f"{ratio('ms_per_iter', 'ms/iter', '{:.3f}')}")
+            f"{ratio('ms_per_iter', 'ms/iter', '{:.3f}')}, machine floor "
+            f"{ratio('floor_ms_per_iter', 'ms/iter', '{:.3f}')}")
 
 
 def report_environment(src: Source, digest: str) -> list[str]:

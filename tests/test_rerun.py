@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 
 import numpy as np
@@ -88,6 +89,14 @@ def test_verdict_rules():
     assert v(0.0).line() == "ELBO curves: identical, bit for bit (5 iterations)"
 
 
+def test_timing_line_says_how_the_machine_floor_moved():
+    old = {"compile_s": 1.0, "ms_per_iter": 2.0, "floor_ms_per_iter": 0.5}
+    new = {"compile_s": 1.5, "ms_per_iter": 3.0, "floor_ms_per_iter": 1.0}
+    assert rerun.timing_line(old, new) == ("timing new/original: compile 1.50x (1.500 vs 1.000 s), steady 1.50x "
+                                           "(3.000 vs 2.000 ms/iter), machine floor 2.00x (1.000 vs 0.500 ms/iter)")
+    assert rerun.timing_line({"ms_per_iter": 2.0}, new).endswith("machine floor -")  # an original older than it
+
+
 def test_rerun_on_the_same_machine_is_bit_for_bit(outputs, capsys):
     out = original()
     code = main(["rerun", out.run_id])
@@ -95,6 +104,7 @@ def test_rerun_on_the_same_machine_is_bit_for_bit(outputs, capsys):
     assert code == 0, text
     assert "same environment" in text and "ELBO curves: identical, bit for bit (5 iterations)" in text
     assert "timing new/original: compile" in text
+    assert re.search(r", machine floor \d+\.\d\dx \(\d+\.\d+ vs \d+\.\d+ ms/iter\)", text), text  # both logged one
     (new,) = reruns_of(outputs, out.run_id)
     assert new.info.status == "FINISHED" and new.info.experiment_id == store_client(outputs).get_run(
         out.run_id).info.experiment_id
