@@ -31,6 +31,20 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def floor_cache(tmp_path_factory):
+    """The floor's per-machine cache (plnexp.floor) in a folder of this session, for every test and the
+    processes they start: the suite never writes to ~/.cache, and measures each shape once."""
+    folder = tmp_path_factory.mktemp("floor_cache")
+    before = os.environ.get("PLNEXP_FLOOR_CACHE")
+    os.environ["PLNEXP_FLOOR_CACHE"] = str(folder)
+    yield folder
+    if before is None:
+        os.environ.pop("PLNEXP_FLOOR_CACHE", None)
+    else:
+        os.environ["PLNEXP_FLOOR_CACHE"] = before
+
+
 @pytest.fixture(scope="session")
 def oaks():
     """The shipped oaks data, n=116, p=114, intercept only."""
