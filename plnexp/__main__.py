@@ -23,6 +23,7 @@ from pathlib import Path
 from . import cli, interrupts, resume, sweep, tracking
 from . import config as C
 from .data import DataError, DataWarning
+from .timing import CacheWarning
 
 USAGE_LINE = ("usage: python -m plnexp {run,sweep,report,rerun,ui,doctor} [overrides ...]; allowed commands are "
               "run, sweep, report, rerun, ui, doctor (python -m plnexp --help lists the config groups and overrides)")
@@ -156,8 +157,9 @@ def multirun(overrides: list[str], jobs: list, uri: str, resumed: bool = False, 
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None, _default=warnings.showwarning):
-    """plnexp's own warnings (a data set's empty columns) as one line, like its errors."""
-    if issubclass(category, DataWarning):
+    """plnexp's own warnings (a data set's empty columns, a compile cache it cannot write) as one
+    line, like its errors."""
+    if issubclass(category, (DataWarning, CacheWarning)):
         print(f"plnexp: warning: {message}", file=sys.stderr if file is None else file, flush=True)
     else:
         _default(message, category, filename, lineno, file, line)

@@ -24,7 +24,7 @@ from .optim import OptimizerSpec
 from .paths import CONF_DIR, REPO, outputs_dir  # noqa: F401  (REPO: re-exported)
 from .precision import PRECISIONS, Precision, precision as precision_named
 from .problem import GRADIENTS
-from .spec import DEVICES, INITS, FitSpec, TimingSpec, resolve_device
+from .spec import DEVICES, INITS, FitSpec, TimingSpec, cache_choice, check_compile_cache, resolve_device
 from .strategies import STRATEGIES, StrategySpec
 
 GROUPS = ("dataset", "optimizer", "strategy", "device", "precision", "model", "sweep")
@@ -218,7 +218,7 @@ class Config:
     warmup: int = 0
     time_budget_s: float = 0.0
     first_call: bool = False
-    compile_cache: bool = False
+    compile_cache: bool | None = None  # None: auto (on for a run, off in a sweep: see in_sweep)
     init: Init = Init("seed")
     gradient: Gradient = Gradient("analytic")
     seed: int = 0
@@ -248,12 +248,22 @@ class Config:
         return "-".join([self.run_name, *extra])
 
     def fit_spec(self) -> FitSpec:
-        """The typed fit this job runs (device resolved where it runs)."""
-        cache = outputs_dir() / "jax_cache" if self.compile_cache else None
+        """The typed fit this job runs (device resolved where it runs). ``compile_cache``: see
+        :func:`plnexp.spec.cache_choice` (None, auto: the cache in ``<outputs>/jax_cache``, one compile)."""
+        cache, warm = cache_choice(self.compile_cache, self.strategy, outputs_dir() / "jax_cache")
         return FitSpec(MODELS[self.model.value], self.optimizer, self.strategy, self.precision, self.device.value,
                        self.n_iter, self.init.value, self.gradient.value,
-                       TimingSpec(self.repeats, self.warmup, self.first_call, cache, self.time_budget_s),
+                       TimingSpec(self.repeats, self.warmup, self.first_call, cache, self.time_budget_s, warm),
                        self.seed, self.replicates)
+
+    def in_sweep(self) -> "Config":
+        """This config as a job of a sweep (a timing study) runs it: ``compile_cache`` auto (None) is
+        off there, so that every job's compile is cold; a value the user set is kept."""
+        if self.compile_cache is not None:
+            return self
+        from dataclasses import replace
+
+        return replace(self, compile_cache=False)
 
     def replicate_datasets(self) -> list[Dataset]:
         """The data set of each replicate: K synthetic data sets from seeds ``dataset.seed + k``; one
@@ -341,7 +351,10 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
     _keys("optimizer", opt, ("name", "lr"))
     strat = dict(node["strategy"])
     device = _choice("device", node.get("device"), Device)
-    compile_cache = _bool("compile_cache", node.get("compile_cache"))
+    try:
+        compile_cache = check_compile_cache(node.get("compile_cache"))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     replicates = _int("replicates", node.get("replicates", 1), 1)
     try:
         optimizer = OptimizerSpec(opt.get("name"), opt.get("lr"))

@@ -63,7 +63,7 @@ def _host(tree):
 def fit(data: Data, model: str = "profiled", optimizer: str = "rprop", n_iter: int = 1000,
         precision: str = "float32", device: str = "cpu", strategy: str = "scan", *, lr: float | None = None,
         init: str = "seed", gradient: str = "analytic", repeats: int = 1, warmup: int = 0,
-        first_call: bool = False, compile_cache: bool = False, compile_cache_dir=None, time_budget_s: float = 0.0,
+        first_call: bool = False, compile_cache: bool | None = None, compile_cache_dir=None, time_budget_s: float = 0.0,
         seed: int = 0, timed: bool = True, **options) -> FitResult:
     """Fit a PLN model by variational inference and time it.
 
@@ -75,9 +75,13 @@ def fit(data: Data, model: str = "profiled", optimizer: str = "rprop", n_iter: i
     ``first_call=True`` adds a cold plain call, ``warmup``/``repeats`` add runs (median and spread of
     at least ``repeats``, more while they took less than ``time_budget_s`` seconds, after ``warmup``).
     ``timed=False`` makes one plain call. ``seed``: the noise of ``init="random"``.
-    ``compile_cache=True`` uses JAX's persistent compilation cache in ``compile_cache_dir``
-    (default ``<outputs>/jax_cache``, see :func:`plnexp.paths.outputs_dir`) and also times a
-    second compile served by it; otherwise the persistent cache is off during the fit.
+    By default (``compile_cache=None``) the fit's compile goes through JAX's persistent compilation
+    cache in ``compile_cache_dir`` (default ``<outputs>/jax_cache``, see
+    :func:`plnexp.paths.outputs_dir`): the first process writes the program, a later one reads it
+    back instead of compiling (``res.timing.compile_cache_hits`` >= 1). ``compile_cache=True`` also
+    times a second compile served by it (``compile_warm_s``, the timing study's switch);
+    ``compile_cache=False`` keeps the cache off (a cold compile). A cache folder that cannot be
+    written is a one-line :class:`plnexp.timing.CacheWarning`, and the fit runs without it.
     Raises ``ValueError`` (one line, naming the argument and its allowed values) on a bad choice,
     and :class:`NumericsError` if the compiled ELBO disagrees with the float64 host reference.
     """
@@ -118,12 +122,15 @@ def run_all(data: Data | Sequence[Data], spec: FitSpec, *, timed: bool = True) -
     problem = make_problem(spec.model, spec.optimizer, spec.gradient)
     dtype = spec.precision.dtype
     dev = resolve_device(spec.device)
-    spec.strategy.check(spec.timing.compile_cache_dir is not None, dev.platform, spec.replicates)
+    spec.strategy.check(spec.timing.compile_cache_dir is not None and spec.timing.warm_compile, dev.platform,
+                        spec.replicates)
     t = spec.timing
-    cache_dir = t.compile_cache_dir
+    # a folder that cannot be written: one warning, and the fit runs without the cache
+    cache_dir = timing.usable_cache_dir(t.compile_cache_dir) if spec.strategy.entry.jax_cache else None
     seeds = [spec.seed + k for k in range(spec.replicates)]
 
-    with jax.enable_x64(dtype == np.float64):
+    # the cache also serves the initial state's program (the timed compile sets its own, see timing)
+    with jax.enable_x64(dtype == np.float64), timing.persistent_cache(cache_dir):
         program = strategies.build(problem, spec.n_iter, spec.strategy, spec.replicates)
         arrays = program.place(datas, dtype, dev)  # the program owns where its data goes
         state = program.initial(problem, arrays, spec.init, seeds)
@@ -132,7 +139,7 @@ def run_all(data: Data | Sequence[Data], spec: FitSpec, *, timed: bool = True) -
         if timed:
             out, times = timing.measure(program, state, arrays, repeats=t.repeats, warmup=t.warmup,
                                         budget_s=t.time_budget_s, first_call=t.first_call,
-                                        compile_cache_dir=cache_dir)
+                                        compile_cache_dir=cache_dir, warm_compile=t.warm_compile)
         else:
             out, times = timing.untimed(program, state, arrays, compile_cache_dir=cache_dir)
         del state

@@ -42,13 +42,15 @@ class TimingSpec:
     """How a fit is timed (:mod:`plnexp.timing`): after ``warmup`` untimed runs, at least ``repeats``
     timed runs (median and spread), more while they took less than ``time_budget_s`` seconds in all;
     a cold plain call when ``first_call``; JAX's persistent compilation cache in
-    ``compile_cache_dir`` (None: off)."""
+    ``compile_cache_dir`` (None: off), and with it, when ``warm_compile``, a second compile timed
+    (``compile_warm_s``: the timing study's ``compile_cache=true``; see :func:`cache_choice`)."""
 
     repeats: int = 1
     warmup: int = 0
     first_call: bool = False
     compile_cache_dir: Path | None = None
     time_budget_s: float = 0.0
+    warm_compile: bool = True
 
     def __post_init__(self):
         for key, low in (("repeats", 1), ("warmup", 0)):
@@ -58,8 +60,34 @@ class TimingSpec:
         b = self.time_budget_s
         if isinstance(b, bool) or not isinstance(b, (int, float)) or not (0 <= b < float("inf")):
             raise ValueError(f"time_budget_s={b!r}: allowed values are numbers >= 0 (seconds)")
-        if not isinstance(self.first_call, bool):
-            raise ValueError(f"first_call={self.first_call!r}: allowed values are True, False")
+        for key in ("first_call", "warm_compile"):
+            if not isinstance(getattr(self, key), bool):
+                raise ValueError(f"{key}={getattr(self, key)!r}: allowed values are True, False")
+
+
+COMPILE_CACHE_VALUES = "true, false, null (auto: on for a fit, off in a sweep)"
+
+
+def check_compile_cache(value, allowed: str = COMPILE_CACHE_VALUES):
+    """``compile_cache``: True, False or None (auto); a one-line ValueError for anything else."""
+    if value is not None and not isinstance(value, bool):
+        raise ValueError(f"compile_cache={value!r}: allowed values are {allowed}")
+    return value
+
+
+def cache_choice(compile_cache: bool | None, strategy: StrategySpec,
+                 directory: str | Path | None = None) -> tuple[Path | None, bool]:
+    """``compile_cache`` -> (the persistent compilation cache's folder or None: off, whether a second
+    warm compile is timed). ``True``: the cache, both compiles timed (the timing study's switch);
+    ``None`` (auto): the cache, one compile, served by it when an earlier process wrote the program
+    (off for strategies JAX does not compile: the PyTorch baselines); ``False``: off. ``directory``:
+    the cache's folder (default ``<outputs>/jax_cache``, :func:`plnexp.paths.outputs_dir`)."""
+    if compile_cache is False or (compile_cache is None and not strategy.entry.jax_cache):
+        return None, False
+    from .paths import outputs_dir
+
+    folder = Path(directory) if directory is not None else outputs_dir() / "jax_cache"
+    return folder, compile_cache is True
 
 
 @dataclass(frozen=True)
@@ -100,7 +128,7 @@ class FitSpec:
 def parse(model: str = "profiled", optimizer: str = "rprop", n_iter: int = 1000, precision: str = "float32",
           device: str = "cpu", strategy: str = "scan", *, lr: float | None = None, init: str = "seed",
           gradient: str = "analytic", repeats: int = 1, warmup: int = 0, first_call: bool = False,
-          compile_cache: bool = False, compile_cache_dir: str | Path | None = None, time_budget_s: float = 0.0,
+          compile_cache: bool | None = None, compile_cache_dir: str | Path | None = None, time_budget_s: float = 0.0,
           seed: int = 0, replicates: int = 1, **options) -> FitSpec:
     """:func:`plnexp.fit`'s strings -> a :class:`FitSpec` (one-line ValueError on a bad choice).
 
@@ -110,8 +138,7 @@ def parse(model: str = "profiled", optimizer: str = "rprop", n_iter: int = 1000,
     if model not in MODELS:
         raise ValueError(f"model={model!r}: allowed values are {', '.join(MODELS)}")
     prec = precision_named(precision)
-    if not isinstance(compile_cache, bool):
-        raise ValueError(f"compile_cache={compile_cache!r}: allowed values are True, False")
+    check_compile_cache(compile_cache, "True, False, None (auto: the cache on, one compile)")
     known = all_option_names()
     unknown = sorted(set(options) - set(known))
     if unknown:
@@ -119,10 +146,6 @@ def parse(model: str = "profiled", optimizer: str = "rprop", n_iter: int = 1000,
                         f"{', '.join(known)})")
     spec = StrategySpec.of(strategy, **{k: v for k, v in options.items() if strategy in known[k]})
     spec.check(compile_cache, optimizer=optimizer, gradient=gradient)
-    cache_dir = None
-    if compile_cache:
-        from .paths import outputs_dir  # the API's default; the command line passes its own
-
-        cache_dir = Path(compile_cache_dir) if compile_cache_dir is not None else outputs_dir() / "jax_cache"
+    cache_dir, warm = cache_choice(compile_cache, spec, compile_cache_dir)
     return FitSpec(MODELS[model], OptimizerSpec(optimizer, lr), spec, prec, device, n_iter, init, gradient,
-                   TimingSpec(repeats, warmup, first_call, cache_dir, time_budget_s), seed, replicates)
+                   TimingSpec(repeats, warmup, first_call, cache_dir, time_budget_s, warm), seed, replicates)

@@ -294,6 +294,8 @@ class Task:
             print(f"plnexp: error: {e}", file=sys.stderr, flush=True)
             self.failed += 1
             return f"plnexp: error: {e}"
+        if hc.mode == RunMode.MULTIRUN:
+            config = config.in_sweep()  # compile_cache auto: off, every job compiles cold
         if entry is not None:
             overrides, name = list(entry.overrides), entry.name
         else:

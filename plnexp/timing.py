@@ -27,10 +27,11 @@ Opt-in extras, each an added cost:
 - ``compile_cache_dir=PATH``: JAX's persistent compilation cache in PATH for the compiles
   (every entry written: no minimum compile time or size). ``compile_s`` is then the first compile
   (a miss on a fresh cache; ``compile_cache_hits`` counts the XLA compilations it got from the
-  cache, 0 when truly cold) and ``compile_warm_s`` a second ``jax.clear_caches()`` + compile,
-  served by the cache (``compile_warm_cache_hits``), which is what a new process pays. With
-  ``None`` the persistent cache is off for the whole measurement; either way JAX's previous cache
-  settings are restored afterwards.
+  cache, 0 when truly cold) and, with ``warm_compile`` (the default), ``compile_warm_s`` a second
+  ``jax.clear_caches()`` + compile, served by the cache (``compile_warm_cache_hits``), which is
+  what a new process pays. With ``None`` the persistent cache is off for the whole measurement;
+  either way JAX's previous cache settings are restored afterwards. :func:`usable_cache_dir`
+  checks a folder first (a warning and no cache where it cannot be written).
 
 Note that ``eager`` (and, for its few glue operations, ``jit_per_function``) compiles each
 primitive on first use: after the cache clearing, its first run pays those compiles. Ask for
@@ -41,7 +42,9 @@ from __future__ import annotations
 
 import math
 import statistics
+import tempfile
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -168,19 +171,54 @@ def _apply_cache_options(values: dict) -> None:
     _jax_cache.reset_cache()
 
 
+class CacheWarning(UserWarning):
+    """The persistent compilation cache could not be used; the fit ran without it."""
+
+
+def usable_cache_dir(directory: str | Path | None) -> Path | None:
+    """``directory`` (created if missing) when a cache entry can be written there; else ``None``
+    and a one-line :class:`CacheWarning`: a cache that cannot be written never stops a fit."""
+    if directory is None:
+        return None
+    path = Path(directory)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as e:
+        warnings.warn(f"compile_cache: cannot write the compilation cache {path} ({e.strerror or e}); "
+                      "this fit compiles without it", CacheWarning, stacklevel=_caller_level())
+        return None
+    return path
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of the first frame outside plnexp, for a warning raised by the caller of
+    this function: it points at the user's line (``plnexp.fit(...)``), not at plnexp's."""
+    import sys
+
+    package = str(Path(__file__).resolve().parent)
+    frame, level = sys._getframe(2), 2  # 1: the function that warns, 2: its caller
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 @contextmanager
 def persistent_cache(directory: str | Path | None):
     """JAX's persistent compilation cache in ``directory`` (created; every compiled program is
-    written, whatever its compile time or size), or off when ``None``; JAX's previous cache
-    settings are restored on exit."""
+    written, whatever its compile time or size: JAX's thresholds, 1 s of compile time by default,
+    would skip a small fit's program), or off when ``None``; JAX's previous cache settings are
+    restored on exit."""
     saved = {name: jax.config.values[name] for name in _CACHE_OPTIONS if name in jax.config.values}
     if directory is None:
         wanted = {"jax_compilation_cache_dir": None}
     else:
         Path(directory).mkdir(parents=True, exist_ok=True)
+        # min entry size -1: no minimum, and JAX may not raise it (0 lets it pick one at first use)
         wanted = {"jax_compilation_cache_dir": str(directory), "jax_enable_compilation_cache": True,
                   "jax_persistent_cache_min_compile_time_secs": 0.0,
-                  "jax_persistent_cache_min_entry_size_bytes": 0}
+                  "jax_persistent_cache_min_entry_size_bytes": -1}
     _apply_cache_options(wanted)
     try:
         yield
@@ -213,7 +251,7 @@ def _cold_compile(program, state, data):
 
 
 def measure(program, state, data, *, repeats: int = 1, warmup: int = 0, budget_s: float = 0.0,
-            first_call: bool = False, compile_cache_dir: str | Path | None = None,
+            first_call: bool = False, compile_cache_dir: str | Path | None = None, warm_compile: bool = True,
             clock=time.perf_counter) -> tuple[Output, Timing]:
     """One cold AOT compile, then ``warmup`` untimed runs and the timed runs: at least ``repeats``,
     more while they took less than ``budget_s`` in all (see the module docstring for the rest);
@@ -231,8 +269,9 @@ def measure(program, state, data, *, repeats: int = 1, warmup: int = 0, budget_s
             compiled, cold_hits = _cold_compile(program, state, data)
             if compile_cache_dir is not None:
                 hits = float(cold_hits)
-                warm, warm_count = _cold_compile(program, state, data)
-                compile_warm_s, warm_hits = warm.compile_s, float(warm_count)
+                if warm_compile:
+                    warm, warm_count = _cold_compile(program, state, data)
+                    compile_warm_s, warm_hits = warm.compile_s, float(warm_count)
         for _ in range(warmup):
             _timed(compiled.run, state, data, clock)
         calib_before = calibrate(clock)
@@ -255,7 +294,9 @@ def measure(program, state, data, *, repeats: int = 1, warmup: int = 0, budget_s
 
 def untimed(program, state, data, *, compile_cache_dir: str | Path | None = None) -> tuple[Output, Timing]:
     """One plain call (cached jit, no cache clearing): for tests and quick fits. The persistent
-    compilation cache is used if ``compile_cache_dir`` is given, off otherwise."""
-    with persistent_cache(compile_cache_dir):
+    compilation cache is used if ``compile_cache_dir`` is given (``compile_cache_hits``), off
+    otherwise."""
+    with persistent_cache(compile_cache_dir), _count_events(CACHE_HIT_EVENT) as hits:
         out, seconds = _timed(program.call, state, data)
-    return out, Timing(compile_s=NAN, first_call_s=seconds, run_s=NAN, ms_per_iter=NAN, runs_s=(seconds,))
+    return out, Timing(compile_s=NAN, first_call_s=seconds, run_s=NAN, ms_per_iter=NAN, runs_s=(seconds,),
+                       compile_cache_hits=NAN if compile_cache_dir is None else float(hits[0]))

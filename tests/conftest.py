@@ -45,6 +45,20 @@ def floor_cache(tmp_path_factory):
         os.environ["PLNEXP_FLOOR_CACHE"] = before
 
 
+@pytest.fixture(scope="session", autouse=True)
+def outputs_outside_the_repo(tmp_path_factory):
+    """No test writes into the repository's outputs/: PLNEXP_OUTPUTS is a temporary folder for the
+    whole session (plnexp.fit's compile cache goes to <outputs>/jax_cache by default); tests that
+    need a store of their own use ``outputs``."""
+    saved = os.environ.get("PLNEXP_OUTPUTS")
+    os.environ["PLNEXP_OUTPUTS"] = str(tmp_path_factory.mktemp("session_outputs"))
+    yield
+    if saved is None:
+        os.environ.pop("PLNEXP_OUTPUTS", None)
+    else:
+        os.environ["PLNEXP_OUTPUTS"] = saved
+
+
 @pytest.fixture(scope="session")
 def oaks():
     """The shipped oaks data, n=116, p=114, intercept only."""

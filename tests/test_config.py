@@ -120,7 +120,7 @@ BAD = [
     (["warmup=-1"], "warmup=-1: allowed values are integers >= 0"),
     (["first_call=3"], "first_call=3: allowed values are true, false"),
     (["first_call=yes"], "first_call='yes': allowed values are true, false"),
-    (["compile_cache=1"], "compile_cache=1: allowed values are true, false"),
+    (["compile_cache=1"], "compile_cache=1: allowed values are true, false, null"),
     (["dataset=csv", "dataset.counts=/nonexistent.csv"], "dataset.counts='/nonexistent.csv': allowed values"),
     (["strategy=scan,fori_loop"], "needs `python -m plnexp sweep` or --multirun"),
 ]
@@ -178,14 +178,14 @@ def test_timing_protocol_defaults_and_switches(tmp_path, monkeypatch):
     monkeypatch.setenv("PLNEXP_OUTPUTS", str(tmp_path))
     (job,) = cli.plan([], multirun=False)
     c = job.config
-    assert (c.repeats, c.time_budget_s, c.warmup, c.first_call, c.compile_cache) == (3, 1.0, 0, False, False)
-    t = c.fit_spec().timing
-    assert (t.repeats, t.time_budget_s, t.warmup, t.first_call, t.compile_cache_dir) == (3, 1.0, 0, False, None)
+    assert (c.repeats, c.time_budget_s, c.warmup, c.first_call, c.compile_cache) == (3, 1.0, 0, False, None)
+    t = c.fit_spec().timing  # compile_cache auto: the cache, one compile (tests/test_compile_cache.py)
+    assert (t.repeats, t.time_budget_s, t.warmup, t.first_call, t.warm_compile) == (3, 1.0, 0, False, False)
     (job,) = cli.plan(["first_call=true", "compile_cache=true", "repeats=2", "warmup=1", "time_budget_s=0"],
                       multirun=False)
     t = job.config.fit_spec().timing
     assert (t.repeats, t.time_budget_s, t.warmup, t.first_call) == (2, 0.0, 1, True)
-    assert t.compile_cache_dir == tmp_path.resolve() / "jax_cache"
+    assert t.compile_cache_dir == tmp_path.resolve() / "jax_cache" and t.warm_compile
     assert job.name == "scan-oaks-f32-cpu", "protocol switches do not rename a run"
     flat = C.flatten(job.config.as_dict())
     assert flat["first_call"] is True and flat["compile_cache"] is True
@@ -200,7 +200,8 @@ def test_sweeps_use_the_cheap_protocol():
         jobs = cli.plan([f"sweep={sweep}"], multirun=True)
         for j in jobs:
             c = j.config
-            assert (c.repeats, c.time_budget_s, c.first_call, c.compile_cache) == (3, 1.0, False, False), sweep
+            assert (c.repeats, c.time_budget_s, c.first_call, c.compile_cache) == (3, 1.0, False, None), sweep
+            assert c.in_sweep().fit_spec().timing.compile_cache_dir is None, sweep  # cold compiles
             assert c.warmup == (1 if sweep in ("default", "scaling", "torch") else 0), sweep
 
 

@@ -91,6 +91,15 @@ def test_compile_cache_adds_one_compile(cleared, tmp_path):
     assert jax.config.values["jax_compilation_cache_dir"] == before, "the cache setting is restored"
 
 
+def test_compile_cache_without_the_warm_compile(cleared, tmp_path):
+    """compile_cache auto (plnexp.fit's default): the cache on, one compile, its hits counted."""
+    program = FakeProgram()
+    _, t = timing.measure(program, None, None, compile_cache_dir=tmp_path / "cache", warm_compile=False)
+    assert (program.compiles, program.runs, len(cleared)) == (1, 1, 1)
+    assert t.compile_cache_hits == 0 and math.isnan(t.compile_warm_s) and math.isnan(t.compile_warm_cache_hits)
+    assert "compile_cache_hits" in t.as_metrics() and "compile_warm_s" not in t.as_metrics()
+
+
 @pytest.mark.parametrize("kwargs", [{"repeats": 0}, {"warmup": -1}, {"repeats": 1.5}])
 def test_bad_counts_are_one_line(cleared, kwargs):
     with pytest.raises(ValueError, match=r"repeats=.*warmup=.*: need integers") as err:
@@ -105,7 +114,7 @@ def test_persistent_cache_restores_jax_settings(tmp_path):
     with timing.persistent_cache(tmp_path / "c"):
         assert jax.config.values["jax_compilation_cache_dir"] == str(tmp_path / "c")
         assert jax.config.values["jax_persistent_cache_min_compile_time_secs"] == 0
-        assert jax.config.values["jax_persistent_cache_min_entry_size_bytes"] == 0
+        assert jax.config.values["jax_persistent_cache_min_entry_size_bytes"] == -1  # no minimum
         with timing.persistent_cache(None):
             assert jax.config.values["jax_compilation_cache_dir"] is None
         assert jax.config.values["jax_compilation_cache_dir"] == str(tmp_path / "c")

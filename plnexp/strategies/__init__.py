@@ -103,7 +103,8 @@ class Strategy:
     ``check_device(spec, platform)`` likewise for a device platform (and the options' fit to it);
     ``check_fit(name, optimizer, gradient)`` likewise for the optimizer and gradient it is asked to
     run. ``batches``: its fit is one function of (state, data) that ``replicates=K`` can ``vmap``
-    (a :class:`SingleProgram`)."""
+    (a :class:`SingleProgram`). ``jax_cache``: JAX's persistent compilation cache serves its compiles
+    (``compile_cache``; False for the PyTorch baselines, which compile outside JAX)."""
 
     name: str
     options: type
@@ -112,6 +113,7 @@ class Strategy:
     check_device: Callable[["StrategySpec", str], None] | None = None
     batches: bool = False
     check_fit: Callable[[str, str, str], None] | None = None
+    jax_cache: bool = True
 
     @property
     def defaults(self):
@@ -134,9 +136,9 @@ STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
     Strategy("scan_fused", NoOptions, lambda pb, n, o: fused.fused_program(pb, n), fused.check,
              lambda spec, platform: fused.check_device(spec.name, platform), check_fit=fused.check_fit),
     Strategy("torch_eager", NoOptions, lambda pb, n, o: torch_program(pb, n, compiled=False),
-             check_torch, lambda spec, platform: check_torch_device(spec.name, platform)),
+             check_torch, lambda spec, platform: check_torch_device(spec.name, platform), jax_cache=False),
     Strategy("torch_compile", TorchCompile, lambda pb, n, o: torch_program(pb, n, compiled=True, mode=o.mode),
-             check_torch, lambda spec, platform: check_torch_device(spec.name, platform)),
+             check_torch, lambda spec, platform: check_torch_device(spec.name, platform), jax_cache=False),
 )}
 TORCH_STRATEGIES = tuple(name for name, s in STRATEGIES.items() if s.requires is check_torch)
 # strategies whose step is native code built at install time (absent where no compiler was): like
