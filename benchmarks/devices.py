@@ -68,7 +68,7 @@ def rdiff(a, b) -> float:
 
 def sharding(label: str, data, n_iter: int, args) -> None:
     kw = dict(model="full", optimizer="radam_clip", n_iter=n_iter, precision="float32", repeats=args.repeats,
-              warmup=args.warmup)
+              warmup=args.warmup, compile_cache=False)  # compile_s cold, as in a sweep
     rows = [("scan", {}), ("scan_sharded via=jit", {"via": "jit"}), ("scan_sharded via=shard_map", {"via": "shard_map"})]
     print(f"\n## rows split across {len(jax.devices('cpu'))} CPU devices: {label} (n={data.n}, p={data.p}), "
           f"{n_iter} iterations, float32, full, radam_clip")
@@ -89,7 +89,7 @@ def replicates(args) -> None:
     oaks = plnexp.load_oaks()
     ks = [int(k) for k in args.ks.split(",")]
     kw = dict(model="full", optimizer="radam_clip", n_iter=args.rep_n_iter, precision="float32", strategy="scan",
-              init="random", repeats=args.repeats, warmup=args.warmup)
+              init="random", repeats=args.repeats, warmup=args.warmup, compile_cache=False)
     print(f"\n## K fits in one program (vmap of scan) vs K fits one after the other: oaks x1 (n={oaks.n}, "
           f"p={oaks.p}), {args.rep_n_iter} iterations each, float32, full, radam_clip, init=random")
     print(f"{'K':>3} {'batch_compile_s':>15} {'batch_run_s':>11} {'seq_run_s':>9} {'fits/s batch':>12} "

@@ -140,7 +140,8 @@ def run_one(args) -> int:
     t0 = time.perf_counter()
     res = plnexp.fit(data, model=args.model, optimizer=args.optimizer, n_iter=args.n_iter,
                      precision=args.precision, strategy=args.strategy, repeats=args.repeats,
-                     warmup=args.warmup, first_call=True, timed=True)  # first_call_s is reported
+                     warmup=args.warmup, first_call=True, timed=True,  # first_call_s is reported
+                     compile_cache=False)  # and compile_s cold, as in a sweep
     wall = time.perf_counter() - t0
     t = res.timing
     mem = next(iter(t.memory_analysis.values()), {}) if t.memory_analysis else {}
