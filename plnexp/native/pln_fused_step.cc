@@ -1,6 +1,6 @@
 // One PLN iteration's n x p work as a single XLA custom call (strategy=scan_fused).
 //
-// Per block of rows (kept in cache from read to write):
+// Per block of 48 rows (kept in cache from read to write):
 //   R  = M - X B (profiled) or M (full), T = R Omega              (the n p^2 product, row block by row block)
 //   Z  = O + X B + M (full) or O + M (profiled), A = exp(Z + S^2/2)
 //   ELBO column sums of Y M - A + log|S|                          (the rest of the value is p x p work)
@@ -9,6 +9,12 @@
 //   C  = M_new (full) or M_new - X B (profiled): C'C (upper triangle), X'C, sum S_new^2
 // The p x p closed forms (Sigma, Omega, B) stay in XLA: see plnexp/strategies/fused.py, which
 // holds the Python reference of every formula here.
+//
+// The elementwise work runs over a block as one flat stretch of rows x p entries (the block's rows
+// are contiguous), not row by row: with p = 114 a row is 7 vectors of 16 floats and a remainder
+// that a scalar loop would take at about a quarter of the row's instructions. The per-column operands
+// (X B, R Omega, diag Omega) are laid out flat to match, and per-column sums are kept flat and
+// reduced over rows once per chunk.
 //
 // Sums over rows are taken per chunk of rows (a fixed number of chunks, whatever the number of
 // threads) and the chunks added in order: the result does not depend on the thread count or on
@@ -65,25 +71,38 @@ inline void store(T* p, typename VecOf<T>::type v) {
   std::memcpy(p, &v, sizeof(v));
 }
 
-template <typename T>
-struct Aligned {
-  T* ptr = nullptr;
-  explicit Aligned(size_t n) {
-    size_t bytes = ((n * sizeof(T) + 63) / 64) * 64;
-    ptr = static_cast<T*>(std::aligned_alloc(64, bytes == 0 ? 64 : bytes));
-    std::memset(ptr, 0, bytes == 0 ? 64 : bytes);
-  }
-  ~Aligned() { std::free(ptr); }
-  Aligned(const Aligned&) = delete;
-  Aligned& operator=(const Aligned&) = delete;
-};
 
-// Out (rows x ld) = R (rows x lda, first k columns used) @ W (k x ld). rows: a multiple of kMR.
+// Scratch memory of the calling thread, kept from call to call (slot 0: a chunk's buffers, slot 1:
+// the call's own): a fresh allocation per chunk or call costs page faults (measured ~15 us a chunk).
 template <typename T>
-void product(const T* R, int64_t lda, const T* W, T* Out, int rows, int64_t k, int64_t ld) {
+T* thread_scratch(int slot, size_t n) {
+  struct Arena {
+    void* ptr[2] = {nullptr, nullptr};
+    size_t bytes[2] = {0, 0};
+    ~Arena() {
+      std::free(ptr[0]);
+      std::free(ptr[1]);
+    }
+  };
+  thread_local Arena arena;
+  const size_t bytes = ((n * sizeof(T) + 63) / 64) * 64 + 64;
+  if (bytes > arena.bytes[slot]) {
+    std::free(arena.ptr[slot]);
+    arena.ptr[slot] = std::aligned_alloc(64, bytes);
+    arena.bytes[slot] = bytes;
+  }
+  return static_cast<T*>(arena.ptr[slot]);
+}
+
+// Out (rows x ldo) = R (rows x lda, first k columns used) @ W (k x ld). rows: a multiple of kMR.
+// ldo may be less than ld (the columns past k are zero-padding): the panels are written last to
+// first, so that what a row's last panel writes past column ldo (into the next row) is overwritten
+// by the next row's first panels; Out must hold (rows - 1) * ldo + ld elements.
+template <typename T>
+void product(const T* R, int64_t lda, const T* W, T* Out, int rows, int64_t k, int64_t ld, int64_t ldo) {
   using V = typename VecOf<T>::type;
   constexpr int L = kLanes<T>;
-  for (int64_t j0 = 0; j0 < ld; j0 += kNR<T>) {
+  for (int64_t j0 = ld - kNR<T>; j0 >= 0; j0 -= kNR<T>) {
     for (int i0 = 0; i0 < rows; i0 += kMR) {
       V acc[kMR][kNV];
 #pragma GCC unroll 16
@@ -101,16 +120,22 @@ void product(const T* R, int64_t lda, const T* W, T* Out, int rows, int64_t k, i
       }
 #pragma GCC unroll 16
       for (int i = 0; i < kMR; ++i) {
-        store<T>(Out + (i0 + i) * ld + j0, acc[i][0]);
-        store<T>(Out + (i0 + i) * ld + j0 + L, acc[i][1]);
+        store<T>(Out + (i0 + i) * ldo + j0, acc[i][0]);
+        store<T>(Out + (i0 + i) * ldo + j0 + L, acc[i][1]);
       }
     }
   }
 }
 
-// G (ld x ld) += C' C over `rows` rows of C (rows x ld), only tiles touching the upper triangle.
+// Rows of a Gram buffer: ld rounded up to whole register tiles (kMR rows; 16 | ld but 6 does not
+// divide 16 with 256-bit vectors).
+inline int64_t gram_rows(int64_t ld) { return ((ld + kMR - 1) / kMR) * kMR; }
+
+// G (gram_rows(ld) x ld) += C' C over `rows` rows of C (rows x ldc, ldc <= ld), only tiles touching
+// the upper triangle. Reads (rows - 1) * ldc + gram_rows(ld) elements of C: where ldc < ld, the
+// entries of G past column or row ldc are garbage (never read back); those up to ldc are exact.
 template <typename T>
-void gram_update(const T* C, T* G, int rows, int64_t ld) {
+void gram_update(const T* C, T* G, int rows, int64_t ld, int64_t ldc) {
   using V = typename VecOf<T>::type;
   constexpr int L = kLanes<T>;
   for (int64_t i0 = 0; i0 < ld; i0 += kMR) {
@@ -123,7 +148,7 @@ void gram_update(const T* C, T* G, int rows, int64_t ld) {
         acc[i][1] = load<T>(G + (i0 + i) * ld + j0 + L);
       }
       for (int r = 0; r < rows; ++r) {
-        const T* c = C + r * ld;
+        const T* c = C + r * ldc;
         V b0 = load<T>(c + j0), b1 = load<T>(c + j0 + L);
 #pragma GCC unroll 16
         for (int i = 0; i < kMR; ++i) {
@@ -243,18 +268,27 @@ inline T fast_log(T x) {  // x >= 0, inf or NaN; subnormals are not expected (|S
   const bool big = m > sqrt2;
   m = big ? m * T(0.5) : m;
   const T ef = (ebiased - T(Bits<T>::kBias)) + (big ? T(1) : T(0));
-  const T f = m - T(1);
-  const T s = f / (T(2) + f);
-  const T s2 = s * s;
-  T q;
+  const T f = m - T(1);  // in [sqrt(1/2) - 1, sqrt(2) - 1]
+  T out;
   if constexpr (f32) {
-    q = T(1.0 / 11);
-    q = q * s2 + T(1.0 / 9);
-    q = q * s2 + T(1.0 / 7);
-    q = q * s2 + T(1.0 / 5);
-    q = q * s2 + T(1.0 / 3);
+    // Cephes' logf: log(1 + f) = f - f^2/2 + f^3 P(f), no division (within ~1 ulp)
+    const T z = f * f;
+    T q = T(7.0376836292E-2);
+    q = q * f + T(-1.1514610310E-1);
+    q = q * f + T(1.1676998740E-1);
+    q = q * f + T(-1.2420140846E-1);
+    q = q * f + T(1.4249322787E-1);
+    q = q * f + T(-1.6668057665E-1);
+    q = q * f + T(2.0000714765E-1);
+    q = q * f + T(-2.4999993993E-1);
+    q = q * f + T(3.3333331174E-1);
+    T y = (f * z) * q + ef * T(-2.12194440e-4);
+    y = y - T(0.5) * z;
+    out = (f + y) + ef * T(0.693359375);
   } else {
-    q = T(1.0 / 23);
+    const T s = f / (T(2) + f);
+    const T s2 = s * s;
+    T q = T(1.0 / 23);
     q = q * s2 + T(1.0 / 21);
     q = q * s2 + T(1.0 / 19);
     q = q * s2 + T(1.0 / 17);
@@ -265,11 +299,11 @@ inline T fast_log(T x) {  // x >= 0, inf or NaN; subnormals are not expected (|S
     q = q * s2 + T(1.0 / 7);
     q = q * s2 + T(1.0 / 5);
     q = q * s2 + T(1.0 / 3);
+    const T ln2_hi = T(0.6931471803691238);
+    const T ln2_lo = T(1.9082149292705877e-10);
+    // log m = 2 atanh(s) = 2 s + 2 s^3 q(s^2)
+    out = (T(2) * s * (s2 * q) + ef * ln2_lo) + T(2) * s + ef * ln2_hi;
   }
-  const T ln2_hi = f32 ? T(0.693145751953125) : T(0.6931471803691238);
-  const T ln2_lo = f32 ? T(1.428606765330187e-06) : T(1.9082149292705877e-10);
-  // log m = 2 atanh(s) = 2 s + 2 s^3 q(s^2)
-  T out = (T(2) * s * (s2 * q) + ef * ln2_lo) + T(2) * s + ef * ln2_hi;
   out = x == T(0) ? -T(INFINITY) : out;
   out = x == T(INFINITY) ? x : out;
   return (x != x || x < T(0)) ? T(NAN) : out;
@@ -283,10 +317,22 @@ enum Rule : int32_t { kSgd = 0, kAdam = 1, kRadamClip = 2, kRprop = 3 };
 template <int R>
 constexpr int kSlots = R == kSgd ? 0 : 2;
 
-// The coefficients as values (loaded once per call, so that the compiler keeps them in registers).
+// The coefficients as values (loaded once per call, so that the compiler keeps them in registers),
+// with the divisions by the bias corrections turned into products by their reciprocals, taken once
+// per call (x / c and x * (1 / c) differ by at most an ulp: within the tests' tolerances).
 template <typename T>
 struct Coef {
   T c[10];
+  T inv_bc1, inv_bc2;  // 1 / (1 - b1^t), 1 / (1 - b2^t)
+  T adam_scale;        // -lr / (1 - b1^t)
+  T radam_scale;       // r / (1 - b1^t)
+  explicit Coef(const T* raw) {
+    for (int i = 0; i < 10; ++i) c[i] = raw[i];
+    inv_bc1 = c[4] != T(0) ? T(1) / c[4] : T(0);
+    inv_bc2 = c[5] != T(0) ? T(1) / c[5] : T(0);
+    adam_scale = c[7] * inv_bc1;
+    radam_scale = c[9] * inv_bc1;
+  }
 };
 
 // Rectified: RAdam past its warm-up (optax's `ro >= threshold`), a template argument so that the
@@ -302,15 +348,15 @@ inline T update(const Coef<T>& k, T g, T x, T& u, T& v) {
     const T nu = c[2] * (g * g) + c[3] * v;
     u = mu;
     v = nu;
-    const T mu_hat = mu / c[4], nu_hat = nu / c[5];
+    const T root = std::sqrt(nu * k.inv_bc2) + c[6];  // sqrt(nu_hat) + eps
     if constexpr (R == kAdam) {
-      return x + c[7] * (mu_hat / (std::sqrt(nu_hat) + c[6]));
+      return x + (k.adam_scale * mu) / root;  // -lr mu_hat / (sqrt(nu_hat) + eps)
     } else {
       T step;
       if constexpr (Rectified)
-        step = -((c[9] * mu_hat) / (std::sqrt(nu_hat) + c[6]));
+        step = -((k.radam_scale * mu) / root);  // -(r mu_hat) / (sqrt(nu_hat) + eps)
       else
-        step = -mu_hat;
+        step = -(mu * k.inv_bc1);  // -mu_hat
       return x + std::min(std::max(step, T(-0.1)), T(0.1));
     }
   } else {  // rprop; u: step size, v: previous update; c = [eta_plus, eta_minus, min step, max step]
@@ -338,12 +384,15 @@ struct Work {
   double *colsum, *s2, *xta, *xtc;
 };
 
-// One row: value, gradient, update and the next statistics, in one pass over its p entries.
+// A block of rows as one flat stretch of `count` = rows x p entries (the rows of Y, O, M, S and the
+// slots are contiguous): value, gradient, update and the next statistics in one pass, with no
+// per-row remainder loop. The per-column inputs come as flat block buffers: X B (xb), R Omega (t),
+// diag Omega repeated (diag); the per-column sums go to flat accumulators (colsum, s2), reduced
+// over rows at the end of the chunk.
 template <int R, bool Full, bool Rectified, typename T>
-inline void row_pass(const Work<T>& w, const Coef<T> k, int64_t off, const T* __restrict xb, const T* __restrict t,
-                     const T* __restrict diag, T* __restrict a_row, T* __restrict cc, double* __restrict colsum,
-                     double* __restrict s2) {
-  const int64_t p = w.p;
+inline void block_pass(const Work<T>& w, const Coef<T> k, int64_t off, int64_t count, const T* __restrict xb,
+                       const T* __restrict t, const T* __restrict diag, T* __restrict a_out, T* __restrict cc,
+                       T* __restrict colsum, T* __restrict s2) {
   const T* __restrict y = w.Y + off;
   const T* __restrict o = w.O + off;
   const T* __restrict m = w.M + off;
@@ -360,33 +409,33 @@ inline void row_pass(const Work<T>& w, const Coef<T> k, int64_t off, const T* __
   const T* us_in = w.slot_in[2] + off;
   const T* vs_in = w.slot_in[3] + off;
 #pragma GCC ivdep
-  for (int64_t j = 0; j < p; ++j) {
-    const T yj = y[j], mj = m[j], sj = s[j];
-    const T z = Full ? (o[j] + xb[j]) + mj : o[j] + mj;
-    const T a = fast_exp<T>(z + (T(0.5) * sj) * sj);
-    colsum[j] += static_cast<double>((yj * mj - a) + fast_log<T>(std::abs(sj)));
-    a_row[j] = a;
-    const T dm = (yj - a) - t[j];
-    const T ds = T(1) / sj - sj * (a + diag[j]);
+  for (int64_t e = 0; e < count; ++e) {
+    const T ye = y[e], me = m[e], se = s[e];
+    const T z = Full ? (o[e] + xb[e]) + me : o[e] + me;
+    const T a = fast_exp<T>(z + (T(0.5) * se) * se);
+    colsum[e] += (ye * me - a) + fast_log<T>(std::abs(se));
+    if constexpr (Full) a_out[e] = a;
+    const T dm = (ye - a) - t[e];
+    const T ds = T(1) / se - se * (a + diag[e]);
     T u1 = T(0), v1 = T(0), u2 = T(0), v2 = T(0);
     if constexpr (kSlots<R> > 0) {
-      u1 = um_in[j];
-      v1 = vm_in[j];
-      u2 = us_in[j];
-      v2 = vs_in[j];
+      u1 = um_in[e];
+      v1 = vm_in[e];
+      u2 = us_in[e];
+      v2 = vs_in[e];
     }
-    const T mn = update<R, Rectified, T>(k, -dm, mj, u1, v1);
-    const T sn = update<R, Rectified, T>(k, -ds, sj, u2, v2);
+    const T mn = update<R, Rectified, T>(k, -dm, me, u1, v1);
+    const T sn = update<R, Rectified, T>(k, -ds, se, u2, v2);
     if constexpr (kSlots<R> > 0) {
-      um[j] = u1;
-      vm[j] = v1;
-      us[j] = u2;
-      vs[j] = v2;
+      um[e] = u1;
+      vm[e] = v1;
+      us[e] = u2;
+      vs[e] = v2;
     }
-    m_out[j] = mn;
-    s_out[j] = sn;
-    cc[j] = Full ? mn : mn - xb[j];
-    s2[j] += static_cast<double>(sn * sn);
+    m_out[e] = mn;
+    s_out[e] = sn;
+    if constexpr (!Full) cc[e] = mn - xb[e];
+    s2[e] += sn * sn;
   }
 }
 
@@ -395,63 +444,94 @@ void run_chunk(const Work<T>& w, int64_t chunk) {
   const int64_t n = w.n, p = w.p, d = w.d, ld = w.ld;
   const int64_t begin = chunk * w.chunk_rows, end = std::min(n, begin + w.chunk_rows);
   if (begin >= end) return;
-  Aligned<T> Rm(kBlock * ld), Tm(kBlock * ld), C(kBlock * ld), XB(kBlock * p), diag(p);
-  T* gram = w.gram + chunk * ld * ld;
-  double* colsum = w.colsum + chunk * p;
-  double* s2 = w.s2 + chunk * p;
-  double* xta = w.xta + chunk * d * p;
-  double* xtc = w.xtc + chunk * d * p;
-  for (int64_t j = 0; j < p; ++j) diag.ptr[j] = w.Omega_pad[j * ld + j];
-  Coef<T> k;
-  for (int i = 0; i < 10; ++i) k.c[i] = w.coef[i];
+  // block buffers: rows x p, plus what the products' last tiles read or write past the last row
+  const int64_t flat = kBlock * p, spill = gram_rows(ld) - p;
+  // scratch: every entry read is written first, but for the sums (zeroed) and Rm's padding rows
+  // (zeroed where used). Each buffer rounded up to whole cache lines.
+  const int64_t line = 64 / sizeof(T);
+  auto up = [line](int64_t m) { return ((m + line - 1) / line) * line; };
+  const int64_t sizes[8] = {up(kBlock * ld), up(flat + spill), up(flat + spill), up(flat), up(flat), up(flat),
+                            up(flat), up(flat)};
+  int64_t total = 0;
+  for (int64_t z : sizes) total += z;
+  T* base = thread_scratch<T>(0, total);
+  T* bufs[8];
+  for (int i = 0; i < 8; ++i) {
+    bufs[i] = base;
+    base += sizes[i];
+  }
+  T *Rm = bufs[0], *Tm = bufs[1], *C = bufs[2], *XB = bufs[3], *A = bufs[4], *diag = bufs[5], *colsum_b = bufs[6],
+    *s2_b = bufs[7];
+  std::memset(colsum_b, 0, 2 * sizes[6] * sizeof(T));  // colsum_b and s2_b, adjacent
+  T* gram = w.gram + chunk * gram_rows(ld) * ld;
+  std::memset(gram, 0, gram_rows(ld) * ld * sizeof(T));
+  double* xs = (Full ? w.xta : w.xtc) + chunk * d * p;
+  for (int64_t i = 0; i < kBlock; ++i)
+    for (int64_t j = 0; j < p; ++j) diag[i * p + j] = w.Omega_pad[j * ld + j];
+  const Coef<T> k(w.coef);
   for (int64_t r0 = begin; r0 < end; r0 += kBlock) {
     const int rows = static_cast<int>(std::min<int64_t>(kBlock, end - r0));
     const int padded = ((rows + kMR - 1) / kMR) * kMR;
+    const int64_t off = r0 * p, count = rows * p;
     // X B for the block, and R = M (full) or M - X B (profiled), zero-padded to ld columns
     for (int i = 0; i < rows; ++i) {
       const T* x = w.X + (r0 + i) * d;
-      T* xb = XB.ptr + i * p;
+      T* xb = XB + i * p;
       for (int64_t j = 0; j < p; ++j) xb[j] = T(0);
-      for (int64_t k = 0; k < d; ++k) {
-        const T xk = x[k];
-        const T* b = w.B + k * p;
-        for (int64_t j = 0; j < p; ++j) xb[j] += xk * b[j];
+      for (int64_t q = 0; q < d; ++q) {
+        const T xq = x[q];
+        const T* b = w.B + q * p;
+        for (int64_t j = 0; j < p; ++j) xb[j] += xq * b[j];
       }
       if constexpr (!Full) {
-        const T* m = w.M + (r0 + i) * p;
-        T* rr = Rm.ptr + i * ld;
+        const T* m = w.M + off + i * p;
+        T* rr = Rm + i * ld;
         for (int64_t j = 0; j < p; ++j) rr[j] = m[j] - xb[j];
       }
     }
     if (Full && rows == padded) {  // R = M: the product reads M's rows where they are
-      product<T>(w.M + r0 * p, p, w.Omega_pad, Tm.ptr, padded, p, ld);
+      product<T>(w.M + off, p, w.Omega_pad, Tm, padded, p, ld, p);
     } else {
       if constexpr (Full)
-        for (int i = 0; i < rows; ++i) std::memcpy(Rm.ptr + i * ld, w.M + (r0 + i) * p, p * sizeof(T));
-      for (int i = rows; i < padded; ++i) std::memset(Rm.ptr + i * ld, 0, ld * sizeof(T));
-      product<T>(Rm.ptr, ld, w.Omega_pad, Tm.ptr, padded, p, ld);
+        for (int i = 0; i < rows; ++i) std::memcpy(Rm + i * ld, w.M + off + i * p, p * sizeof(T));
+      for (int i = rows; i < padded; ++i) std::memset(Rm + i * ld, 0, ld * sizeof(T));
+      product<T>(Rm, ld, w.Omega_pad, Tm, padded, p, ld, p);
     }
+    if (R == kRadamClip && k.c[8] != T(0))
+      block_pass<R, Full, true, T>(w, k, off, count, XB, Tm, diag, A, C, colsum_b, s2_b);
+    else
+      block_pass<R, Full, false, T>(w, k, off, count, XB, Tm, diag, A, C, colsum_b, s2_b);
+    // X'A (full) or X'C (profiled), in double: the profiled model's Sigma takes X'C' (X'X)^-1 X'C
+    // from C'C, a difference that float sums of C would spoil
+    const T* src = Full ? A : C;
     for (int i = 0; i < rows; ++i) {
-      T* cc = C.ptr + i * ld;
-      T* a_row = Rm.ptr + i * ld;  // R's row is used up: A goes there (for X'A)
-      const int64_t off = (r0 + i) * p;
-      const T* xb = XB.ptr + i * p;
-      const T* t = Tm.ptr + i * ld;
-      if (R == kRadamClip && k.c[8] != T(0))
-        row_pass<R, Full, true, T>(w, k, off, xb, t, diag.ptr, a_row, cc, colsum, s2);
-      else
-        row_pass<R, Full, false, T>(w, k, off, xb, t, diag.ptr, a_row, cc, colsum, s2);
-      for (int64_t j = p; j < ld; ++j) cc[j] = T(0);
       const T* x = w.X + (r0 + i) * d;
       for (int64_t q = 0; q < d; ++q) {
-        const double xk = static_cast<double>(x[q]);
-        double* acc = (Full ? xta : xtc) + q * p;
-        const T* src = Full ? a_row : cc;
-        for (int64_t j = 0; j < p; ++j) acc[j] += xk * static_cast<double>(src[j]);
+        const double xq = static_cast<double>(x[q]);
+        double* __restrict acc = xs + q * p;
+        const T* __restrict row = src + i * p;
+        for (int64_t j = 0; j < p; ++j) acc[j] += xq * static_cast<double>(row[j]);
       }
     }
-    gram_update<T>(C.ptr, gram, rows, ld);
+    // C'C from the new rows: C = M_new (full: read where it is, unless fewer than `spill` entries
+    // follow the block, where the last panel's read past its last row would leave the array) or
+    // M_new - X B (profiled)
+    if (Full && (n - r0 - rows) * p >= spill) {
+      gram_update<T>(w.M_out + off, gram, rows, ld, p);
+    } else {
+      if constexpr (Full) std::memcpy(C, w.M_out + off, count * sizeof(T));
+      std::memset(C + count, 0, spill * sizeof(T));
+      gram_update<T>(C, gram, rows, ld, p);
+    }
   }
+  // the chunk's sums over its rows, in double
+  double* colsum = w.colsum + chunk * p;
+  double* s2 = w.s2 + chunk * p;
+  for (int64_t i = 0; i < kBlock; ++i)
+    for (int64_t j = 0; j < p; ++j) {
+      colsum[j] += static_cast<double>(colsum_b[i * p + j]);
+      s2[j] += static_cast<double>(s2_b[i * p + j]);
+    }
 }
 
 // Runs fn(chunk) for every chunk, on the calling thread and up to (pool size - 1) pool tasks.
@@ -496,6 +576,8 @@ void parallel_chunks(ffi::ThreadPool& pool, int64_t nchunks, const F& fn) {
   gate->closed = true;
 }
 
+int64_t nchunks_for(int64_t n) { return std::max<int64_t>(1, std::min<int64_t>(kChunks, (n + kBlock - 1) / kBlock)); }
+
 template <ffi::DataType DT>
 ffi::Error FusedStep(ffi::ThreadPool pool, ffi::Buffer<DT> Y, ffi::Buffer<DT> O, ffi::Buffer<DT> X,
                      ffi::Buffer<DT> B, ffi::Buffer<DT> M, ffi::Buffer<DT> S, ffi::Buffer<DT> Omega,
@@ -515,13 +597,15 @@ ffi::Error FusedStep(ffi::ThreadPool pool, ffi::Buffer<DT> Y, ffi::Buffer<DT> O,
   if (rule < kSgd || rule > kRprop) return ffi::Error::InvalidArgument("pln_fused_step: unknown rule");
   const int64_t ld = ((p + kNR<T> - 1) / kNR<T>) * kNR<T>;
 
-  Aligned<T> omega(p * ld);
-  for (int64_t i = 0; i < p; ++i)
-    std::memcpy(omega.ptr + i * ld, Omega.typed_data() + i * p, p * sizeof(T));
+  T* omega = thread_scratch<T>(1, p * ld + nchunks_for(n) * gram_rows(ld) * ld);
+  T* gram = omega + p * ld;
+  for (int64_t i = 0; i < p; ++i) {
+    std::memcpy(omega + i * ld, Omega.typed_data() + i * p, p * sizeof(T));
+    std::memset(omega + i * ld + p, 0, (ld - p) * sizeof(T));
+  }
 
-  int64_t nchunks = std::max<int64_t>(1, std::min<int64_t>(kChunks, (n + kBlock - 1) / kBlock));
+  const int64_t nchunks = nchunks_for(n);
   int64_t chunk_rows = (n + nchunks - 1) / nchunks;
-  Aligned<T> gram(nchunks * ld * ld);
   std::vector<double> colsum(nchunks * p, 0.0), s2(nchunks * p, 0.0), xta(nchunks * d * p, 0.0),
       xtc(nchunks * d * p, 0.0);
 
@@ -536,7 +620,7 @@ ffi::Error FusedStep(ffi::ThreadPool pool, ffi::Buffer<DT> Y, ffi::Buffer<DT> O,
   w.B = B.typed_data();
   w.M = M.typed_data();
   w.S = S.typed_data();
-  w.Omega_pad = omega.ptr;
+  w.Omega_pad = omega;
   w.coef = coef.typed_data();
   w.slot_in[0] = um.typed_data();
   w.slot_in[1] = vm.typed_data();
@@ -549,7 +633,7 @@ ffi::Error FusedStep(ffi::ThreadPool pool, ffi::Buffer<DT> Y, ffi::Buffer<DT> O,
   w.slot_out[2] = us_out->typed_data();
   w.slot_out[3] = vs_out->typed_data();
   w.chunk_rows = chunk_rows;
-  w.gram = gram.ptr;
+  w.gram = gram;
   w.colsum = colsum.data();
   w.s2 = s2.data();
   w.xta = xta.data();
@@ -572,15 +656,23 @@ ffi::Error FusedStep(ffi::ThreadPool pool, ffi::Buffer<DT> Y, ffi::Buffer<DT> O,
   }
 #undef PLNEXP_CASE
 
-  // chunks added in order, in double
+  // the chunks' Grams added in order, in double; rows of the triangle dealt to the threads in turn
   T* g_out = gram_out->typed_data();
-  for (int64_t i = 0; i < p; ++i)
-    for (int64_t j = i; j < p; ++j) {
-      double acc = 0.0;
-      for (int64_t c = 0; c < nchunks; ++c) acc += static_cast<double>(gram.ptr[c * ld * ld + i * ld + j]);
-      g_out[i * p + j] = static_cast<T>(acc);
-      g_out[j * p + i] = static_cast<T>(acc);
+  const int64_t groups = std::min<int64_t>(8, p);
+  parallel_chunks(pool, groups, [&](int64_t g) {
+    std::vector<double> acc(p);
+    for (int64_t i = g; i < p; i += groups) {
+      std::fill(acc.begin() + i, acc.end(), 0.0);
+      for (int64_t c = 0; c < nchunks; ++c) {
+        const T* row = gram + c * gram_rows(ld) * ld + i * ld;
+        for (int64_t j = i; j < p; ++j) acc[j] += static_cast<double>(row[j]);
+      }
+      for (int64_t j = i; j < p; ++j) {
+        g_out[i * p + j] = static_cast<T>(acc[j]);
+        g_out[j * p + i] = static_cast<T>(acc[j]);
+      }
     }
+  });
   auto reduce = [nchunks](const std::vector<double>& parts, int64_t size, T* out) {
     for (int64_t k = 0; k < size; ++k) {
       double acc = 0.0;
