@@ -128,3 +128,47 @@ def test_missing_kernel_is_refused_in_one_line(monkeypatch):
         monkeypatch.undo()
         fused._register.cache_clear()
         assert fused._register() is None
+
+
+VECTOR_BUILDS = {"256-bit vectors (AVX2)": "-march=x86-64-v3"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("build", list(VECTOR_BUILDS))
+def test_other_vector_width_build_equals_scan(build, tmp_path):
+    """The kernel's tiles depend on the vector width it is built for (8-row tiles with AVX-512, 6-row
+    tiles with AVX2: a Gram tile once ran past its buffer there). Build it for the other width, where
+    this CPU runs it, and check it against scan in a process that loads that build."""
+    import subprocess
+    import sys
+
+    import jax
+
+    from plnexp.paths import REPO
+
+    flags = VECTOR_BUILDS[build]
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no C++ compiler here to build the kernel for another vector width")
+    if "avx2" not in open("/proc/cpuinfo").read():
+        pytest.skip(f"this CPU cannot run a {build} build")
+    lib = tmp_path / "pln_fused_other.so"
+    subprocess.run([cxx, "-std=c++17", "-O2", flags, "-fno-math-errno", "-w", "-fPIC", "-shared",
+                    f"-I{jax.ffi.include_dir()}", str(REPO / "plnexp" / "native" / "pln_fused_step.cc"), "-o", str(lib)],
+                   check=True, capture_output=True)
+    code = """
+import sys, numpy as np, plnexp
+from plnexp.data import simulate
+worst = 0.0
+for data in (simulate(n=101, p=7, d=2, seed=3), simulate(n=1001, p=40, d=3, seed=1), plnexp.load_oaks()):
+    for model, opt in (("full", "radam_clip"), ("profiled", "rprop")):
+        kw = dict(model=model, optimizer=opt, n_iter=20, precision="float64")
+        f = plnexp.fit(data, strategy="scan_fused", **kw)
+        s = plnexp.fit(data, strategy="scan", **kw)
+        worst = max(worst, float(np.nanmax(np.abs(f.elbo - s.elbo) / np.abs(s.elbo))))
+print(worst)
+"""
+    env = {**__import__("os").environ, fused.LIBRARY_ENV: str(lib)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert float(out.stdout.strip().splitlines()[-1]) < 1e-9

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib.machinery
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -40,8 +41,14 @@ SYMBOLS = {"float32": "PlnFusedStepF32", "float64": "PlnFusedStepF64"}
 N_COEFFICIENTS = 10  # the kernel's struct Coef
 
 
+LIBRARY_ENV = "PLNEXP_FUSED_LIBRARY"  # another build of the kernel to load instead (a test's 256-bit build)
+
+
 def library_path() -> Path | None:
-    """The built kernel next to this package, or None."""
+    """The built kernel next to this package (or the file ``$PLNEXP_FUSED_LIBRARY`` names), or None."""
+    override = os.environ.get(LIBRARY_ENV)
+    if override:
+        return Path(override) if Path(override).is_file() else None
     package = Path(__file__).resolve().parent.parent
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
         candidate = package / f"{LIBRARY}{suffix}"
