@@ -218,7 +218,7 @@ class Config:
     warmup: int = 0
     time_budget_s: float = 0.0
     first_call: bool = False
-    compile_cache: bool | None = None  # None: auto (on for a run, off in a sweep: see in_sweep)
+    compile_cache: bool | None = None  # None: auto (on for a run, off in a sweep or a rerun: see as_study)
     init: Init = Init("seed")
     gradient: Gradient = Gradient("analytic")
     seed: int = 0
@@ -256,9 +256,9 @@ class Config:
                        TimingSpec(self.repeats, self.warmup, self.first_call, cache, self.time_budget_s, warm),
                        self.seed, self.replicates)
 
-    def in_sweep(self) -> "Config":
-        """This config as a job of a sweep (a timing study) runs it: ``compile_cache`` auto (None) is
-        off there, so that every job's compile is cold; a value the user set is kept."""
+    def as_study(self) -> "Config":
+        """This config as a timing study runs it (a sweep's jobs, a rerun): ``compile_cache`` auto
+        (None) is off there, so that every compile is cold; a value the user set is kept."""
         if self.compile_cache is not None:
             return self
         from dataclasses import replace

@@ -315,7 +315,8 @@ def _rerun_one(uri: str, src: Source, overrides: list[str]):
     """The rerun's outcome for the original's replicate (a job of ``replicates=K`` reruns all K, in
     one program as they ran; the original is compared with its own replicate)."""
     entry = job_entry(src, overrides)
-    job = runner.run_job(src.config, entry.overrides, entry.name, tags=entry.tags)
+    # compared with the original's timings: compile_cache auto is off, the compile cold (a sweep's rerun: sweep.Task)
+    job = runner.run_job(src.config.as_study(), entry.overrides, entry.name, tags=entry.tags)
     k = provenance.replicate(src.run.data.tags)
     return job.batch[k] if k < len(job.batch) else job
 

@@ -295,7 +295,7 @@ class Task:
             self.failed += 1
             return f"plnexp: error: {e}"
         if hc.mode == RunMode.MULTIRUN:
-            config = config.in_sweep()  # compile_cache auto: off, every job compiles cold
+            config = config.as_study()  # compile_cache auto: off, every job compiles cold
         if entry is not None:
             overrides, name = list(entry.overrides), entry.name
         else:

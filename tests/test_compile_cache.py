@@ -143,9 +143,9 @@ def test_config_accepts_true_false_null(outputs):
     assert job.config.compile_cache is None, "the default is auto"
     t = job.config.fit_spec().timing
     assert t.compile_cache_dir == outputs.resolve() / "jax_cache" and t.warm_compile is False
-    assert job.config.in_sweep().fit_spec().timing.compile_cache_dir is None, "a sweep's auto is off"
+    assert job.config.as_study().fit_spec().timing.compile_cache_dir is None, "a sweep's auto is off"
     (job,) = cli.plan(["compile_cache=true"], multirun=False)
-    assert job.config.in_sweep() is job.config, "a value the user set is kept in a sweep"
+    assert job.config.as_study() is job.config, "a value the user set is kept in a sweep"
     assert job.config.fit_spec().timing.warm_compile is True
 
 
@@ -234,3 +234,17 @@ def test_run_with_a_cache_that_cannot_be_written_warns_in_one_line(outputs, caps
                                                    "cache"), err
     (run,) = _runs(outputs, "ro")
     assert run.info.status == "FINISHED" and "compile_cache_hits" not in run.data.metrics
+
+
+def test_a_rerun_of_a_run_compiles_cold(outputs, capsys):
+    """rerun compares timings with the original's: compile_cache auto is off there (as in a sweep)."""
+    from plnexp.__main__ import main
+    from plnexp.rerun import main as rerun
+
+    assert main(["run", *TINY, "strategy=fori_loop", "experiment=orig"]) == 0
+    (run,) = _runs(outputs, "orig")
+    assert rerun([run.info.run_id]) == 0, capsys.readouterr()
+    (again,) = [r for r in _runs(outputs, "orig") if r.info.run_id != run.info.run_id]
+    assert again.data.params["compile_cache"] == "False" and "compile_cache_hits" not in again.data.metrics
+    assert again.data.tags["config_hash"] == run.data.tags["config_hash"]
+    capsys.readouterr()

@@ -201,7 +201,7 @@ def test_sweeps_use_the_cheap_protocol():
         for j in jobs:
             c = j.config
             assert (c.repeats, c.time_budget_s, c.first_call, c.compile_cache) == (3, 1.0, False, None), sweep
-            assert c.in_sweep().fit_spec().timing.compile_cache_dir is None, sweep  # cold compiles
+            assert c.as_study().fit_spec().timing.compile_cache_dir is None, sweep  # cold compiles
             assert c.warmup == (1 if sweep in ("default", "scaling", "torch") else 0), sweep
 
 
