@@ -134,8 +134,9 @@ inline int64_t gram_rows(int64_t ld) { return ((ld + kMR - 1) / kMR) * kMR; }
 // G (gram_rows(ld) x ld) += C' C over `rows` rows of C (rows x ldc, ldc <= ld), only tiles touching
 // the upper triangle. Reads (rows - 1) * ldc + gram_rows(ld) elements of C: where ldc < ld, the
 // entries of G past column or row ldc are garbage (never read back); those up to ldc are exact.
+// first: G's tiles are set rather than added to (the chunk's first block: no zeroing pass).
 template <typename T>
-void gram_update(const T* C, T* G, int rows, int64_t ld, int64_t ldc) {
+void gram_update(const T* C, T* G, int rows, int64_t ld, int64_t ldc, bool first) {
   using V = typename VecOf<T>::type;
   constexpr int L = kLanes<T>;
   for (int64_t i0 = 0; i0 < ld; i0 += kMR) {
@@ -144,8 +145,8 @@ void gram_update(const T* C, T* G, int rows, int64_t ld, int64_t ldc) {
       V acc[kMR][kNV];
 #pragma GCC unroll 16
       for (int i = 0; i < kMR; ++i) {
-        acc[i][0] = load<T>(G + (i0 + i) * ld + j0);
-        acc[i][1] = load<T>(G + (i0 + i) * ld + j0 + L);
+        acc[i][0] = first ? V{} : load<T>(G + (i0 + i) * ld + j0);
+        acc[i][1] = first ? V{} : load<T>(G + (i0 + i) * ld + j0 + L);
       }
       for (int r = 0; r < rows; ++r) {
         const T* c = C + r * ldc;
@@ -463,8 +464,7 @@ void run_chunk(const Work<T>& w, int64_t chunk) {
   T *Rm = bufs[0], *Tm = bufs[1], *C = bufs[2], *XB = bufs[3], *A = bufs[4], *diag = bufs[5], *colsum_b = bufs[6],
     *s2_b = bufs[7];
   std::memset(colsum_b, 0, 2 * sizes[6] * sizeof(T));  // colsum_b and s2_b, adjacent
-  T* gram = w.gram + chunk * gram_rows(ld) * ld;
-  std::memset(gram, 0, gram_rows(ld) * ld * sizeof(T));
+  T* gram = w.gram + chunk * gram_rows(ld) * ld;  // its upper tiles set by the first block
   double* xs = (Full ? w.xta : w.xtc) + chunk * d * p;
   for (int64_t i = 0; i < kBlock; ++i)
     for (int64_t j = 0; j < p; ++j) diag[i * p + j] = w.Omega_pad[j * ld + j];
@@ -517,11 +517,11 @@ void run_chunk(const Work<T>& w, int64_t chunk) {
     // follow the block, where the last panel's read past its last row would leave the array) or
     // M_new - X B (profiled)
     if (Full && (n - r0 - rows) * p >= spill) {
-      gram_update<T>(w.M_out + off, gram, rows, ld, p);
+      gram_update<T>(w.M_out + off, gram, rows, ld, p, r0 == begin);
     } else {
       if constexpr (Full) std::memcpy(C, w.M_out + off, count * sizeof(T));
       std::memset(C + count, 0, spill * sizeof(T));
-      gram_update<T>(C, gram, rows, ld, p);
+      gram_update<T>(C, gram, rows, ld, p, r0 == begin);
     }
   }
   // the chunk's sums over its rows, in double
