@@ -58,6 +58,7 @@ def test_fit_explicit_false_is_off(outputs, tiny):
     assert math.isnan(res.timing.compile_cache_hits) and "compile_cache_hits" not in res.timing.as_metrics()
 
 
+@pytest.mark.slow  # two compiles (~1 s); test_timing covers the switch too
 def test_fit_explicit_true_times_the_second_compile(outputs, tiny):
     res = plnexp.fit(tiny, n_iter=4, strategy="fori_loop", compile_cache=True)
     assert _entries(outputs / "jax_cache")
@@ -221,6 +222,7 @@ def test_explicit_values_in_a_sweep_and_a_run(outputs, capsys):
     capsys.readouterr()
 
 
+@pytest.mark.slow  # a run in process (~1.5 s): plnexp.fit's warning is tested fast
 def test_run_with_a_cache_that_cannot_be_written_warns_in_one_line(outputs, capsys):
     from plnexp.__main__ import main
 
@@ -236,6 +238,7 @@ def test_run_with_a_cache_that_cannot_be_written_warns_in_one_line(outputs, caps
     assert run.info.status == "FINISHED" and "compile_cache_hits" not in run.data.metrics
 
 
+@pytest.mark.slow  # a run and its rerun in process (~3 s)
 def test_a_rerun_of_a_run_compiles_cold(outputs, capsys):
     """rerun compares timings with the original's: compile_cache auto is off there (as in a sweep)."""
     from plnexp.__main__ import main
