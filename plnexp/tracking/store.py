@@ -56,6 +56,9 @@ def _quiet() -> None:
     # a tracking server: MLflow prints two "View run ... at" lines on stdout per run it ends, between
     # plnexp's own lines (the parent run's address is in the sweep's header line already)
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    # where tqdm is installed (pyPLNmodels brings it), MLflow draws an artifact-upload progress bar on
+    # stderr for every run: noise around plnexp's one-line errors and summaries
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 
 def _is_locked(e: BaseException | None) -> bool:
