@@ -139,7 +139,7 @@ def fit_row(data, args, name: str, gradient: str = "analytic") -> dict:
     res = plnexp.fit(data, model=args.model, optimizer=args.optimizer, n_iter=n_iter,
                      precision=args.precision, strategy=name, unroll=args.unroll, tol=args.while_tol,
                      gradient=gradient, repeats=args.repeats, warmup=args.warmup, first_call=args.first_call,
-                     timed=True)
+                     compile_cache=False, timed=True)  # cold compiles, as the study times them
     t = res.timing
     label = name if gradient == "analytic" else f"{name} ({gradient})"
     first = f", cold first call {t.first_call_s:.2f} s" if args.first_call else ""
