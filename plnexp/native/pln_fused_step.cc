@@ -131,39 +131,46 @@ void product(const T* R, int64_t lda, const T* W, T* Out, int rows, int64_t k, i
 // divide 16 with 256-bit vectors).
 inline int64_t gram_rows(int64_t ld) { return ((ld + kMR - 1) / kMR) * kMR; }
 
+// One register tile of G: rows i0.. i0 + kMR, NV vectors of columns from j0.
+template <int NV, typename T>
+inline void gram_tile(const T* C, T* G, int rows, int64_t ld, int64_t ldc, int64_t i0, int64_t j0, bool first) {
+  using V = typename VecOf<T>::type;
+  constexpr int L = kLanes<T>;
+  V acc[kMR][NV];
+#pragma GCC unroll 16
+  for (int i = 0; i < kMR; ++i)
+    for (int v = 0; v < NV; ++v) acc[i][v] = first ? V{} : load<T>(G + (i0 + i) * ld + j0 + v * L);
+  for (int r = 0; r < rows; ++r) {
+    const T* c = C + r * ldc;
+    V b[NV];
+    for (int v = 0; v < NV; ++v) b[v] = load<T>(c + j0 + v * L);
+#pragma GCC unroll 16
+    for (int i = 0; i < kMR; ++i) {
+      const T s = c[i0 + i];
+      for (int v = 0; v < NV; ++v) acc[i][v] += s * b[v];
+    }
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < kMR; ++i)
+    for (int v = 0; v < NV; ++v) store<T>(G + (i0 + i) * ld + j0 + v * L, acc[i][v]);
+}
+
 // G (gram_rows(ld) x ld) += C' C over `rows` rows of C (rows x ldc, ldc <= ld), only tiles touching
 // the upper triangle. Reads (rows - 1) * ldc + gram_rows(ld) elements of C: where ldc < ld, the
 // entries of G past column or row ldc are garbage (never read back); those up to ldc are exact.
 // first: G's tiles are set rather than added to (the chunk's first block: no zeroing pass).
+// Row tiles from row p on hold padding only and are skipped; a row tile whose first panel's first
+// vector lies wholly below the diagonal starts with a one-vector tile.
 template <typename T>
-void gram_update(const T* C, T* G, int rows, int64_t ld, int64_t ldc, bool first) {
-  using V = typename VecOf<T>::type;
+void gram_update(const T* C, T* G, int rows, int64_t p, int64_t ld, int64_t ldc, bool first) {
   constexpr int L = kLanes<T>;
-  for (int64_t i0 = 0; i0 < ld; i0 += kMR) {
-    int64_t first_panel = (i0 / kNR<T>) * kNR<T>;
-    for (int64_t j0 = first_panel; j0 < ld; j0 += kNR<T>) {
-      V acc[kMR][kNV];
-#pragma GCC unroll 16
-      for (int i = 0; i < kMR; ++i) {
-        acc[i][0] = first ? V{} : load<T>(G + (i0 + i) * ld + j0);
-        acc[i][1] = first ? V{} : load<T>(G + (i0 + i) * ld + j0 + L);
-      }
-      for (int r = 0; r < rows; ++r) {
-        const T* c = C + r * ldc;
-        V b0 = load<T>(c + j0), b1 = load<T>(c + j0 + L);
-#pragma GCC unroll 16
-        for (int i = 0; i < kMR; ++i) {
-          T s = c[i0 + i];
-          acc[i][0] += s * b0;
-          acc[i][1] += s * b1;
-        }
-      }
-#pragma GCC unroll 16
-      for (int i = 0; i < kMR; ++i) {
-        store<T>(G + (i0 + i) * ld + j0, acc[i][0]);
-        store<T>(G + (i0 + i) * ld + j0 + L, acc[i][1]);
-      }
+  for (int64_t i0 = 0; i0 < p; i0 += kMR) {
+    int64_t j0 = (i0 / kNR<T>) * kNR<T>;
+    if (i0 - j0 >= L) {
+      gram_tile<1, T>(C, G, rows, ld, ldc, i0, j0 + L, first);
+      j0 += kNR<T>;
     }
+    for (; j0 < ld; j0 += kNR<T>) gram_tile<kNV, T>(C, G, rows, ld, ldc, i0, j0, first);
   }
 }
 
@@ -517,11 +524,11 @@ void run_chunk(const Work<T>& w, int64_t chunk) {
     // follow the block, where the last panel's read past its last row would leave the array) or
     // M_new - X B (profiled)
     if (Full && (n - r0 - rows) * p >= spill) {
-      gram_update<T>(w.M_out + off, gram, rows, ld, p, r0 == begin);
+      gram_update<T>(w.M_out + off, gram, rows, p, ld, p, r0 == begin);
     } else {
       if constexpr (Full) std::memcpy(C, w.M_out + off, count * sizeof(T));
       std::memset(C + count, 0, spill * sizeof(T));
-      gram_update<T>(C, gram, rows, ld, p, r0 == begin);
+      gram_update<T>(C, gram, rows, p, ld, p, r0 == begin);
     }
   }
   // the chunk's sums over its rows, in double
