@@ -31,7 +31,7 @@ import numpy as np
 import optax
 from jax.scipy.linalg import cho_solve
 
-from ..model import FULL, Arrays, PLNState, _inverse_spd, _logdet_from_cholesky
+from ..model import FULL, Arrays, PLNState, _logdet_from_cholesky
 from ..problem import FitState, Output, Problem, analytic
 from .base import SingleProgram
 
@@ -194,8 +194,11 @@ def _with_rows(small_state, m_slots: list, s_slots: list):
     return jax.tree.map(put, small_state, is_leaf=lambda x: isinstance(x, dict))
 
 
-def fused_step(problem: Problem, rule: Rule, consts: dict, state: FitState, data: Arrays) -> tuple[FitState, jax.Array]:
-    """:meth:`Problem.step` with the n x p work in the kernel; returns the new state and the ELBO at the old one."""
+def fused_step(problem: Problem, rule: Rule, consts: dict, state: FitState, logdet_sigma: jax.Array,
+               data: Arrays) -> tuple[tuple[FitState, jax.Array], jax.Array]:
+    """:meth:`Problem.step` with the n x p work in the kernel: ``(new state, log det of its Sigma)``
+    and the ELBO at the old state, whose Sigma's log det is ``logdet_sigma`` (carried from the step
+    that made that Sigma: one Cholesky factor per step serves the new Omega and the next value)."""
     pln, opt_state = state
     model_full = problem.model is FULL
     dtype = pln.M.dtype
@@ -223,7 +226,6 @@ def fused_step(problem: Problem, rule: Rule, consts: dict, state: FitState, data
         model=np.int32(0 if model_full else 1), rule=np.int32(rule.kernel_id))
 
     # the value at the old state: the kernel's column sums and the p x p terms (model._value_and_grad_given_omega)
-    logdet_sigma = _logdet_from_cholesky(jnp.linalg.cholesky(pln.Sigma))
     yz_rest = consts["sum_yo"] + (jnp.sum(consts["xty"] * pln.B) if model_full else 0.0)
     value = (jnp.sum(colsum) + yz_rest - 0.5 * n * logdet_sigma - 0.5 * (n * jnp.sum(pln.Omega * pln.Sigma))
              + 0.5 * n * p)
@@ -242,7 +244,9 @@ def fused_step(problem: Problem, rule: Rule, consts: dict, state: FitState, data
         B = pln.B + delta
         Sigma = (gram - xtc.T @ delta + jnp.diag(s2)) / n
     new_opt = _with_rows(small, [um, vm][:rule.slots], [us, vs][:rule.slots])
-    return FitState(PLNState(B, M, S, Sigma, _inverse_spd(Sigma)), new_opt), value
+    chol = jnp.linalg.cholesky(Sigma)
+    Omega = cho_solve((chol, True), jnp.eye(p, dtype=dtype))  # model._inverse_spd, sharing its factor
+    return (FitState(PLNState(B, M, S, Sigma, Omega), new_opt), _logdet_from_cholesky(chol)), value
 
 
 def fused_program(problem: Problem, n_iter: int) -> SingleProgram:
@@ -257,9 +261,10 @@ def fused_program(problem: Problem, n_iter: int) -> SingleProgram:
                   "xtx_chol": jnp.linalg.cholesky(data.X.T @ data.X)}
 
         def body(carry, _):
-            return fused_step(problem, rule, consts, carry, data)
+            return fused_step(problem, rule, consts, *carry, data)
 
-        final, curve = jax.lax.scan(body, state, None, length=n_iter)
+        logdet0 = _logdet_from_cholesky(jnp.linalg.cholesky(state.pln.Sigma))
+        (final, _), curve = jax.lax.scan(body, (state, logdet0), None, length=n_iter)
         return Output(final, curve, jnp.asarray(n_iter, jnp.int32), problem.elbo(final, data))
 
     return SingleProgram(fit, label="scan_fused")
