@@ -122,11 +122,11 @@ def run_all(data: Data | Sequence[Data], spec: FitSpec, *, timed: bool = True) -
     problem = make_problem(spec.model, spec.optimizer, spec.gradient)
     dtype = spec.precision.dtype
     dev = resolve_device(spec.device)
-    spec.strategy.check(spec.timing.compile_cache_dir is not None and spec.timing.warm_compile, dev.platform,
-                        spec.replicates)
+    # whether this strategy's compiles go through JAX's cache is decided once, by spec.cache_choice
+    spec.strategy.check(spec.timing.compile_cache_dir is not None, dev.platform, spec.replicates)
     t = spec.timing
     # a folder that cannot be written: one warning, and the fit runs without the cache
-    cache_dir = timing.usable_cache_dir(t.compile_cache_dir) if spec.strategy.entry.jax_cache else None
+    cache_dir = timing.usable_cache_dir(t.compile_cache_dir)
     seeds = [spec.seed + k for k in range(spec.replicates)]
 
     # the cache also serves the initial state's program (the timed compile sets its own, see timing)

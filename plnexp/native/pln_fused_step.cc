@@ -387,7 +387,7 @@ struct Work {
   T *M_out, *S_out;
   T* slot_out[4];
   int64_t chunk_rows;
-  // per chunk: Gram (ld x ld, upper tiles), colsum (p), s2 (p), xta (d p), xtc (d p)
+  // per chunk: Gram (gram_rows(ld) x ld, upper tiles), colsum (p), s2 (p), xta (d p), xtc (d p)
   T* gram;
   double *colsum, *s2, *xta, *xtc;
 };
