@@ -29,12 +29,14 @@ class BuildKernel(build_ext):
 
 
 setup(
-    ext_modules=[Extension(
-        "plnexp._pln_fused",
-        sources=["plnexp/native/pln_fused_step.cc"],
-        language="c++",
-        extra_compile_args=["-std=c++17", "-O3", "-march=native", "-fno-math-errno", "-w"],
-        optional=True,
-    )],
+    ext_modules=[
+        Extension(
+            "plnexp._pln_fused",
+            sources=["plnexp/native/pln_fused_step.cc"],
+            language="c++",
+            extra_compile_args=["-std=c++17", "-O3", "-march=native", "-fno-math-errno", "-w"],
+            optional=True,
+        )
+    ],
     cmdclass={"build_ext": BuildKernel},
 )

@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from _header import machine_header  # noqa: E402
+from _header import machine_header
 
 
 def _burn(stop, period: float) -> None:
@@ -59,10 +59,12 @@ def describe(name: str, before: np.ndarray, after: np.ndarray, best: float, tol:
     drift = after / before - 1
     level = np.minimum(before, after) / best - 1
     q = np.percentile(drift, [0, 50, 100])
-    return (f"{name:>9}: drift min {q[0]:+.1%} median {q[1]:+.1%} max {q[2]:+.1%}, beyond ±{tol:.0%} in "
-            f"{np.mean(np.abs(drift) > tol):.0%} of {len(drift)} pairs; level median {np.median(level):+.1%} of the "
-            f"idle best, beyond +{tol:.0%} in {np.mean(level > tol):.0%}; flagged (either) in "
-            f"{np.mean((np.abs(drift) > tol) | (level > tol)):.0%}")
+    return (
+        f"{name:>9}: drift min {q[0]:+.1%} median {q[1]:+.1%} max {q[2]:+.1%}, beyond ±{tol:.0%} in "
+        f"{np.mean(np.abs(drift) > tol):.0%} of {len(drift)} pairs; level median {np.median(level):+.1%} of the "
+        f"idle best, beyond +{tol:.0%} in {np.mean(level > tol):.0%}; flagged (either) in "
+        f"{np.mean((np.abs(drift) > tol) | (level > tol)):.0%}"
+    )
 
 
 def main() -> None:

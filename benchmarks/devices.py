@@ -31,16 +31,17 @@ import sys
 
 os.environ.setdefault("JAX_NUM_CPU_DEVICES", "2")  # before JAX starts its CPU client
 
-import plnexp  # noqa: E402  (sets XLA_FLAGS before JAX starts its backend)
+import plnexp  # sets XLA_FLAGS before JAX starts its backend
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-from _header import machine_header  # noqa: E402 (benchmarks/, on sys.path as the script's folder)
+import jax
+import numpy as np
+from _header import machine_header  # benchmarks/, on sys.path as the script's folder
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--n-iter", type=int, default=100, help="iterations of the oaks x100 fits (default 100)")
     ap.add_argument("--big-n", type=int, default=1_000_000, help="rows of the synthetic data set (0: skip it)")
     ap.add_argument("--big-n-iter", type=int, default=5, help="iterations of the big fits (default 5)")
@@ -56,8 +57,12 @@ def per_device_mb(timing) -> float:
     (mem,) = timing.memory_analysis.values() or [{}]
     if not mem:
         return float("nan")
-    used = (mem.get("argument_size_in_bytes", 0) + mem.get("output_size_in_bytes", 0)
-            + mem.get("temp_size_in_bytes", 0) - mem.get("alias_size_in_bytes", 0))
+    used = (
+        mem.get("argument_size_in_bytes", 0)
+        + mem.get("output_size_in_bytes", 0)
+        + mem.get("temp_size_in_bytes", 0)
+        - mem.get("alias_size_in_bytes", 0)
+    )
     return used / 2**20
 
 
@@ -67,33 +72,64 @@ def rdiff(a, b) -> float:
 
 
 def sharding(label: str, data, n_iter: int, args) -> None:
-    kw = dict(model="full", optimizer="radam_clip", n_iter=n_iter, precision="float32", repeats=args.repeats,
-              warmup=args.warmup, compile_cache=False)  # compile_s cold, as in a sweep
-    rows = [("scan", {}), ("scan_sharded via=jit", {"via": "jit"}), ("scan_sharded via=shard_map", {"via": "shard_map"})]
-    print(f"\n## rows split across {len(jax.devices('cpu'))} CPU devices: {label} (n={data.n}, p={data.p}), "
-          f"{n_iter} iterations, float32, full, radam_clip")
-    print(f"{'strategy':<28} {'compile_s':>9} {'ms/iter':>9} {'spread_ms':>9} {'x_scan':>7} {'mem/dev_MB':>11} "
-          f"{'curve_rdiff':>11}")
+    kw = dict(
+        model="full",
+        optimizer="radam_clip",
+        n_iter=n_iter,
+        precision="float32",
+        repeats=args.repeats,
+        warmup=args.warmup,
+        compile_cache=False,
+    )  # compile_s cold, as in a sweep
+    rows = [
+        ("scan", {}),
+        ("scan_sharded via=jit", {"via": "jit"}),
+        ("scan_sharded via=shard_map", {"via": "shard_map"}),
+    ]
+    print(
+        f"\n## rows split across {len(jax.devices('cpu'))} CPU devices: {label} (n={data.n}, p={data.p}), "
+        f"{n_iter} iterations, float32, full, radam_clip"
+    )
+    print(
+        f"{'strategy':<28} {'compile_s':>9} {'ms/iter':>9} {'spread_ms':>9} {'x_scan':>7} {'mem/dev_MB':>11} "
+        f"{'curve_rdiff':>11}"
+    )
     scan = None
     for name, options in rows:
         res = plnexp.fit(data, strategy=name.split()[0], **kw, **options)
         t = res.timing
         scan = scan or res
         iqr = t.spread.width / n_iter * 1e3 if len(t.runs_s) > 1 else float("nan")
-        print(f"{name:<28} {t.compile_s:>9.2f} {t.ms_per_iter:>9.2f} {iqr:>9.2f} "
-              f"{scan.timing.ms_per_iter / t.ms_per_iter:>7.2f} {per_device_mb(t):>11.1f} "
-              f"{rdiff(res.elbo, scan.elbo):>11.1e}", flush=True)
+        print(
+            f"{name:<28} {t.compile_s:>9.2f} {t.ms_per_iter:>9.2f} {iqr:>9.2f} "
+            f"{scan.timing.ms_per_iter / t.ms_per_iter:>7.2f} {per_device_mb(t):>11.1f} "
+            f"{rdiff(res.elbo, scan.elbo):>11.1e}",
+            flush=True,
+        )
 
 
 def replicates(args) -> None:
     oaks = plnexp.load_oaks()
     ks = [int(k) for k in args.ks.split(",")]
-    kw = dict(model="full", optimizer="radam_clip", n_iter=args.rep_n_iter, precision="float32", strategy="scan",
-              init="random", repeats=args.repeats, warmup=args.warmup, compile_cache=False)
-    print(f"\n## K fits in one program (vmap of scan) vs K fits one after the other: oaks x1 (n={oaks.n}, "
-          f"p={oaks.p}), {args.rep_n_iter} iterations each, float32, full, radam_clip, init=random")
-    print(f"{'K':>3} {'batch_compile_s':>15} {'batch_run_s':>11} {'seq_run_s':>9} {'fits/s batch':>12} "
-          f"{'fits/s seq':>10} {'x_seq':>6}")
+    kw = dict(
+        model="full",
+        optimizer="radam_clip",
+        n_iter=args.rep_n_iter,
+        precision="float32",
+        strategy="scan",
+        init="random",
+        repeats=args.repeats,
+        warmup=args.warmup,
+        compile_cache=False,
+    )
+    print(
+        f"\n## K fits in one program (vmap of scan) vs K fits one after the other: oaks x1 (n={oaks.n}, "
+        f"p={oaks.p}), {args.rep_n_iter} iterations each, float32, full, radam_clip, init=random"
+    )
+    print(
+        f"{'K':>3} {'batch_compile_s':>15} {'batch_run_s':>11} {'seq_run_s':>9} {'fits/s batch':>12} "
+        f"{'fits/s seq':>10} {'x_seq':>6}"
+    )
     single = {}  # seed -> steady run_s of the single fit (compiled once: build() caches the program)
     for k in ks:
         for seed in range(k):
@@ -103,8 +139,10 @@ def replicates(args) -> None:
         batch = plnexp.fit_replicates(oaks, k, **kw)[0].timing if k > 1 else None
         run = batch.run_s if batch else single[0]
         compile_s = batch.compile_s if batch else float("nan")
-        print(f"{k:>3} {compile_s:>15.2f} {run:>11.3f} {seq:>9.3f} {k / run:>12.1f} {k / seq:>10.1f} "
-              f"{seq / run:>6.2f}", flush=True)
+        print(
+            f"{k:>3} {compile_s:>15.2f} {run:>11.3f} {seq:>9.3f} {k / run:>12.1f} {k / seq:>10.1f} {seq / run:>6.2f}",
+            flush=True,
+        )
 
 
 def main(argv=None) -> int:
@@ -115,8 +153,9 @@ def main(argv=None) -> int:
         return 2
     sharding("oaks x100", plnexp.load_oaks(replication=100), args.n_iter, args)
     if args.big_n:
-        sharding(f"synthetic n={args.big_n:.0e}", plnexp.simulate(n=args.big_n, p=114, d=1, seed=0),
-                 args.big_n_iter, args)
+        sharding(
+            f"synthetic n={args.big_n:.0e}", plnexp.simulate(n=args.big_n, p=114, d=1, seed=0), args.big_n_iter, args
+        )
     replicates(args)
     return 0
 

@@ -44,11 +44,26 @@ def one(name: str, n_iter: int, repeats: int, gradient: str) -> dict:
     import plnexp  # after XLA_FLAGS was set by the parent
 
     data = plnexp.load_oaks(replication=100)
-    res = plnexp.fit(data, model="full", optimizer="radam_clip", n_iter=n_iter, precision="float32",
-                     strategy="scan", gradient=gradient, repeats=repeats, warmup=1, timed=True,
-                     compile_cache=False)  # compile_s cold, as in a sweep
-    return {"config": name, "ms_per_iter": min(res.timing.runs_s) * 1e3 / res.n_iter,
-            "compile_s": res.timing.compile_s, "loglik": res.loglik, "xla_flags": os.environ.get("XLA_FLAGS")}
+    res = plnexp.fit(
+        data,
+        model="full",
+        optimizer="radam_clip",
+        n_iter=n_iter,
+        precision="float32",
+        strategy="scan",
+        gradient=gradient,
+        repeats=repeats,
+        warmup=1,
+        timed=True,
+        compile_cache=False,
+    )  # compile_s cold, as in a sweep
+    return {
+        "config": name,
+        "ms_per_iter": min(res.timing.runs_s) * 1e3 / res.n_iter,
+        "compile_s": res.timing.compile_s,
+        "loglik": res.loglik,
+        "xla_flags": os.environ.get("XLA_FLAGS"),
+    }
 
 
 def main(argv=None) -> int:
@@ -67,16 +82,32 @@ def main(argv=None) -> int:
     unknown = [c for c in names if c not in CONFIGS]
     if unknown:
         ap.error(f"--configs: unknown {', '.join(unknown)}; allowed: {', '.join(CONFIGS)}")
-    print(f"# XLA flag benchmark: W1 scan, {args.n_iter} iterations, gradient={args.gradient}, "
-          f"{args.rounds} rounds x {args.repeats} repeats (best kept)")
+    print(
+        f"# XLA flag benchmark: W1 scan, {args.n_iter} iterations, gradient={args.gradient}, "
+        f"{args.rounds} rounds x {args.repeats} repeats (best kept)"
+    )
     print(f"# machine: {platform.platform()} cpu_count={os.cpu_count()}  python {platform.python_version()}")
     best: dict[str, dict] = {}
     for r in range(args.rounds):
         for name in names:
             env = {**os.environ, "PLNEXP_SPEED_FLAGS": "0", "XLA_FLAGS": " ".join(CONFIGS[name])}
-            out = subprocess.run([sys.executable, __file__, "--one", name, "--n-iter", str(args.n_iter),
-                                  "--repeats", str(args.repeats), "--gradient", args.gradient],
-                                 capture_output=True, text=True, env=env)
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--one",
+                    name,
+                    "--n-iter",
+                    str(args.n_iter),
+                    "--repeats",
+                    str(args.repeats),
+                    "--gradient",
+                    args.gradient,
+                ],
+                capture_output=True,
+                text=True,
+                env=env,
+            )
             if out.returncode != 0:
                 tail = (out.stderr.strip().splitlines() or ["?"])[-1]
                 best[name] = {"config": name, "error": tail[:200]}
@@ -94,10 +125,14 @@ def main(argv=None) -> int:
             print(f"{name:<22} {'FAILED':>8}  {row['error']}")
             continue
         ratio = f"{base / row['ms_per_iter']:7.2f}" if base else f"{'-':>7}"
-        print(f"{name:<22} {row['ms_per_iter']:8.2f} {ratio} {row['compile_s']:9.2f} {row['loglik']:22.2f}  "
-              f"{' '.join(CONFIGS[name]) or '(safety flag only)'}")
-    print("x none: speed-up over the safety flag alone (higher is faster). loglik differs between flag sets "
-          "in float32 because fusions round differently; each was checked against the float64 host ELBO.")
+        print(
+            f"{name:<22} {row['ms_per_iter']:8.2f} {ratio} {row['compile_s']:9.2f} {row['loglik']:22.2f}  "
+            f"{' '.join(CONFIGS[name]) or '(safety flag only)'}"
+        )
+    print(
+        "x none: speed-up over the safety flag alone (higher is faster). loglik differs between flag sets "
+        "in float32 because fusions round differently; each was checked against the float64 host ELBO."
+    )
     return 0
 
 

@@ -27,14 +27,14 @@ import time
 # XLA reads XLA_FLAGS once, at its first computation: ask for per-operation trace events first.
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_xprof_traceme=true").strip()
 
-import plnexp  # noqa: E402  (adds plnexp's own flags)
+import plnexp  # adds plnexp's own flags
 
-import jax  # noqa: E402
+import jax
 
-from plnexp import fitting, strategies  # noqa: E402
-from plnexp.model import MODELS, init_state  # noqa: E402
-from plnexp.optim import OptimizerSpec  # noqa: E402
-from plnexp.precision import PRECISIONS  # noqa: E402
+from plnexp import fitting, strategies
+from plnexp.model import MODELS, init_state
+from plnexp.optim import OptimizerSpec
+from plnexp.precision import PRECISIONS
 
 
 def big_outputs(hlo_text: str, n: int, p: int) -> dict[str, int]:
@@ -84,11 +84,15 @@ def main(argv=None) -> int:
             total[e["name"]] += e["dur"] / 1e3  # microseconds -> ms
             count[e["name"]] += 1
     ops = {k: v for k, v in total.items() if k in writes or "fusion" in k or "dot" in k}
-    print(f"# {data.name} n={data.n} p={data.p} {args.precision} model={args.model} optimizer={args.optimizer} "
-          f"gradient={args.gradient}, {args.n_iter} iterations profiled")
+    print(
+        f"# {data.name} n={data.n} p={data.p} {args.precision} model={args.model} optimizer={args.optimizer} "
+        f"gradient={args.gradient}, {args.n_iter} iterations profiled"
+    )
     print(f"# XLA_FLAGS={os.environ['XLA_FLAGS']!r}")
-    print(f"wall time: {1e3 * wall / args.n_iter:.2f} ms/iter; sum over operations: "
-          f"{sum(ops.values()) / args.n_iter:.2f} ms/iter (operations overlap on {os.cpu_count()} cores)")
+    print(
+        f"wall time: {1e3 * wall / args.n_iter:.2f} ms/iter; sum over operations: "
+        f"{sum(ops.values()) / args.n_iter:.2f} ms/iter (operations overlap on {os.cpu_count()} cores)"
+    )
     print(f"{'ms/iter':>8} {'calls/iter':>10} {'n x p written':>13}  operation")
     for name, ms in sorted(ops.items(), key=lambda kv: -kv[1])[: args.top]:
         print(f"{ms / args.n_iter:8.3f} {count[name] / args.n_iter:10.1f} {writes.get(name, 0):>13}  {name}")

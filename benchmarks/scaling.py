@@ -42,9 +42,9 @@ import time
 
 import plnexp  # first: sets the XLA_FLAGS fix before JAX starts its backend
 
-import jax  # noqa: E402
-from _header import machine_header  # noqa: E402 (benchmarks/, on sys.path as the script's folder)
-import numpy as np  # noqa: E402
+import jax
+from _header import machine_header  # benchmarks/, on sys.path as the script's folder
+import numpy as np
 
 BIG_N, BIG_P = 1_000_000, 2000  # dropped by --skip-big
 # passed on to the child process as they are
@@ -63,12 +63,21 @@ def int_list(text: str) -> list[int]:
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--ns", type=int_list, default=int_list("1e3,1e4,1e5,1e6"),
-                    help="n values of the n series (default 1e3,1e4,1e5,1e6)")
-    ap.add_argument("--ps", type=int_list, default=int_list("50,114,250,500,1000,2000"),
-                    help="p values of the p series (default 50,114,250,500,1000,2000)")
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--ns",
+        type=int_list,
+        default=int_list("1e3,1e4,1e5,1e6"),
+        help="n values of the n series (default 1e3,1e4,1e5,1e6)",
+    )
+    ap.add_argument(
+        "--ps",
+        type=int_list,
+        default=int_list("50,114,250,500,1000,2000"),
+        help="p values of the p series (default 50,114,250,500,1000,2000)",
+    )
     ap.add_argument("--p-fixed", type=int, default=114, help="p of the n series (default 114)")
     ap.add_argument("--n-fixed", type=lambda s: int_list(s)[0], default=10_000, help="n of the p series (default 1e4)")
     ap.add_argument("--n-iter", type=int, default=20, help="iterations per fit (default 20)")
@@ -81,8 +90,12 @@ def parse_args(argv=None):
     ap.add_argument("--seed", type=int, default=0, help="simulate() seed (default 0)")
     ap.add_argument("--skip-big", action="store_true", help=f"drop n={BIG_N:.0e} and p={BIG_P} (a quick run)")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds allowed per size (default 1800)")
-    ap.add_argument("--fit-min-n", type=lambda s: int_list(s)[0], default=10_000,
-                    help="slope vs n fitted over n >= this (default 1e4)")
+    ap.add_argument(
+        "--fit-min-n",
+        type=lambda s: int_list(s)[0],
+        default=10_000,
+        help="slope vs n fitted over n >= this (default 1e4)",
+    )
     ap.add_argument("--fit-min-p", type=int, default=100, help="slope vs p fitted over p >= this (default 100)")
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     ap.add_argument("--one", nargs=2, type=int, metavar=("N", "P"), help=argparse.SUPPRESS)  # child mode
@@ -134,28 +147,50 @@ def run_one(args) -> int:
     data = plnexp.simulate(n, p, d=1, seed=args.seed)
     data_s = time.perf_counter() - t0
     rss_data = _proc_status_kb("VmRSS")
-    _emit(stage="data", data_s=data_s, rss_data_mb=rss_data / 1024 if rss_data else None,
-          maxrss_mb=_maxrss_mb())
+    _emit(stage="data", data_s=data_s, rss_data_mb=rss_data / 1024 if rss_data else None, maxrss_mb=_maxrss_mb())
     reset = _reset_peak_rss() and _proc_status_kb("VmHWM") is not None
     t0 = time.perf_counter()
-    res = plnexp.fit(data, model=args.model, optimizer=args.optimizer, n_iter=args.n_iter,
-                     precision=args.precision, strategy=args.strategy, repeats=args.repeats,
-                     warmup=args.warmup, first_call=True, timed=True,  # first_call_s is reported
-                     compile_cache=False)  # and compile_s cold, as in a sweep
+    res = plnexp.fit(
+        data,
+        model=args.model,
+        optimizer=args.optimizer,
+        n_iter=args.n_iter,
+        precision=args.precision,
+        strategy=args.strategy,
+        repeats=args.repeats,
+        warmup=args.warmup,
+        first_call=True,
+        timed=True,  # first_call_s is reported
+        compile_cache=False,
+    )  # and compile_s cold, as in a sweep
     wall = time.perf_counter() - t0
     t = res.timing
     mem = next(iter(t.memory_analysis.values()), {}) if t.memory_analysis else {}
     cost = next(iter(t.cost_analysis.values()), {}) if t.cost_analysis else {}
     fit_peak = _proc_status_kb("VmHWM") / 1024 if reset else _maxrss_mb()
-    _emit(stage="result", n=n, p=p, n_run=res.n_iter, compile_s=t.compile_s, first_call_s=t.first_call_s,
-          run_s=t.run_s, runs_s=list(t.runs_s), ms_per_iter=t.ms_per_iter, loglik=float(res.loglik),
-          fit_wall_s=wall, data_s=data_s, rss_base_mb=rss_base / 1024 if rss_base else None,
-          rss_data_mb=rss_data / 1024 if rss_data else None, fit_peak_mb=fit_peak, fit_peak_reset=reset,
-          maxrss_mb=_maxrss_mb(),
-          xla_temp_mb=mem["temp_size_in_bytes"] / 2**20 if "temp_size_in_bytes" in mem else None,
-          xla_args_mb=mem["argument_size_in_bytes"] / 2**20 if "argument_size_in_bytes" in mem else None,
-          memory_analysis=t.memory_analysis,
-          gflop_iter=cost["flops"] / 1e9 if "flops" in cost else None)
+    _emit(
+        stage="result",
+        n=n,
+        p=p,
+        n_run=res.n_iter,
+        compile_s=t.compile_s,
+        first_call_s=t.first_call_s,
+        run_s=t.run_s,
+        runs_s=list(t.runs_s),
+        ms_per_iter=t.ms_per_iter,
+        loglik=float(res.loglik),
+        fit_wall_s=wall,
+        data_s=data_s,
+        rss_base_mb=rss_base / 1024 if rss_base else None,
+        rss_data_mb=rss_data / 1024 if rss_data else None,
+        fit_peak_mb=fit_peak,
+        fit_peak_reset=reset,
+        maxrss_mb=_maxrss_mb(),
+        xla_temp_mb=mem["temp_size_in_bytes"] / 2**20 if "temp_size_in_bytes" in mem else None,
+        xla_args_mb=mem["argument_size_in_bytes"] / 2**20 if "argument_size_in_bytes" in mem else None,
+        memory_analysis=t.memory_analysis,
+        gflop_iter=cost["flops"] / 1e9 if "flops" in cost else None,
+    )
     return 0
 
 
@@ -170,7 +205,7 @@ def measure_size(args, n: int, p: int) -> dict:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
         stdout, stderr, rc, status = proc.stdout, proc.stderr, proc.returncode, None
     except subprocess.TimeoutExpired as exc:  # run() has killed the child
-        as_text = lambda b: b.decode(errors="replace") if isinstance(b, bytes) else (b or "")  # noqa: E731
+        as_text = lambda b: b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
         stdout, stderr, rc, status = as_text(exc.stdout), as_text(exc.stderr), None, f"timeout ({args.timeout:g} s)"
     wall = time.perf_counter() - t0
     lines = []
@@ -202,7 +237,7 @@ def measure_size(args, n: int, p: int) -> dict:
 
 
 def header(args, argv) -> list[str]:
-    return machine_header('plnexp scaling benchmark', argv) + [
+    return machine_header("plnexp scaling benchmark", argv) + [
         f"# data: plnexp.simulate(n, p, d=1, seed={args.seed})  model={args.model}  optimizer={args.optimizer}  "
         f"precision={args.precision}  strategy={args.strategy}  n_iter={args.n_iter}  repeats={args.repeats} "
         f"warmup={args.warmup}",
@@ -224,8 +259,12 @@ def slopes(rows: list[dict], key: str, minimum: int, value: str = "ms_per_iter")
     note = f"points with {key} >= {minimum:g}"
     if len(used) < 2:
         used, note = pts, f"all points (fewer than 2 with {key} >= {minimum:g})"
-    out = {"points": [x for x, _ in used], "which": note, "slope": None,
-           "pairwise": [(a[0], b[0], math.log(b[1] / a[1]) / math.log(b[0] / a[0])) for a, b in zip(pts, pts[1:])]}
+    out = {
+        "points": [x for x, _ in used],
+        "which": note,
+        "slope": None,
+        "pairwise": [(a[0], b[0], math.log(b[1] / a[1]) / math.log(b[0] / a[0])) for a, b in zip(pts, pts[1:])],
+    }
     if len(used) >= 2:
         out["slope"] = float(np.polyfit(np.log([x for x, _ in used]), np.log([y for _, y in used]), 1)[0])
     return out
@@ -246,48 +285,71 @@ def main(argv=None) -> int:
         if (n, p) not in measured:
             measured[(n, p)] = measure_size(args, n, p)
             r = measured[(n, p)]
-            print(f"#   n={n:<8} p={p:<5} {r['status']:<10} {r['wall_s']:7.1f} s"
-                  + (f"  {r['error']}" if "error" in r else ""), flush=True)
+            print(
+                f"#   n={n:<8} p={p:<5} {r['status']:<10} {r['wall_s']:7.1f} s"
+                + (f"  {r['error']}" if "error" in r else ""),
+                flush=True,
+            )
         rows.append(dict(measured[(n, p)], series=series))
 
     print()
-    cols = (f"{'series':<6} {'n':>8} {'p':>5} {'iters':>5} {'compile_s':>9} {'run_s':>8} {'ms/iter':>9} "
-            f"{'GFLOP/it':>8} {'GFLOP/s':>7} {'data_s':>7} {'rss_data_MB':>11} {'fit_peak_MB':>11} "
-            f"{'maxrss_MB':>9} {'xla_temp_MB':>11} {'xla_args_MB':>11}  status")
+    cols = (
+        f"{'series':<6} {'n':>8} {'p':>5} {'iters':>5} {'compile_s':>9} {'run_s':>8} {'ms/iter':>9} "
+        f"{'GFLOP/it':>8} {'GFLOP/s':>7} {'data_s':>7} {'rss_data_MB':>11} {'fit_peak_MB':>11} "
+        f"{'maxrss_MB':>9} {'xla_temp_MB':>11} {'xla_args_MB':>11}  status"
+    )
     print(cols)
     print("-" * len(cols))
     for r in rows:
         ok = r["status"] == "ok"
         gflops = r["gflop_iter"] / (r["ms_per_iter"] / 1e3) if ok and r.get("gflop_iter") else None
-        print(f"{r['series']:<6} {r['n']:>8} {r['p']:>5} {fmt(r.get('n_run'), 'd', 5)} "
-              f"{fmt(r.get('compile_s'), '.3f', 9)} {fmt(r.get('run_s'), '.3f', 8)} "
-              f"{fmt(r.get('ms_per_iter'), '.3f', 9)} {fmt(r.get('gflop_iter'), '.3f', 8)} {fmt(gflops, '.1f', 7)} "
-              f"{fmt(r.get('data_s'), '.2f', 7)} {fmt(r.get('rss_data_mb'), '.0f', 11)} "
-              f"{fmt(r.get('fit_peak_mb') if ok else None, '.0f', 11)} {fmt(r.get('maxrss_mb') if ok else None, '.0f', 9)} "
-              f"{fmt(r.get('xla_temp_mb'), '.1f', 11)} {fmt(r.get('xla_args_mb'), '.1f', 11)}  {r['status']}")
-    print("ms/iter = run_s / iterations (steady, compile excluded). GFLOP/it: XLA cost_analysis of one loop "
-          "body. fit_peak_MB: resident high-water mark during plnexp.fit only"
-          + ("" if all(r.get("fit_peak_reset", True) for r in rows) else
-             " (* where the reset was refused it is the child's whole peak)")
-          + "; maxrss_MB: the child's whole peak, data simulation included; rss_data_MB: before the fit.")
+        print(
+            f"{r['series']:<6} {r['n']:>8} {r['p']:>5} {fmt(r.get('n_run'), 'd', 5)} "
+            f"{fmt(r.get('compile_s'), '.3f', 9)} {fmt(r.get('run_s'), '.3f', 8)} "
+            f"{fmt(r.get('ms_per_iter'), '.3f', 9)} {fmt(r.get('gflop_iter'), '.3f', 8)} {fmt(gflops, '.1f', 7)} "
+            f"{fmt(r.get('data_s'), '.2f', 7)} {fmt(r.get('rss_data_mb'), '.0f', 11)} "
+            f"{fmt(r.get('fit_peak_mb') if ok else None, '.0f', 11)} {fmt(r.get('maxrss_mb') if ok else None, '.0f', 9)} "
+            f"{fmt(r.get('xla_temp_mb'), '.1f', 11)} {fmt(r.get('xla_args_mb'), '.1f', 11)}  {r['status']}"
+        )
+    print(
+        "ms/iter = run_s / iterations (steady, compile excluded). GFLOP/it: XLA cost_analysis of one loop "
+        "body. fit_peak_MB: resident high-water mark during plnexp.fit only"
+        + (
+            ""
+            if all(r.get("fit_peak_reset", True) for r in rows)
+            else " (* where the reset was refused it is the child's whole peak)"
+        )
+        + "; maxrss_MB: the child's whole peak, data simulation included; rss_data_MB: before the fit."
+    )
 
     ok = [r for r in rows if r["status"] == "ok"]
     fits = {}
     print()
-    for series, key, minimum, other in (("n", "n", args.fit_min_n, f"p={args.p_fixed}"),
-                                        ("p", "p", args.fit_min_p, f"n={args.n_fixed}")):
+    for series, key, minimum, other in (
+        ("n", "n", args.fit_min_n, f"p={args.p_fixed}"),
+        ("p", "p", args.fit_min_p, f"n={args.n_fixed}"),
+    ):
         pts = [r for r in ok if r["series"] == series]
         fit = fits[series] = slopes(pts, key, minimum)
         mem = fits[series + "_memory"] = slopes(
-            [dict(r, fit_growth_mb=r["fit_peak_mb"] - (r.get("rss_data_mb") or 0)) for r in pts
-             if r.get("fit_peak_reset")], key, minimum, "fit_growth_mb")
+            [
+                dict(r, fit_growth_mb=r["fit_peak_mb"] - (r.get("rss_data_mb") or 0))
+                for r in pts
+                if r.get("fit_peak_reset")
+            ],
+            key,
+            minimum,
+            "fit_growth_mb",
+        )
         slope = "n/a (fewer than 2 points)" if fit["slope"] is None else f"{fit['slope']:.2f}"
         pairs = ", ".join(f"{a}->{b}: {s:.2f}" for a, b, s in fit["pairwise"]) or "-"
         print(f"slope of log ms/iter vs log {key} ({other}): {slope}   fitted over {fit['which']}: {fit['points']}")
         print(f"    consecutive points: {pairs}")
         if mem["slope"] is not None:
-            print(f"    memory: slope of log(fit_peak_MB - rss_data_MB) vs log {key}: {mem['slope']:.2f} "
-                  f"over {mem['which']}")
+            print(
+                f"    memory: slope of log(fit_peak_MB - rss_data_MB) vs log {key}: {mem['slope']:.2f} "
+                f"over {mem['which']}"
+            )
     print("expected: vs n, 1 (every pass over the data is O(np): exp, the gradient, M'M at fixed p);")
     print("          vs p, between 1 and 2: O(np) elementwise work (exp) dominates at small p, then the O(np^2)")
     print("          products (M'M in the ELBO and in the closed-form Sigma, M Omega in the gradient) take over;")

@@ -41,32 +41,43 @@ from pathlib import Path
 
 import plnexp  # first: sets XLA_FLAGS and SciPy's OpenBLAS threads before JAX starts its backend
 
-import jax  # noqa: E402
-from _header import machine_header  # noqa: E402 (benchmarks/, on sys.path as the script's folder)
-import numpy as np  # noqa: E402
+import jax
+from _header import machine_header  # benchmarks/, on sys.path as the script's folder
+import numpy as np
 
-from plnexp import floor as machine_floor, runtime  # noqa: E402
-from plnexp.precision import PRECISIONS  # noqa: E402
+from plnexp import floor as machine_floor, runtime
+from plnexp.precision import PRECISIONS
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import tutorial  # noqa: E402
+import tutorial  # noqa: E402 - benchmarks/tutorial.py, on sys.path as the script's folder
 
 STREAMED_ARRAYS = machine_floor.STREAMED_ARRAYS  # n x p arrays an iteration must read or write (plnexp.floor)
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--n-iter", type=int, default=1000, help="iterations per fit (default 1000)")
-    ap.add_argument("--eager-n-iter", type=int, default=20,
-                    help="iterations for eager (default 20; per-iteration cost is flat, ms/iter compares)")
+    ap.add_argument(
+        "--eager-n-iter",
+        type=int,
+        default=20,
+        help="iterations for eager (default 20; per-iteration cost is flat, ms/iter compares)",
+    )
     ap.add_argument("--repeats", type=int, default=3, help="steady runs per row, median kept (default 3)")
     ap.add_argument("--warmup", type=int, default=1, help="untimed runs before the repeats (default 1)")
-    ap.add_argument("--first-call", action="store_true",
-                    help="also time a cold plain call per row (trace + compile + run; one more compile and run)")
-    ap.add_argument("--strategies", default=",".join(plnexp.STRATEGIES),
-                    help="comma-separated subset of: " + ", ".join(plnexp.STRATEGIES))
+    ap.add_argument(
+        "--first-call",
+        action="store_true",
+        help="also time a cold plain call per row (trace + compile + run; one more compile and run)",
+    )
+    ap.add_argument(
+        "--strategies",
+        default=",".join(plnexp.STRATEGIES),
+        help="comma-separated subset of: " + ", ".join(plnexp.STRATEGIES),
+    )
     ap.add_argument("--replication", type=int, default=100, help="oaks row replication (default 100)")
     ap.add_argument("--model", default="full", choices=["full", "profiled"])
     ap.add_argument("--optimizer", default="radam_clip")
@@ -100,9 +111,15 @@ def measure_floor(n: int, p: int, dtype) -> dict:
     """This machine's primitives at the fit's shapes, measured now (:mod:`plnexp.floor`, uncached): copy
     bandwidth, n x p x p dot, and an exp pass printed beside them."""
     f = machine_floor.measure(n, p, dtype)
-    return {"bandwidth_GBps": f.copy_GBps, "copy_MiB": f.copy_bytes / 2**20,
-            "exp_pass_ms": machine_floor.measure_exp(n, p, dtype), "dot_ms": f.dot_ms, "dot_GFLOPps": f.dot_GFLOPps,
-            "stream_ms": f.stream_ms, "floor_ms": f.ms_per_iter}
+    return {
+        "bandwidth_GBps": f.copy_GBps,
+        "copy_MiB": f.copy_bytes / 2**20,
+        "exp_pass_ms": machine_floor.measure_exp(n, p, dtype),
+        "dot_ms": f.dot_ms,
+        "dot_GFLOPps": f.dot_GFLOPps,
+        "stream_ms": f.stream_ms,
+        "floor_ms": f.ms_per_iter,
+    }
 
 
 def tutorial_in_process(data, n_iter: int, repeats: int, lapack_threads: int) -> dict:
@@ -127,27 +144,61 @@ def tutorial_in_process(data, n_iter: int, repeats: int, lapack_threads: int) ->
 def tutorial_plain_process(args) -> dict:
     """The tutorial in a fresh interpreter that never imports plnexp (its users' setting)."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    out = subprocess.run([sys.executable, str(HERE / "tutorial.py"), "--n-iter", str(args.n_iter),
-                          "--replication", str(args.replication), "--repeats", str(args.repeats)],
-                         capture_output=True, text=True, env=env, check=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(HERE / "tutorial.py"),
+            "--n-iter",
+            str(args.n_iter),
+            "--replication",
+            str(args.replication),
+            "--repeats",
+            str(args.repeats),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def fit_row(data, args, name: str, gradient: str = "analytic") -> dict:
     n_iter = min(args.eager_n_iter, args.n_iter) if name == "eager" else args.n_iter
     t0 = time.perf_counter()
-    res = plnexp.fit(data, model=args.model, optimizer=args.optimizer, n_iter=n_iter,
-                     precision=args.precision, strategy=name, unroll=args.unroll, tol=args.while_tol,
-                     gradient=gradient, repeats=args.repeats, warmup=args.warmup, first_call=args.first_call,
-                     compile_cache=False, timed=True)  # cold compiles, as the study times them
+    res = plnexp.fit(
+        data,
+        model=args.model,
+        optimizer=args.optimizer,
+        n_iter=n_iter,
+        precision=args.precision,
+        strategy=name,
+        unroll=args.unroll,
+        tol=args.while_tol,
+        gradient=gradient,
+        repeats=args.repeats,
+        warmup=args.warmup,
+        first_call=args.first_call,
+        compile_cache=False,
+        timed=True,
+    )  # cold compiles, as the study times them
     t = res.timing
     label = name if gradient == "analytic" else f"{name} ({gradient})"
     first = f", cold first call {t.first_call_s:.2f} s" if args.first_call else ""
     print(f"#   done {label:<20} in {time.perf_counter() - t0:.1f} s{first}", flush=True)
-    return {"row": label, "strategy": name, "gradient": gradient, "n_run": res.n_iter,
-            "compile_s": t.compile_s, "run_s": t.run_s, "ms_per_iter": t.ms_per_iter,
-            **({"first_call_s": t.first_call_s} if args.first_call else {}),
-            "runs_s": list(t.runs_s), "final_elbo": float(res.loglik), "curve": res.elbo[: res.n_iter]}
+    return {
+        "row": label,
+        "strategy": name,
+        "gradient": gradient,
+        "n_run": res.n_iter,
+        "compile_s": t.compile_s,
+        "run_s": t.run_s,
+        "ms_per_iter": t.ms_per_iter,
+        **({"first_call_s": t.first_call_s} if args.first_call else {}),
+        "runs_s": list(t.runs_s),
+        "final_elbo": float(res.loglik),
+        "curve": res.elbo[: res.n_iter],
+    }
 
 
 def main(argv=None) -> int:
@@ -159,18 +210,22 @@ def main(argv=None) -> int:
     precision = PRECISIONS[args.precision]
     with jax.enable_x64(precision.x64):
         floor = measure_floor(data.n, data.p, precision.dtype)
-    print(f"# floor: copy {floor['bandwidth_GBps']:.1f} GB/s ({floor['copy_MiB']:.0f} MiB in place) -> "
-          f"{STREAMED_ARRAYS} n x p arrays {floor['stream_ms']:.2f} ms; dot n x p x p {floor['dot_ms']:.2f} ms ({floor['dot_GFLOPps']:.0f} GFLOP/s); "
-          f"exp pass {floor['exp_pass_ms']:.2f} ms; floor = stream + 2 dots = {floor['floor_ms']:.2f} ms/iter",
-          flush=True)
+    print(
+        f"# floor: copy {floor['bandwidth_GBps']:.1f} GB/s ({floor['copy_MiB']:.0f} MiB in place) -> "
+        f"{STREAMED_ARRAYS} n x p arrays {floor['stream_ms']:.2f} ms; dot n x p x p {floor['dot_ms']:.2f} ms ({floor['dot_GFLOPps']:.0f} GFLOP/s); "
+        f"exp pass {floor['exp_pass_ms']:.2f} ms; floor = stream + 2 dots = {floor['floor_ms']:.2f} ms/iter",
+        flush=True,
+    )
 
     rows = []
     if not args.no_tutorial:
         plain = tutorial_plain_process(args)
         rows.append({"row": "tutorial (plain process)", **plain})
         print("#   done tutorial in a plain process", flush=True)
-        for threads, label in ((os.cpu_count() or 1, "tutorial (OpenBLAS default)"),
-                               (1, "tutorial (OpenBLAS 1 thread)")):
+        for threads, label in (
+            (os.cpu_count() or 1, "tutorial (OpenBLAS default)"),
+            (1, "tutorial (OpenBLAS 1 thread)"),
+        ):
             rows.append({"row": label, **tutorial_in_process(data, args.n_iter, args.repeats, threads)})
             print(f"#   done {label}", flush=True)
         for r in rows:
@@ -184,8 +239,10 @@ def main(argv=None) -> int:
     tut = next((r["ms_per_iter"] for r in rows if r["row"] == "tutorial (plain process)"), None)
     tut1 = next((r["ms_per_iter"] for r in rows if r["row"] == "tutorial (OpenBLAS 1 thread)"), None)
     scan = next((r for r in rows if r["row"] == "scan"), None)
-    cols = (f"{'row':<30} {'iters':>6} {'compile_s':>10} {'run_s':>9} {'ms/iter':>9} {'x_tutorial':>11} "
-            f"{'x_tut_1t':>9} {'x_floor':>8} {'curve_rdiff':>12}")
+    cols = (
+        f"{'row':<30} {'iters':>6} {'compile_s':>10} {'run_s':>9} {'ms/iter':>9} {'x_tutorial':>11} "
+        f"{'x_tut_1t':>9} {'x_floor':>8} {'curve_rdiff':>12}"
+    )
     print()
     print(cols)
     print("-" * len(cols))
@@ -198,14 +255,18 @@ def main(argv=None) -> int:
             k = min(len(r["curve"]), len(scan["curve"]))
             ref = scan["curve"][:k]
             r["curve_rdiff"] = float(np.max(np.abs(r["curve"][:k] - ref) / np.abs(ref)))
-        f = lambda v, spec: format(v, spec) if v is not None else "-"  # noqa: E731
-        print(f"{r['row']:<30} {r['n_run']:>6} {r['compile_s']:>10.3f} {r['run_s']:>9.3f} {ms:>9.3f} "
-              f"{f(r['x_tutorial'], '>11.2f')} {f(r['x_tut_1t'], '>9.2f')} {r['x_floor']:>8.2f} "
-              f"{f(r.get('curve_rdiff'), '>12.2e')}")
-    print("x_tutorial, x_tut_1t: the tutorial's ms/iter over the row's (higher is faster); x_floor: the row's "
-          "ms/iter over the floor (1 = at the floor). eager runs fewer iterations: its run_s is not comparable, "
-          "its ms/iter is. In float32 with radam_clip, curve_rdiff of a different fusion grows with iterations "
-          "(sign-driven clipped steps amplify rounding; see tests/test_strategies.py).")
+        f = lambda v, spec: format(v, spec) if v is not None else "-"
+        print(
+            f"{r['row']:<30} {r['n_run']:>6} {r['compile_s']:>10.3f} {r['run_s']:>9.3f} {ms:>9.3f} "
+            f"{f(r['x_tutorial'], '>11.2f')} {f(r['x_tut_1t'], '>9.2f')} {r['x_floor']:>8.2f} "
+            f"{f(r.get('curve_rdiff'), '>12.2e')}"
+        )
+    print(
+        "x_tutorial, x_tut_1t: the tutorial's ms/iter over the row's (higher is faster); x_floor: the row's "
+        "ms/iter over the floor (1 = at the floor). eager runs fewer iterations: its run_s is not comparable, "
+        "its ms/iter is. In float32 with radam_clip, curve_rdiff of a different fusion grows with iterations "
+        "(sign-driven clipped steps amplify rounding; see tests/test_strategies.py)."
+    )
     if args.json:
         for r in rows:
             r.pop("curve", None)

@@ -25,25 +25,31 @@ def _log_stirling(integer):
     return jnp.log(jnp.sqrt(2 * jnp.pi * integer_)) + integer_ * jnp.log(integer_ / jnp.exp(1))
 
 
-def get_ELBO(optim_params, other_params):  # noqa: N802 - the tutorial's name
+def get_ELBO(optim_params, other_params):  # the tutorial's name
     B, M, S = optim_params["B"], optim_params["M"], optim_params["S"]
-    X, O, n, Omega, Y, p = (other_params["X"], other_params["O"], other_params["n"],
-                            other_params["Omega"], other_params["Y"], other_params["p"])
+    X, O, n, Omega, Y, p = (
+        other_params["X"],
+        other_params["O"],
+        other_params["n"],
+        other_params["Omega"],
+        other_params["Y"],
+        other_params["p"],
+    )
     S2 = jnp.square(S)
     XB = X @ B
     A = jnp.exp(O + M + XB + S2 / 2)
     elbo = n / 2 * jnp.log(jnp.linalg.det(Omega))
-    elbo += jnp.sum(-A + Y * (O + M + XB) + .5 * jnp.log(S2))
-    elbo -= .5 * jnp.trace(M.T @ M + jnp.diag(jnp.sum(S2, axis=0)) @ Omega)
-    elbo += .5 * n * p - jnp.sum(_log_stirling(Y))
+    elbo += jnp.sum(-A + Y * (O + M + XB) + 0.5 * jnp.log(S2))
+    elbo -= 0.5 * jnp.trace(M.T @ M + jnp.diag(jnp.sum(S2, axis=0)) @ Omega)
+    elbo += 0.5 * n * p - jnp.sum(_log_stirling(Y))
     return -elbo
 
 
-def get_Sigma(n, M, S):  # noqa: N802
+def get_Sigma(n, M, S):
     return 1 / n * (M.T @ M + jnp.diag(jnp.sum(S**2, axis=0)))
 
 
-def jaxfit2(optim_params, other_params, N_iter):  # noqa: N803
+def jaxfit2(optim_params, other_params, N_iter):
     optimizer = optax.chain(optax.scale_by_radam(), optax.scale(-1.0), optax.clip(0.1))
     opt_state = optimizer.init(optim_params)
 
@@ -60,21 +66,31 @@ def jaxfit2(optim_params, other_params, N_iter):  # noqa: N803
         carry["opt_state"] = opt_state
         return carry, loss_value
 
-    carry, ELBO = jax.lax.scan(  # noqa: N806
-        scan_fun, {"optim_params": optim_params, "other_params": other_params, "opt_state": opt_state},
-        None, length=N_iter)
+    carry, ELBO = jax.lax.scan(
+        scan_fun,
+        {"optim_params": optim_params, "other_params": other_params, "opt_state": opt_state},
+        None,
+        length=N_iter,
+    )
     return ELBO
 
 
-def make_fit(Y, O, X, n_iter: int = 1000):  # noqa: N803
+def make_fit(Y, O, X, n_iter: int = 1000):
     """(fit, args): ``fit(*args)`` runs the tutorial's scan for ``n_iter`` iterations, float32,
     from its initial point (M=0, S=1, B=0, Sigma=Omega=I); returns the negative-ELBO curve."""
-    Y, O, X = (jnp.asarray(np.asarray(a, np.float32)) for a in (Y, O, X))  # noqa: N806
+    Y, O, X = (jnp.asarray(np.asarray(a, np.float32)) for a in (Y, O, X))
     n, p = Y.shape
     d = X.shape[1]
     optim_params = {"B": jnp.zeros((d, p)), "M": jnp.zeros((n, p)), "S": jnp.ones((n, p))}
-    other_params = {"X": X, "O": O, "Y": Y, "Omega": jnp.eye(p), "Sigma": jnp.eye(p),
-                    "n": jnp.asarray(n, jnp.float32), "p": jnp.asarray(p, jnp.float32)}
+    other_params = {
+        "X": X,
+        "O": O,
+        "Y": Y,
+        "Omega": jnp.eye(p),
+        "Sigma": jnp.eye(p),
+        "n": jnp.asarray(n, jnp.float32),
+        "p": jnp.asarray(p, jnp.float32),
+    }
 
     def fit(optim_params, other_params):
         return jaxfit2(optim_params, other_params, n_iter)
@@ -96,9 +112,9 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args(argv)
     oaks = Path(__file__).resolve().parent.parent / "plnexp" / "datasets" / "oaks"
-    Y = np.loadtxt(oaks / "counts.csv", delimiter=",", skiprows=1)  # noqa: N806
-    O = np.log(np.loadtxt(oaks / "offsets.csv", delimiter=",", skiprows=1))  # noqa: N806
-    Y, O = (np.repeat(a, args.replication, axis=0) for a in (Y, O))  # noqa: N806
+    Y = np.loadtxt(oaks / "counts.csv", delimiter=",", skiprows=1)
+    O = np.log(np.loadtxt(oaks / "offsets.csv", delimiter=",", skiprows=1))
+    Y, O = (np.repeat(a, args.replication, axis=0) for a in (Y, O))
     fit, fit_args = make_fit(Y, O, np.ones((Y.shape[0], 1)), args.n_iter)
     t0 = time.perf_counter()
     compiled = jax.jit(fit).lower(*fit_args).compile()
@@ -108,8 +124,17 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         jax.block_until_ready(compiled(*fit_args))
         runs.append(time.perf_counter() - t0)
-    print(json.dumps({"compile_s": compile_s, "runs_s": runs[1:], "n": Y.shape[0], "p": Y.shape[1],
-                      "xla_flags": __import__("os").environ.get("XLA_FLAGS", "")}))
+    print(
+        json.dumps(
+            {
+                "compile_s": compile_s,
+                "runs_s": runs[1:],
+                "n": Y.shape[0],
+                "p": Y.shape[1],
+                "xla_flags": __import__("os").environ.get("XLA_FLAGS", ""),
+            }
+        )
+    )
     return 0
 
 

@@ -37,27 +37,36 @@ import time
 
 import plnexp  # first: sets XLA_FLAGS and SciPy's OpenBLAS threads before JAX starts its backend
 
-import numpy as np  # noqa: E402
-from _header import machine_header  # noqa: E402 (benchmarks/, on sys.path as the script's folder)
+import numpy as np
+from _header import machine_header  # benchmarks/, on sys.path as the script's folder
 
-from plnexp.strategies import TORCH_STRATEGIES, torch_loops  # noqa: E402
+from plnexp.strategies import TORCH_STRATEGIES, torch_loops
 
 JAX_STRATEGIES = [s for s in plnexp.STRATEGIES if s not in TORCH_STRATEGIES]
-REFERENCE = ("issue #10's reproductions on a 2-core CPU, 1000 iterations of W1: torch eager 34.5 s, "
-             "torch.compile 17.8 s, the tutorial's JAX scan 17.7 s")
+REFERENCE = (
+    "issue #10's reproductions on a 2-core CPU, 1000 iterations of W1: torch eager 34.5 s, "
+    "torch.compile 17.8 s, the tutorial's JAX scan 17.7 s"
+)
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--n-iter", type=int, default=1000, help="iterations per fit (default 1000)")
     ap.add_argument("--replication", type=int, default=100, help="oaks row replication (default 100)")
     ap.add_argument("--repeats", type=int, default=2, help="steady runs per row, median kept (default 2)")
     ap.add_argument("--warmup", type=int, default=1, help="untimed runs before the repeats (default 1)")
-    ap.add_argument("--jax", default="scan,scan_unrolled,fori_loop,while_loop",
-                    help="comma-separated JAX strategies (scan always included); allowed: " + ", ".join(JAX_STRATEGIES))
-    ap.add_argument("--modes", default="default",
-                    help="torch.compile modes, one torch_compile row each; allowed: " + ", ".join(torch_loops.COMPILE_MODES))
+    ap.add_argument(
+        "--jax",
+        default="scan,scan_unrolled,fori_loop,while_loop",
+        help="comma-separated JAX strategies (scan always included); allowed: " + ", ".join(JAX_STRATEGIES),
+    )
+    ap.add_argument(
+        "--modes",
+        default="default",
+        help="torch.compile modes, one torch_compile row each; allowed: " + ", ".join(torch_loops.COMPILE_MODES),
+    )
     ap.add_argument("--gradients", default="analytic,autodiff", help="analytic, autodiff or both (default both)")
     ap.add_argument("--no-torch-eager", action="store_true", help="skip the torch_eager rows")
     ap.add_argument("--tutorial", action="store_true", help="add the tutorial's level-2 scan in a plain process")
@@ -67,11 +76,14 @@ def parse_args(argv=None):
     ap.add_argument("--device", default="cpu", choices=["cpu", "gpu", "auto"])
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = ap.parse_args(argv)
-    split = lambda text: [s.strip() for s in text.split(",") if s.strip()]  # noqa: E731
+    split = lambda text: [s.strip() for s in text.split(",") if s.strip()]
     args.jax = list(dict.fromkeys(["scan", *split(args.jax)]))
     args.modes, args.gradients = split(args.modes), split(args.gradients)
-    for flag, values, allowed in (("--jax", args.jax, JAX_STRATEGIES), ("--modes", args.modes, torch_loops.COMPILE_MODES),
-                                  ("--gradients", args.gradients, ("analytic", "autodiff"))):
+    for flag, values, allowed in (
+        ("--jax", args.jax, JAX_STRATEGIES),
+        ("--modes", args.modes, torch_loops.COMPILE_MODES),
+        ("--gradients", args.gradients, ("analytic", "autodiff")),
+    ):
         unknown = [v for v in values if v not in allowed]
         if unknown:
             ap.error(f"{flag}: unknown {', '.join(unknown)}; allowed: {', '.join(allowed)}")
@@ -97,15 +109,37 @@ def header(args, data) -> list[str]:
 
 def fit_row(data, args, strategy: str, gradient: str, mode: str = "default") -> dict:
     t0 = time.perf_counter()
-    res = plnexp.fit(data, model=args.model, optimizer=args.optimizer, n_iter=args.n_iter, precision=args.precision,
-                     device=args.device, strategy=strategy, gradient=gradient, mode=mode,
-                     tol=0.0, repeats=args.repeats, warmup=args.warmup, timed=True)
+    res = plnexp.fit(
+        data,
+        model=args.model,
+        optimizer=args.optimizer,
+        n_iter=args.n_iter,
+        precision=args.precision,
+        device=args.device,
+        strategy=strategy,
+        gradient=gradient,
+        mode=mode,
+        tol=0.0,
+        repeats=args.repeats,
+        warmup=args.warmup,
+        timed=True,
+    )
     t = res.timing
     label = strategy if strategy != "torch_compile" or mode == "default" else f"torch_compile ({mode})"
     print(f"#   done {label:<40} {gradient:<9} in {time.perf_counter() - t0:.1f} s", flush=True)
-    return {"row": label, "strategy": strategy, "mode": mode, "gradient": gradient, "n_run": res.n_iter,
-            "compile_s": t.compile_s, "run_s": t.run_s, "ms_per_iter": t.ms_per_iter, "runs_s": list(t.runs_s),
-            "final_elbo": float(res.loglik), "curve": res.elbo[: res.n_iter]}
+    return {
+        "row": label,
+        "strategy": strategy,
+        "mode": mode,
+        "gradient": gradient,
+        "n_run": res.n_iter,
+        "compile_s": t.compile_s,
+        "run_s": t.run_s,
+        "ms_per_iter": t.ms_per_iter,
+        "runs_s": list(t.runs_s),
+        "final_elbo": float(res.loglik),
+        "curve": res.elbo[: res.n_iter],
+    }
 
 
 def tutorial_row(args) -> dict:
@@ -114,9 +148,17 @@ def tutorial_row(args) -> dict:
     out = tutorial_plain_process(args)
     run_s = statistics.median(out["runs_s"])
     print("#   done the tutorial's scan in a plain process", flush=True)
-    return {"row": "tutorial scan (plain process)", "strategy": "tutorial", "mode": "", "gradient": "autodiff",
-            "n_run": args.n_iter, "compile_s": out["compile_s"], "run_s": run_s,
-            "ms_per_iter": 1e3 * run_s / args.n_iter, "runs_s": out["runs_s"]}
+    return {
+        "row": "tutorial scan (plain process)",
+        "strategy": "tutorial",
+        "mode": "",
+        "gradient": "autodiff",
+        "n_run": args.n_iter,
+        "compile_s": out["compile_s"],
+        "run_s": run_s,
+        "ms_per_iter": 1e3 * run_s / args.n_iter,
+        "runs_s": out["runs_s"],
+    }
 
 
 def main(argv=None) -> int:
@@ -127,9 +169,14 @@ def main(argv=None) -> int:
         print(line, flush=True)
     from plnexp.torch_pln.program import warm_up
 
-    device_type = "cuda" if args.device != "cpu" and plnexp.fitting.resolve_device(args.device).platform == "gpu" else "cpu"
-    print(f"# torch.compile process warm-up (Inductor's imports and workers, one trivial kernel; not in any "
-          f"compile_s): {warm_up(device_type):.1f} s", flush=True)
+    device_type = (
+        "cuda" if args.device != "cpu" and plnexp.fitting.resolve_device(args.device).platform == "gpu" else "cpu"
+    )
+    print(
+        f"# torch.compile process warm-up (Inductor's imports and workers, one trivial kernel; not in any "
+        f"compile_s): {warm_up(device_type):.1f} s",
+        flush=True,
+    )
 
     rows = []
     for gradient in args.gradients:
@@ -142,8 +189,10 @@ def main(argv=None) -> int:
     if args.tutorial:
         rows.append(tutorial_row(args))
 
-    cols = (f"{'row':<42} {'gradient':<9} {'iters':>6} {'compile_s':>10} {'run_s':>9} {'ms/iter':>9} {'x_scan':>7} "
-            f"{'x_best':>7} {'compile_x':>10} {'curve_rdiff':>12}")
+    cols = (
+        f"{'row':<42} {'gradient':<9} {'iters':>6} {'compile_s':>10} {'run_s':>9} {'ms/iter':>9} {'x_scan':>7} "
+        f"{'x_best':>7} {'compile_x':>10} {'curve_rdiff':>12}"
+    )
     print()
     print(cols)
     print("-" * len(cols))
@@ -163,22 +212,32 @@ def main(argv=None) -> int:
         if "curve" in r:
             ref = scan["curve"][: len(r["curve"])]
             r["curve_rdiff"] = float(np.max(np.abs(r["curve"][: len(ref)] - ref) / np.abs(ref)))
-        f = lambda v, spec: format(v, spec) if v is not None else format("-", spec.split(".")[0])  # noqa: E731
+        f = lambda v, spec: format(v, spec) if v is not None else format("-", spec.split(".")[0])
         label = r["row"] + (" *" if r is fastest else "")
-        print(f"{label:<42} {g:<9} {r['n_run']:>6} {r['compile_s']:>10.3f} {r['run_s']:>9.3f} {r['ms_per_iter']:>9.3f} "
-              f"{r['x_scan']:>7.2f} {r['x_best']:>7.2f} {f(r['compile_x'], '>10.2f')} {f(r.get('curve_rdiff'), '>12.2e')}")
-    print("x_scan, x_best: scan's / the fastest JAX strategy's (*) ms/iter over the row's, same gradient (above 1: "
-          "the row is faster); compile_x: the row's compile_s over scan's.")
+        print(
+            f"{label:<42} {g:<9} {r['n_run']:>6} {r['compile_s']:>10.3f} {r['run_s']:>9.3f} {r['ms_per_iter']:>9.3f} "
+            f"{r['x_scan']:>7.2f} {r['x_best']:>7.2f} {f(r['compile_x'], '>10.2f')} {f(r.get('curve_rdiff'), '>12.2e')}"
+        )
+    print(
+        "x_scan, x_best: scan's / the fastest JAX strategy's (*) ms/iter over the row's, same gradient (above 1: "
+        "the row is faster); compile_x: the row's compile_s over scan's."
+    )
     print()
     for gradient in args.gradients:
         scan = next(r for r in rows if r["strategy"] == "scan" and r["gradient"] == gradient)
         for r in rows:
             if r["gradient"] == gradient and r["strategy"] in TORCH_STRATEGIES:
-                compile_part = (f", compile {r['compile_s']:.2f} s = {r['compile_s'] / scan['compile_s']:.1f}x scan's "
-                                f"{scan['compile_s']:.2f} s" if r["compile_s"] > 0 else "")
-                print(f"{gradient:<9} {r['row']:<40} steady {r['run_s']:.2f} s = {r['run_s'] / scan['run_s']:.2f}x scan's "
-                      f"{scan['run_s']:.2f} s, {r['run_s'] / best[gradient]['run_s']:.2f}x the fastest JAX "
-                      f"({best[gradient]['row']}){compile_part}")
+                compile_part = (
+                    f", compile {r['compile_s']:.2f} s = {r['compile_s'] / scan['compile_s']:.1f}x scan's "
+                    f"{scan['compile_s']:.2f} s"
+                    if r["compile_s"] > 0
+                    else ""
+                )
+                print(
+                    f"{gradient:<9} {r['row']:<40} steady {r['run_s']:.2f} s = {r['run_s'] / scan['run_s']:.2f}x scan's "
+                    f"{scan['run_s']:.2f} s, {r['run_s'] / best[gradient]['run_s']:.2f}x the fastest JAX "
+                    f"({best[gradient]['row']}){compile_part}"
+                )
     if args.json:
         for r in rows:
             r.pop("curve", None)

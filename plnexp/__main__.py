@@ -11,7 +11,7 @@ job is recorded KILLED, the sweep closed KILLED, what finished summarised; exit 
 
 from __future__ import annotations
 
-import plnexp  # noqa: F401  (first: sets XLA_FLAGS before JAX starts)
+import plnexp  # noqa: F401 - first: sets XLA_FLAGS before JAX starts
 
 import logging
 import os
@@ -25,10 +25,25 @@ from . import config as C
 from .data import DataError, DataWarning
 from .timing import CacheWarning
 
-USAGE_LINE = ("usage: python -m plnexp {run,sweep,report,rerun,ui,doctor} [overrides ...]; allowed commands are "
-              "run, sweep, report, rerun, ui, doctor (python -m plnexp --help lists the config groups and overrides)")
-HYDRA_FLAGS = {"--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--resolve", "--package", "-p",
-               "--shell-completion", "-sc", "--version"}
+USAGE_LINE = (
+    "usage: python -m plnexp {run,sweep,report,rerun,ui,doctor} [overrides ...]; allowed commands are "
+    "run, sweep, report, rerun, ui, doctor (python -m plnexp --help lists the config groups and overrides)"
+)
+HYDRA_FLAGS = {
+    "--help",
+    "-h",
+    "--hydra-help",
+    "--cfg",
+    "-c",
+    "--info",
+    "-i",
+    "--resolve",
+    "--package",
+    "-p",
+    "--shell-completion",
+    "-sc",
+    "--version",
+}
 ERROR_KINDS = ((C.ConfigError, "error"), (DataError, "data error"), (tracking.StoreError, "store error"))
 
 
@@ -38,8 +53,19 @@ def ui(args: list[str]) -> int:
     except C.ConfigError as e:
         return _fail(e)
     uri = tracking.tracking_uri(None)
-    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--artifacts-destination",
-           (out / "mlartifacts").as_uri(), "--host", "127.0.0.1", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "ui",
+        "--backend-store-uri",
+        uri,
+        "--artifacts-destination",
+        (out / "mlartifacts").as_uri(),
+        "--host",
+        "127.0.0.1",
+        *args,
+    ]
     print(" ".join(cmd), flush=True)
     os.chdir(out)
     os.execv(sys.executable, cmd)
@@ -73,14 +99,21 @@ def _sweep_up(uri: str) -> None:
     local = [r for r in orphans if not r.data.tags.get(tracking.SLURM_JOB_TAG)]
     if local:
         pids = sorted({r.data.tags.get(tracking.PID_TAG, "?") for r in local})
-        print(f"plnexp: {len(local)} run(s) left RUNNING by process(es) {', '.join(pids)} on this host, which "
-              f"no longer exist, marked FAILED (reason=orphaned)", file=sys.stderr, flush=True)
+        print(
+            f"plnexp: {len(local)} run(s) left RUNNING by process(es) {', '.join(pids)} on this host, which "
+            f"no longer exist, marked FAILED (reason=orphaned)",
+            file=sys.stderr,
+            flush=True,
+        )
     if jobs:
         state = {r.data.tags[tracking.SLURM_JOB_TAG]: r.data.tags.get("reason", "").rsplit(" ", 1)[-1] for r in jobs}
         ids = sorted(state, key=lambda j: (tuple(int(p) if p.isdigit() else 0 for p in j.split("_")), j))
-        print(f"plnexp: {len(jobs)} run(s) left RUNNING by slurm job(s) {', '.join(ids)}, which ended "
-              f"({', '.join(state[j] for j in ids)}), marked FAILED (reason=slurm job <id> <state>)",
-              file=sys.stderr, flush=True)
+        print(
+            f"plnexp: {len(jobs)} run(s) left RUNNING by slurm job(s) {', '.join(ids)}, which ended "
+            f"({', '.join(state[j] for j in ids)}), marked FAILED (reason=slurm job <id> <state>)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _machinery_error(e: BaseException) -> int:
@@ -88,8 +121,11 @@ def _machinery_error(e: BaseException) -> int:
     if os.environ.get("HYDRA_FULL_ERROR") == "1" or isinstance(e, SystemExit):
         raise e
     first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    print(f"plnexp: error: {type(e).__name__}: {first} (HYDRA_FULL_ERROR=1 for the traceback)", file=sys.stderr,
-          flush=True)
+    print(
+        f"plnexp: error: {type(e).__name__}: {first} (HYDRA_FULL_ERROR=1 for the traceback)",
+        file=sys.stderr,
+        flush=True,
+    )
     return 1
 
 
@@ -115,11 +151,15 @@ def _report(uri: str, parent_id: str) -> int:
 
     try:
         report.show(*report.build(uri, run_id=parent_id))
-    except Exception as e:  # noqa: BLE001 - the sweep's runs are safe in the store: one line, exit 1
+    except Exception as e:  # the sweep's runs are safe in the store: one line, exit 1
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
-        print(f"plnexp: error: the report failed ({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}); "
-              f"the runs are in the store: python -m plnexp report --run {parent_id}", file=sys.stderr, flush=True)
+        print(
+            f"plnexp: error: the report failed ({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}); "
+            f"the runs are in the store: python -m plnexp report --run {parent_id}",
+            file=sys.stderr,
+            flush=True,
+        )
         return 1
     return 0
 
@@ -137,15 +177,30 @@ def multirun(overrides: list[str], jobs: list, uri: str, resumed: bool = False, 
         print(resume.all_done_line(done, first.experiment), flush=True)
         return 0
     sweep_dir = Path(given.strip("'\"")).resolve() if given else sweep.new_sweep_dir()
-    launch = lambda record: sweep.launch(  # noqa: E731 - Hydra's launcher runs the jobs
-        ["--multirun", *overrides, *([] if given else [sweep.hydra_override(sweep_dir)])], sweep.Task(),
-        raise_errors=True)
-    header = lambda record: (f"sweep {name}: {len(jobs)} jobs, experiment {first.experiment!r}, parent run "  # noqa: E731
-                             f"{record.parent_id}{resume.resuming_note(done)}")
+    launch = lambda record: sweep.launch(
+        ["--multirun", *overrides, *([] if given else [sweep.hydra_override(sweep_dir)])],
+        sweep.Task(),
+        raise_errors=True,
+    )
+
+    def header(record) -> str:
+        return (
+            f"sweep {name}: {len(jobs)} jobs, experiment {first.experiment!r}, parent run "
+            f"{record.parent_id}{resume.resuming_note(done)}"
+        )
+
     try:
-        end = sweep.session(sweep_dir, name, first.experiment, uri, len(jobs),
-                            {"command": " ".join(["sweep", *overrides, *(["resume=true"] if resumed else [])]),
-                             **resume.tags(done)}, launch, header=header, reused=tuple(done))
+        end = sweep.session(
+            sweep_dir,
+            name,
+            first.experiment,
+            uri,
+            len(jobs),
+            {"command": " ".join(["sweep", *overrides, *(["resume=true"] if resumed else [])]), **resume.tags(done)},
+            launch,
+            header=header,
+            reused=tuple(done),
+        )
     except C.ConfigError as e:
         return _fail(e)
     if end.stop is not None:

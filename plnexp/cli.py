@@ -81,9 +81,11 @@ def _parse(overrides: list[str]):
 
 SLURM_LAUNCHERS = ("slurm", "submitit_slurm")
 # Hydra launchers that come with an optional extra: launcher -> (its module, the extra that installs it)
-EXTRA_LAUNCHERS = {"slurm": ("hydra_plugins.hydra_submitit_launcher", "cluster"),
-                   "submitit_slurm": ("hydra_plugins.hydra_submitit_launcher", "cluster"),
-                   "submitit_local": ("hydra_plugins.hydra_submitit_launcher", "cluster")}
+EXTRA_LAUNCHERS = {
+    "slurm": ("hydra_plugins.hydra_submitit_launcher", "cluster"),
+    "submitit_slurm": ("hydra_plugins.hydra_submitit_launcher", "cluster"),
+    "submitit_local": ("hydra_plugins.hydra_submitit_launcher", "cluster"),
+}
 
 
 def _check_launcher(parsed) -> None:
@@ -97,13 +99,17 @@ def _check_launcher(parsed) -> None:
             if name in EXTRA_LAUNCHERS:
                 module, extra = EXTRA_LAUNCHERS[name]
                 if importlib.util.find_spec(module.split(".")[0]) is None or importlib.util.find_spec(module) is None:
-                    raise ConfigError(f"hydra/launcher={name}: needs hydra-submitit-launcher, which is not installed; "
-                                      f"install plnexp's {extra} extra (pip install -e '.[{extra}]'); allowed values "
-                                      f"here are {', '.join(LOCAL_LAUNCHERS)}")
+                    raise ConfigError(
+                        f"hydra/launcher={name}: needs hydra-submitit-launcher, which is not installed; "
+                        f"install plnexp's {extra} extra (pip install -e '.[{extra}]'); allowed values "
+                        f"here are {', '.join(LOCAL_LAUNCHERS)}"
+                    )
                 if name in SLURM_LAUNCHERS and shutil.which("sbatch") is None:
-                    raise ConfigError(f"hydra/launcher={name}: sbatch not found on PATH (no SLURM client here): run "
-                                      "the sweep on a machine that submits to the cluster (a login node); allowed "
-                                      f"values here are {', '.join(LOCAL_LAUNCHERS)}")
+                    raise ConfigError(
+                        f"hydra/launcher={name}: sbatch not found on PATH (no SLURM client here): run "
+                        "the sweep on a machine that submits to the cluster (a login node); allowed "
+                        f"values here are {', '.join(LOCAL_LAUNCHERS)}"
+                    )
 
 
 def _check_groups(parsed) -> None:
@@ -124,8 +130,11 @@ def _compose(overrides: list[str], hydra: bool = False):
         text = str(e).splitlines()
         msg = text[0] if text else type(e).__name__
         if "Could not find" in msg and "Available options in" in "\n".join(text):
-            options = [t.strip() for t in text[text.index(next(t for t in text if t.startswith("Available"))) + 1:]
-                       if t.startswith("\t") and "=" not in t]
+            options = [
+                t.strip()
+                for t in text[text.index(next(t for t in text if t.startswith("Available"))) + 1 :]
+                if t.startswith("\t") and "=" not in t
+            ]
             group, _, option = msg.split("'")[-2].rpartition("/")
             raise ConfigError(f"{group}={option}: allowed values are {', '.join(options)}") from None
         if msg.startswith("Could not override"):
@@ -163,8 +172,7 @@ def expand(parsed) -> list[list[str]]:
         key = o.get_key_element()
         if o.is_sweep_override():
             if not o.is_discrete_sweep():
-                raise ConfigError(f"{o.input_line}: a range or interval sweep; allowed sweeps are lists "
-                                  "(key=a,b,c)")
+                raise ConfigError(f"{o.input_line}: a range or interval sweep; allowed sweeps are lists (key=a,b,c)")
             values[key] = [f"{key}={v}" for v in o.sweep_string_iterator()]
         else:
             values[key] = [f"{key}={o.get_value_element_as_str()}"]
@@ -228,6 +236,7 @@ def check_outputs() -> Path:
         with tempfile.TemporaryFile(dir=out):
             pass
     except OSError as e:
-        raise ConfigError(f"{where}: cannot write there ({e.strerror or e}); "
-                          "allowed values are writable folders") from None
+        raise ConfigError(
+            f"{where}: cannot write there ({e.strerror or e}); allowed values are writable folders"
+        ) from None
     return out

@@ -21,7 +21,7 @@ from omegaconf.errors import MissingMandatoryValue
 from .data import OAKS_COVARIATES, Data
 from .model import MODELS
 from .optim import OptimizerSpec
-from .paths import CONF_DIR, REPO, outputs_dir  # noqa: F401  (REPO: re-exported)
+from .paths import CONF_DIR, REPO, outputs_dir  # noqa: F401 - REPO: re-exported
 from .precision import PRECISIONS, Precision, precision as precision_named
 from .problem import GRADIENTS
 from .spec import DEVICES, INITS, FitSpec, TimingSpec, cache_choice, check_compile_cache, resolve_device
@@ -84,8 +84,9 @@ def _keys(key: str, node: dict, allowed) -> None:
     unknown = sorted(set(node) - set(allowed))
     if unknown:
         where = f"{key}." if key else ""
-        raise ConfigError(f"{where}{unknown[0]}: unknown key; allowed keys{' under ' + key if key else ''} "
-                          f"are {', '.join(allowed)}")
+        raise ConfigError(
+            f"{where}{unknown[0]}: unknown key; allowed keys{' under ' + key if key else ''} are {', '.join(allowed)}"
+        )
 
 
 # ---------------------------------------------------------------- data sets
@@ -118,6 +119,7 @@ class DatasetSpec:
 
     def load(self) -> Data:
         from .data import replicate
+
         return replicate(self._load(), self.replication)
 
 
@@ -140,6 +142,7 @@ class OaksData(DatasetSpec):
 
     def _load(self) -> Data:
         from .data import load_oaks
+
         return load_oaks(1, self.covariates)
 
 
@@ -162,6 +165,7 @@ class SyntheticData(DatasetSpec):
 
     def _load(self) -> Data:
         from .data import simulate
+
         return simulate(self.n, self.p, self.d, self.seed)
 
 
@@ -192,6 +196,7 @@ class CsvData(DatasetSpec):
     def _load(self) -> Data:
         """Raises :class:`~plnexp.data.DataError` (one line naming the file) for a bad file."""
         from .data import load_csv
+
         return load_csv(self.counts, self.offsets, self.covariates, log_offsets=self.log_offsets)
 
 
@@ -201,9 +206,28 @@ Dataset = OaksData | SyntheticData | CsvData
 
 # ---------------------------------------------------------------- the config
 # keys whose value the run name shows already (run_name) or never (where results go, how they are timed)
-_NAMED = {"strategy", "dataset", "dataset.replication", "dataset.n", "dataset.p", "dataset.d", "precision",
-          "device", "sweep", "n_iter_cap", "experiment", "tracking_uri", "repeats", "warmup", "time_budget_s", "first_call",
-          "compile_cache", "plnexp_job"}
+_NAMED = {
+    "strategy",
+    "dataset",
+    "dataset.replication",
+    "dataset.n",
+    "dataset.p",
+    "dataset.d",
+    "precision",
+    "device",
+    "sweep",
+    "n_iter_cap",
+    "experiment",
+    "tracking_uri",
+    "repeats",
+    "warmup",
+    "time_budget_s",
+    "first_call",
+    "compile_cache",
+    "plnexp_job",
+}
+
+
 @dataclass(frozen=True)
 class Config:
     dataset: Dataset
@@ -251,12 +275,21 @@ class Config:
         """The typed fit this job runs (device resolved where it runs). ``compile_cache``: see
         :func:`plnexp.spec.cache_choice` (None, auto: the cache in ``<outputs>/jax_cache``, one compile)."""
         cache, warm = cache_choice(self.compile_cache, self.strategy, outputs_dir() / "jax_cache")
-        return FitSpec(MODELS[self.model.value], self.optimizer, self.strategy, self.precision, self.device.value,
-                       self.n_iter, self.init.value, self.gradient.value,
-                       TimingSpec(self.repeats, self.warmup, self.first_call, cache, self.time_budget_s, warm),
-                       self.seed, self.replicates)
+        return FitSpec(
+            MODELS[self.model.value],
+            self.optimizer,
+            self.strategy,
+            self.precision,
+            self.device.value,
+            self.n_iter,
+            self.init.value,
+            self.gradient.value,
+            TimingSpec(self.repeats, self.warmup, self.first_call, cache, self.time_budget_s, warm),
+            self.seed,
+            self.replicates,
+        )
 
-    def as_study(self) -> "Config":
+    def as_study(self) -> Config:
         """This config as a timing study runs it (a sweep's jobs, a rerun): ``compile_cache`` auto
         (None) is off there, so that every compile is cold; a value the user set is kept."""
         if self.compile_cache is not None:
@@ -279,9 +312,11 @@ class Config:
         ds = {"name": self.dataset.name, **{f.name: getattr(self.dataset, f.name) for f in fields(self.dataset)}}
         if "covariates" in ds and isinstance(ds["covariates"], tuple):
             ds["covariates"] = list(ds["covariates"])
-        out = {"dataset": ds,
-               "optimizer": {"name": self.optimizer.name, "lr": self.optimizer.lr},
-               "strategy": self.strategy.as_dict()}
+        out = {
+            "dataset": ds,
+            "optimizer": {"name": self.optimizer.name, "lr": self.optimizer.lr},
+            "strategy": self.strategy.as_dict(),
+        }
         for f in fields(self):
             if f.name not in out:
                 v = getattr(self, f.name)
@@ -300,9 +335,27 @@ def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
 
 
 REQUIRED = {"dataset.counts": "paths of existing CSV files (dataset=csv needs one)"}
-TOP_KEYS = ("dataset", "optimizer", "strategy", "model", "device", "precision", "n_iter", "n_iter_cap",
-            "repeats", "warmup", "time_budget_s", "first_call", "compile_cache", "init", "gradient", "seed", "replicates",
-            "experiment", "tracking_uri")
+TOP_KEYS = (
+    "dataset",
+    "optimizer",
+    "strategy",
+    "model",
+    "device",
+    "precision",
+    "n_iter",
+    "n_iter_cap",
+    "repeats",
+    "warmup",
+    "time_budget_s",
+    "first_call",
+    "compile_cache",
+    "init",
+    "gradient",
+    "seed",
+    "replicates",
+    "experiment",
+    "tracking_uri",
+)
 
 
 def loadable(config: Config) -> dict:
@@ -318,12 +371,13 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
     if isinstance(cfg, DictConfig):
         try:
             node = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
-        except Exception as e:  # a ??? left unset, a broken interpolation
+        except Exception as e:  # noqa: BLE001 - a ??? left unset, a broken interpolation: one line
             key = getattr(e, "full_key", "") or "config"
             if isinstance(e, MissingMandatoryValue):
                 allowed = REQUIRED.get(key, "a value")
-                raise ConfigError(f"{key}: required, no value given (set {key}=...); allowed values are "
-                                  f"{allowed}") from None
+                raise ConfigError(
+                    f"{key}: required, no value given (set {key}=...); allowed values are {allowed}"
+                ) from None
             raise ConfigError(f"{key}: {str(e).splitlines()[0]}") from None
     else:
         node = dict(cfg)
@@ -359,8 +413,13 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
     try:
         optimizer = OptimizerSpec(opt.get("name"), opt.get("lr"))
         strategy = StrategySpec.of(strat.pop("name", None), **strat)
-        strategy.check(compile_cache, resolve_device(device.value).platform if check_device else None, replicates,
-                       optimizer.name, str(node.get("gradient")))
+        strategy.check(
+            compile_cache,
+            resolve_device(device.value).platform if check_device else None,
+            replicates,
+            optimizer.name,
+            str(node.get("gradient")),
+        )
     except ValueError as e:
         raise ConfigError(str(e)) from None
     n_iter = _int("n_iter", node.get("n_iter"), 1)
@@ -378,15 +437,24 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
     if uri is not None and not isinstance(uri, str):
         raise ConfigError(f"tracking_uri={uri!r}: allowed values are null or an MLflow tracking URI string")
     return Config(
-        dataset=dataset, optimizer=optimizer, strategy=strategy,
+        dataset=dataset,
+        optimizer=optimizer,
+        strategy=strategy,
         model=_choice("model", node.get("model"), ModelName),
         device=device,
         precision=_precision(node.get("precision")),
-        n_iter=min(n_iter, caps.get(strategy.name, n_iter)), n_iter_requested=n_iter,
-        repeats=_int("repeats", node.get("repeats"), 1), warmup=_int("warmup", node.get("warmup"), 0),
+        n_iter=min(n_iter, caps.get(strategy.name, n_iter)),
+        n_iter_requested=n_iter,
+        repeats=_int("repeats", node.get("repeats"), 1),
+        warmup=_int("warmup", node.get("warmup"), 0),
         time_budget_s=_seconds("time_budget_s", node.get("time_budget_s", 0.0)),
         first_call=_bool("first_call", node.get("first_call")),
         compile_cache=compile_cache,
         init=_choice("init", node.get("init"), Init),
-        gradient=_choice("gradient", node.get("gradient"), Gradient), seed=_int("seed", node.get("seed"), 0),
-        replicates=replicates, experiment=experiment, tracking_uri=uri, n_iter_cap=dict(caps))
+        gradient=_choice("gradient", node.get("gradient"), Gradient),
+        seed=_int("seed", node.get("seed"), 0),
+        replicates=replicates,
+        experiment=experiment,
+        tracking_uri=uri,
+        n_iter_cap=dict(caps),
+    )

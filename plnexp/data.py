@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -35,10 +35,14 @@ def warn_empty_columns(Y: np.ndarray, source: str, columns: Sequence[str] | None
     if empty:
         names = [f"{columns[j]!r}" if columns is not None else f"{j + 1}" for j in empty]
         shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
-        warnings.warn(DataWarning(
-            f"counts of {source}: {len(empty)} of {Y.shape[1]} column(s) have no counts at all (column"
-            f"{'s' if len(empty) > 1 else ''} {shown}): their means diverge to -inf during the fit and their "
-            f"estimates mean nothing; drop them for a meaningful fit"), stacklevel=3)
+        warnings.warn(
+            DataWarning(
+                f"counts of {source}: {len(empty)} of {Y.shape[1]} column(s) have no counts at all (column"
+                f"{'s' if len(empty) > 1 else ''} {shown}): their means diverge to -inf during the fit and their "
+                f"estimates mean nothing; drop them for a meaningful fit"
+            ),
+            stacklevel=3,
+        )
     return empty
 
 
@@ -95,7 +99,7 @@ def replicate(data: Data, times: int) -> Data:
         raise DataError(f"replication={times!r}: must be an integer >= 1")
     if times == 1:
         return data
-    rep = lambda a: np.tile(a, (int(times), 1))  # noqa: E731
+    rep = lambda a: np.tile(a, (int(times), 1))
     return Data(rep(data.Y), rep(data.O), rep(data.X), f"{data.name}_x{times}", data.covariate_names, data.truth)
 
 
@@ -126,8 +130,9 @@ def _check_finite(a: np.ndarray, path, what: str, allowed: str) -> None:
     if bad.any():
         r, c = np.argwhere(bad)[0]
         kind = "missing (NaN)" if np.isnan(a[r, c]) else "infinite"
-        raise DataError(f"{what} file {path}: {kind} value at row {r + 1}, column {c + 1}; "
-                        f"allowed values are {allowed}")
+        raise DataError(
+            f"{what} file {path}: {kind} value at row {r + 1}, column {c + 1}; allowed values are {allowed}"
+        )
 
 
 COUNTS_ALLOWED = "non-negative integers"
@@ -141,12 +146,16 @@ def check_counts(Y: np.ndarray, source: str = "counts") -> np.ndarray:
     _check_finite(Y, source, "counts", COUNTS_ALLOWED)
     if (Y < 0).any():
         r, c = np.argwhere(Y < 0)[0]
-        raise DataError(f"counts file {source}: negative count {Y[r, c]:g} at row {r + 1}, column {c + 1}; "
-                        f"allowed values are {COUNTS_ALLOWED}")
+        raise DataError(
+            f"counts file {source}: negative count {Y[r, c]:g} at row {r + 1}, column {c + 1}; "
+            f"allowed values are {COUNTS_ALLOWED}"
+        )
     if (Y != np.round(Y)).any():
         r, c = np.argwhere(Y != np.round(Y))[0]
-        raise DataError(f"counts file {source}: non-integer count {Y[r, c]:g} at row {r + 1}, column {c + 1}; "
-                        f"allowed values are {COUNTS_ALLOWED}")
+        raise DataError(
+            f"counts file {source}: non-integer count {Y[r, c]:g} at row {r + 1}, column {c + 1}; "
+            f"allowed values are {COUNTS_ALLOWED}"
+        )
     return Y
 
 
@@ -159,8 +168,9 @@ def check_offsets(O: np.ndarray, source, log_scale: bool) -> np.ndarray:
     _check_finite(O, source, "offsets", allowed)
     if (O <= 0).any():
         r, c = np.argwhere(O <= 0)[0]
-        raise DataError(f"offsets file {source}: offset {O[r, c]:g} at row {r + 1}, column {c + 1}; "
-                        f"allowed values are {allowed}")
+        raise DataError(
+            f"offsets file {source}: offset {O[r, c]:g} at row {r + 1}, column {c + 1}; allowed values are {allowed}"
+        )
     return np.log(O)
 
 
@@ -172,12 +182,16 @@ def check_full_rank(X: np.ndarray, names: Sequence[str], source) -> None:
         if np.linalg.matrix_rank(X[:, :j]) < j:
             break
     what = "the intercept" if j == 2 else "the intercept and the columns before it"
-    raise DataError(f"covariates file {source}: column {names[j - 1]!r} is a linear combination of {what} "
-                    f"(e.g. constant, or a copy), so the design matrix {tuple(names)} is rank-deficient; "
-                    f"allowed values are linearly independent columns")
+    raise DataError(
+        f"covariates file {source}: column {names[j - 1]!r} is a linear combination of {what} "
+        f"(e.g. constant, or a copy), so the design matrix {tuple(names)} is rank-deficient; "
+        f"allowed values are linearly independent columns"
+    )
 
 
-def design_matrix(table: dict[str, np.ndarray | Sequence[str]], columns: Sequence[str], n: int) -> tuple[np.ndarray, tuple[str, ...]]:
+def design_matrix(
+    table: dict[str, np.ndarray | Sequence[str]], columns: Sequence[str], n: int
+) -> tuple[np.ndarray, tuple[str, ...]]:
     """Intercept + the named columns; text columns become one-hot with the first level dropped."""
     blocks, names = [np.ones((n, 1))], ["intercept"]
     for col in columns:
@@ -222,8 +236,15 @@ def load_oaks(replication: int = 1, covariates: Sequence[str] = ()) -> Data:
     return replicate(data, replication)
 
 
-def load_csv(counts, offsets=None, covariates=None, *, log_offsets: bool = False,
-             covariate_columns: Sequence[str] | None = None, name: str | None = None) -> Data:
+def load_csv(
+    counts,
+    offsets=None,
+    covariates=None,
+    *,
+    log_offsets: bool = False,
+    covariate_columns: Sequence[str] | None = None,
+    name: str | None = None,
+) -> Data:
     """Load counts (header + integer rows), optional offsets and covariates from CSV files.
 
     ``offsets`` are raw positive totals (logged here) unless ``log_offsets=True``. Covariates:

@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -93,8 +93,13 @@ def devices() -> list[Check]:
     for d in all_devices():
         by_platform.setdefault(d.platform, []).append(f"{device_label(d)} {d.device_kind}")
     detail = "; ".join(f"{p}: {len(ds)} ({', '.join(ds)})" for p, ds in by_platform.items())
-    return [Check("devices", True if by_platform else False,
-                  f"{detail}; default backend {jax.default_backend()}" if by_platform else "JAX found no device")]
+    return [
+        Check(
+            "devices",
+            True if by_platform else False,
+            f"{detail}; default backend {jax.default_backend()}" if by_platform else "JAX found no device",
+        )
+    ]
 
 
 def x64_works() -> bool:
@@ -118,34 +123,59 @@ def xla_flags(environ=os.environ, version: str | None = None) -> list[Check]:
     current = environ.get("XLA_FLAGS", "")
     shown = f"XLA_FLAGS={current!r}"
     if version not in runtime.CHECKED_JAXLIB:
-        return [Check("xla_flags", None, f"plnexp added no XLA flags (jaxlib {version} is not among the checked "
-                                         f"versions {', '.join(runtime.CHECKED_JAXLIB)}); {shown}")]
+        return [
+            Check(
+                "xla_flags",
+                None,
+                f"plnexp added no XLA flags (jaxlib {version} is not among the checked "
+                f"versions {', '.join(runtime.CHECKED_JAXLIB)}); {shown}",
+            )
+        ]
     added = runtime.plnexp_flags(environ, version)
     present = dict((f.split("=", 1) + [""])[:2] for f in current.split())
     missing = [f for f in added if f.split("=", 1)[0] not in present]
     if missing:
-        return [Check("xla_flags", False, f"jaxlib {version} is checked but XLA_FLAGS lacks {' '.join(missing)} "
-                                          f"(was plnexp imported after XLA_FLAGS was reset?); {shown}")]
+        return [
+            Check(
+                "xla_flags",
+                False,
+                f"jaxlib {version} is checked but XLA_FLAGS lacks {' '.join(missing)} "
+                f"(was plnexp imported after XLA_FLAGS was reset?); {shown}",
+            )
+        ]
     for flag in runtime.SAFETY_FLAGS:  # a user's own value for a safety flag's name is kept: does it keep the safety?
         name, value = flag.split("=", 1)
         if not set(value.split(",")) <= set(present[name].split(",")):
-            return [Check("xla_flags", False, f"XLA_FLAGS sets {name}={present[name]}, without plnexp's safety "
-                                              f"setting {value} (see plnexp/runtime.py); {shown}")]
+            return [
+                Check(
+                    "xla_flags",
+                    False,
+                    f"XLA_FLAGS sets {name}={present[name]}, without plnexp's safety "
+                    f"setting {value} (see plnexp/runtime.py); {shown}",
+                )
+            ]
     return [Check("xla_flags", True, f"jaxlib {version} is checked; plnexp's flags: {' '.join(added)}; {shown}")]
 
 
 def lapack() -> list[Check]:
     threads = runtime.lapack_threads()
     if not threads:
-        return [Check("lapack_threads", None, "SciPy's OpenBLAS not found in this process (not Linux, or another BLAS)")]
-    return [Check("lapack_threads", None, f"SciPy's OpenBLAS (jaxlib's CPU LAPACK) runs {','.join(map(str, threads))} "
-                                          "thread(s)")]
+        return [
+            Check("lapack_threads", None, "SciPy's OpenBLAS not found in this process (not Linux, or another BLAS)")
+        ]
+    return [
+        Check(
+            "lapack_threads",
+            None,
+            f"SciPy's OpenBLAS (jaxlib's CPU LAPACK) runs {','.join(map(str, threads))} thread(s)",
+        )
+    ]
 
 
 # ------------------------------------------------------------------------------------------- store
 def _sqlite_path(uri: str) -> Path | None:
     """The database file of a sqlite URI (``sqlite:///rel`` or ``sqlite:////abs``); None for in-memory."""
-    rest = uri[len("sqlite://"):].split("?", 1)[0]
+    rest = uri[len("sqlite://") :].split("?", 1)[0]
     if rest in ("", "/", "/:memory:"):
         return None
     return Path(rest[1:]).resolve() if rest.startswith("/") else Path(rest).resolve()
@@ -160,8 +190,9 @@ def _dir_checks(where: str, folder: Path, db: Path | None) -> list[Check]:
     if not existing.is_dir():
         return [Check("store_reachable", False, f"{where}: {existing} is not a directory, so {folder} cannot exist")]
     if existing == folder:
-        found = f"directory {folder} exists" + ("" if db is None else
-                                                f", {db.name} {'exists' if db.exists() else 'not created yet'}")
+        found = f"directory {folder} exists" + (
+            "" if db is None else f", {db.name} {'exists' if db.exists() else 'not created yet'}"
+        )
     else:
         found = f"directory {folder} not created yet (the first run creates it in {existing})"
     reach = Check("store_reachable", True, f"{where}: {found}")
@@ -171,7 +202,10 @@ def _dir_checks(where: str, folder: Path, db: Path | None) -> list[Check]:
         with tempfile.NamedTemporaryFile(dir=existing, prefix=".plnexp-doctor-"):
             pass
     except OSError as e:
-        return [reach, Check("store_writable", False, f"{where}: cannot create a file in {existing}: {e.strerror or e}")]
+        return [
+            reach,
+            Check("store_writable", False, f"{where}: cannot create a file in {existing}: {e.strerror or e}"),
+        ]
     return [reach, Check("store_writable", True, f"{where}: created and removed a file in {existing}")]
 
 
@@ -189,9 +223,11 @@ def _http_checks(uri: str, timeout: float) -> list[Check]:
             answered = f"GET {path} answered {e.code}"
         except (urllib.error.URLError, OSError) as e:
             reason = getattr(e, "reason", e)
-            return [Check("store_reachable", False, f"{uri}: no answer ({reason}; timeout {timeout:g} s)"),
-                    Check("store_writable", None, f"{uri}: not checked: server unreachable"),
-                    Check("store_artifacts", None, f"{uri}: not checked: server unreachable")]
+            return [
+                Check("store_reachable", False, f"{uri}: no answer ({reason}; timeout {timeout:g} s)"),
+                Check("store_writable", None, f"{uri}: not checked: server unreachable"),
+                Check("store_artifacts", None, f"{uri}: not checked: server unreachable"),
+            ]
     return [Check("store_reachable", True, f"{uri}: {answered}"), *_server_writes(uri, timeout)]
 
 
@@ -242,24 +278,41 @@ def _server_writes(uri: str, timeout: float) -> list[Check]:
         except Exception as e:  # noqa: BLE001 - the finding is the error, in one line
             if run_id is not None:
                 _delete_run(cl, run_id)
-            return [Check("store_writable", False, f"{uri}: cannot create a run in experiment {DOCTOR_EXPERIMENT} "
-                                                   f"and log to it: {_first_line(e)}"),
-                    Check("store_artifacts", None, f"{uri}: not checked (no run to upload to)")]
+            return [
+                Check(
+                    "store_writable",
+                    False,
+                    f"{uri}: cannot create a run in experiment {DOCTOR_EXPERIMENT} and log to it: {_first_line(e)}",
+                ),
+                Check("store_artifacts", None, f"{uri}: not checked (no run to upload to)"),
+            ]
         artifacts = _artifact_check(cl, uri, run_id)  # before the run is deleted
         failed = _delete_run(cl, run_id)
     if failed:  # plnexp itself never deletes runs: what it needs worked (a server may let only managers delete)
-        return [Check("store_writable", True, f"{uri}: created a run in experiment {DOCTOR_EXPERIMENT} (a param, a "
-                                              f"metric) but could not delete it (run {run_id} stays): {failed}"),
-                artifacts]
-    return [Check("store_writable", True, f"{uri}: created and deleted a run in experiment {DOCTOR_EXPERIMENT} "
-                                          "(a param, a metric)"), artifacts]
+        return [
+            Check(
+                "store_writable",
+                True,
+                f"{uri}: created a run in experiment {DOCTOR_EXPERIMENT} (a param, a "
+                f"metric) but could not delete it (run {run_id} stays): {failed}",
+            ),
+            artifacts,
+        ]
+    return [
+        Check(
+            "store_writable",
+            True,
+            f"{uri}: created and deleted a run in experiment {DOCTOR_EXPERIMENT} (a param, a metric)",
+        ),
+        artifacts,
+    ]
 
 
 def _delete_run(cl, run_id: str) -> str:
     """Deletes the run; the error in one line if that failed, else ''."""
     try:
         cl.delete_run(run_id)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 - any store failure is the finding, in one line
         return _first_line(e)
     return ""
 
@@ -273,20 +326,33 @@ def _artifact_check(cl, uri: str, run_id: str) -> Check:
         with tempfile.TemporaryDirectory(prefix="plnexp-doctor-") as tmp:
             back = Path(cl.download_artifacts(run_id, "doctor.txt", tmp)).read_text()
         location = cl.get_run(run_id).info.artifact_uri
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 - any artifact store failure is the finding, in one line
         return Check("store_artifacts", False, f"{uri}: artifact upload or read-back failed: {_first_line(e)}")
     if back != text:
-        return Check("store_artifacts", False, f"{uri}: the artifact read back differs from the one uploaded "
-                                               f"(artifact_uri {location})")
+        return Check(
+            "store_artifacts",
+            False,
+            f"{uri}: the artifact read back differs from the one uploaded (artifact_uri {location})",
+        )
     if location.startswith("mlflow-artifacts:"):
-        return Check("store_artifacts", True, f"{uri}: artifact uploaded and read back through the server "
-                                              f"(artifact_uri {location})")
+        return Check(
+            "store_artifacts",
+            True,
+            f"{uri}: artifact uploaded and read back through the server (artifact_uri {location})",
+        )
     scheme = location.split(":", 1)[0] if "://" in location else "file"
-    must = ("see that path (a shared filesystem)" if scheme == "file" else
-            f"reach that location with its own {scheme} credentials")
-    return Check("store_artifacts", True, f"{uri}: artifact uploaded and read back (artifact_uri {location}); "
-                                          f"artifacts bypass the server, this client writes them there directly, so "
-                                          f"every machine that logs, cluster nodes included, must {must}")
+    must = (
+        "see that path (a shared filesystem)"
+        if scheme == "file"
+        else f"reach that location with its own {scheme} credentials"
+    )
+    return Check(
+        "store_artifacts",
+        True,
+        f"{uri}: artifact uploaded and read back (artifact_uri {location}); "
+        f"artifacts bypass the server, this client writes them there directly, so "
+        f"every machine that logs, cluster nodes included, must {must}",
+    )
 
 
 def _first_line(e: BaseException) -> str:
@@ -295,8 +361,25 @@ def _first_line(e: BaseException) -> str:
 
 
 # Filesystems on which sqlite's locking cannot be trusted (several writers: corruption, "database is locked")
-NETWORK_FILESYSTEMS = frozenset({"nfs", "nfs4", "lustre", "gpfs", "beegfs", "cifs", "smb3", "smbfs", "ceph",
-                                 "glusterfs", "fuse.glusterfs", "fuse.sshfs", "fuse.cephfs", "panfs", "afs"})
+NETWORK_FILESYSTEMS = frozenset(
+    {
+        "nfs",
+        "nfs4",
+        "lustre",
+        "gpfs",
+        "beegfs",
+        "cifs",
+        "smb3",
+        "smbfs",
+        "ceph",
+        "glusterfs",
+        "fuse.glusterfs",
+        "fuse.sshfs",
+        "fuse.cephfs",
+        "panfs",
+        "afs",
+    }
+)
 
 
 def _mounts_text() -> str:
@@ -338,9 +421,15 @@ def _filesystem_check(uri: str, db: Path) -> list[Check]:
         return [Check("store_filesystem", None, f"{uri}: filesystem of {db.parent} not known (no /proc/self/mounts)")]
     fstype, point = found
     if fstype in NETWORK_FILESYSTEMS:
-        return [Check("store_filesystem", None, f"warning: sqlite store on {fstype} ({point}): sqlite locking is "
-                      "unsafe on network filesystems; several jobs writing at once can corrupt it or fail with "
-                      f"'database is locked' ({db}). Use a tracking server: README 'A shared tracking server'")]
+        return [
+            Check(
+                "store_filesystem",
+                None,
+                f"warning: sqlite store on {fstype} ({point}): sqlite locking is "
+                "unsafe on network filesystems; several jobs writing at once can corrupt it or fail with "
+                f"'database is locked' ({db}). Use a tracking server: README 'A shared tracking server'",
+            )
+        ]
     return [Check("store_filesystem", True, f"sqlite store on {fstype} ({point})")]
 
 
@@ -355,8 +444,14 @@ def store(uri: str | None = None, timeout: float = HTTP_TIMEOUT_S) -> list[Check
         try:
             uri = tracking_uri(None)
         except OSError as e:  # a tracking_uri that prepares the outputs folder, and cannot
-            return [Check("store_reachable", False, f"the outputs folder {e.filename or ''} cannot be created: "
-                                                    f"{e.strerror or e} (set PLNEXP_OUTPUTS or MLFLOW_TRACKING_URI)")]
+            return [
+                Check(
+                    "store_reachable",
+                    False,
+                    f"the outputs folder {e.filename or ''} cannot be created: "
+                    f"{e.strerror or e} (set PLNEXP_OUTPUTS or MLFLOW_TRACKING_URI)",
+                )
+            ]
     scheme = uri.split(":", 1)[0].lower() if "://" in uri else ""
     if scheme == "sqlite":
         db = _sqlite_path(uri)
@@ -367,7 +462,7 @@ def store(uri: str | None = None, timeout: float = HTTP_TIMEOUT_S) -> list[Check
     if scheme in ("http", "https"):
         return _http_checks(uri, timeout)
     if scheme in ("", "file"):  # MLflow's file store: a directory
-        return _dir_checks(uri, Path(uri[len("file://"):] if scheme else uri).resolve(), None)
+        return _dir_checks(uri, Path(uri[len("file://") :] if scheme else uri).resolve(), None)
     return [Check("store_reachable", None, f"{uri}: scheme {scheme!r} not checked by plnexp doctor")]
 
 
@@ -385,8 +480,10 @@ def jitted_value_and_grad(model: Model, state: PLNState, arrays: Arrays):
 
 
 # (label, function(model, complete state, arrays) -> partial ELBO): what every fit compiles
-JITTED: tuple[tuple[str, Callable], ...] = (("state_elbo", jitted_state_elbo),
-                                            ("value_and_grad", jitted_value_and_grad))
+JITTED: tuple[tuple[str, Callable], ...] = (
+    ("state_elbo", jitted_state_elbo),
+    ("value_and_grad", jitted_value_and_grad),
+)
 
 
 def random_params(model: Model, data, seed: int = SEED) -> dict:
@@ -401,8 +498,14 @@ def random_params(model: Model, data, seed: int = SEED) -> dict:
     return {"B": B, "M": Z - data.X @ B, "S": S}
 
 
-def elbo_check(model: Model, device, precision: str, data=None, functions: Iterable[tuple[str, Callable]] = JITTED,
-               seed: int = SEED) -> Check:
+def elbo_check(
+    model: Model,
+    device,
+    precision: str,
+    data=None,
+    functions: Iterable[tuple[str, Callable]] = JITTED,
+    seed: int = SEED,
+) -> Check:
     """Each jitted ELBO of ``functions`` at a random complete state vs the float64 host reference."""
     import jax
 
@@ -429,12 +532,20 @@ def elbo_check(model: Model, device, precision: str, data=None, functions: Itera
         value -= log_fact
         rel = abs(value - host) / abs(host) if np.isfinite(value) and np.isfinite(host) else float("nan")
         if not abs(value - host) <= tol:  # NaN fails too
-            return Check(name, False, f"jitted {label} gives {value:.6f} but the float64 host reference gives "
-                                      f"{host:.6f} (relative error {rel:.2e}, beyond {rtol:g} relative and the "
-                                      f"absolute floor of {data.Y.size} entries) for {where}")
+            return Check(
+                name,
+                False,
+                f"jitted {label} gives {value:.6f} but the float64 host reference gives "
+                f"{host:.6f} (relative error {rel:.2e}, beyond {rtol:g} relative and the "
+                f"absolute floor of {data.Y.size} entries) for {where}",
+            )
     worst = max(abs(v - log_fact - host) / abs(host) for _, v in jitted) if jitted else 0.0
-    return Check(name, True, f"{', '.join(label for label, _ in jitted)} = {host:.4f} within {worst:.1e} "
-                             f"(<= {rtol:g}) of the float64 host reference")
+    return Check(
+        name,
+        True,
+        f"{', '.join(label for label, _ in jitted)} = {host:.4f} within {worst:.1e} "
+        f"(<= {rtol:g}) of the float64 host reference",
+    )
 
 
 def stirling_probe(device, data=None, jitted: Callable | None = None) -> Check:
@@ -453,9 +564,13 @@ def stirling_probe(device, data=None, jitted: Callable | None = None) -> Check:
     rel = abs(got - want) / abs(want)
     name = f"miscompile_probe[{device_label(device)}]"
     if not rel <= PROBE_RTOL:
-        return Check(name, False, f"jitted Stirling sum over oaks counts gives {got:.1f} but numpy float64 gives "
-                                  f"{want:.1f} (relative error {rel:.2e} > {PROBE_RTOL:g}): this XLA miscompiles "
-                                  f"a fused reduction on {device_label(device)}; XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
+        return Check(
+            name,
+            False,
+            f"jitted Stirling sum over oaks counts gives {got:.1f} but numpy float64 gives "
+            f"{want:.1f} (relative error {rel:.2e} > {PROBE_RTOL:g}): this XLA miscompiles "
+            f"a fused reduction on {device_label(device)}; XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}",
+        )
     return Check(name, True, f"jitted Stirling sum {got:.1f} within {rel:.1e} of numpy float64 {want:.1f}")
 
 
@@ -482,23 +597,46 @@ def slurm(run=None) -> list[Check]:
     run = run or subprocess.run
     missing = [tool for tool in ("sbatch", "squeue", "scancel") if shutil.which(tool) is None]
     if missing:
-        return [Check("slurm", None, f"no SLURM client here ({', '.join(missing)} not on PATH): sweeps run on this "
-                                     "machine (hydra/launcher=slurm needs a login node)")]
+        return [
+            Check(
+                "slurm",
+                None,
+                f"no SLURM client here ({', '.join(missing)} not on PATH): sweeps run on this "
+                "machine (hydra/launcher=slurm needs a login node)",
+            )
+        ]
     if importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None:
-        return [Check("slurm", False, "SLURM client found but hydra-submitit-launcher is not installed: "
-                                      "pip install -e '.[cluster]'")]
+        return [
+            Check(
+                "slurm",
+                False,
+                "SLURM client found but hydra-submitit-launcher is not installed: pip install -e '.[cluster]'",
+            )
+        ]
     try:
         out = run(["sinfo", "-h", "-o", "%P %a %D %t"], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError) as e:
         return [Check("slurm", False, f"sinfo failed: {e}")]
     if out.returncode != 0:  # a client with no cluster configured: nothing this machine must do
         first = (out.stderr or out.stdout).strip().splitlines()
-        return [Check("slurm", None, f"warning: SLURM client found but no controller answers "
-                                     f"({first[0] if first else out.returncode}): hydra/launcher=slurm cannot submit "
-                                     "from here")]
+        return [
+            Check(
+                "slurm",
+                None,
+                f"warning: SLURM client found but no controller answers "
+                f"({first[0] if first else out.returncode}): hydra/launcher=slurm cannot submit "
+                "from here",
+            )
+        ]
     parts = sorted({line.split()[0] for line in out.stdout.splitlines() if line.strip()})
-    return [Check("slurm", True, f"controller answers; partitions: {', '.join(parts) or '(none)'} "
-                                 "(hydra/launcher=slurm hydra.launcher.partition=NAME)")]
+    return [
+        Check(
+            "slurm",
+            True,
+            f"controller answers; partitions: {', '.join(parts) or '(none)'} "
+            "(hydra/launcher=slurm hydra.launcher.partition=NAME)",
+        )
+    ]
 
 
 CHECKS: tuple[Callable[[], list[Check]], ...] = (versions, devices, x64, xla_flags, lapack, store, slurm, numerics)
@@ -508,7 +646,7 @@ def _guarded(fn: Callable[[], list[Check]]) -> list[Check]:
     """A check that raises is reported as a failure of that check, never a crash of the doctor."""
     try:
         return list(fn())
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 - a check that raises fails that check, never the doctor
         first = (str(e).splitlines() or [""])[0]
         return [Check(fn.__name__, False, f"raised {type(e).__name__}: {first}")]
 

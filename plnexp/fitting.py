@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax
 import numpy as np
@@ -21,8 +21,19 @@ from .precision import PRECISIONS, Precision
 from .problem import GRADIENTS, Problem
 from .spec import DEVICES, INITS, FitSpec, parse, resolve_device
 
-__all__ = ["DEVICES", "INITS", "PRECISIONS", "FitResult", "NumericsError", "fit", "run", "run_all", "resolve_device",
-           "make_problem", "check_against_host"]
+__all__ = [
+    "DEVICES",
+    "INITS",
+    "PRECISIONS",
+    "FitResult",
+    "NumericsError",
+    "fit",
+    "run",
+    "run_all",
+    "resolve_device",
+    "make_problem",
+    "check_against_host",
+]
 
 
 class NumericsError(RuntimeError):
@@ -60,11 +71,28 @@ def _host(tree):
     return jax.tree_util.tree_map(lambda a: np.asarray(a, dtype=np.float64), tree)
 
 
-def fit(data: Data, model: str = "profiled", optimizer: str = "rprop", n_iter: int = 1000,
-        precision: str = "float32", device: str = "cpu", strategy: str = "scan", *, lr: float | None = None,
-        init: str = "seed", gradient: str = "analytic", repeats: int = 1, warmup: int = 0,
-        first_call: bool = False, compile_cache: bool | None = None, compile_cache_dir=None, time_budget_s: float = 0.0,
-        seed: int = 0, timed: bool = True, **options) -> FitResult:
+def fit(
+    data: Data,
+    model: str = "profiled",
+    optimizer: str = "rprop",
+    n_iter: int = 1000,
+    precision: str = "float32",
+    device: str = "cpu",
+    strategy: str = "scan",
+    *,
+    lr: float | None = None,
+    init: str = "seed",
+    gradient: str = "analytic",
+    repeats: int = 1,
+    warmup: int = 0,
+    first_call: bool = False,
+    compile_cache: bool | None = None,
+    compile_cache_dir=None,
+    time_budget_s: float = 0.0,
+    seed: int = 0,
+    timed: bool = True,
+    **options,
+) -> FitResult:
     """Fit a PLN model by variational inference and time it.
 
     ``options``: the strategy's own options (``unroll`` for scan_unrolled, ``tol`` and ``patience``
@@ -85,14 +113,31 @@ def fit(data: Data, model: str = "profiled", optimizer: str = "rprop", n_iter: i
     Raises ``ValueError`` (one line, naming the argument and its allowed values) on a bad choice,
     and :class:`NumericsError` if the compiled ELBO disagrees with the float64 host reference.
     """
-    spec = parse(model, optimizer, n_iter, precision, device, strategy, lr=lr, init=init, gradient=gradient,
-                 repeats=repeats, warmup=warmup, first_call=first_call, compile_cache=compile_cache,
-                 compile_cache_dir=compile_cache_dir, time_budget_s=time_budget_s, seed=seed, **options)
+    spec = parse(
+        model,
+        optimizer,
+        n_iter,
+        precision,
+        device,
+        strategy,
+        lr=lr,
+        init=init,
+        gradient=gradient,
+        repeats=repeats,
+        warmup=warmup,
+        first_call=first_call,
+        compile_cache=compile_cache,
+        compile_cache_dir=compile_cache_dir,
+        time_budget_s=time_budget_s,
+        seed=seed,
+        **options,
+    )
     return run(data, spec, timed=timed)
 
 
-def fit_replicates(data: Data | Sequence[Data], replicates: int, *, seed: int = 0, timed: bool = True,
-                   **kwargs) -> list[FitResult]:
+def fit_replicates(
+    data: Data | Sequence[Data], replicates: int, *, seed: int = 0, timed: bool = True, **kwargs
+) -> list[FitResult]:
     """``replicates`` fits in one compiled program (``jax.vmap`` of the strategy's fit), one
     :class:`FitResult` each: of one data set from the initial seeds ``seed, seed+1, ...`` (use
     ``init="random"``, or they are all the same fit), or replicate k of ``data[k]`` (a list of
@@ -137,9 +182,17 @@ def run_all(data: Data | Sequence[Data], spec: FitSpec, *, timed: bool = True) -
         # the host reference converts to float64 a block of rows at a time: no n x p float64 copy
         starts = [s.pln for s in program.split(state, arrays)]
         if timed:
-            out, times = timing.measure(program, state, arrays, repeats=t.repeats, warmup=t.warmup,
-                                        budget_s=t.time_budget_s, first_call=t.first_call,
-                                        compile_cache_dir=cache_dir, warm_compile=t.warm_compile)
+            out, times = timing.measure(
+                program,
+                state,
+                arrays,
+                repeats=t.repeats,
+                warmup=t.warmup,
+                budget_s=t.time_budget_s,
+                first_call=t.first_call,
+                compile_cache_dir=cache_dir,
+                warm_compile=t.warm_compile,
+            )
         else:
             out, times = timing.untimed(program, state, arrays, compile_cache_dir=cache_dir)
         del state
@@ -156,9 +209,22 @@ def run_all(data: Data | Sequence[Data], spec: FitSpec, *, timed: bool = True) -
             loglik = reference.elbo(d.Y, d.O, d.X, pln.B, centred_m, pln.S, pln.Sigma)
             final = float(one.final_elbo) - log_fact
             check_against_host(final, loglik, spec.precision, "final state", d.Y.size)
-            results.append(FitResult(curve - log_fact, loglik, params, int(one.n_run), times, spec.model.name,
-                                     spec.strategy.name, spec.optimizer.name, spec.precision.name, str(dev),
-                                     {"final_elbo_jit": final, "log_factorial": log_fact}, replicate))
+            results.append(
+                FitResult(
+                    curve - log_fact,
+                    loglik,
+                    params,
+                    int(one.n_run),
+                    times,
+                    spec.model.name,
+                    spec.strategy.name,
+                    spec.optimizer.name,
+                    spec.precision.name,
+                    str(dev),
+                    {"final_elbo_jit": final, "log_factorial": log_fact},
+                    replicate,
+                )
+            )
     return results
 
 
@@ -172,4 +238,5 @@ def check_against_host(jitted: float, host: float, precision: Precision, where: 
         raise NumericsError(
             f"compiled ELBO at the {where} is {jitted:.9g} but the float64 host reference gives {host:.9g} "
             f"(error {abs(jitted - host):.2e} > {tol:.2e} = {precision.check_rtol:g} relative + the absolute "
-            f"floor of {size} entries); XLA_FLAGS={__import__('os').environ.get('XLA_FLAGS', '')!r}")
+            f"floor of {size} entries); XLA_FLAGS={__import__('os').environ.get('XLA_FLAGS', '')!r}"
+        )

@@ -214,9 +214,16 @@ def identity(device=None) -> dict[str, str]:
         cores = len(os.sched_getaffinity(0))  # what this process may use (a SLURM job: its allocation)
     except (AttributeError, OSError):
         cores = os.cpu_count() or 0
-    return {"host": platform.node(), "cpu_model": cpu_model(), "cores": str(cores), "jax": jax.__version__,
-            "jaxlib": jaxlib.__version__, "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
-            "platform": dev.platform, "device_kind": str(dev.device_kind)}
+    return {
+        "host": platform.node(),
+        "cpu_model": cpu_model(),
+        "cores": str(cores),
+        "jax": jax.__version__,
+        "jaxlib": jaxlib.__version__,
+        "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
+        "platform": dev.platform,
+        "device_kind": str(dev.device_kind),
+    }
 
 
 def cache_file(ident: dict[str, str], folder: Path | None = None) -> Path:

@@ -24,7 +24,7 @@ import socket
 import sys
 import threading
 from contextlib import contextmanager
-from typing import Callable
+from collections.abc import Callable
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 REDELIVER_S = 0.01
@@ -139,8 +139,9 @@ class _Guard:
         collector callback, a ``__del__``) is delivered again, to land in ordinary code."""
         if isinstance(info.exc_value, Interrupted) and not self.stopped:
             # sent from another thread a moment later: the handler then runs once this hook returned
-            threading.Timer(REDELIVER_S, signal.pthread_kill,
-                            (threading.main_thread().ident, info.exc_value.signum)).start()
+            threading.Timer(
+                REDELIVER_S, signal.pthread_kill, (threading.main_thread().ident, info.exc_value.signum)
+            ).start()
             return
         self.previous_hook(info)
 
@@ -159,10 +160,16 @@ class _Guard:
                 seen += 1
                 if seen == 1:
                     if not self.reacted.wait(GRACE_S):
-                        what = ("plnexp stops once the step in progress (writing results, checking) is done"
-                                if self.held else "the fit running in compiled code stops when it returns")
-                        print(f"\nplnexp: {signal.Signals(signum).name} received; {what} (send it again to stop now)",
-                              file=sys.stderr, flush=True)
+                        what = (
+                            "plnexp stops once the step in progress (writing results, checking) is done"
+                            if self.held
+                            else "the fit running in compiled code stops when it returns"
+                        )
+                        print(
+                            f"\nplnexp: {signal.Signals(signum).name} received; {what} (send it again to stop now)",
+                            file=sys.stderr,
+                            flush=True,
+                        )
                 elif not self.reacted.is_set():
                     self._force(signum)
 

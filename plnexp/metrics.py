@@ -24,13 +24,31 @@ class Metric:
 COLUMNS: tuple[Metric, ...] = (
     Metric("n_iter_run", "iter", "iters", "{:.0f}", "iterations run (while_loop may stop early)"),
     Metric("compile_s", "compile_s", "compile s", "{:.3f}", "ahead-of-time compile: trace + lower + XLA"),
-    Metric("compile_warm_s", "cached_s", "cached compile s", "{:.3f}", "a second compile served by JAX's "
-           "persistent cache (compile_cache=true)", in_report=False),
-    Metric("first_call_s", "first_s", "first call s", "{:.3f}", "a cold plain call: trace + compile + run "
-           "(first_call=true)", in_report=False),
+    Metric(
+        "compile_warm_s",
+        "cached_s",
+        "cached compile s",
+        "{:.3f}",
+        "a second compile served by JAX's persistent cache (compile_cache=true)",
+        in_report=False,
+    ),
+    Metric(
+        "first_call_s",
+        "first_s",
+        "first call s",
+        "{:.3f}",
+        "a cold plain call: trace + compile + run (first_call=true)",
+        in_report=False,
+    ),
     Metric("run_s", "run_s", "run s", "{:.3f}", "steady run of the compiled program (median of the timed runs)"),
-    Metric("run_s_iqr", "spread_s", "run s spread", "{:.3f}", "interquartile range of the timed runs (their "
-           "range below 5 runs)", in_report=False),
+    Metric(
+        "run_s_iqr",
+        "spread_s",
+        "run s spread",
+        "{:.3f}",
+        "interquartile range of the timed runs (their range below 5 runs)",
+        in_report=False,
+    ),
     Metric("n_runs", "runs", "runs", "{:.0f}", "timed runs: at least repeats, more within time_budget_s"),
     Metric("ms_per_iter", "ms/iter", "ms/iter", "{:.2f}", "run_s per iteration run, in ms"),
     Metric("final_elbo", "final ELBO", "final ELBO", "{:.1f}", "the compiled ELBO at the final state (with log y!)"),
@@ -38,10 +56,25 @@ COLUMNS: tuple[Metric, ...] = (
 # This machine's floor for the fit (plnexp.floor), logged by every job from the process that ran it,
 # measured before the fit; the report divides ms_per_iter by the first (its "× floor" column).
 FLOOR: tuple[Metric, ...] = (
-    Metric("floor_ms_per_iter", "floor", "floor ms/iter", "{:.3f}", "the machine's floor for one iteration: "
-           "14 n x p arrays at floor_copy_GBps + 2 n x p x p products of floor_dot_ms", False, False),
-    Metric("floor_copy_GBps", "copy_GBps", "copy GB/s", "{:.1f}", "in-place copy bandwidth over a buffer the "
-           "size of the fit's working set (bytes read + written)", False, False),
+    Metric(
+        "floor_ms_per_iter",
+        "floor",
+        "floor ms/iter",
+        "{:.3f}",
+        "the machine's floor for one iteration: "
+        "14 n x p arrays at floor_copy_GBps + 2 n x p x p products of floor_dot_ms",
+        False,
+        False,
+    ),
+    Metric(
+        "floor_copy_GBps",
+        "copy_GBps",
+        "copy GB/s",
+        "{:.1f}",
+        "in-place copy bandwidth over a buffer the size of the fit's working set (bytes read + written)",
+        False,
+        False,
+    ),
     Metric("floor_dot_ms", "dot_ms", "dot ms", "{:.3f}", "one n x p times p x p product", False, False),
 )
 TERMINAL = tuple(m for m in COLUMNS if m.in_terminal)

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable, NamedTuple
+from typing import NamedTuple
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -155,13 +156,9 @@ def full_elbo(params: Params, state: PLNState, data: Arrays) -> jax.Array:
     logdet_omega = -_logdet_from_cholesky(jnp.linalg.cholesky(state.Sigma))  # state is not differentiated
     Omega = state.Omega
     trace = jnp.sum(Omega * _total(rows, M.T @ M)) + jnp.sum(
-        jnp.diagonal(Omega) * _total(rows, jnp.sum(_data_rows(rows, S * S), axis=0)))
-    return (
-        _poisson_part(data, data.O + data.X @ B + M, S)
-        + 0.5 * n * logdet_omega
-        - 0.5 * trace
-        + 0.5 * n * p
+        jnp.diagonal(Omega) * _total(rows, jnp.sum(_data_rows(rows, S * S), axis=0))
     )
+    return _poisson_part(data, data.O + data.X @ B + M, S) + 0.5 * n * logdet_omega - 0.5 * trace + 0.5 * n * p
 
 
 def profiled_elbo(params: Params, state: PLNState, data: Arrays) -> jax.Array:
@@ -194,11 +191,11 @@ def _value_and_grad_given_omega(data: Arrays, M, B, M_res, S, Sigma, Omega, logd
     # sum(Y Z) = sum(Y M) + sum(Y O) + sum((X'Y) o B): Z is then only read by the exp's own fusion
     # and never written to memory; sum(Y O) and X'Y are loop-invariant (XLA hoists them).
     yz_rest = _total(rows, jnp.sum(data.Y * data.O)) + (
-        0.0 if B is None else jnp.sum(_total(rows, data.X.T @ data.Y) * B))
+        0.0 if B is None else jnp.sum(_total(rows, data.X.T @ data.Y) * B)
+    )
     # Column sums, then the p-vector. The barrier stops XLA from merging the two into one full
     # reduction, which XLA:CPU runs about 3x slower than the column sums (profiled on oaks x100).
-    per_column = jax.lax.optimization_barrier(
-        jnp.sum(data.Y * M - A + _data_rows(rows, jnp.log(jnp.abs(S))), axis=0))
+    per_column = jax.lax.optimization_barrier(jnp.sum(data.Y * M - A + _data_rows(rows, jnp.log(jnp.abs(S))), axis=0))
     trace = n * jnp.sum(Omega * Sigma)
     value = jnp.sum(_total(rows, per_column)) + yz_rest - 0.5 * n * logdet_sigma - 0.5 * trace + 0.5 * n * p
     dS = _data_rows(rows, 1.0 / S - S * (A + jnp.diagonal(Omega)))
@@ -214,8 +211,7 @@ def full_value_and_grad(params: Params, state: PLNState, data: Arrays) -> tuple[
     """
     B, M, S = params["B"], params["M"], params["S"]
     logdet_sigma = _logdet_from_cholesky(jnp.linalg.cholesky(state.Sigma))
-    value, dM, dS, A = _value_and_grad_given_omega(
-        data, M, B, M, S, state.Sigma, state.Omega, logdet_sigma)
+    value, dM, dS, A = _value_and_grad_given_omega(data, M, B, M, S, state.Sigma, state.Omega, logdet_sigma)
     # X'(Y - A) as X'Y - X'A: X'Y is loop-invariant (XLA hoists it) and A is already in memory
     return value, {"B": _total(data.rows, data.X.T @ data.Y - data.X.T @ A), "M": dM, "S": dS}
 

@@ -7,7 +7,7 @@ no learning rate (RAdam's update is rescaled by -1 and clipped at 0.1 per coordi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 import optax
 

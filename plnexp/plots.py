@@ -92,13 +92,12 @@ def elbo_curves_png(panels: list[CurvePanel], path: str | Path, reference: str =
     nrows = -(-len(panels) // ncols)
     fig = _figure(11 if ncols > 1 else 8, 5.2 * nrows + 0.4)
     subs = np.atleast_1d(fig.subfigures(nrows, ncols, squeeze=False).ravel())
-    for sub in subs[len(panels):]:
+    for sub in subs[len(panels) :]:
         sub.set_visible(False)
     for sub, panel in zip(subs, panels):
         curves = {k: np.asarray(c, dtype=float) for k, c in panel.curves.items() if len(c)}
         ref = next((c for k, c in curves.items() if k.split(",")[0] == reference), None)
-        ax, dax = sub.subplots(2, 1, sharex=True, height_ratios=(2, 1)) if ref is not None else (
-            sub.subplots(), None)
+        ax, dax = sub.subplots(2, 1, sharex=True, height_ratios=(2, 1)) if ref is not None else (sub.subplots(), None)
         finite = [c[np.isfinite(c)] for c in curves.values()]
         best = max((c.max() for c in finite if len(c)), default=np.nan)
         best = best if not np.isfinite(panel.final) else max(best, panel.final) if np.isfinite(best) else panel.final
@@ -126,8 +125,15 @@ def elbo_curves_png(panels: list[CurvePanel], path: str | Path, reference: str =
             if any(line.get_ydata().size and np.nanmax(line.get_ydata(), initial=0) > 0 for line in dax.lines):
                 dax.set_yscale("log")
             else:  # every curve equals the reference bit for bit: nothing to draw on a log axis
-                dax.text(0.5, 0.5, f"every curve equals {reference}'s bit for bit", transform=dax.transAxes,
-                         ha="center", va="center", fontsize=9)
+                dax.text(
+                    0.5,
+                    0.5,
+                    f"every curve equals {reference}'s bit for bit",
+                    transform=dax.transAxes,
+                    ha="center",
+                    va="center",
+                    fontsize=9,
+                )
                 dax.set_yticks([])
             dax.set_ylabel(f"|ELBO − {reference}| / |{reference}|\n(log; 0 not drawn)", fontsize=8)
             dax.grid(alpha=0.3, which="both")
@@ -161,8 +167,10 @@ def timings_png(panels: list[TimingPanel], path: str | Path) -> Path:
     for ax, panel in zip(_grid(fig, len(panels), sharex=True), panels):  # one time axis for all
         labels = list(panel.run_s)
         y = np.arange(len(labels))
-        values = [np.array([panel.compile_s.get(k, np.nan) for k in labels], dtype=float),
-                  np.array([panel.run_s[k] for k in labels], dtype=float)]
+        values = [
+            np.array([panel.compile_s.get(k, np.nan) for k in labels], dtype=float),
+            np.array([panel.run_s[k] for k in labels], dtype=float),
+        ]
         runs = f"steady run ({panel.n_iter} iterations)" if panel.n_iter else "steady run"
         if panel.run_span:
             runs += ":\nmedian, whiskers: IQR\n(range below 5 runs)"
@@ -172,14 +180,27 @@ def timings_png(panels: list[TimingPanel], path: str | Path) -> Path:
             if j == 1 and panel.run_span:
                 spans = np.array([panel.run_span.get(k, (np.nan, np.nan)) for k in labels], dtype=float)
                 err = np.nan_to_num(np.abs(spans.T - shown), nan=0.0)
-            bars = ax.barh(y + (j - 0.5) * 0.4, shown, height=0.4, color=color, label=name, xerr=err,
-                           error_kw=dict(lw=1, capsize=2, ecolor="0.2"))
-            ax.bar_label(bars, labels=["" if not np.isfinite(s) else f"{s:.3g}" for s in shown], fontsize=7,
-                         padding=2)
+            bars = ax.barh(
+                y + (j - 0.5) * 0.4,
+                shown,
+                height=0.4,
+                color=color,
+                label=name,
+                xerr=err,
+                error_kw=dict(lw=1, capsize=2, ecolor="0.2"),
+            )
+            ax.bar_label(bars, labels=["" if not np.isfinite(s) else f"{s:.3g}" for s in shown], fontsize=7, padding=2)
             for yi, vi in zip(y + (j - 0.5) * 0.4, v):
                 if vi == 0:  # nothing to draw: say so (eager compiles nothing ahead of time)
-                    ax.annotate("0", (0, yi), xycoords=("axes fraction", "data"), xytext=(3, 0),
-                                textcoords="offset points", va="center", fontsize=7)
+                    ax.annotate(
+                        "0",
+                        (0, yi),
+                        xycoords=("axes fraction", "data"),
+                        xytext=(3, 0),
+                        textcoords="offset points",
+                        va="center",
+                        fontsize=7,
+                    )
         ax.set_yticks(y, labels, fontsize=8)
         ax.invert_yaxis()
         if log:
@@ -216,8 +237,11 @@ def common_slopes(series: dict[str, tuple[list, list]]) -> tuple[dict[str, float
         x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
         keep = np.isin(x, sorted(common))
         slopes[k] = loglog_slope(x[keep], y[keep])
-    return slopes, {k: sorted(every - s) for k, s in sizes.items()}, (min(common, default=np.nan),
-                                                                      max(common, default=np.nan))
+    return (
+        slopes,
+        {k: sorted(every - s) for k, s in sizes.items()},
+        (min(common, default=np.nan), max(common, default=np.nan)),
+    )
 
 
 def scaling_png(series: dict[str, tuple[list, list]], xlabel: str, title: str, path: str | Path) -> Path:
@@ -234,10 +258,18 @@ def scaling_png(series: dict[str, tuple[list, list]], xlabel: str, title: str, p
         slope, missing = slopes[label], missing_of[label]
         text = label + (f" (slope {slope:.2f}{span})" if np.isfinite(slope) else "")
         text += f"; missing {', '.join(f'{m:g}' for m in missing)}" if missing else ""
-        line, = ax.plot(x, y, marker="o", ms=4, lw=1.4, ls=LINESTYLES[i % len(LINESTYLES)], label=text)
+        (line,) = ax.plot(x, y, marker="o", ms=4, lw=1.4, ls=LINESTYLES[i % len(LINESTYLES)], label=text)
         if missing:
-            ax.plot(missing, [0.0] * len(missing), ls="", marker="x", ms=7, color=line.get_color(),
-                    transform=ax.get_xaxis_transform(), clip_on=False)
+            ax.plot(
+                missing,
+                [0.0] * len(missing),
+                ls="",
+                marker="x",
+                ms=7,
+                color=line.get_color(),
+                transform=ax.get_xaxis_transform(),
+                clip_on=False,
+            )
     ax.set_xscale("log")
     ax.set_yscale("log")
     xs = np.concatenate([np.asarray(x, dtype=float) for x, _ in series.values()])

@@ -46,10 +46,13 @@ class Precision:
         return self.check_rtol * abs(host) + size * self.eps * abs(np.log(self.eps))
 
 
-PRECISIONS: dict[str, Precision] = {p.name: p for p in (
-    Precision("float32", np.float32, "f32", check_rtol=1e-4, curve_rtol=1e-5),
-    Precision("float64", np.float64, "f64", check_rtol=1e-9, curve_rtol=1e-9),
-)}
+PRECISIONS: dict[str, Precision] = {
+    p.name: p
+    for p in (
+        Precision("float32", np.float32, "f32", check_rtol=1e-4, curve_rtol=1e-5),
+        Precision("float64", np.float64, "f64", check_rtol=1e-9, curve_rtol=1e-9),
+    )
+}
 
 
 def precision(name: str) -> Precision:

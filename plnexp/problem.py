@@ -7,7 +7,8 @@ pure functions of (state, data): the strategies decide how to trace and compile 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from typing import NamedTuple
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp

@@ -48,6 +48,8 @@ def run_key(tags: dict) -> tuple[str | None, str]:
     """What identifies a run's fit: its config hash and replicate (runs logged before replicates
     were tagged are replicate 0)."""
     return tags.get(HASH_TAG), tags.get(REPLICATE_TAG, "0")
+
+
 DATA_TAG = "data_digest"
 FILE_TAG = "data_sha256."  # + counts, offsets, covariates (CSV data sets)
 
@@ -55,14 +57,32 @@ FILE_TAG = "data_sha256."  # + counts, offsets, covariates (CSV data sets)
 # (experiment, tracking_uri), how it is timed (repeats, warmup, time_budget_s, first_call, compile_cache: the
 # result is always the output of one run of the compiled program), and the requested n_iter and its
 # caps (the resolved n_iter, which is hashed, is what runs).
-UNHASHED = ("experiment", "tracking_uri", "repeats", "warmup", "time_budget_s", "first_call", "compile_cache", "n_iter_requested",
-            "n_iter_cap")
+UNHASHED = (
+    "experiment",
+    "tracking_uri",
+    "repeats",
+    "warmup",
+    "time_budget_s",
+    "first_call",
+    "compile_cache",
+    "n_iter_requested",
+    "n_iter_cap",
+)
 
 # The fields compared by ``rerun``, in the order they are printed: (tag, what it is)
-ENV_FIELDS = (("jax_version", "jax version"), ("jaxlib_version", "jaxlib version"), ("optax_version", "optax version"),
-              ("platform", "platform"), ("device_kind", "device kind"), ("x64", "x64"), ("XLA_FLAGS", "XLA_FLAGS"),
-              ("git_commit", "git commit"), ("git_dirty", "git tree dirty"), (DATA_TAG, "data hash"),
-              (VERSION_TAG, "plnexp version"))
+ENV_FIELDS = (
+    ("jax_version", "jax version"),
+    ("jaxlib_version", "jaxlib version"),
+    ("optax_version", "optax version"),
+    ("platform", "platform"),
+    ("device_kind", "device kind"),
+    ("x64", "x64"),
+    ("XLA_FLAGS", "XLA_FLAGS"),
+    ("git_commit", "git commit"),
+    ("git_dirty", "git tree dirty"),
+    (DATA_TAG, "data hash"),
+    (VERSION_TAG, "plnexp version"),
+)
 
 
 def package_version() -> str:
@@ -74,8 +94,10 @@ def package_version() -> str:
 # Keys added to the config after provenance format 1, hashed only away from their default so that
 # the configs of older runs keep their hash (resume=true and rerun still match them):
 # (section, key) -> (default, the section's names it was added to; None: all)
-ADDED_KEYS = {("strategy", "mode"): ("default", None),
-              ("dataset", "replication"): (1, ("synthetic", "csv"))}  # oaks always had it
+ADDED_KEYS = {
+    ("strategy", "mode"): ("default", None),
+    ("dataset", "replication"): (1, ("synthetic", "csv")),
+}  # oaks always had it
 # Provenance format 1 gave every strategy the union of all strategies' options (their defaults where
 # the strategy had no use for them); a strategy entry now owns its options. The hash keeps format 1's
 # form: the options a strategy does not have enter it at these values (mode: via ADDED_KEYS).
@@ -164,8 +186,12 @@ def git_commit() -> str:
     try:
         out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
         commit = out.stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
         return (commit + ("-dirty" if dirty else "")) if commit else "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -182,11 +208,21 @@ def environment_tags(config: Config) -> dict[str, str]:
 
     dev = resolve_device(config.device.value)
     commit = git_commit()
-    tags = {"jax_version": jax.__version__, "jaxlib_version": jaxlib.__version__, "optax_version": optax.__version__,
-            "platform": dev.platform, "device_kind": dev.device_kind, "x64": str(config.precision.x64),
-            "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""), "git_commit": commit,
-            "git_dirty": str(commit.endswith("-dirty")).lower(), VERSION_TAG: package_version(),
-            "python": platform.python_version(), "host": platform.node(), "cpu_model": cpu_model()}
+    tags = {
+        "jax_version": jax.__version__,
+        "jaxlib_version": jaxlib.__version__,
+        "optax_version": optax.__version__,
+        "platform": dev.platform,
+        "device_kind": dev.device_kind,
+        "x64": str(config.precision.x64),
+        "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
+        "git_commit": commit,
+        "git_dirty": str(commit.endswith("-dirty")).lower(),
+        VERSION_TAG: package_version(),
+        "python": platform.python_version(),
+        "host": platform.node(),
+        "cpu_model": cpu_model(),
+    }
     tags.update(slurm_tags())
     if config.strategy.name in TORCH_STRATEGIES:  # only these runs import torch
         import torch
@@ -196,9 +232,14 @@ def environment_tags(config: Config) -> dict[str, str]:
 
 
 # tag -> the variable SLURM sets in a job
-SLURM_VARIABLES = {"slurm_job_id": "SLURM_JOB_ID", "slurm_array_job_id": "SLURM_ARRAY_JOB_ID",
-                   "slurm_array_task_id": "SLURM_ARRAY_TASK_ID", "slurm_node": "SLURMD_NODENAME",
-                   "slurm_partition": "SLURM_JOB_PARTITION", "slurm_cluster": "SLURM_CLUSTER_NAME"}
+SLURM_VARIABLES = {
+    "slurm_job_id": "SLURM_JOB_ID",
+    "slurm_array_job_id": "SLURM_ARRAY_JOB_ID",
+    "slurm_array_task_id": "SLURM_ARRAY_TASK_ID",
+    "slurm_node": "SLURMD_NODENAME",
+    "slurm_partition": "SLURM_JOB_PARTITION",
+    "slurm_cluster": "SLURM_CLUSTER_NAME",
+}
 
 
 def slurm_tags(environ=os.environ) -> dict[str, str]:
@@ -222,8 +263,13 @@ def cpu_model() -> str:
 
 def run_tags(config: Config) -> dict[str, str]:
     """The provenance tags of a job's run besides :func:`environment_tags`, written when it is created."""
-    tags = {FORMAT_TAG: PROVENANCE_VERSION, HASH_TAG: config_hash(config), REPLICATE_TAG: "0",
-            "command": command_line(), "seeds": seeds(config)}
+    tags = {
+        FORMAT_TAG: PROVENANCE_VERSION,
+        HASH_TAG: config_hash(config),
+        REPLICATE_TAG: "0",
+        "command": command_line(),
+        "seeds": seeds(config),
+    }
     for key, path in data_files(config).items():
         tags[FILE_TAG + key] = file_sha256(path)
     return tags
@@ -256,8 +302,9 @@ def changed_files(recorded: dict[str, str], config: Config) -> list[str]:
             continue
         new = file_sha256(path)
         if new != old:
-            lines.append(f"dataset.{key} file {path} changed since the original run (sha256 {old[:12]}... -> "
-                         f"{new[:12]}...)")
+            lines.append(
+                f"dataset.{key} file {path} changed since the original run (sha256 {old[:12]}... -> {new[:12]}...)"
+            )
     return lines
 
 

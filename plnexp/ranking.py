@@ -75,8 +75,15 @@ def contenders(entries) -> list[Contender]:
         medians = sorted(e.m("ms_per_iter") for e in members)
         mid = len(medians) // 2
         ms = medians[mid] if len(medians) % 2 else (medians[mid - 1] + medians[mid]) / 2
-        out.append(Contender(tuple(e.strategy for e in members), ms, min(s[0] for s in spans),
-                             max(s[1] for s in spans), min(s[2] for s in spans)))
+        out.append(
+            Contender(
+                tuple(e.strategy for e in members),
+                ms,
+                min(s[0] for s in spans),
+                max(s[1] for s in spans),
+                min(s[2] for s in spans),
+            )
+        )
     return sorted(out, key=lambda c: c.ms)
 
 
@@ -94,8 +101,12 @@ def same_program_noise(ranked: list[Contender], entries) -> float:
 def same_batch(a, b) -> bool:
     """Two replicates of one job (``replicates=K``): one program, timed once, so their timed runs are
     the same ones, not two loads on the machine."""
-    return (replicate(a.tags) != replicate(b.tags) and batch_key(a.tags)[0] is not None
-            and batch_key(a.tags) == batch_key(b.tags) and a.m("timed_start") == b.m("timed_start"))
+    return (
+        replicate(a.tags) != replicate(b.tags)
+        and batch_key(a.tags)[0] is not None
+        and batch_key(a.tags) == batch_key(b.tags)
+        and a.m("timed_start") == b.m("timed_start")
+    )
 
 
 def contention(entries) -> dict[str, list[str]]:
@@ -110,7 +121,7 @@ def contention(entries) -> dict[str, list[str]]:
     why: dict[str, list[str]] = {}
     timed = [e for e in entries if math.isfinite(e.m("timed_start")) and math.isfinite(e.m("timed_end"))]
     for i, a in enumerate(timed):
-        for b in timed[i + 1:]:
+        for b in timed[i + 1 :]:
             same_host = a.tags.get("host") and a.tags.get("host") == b.tags.get("host")
             overlap = a.m("timed_start") < b.m("timed_end") and b.m("timed_start") < a.m("timed_end")
             if same_host and overlap and not same_batch(a, b):
@@ -126,17 +137,19 @@ def contention(entries) -> dict[str, list[str]]:
         before, after = e.m("calib_before_s"), e.m("calib_after_s")
         if abs(after / before - 1) > CALIBRATION_TOLERANCE:
             why.setdefault(e.run_id, []).append(
-                f"calibration moved {100 * (after / before - 1):+.0f}% during its timed runs ({tol})")
+                f"calibration moved {100 * (after / before - 1):+.0f}% during its timed runs ({tol})"
+            )
         level = min(before, after) / best[e.tags.get("host", "?")] - 1
         if level > CALIBRATION_LEVEL_TOLERANCE:
             why.setdefault(e.run_id, []).append(
                 f"calibration {100 * level:+.0f}% over its host's fastest in the sweep (idle: within "
-                f"+{100 * CALIBRATION_LEVEL_TOLERANCE:.0f}%)")
+                f"+{100 * CALIBRATION_LEVEL_TOLERANCE:.0f}%)"
+            )
     return why
 
 
 def machines(entries) -> str:
-    """"" when every finished run of the group ran on one host and CPU model, else what differs."""
+    """ "" when every finished run of the group ran on one host and CPU model, else what differs."""
     ok = [e for e in entries if e.ok]
     hosts = sorted({e.tags.get("host", "?") for e in ok})
     cpus = sorted({e.tags.get("cpu_model", "?") for e in ok})
@@ -175,8 +188,11 @@ def rank(label: str, entries, contended: dict[str, list[str]], baseline: str = "
         return Ranked(f"{label}: only {best.text()} finished{tail}", best.label)
     few = [c.label for c in ranked if c.n_runs < MIN_RUNS]
     if few:
-        return Ranked(f"not ranked on {label}: fewer than {MIN_RUNS} timed runs for {', '.join(few)} "
-                      f"(repeats={MIN_RUNS} or more ranks them){tail}", "")
+        return Ranked(
+            f"not ranked on {label}: fewer than {MIN_RUNS} timed runs for {', '.join(few)} "
+            f"(repeats={MIN_RUNS} or more ranks them){tail}",
+            "",
+        )
     nxt = ranked[1]
     noise = same_program_noise(ranked, entries)
     aa = f" (jobs of one program differ by up to {100 * noise:.0f}% here)" if math.isfinite(noise) else ""
@@ -189,5 +205,8 @@ def rank(label: str, entries, contended: dict[str, list[str]], baseline: str = "
         return Ranked(f"fastest on {label}: {best.text()} ({', '.join(ups)}){tail}", best.label)
     tied = [c for c in ranked if c.lo <= best.hi or c.ms <= reach]
     rest = len(ranked) - len(tied)
-    return Ranked(f"tied within noise{aa} on {label}: {'; '.join(c.text() for c in tied)}"
-                  f"{f'; {rest} slower' if rest else ''}{tail}", "")
+    return Ranked(
+        f"tied within noise{aa} on {label}: {'; '.join(c.text() for c in tied)}"
+        f"{f'; {rest} slower' if rest else ''}{tail}",
+        "",
+    )

@@ -157,12 +157,14 @@ class Report:
         return next((" = ".join(c.names) for c in self.shared(e.group) if e.strategy in c.names), e.strategy)
 
     def programs(self) -> list[str]:
-        """"a = b = c: one compiled program (...)" for each set of strategies of a group that share one."""
+        """ "a = b = c: one compiled program (...)" for each set of strategies of a group that share one."""
         out = []
         for group in self.groups:
             for c in self.shared(group):
-                out.append(f"{' = '.join(c.names)} on {self.group_label(group)}: one compiled program (same "
-                           f"optimized HLO, hlo_fingerprint); their timings differ by noise only")
+                out.append(
+                    f"{' = '.join(c.names)} on {self.group_label(group)}: one compiled program (same "
+                    f"optimized HLO, hlo_fingerprint); their timings differ by noise only"
+                )
         return out
 
 
@@ -176,10 +178,22 @@ def _int(text) -> int | None:
 
 def _entry(run, curve: np.ndarray) -> Entry:
     p, t = run.data.params, run.data.tags
-    return Entry(run.info.run_id, run.info.run_name, run.info.status, t.get("status_reason", ""),
-                 p.get("strategy.name", "?"), t.get("dataset") or p.get("dataset.name", "?"), _int(t.get("data_n")),
-                 _int(t.get("data_p")), p.get("device", "?"), p.get("precision", "?"), dict(p), dict(run.data.metrics),
-                 curve, dict(t))
+    return Entry(
+        run.info.run_id,
+        run.info.run_name,
+        run.info.status,
+        t.get("status_reason", ""),
+        p.get("strategy.name", "?"),
+        t.get("dataset") or p.get("dataset.name", "?"),
+        _int(t.get("data_n")),
+        _int(t.get("data_p")),
+        p.get("device", "?"),
+        p.get("precision", "?"),
+        dict(p),
+        dict(run.data.metrics),
+        curve,
+        dict(t),
+    )
 
 
 def _label_strategies(entries: list[Entry]) -> list[Entry]:
@@ -196,12 +210,20 @@ def _label_strategies(entries: list[Entry]) -> list[Entry]:
 
 def _grouping_keys(entries: list[Entry]) -> list[str]:
     keys = sorted({k for e in entries for k in e.params})
-    varying = [k for k in keys if not k.startswith(NOT_GROUPING) and k not in NOT_GROUPING_KEYS
-               and len({e.params.get(k) for e in entries}) > 1]
+    varying = [
+        k
+        for k in keys
+        if not k.startswith(NOT_GROUPING) and k not in NOT_GROUPING_KEYS and len({e.params.get(k) for e in entries}) > 1
+    ]
     # an optimizer's default learning rate follows the optimizer: no column of its own then
-    if "optimizer.lr" in varying and "optimizer.name" in varying and all(
+    if (
+        "optimizer.lr" in varying
+        and "optimizer.name" in varying
+        and all(
             len({e.params.get("optimizer.lr") for e in entries if e.params.get("optimizer.name") == o}) == 1
-            for o in {e.params.get("optimizer.name") for e in entries}):
+            for o in {e.params.get("optimizer.name") for e in entries}
+        )
+    ):
         varying.remove("optimizer.lr")
     return varying
 
@@ -211,20 +233,26 @@ def find_parent(uri: str, experiment: str | None, run_id: str | None):
     if run_id:
         run = tracking.find_run(uri, run_id)
         if run is None or run.info.lifecycle_stage == "deleted":
-            raise ConfigError(f"--run {run_id}: not found in the store {uri}; allowed values are ids of sweeps' "
-                              "parent runs (python -m plnexp report without --run takes the newest sweep)")
+            raise ConfigError(
+                f"--run {run_id}: not found in the store {uri}; allowed values are ids of sweeps' "
+                "parent runs (python -m plnexp report without --run takes the newest sweep)"
+            )
         parent_id = run.data.tags.get("mlflow.parentRunId")
         if parent_id:
-            raise ConfigError(f"--run {run_id}: a job of the sweep whose parent run is {parent_id}; allowed values "
-                              f"are ids of sweeps' parent runs (--run {parent_id})")
+            raise ConfigError(
+                f"--run {run_id}: a job of the sweep whose parent run is {parent_id}; allowed values "
+                f"are ids of sweeps' parent runs (--run {parent_id})"
+            )
         if not tracking.is_parent(run):
-            raise ConfigError(f"--run {run_id}: a single run, not a sweep; allowed values are ids of sweeps' "
-                              "parent runs")
+            raise ConfigError(
+                f"--run {run_id}: a single run, not a sweep; allowed values are ids of sweeps' parent runs"
+            )
         return run
     if experiment is not None and tracking.find_experiment(uri, experiment) is None:
         names = ", ".join(tracking.experiment_names(uri)) or "none: the store is empty"
-        raise ConfigError(f"--experiment {experiment}: no such experiment in the store {uri}; allowed values are "
-                          f"{names}")
+        raise ConfigError(
+            f"--experiment {experiment}: no such experiment in the store {uri}; allowed values are {names}"
+        )
     run = tracking.latest_parent(uri, experiment)
     if run is None:
         where = f"experiment {experiment!r}" if experiment else f"the store {uri}"
@@ -241,8 +269,13 @@ def load(uri: str, parent) -> Report:
     keys = _grouping_keys(entries)
     for e in every:
         e.extra = tuple(e.params.get(k, "") for k in keys)
-    report = Report(tracking.experiment_name(uri, parent.info.experiment_id), parent, entries, keys,
-                    others=[e for e in every if provenance.replicate(e.tags) != 0])
+    report = Report(
+        tracking.experiment_name(uri, parent.info.experiment_id),
+        parent,
+        entries,
+        keys,
+        others=[e for e in every if provenance.replicate(e.tags) != 0],
+    )
     compare(report)
     return report
 
@@ -283,25 +316,36 @@ def _iqr_ms(e: Entry) -> float:
 
 def columns(report: Report) -> list[tuple[str, str, object]]:
     """(header, csv name, cell function) per column; every number of a column in one format."""
-    f = lambda fmt, get: lambda e: "-" if not np.isfinite(get(e)) else fmt.format(get(e))  # noqa: E731
-    cols = [("strategy", "strategy", lambda e: e.strategy), ("data", "data", lambda e: e.data),
-            ("n×p", "shape", lambda e: e.shape), ("precision", "precision", lambda e: e.precision),
-            ("device", "device", lambda e: e.device)]
+    f = lambda fmt, get: lambda e: "-" if not np.isfinite(get(e)) else fmt.format(get(e))
+    cols = [
+        ("strategy", "strategy", lambda e: e.strategy),
+        ("data", "data", lambda e: e.data),
+        ("n×p", "shape", lambda e: e.shape),
+        ("precision", "precision", lambda e: e.precision),
+        ("device", "device", lambda e: e.device),
+    ]
     cols += [(SHORT.get(k, k), k, lambda e, i=i: e.extra[i]) for i, k in enumerate(report.extra_keys)]
     cols += [("status", "status", lambda e: e.status)]
     logged = {m.key: (m.header, m.key, lambda e, m=m: cell(m, e.m(m.key))) for m in REPORT}
     cols += [logged[k] for k in ("n_iter_run", "compile_s", "run_s", "ms_per_iter")]
-    span = lambda e: ranking.interval_ms(e) if e.ok else (np.nan, np.nan, 0)  # noqa: E731
-    cols += [("ms/iter interval", "ms_per_iter_interval",
-              lambda e: "-" if not np.isfinite(span(e)[0]) else f"{span(e)[0]:.2f}–{span(e)[1]:.2f}"),
-             logged["n_runs"],
-             ("program", "program", lambda e: report.program(e)),
-             ("ms/iter IQR", "ms_per_iter_iqr", f("{:.2f}", _iqr_ms)),
-             ("timing", "timing", lambda e: "contended" if e.run_id in report.contended else "ok" if e.ok else "-")]
-    cols += [("× eager", "speedup_vs_eager", f("{:.2f}", lambda e: e.speedup_eager)),
-             ("× scan", "speedup_vs_scan", f("{:.2f}", lambda e: e.speedup_scan)),
-             ("× floor", "x_floor", f("{:.2f}", lambda e: e.x_floor)),
-             logged["final_elbo"]]
+    span = lambda e: ranking.interval_ms(e) if e.ok else (np.nan, np.nan, 0)
+    cols += [
+        (
+            "ms/iter interval",
+            "ms_per_iter_interval",
+            lambda e: "-" if not np.isfinite(span(e)[0]) else f"{span(e)[0]:.2f}–{span(e)[1]:.2f}",
+        ),
+        logged["n_runs"],
+        ("program", "program", lambda e: report.program(e)),
+        ("ms/iter IQR", "ms_per_iter_iqr", f("{:.2f}", _iqr_ms)),
+        ("timing", "timing", lambda e: "contended" if e.run_id in report.contended else "ok" if e.ok else "-"),
+    ]
+    cols += [
+        ("× eager", "speedup_vs_eager", f("{:.2f}", lambda e: e.speedup_eager)),
+        ("× scan", "speedup_vs_scan", f("{:.2f}", lambda e: e.speedup_scan)),
+        ("× floor", "x_floor", f("{:.2f}", lambda e: e.x_floor)),
+        logged["final_elbo"],
+    ]
     if report.common:
         cols.append(("ELBO at common length", "elbo_at_common_length", f("{:.1f}", lambda e: e.elbo_common)))
     cols.append(("max rel. diff to scan", "max_rel_diff_to_scan", f("{:.1e}", lambda e: e.vs_scan)))
@@ -310,21 +354,27 @@ def columns(report: Report) -> list[tuple[str, str, object]]:
 
 def markdown_table(report: Report) -> str:
     cols = columns(report)
-    right = lambda h: h not in ("strategy", "data", "precision", "device", "status", "optimizer")  # noqa: E731
-    lines = ["| " + " | ".join(h for h, _, _ in cols) + " |",
-             "|" + "|".join("---:" if right(h) else "---" for h, _, _ in cols) + "|"]
+    right = lambda h: h not in ("strategy", "data", "precision", "device", "status", "optimizer")
+    lines = [
+        "| " + " | ".join(h for h, _, _ in cols) + " |",
+        "|" + "|".join("---:" if right(h) else "---" for h, _, _ in cols) + "|",
+    ]
     lines += ["| " + " | ".join(str(get(e)) for _, _, get in cols) + " |" for e in report.entries]
     return "\n".join(lines)
 
 
 def csv_text(report: Report) -> str:
     """The table with full-precision numbers (empty cells where a value was not measured)."""
-    raw = {**{m.key: (lambda e, k=m.key: e.m(k)) for m in REPORT},
-           "speedup_vs_eager": lambda e: e.speedup_eager, "speedup_vs_scan": lambda e: e.speedup_scan,
-           "x_floor": lambda e: e.x_floor,
-           "elbo_at_common_length": lambda e: e.elbo_common, "max_rel_diff_to_scan": lambda e: e.vs_scan,
-           "ms_per_iter_iqr": _iqr_ms,
-           "shape": lambda e: f"{e.n}x{e.p}" if e.n else ""}
+    raw = {
+        **{m.key: (lambda e, k=m.key: e.m(k)) for m in REPORT},
+        "speedup_vs_eager": lambda e: e.speedup_eager,
+        "speedup_vs_scan": lambda e: e.speedup_scan,
+        "x_floor": lambda e: e.x_floor,
+        "elbo_at_common_length": lambda e: e.elbo_common,
+        "max_rel_diff_to_scan": lambda e: e.vs_scan,
+        "ms_per_iter_iqr": _iqr_ms,
+        "shape": lambda e: f"{e.n}x{e.p}" if e.n else "",
+    }
     cols = columns(report)
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
@@ -345,8 +395,10 @@ def notes(report: Report) -> list[str]:
             lines.append(f"{e.name}: timings contended: {why}")
     for group, k in report.common.items():
         short = sorted({f"{e.strategy} ({len(e.curve)})" for e in report.groups[group] if e.ok})
-        lines.append(f"{report.group_label(group)}: the runs stopped at different lengths ({', '.join(short)}); "
-                     f"their curves and the 'ELBO at common length' column compare at iteration {k}.")
+        lines.append(
+            f"{report.group_label(group)}: the runs stopped at different lengths ({', '.join(short)}); "
+            f"their curves and the 'ELBO at common length' column compare at iteration {k}."
+        )
     for e in report.failed:
         lines.append(f"{e.name}: {e.status}{' (' + e.reason + ')' if e.reason else ''}")
     return lines
@@ -361,22 +413,33 @@ def summary_lines(report: Report) -> list[str]:
         agreement = f"; curves within {max(agree):.1e} of scan's" if agree else ""
         lines.append(report.ranked(group).line + agreement)
     if report.contended:
-        lines.append(f"timings contended in {len(report.contended)} of {len(report.entries)} runs (see the report's "
-                     f"notes): do not compare them; {ranking.CLEAN}")
+        lines.append(
+            f"timings contended in {len(report.contended)} of {len(report.entries)} runs (see the report's "
+            f"notes): do not compare them; {ranking.CLEAN}"
+        )
     if report.others:
         lines.append(replicates_line(report))
     failed = report.failed
     total = _int(report.parent.data.tags.get("jobs")) or len(report.entries)
     runs = report.entries + report.others
-    counts = [f"{sum(e.status == s for e in runs)} {s.lower()}" for s in ("FAILED", "KILLED", "RUNNING")
-              if any(e.status == s for e in runs)]
+    counts = [
+        f"{sum(e.status == s for e in runs)} {s.lower()}"
+        for s in ("FAILED", "KILLED", "RUNNING")
+        if any(e.status == s for e in runs)
+    ]
     missing = max(total - len(report.entries), 0)
     counts += [f"{missing} not started"] if missing else []
-    done = (f"{len(runs) - len(failed)} of {len(runs)} runs ({len(report.entries)} of {total} jobs, "
-            f"{len(runs) // max(len(report.entries), 1)} replicates each) finished" if report.others
-            else f"{len(report.entries) - len(failed)} of {total} jobs finished")
-    lines.append(done + (f" ({', '.join(counts)})" if counts else "")
-                 + (": " + ", ".join(f"{e.name} ({e.status})" for e in failed) if failed else ""))
+    done = (
+        f"{len(runs) - len(failed)} of {len(runs)} runs ({len(report.entries)} of {total} jobs, "
+        f"{len(runs) // max(len(report.entries), 1)} replicates each) finished"
+        if report.others
+        else f"{len(report.entries) - len(failed)} of {total} jobs finished"
+    )
+    lines.append(
+        done
+        + (f" ({', '.join(counts)})" if counts else "")
+        + (": " + ", ".join(f"{e.name} ({e.status})" for e in failed) if failed else "")
+    )
     return lines
 
 
@@ -389,8 +452,10 @@ def replicates_line(report: Report) -> str:
         finals = [x.m("final_elbo") for x in [e, *mine] if x.status == "FINISHED" and np.isfinite(x.m("final_elbo"))]
         if finals:
             spans.append(f"{e.strategy} {min(finals):.7g} to {max(finals):.7g} ({len(finals)} finished)")
-    return ("replicates: each job's fits ran in one program; the ranking and the curve agreement above are "
-            "replicate 0's (its run_s the batch's share); final ELBO across replicates: " + "; ".join(spans))
+    return (
+        "replicates: each job's fits ran in one program; the ranking and the curve agreement above are "
+        "replicate 0's (its run_s the batch's share); final ELBO across replicates: " + "; ".join(spans)
+    )
 
 
 def precision_table(report: Report) -> list[str]:
@@ -405,9 +470,12 @@ def precision_table(report: Report) -> list[str]:
             key = (e.strategy, e.data, e.shape, e.device, *e.extra)
             rows.setdefault(key, {})[e.precision] = e.m("final_elbo")
     extra = [SHORT.get(k, k) for k in report.extra_keys]
-    lines = ["| strategy | data | n×p | device | " + "".join(f"{k} | " for k in extra)
-             + "final ELBO float32 | final ELBO float64 | (f32 − f64) / |f64| |",
-             "|---|---|---:|---|" + "---|" * len(extra) + "---:|---:|---:|"]
+    lines = [
+        "| strategy | data | n×p | device | "
+        + "".join(f"{k} | " for k in extra)
+        + "final ELBO float32 | final ELBO float64 | (f32 − f64) / |f64| |",
+        "|---|---|---:|---|" + "---|" * len(extra) + "---:|---:|---:|",
+    ]
     for key, v in rows.items():
         a, b = v.get("float32", np.nan), v.get("float64", np.nan)
         gap = (a - b) / abs(b) if np.isfinite(a) and np.isfinite(b) and b else np.nan
@@ -443,14 +511,20 @@ def figures(report: Report, folder: Path) -> list[str]:
         agree = [e.vs_scan for e in entries if np.isfinite(e.vs_scan)]
         k = min(len(e.curve) for e in entries)
         same = [e.strategy for e in entries if e.strategy != "scan" and e.vs_scan == 0.0]
-        note = (f"all within {max(agree):.1e} (relative) of scan" if agree else "")
+        note = f"all within {max(agree):.1e} (relative) of scan" if agree else ""
         if same:
             note += f"; {len(same)} of {len(entries) - 1} bit for bit equal to scan (no line below)"
         if len({len(e.curve) for e in entries}) > 1:
             note = (note + "; " if note else "") + f"common length {k}"
         finals = [e.m("final_elbo") for e in entries if np.isfinite(e.m("final_elbo"))]
-        panels.append(plots.CurvePanel(report.group_label(group), {_series_label(e, varying): e.curve for e in entries},
-                                       note, max(finals, default=np.nan)))
+        panels.append(
+            plots.CurvePanel(
+                report.group_label(group),
+                {_series_label(e, varying): e.curve for e in entries},
+                note,
+                max(finals, default=np.nan),
+            )
+        )
     plots.elbo_curves_png(panels, folder / "elbo_curves.png")
     tpanels = []
     for group, entries in report.groups.items():
@@ -459,14 +533,23 @@ def figures(report: Report, folder: Path) -> list[str]:
             lengths = {int(e.m("n_iter_run")) for e in entries if np.isfinite(e.m("n_iter_run"))}
             shared = report.shared(group)
             letter = {n: chr(ord("A") + i) for i, c in enumerate(shared) for n in c.names}
-            name = lambda e: f"{e.strategy} (program {letter[e.strategy]})" if e.strategy in letter else e.strategy  # noqa: E731
-            programs = "".join(f"\nprogram {chr(ord('A') + i)}: one compiled program for {', '.join(c.names)}"
-                               for i, c in enumerate(shared))
-            tpanels.append(plots.TimingPanel(report.group_label(group) + programs,
-                                             {name(e): e.m("compile_s") for e in entries},
-                                             {name(e): e.m("run_s") for e in entries},
-                                             lengths.pop() if len(lengths) == 1 else None,
-                                             {name(e): (e.m("run_s_lo"), e.m("run_s_hi")) for e in entries}))
+
+            def name(e, letter=letter):
+                return f"{e.strategy} (program {letter[e.strategy]})" if e.strategy in letter else e.strategy
+
+            programs = "".join(
+                f"\nprogram {chr(ord('A') + i)}: one compiled program for {', '.join(c.names)}"
+                for i, c in enumerate(shared)
+            )
+            tpanels.append(
+                plots.TimingPanel(
+                    report.group_label(group) + programs,
+                    {name(e): e.m("compile_s") for e in entries},
+                    {name(e): e.m("run_s") for e in entries},
+                    lengths.pop() if len(lengths) == 1 else None,
+                    {name(e): (e.m("run_s_lo"), e.m("run_s_hi")) for e in entries},
+                )
+            )
     plots.timings_png(tpanels, folder / "timings.png")
     names = ["elbo_curves.png", "timings.png"]
     size = _size_axis(ok)
@@ -478,8 +561,9 @@ def figures(report: Report, folder: Path) -> list[str]:
             x, y = series.setdefault(_series_label(e, rest), ([], []))
             x.append(get(e))
             y.append(e.m("ms_per_iter"))
-        plots.scaling_png(series, label, f"ms per iteration against the data size ({report.experiment})",
-                          folder / "scaling.png")
+        plots.scaling_png(
+            series, label, f"ms per iteration against the data size ({report.experiment})", folder / "scaling.png"
+        )
         names.append("scaling.png")
     return names
 
@@ -502,17 +586,23 @@ def _size_axis(entries: list[Entry]):
 def markdown(report: Report, images: list[str]) -> str:
     p = report.parent
     tags = p.data.tags
-    lines = [f"# Sweep {tags.get('sweep', '?')} ({report.experiment})", "",
-             f"Parent run `{p.info.run_id}` ({p.info.status}); command `python -m plnexp "
-             f"{tags.get('command', 'sweep')}`; {len(report.entries)} runs.", "",
-             "Speed-ups compare median ms/iter with `eager` and `scan` on the same data, precision and device; "
-             "a ratio whose intervals overlap ('ms/iter interval': the interquartile range of the timed runs, their "
-             "range below 5 runs) is noise, not a result. 'program' names the strategies of the group whose "
-             "compiled programs are identical (one hlo_fingerprint). '× floor' is the run's ms/iter over the floor "
-             "of the machine that ran it (logged by the run: 14 n×p arrays at its copy bandwidth plus two n×p×p "
-             "products; 1 would be a hand-fused kernel at the machine's limits). The last column is the largest relative difference of the run's ELBO curve to "
-             "`scan`'s.", "",
-             markdown_table(report), ""]
+    lines = [
+        f"# Sweep {tags.get('sweep', '?')} ({report.experiment})",
+        "",
+        f"Parent run `{p.info.run_id}` ({p.info.status}); command `python -m plnexp "
+        f"{tags.get('command', 'sweep')}`; {len(report.entries)} runs.",
+        "",
+        "Speed-ups compare median ms/iter with `eager` and `scan` on the same data, precision and device; "
+        "a ratio whose intervals overlap ('ms/iter interval': the interquartile range of the timed runs, their "
+        "range below 5 runs) is noise, not a result. 'program' names the strategies of the group whose "
+        "compiled programs are identical (one hlo_fingerprint). '× floor' is the run's ms/iter over the floor "
+        "of the machine that ran it (logged by the run: 14 n×p arrays at its copy bandwidth plus two n×p×p "
+        "products; 1 would be a hand-fused kernel at the machine's limits). The last column is the largest relative difference of the run's ELBO curve to "
+        "`scan`'s.",
+        "",
+        markdown_table(report),
+        "",
+    ]
     precision = precision_table(report)
     if precision:
         lines += ["Final ELBO per precision (each run after its last step):", "", *precision, ""]
@@ -563,23 +653,29 @@ def parent_metrics(report: Report, files: list[str]) -> tuple[dict, dict]:
     group = report.main_group()
     best = report.fastest(group) if group is not None else None
     if best is not None:
-        metrics.update(best_ms_per_iter=best.m("ms_per_iter"), best_speedup_vs_scan=best.speedup_scan,
-                       best_speedup_vs_eager=best.speedup_eager)
+        metrics.update(
+            best_ms_per_iter=best.m("ms_per_iter"),
+            best_speedup_vs_scan=best.speedup_scan,
+            best_speedup_vs_eager=best.speedup_eager,
+        )
         # only a winner beyond the noise (ranking.headline); "" when tied or contended
         tags["fastest_strategy"] = report.ranked(group).winner
     lines = summary_lines(report)
-    note = (f"**Sweep `{report.parent.data.tags.get('sweep', '?')}`**: {len(report.entries)} runs, one per job "
-            f"(expand this run's + to see them, or sort by start time).\n\n"
-            + "\n".join(f"- {s}" for s in lines) +
-            "\n\nTo read it: compare `ms_per_iter` (steady time per iteration) and `compile_s` across the child "
-            "runs; the `elbo_gap_log10` chart shows each run's convergence (log10 of the gap to its best ELBO). "
-            "This run's artifacts hold the report: " + ", ".join(f"`report/{f}`" for f in files) + ".")
+    note = (
+        f"**Sweep `{report.parent.data.tags.get('sweep', '?')}`**: {len(report.entries)} runs, one per job "
+        f"(expand this run's + to see them, or sort by start time).\n\n"
+        + "\n".join(f"- {s}" for s in lines)
+        + "\n\nTo read it: compare `ms_per_iter` (steady time per iteration) and `compile_s` across the child "
+        "runs; the `elbo_gap_log10` chart shows each run's convergence (log10 of the gap to its best ELBO). "
+        "This run's artifacts hold the report: " + ", ".join(f"`report/{f}`" for f in files) + "."
+    )
     tags["mlflow.note.content"] = note
     return metrics, tags
 
 
-def build(uri: str, experiment: str | None = None, run_id: str | None = None, out: Path | None = None,
-          *, attach: bool = True) -> tuple[Report, Path, list[str]]:
+def build(
+    uri: str, experiment: str | None = None, run_id: str | None = None, out: Path | None = None, *, attach: bool = True
+) -> tuple[Report, Path, list[str]]:
     """Read, write, and (``attach``) log onto the parent run; returns the report, its folder, its files."""
     report = load(uri, find_parent(uri, experiment, run_id))
     if not report.entries:
@@ -633,8 +729,10 @@ def main(args: list[str]) -> int:
         cli.check_outputs()
         uri = tracking.tracking_uri(None)
         if not tracking.store_exists(uri):
-            raise ConfigError(f"the store {uri} does not exist yet: no sweep to report on; run "
-                              "`python -m plnexp sweep` first (MLFLOW_TRACKING_URI or PLNEXP_OUTPUTS selects another)")
+            raise ConfigError(
+                f"the store {uri} does not exist yet: no sweep to report on; run "
+                "`python -m plnexp sweep` first (MLFLOW_TRACKING_URI or PLNEXP_OUTPUTS selects another)"
+            )
         uri = tracking.check_store(None)
         tracking.sweep_up_orphans(uri)
         report, folder, files = build(uri, **opts)
@@ -643,8 +741,7 @@ def main(args: list[str]) -> int:
         print(f"plnexp: {kind}: {e}", file=sys.stderr, flush=True)
         return 2
     except OSError as e:
-        print(f"plnexp: error: cannot write the report ({e.strerror or e}: {e.filename})", file=sys.stderr,
-              flush=True)
+        print(f"plnexp: error: cannot write the report ({e.strerror or e}: {e.filename})", file=sys.stderr, flush=True)
         return 2
     show(report, folder, files)
     return 0

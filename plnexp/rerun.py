@@ -80,8 +80,9 @@ def apply_overrides(node: dict, overrides: list[str]) -> dict:
         if p.is_add() or p.is_delete() or p.is_force_add() or key.startswith(("hydra.", "hydra/")):
             raise ConfigError(f"{text}: not allowed in a rerun; allowed forms are key=value, group=option")
         if key.split(".")[0] in FORBIDDEN:
-            raise ConfigError(f"{text}: a rerun goes to the original's experiment and store; allowed overrides "
-                              f"are the other keys")
+            raise ConfigError(
+                f"{text}: a rerun goes to the original's experiment and store; allowed overrides are the other keys"
+            )
         if key in C.GROUPS:  # the option's value of its key, as Hydra composes it, replaces the logged one
             cfg[key] = cli.group_value(key, p.get_value_element_as_str())
             continue
@@ -100,13 +101,17 @@ def logged_node(uri: str, run) -> dict:
     rid = run.info.run_id
     fmt = run.data.tags.get(provenance.FORMAT_TAG)
     if fmt is not None and fmt != provenance.PROVENANCE_VERSION:
-        raise ConfigError(f"run {rid}: logged by plnexp {run.data.tags.get(provenance.VERSION_TAG, '?')} in "
-                          f"provenance format {fmt}; allowed values are runs of format "
-                          f"{provenance.PROVENANCE_VERSION} (plnexp {provenance.package_version()})")
+        raise ConfigError(
+            f"run {rid}: logged by plnexp {run.data.tags.get(provenance.VERSION_TAG, '?')} in "
+            f"provenance format {fmt}; allowed values are runs of format "
+            f"{provenance.PROVENANCE_VERSION} (plnexp {provenance.package_version()})"
+        )
     text = tracking.read_artifact(uri, rid, "config.yaml")
     if text is None:
-        raise ConfigError(f"run {rid} ({run.info.run_name}): its config artifact config.yaml is missing; allowed "
-                          f"values are runs logged by plnexp with their resolved config")
+        raise ConfigError(
+            f"run {rid} ({run.info.run_name}): its config artifact config.yaml is missing; allowed "
+            f"values are runs logged by plnexp with their resolved config"
+        )
     try:
         node = yaml.safe_load(text)
         if not isinstance(node, dict):
@@ -119,13 +124,17 @@ def logged_node(uri: str, run) -> dict:
     except ConfigError as e:
         if "existing CSV files" in str(e):  # the config is fine, its data files are gone
             raise ConfigError(f"run {rid}: {e}") from None
-        raise ConfigError(f"run {rid}: made by an incompatible older plnexp (its config.yaml does not load: "
-                          f"{e}); allowed values are runs logged by plnexp {provenance.package_version()}") from None
+        raise ConfigError(
+            f"run {rid}: made by an incompatible older plnexp (its config.yaml does not load: "
+            f"{e}); allowed values are runs logged by plnexp {provenance.package_version()}"
+        ) from None
     except (ValueError, TypeError, yaml.YAMLError) as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ConfigError(f"run {rid}: made by an incompatible older plnexp (its config.yaml does not load: "
-                          f"{first}); allowed values are runs logged by plnexp "
-                          f"{provenance.package_version()}") from None
+        raise ConfigError(
+            f"run {rid}: made by an incompatible older plnexp (its config.yaml does not load: "
+            f"{first}); allowed values are runs logged by plnexp "
+            f"{provenance.package_version()}"
+        ) from None
     return node
 
 
@@ -138,12 +147,15 @@ def source(uri: str, run, overrides: list[str], experiment: str) -> Source:
 
 def find(uri: str, run_id: str):
     if not RUN_ID.match(run_id):
-        raise ConfigError(f"run id {run_id!r}: malformed; allowed values are MLflow run ids (32 hexadecimal "
-                          f"characters)")
+        raise ConfigError(
+            f"run id {run_id!r}: malformed; allowed values are MLflow run ids (32 hexadecimal characters)"
+        )
     run = tracking.find_run(uri, run_id)
     if run is None or run.info.lifecycle_stage == "deleted":
-        raise ConfigError(f"run {run_id}: not found in the store {uri}; allowed values are ids of runs in this "
-                          f"store (MLFLOW_TRACKING_URI or PLNEXP_OUTPUTS selects another)")
+        raise ConfigError(
+            f"run {run_id}: not found in the store {uri}; allowed values are ids of runs in this "
+            f"store (MLFLOW_TRACKING_URI or PLNEXP_OUTPUTS selects another)"
+        )
     return run
 
 
@@ -166,15 +178,20 @@ def plan(run_id: str, overrides: list[str]) -> tuple[str, object, list[Source], 
     find(uri, run_id)  # a malformed or unknown id fails before anything is written
     orphans = tracking.sweep_up_orphans(uri)  # as every command does: runs of dead processes are FAILED
     if orphans:
-        print(f"plnexp: {len(orphans)} run(s) left RUNNING by processes of this host that no longer exist, "
-              f"marked FAILED (reason=orphaned)", file=sys.stderr, flush=True)
+        print(
+            f"plnexp: {len(orphans)} run(s) left RUNNING by processes of this host that no longer exist, "
+            f"marked FAILED (reason=orphaned)",
+            file=sys.stderr,
+            flush=True,
+        )
     run = find(uri, run_id)
     experiment = tracking.experiment_name(uri, run.info.experiment_id)
     for r in [run, *tracking.sweep_children(uri, run)]:
         if r.info.status == "RUNNING":
             of = "" if r is run else f" ({r.info.run_name}) of sweep {run_id}"
-            raise ConfigError(f"run {r.info.run_id}{of}: still RUNNING; allowed values are ended runs "
-                              f"(FINISHED, FAILED, KILLED)")
+            raise ConfigError(
+                f"run {r.info.run_id}{of}: still RUNNING; allowed values are ended runs (FINISHED, FAILED, KILLED)"
+            )
     sources = [source(uri, r, overrides, experiment) for r in originals(uri, run)]
     digests = {s.run_id: runner.load_data(s.config.dataset).digest() for s in sources}
     return uri, run, sources, digests
@@ -219,8 +236,10 @@ class Verdict:
         n = min(self.n_old, self.n_new)
         lengths = "" if self.n_old == self.n_new else f"; lengths differ: {self.n_old} -> {self.n_new} iterations"
         where = "within" if self.max_rel <= self.tol else "beyond"
-        text = (f"ELBO curves: max relative difference {self.max_rel:.3g} over {n} iterations, {where} the "
-                f"{self.precision} tolerance {self.tol:g}{lengths}")
+        text = (
+            f"ELBO curves: max relative difference {self.max_rel:.3g} over {n} iterations, {where} the "
+            f"{self.precision} tolerance {self.tol:g}{lengths}"
+        )
         if self.expect_identical:
             text += " (same config and environment on CPU: they must be identical)"
         return text
@@ -242,9 +261,11 @@ def timing_line(old: dict, new: dict) -> str:
             return "-"
         return f"{b / a:.2f}x ({fmt.format(b)} vs {fmt.format(a)} {unit})"
 
-    return (f"timing new/original: compile {ratio('compile_s', 's', '{:.3f}')}, steady "
-            f"{ratio('ms_per_iter', 'ms/iter', '{:.3f}')}, machine floor "
-            f"{ratio('floor_ms_per_iter', 'ms/iter', '{:.3f}')}")
+    return (
+        f"timing new/original: compile {ratio('compile_s', 's', '{:.3f}')}, steady "
+        f"{ratio('ms_per_iter', 'ms/iter', '{:.3f}')}, machine floor "
+        f"{ratio('floor_ms_per_iter', 'ms/iter', '{:.3f}')}"
+    )
 
 
 def report_environment(src: Source, digest: str) -> list[str]:
@@ -265,12 +286,23 @@ def compare(uri: str, src: Source, outcome, env_same: bool) -> tuple[Verdict | N
     new_run = tracking.find_run(uri, outcome.run_id)
     if src.run.info.status != "FINISHED":
         return None, [f"the original run was {src.run.info.status}: no finished result to compare with"]
-    v = verdict(src, env_same, tracking.read_curve(uri, src.run_id), tracking.read_curve(uri, outcome.run_id),
-                status_ok=outcome.status == "FINISHED")
-    tracking.set_tags(uri, outcome.run_id, {"rerun.identical": str(v.identical).lower(),
-                                            "rerun.max_rel_diff": f"{v.max_rel:.3g}",
-                                            "rerun.within_tolerance": str(v.within).lower(),
-                                            "rerun.agrees": str(v.agree).lower()})
+    v = verdict(
+        src,
+        env_same,
+        tracking.read_curve(uri, src.run_id),
+        tracking.read_curve(uri, outcome.run_id),
+        status_ok=outcome.status == "FINISHED",
+    )
+    tracking.set_tags(
+        uri,
+        outcome.run_id,
+        {
+            "rerun.identical": str(v.identical).lower(),
+            "rerun.max_rel_diff": f"{v.max_rel:.3g}",
+            "rerun.within_tolerance": str(v.within).lower(),
+            "rerun.agrees": str(v.agree).lower(),
+        },
+    )
     lines = [] if v.status_ok else [f"the rerun ended {outcome.status}: {outcome.reason}"]
     lines.append(v.line())
     lines.append(timing_line(dict(src.run.data.metrics), dict(new_run.data.metrics) if new_run else {}))
@@ -283,8 +315,9 @@ def _fail(e: Exception) -> int:
 
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         raise e
-    kind = "data error" if isinstance(e, DataError) else "store error" if isinstance(e, tracking.StoreError) \
-        else "error"
+    kind = (
+        "data error" if isinstance(e, DataError) else "store error" if isinstance(e, tracking.StoreError) else "error"
+    )
     print(f"plnexp: {kind}: {e}", file=sys.stderr, flush=True)
     return 2
 
@@ -361,14 +394,20 @@ def main(args: list[str]) -> int:
         for line in lines:
             print(f"  {line}")
     sys.stdout.flush()
-    return _sweep(uri, run, sources, overrides, envs, strict) if is_sweep else \
-        _single(uri, sources[0], overrides, envs[sources[0].run_id], strict)
+    return (
+        _sweep(uri, run, sources, overrides, envs, strict)
+        if is_sweep
+        else _single(uri, sources[0], overrides, envs[sources[0].run_id], strict)
+    )
 
 
 def _single(uri: str, src: Source, overrides: list[str], env_same: bool, strict: bool) -> int:
-    force = lambda signum: tracking.end_process_runs(  # noqa: E731
-        uri, "KILLED", f"interrupted by {signal.Signals(signum).name} (twice: stopped inside a compiled fit)",
-        "interrupted")
+    force = lambda signum: tracking.end_process_runs(
+        uri,
+        "KILLED",
+        f"interrupted by {signal.Signals(signum).name} (twice: stopped inside a compiled fit)",
+        "interrupted",
+    )
     with interrupts.handled(force) as guard:
         try:
             outcome = _rerun_one(uri, src, overrides)
@@ -395,22 +434,33 @@ def _sweep(uri: str, parent_run, sources: list[Source], overrides: list[str], en
     name = parent_run.data.tags.get("sweep", "sweep")
     sweep_dir = sweep.new_sweep_dir()
     entries = tuple(job_entry(s, overrides) for s in sources)
-    launch = lambda record: sweep.launch(  # noqa: E731
-        ["--multirun", sweep.entries_override(len(sources)), sweep.hydra_override(sweep_dir)], sweep.Task(),
-        raise_errors=True)
-    end = sweep.session(sweep_dir, f"{name}-rerun", tracking.experiment_name(uri, parent_run.info.experiment_id),
-                        uri, len(sources), {provenance.RERUN_TAG: parent_run.info.run_id,
-                                            "command": provenance.command_line()}, launch,
-                        header=lambda record: f"rerun of sweep {name} (run {parent_run.info.run_id}): "
-                                              f"{len(sources)} jobs, parent run {record.parent_id}",
-                        entries=entries)
+    launch = lambda record: sweep.launch(
+        ["--multirun", sweep.entries_override(len(sources)), sweep.hydra_override(sweep_dir)],
+        sweep.Task(),
+        raise_errors=True,
+    )
+    end = sweep.session(
+        sweep_dir,
+        f"{name}-rerun",
+        tracking.experiment_name(uri, parent_run.info.experiment_id),
+        uri,
+        len(sources),
+        {provenance.RERUN_TAG: parent_run.info.run_id, "command": provenance.command_line()},
+        launch,
+        header=lambda record: (
+            f"rerun of sweep {name} (run {parent_run.info.run_id}): {len(sources)} jobs, parent run {record.parent_id}"
+        ),
+        entries=entries,
+    )
     if end.stop is not None:
         return end.stop.exit_code
     if end.error is not None:
         raise end.error
-    new = {int(r.data.tags[tracking.JOB_TAG]): r for r in tracking.sweep_children(uri, tracking.find_run(
-        uri, end.record.parent_id)) if r.data.tags.get(tracking.JOB_TAG, "").isdigit()
-        and provenance.replicate(r.data.tags) == 0}
+    new = {
+        int(r.data.tags[tracking.JOB_TAG]): r
+        for r in tracking.sweep_children(uri, tracking.find_run(uri, end.record.parent_id))
+        if r.data.tags.get(tracking.JOB_TAG, "").isdigit() and provenance.replicate(r.data.tags) == 0
+    }
     failures: list[str] = []
     for i, src in enumerate(sources):
         run = new.get(i)
@@ -426,9 +476,11 @@ def _sweep(uri: str, parent_run, sources: list[Source], overrides: list[str], en
         for line in lines:
             print(f"  {line}")
     n = len(sources)
-    print(f"rerun {'FAILED to reproduce' if failures else 'ok'}: {n - len(failures)} of {n} jobs reproduced"
-          f"{': ' + ', '.join(failures) + ' did not' if failures else ''}; parent run {end.record.parent_id}",
-          flush=True)
+    print(
+        f"rerun {'FAILED to reproduce' if failures else 'ok'}: {n - len(failures)} of {n} jobs reproduced"
+        f"{': ' + ', '.join(failures) + ' did not' if failures else ''}; parent run {end.record.parent_id}",
+        flush=True,
+    )
     return 1 if failures else 0
 
 
@@ -441,5 +493,5 @@ class Rerun:
     reason: str
 
     @classmethod
-    def of(cls, run) -> "Rerun":
+    def of(cls, run) -> Rerun:
         return cls(run.info.run_id, run.info.status, run.data.tags.get("status_reason", ""))

@@ -46,8 +46,9 @@ class Match(NamedTuple):
 
     def line(self) -> str:
         """Always said when resuming: how many jobs matched, and, when none did, why not."""
-        head = (f"resume: {len(self.done)} of {self.n_jobs} job(s) matched a FINISHED run of experiment "
-                f"{self.experiment!r}")
+        head = (
+            f"resume: {len(self.done)} of {self.n_jobs} job(s) matched a FINISHED run of experiment {self.experiment!r}"
+        )
         if self.done:
             return head + "; those are reused, the others run"
         if self.nearest:
@@ -143,8 +144,10 @@ def resuming_note(done: list[Reused]) -> str:
 
 def all_done_line(done: list[Reused], experiment: str) -> str:
     earlier = tags(done)[provenance.RESUMES_TAG]
-    return (f"resume: all {len(done)} jobs already FINISHED in experiment {experiment!r}"
-            f"{' (parent run(s) ' + earlier + ')' if earlier else ''}; nothing to run, no run created")
+    return (
+        f"resume: all {len(done)} jobs already FINISHED in experiment {experiment!r}"
+        f"{' (parent run(s) ' + earlier + ')' if earlier else ''}; nothing to run, no run created"
+    )
 
 
 def reused_run(record, config: Config) -> str | None:
@@ -161,12 +164,21 @@ def rows(uri: str, reused) -> list[dict]:
         for k, run_id in enumerate(d.run_ids or (d.run_id,)):
             r = tracking.find_run(uri, run_id)
             if r is not None:
-                out.append({"name": r.info.run_name, "status": r.info.status, "reason": "reused",
-                            "metrics": dict(r.data.metrics), "job": d.job, "replicate": k})
+                out.append(
+                    {
+                        "name": r.info.run_name,
+                        "status": r.info.status,
+                        "reason": "reused",
+                        "metrics": dict(r.data.metrics),
+                        "job": d.job,
+                        "replicate": k,
+                    }
+                )
     return out
 
 
 def summary(uri: str, done: list[Reused]) -> str:
     """The summary table of the grid from the reused runs (when nothing is left to run)."""
-    return runner.summary_table([runner.Row(r["name"], r["status"], r["metrics"], r["metrics"].get("wall_s", 0.0))
-                                 for r in rows(uri, done)])
+    return runner.summary_table(
+        [runner.Row(r["name"], r["status"], r["metrics"], r["metrics"].get("wall_s", 0.0)) for r in rows(uri, done)]
+    )

@@ -67,8 +67,7 @@ class Outcome:
         r = self.result
         if r is not None:
             out.update(r.timing.as_metrics())
-            out.update(n_iter_run=float(r.n_iter), final_elbo=r.extra.get("final_elbo_jit", np.nan),
-                       loglik=r.loglik)
+            out.update(n_iter_run=float(r.n_iter), final_elbo=r.extra.get("final_elbo_jit", np.nan), loglik=r.loglik)
             k = self.config.replicates
             if k > 1 and "run_s" in out:  # one fit of a batch: its share of the batch's run time
                 out.update(batch_run_s=out["run_s"], replicates=float(k))
@@ -106,7 +105,7 @@ class Outcome:
         if self.result is None:
             return f"{self.name} {self.status}: {self.reason}"
         m = self.metrics()
-        g = lambda k, f: f.format(m[k]) if np.isfinite(m.get(k, np.nan)) else "-"  # noqa: E731
+        g = lambda k, f: f.format(m[k]) if np.isfinite(m.get(k, np.nan)) else "-"
         parts = [f"{self.result.n_iter} iter", f"compile {g('compile_s', '{:.2f}')} s"]
         if "compile_warm_s" in m:
             parts.append(f"cached compile {g('compile_warm_s', '{:.2f}')} s")
@@ -114,13 +113,14 @@ class Outcome:
             parts.append(f"first call {g('first_call_s', '{:.2f}')} s")
         runs = int(m.get("n_runs", 1))
         spread = f", {runs} runs, spread {g('run_s_iqr', '{:.3f}')} s" if runs > 1 else ""
-        parts += [f"run {g('run_s', '{:.3f}')} s ({g('ms_per_iter', '{:.2f}')} ms/iter{spread})",
-                  f"final ELBO {g('final_elbo', '{:.6g}')}"]
+        parts += [
+            f"run {g('run_s', '{:.3f}')} s ({g('ms_per_iter', '{:.2f}')} ms/iter{spread})",
+            f"final ELBO {g('final_elbo', '{:.6g}')}",
+        ]
         text = f"{self.name} {self.status}: " + ", ".join(parts)
         return text + (f" [{self.reason}]" if self.reason else "")
 
-
-    def row(self) -> "Row":
+    def row(self) -> Row:
         return Row(self.name, self.status, self.metrics(), self.wall_s)
 
 
@@ -133,12 +133,16 @@ class Row(NamedTuple):
     wall_s: float
 
 
-def execute(config: Config, overrides=(), name: str | None = None, output_dir: str = "",
-            outcome: Outcome | None = None) -> Outcome:
+def execute(
+    config: Config, overrides=(), name: str | None = None, output_dir: str = "", outcome: Outcome | None = None
+) -> Outcome:
     """Load the data and fit, filling ``outcome`` (a new one if None) as it goes; any failure but an
     interrupt becomes a FAILED outcome with its reason. (One fit: ``replicates=1``.)"""
-    out = outcome if outcome is not None else Outcome(name or config.run_name, tuple(overrides), config,
-                                                      output_dir=output_dir)
+    out = (
+        outcome
+        if outcome is not None
+        else Outcome(name or config.run_name, tuple(overrides), config, output_dir=output_dir)
+    )
     execute_all(config, [out])
     return out
 
@@ -171,7 +175,7 @@ def execute_all(config: Config, outcomes: list[Outcome]) -> list[Outcome]:
                 out.status = "FAILED"
                 at = int(bad[0]) if len(bad) else result.n_iter
                 out.reason = f"non-finite ELBO at iteration {at}"
-    except Exception as e:  # noqa: BLE001 - a job reports, never raises
+    except Exception as e:  # a job reports, never raises
         stop = interrupts.pending()
         if stop is not None:  # a Ctrl-C that a library turned into another error
             raise stop from e
@@ -200,15 +204,35 @@ def combined(outcomes: list[Outcome]) -> Outcome:
         return first
     status = "KILLED" if any(o.status == "KILLED" for o in failed) else "FAILED"
     reasons = sorted({o.reason for o in failed})
-    job = Outcome(first.name, first.overrides, first.config, status,
-                  f"{len(failed)} of {len(outcomes)} replicates {status}: {'; '.join(reasons)}", first.result,
-                  first.started, first.ended, first.clock, first.elapsed, first.data_digest, first.data_shape,
-                  first.output_dir, first.run_id)
+    job = Outcome(
+        first.name,
+        first.overrides,
+        first.config,
+        status,
+        f"{len(failed)} of {len(outcomes)} replicates {status}: {'; '.join(reasons)}",
+        first.result,
+        first.started,
+        first.ended,
+        first.clock,
+        first.elapsed,
+        first.data_digest,
+        first.data_shape,
+        first.output_dir,
+        first.run_id,
+    )
     return job
 
 
-def run_job(config: Config, overrides=(), name: str | None = None, output_dir: str = "", *,
-            parent=None, job_num: int | None = None, tags: dict | None = None) -> Outcome:
+def run_job(
+    config: Config,
+    overrides=(),
+    name: str | None = None,
+    output_dir: str = "",
+    *,
+    parent=None,
+    job_num: int | None = None,
+    tags: dict | None = None,
+) -> Outcome:
     """Execute one job with its MLflow run(s): created RUNNING now, ended with the job's status; one
     run per replicate (``config.replicates``, tagged ``replicate``), all fitted in one program.
 
@@ -224,16 +248,26 @@ def run_job(config: Config, overrides=(), name: str | None = None, output_dir: s
     cl = tracking.client(uri)
     base = name or config.run_name
     k = config.replicates
-    outcomes = [Outcome(replicate_name(base, i, k), tuple(overrides), config, output_dir=output_dir, replicate=i)
-                for i in range(k)]
-    tags = {**provenance.run_tags(config), **({tracking.JOB_TAG: job_num} if job_num is not None else {}),
-            **(tags or {})}
+    outcomes = [
+        Outcome(replicate_name(base, i, k), tuple(overrides), config, output_dir=output_dir, replicate=i)
+        for i in range(k)
+    ]
+    tags = {
+        **provenance.run_tags(config),
+        **({tracking.JOB_TAG: job_num} if job_num is not None else {}),
+        **(tags or {}),
+    }
     try:
         with interrupts.deferred():
             exp_id = parent.experiment_id if parent else tracking.experiment_id(cl, config.experiment)
             for out in outcomes:
-                out.run_id = tracking.start_job(cl, exp_id, out, parent.run_id if parent else None,
-                                                {**tags, provenance.REPLICATE_TAG: out.replicate})
+                out.run_id = tracking.start_job(
+                    cl,
+                    exp_id,
+                    out,
+                    parent.run_id if parent else None,
+                    {**tags, provenance.REPLICATE_TAG: out.replicate},
+                )
         if k == 1:
             done = execute(config, overrides, name, output_dir, outcomes[0])
             if done is not outcomes[0]:  # a stand-in execute (tests) may return its own
@@ -269,5 +303,5 @@ def summary_table(rows) -> str:
         values = {**r.metrics, "n_iter_run": r.metrics.get("n_iter_run", 0.0)}
         lines.append((r.name, r.status, *(cell(m, values.get(m.key)) for m in TERMINAL), f"{r.wall_s:.1f}"))
     widths = [max(len(str(r[i])) for r in [head, *lines]) for i in range(len(head))]
-    fmt = lambda r: "  ".join(str(c).ljust(w) if i < 2 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
+    fmt = lambda r: "  ".join(str(c).ljust(w) if i < 2 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
     return "\n".join([fmt(head), "  ".join("-" * w for w in widths), *map(fmt, lines)])

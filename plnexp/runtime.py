@@ -84,7 +84,7 @@ _GETTERS = ("scipy_openblas_get_num_threads", "openblas_get_num_threads")
 
 def _lapack_libraries() -> list[ctypes.CDLL]:
     """SciPy's OpenBLAS, the library jaxlib's CPU LAPACK kernels call (loaded by importing SciPy)."""
-    import scipy.linalg.cython_lapack  # noqa: F401  (loads it; jaxlib itself imports it too)
+    import scipy.linalg.cython_lapack  # noqa: F401 - loads it; jaxlib itself imports it too
 
     found = []
     try:
@@ -128,7 +128,8 @@ def describe(environ=os.environ) -> dict[str, str]:
     checked = version in CHECKED_JAXLIB
     return {
         "xla_flags": environ.get("XLA_FLAGS", ""),
-        "plnexp_xla_flags": " ".join(plnexp_flags(environ, version)) if checked
+        "plnexp_xla_flags": " ".join(plnexp_flags(environ, version))
+        if checked
         else f"none (jaxlib {version} not in the checked versions {', '.join(CHECKED_JAXLIB)})",
         "lapack_threads": ",".join(str(c) for c in lapack_threads()) or "unknown",
     }

@@ -22,11 +22,26 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 # States of a job that has not ended (squeue's long names)
-ACTIVE = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
-                    "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD"})
+ACTIVE = frozenset(
+    {
+        "PENDING",
+        "RUNNING",
+        "CONFIGURING",
+        "COMPLETING",
+        "SUSPENDED",
+        "REQUEUED",
+        "REQUEUE_HOLD",
+        "REQUEUE_FED",
+        "RESIZING",
+        "SIGNALING",
+        "STAGE_OUT",
+        "STOPPED",
+        "RESV_DEL_HOLD",
+    }
+)
 QUERY_TIMEOUT_S = 10.0
 JOB_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)
 log = logging.getLogger(__name__)
@@ -78,8 +93,12 @@ def final_state(job: str, run=subprocess.run) -> str:
     """The final state of a job the controller has forgotten: ``sacct``'s where accounting exists
     (``CANCELLED by 0`` -> CANCELLED), else ``ENDED`` (gone from the queue, final state unknown)."""
     try:
-        out = run(["sacct", "-n", "-X", "-P", "-j", job, "-o", "State"], capture_output=True, text=True,
-                  timeout=QUERY_TIMEOUT_S)
+        out = run(
+            ["sacct", "-n", "-X", "-P", "-j", job, "-o", "State"],
+            capture_output=True,
+            text=True,
+            timeout=QUERY_TIMEOUT_S,
+        )
     except (OSError, subprocess.SubprocessError):
         return "ENDED"
     words = out.stdout.split() if out.returncode == 0 else []
@@ -117,8 +136,16 @@ class JobEnd:
     error: str = ""  # the job raised (submitit recorded the error) or left no result
 
 
-def wait(jobs: Sequence, on_end: Callable[[JobEnd], None], *, poll_s: float = 1.0, grace_s: float = 20.0,
-         query=states, clock=time.monotonic, sleep=time.sleep) -> list[JobEnd]:
+def wait(
+    jobs: Sequence,
+    on_end: Callable[[JobEnd], None],
+    *,
+    poll_s: float = 1.0,
+    grace_s: float = 20.0,
+    query=states,
+    clock=time.monotonic,
+    sleep=time.sleep,
+) -> list[JobEnd]:
     """Wait for every submitit job of ``jobs``; call ``on_end`` as each ends; returns them in order.
 
     A job has ended when its result file exists, or when the scheduler says that it ended without
@@ -207,8 +234,10 @@ class QuietSacct:
             return True
         if not self.said:
             self.said = True
-            log.warning("sacct is not usable on this cluster (no SLURM accounting?): submitit cannot tell when a job "
-                        "ended without a result; hydra/launcher=slurm asks squeue instead")
+            log.warning(
+                "sacct is not usable on this cluster (no SLURM accounting?): submitit cannot tell when a job "
+                "ended without a result; hydra/launcher=slurm asks squeue instead"
+            )
         return False
 
 

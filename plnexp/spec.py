@@ -33,8 +33,10 @@ def resolve_device(name: str):
         return jax.devices(name)[0]
     except RuntimeError:
         found = sorted({d.platform for d in jax.devices()})
-        raise ValueError(f"device={name!r}: no {name.upper()} visible to JAX on this machine "
-                         f"(found: {', '.join(found)}); use device=cpu or device=auto") from None
+        raise ValueError(
+            f"device={name!r}: no {name.upper()} visible to JAX on this machine "
+            f"(found: {', '.join(found)}); use device=cpu or device=auto"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -75,8 +77,9 @@ def check_compile_cache(value, allowed: str = COMPILE_CACHE_VALUES):
     return value
 
 
-def cache_choice(compile_cache: bool | None, strategy: StrategySpec,
-                 directory: str | Path | None = None) -> tuple[Path | None, bool]:
+def cache_choice(
+    compile_cache: bool | None, strategy: StrategySpec, directory: str | Path | None = None
+) -> tuple[Path | None, bool]:
     """``compile_cache`` -> (the persistent compilation cache's folder or None: off, whether a second
     warm compile is timed). ``True``: the cache, both compiles timed (the timing study's switch);
     ``None`` (auto): the cache, one compile, served by it when an earlier process wrote the program
@@ -125,11 +128,27 @@ class FitSpec:
             raise ValueError(f"device={self.device!r}: allowed values are {', '.join(DEVICES)}")
 
 
-def parse(model: str = "profiled", optimizer: str = "rprop", n_iter: int = 1000, precision: str = "float32",
-          device: str = "cpu", strategy: str = "scan", *, lr: float | None = None, init: str = "seed",
-          gradient: str = "analytic", repeats: int = 1, warmup: int = 0, first_call: bool = False,
-          compile_cache: bool | None = None, compile_cache_dir: str | Path | None = None, time_budget_s: float = 0.0,
-          seed: int = 0, replicates: int = 1, **options) -> FitSpec:
+def parse(
+    model: str = "profiled",
+    optimizer: str = "rprop",
+    n_iter: int = 1000,
+    precision: str = "float32",
+    device: str = "cpu",
+    strategy: str = "scan",
+    *,
+    lr: float | None = None,
+    init: str = "seed",
+    gradient: str = "analytic",
+    repeats: int = 1,
+    warmup: int = 0,
+    first_call: bool = False,
+    compile_cache: bool | None = None,
+    compile_cache_dir: str | Path | None = None,
+    time_budget_s: float = 0.0,
+    seed: int = 0,
+    replicates: int = 1,
+    **options,
+) -> FitSpec:
     """:func:`plnexp.fit`'s strings -> a :class:`FitSpec` (one-line ValueError on a bad choice).
 
     ``options``: strategy options (``unroll``, ``tol``, ``patience``, ``mode``). Those of other
@@ -142,10 +161,22 @@ def parse(model: str = "profiled", optimizer: str = "rprop", n_iter: int = 1000,
     known = all_option_names()
     unknown = sorted(set(options) - set(known))
     if unknown:
-        raise TypeError(f"fit() got an unexpected keyword argument {unknown[0]!r} (strategy options are "
-                        f"{', '.join(known)})")
+        raise TypeError(
+            f"fit() got an unexpected keyword argument {unknown[0]!r} (strategy options are {', '.join(known)})"
+        )
     spec = StrategySpec.of(strategy, **{k: v for k, v in options.items() if strategy in known[k]})
     spec.check(compile_cache, optimizer=optimizer, gradient=gradient)
     cache_dir, warm = cache_choice(compile_cache, spec, compile_cache_dir)
-    return FitSpec(MODELS[model], OptimizerSpec(optimizer, lr), spec, prec, device, n_iter, init, gradient,
-                   TimingSpec(repeats, warmup, first_call, cache_dir, time_budget_s, warm), seed, replicates)
+    return FitSpec(
+        MODELS[model],
+        OptimizerSpec(optimizer, lr),
+        spec,
+        prec,
+        device,
+        n_iter,
+        init,
+        gradient,
+        TimingSpec(repeats, warmup, first_call, cache_dir, time_budget_s, warm),
+        seed,
+        replicates,
+    )

@@ -76,8 +76,9 @@ class SweepRecord:
     jobs: tuple = ()  # a rerun: the JobEntry of each job (its config comes from here, not from Hydra's)
 
     def __post_init__(self):  # read back from JSON: lists and dicts
-        object.__setattr__(self, "reused", tuple(resume.Reused(*r[:4], tuple(r[4]) if len(r) > 4 else ())
-                                                 for r in self.reused))
+        object.__setattr__(
+            self, "reused", tuple(resume.Reused(*r[:4], tuple(r[4]) if len(r) > 4 else ()) for r in self.reused)
+        )
         object.__setattr__(self, "jobs", tuple(j if isinstance(j, JobEntry) else JobEntry(**j) for j in self.jobs))
 
     @property
@@ -118,25 +119,41 @@ def read_record(sweep_dir) -> SweepRecord | None:
     return SweepRecord(**json.loads(path.read_text()))
 
 
-def open_sweep(sweep_dir: Path, name: str, experiment: str, uri: str, total: int, tags: dict,
-               reused: tuple = (), jobs: tuple = ()) -> SweepRecord:
+def open_sweep(
+    sweep_dir: Path, name: str, experiment: str, uri: str, total: int, tags: dict, reused: tuple = (), jobs: tuple = ()
+) -> SweepRecord:
     """Create the experiment (once, before any job) and the parent run, and write the record
     (``reused``: the jobs a resumed sweep does not run again, see :mod:`plnexp.resume`)."""
     sweep_dir = Path(sweep_dir)
     if (sweep_dir / RECORD_NAME).exists():
-        raise C.ConfigError(f"hydra.sweep.dir={sweep_dir}: already holds a sweep ({RECORD_NAME}); "
-                            "allowed values are new or empty folders")
+        raise C.ConfigError(
+            f"hydra.sweep.dir={sweep_dir}: already holds a sweep ({RECORD_NAME}); "
+            "allowed values are new or empty folders"
+        )
     sweep_dir.mkdir(parents=True, exist_ok=True)
     tags = {"jobs": total, "git_commit": provenance.git_commit(), "sweep": name, "sweep_dir": str(sweep_dir), **tags}
     parent = tracking.open_parent(uri, experiment, f"{name}-{time.strftime('%Y%m%d-%H%M%S')}", tags)
-    record = SweepRecord(uri, parent.experiment_id, parent.run_id, name, total, platform.node(), os.getpid(),
-                         time.time(), time.monotonic(), tuple(reused), tuple(jobs))
+    record = SweepRecord(
+        uri,
+        parent.experiment_id,
+        parent.run_id,
+        name,
+        total,
+        platform.node(),
+        os.getpid(),
+        time.time(),
+        time.monotonic(),
+        tuple(reused),
+        tuple(jobs),
+    )
     try:
         write_record(sweep_dir, record)
     except FileExistsError:
         tracking.close_parent(parent, "FAILED", {"status_reason": "sweep folder taken by another sweep"})
-        raise C.ConfigError(f"hydra.sweep.dir={sweep_dir}: already holds a sweep ({RECORD_NAME}); "
-                            "allowed values are new or empty folders") from None
+        raise C.ConfigError(
+            f"hydra.sweep.dir={sweep_dir}: already holds a sweep ({RECORD_NAME}); "
+            "allowed values are new or empty folders"
+        ) from None
     return record
 
 
@@ -199,10 +216,15 @@ class Summary:
         earlier = {j for j, r in zip(self._job_of(), self.rows) if r.name in self.reused}
         reused = f" ({len(earlier)} FINISHED earlier)" if earlier else ""
         unit = " runs" if self.runs_note() else ""
-        failed = (f"{self.n_failed - self.n_running}{unit} failed, {self._running_note()}" if self.n_running
-                  else f"{self.n_failed}{unit} failed")
-        return (f"{self.n_jobs}/{self.total} jobs{self.runs_note()}{reused}, {failed}; {self.wall_s:.1f} s in the "
-                f"sweep, {fit_s:.1f} s in fits{outside}; parent run {self.parent_id} {self.status}")
+        failed = (
+            f"{self.n_failed - self.n_running}{unit} failed, {self._running_note()}"
+            if self.n_running
+            else f"{self.n_failed}{unit} failed"
+        )
+        return (
+            f"{self.n_jobs}/{self.total} jobs{self.runs_note()}{reused}, {failed}; {self.wall_s:.1f} s in the "
+            f"sweep, {fit_s:.1f} s in fits{outside}; parent run {self.parent_id} {self.status}"
+        )
 
     def show(self, signame: str | None = None) -> None:
         """Print the table, then the footer (stdout) or, after an interrupt, one line on stderr."""
@@ -215,11 +237,16 @@ class Summary:
     def interrupted_line(self, signame: str) -> str:
         left = self.total - self.n_jobs
         running = f", {self._running_note()}" if self.n_running else ""
-        done = (f"{self.count('FINISHED')} of {len(self.rows)} runs of {self.n_jobs} jobs finished" if self.runs_note()
-                else f"{self.count('FINISHED')} of {self.total} jobs finished")
-        return (f"plnexp: interrupted by {signame}: {done}, "
-                f"{self.count('KILLED')} killed, {self.count('FAILED')} failed, {left} not started{running}; "
-                f"parent run {self.parent_id} closed {self.status}")
+        done = (
+            f"{self.count('FINISHED')} of {len(self.rows)} runs of {self.n_jobs} jobs finished"
+            if self.runs_note()
+            else f"{self.count('FINISHED')} of {self.total} jobs finished"
+        )
+        return (
+            f"plnexp: interrupted by {signame}: {done}, "
+            f"{self.count('KILLED')} killed, {self.count('FAILED')} failed, {left} not started{running}; "
+            f"parent run {self.parent_id} closed {self.status}"
+        )
 
 
 def close_sweep(record: SweepRecord, status: str = "FINISHED", reason: str = "") -> Summary:
@@ -231,17 +258,30 @@ def close_sweep(record: SweepRecord, status: str = "FINISHED", reason: str = "")
     end_status = "KILLED" if status == "KILLED" else "FAILED"
     why = reason or "the sweep ended while this job was running"
     found = tracking.end_children(record.parent, end_status, why, "interrupted" if status == "KILLED" else "lost")
-    found = sorted(found + resume.rows(record.uri, record.reused), key=lambda r: (r["job"], r.get("replicate", 0)))  # the grid
+    found = sorted(
+        found + resume.rows(record.uri, record.reused), key=lambda r: (r["job"], r.get("replicate", 0))
+    )  # the grid
     rows = [runner.Row(r["name"], r["status"], r["metrics"], r["metrics"].get("wall_s", 0.0)) for r in found]
     jobs = tuple(r["job"] for r in found)
     if status == "FINISHED" and len(set(jobs)) < record.total:
         status = "FAILED"
     here = record.host == platform.node() and record.clock
     wall = time.monotonic() - record.clock if here else time.time() - record.started
-    summary = Summary(status, rows, record.total, wall, record.parent_id,
-                      tuple(r["name"] for r in found if r.get("reason") == "reused"), jobs)
-    tags = {"n_done": summary.n_jobs, "n_failed": summary.n_failed, "wall_s": f"{summary.wall_s:.1f}",
-            "fit_s": f"{summary.fit_s:.1f}"}
+    summary = Summary(
+        status,
+        rows,
+        record.total,
+        wall,
+        record.parent_id,
+        tuple(r["name"] for r in found if r.get("reason") == "reused"),
+        jobs,
+    )
+    tags = {
+        "n_done": summary.n_jobs,
+        "n_failed": summary.n_failed,
+        "wall_s": f"{summary.wall_s:.1f}",
+        "fit_s": f"{summary.fit_s:.1f}",
+    }
     if summary.n_running:
         tags["n_running"] = summary.n_running
     if reason:
@@ -249,7 +289,8 @@ def close_sweep(record: SweepRecord, status: str = "FINISHED", reason: str = "")
     tags["mlflow.note.content"] = (
         f"**Sweep `{record.name}`** ({status}): {summary.n_jobs} of {record.total} jobs ran{summary.runs_note()}, "
         f"{summary.n_failed} failed; each job is a child run (expand this run's + to see them). `python -m plnexp report --run "
-        f"{record.parent_id}` writes its table and plots and attaches them here (a sweep does it at its end).")
+        f"{record.parent_id}` writes its table and plots and attaches them here (a sweep does it at its end)."
+    )
     if status == "KILLED":
         tags["reason"] = "interrupted"
     tracking.close_parent(record.parent, status, tags, summary.table() + "\n" if rows else None)
@@ -310,9 +351,15 @@ class Task:
         if record is not None and here:
             print(f"{label} ...", end="", flush=True)
         try:
-            outcome = runner.run_job(config, overrides, name, hc.runtime.output_dir,
-                                     parent=record.parent if record else None, job_num=num,
-                                     tags=entry.tags if entry is not None else None)
+            outcome = runner.run_job(
+                config,
+                overrides,
+                name,
+                hc.runtime.output_dir,
+                parent=record.parent if record else None,
+                job_num=num,
+                tags=entry.tags if entry is not None else None,
+            )
         except KeyboardInterrupt as e:
             if record is not None:
                 print(" KILLED" if here else f"{label} KILLED", flush=True)
@@ -320,7 +367,7 @@ class Task:
                 stop = interrupts.as_interrupted(e)
                 return f"{label} KILLED (interrupted by {stop.name}{slurm.why(stop.signum)})"
             raise
-        except Exception as e:  # noqa: BLE001 - the store failed under us: say so, go on
+        except Exception as e:  # the store failed under us: say so, go on
             stop = interrupts.pending()
             if stop is not None:  # a Ctrl-C that a library turned into another error
                 raise stop from e
@@ -397,8 +444,19 @@ class Ended:
     error: BaseException | None = None
 
 
-def session(sweep_dir: Path, name: str, experiment: str, uri: str, total: int, tags: dict, jobs, *,
-            header, reused: tuple = (), entries: tuple = ()) -> Ended:
+def session(
+    sweep_dir: Path,
+    name: str,
+    experiment: str,
+    uri: str,
+    total: int,
+    tags: dict,
+    jobs,
+    *,
+    header,
+    reused: tuple = (),
+    entries: tuple = (),
+) -> Ended:
     """A sweep's whole life, the one path of ``sweep``, ``sweep ... resume=true`` and ``rerun`` of a
     sweep: open the parent (:func:`open_sweep`; a :class:`~plnexp.config.ConfigError` before anything
     exists), print ``header(record)``, run ``jobs(record)`` (Hydra's launcher: :func:`launch`;
@@ -407,10 +465,9 @@ def session(sweep_dir: Path, name: str, experiment: str, uri: str, total: int, t
     machinery) and show the summary. A second signal while a fit is stuck in compiled code ends the
     process's runs and the sweep from the interrupt helper thread (:func:`force_stop`)."""
     held: dict = {}
-    force = lambda signum: force_stop(held.get("record"), uri, signal.Signals(signum).name)  # noqa: E731
+    force = lambda signum: force_stop(held.get("record"), uri, signal.Signals(signum).name)
     with interrupts.handled(force) as guard:
-        record = held["record"] = open_sweep(sweep_dir, name, experiment, uri, total, tags, reused=reused,
-                                             jobs=entries)
+        record = held["record"] = open_sweep(sweep_dir, name, experiment, uri, total, tags, reused=reused, jobs=entries)
         print(header(record), flush=True)
         status, reason, stop, error = "FAILED", "the sweep stopped on an error", None, None
         try:

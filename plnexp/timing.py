@@ -67,8 +67,12 @@ CALIBRATION_TOLERANCE = 0.25
 CALIBRATION_LEVEL_TOLERANCE = 0.5
 # jax 0.10.2 records this event (jax/_src/compiler.py) once per XLA compilation served by the cache
 CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
-_CACHE_OPTIONS = ("jax_compilation_cache_dir", "jax_enable_compilation_cache",
-                  "jax_persistent_cache_min_compile_time_secs", "jax_persistent_cache_min_entry_size_bytes")
+_CACHE_OPTIONS = (
+    "jax_compilation_cache_dir",
+    "jax_enable_compilation_cache",
+    "jax_persistent_cache_min_compile_time_secs",
+    "jax_persistent_cache_min_entry_size_bytes",
+)
 
 
 @dataclass(frozen=True)
@@ -144,12 +148,19 @@ class Timing:
 
     def as_metrics(self) -> dict[str, float]:
         """The measured numbers, without those not measured (NaN)."""
-        values = {"compile_s": self.compile_s, "compile_warm_s": self.compile_warm_s,
-                  "first_call_s": self.first_call_s, "run_s": self.run_s, "ms_per_iter": self.ms_per_iter,
-                  "compile_cache_hits": self.compile_cache_hits,
-                  "compile_warm_cache_hits": self.compile_warm_cache_hits,
-                  "calib_before_s": self.calib_before_s, "calib_after_s": self.calib_after_s,
-                  "timed_start": self.timed_start, "timed_end": self.timed_end}
+        values = {
+            "compile_s": self.compile_s,
+            "compile_warm_s": self.compile_warm_s,
+            "first_call_s": self.first_call_s,
+            "run_s": self.run_s,
+            "ms_per_iter": self.ms_per_iter,
+            "compile_cache_hits": self.compile_cache_hits,
+            "compile_warm_cache_hits": self.compile_warm_cache_hits,
+            "calib_before_s": self.calib_before_s,
+            "calib_after_s": self.calib_after_s,
+            "timed_start": self.timed_start,
+            "timed_end": self.timed_end,
+        }
         if not math.isnan(self.run_s):  # timed runs (an untimed call has no spread)
             spread = self.spread
             lo, hi = spread.interval
@@ -186,8 +197,12 @@ def usable_cache_dir(directory: str | Path | None) -> Path | None:
         with tempfile.TemporaryFile(dir=path):
             pass
     except OSError as e:
-        warnings.warn(f"compile_cache: cannot write the compilation cache {path} ({e.strerror or e}); "
-                      "this fit compiles without it", CacheWarning, stacklevel=_caller_level())
+        warnings.warn(
+            f"compile_cache: cannot write the compilation cache {path} ({e.strerror or e}); "
+            "this fit compiles without it",
+            CacheWarning,
+            stacklevel=_caller_level(),
+        )
         return None
     return path
 
@@ -216,9 +231,12 @@ def persistent_cache(directory: str | Path | None):
     else:
         Path(directory).mkdir(parents=True, exist_ok=True)
         # min entry size -1: no minimum, and JAX may not raise it (0 lets it pick one at first use)
-        wanted = {"jax_compilation_cache_dir": str(directory), "jax_enable_compilation_cache": True,
-                  "jax_persistent_cache_min_compile_time_secs": 0.0,
-                  "jax_persistent_cache_min_entry_size_bytes": -1}
+        wanted = {
+            "jax_compilation_cache_dir": str(directory),
+            "jax_enable_compilation_cache": True,
+            "jax_persistent_cache_min_compile_time_secs": 0.0,
+            "jax_persistent_cache_min_entry_size_bytes": -1,
+        }
     _apply_cache_options(wanted)
     try:
         yield
@@ -250,9 +268,19 @@ def _cold_compile(program, state, data):
     return compiled, hits[0]
 
 
-def measure(program, state, data, *, repeats: int = 1, warmup: int = 0, budget_s: float = 0.0,
-            first_call: bool = False, compile_cache_dir: str | Path | None = None, warm_compile: bool = True,
-            clock=time.perf_counter) -> tuple[Output, Timing]:
+def measure(
+    program,
+    state,
+    data,
+    *,
+    repeats: int = 1,
+    warmup: int = 0,
+    budget_s: float = 0.0,
+    first_call: bool = False,
+    compile_cache_dir: str | Path | None = None,
+    warm_compile: bool = True,
+    clock=time.perf_counter,
+) -> tuple[Output, Timing]:
     """One cold AOT compile, then ``warmup`` untimed runs and the timed runs: at least ``repeats``,
     more while they took less than ``budget_s`` in all (see the module docstring for the rest);
     returns the output of the last timed run and its :class:`Timing`. ``clock``: for tests."""
@@ -284,12 +312,23 @@ def measure(program, state, data, *, repeats: int = 1, warmup: int = 0, budget_s
         calib_after = calibrate(clock)
     run_s = statistics.median(runs)
     n_run = max(int(np.max(np.asarray(out.n_run))), 1)  # a batch of fits: the longest sets the time
-    return out, Timing(compile_s=compiled.compile_s, first_call_s=first_call_s, run_s=run_s,
-                       ms_per_iter=1e3 * run_s / n_run, runs_s=tuple(runs),
-                       fingerprint=fingerprint.of_executables(compiled.executables),
-                       calib_before_s=calib_before, calib_after_s=calib_after, timed_start=start, timed_end=end,
-                       cost_analysis=compiled.cost_analysis, memory_analysis=compiled.memory_analysis,
-                       compile_warm_s=compile_warm_s, compile_cache_hits=hits, compile_warm_cache_hits=warm_hits)
+    return out, Timing(
+        compile_s=compiled.compile_s,
+        first_call_s=first_call_s,
+        run_s=run_s,
+        ms_per_iter=1e3 * run_s / n_run,
+        runs_s=tuple(runs),
+        fingerprint=fingerprint.of_executables(compiled.executables),
+        calib_before_s=calib_before,
+        calib_after_s=calib_after,
+        timed_start=start,
+        timed_end=end,
+        cost_analysis=compiled.cost_analysis,
+        memory_analysis=compiled.memory_analysis,
+        compile_warm_s=compile_warm_s,
+        compile_cache_hits=hits,
+        compile_warm_cache_hits=warm_hits,
+    )
 
 
 def untimed(program, state, data, *, compile_cache_dir: str | Path | None = None) -> tuple[Output, Timing]:
@@ -298,5 +337,11 @@ def untimed(program, state, data, *, compile_cache_dir: str | Path | None = None
     otherwise."""
     with persistent_cache(compile_cache_dir), _count_events(CACHE_HIT_EVENT) as hits:
         out, seconds = _timed(program.call, state, data)
-    return out, Timing(compile_s=NAN, first_call_s=seconds, run_s=NAN, ms_per_iter=NAN, runs_s=(seconds,),
-                       compile_cache_hits=NAN if compile_cache_dir is None else float(hits[0]))
+    return out, Timing(
+        compile_s=NAN,
+        first_call_s=seconds,
+        run_s=NAN,
+        ms_per_iter=NAN,
+        runs_s=(seconds,),
+        compile_cache_hits=NAN if compile_cache_dir is None else float(hits[0]),
+    )

@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # tests/reference_np.py: independent float64 numpy maths
 
-import plnexp  # noqa: E402  (sets XLA_FLAGS before any test touches jax)
+import plnexp  # sets XLA_FLAGS before any test touches jax
 
 
 def pytest_collection_modifyitems(config, items):
@@ -25,8 +25,10 @@ def pytest_collection_modifyitems(config, items):
     import jax
 
     if len(jax.devices("cpu")) < 2:
-        skip = pytest.mark.skip(reason=f"{len(jax.devices('cpu'))} JAX CPU device here; run them with "
-                                       "JAX_NUM_CPU_DEVICES=2 python -m pytest -m multidevice")
+        skip = pytest.mark.skip(
+            reason=f"{len(jax.devices('cpu'))} JAX CPU device here; run them with "
+            "JAX_NUM_CPU_DEVICES=2 python -m pytest -m multidevice"
+        )
         for item in marked:
             item.add_marker(skip)
 
@@ -94,8 +96,14 @@ def store_client(outputs: Path):
 
 def plnexp_cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     """``python -m plnexp ARGS`` in a subprocess (environment inherited, e.g. PLNEXP_OUTPUTS)."""
-    return subprocess.run([sys.executable, "-m", "plnexp", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=dict(os.environ))
+    return subprocess.run(
+        [sys.executable, "-m", "plnexp", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ),
+    )
 
 
 @pytest.fixture

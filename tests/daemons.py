@@ -86,8 +86,9 @@ def stop(proc: subprocess.Popen, timeout: float = 15.0) -> None:
 def _spawn(cmd, log: Path, **kw) -> subprocess.Popen:
     f = open(log, "ab")
     try:
-        return subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, **kw)
+        return subprocess.Popen(
+            cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, **kw
+        )
     finally:
         f.close()
 
@@ -95,8 +96,12 @@ def _spawn(cmd, log: Path, **kw) -> subprocess.Popen:
 def _as_user(name: str) -> dict:
     """``Popen`` arguments that run the command as user ``name`` (the PID stays the command's)."""
     entry = pwd.getpwnam(name)
-    return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": [],
-            "env": {**os.environ, "HOME": entry.pw_dir, "USER": name}}
+    return {
+        "user": entry.pw_uid,
+        "group": entry.pw_gid,
+        "extra_groups": [],
+        "env": {**os.environ, "HOME": entry.pw_dir, "USER": name},
+    }
 
 
 def _need_root(what: str) -> None:
@@ -146,7 +151,8 @@ class Cluster:
 def _munged(tmp: Path) -> subprocess.Popen | None:
     """``munged`` as user munge in the foreground (None when one already answers)."""
     if (MUNGE_SOCKET_DIR / "munge.socket.2").exists() and subprocess.run(
-            ["munge", "-n"], capture_output=True).returncode == 0:
+        ["munge", "-n"], capture_output=True
+    ).returncode == 0:
         return None
     MUNGE_SOCKET_DIR.mkdir(parents=True, exist_ok=True)
     shutil.chown(MUNGE_SOCKET_DIR, "munge", "munge")
@@ -170,7 +176,9 @@ def slurm_cluster(kill_wait: int = 5):
     _need_root("a SLURM cluster")
     for tool in ("munged", "slurmctld", "slurmd", "sbatch", "squeue"):
         if shutil.which(tool) is None:
-            raise Unavailable(f"{tool} not found: install Debian's slurm-wlm and munge (apt-get install slurm-wlm munge)")
+            raise Unavailable(
+                f"{tool} not found: install Debian's slurm-wlm and munge (apt-get install slurm-wlm munge)"
+            )
     tmp = Path(tempfile.mkdtemp(prefix="plnexp-slurm-"))
     procs: list[subprocess.Popen] = []
     t0 = time.monotonic()
@@ -179,26 +187,51 @@ def slurm_cluster(kill_wait: int = 5):
             (tmp / d).mkdir()
         host = platform.node().split(".")[0]
         conf = tmp / "slurm.conf"
-        conf.write_text(SLURM_CONF.format(host=host, dir=tmp, cpus=os.cpu_count() or 1, mem_mb=_memory_mb(),
-                                          ctld_port=free_port(), d_port=free_port(), kill_wait=kill_wait))
+        conf.write_text(
+            SLURM_CONF.format(
+                host=host,
+                dir=tmp,
+                cpus=os.cpu_count() or 1,
+                mem_mb=_memory_mb(),
+                ctld_port=free_port(),
+                d_port=free_port(),
+                kill_wait=kill_wait,
+            )
+        )
         env = {**os.environ, "SLURM_CONF": str(conf)}
         munged = _munged(tmp)
         if munged is not None:
             procs.append(munged)
         ctld = _spawn(["slurmctld", "-D", "-i", "-f", str(conf)], tmp / "slurmctld.out", env=env)
         procs.append(ctld)
-        _wait("slurmctld", lambda: subprocess.run(["scontrol", "ping"], env=env, capture_output=True,
-                                                  text=True).stdout.count("UP") > 0, 30, [ctld])
+        _wait(
+            "slurmctld",
+            lambda: (
+                subprocess.run(["scontrol", "ping"], env=env, capture_output=True, text=True).stdout.count("UP") > 0
+            ),
+            30,
+            [ctld],
+        )
         slurmd = _spawn(["slurmd", "-D", "-f", str(conf)], tmp / "slurmd.out", env=env)
         procs.append(slurmd)
-        idle = lambda: "idle" in subprocess.run(["sinfo", "-h", "-o", "%t"], env=env, capture_output=True,  # noqa: E731
-                                                text=True).stdout
+        idle = lambda: (
+            "idle"
+            in subprocess.run(
+                ["sinfo", "-h", "-o", "%t"],
+                env=env,
+                capture_output=True,
+                text=True,
+            ).stdout
+        )
         _wait("slurmd (node idle)", idle, 60, [ctld, slurmd])
         yield Cluster(conf, "debug", time.monotonic() - t0, {"SLURM_CONF": str(conf)})
     finally:
         if procs:
-            subprocess.run(["scancel", "--user", pwd.getpwuid(os.geteuid()).pw_name],
-                           env={**os.environ, "SLURM_CONF": str(tmp / "slurm.conf")}, capture_output=True)
+            subprocess.run(
+                ["scancel", "--user", pwd.getpwuid(os.geteuid()).pw_name],
+                env={**os.environ, "SLURM_CONF": str(tmp / "slurm.conf")},
+                capture_output=True,
+            )
         for p in reversed(procs):
             stop(p)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -232,18 +265,54 @@ def postgres(user: str = "plnexp", name: str = "mlflow"):
     as_pg = _as_user("postgres")
     proc = None
     try:
-        out = subprocess.run([str(PG_BIN / "initdb"), "-D", str(tmp / "data"), "-A", "md5", f"--pwfile={pwfile}",
-                              "-U", user, "--no-sync"], capture_output=True, text=True, **as_pg)
+        out = subprocess.run(
+            [
+                str(PG_BIN / "initdb"),
+                "-D",
+                str(tmp / "data"),
+                "-A",
+                "md5",
+                f"--pwfile={pwfile}",
+                "-U",
+                user,
+                "--no-sync",
+            ],
+            capture_output=True,
+            text=True,
+            **as_pg,
+        )
         if out.returncode != 0:
             raise Unavailable(f"initdb failed: {(out.stderr or out.stdout).strip().splitlines()[-1]}")
         port = free_port()
-        proc = _spawn([str(PG_BIN / "postgres"), "-D", str(tmp / "data"), "-h", "127.0.0.1", "-p", str(port),
-                       "-k", str(tmp), "-c", "fsync=off"], tmp / "postgres.log", **as_pg)
+        proc = _spawn(
+            [
+                str(PG_BIN / "postgres"),
+                "-D",
+                str(tmp / "data"),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "-k",
+                str(tmp),
+                "-c",
+                "fsync=off",
+            ],
+            tmp / "postgres.log",
+            **as_pg,
+        )
         env = {**os.environ, "PGPASSWORD": password}
-        _wait("postgres", lambda: subprocess.run(["pg_isready", "-h", "127.0.0.1", "-p", str(port)],
-                                                 capture_output=True).returncode == 0, 30, [proc])
-        made = subprocess.run(["createdb", "-h", "127.0.0.1", "-p", str(port), "-U", user, name], env=env,
-                              capture_output=True, text=True)
+        _wait(
+            "postgres",
+            lambda: (
+                subprocess.run(["pg_isready", "-h", "127.0.0.1", "-p", str(port)], capture_output=True).returncode == 0
+            ),
+            30,
+            [proc],
+        )
+        made = subprocess.run(
+            ["createdb", "-h", "127.0.0.1", "-p", str(port), "-U", user, name], env=env, capture_output=True, text=True
+        )
         if made.returncode != 0:
             raise Unavailable(f"createdb failed: {made.stderr.strip()}")
         yield Database(f"postgresql://{user}:{password}@127.0.0.1:{port}/{name}", time.monotonic() - t0)
@@ -277,9 +346,26 @@ def mlflow_server(backend_uri: str, folder: Path, timeout: float = 120.0):
     artifacts = folder / "artifacts"
     log = folder / "mlflow-server.log"
     t0 = time.monotonic()
-    proc = _spawn([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri,
-                   "--artifacts-destination", str(artifacts), "--serve-artifacts", "--host", "127.0.0.1",
-                   "--port", str(port), "--workers", "2"], log)
+    proc = _spawn(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            backend_uri,
+            "--artifacts-destination",
+            str(artifacts),
+            "--serve-artifacts",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "2",
+        ],
+        log,
+    )
     try:
         uri = f"http://127.0.0.1:{port}"
         try:
@@ -297,8 +383,11 @@ def main() -> int:
     folder = Path(tempfile.mkdtemp(prefix="plnexp-daemons-"))
     try:
         with slurm_cluster() as cluster, postgres() as db, mlflow_server(db.uri, folder) as server:
-            print(f"# SLURM up in {cluster.up_s:.1f} s, PostgreSQL in {db.up_s:.1f} s, MLflow server in "
-                  f"{server.up_s:.1f} s. In another shell:", flush=True)
+            print(
+                f"# SLURM up in {cluster.up_s:.1f} s, PostgreSQL in {db.up_s:.1f} s, MLflow server in "
+                f"{server.up_s:.1f} s. In another shell:",
+                flush=True,
+            )
             print(f"export SLURM_CONF={cluster.conf}\nexport MLFLOW_TRACKING_URI={server.uri}", flush=True)
             print("# Ctrl-C stops them all", flush=True)
             signal.signal(signal.SIGTERM, signal.default_int_handler)

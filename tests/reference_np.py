@@ -14,7 +14,9 @@ def elbo_np(Y, O, X, B, M, S, Sigma):
     Z = O + X @ B + M
     expected_loglik = np.sum(Y * Z - np.exp(Z + S**2 / 2) - gammaln(Y + 1))
     _, logdet_omega = np.linalg.slogdet(Omega)
-    prior = 0.5 * n * logdet_omega - 0.5 * (np.einsum("ij,jk,ik->", M, Omega, M) + np.sum(np.diag(Omega) * np.sum(S**2, 0)))
+    prior = 0.5 * n * logdet_omega - 0.5 * (
+        np.einsum("ij,jk,ik->", M, Omega, M) + np.sum(np.diag(Omega) * np.sum(S**2, 0))
+    )
     entropy = 0.5 * np.sum(np.log(S**2)) + 0.5 * n * p
     return expected_loglik + prior + entropy
 

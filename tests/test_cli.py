@@ -39,8 +39,9 @@ def test_run_logs_one_finished_run(outputs, tmp_path):
 
 @pytest.mark.slow
 def test_sweep_one_parent_children_and_equal_curves(outputs, tmp_path):
-    proc = plnexp_cli("sweep", "strategy=scan,fori_loop", "dataset.replication=1", "n_iter=5", "repeats=1",
-                      "warmup=0", cwd=tmp_path)
+    proc = plnexp_cli(
+        "sweep", "strategy=scan,fori_loop", "dataset.replication=1", "n_iter=5", "repeats=1", "warmup=0", cwd=tmp_path
+    )
     assert proc.returncode == 0, proc.stderr
     assert "[2/2] fori_loop-oaks-f32-cpu" in proc.stdout and "0 failed" in proc.stdout
     cl = store_client(outputs)
@@ -53,8 +54,10 @@ def test_sweep_one_parent_children_and_equal_curves(outputs, tmp_path):
     assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parents[0].info.run_id}
     by = {r.data.params["strategy.name"]: r for r in children}
     assert by["scan"].info.run_name == "scan-oaks-f32-cpu-n_iter5"
-    curves = {s: [m.value for m in sorted(cl.get_metric_history(r.info.run_id, "elbo"), key=lambda m: m.step)]
-              for s, r in by.items()}
+    curves = {
+        s: [m.value for m in sorted(cl.get_metric_history(r.info.run_id, "elbo"), key=lambda m: m.step)]
+        for s, r in by.items()
+    }
     assert len(curves["scan"]) == 5
     np.testing.assert_allclose(curves["scan"], curves["fori_loop"], rtol=1e-5)
     assert by["scan"].data.params["dataset.replication"] == "1"
@@ -63,8 +66,9 @@ def test_sweep_one_parent_children_and_equal_curves(outputs, tmp_path):
 @pytest.mark.slow
 def test_plain_hydra_multirun_goes_on_after_a_failed_job(outputs, tmp_path):
     # sgd at lr=1e6 diverges: that job is FAILED with its reason, the other one still runs.
-    proc = plnexp_cli("run", "--multirun", *TINY, "n_iter=3", "optimizer=sgd,radam_clip", "optimizer.lr=1e6",
-                      cwd=tmp_path)
+    proc = plnexp_cli(
+        "run", "--multirun", *TINY, "n_iter=3", "optimizer=sgd,radam_clip", "optimizer.lr=1e6", cwd=tmp_path
+    )
     assert proc.returncode == 1, proc.stderr  # a job failed
     assert "[2/2]" in proc.stdout and "1 failed" in proc.stdout
     runs = all_runs(outputs)
@@ -91,42 +95,98 @@ BAD_INPUT = [
     ("replication", ["run", "dataset.replication=0"], {}, ["dataset.replication=0", ">= 1"]),
     ("unknown key", ["run", "nonsense=1"], {}, ["nonsense", "unknown key", "n_iter"]),
     ("replicates=0", ["run", "replicates=0"], {}, ["replicates=0", "integers >= 1"]),
-    ("replicates of eager", ["run", "strategy=eager", "replicates=2"], {},
-     ["replicates=2: strategy=eager runs one fit per program", "allowed strategies", "while_loop"]),
-    ("replicates of scan_sharded", ["sweep", "sweep=null", "strategy=scan_sharded", "replicates=4"], {},
-     ["replicates=4: strategy=scan_sharded", "allowed strategies"]),
-    ("devices", ["run", "strategy=scan_sharded", "strategy.devices=3"], {},  # the main suite sees one CPU device
-     ["strategy.devices=3: only 1 cpu device(s)", "JAX_NUM_CPU_DEVICES", "allowed values are 0 (all) to 1"]),
-    ("via", ["run", "strategy=scan_sharded", "strategy.via=pmap"], {}, ["strategy.via='pmap'", "allowed values are jit, shard_map"]),
+    (
+        "replicates of eager",
+        ["run", "strategy=eager", "replicates=2"],
+        {},
+        ["replicates=2: strategy=eager runs one fit per program", "allowed strategies", "while_loop"],
+    ),
+    (
+        "replicates of scan_sharded",
+        ["sweep", "sweep=null", "strategy=scan_sharded", "replicates=4"],
+        {},
+        ["replicates=4: strategy=scan_sharded", "allowed strategies"],
+    ),
+    (
+        "devices",
+        ["run", "strategy=scan_sharded", "strategy.devices=3"],
+        {},  # the main suite sees one CPU device
+        ["strategy.devices=3: only 1 cpu device(s)", "JAX_NUM_CPU_DEVICES", "allowed values are 0 (all) to 1"],
+    ),
+    (
+        "via",
+        ["run", "strategy=scan_sharded", "strategy.via=pmap"],
+        {},
+        ["strategy.via='pmap'", "allowed values are jit, shard_map"],
+    ),
     ("gpu", ["run", "device=gpu"], {}, ["device='gpu'", "device=cpu"]),
     ("sweep file", ["sweep", "sweep=nope"], {}, ["sweep=nope", "allowed values are default"]),
     ("sweep job", ["sweep", "strategy=scan,scna"], {}, ["strategy=scna", "allowed values"]),
     ("launcher", ["sweep", "hydra/launcher=nope"], {}, ["hydra/launcher=nope", "joblib"]),
     ("csv without counts", ["run", "dataset=csv"], {}, ["dataset.counts", "required", "paths of existing CSV"]),
     ("csv missing", ["run", "dataset=csv", "dataset.counts={missing}"], {}, ["dataset.counts=", "existing CSV"]),
-    ("negative count", ["run", "dataset=csv", "dataset.counts={negative}"], {},
-     ["plnexp: data error: counts file", "negative.csv", "negative count -1", "non-negative integers"]),
-    ("inf count", ["run", "dataset=csv", "dataset.counts={inf}"], {},
-     ["data error: counts file", "inf.csv", "infinite value at row 2, column 1", "non-negative integers"]),
-    ("raw offsets <= 0", ["run", "dataset=csv", "dataset.counts={counts}", "dataset.offsets={zero}"], {},
-     ["data error: offsets file", "zero.csv", "offset 0", "finite numbers > 0"]),
-    ("log offsets inf", ["run", "dataset=csv", "dataset.counts={counts}", "dataset.offsets={inf_log}",
-                         "dataset.log_offsets=true"], {},
-     ["data error: offsets file", "inf_log.csv", "infinite value", "finite numbers (log scale"]),
-    ("rank-deficient", ["run", "dataset=csv", "dataset.counts={counts}", "dataset.covariates={constant}"], {},
-     ["data error: covariates file", "constant.csv", "column 'x'", "linearly independent columns"]),
-    ("bad data in a sweep", ["sweep", "sweep=null", "dataset=csv", "dataset.counts={counts},{negative}"], {},
-     ["data error: counts file", "negative.csv"]),
-    ("outputs", ["run"], {"PLNEXP_OUTPUTS": "{blocker}/outputs"},
-     ["PLNEXP_OUTPUTS=", "cannot write there", "allowed values are writable folders"]),
-    ("store unreachable", ["run"], {"MLFLOW_TRACKING_URI": "http://127.0.0.1:9"},
-     ["plnexp: store error: MLFLOW_TRACKING_URI=http://127.0.0.1:9: cannot reach", "allowed values"]),
+    (
+        "negative count",
+        ["run", "dataset=csv", "dataset.counts={negative}"],
+        {},
+        ["plnexp: data error: counts file", "negative.csv", "negative count -1", "non-negative integers"],
+    ),
+    (
+        "inf count",
+        ["run", "dataset=csv", "dataset.counts={inf}"],
+        {},
+        ["data error: counts file", "inf.csv", "infinite value at row 2, column 1", "non-negative integers"],
+    ),
+    (
+        "raw offsets <= 0",
+        ["run", "dataset=csv", "dataset.counts={counts}", "dataset.offsets={zero}"],
+        {},
+        ["data error: offsets file", "zero.csv", "offset 0", "finite numbers > 0"],
+    ),
+    (
+        "log offsets inf",
+        ["run", "dataset=csv", "dataset.counts={counts}", "dataset.offsets={inf_log}", "dataset.log_offsets=true"],
+        {},
+        ["data error: offsets file", "inf_log.csv", "infinite value", "finite numbers (log scale"],
+    ),
+    (
+        "rank-deficient",
+        ["run", "dataset=csv", "dataset.counts={counts}", "dataset.covariates={constant}"],
+        {},
+        ["data error: covariates file", "constant.csv", "column 'x'", "linearly independent columns"],
+    ),
+    (
+        "bad data in a sweep",
+        ["sweep", "sweep=null", "dataset=csv", "dataset.counts={counts},{negative}"],
+        {},
+        ["data error: counts file", "negative.csv"],
+    ),
+    (
+        "outputs",
+        ["run"],
+        {"PLNEXP_OUTPUTS": "{blocker}/outputs"},
+        ["PLNEXP_OUTPUTS=", "cannot write there", "allowed values are writable folders"],
+    ),
+    (
+        "store unreachable",
+        ["run"],
+        {"MLFLOW_TRACKING_URI": "http://127.0.0.1:9"},
+        ["plnexp: store error: MLFLOW_TRACKING_URI=http://127.0.0.1:9: cannot reach", "allowed values"],
+    ),
     ("store scheme", ["run", "tracking_uri=nosuch://x"], {}, ["store error: tracking_uri=nosuch://x", "allowed"]),
     # torch missing: simulated here (the availability check patched); for real in tests/test_torch.py
-    ("torch missing", ["run", "strategy=torch_eager"], {},
-     ["plnexp: error: strategy=torch_eager: PyTorch is not installed", 'pip install -e ".[torch]"', "torch==2.13.0"]),
-    ("torch missing in a sweep", ["sweep", "sweep=null", "strategy=scan,torch_compile"], {},
-     ["strategy=torch_compile: PyTorch is not installed", 'pip install -e ".[torch]"']),
+    (
+        "torch missing",
+        ["run", "strategy=torch_eager"],
+        {},
+        ["plnexp: error: strategy=torch_eager: PyTorch is not installed", 'pip install -e ".[torch]"', "torch==2.13.0"],
+    ),
+    (
+        "torch missing in a sweep",
+        ["sweep", "sweep=null", "strategy=scan,torch_compile"],
+        {},
+        ["strategy=torch_compile: PyTorch is not installed", 'pip install -e ".[torch]"'],
+    ),
     ("report switch", ["sweep", "report=maybe"], {}, ["report=maybe: allowed values are true, false"]),
     ("report of an empty store", ["report"], {}, ["holds no sweep (no parent run)", "python -m plnexp sweep"]),
     ("report argument", ["report", "--since", "1"], {}, ["--since: unknown argument", "--experiment, --run, --out"]),
@@ -135,9 +195,14 @@ BAD_INPUT = [
 
 @pytest.fixture
 def bad_files(tmp_path):
-    files = {"counts": "a,b\n1,2\n3,4\n0,1\n", "negative": "a,b\n1,2\n-1,4\n0,1\n",
-             "inf": "a,b\n1,2\ninf,4\n0,1\n", "zero": "a,b\n1,2\n0,4\n1,1\n",
-             "inf_log": "a,b\n0,0\n0,-inf\n0,0\n", "constant": "x\n1\n1\n1\n"}
+    files = {
+        "counts": "a,b\n1,2\n3,4\n0,1\n",
+        "negative": "a,b\n1,2\n-1,4\n0,1\n",
+        "inf": "a,b\n1,2\ninf,4\n0,1\n",
+        "zero": "a,b\n1,2\n0,4\n1,1\n",
+        "inf_log": "a,b\n0,0\n0,-inf\n0,0\n",
+        "constant": "x\n1\n1\n1\n",
+    }
     paths = {}
     for name, text in files.items():
         paths[name] = tmp_path / f"{name}.csv"
@@ -184,8 +249,17 @@ def test_hydra_full_error_shows_the_exception(outputs, monkeypatch):
         main(["run", "repeats=0"])
 
 
-@pytest.mark.parametrize("args,words", [([], ["no command"]), pytest.param(
-    ["run", "dataset=csv", "dataset.counts={negative}"], ["data error", "negative count"], marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        ([], ["no command"]),
+        pytest.param(
+            ["run", "dataset=csv", "dataset.counts={negative}"],
+            ["data error", "negative count"],
+            marks=pytest.mark.slow,
+        ),
+    ],
+)
 def test_bad_input_exit_code_of_the_real_command(outputs, bad_files, tmp_path, args, words):
     proc = plnexp_cli(*[a.format(**bad_files) for a in args], cwd=tmp_path, timeout=120)
     assert proc.returncode == 2
@@ -211,13 +285,16 @@ def test_a_cluster_launcher_without_its_extra_says_what_to_install(outputs, caps
     from plnexp.__main__ import main
 
     find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if "submitit" in name else find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if "submitit" in name else find_spec(name, *a)
+    )
     assert main(["sweep", f"hydra/launcher={launcher}", *TINY]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == (f"plnexp: error: hydra/launcher={launcher}: needs hydra-submitit-launcher, which is not "
-                   "installed; install plnexp's cluster extra (pip install -e '.[cluster]'); allowed values here are "
-                   "basic, joblib")
+    assert err == (
+        f"plnexp: error: hydra/launcher={launcher}: needs hydra-submitit-launcher, which is not "
+        "installed; install plnexp's cluster extra (pip install -e '.[cluster]'); allowed values here are "
+        "basic, joblib"
+    )
     cl = store_client(outputs)  # nothing created
     assert not [r for e in cl.search_experiments() for r in cl.search_runs([e.experiment_id])]
 

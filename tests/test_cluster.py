@@ -20,14 +20,19 @@ import daemons
 
 pytestmark = pytest.mark.slow
 
-SWEEP = ("hydra/launcher=slurm", "hydra.launcher.partition=debug", "hydra.launcher.cpus_per_task=1",
-         "dataset.replication=1", "report=false")
+SWEEP = (
+    "hydra/launcher=slurm",
+    "hydra.launcher.partition=debug",
+    "hydra.launcher.cpus_per_task=1",
+    "dataset.replication=1",
+    "report=false",
+)
 
 
 def _need_extra() -> None:
     try:
-        import hydra_plugins.hydra_submitit_launcher  # noqa: F401
-        import psycopg  # noqa: F401
+        import hydra_plugins.hydra_submitit_launcher  # noqa: F401 - is the cluster extra installed?
+        import psycopg  # noqa: F401 - is the cluster extra installed?
     except ImportError as e:
         pytest.skip(f"plnexp's cluster extra is not installed ({e}): pip install -e '.[cluster]'")
 
@@ -62,8 +67,14 @@ def env(cluster, server, tmp_path, monkeypatch):
 
 
 def plnexp(*args, env, timeout=300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "plnexp", *args], capture_output=True, text=True, env=env,
-                          timeout=timeout, cwd=Path(__file__).parents[1])
+    return subprocess.run(
+        [sys.executable, "-m", "plnexp", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        cwd=Path(__file__).parents[1],
+    )
 
 
 def _client(uri):
@@ -86,8 +97,14 @@ def test_slurm_sweep_into_the_postgres_backed_server(env, server):
     job, array task and node; one line per job in the driver and none of submitit's sacct warnings;
     the report reads the sweep back through the server."""
     t0 = time.monotonic()
-    out = plnexp("sweep", *SWEEP, "strategy=scan,fori_loop,while_loop,scan_namedtuple", "n_iter=30",
-                 "experiment=cluster", env=env)
+    out = plnexp(
+        "sweep",
+        *SWEEP,
+        "strategy=scan,fori_loop,while_loop,scan_namedtuple",
+        "n_iter=30",
+        "experiment=cluster",
+        env=env,
+    )
     took = time.monotonic() - t0
     assert out.returncode == 0, out.stderr[-3000:]
     assert "sacct" not in out.stdout + out.stderr
@@ -104,7 +121,10 @@ def test_slurm_sweep_into_the_postgres_backed_server(env, server):
     assert sorted(r.data.tags["slurm_array_task_id"] for r in runs) == ["0", "1", "2", "3"]
     for r in runs:
         assert r.data.tags["slurm_job_id"].isdigit() and r.data.tags["slurm_node"]
-        assert r.data.tags["plnexp.slurm_job"] == f"{r.data.tags['slurm_array_job_id']}_{r.data.tags['slurm_array_task_id']}"
+        assert (
+            r.data.tags["plnexp.slurm_job"]
+            == f"{r.data.tags['slurm_array_job_id']}_{r.data.tags['slurm_array_task_id']}"
+        )
         assert r.info.artifact_uri.startswith("mlflow-artifacts:")  # uploaded through the server
 
     folder = Path(env["PLNEXP_OUTPUTS"]) / "report"
@@ -122,8 +142,11 @@ def _wait_running(cl, experiment: str, n: int, proc, limit_s: float = 180):
     while time.monotonic() - t0 < limit_s:
         exp = cl.get_experiment_by_name(experiment)
         if exp is not None:
-            runs = [r for r in cl.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'")
-                    if "mlflow.parentRunId" in r.data.tags]
+            runs = [
+                r
+                for r in cl.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'")
+                if "mlflow.parentRunId" in r.data.tags
+            ]
             if len(runs) >= n:
                 return runs
         assert proc.poll() is None, proc.communicate()
@@ -139,8 +162,9 @@ def test_scancel_mid_fit_ends_the_runs_and_resume_completes_the_grid(env, server
     exit 1; ``resume=true`` runs those two jobs again and completes the grid."""
     grid = ("strategy=scan,fori_loop", "n_iter=4000", "repeats=4", "time_budget_s=0", "experiment=cancel")
     cmd = [sys.executable, "-m", "plnexp", "sweep", *SWEEP, *grid]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=Path(__file__).parents[1])
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=Path(__file__).parents[1]
+    )
     try:
         cl = _client(server.uri)
         running = _wait_running(cl, "cancel", 2, proc)
@@ -167,7 +191,8 @@ def test_scancel_mid_fit_ends_the_runs_and_resume_completes_the_grid(env, server
     parent, runs = _sweep(cl, "cancel")
     assert parent.info.status == "FINISHED"
     assert sorted(r.data.tags["mlflow.runName"] for r in runs if r.info.status == "FINISHED") == sorted(
-        r.data.tags["mlflow.runName"] for r in ended.values())
+        r.data.tags["mlflow.runName"] for r in ended.values()
+    )
 
 
 WRITER = """
@@ -196,8 +221,15 @@ def test_eight_concurrent_writers_lose_nothing(server, tmp_path):
     script = tmp_path / "writer.py"
     script.write_text(WRITER)
     n = 1000
-    procs = [subprocess.Popen([sys.executable, str(script), server.uri, "writers", str(i), str(n)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(8)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), server.uri, "writers", str(i), str(n)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(8)
+    ]
     for p in procs:
         _, err = p.communicate(timeout=180)
         assert p.returncode == 0, err[-2000:]
@@ -208,8 +240,10 @@ def test_eight_concurrent_writers_lose_nothing(server, tmp_path):
         assert r.info.status == "FINISHED"
         history = cl.get_metric_history(r.info.run_id, "elbo")
         assert sorted(m.step for m in history) == list(range(n))
-        assert cl.download_artifacts(r.info.run_id, "writer.txt", str(tmp_path)) and \
-            (tmp_path / "writer.txt").read_text() == f"writer {r.data.params['writer']}"
+        assert (
+            cl.download_artifacts(r.info.run_id, "writer.txt", str(tmp_path))
+            and (tmp_path / "writer.txt").read_text() == f"writer {r.data.params['writer']}"
+        )
 
 
 def test_doctor_checks_the_postgres_backed_server(server):

@@ -49,7 +49,9 @@ def test_fit_default_writes_the_cache_under_outputs_and_reads_it_back(outputs, t
     again = plnexp.fit(tiny, n_iter=4, strategy="fori_loop")
     assert again.timing.compile_cache_hits >= 1
     assert again.timing.fingerprint == first.timing.fingerprint
-    assert {"compile_cache_hits"} <= set(again.timing.as_metrics()) and "compile_warm_s" not in again.timing.as_metrics()
+    assert {"compile_cache_hits"} <= set(
+        again.timing.as_metrics()
+    ) and "compile_warm_s" not in again.timing.as_metrics()
 
 
 def test_fit_explicit_false_is_off(outputs, tiny):
@@ -82,8 +84,11 @@ def test_fit_bad_value_is_one_line(tiny, value):
 def test_a_cache_that_cannot_be_written_is_one_warning_and_the_fit_runs(outputs, tiny):
     blocker = outputs / "a_file"
     blocker.write_text("")
-    with pytest.warns(timing.CacheWarning, match=r"^compile_cache: cannot write the compilation cache .*a_file/jax_cache"
-                                                 r" \(.*\); this fit compiles without it$") as caught:
+    with pytest.warns(
+        timing.CacheWarning,
+        match=r"^compile_cache: cannot write the compilation cache .*a_file/jax_cache"
+        r" \(.*\); this fit compiles without it$",
+    ) as caught:
         res = plnexp.fit(tiny, n_iter=3, strategy="fori_loop", compile_cache_dir=blocker / "jax_cache")
     assert len(caught) == 1 and "\n" not in str(caught[0].message)
     assert caught[0].filename == __file__, "the warning points at the caller's line"
@@ -105,14 +110,17 @@ def test_jax_thresholds_let_a_tiny_program_be_written(tmp_path):
 
 @pytest.mark.slow  # two fresh processes (~4 s each): a new process is the point
 def test_a_second_process_reads_the_compiled_fit_from_disk(tmp_path):
-    code = ("import plnexp; r = plnexp.fit(plnexp.load_oaks(), model='profiled', optimizer='rprop', "
-            "strategy='while_loop', tol=1e-9, n_iter=200); print(r.timing.compile_cache_hits, r.timing.compile_s)")
+    code = (
+        "import plnexp; r = plnexp.fit(plnexp.load_oaks(), model='profiled', optimizer='rprop', "
+        "strategy='while_loop', tol=1e-9, n_iter=200); print(r.timing.compile_cache_hits, r.timing.compile_s)"
+    )
     env = {**os.environ, "PLNEXP_OUTPUTS": str(tmp_path / "out")}
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
     got = []
     for _ in range(2):
-        proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env,
-                              timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300
+        )
         assert proc.returncode == 0, proc.stderr[-2000:]
         hits, seconds = proc.stdout.split()
         got.append((float(hits), float(seconds)))
@@ -159,8 +167,10 @@ def test_config_bad_value_is_one_line(value):
 
 
 def test_config_hash_ignores_compile_cache(outputs):
-    hashes = {provenance.config_hash(cli.plan(o, multirun=False)[0].config)
-              for o in ([], ["compile_cache=true"], ["compile_cache=false"], ["compile_cache=null"])}
+    hashes = {
+        provenance.config_hash(cli.plan(o, multirun=False)[0].config)
+        for o in ([], ["compile_cache=true"], ["compile_cache=false"], ["compile_cache=null"])
+    }
     assert len(hashes) == 1
 
 
@@ -209,8 +219,20 @@ def test_explicit_values_in_a_sweep_and_a_run(outputs, capsys):
     from plnexp.__main__ import main
 
     # the study's switch, given by the user: cold + warm compiles
-    assert main(["sweep", "sweep=null", *TINY, "strategy=fori_loop", "compile_cache=true", "experiment=warm",
-                 "report=false"]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "sweep=null",
+                *TINY,
+                "strategy=fori_loop",
+                "compile_cache=true",
+                "experiment=warm",
+                "report=false",
+            ]
+        )
+        == 0
+    )
     (child,) = [r for r in _runs(outputs, "warm") if "mlflow.parentRunId" in r.data.tags]
     assert child.data.params["compile_cache"] == "True"
     assert child.data.metrics["compile_warm_cache_hits"] >= 1 and "compile_warm_s" in child.data.metrics
@@ -232,8 +254,9 @@ def test_run_with_a_cache_that_cannot_be_written_warns_in_one_line(outputs, caps
         assert main(["run", *TINY, "strategy=fori_loop", "experiment=ro"]) == 0
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if "compile_cache" in line]
-    assert len(lines) == 1 and lines[0].startswith("plnexp: warning: compile_cache: cannot write the compilation "
-                                                   "cache"), err
+    assert len(lines) == 1 and lines[0].startswith(
+        "plnexp: warning: compile_cache: cannot write the compilation cache"
+    ), err
     (run,) = _runs(outputs, "ro")
     assert run.info.status == "FINISHED" and "compile_cache_hits" not in run.data.metrics
 

@@ -35,7 +35,9 @@ def test_every_group_option_composes_and_loads(group, option):
     from plnexp.strategies import TORCH_STRATEGIES, torch_loops
 
     if group == "strategy" and option in TORCH_STRATEGIES and not torch_loops.torch_available():
-        pytest.skip("PyTorch not installed: pip install -e '.[torch]' (tests/test_torch.py checks the one-line refusal)")
+        pytest.skip(
+            "PyTorch not installed: pip install -e '.[torch]' (tests/test_torch.py checks the one-line refusal)"
+        )
     overrides = [f"{group}={option}"]
     if (group, option) == ("dataset", "csv"):
         overrides.append(f"dataset.counts={resources.files('plnexp.datasets') / 'oaks' / 'counts.csv'}")
@@ -46,11 +48,12 @@ def test_every_group_option_composes_and_loads(group, option):
     name = getattr(value, "name", None) or getattr(value, "value", None)
     assert name == option
     with pytest.raises(dataclasses.FrozenInstanceError):
-        cfg.n_iter = 3  # type: ignore[misc]
+        cfg.n_iter = 3  # type: ignore[misc] - the assignment a frozen Config refuses
 
 
-@pytest.mark.parametrize("sweep", [pytest.param(s, marks=[] if s == "default" else [pytest.mark.slow])
-                                   for s in C.group_options("sweep")])  # ~2 s each: the default one fast
+@pytest.mark.parametrize(
+    "sweep", [pytest.param(s, marks=[] if s == "default" else [pytest.mark.slow]) for s in C.group_options("sweep")]
+)  # ~2 s each: the default one fast
 def test_every_sweep_file_expands_and_loads(sweep):
     from plnexp.strategies import torch_loops
 
@@ -75,12 +78,17 @@ def test_default_sweep_is_every_strategy_on_oaks_x100_at_equal_iterations():
     jobs = cli.plan(["sweep=default"], multirun=True)
     # every JAX strategy; the PyTorch baselines need the optional extra, the native kernel a
     # compiler at install time: they are asked for by name (sweep=torch, sweep=fused)
-    assert [j.config.strategy.name for j in jobs] == [s for s in STRATEGIES
-                                                      if s not in TORCH_STRATEGIES + NATIVE_STRATEGIES]
+    assert [j.config.strategy.name for j in jobs] == [
+        s for s in STRATEGIES if s not in TORCH_STRATEGIES + NATIVE_STRATEGIES
+    ]
     for j in jobs:
         c = j.config
-        assert (c.dataset.replication, c.precision.name, c.model.value, c.optimizer.name) == \
-            (100, "float32", "full", "radam_clip")
+        assert (c.dataset.replication, c.precision.name, c.model.value, c.optimizer.name) == (
+            100,
+            "float32",
+            "full",
+            "radam_clip",
+        )
         assert c.n_iter == c.n_iter_requested == 50  # like with like: no per-strategy cap
 
 
@@ -111,8 +119,10 @@ BAD = [
     (["strategy=scan_unrolled", "strategy.unroll=0"], "strategy.unroll=0: allowed values are integers >= 1"),
     (["strategy=while_loop", "strategy.tol=-1"], "strategy.tol=-1: allowed values are numbers >= 0"),
     (["strategy.unroll=4"], "strategy.unroll: unknown key; allowed keys under strategy are name"),
-    (["strategy=while_loop", "strategy.unroll=4"],
-     "strategy.unroll: unknown key; allowed keys under strategy are name, tol, patience"),
+    (
+        ["strategy=while_loop", "strategy.unroll=4"],
+        "strategy.unroll: unknown key; allowed keys under strategy are name, tol, patience",
+    ),
     (["init=noise"], "init='noise': allowed values are seed, data, random"),
     (["repeats=0"], "repeats=0: allowed values are integers >= 1"),
     (["time_budget_s=-1"], "time_budget_s=-1: allowed values are numbers >= 0 (seconds)"),
@@ -144,12 +154,15 @@ def test_gpu_on_a_cpu_machine_is_one_line():
         cli.plan(["device=gpu"], multirun=False)
 
 
-@pytest.mark.parametrize("overrides,message", [
-    (["sweep=default", "strategy=scan,scna"], "strategy=scna: allowed values are"),
-    (["sweep=default", "n_iter=5,-5"], "n_iter=-5: allowed values are integers >= 1"),
-    (["sweep=default", "precision=float32,float16"], "precision=float16: allowed values are float32, float64"),
-    (["sweep=nope"], "sweep=nope: allowed values are default"),
-])
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["sweep=default", "strategy=scan,scna"], "strategy=scna: allowed values are"),
+        (["sweep=default", "n_iter=5,-5"], "n_iter=-5: allowed values are integers >= 1"),
+        (["sweep=default", "precision=float32,float16"], "precision=float16: allowed values are float32, float64"),
+        (["sweep=nope"], "sweep=nope: allowed values are default"),
+    ],
+)
 def test_every_job_of_a_sweep_is_validated(overrides, message):
     with pytest.raises(C.ConfigError, match=message):
         cli.plan(overrides, multirun=True)
@@ -181,8 +194,9 @@ def test_timing_protocol_defaults_and_switches(tmp_path, monkeypatch):
     assert (c.repeats, c.time_budget_s, c.warmup, c.first_call, c.compile_cache) == (3, 1.0, 0, False, None)
     t = c.fit_spec().timing  # compile_cache auto: the cache, one compile (tests/test_compile_cache.py)
     assert (t.repeats, t.time_budget_s, t.warmup, t.first_call, t.warm_compile) == (3, 1.0, 0, False, False)
-    (job,) = cli.plan(["first_call=true", "compile_cache=true", "repeats=2", "warmup=1", "time_budget_s=0"],
-                      multirun=False)
+    (job,) = cli.plan(
+        ["first_call=true", "compile_cache=true", "repeats=2", "warmup=1", "time_budget_s=0"], multirun=False
+    )
     t = job.config.fit_spec().timing
     assert (t.repeats, t.time_budget_s, t.warmup, t.first_call) == (2, 0.0, 1, True)
     assert t.compile_cache_dir == tmp_path.resolve() / "jax_cache" and t.warm_compile
@@ -206,11 +220,14 @@ def test_sweeps_use_the_cheap_protocol():
 
 
 # ---------------------------------------------------------------- replication, an axis of every data set
-@pytest.mark.parametrize("dataset, extra, label", [
-    pytest.param("oaks", [], "oaks_x100", marks=pytest.mark.slow),  # ~2 s each: synthetic (the defect) fast
-    ("synthetic", ["dataset.n=50"], "synthetic_n50_p50_d2_s0_x100"),
-    pytest.param("csv", ["dataset.counts={counts}"], "csv_counts_x100", marks=pytest.mark.slow),
-])
+@pytest.mark.parametrize(
+    "dataset, extra, label",
+    [
+        pytest.param("oaks", [], "oaks_x100", marks=pytest.mark.slow),  # ~2 s each: synthetic (the defect) fast
+        ("synthetic", ["dataset.n=50"], "synthetic_n50_p50_d2_s0_x100"),
+        pytest.param("csv", ["dataset.counts={counts}"], "csv_counts_x100", marks=pytest.mark.slow),
+    ],
+)
 def test_a_preset_that_sets_replication_takes_any_data_set(dataset, extra, label, tmp_path):
     """The default sweep pins dataset.replication=100: a user's dataset choice must never become an
     error under it (it was `dataset.replication: unknown key` for synthetic and csv)."""
@@ -226,8 +243,10 @@ def test_a_preset_that_sets_replication_takes_any_data_set(dataset, extra, label
 def test_replication_stacks_the_rows_of_every_data_set(tmp_path):
     counts = tmp_path / "counts.csv"
     counts.write_text("a,b\n1,2\n3,0\n0,5\n")
-    for args, rows in ((["dataset=synthetic", "dataset.n=7", "dataset.replication=3"], 7),
-                       (["dataset=csv", f"dataset.counts={counts}", "dataset.replication=4"], 3)):
+    for args, rows in (
+        (["dataset=synthetic", "dataset.n=7", "dataset.replication=3"], 7),
+        (["dataset=csv", f"dataset.counts={counts}", "dataset.replication=4"], 3),
+    ):
         (job,) = cli.plan(args, multirun=False)
         once = dataclasses.replace(job.config.dataset, replication=1).load()
         data = job.config.dataset.load()

@@ -58,9 +58,15 @@ def served_sweep(outputs, tmp_path):
     exp = cl.get_experiment_by_name("strategies")
     (parent,) = [r for r in cl.search_runs([exp.experiment_id]) if "mlflow.parentRunId" not in r.data.tags]
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "plnexp", "ui", "--port", str(port), "--workers", "1"],
-                            cwd=tmp_path, env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "plnexp", "ui", "--port", str(port), "--workers", "1"],
+        cwd=tmp_path,
+        env=dict(os.environ),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_health(url, proc)
@@ -71,13 +77,19 @@ def served_sweep(outputs, tmp_path):
 
 def test_rest_search_sees_the_sweep(served_sweep):
     url, exp_id, parent = served_sweep
-    req = urllib.request.Request(f"{url}/api/2.0/mlflow/runs/search", method="POST",
-                                 data=json.dumps({"experiment_ids": [exp_id]}).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{url}/api/2.0/mlflow/runs/search",
+        method="POST",
+        data=json.dumps({"experiment_ids": [exp_id]}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=30) as r:
         runs = json.loads(r.read())["runs"]
-    children = [r for r in runs if any(t["key"] == "mlflow.parentRunId" and t["value"] == parent.info.run_id
-                                       for t in r["data"].get("tags", []))]
+    children = [
+        r
+        for r in runs
+        if any(t["key"] == "mlflow.parentRunId" and t["value"] == parent.info.run_id for t in r["data"].get("tags", []))
+    ]
     assert len(runs) == 3 and len(children) == 2
     assert all(any(m["key"] == "ms_per_iter" for m in c["data"]["metrics"]) for c in children)
 
@@ -87,8 +99,9 @@ def chrome():
     """Headless Chromium under Debian's chromedriver, named explicitly so that selenium never looks
     for (or downloads) a driver itself; quit whatever happens in the test."""
     if CHROMIUM is None:
-        pytest.skip("Chromium and chromedriver are not installed (apt-get install chromium chromium-driver; "
-                    ".ci/run does it)")
+        pytest.skip(
+            "Chromium and chromedriver are not installed (apt-get install chromium chromium-driver; .ci/run does it)"
+        )
     pytest.importorskip("selenium", reason="selenium is not installed (pip install -e '.[test]')")
     chromium, chromedriver = CHROMIUM
     with tempfile.TemporaryDirectory(prefix="plnexp-chromium-", ignore_cleanup_errors=True) as profile:
@@ -111,10 +124,12 @@ def wait_text(driver, *wanted: str, timeout: float = 60) -> None:
     body = (By.TAG_NAME, "body")
     try:
         WebDriverWait(driver, timeout, poll_frequency=0.5).until(
-            ec.all_of(*(ec.text_to_be_present_in_element(body, w) for w in wanted)))
+            ec.all_of(*(ec.text_to_be_present_in_element(body, w) for w in wanted))
+        )
     except TimeoutException:
-        pytest.fail(f"not all of {wanted} on the page in {timeout:.0f} s; it shows:\n"
-                    f"{driver.find_element(*body).text[:3000]}")
+        pytest.fail(
+            f"not all of {wanted} on the page in {timeout:.0f} s; it shows:\n{driver.find_element(*body).text[:3000]}"
+        )
 
 
 SCROLL_DOWN = """

@@ -22,7 +22,7 @@ def test_oaks_replication_and_covariates():
     big = plnexp.load_oaks(replication=100)
     assert (big.n, big.p) == (11600, 114)
     small = plnexp.load_oaks()
-    np.testing.assert_array_equal(big.Y[116 * 7:116 * 8], small.Y)
+    np.testing.assert_array_equal(big.Y[116 * 7 : 116 * 8], small.Y)
     cov = plnexp.load_oaks(covariates=["tree", "orientation", "distTOground"])
     # tree has 3 levels -> 2 dummies, orientation 2 levels -> 1, distance numeric -> 1, + intercept
     assert cov.X.shape == (116, 5)
@@ -67,18 +67,26 @@ def test_load_csv_good(files):
     np.testing.assert_allclose(logged.O[:2], [[10] * 3, [20] * 3])
 
 
-@pytest.mark.parametrize("content, message", [
-    ("a,b\n1,-2\n", "counts file .*counts.csv.*negative count -2 at row 1, column 2; allowed values are "
-                     "non-negative integers"),
-    ("a,b\n1,2.5\n", "counts file .*counts.csv.*non-integer count 2.5 at row 1, column 2"),
-    ("a,b\n1,NA\n", r"counts file .*counts.csv.*missing \(NaN\) value at row 1, column 2; allowed values"),
-    ("a,b\n1,inf\n", "counts file .*counts.csv.*infinite value at row 1, column 2; allowed values are non-negative"),
-    ("a,b\n1,-inf\n", "counts file .*counts.csv.*infinite value at row 1, column 2"),
-    ("a,b\n1,x\n", "counts file .*counts.csv.*line 2 has a non-numeric value"),
-    ("a,b\n1,2,3\n", "counts file .*counts.csv.*line 2 has 3 fields, header has 2"),
-    ("", "counts file .*counts.csv.*empty"),
-    ("a,b\n", "counts file .*counts.csv.*empty"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (
+            "a,b\n1,-2\n",
+            "counts file .*counts.csv.*negative count -2 at row 1, column 2; allowed values are non-negative integers",
+        ),
+        ("a,b\n1,2.5\n", "counts file .*counts.csv.*non-integer count 2.5 at row 1, column 2"),
+        ("a,b\n1,NA\n", r"counts file .*counts.csv.*missing \(NaN\) value at row 1, column 2; allowed values"),
+        (
+            "a,b\n1,inf\n",
+            "counts file .*counts.csv.*infinite value at row 1, column 2; allowed values are non-negative",
+        ),
+        ("a,b\n1,-inf\n", "counts file .*counts.csv.*infinite value at row 1, column 2"),
+        ("a,b\n1,x\n", "counts file .*counts.csv.*line 2 has a non-numeric value"),
+        ("a,b\n1,2,3\n", "counts file .*counts.csv.*line 2 has 3 fields, header has 2"),
+        ("", "counts file .*counts.csv.*empty"),
+        ("a,b\n", "counts file .*counts.csv.*empty"),
+    ],
+)
 def test_load_csv_bad_counts(tmp_path, content, message):
     path = _write(tmp_path / "counts.csv", content)
     with pytest.raises(DataError, match=message):
@@ -90,25 +98,57 @@ def test_load_csv_missing_file(tmp_path):
         plnexp.load_csv(tmp_path / "nope.csv")
 
 
-@pytest.mark.parametrize("kind, name, content, message", [
-    ("offsets", "short.csv", "a,b,c\n10,10,10\n",
-     r"offsets file .*short.csv: shape \(1, 3\) does not match counts \(4, 3\)"),
-    ("offsets", "zero.csv", "a,b,c\n10,0,10\n1,1,1\n1,1,1\n1,1,1\n", "offsets file .*zero.csv: offset 0 at row 1, column 2; allowed values are finite numbers > 0"),
-    ("offsets", "neg.csv", "a,b,c\n10,1,10\n1,1,-3\n1,1,1\n1,1,1\n",
-     "offsets file .*neg.csv: offset -3 at row 2, column 3; allowed values are finite numbers > 0 .*log_offsets"),
-    ("offsets", "inf.csv", "a,b,c\n10,1,10\n1,1,1\n1,inf,1\n1,1,1\n",
-     "offsets file .*inf.csv: infinite value at row 3, column 2; allowed values are finite numbers > 0"),
-    ("offsets", "nan.csv", "a,b,c\n10,NaN,10\n1,1,1\n1,1,1\n1,1,1\n",
-     r"offsets file .*nan.csv: missing \(NaN\) value at row 1, column 2"),
-    ("covariates", "rows.csv", "x\n1\n2\n3\n", "covariates file .*rows.csv: 3 rows, counts have 4"),
-    ("covariates", "gone.csv", None, "covariates file .*gone.csv: not found"),
-    ("covariates", "empty.csv", "", "covariates file .*empty.csv: empty"),
-    ("covariates", "const.csv", "x\n1\n1\n1\n1\n",
-     "covariates file .*const.csv: column 'x' is a linear combination of the intercept .*rank-deficient; allowed "
-     "values are linearly independent columns"),
-    ("covariates", "copy.csv", "x,y,z\n1,1,2\n2,1,3\n3,1,4\n5,2,7\n",
-     "covariates file .*copy.csv: column 'z' is a linear combination of the intercept and the columns before it"),
-])
+@pytest.mark.parametrize(
+    "kind, name, content, message",
+    [
+        (
+            "offsets",
+            "short.csv",
+            "a,b,c\n10,10,10\n",
+            r"offsets file .*short.csv: shape \(1, 3\) does not match counts \(4, 3\)",
+        ),
+        (
+            "offsets",
+            "zero.csv",
+            "a,b,c\n10,0,10\n1,1,1\n1,1,1\n1,1,1\n",
+            "offsets file .*zero.csv: offset 0 at row 1, column 2; allowed values are finite numbers > 0",
+        ),
+        (
+            "offsets",
+            "neg.csv",
+            "a,b,c\n10,1,10\n1,1,-3\n1,1,1\n1,1,1\n",
+            "offsets file .*neg.csv: offset -3 at row 2, column 3; allowed values are finite numbers > 0 .*log_offsets",
+        ),
+        (
+            "offsets",
+            "inf.csv",
+            "a,b,c\n10,1,10\n1,1,1\n1,inf,1\n1,1,1\n",
+            "offsets file .*inf.csv: infinite value at row 3, column 2; allowed values are finite numbers > 0",
+        ),
+        (
+            "offsets",
+            "nan.csv",
+            "a,b,c\n10,NaN,10\n1,1,1\n1,1,1\n1,1,1\n",
+            r"offsets file .*nan.csv: missing \(NaN\) value at row 1, column 2",
+        ),
+        ("covariates", "rows.csv", "x\n1\n2\n3\n", "covariates file .*rows.csv: 3 rows, counts have 4"),
+        ("covariates", "gone.csv", None, "covariates file .*gone.csv: not found"),
+        ("covariates", "empty.csv", "", "covariates file .*empty.csv: empty"),
+        (
+            "covariates",
+            "const.csv",
+            "x\n1\n1\n1\n1\n",
+            "covariates file .*const.csv: column 'x' is a linear combination of the intercept .*rank-deficient; allowed "
+            "values are linearly independent columns",
+        ),
+        (
+            "covariates",
+            "copy.csv",
+            "x,y,z\n1,1,2\n2,1,3\n3,1,4\n5,2,7\n",
+            "covariates file .*copy.csv: column 'z' is a linear combination of the intercept and the columns before it",
+        ),
+    ],
+)
 def test_load_csv_bad_offsets_and_covariates(files, kind, name, content, message):
     tmp, counts, _, _ = files
     path = tmp / name if content is None else _write(tmp / name, content)
@@ -116,8 +156,10 @@ def test_load_csv_bad_offsets_and_covariates(files, kind, name, content, message
         plnexp.load_csv(counts, **{kind: path})
 
 
-@pytest.mark.parametrize("value, message", [("inf", "infinite value at row 1, column 2"),
-                                            ("nan", r"missing \(NaN\) value at row 1, column 2")])
+@pytest.mark.parametrize(
+    "value, message",
+    [("inf", "infinite value at row 1, column 2"), ("nan", r"missing \(NaN\) value at row 1, column 2")],
+)
 def test_log_scale_offsets_must_be_finite(files, value, message):
     tmp, counts, _, _ = files
     path = _write(tmp / "log.csv", f"a,b,c\n0,{value},0\n0,0,0\n-1,-2,0\n0,0,0\n")

@@ -31,8 +31,13 @@ def test_wrong_jitted_value_fails_naming_model_device_dtype(oaks, model):
         value = doctor.jitted_state_elbo(m, state, arrays)
         return value + 1e-3 * abs(float(value))
 
-    check = doctor.elbo_check(MODELS[model], CPU, "float32", oaks,
-                              functions=[("value_and_grad", doctor.jitted_value_and_grad), ("state_elbo", perturbed)])
+    check = doctor.elbo_check(
+        MODELS[model],
+        CPU,
+        "float32",
+        oaks,
+        functions=[("value_and_grad", doctor.jitted_value_and_grad), ("state_elbo", perturbed)],
+    )
     assert check.ok is False
     assert check.label == "FAIL"
     for word in (f"model {model}", f"cpu:{CPU.id}", "float32", "jitted state_elbo", "relative error"):
@@ -41,8 +46,9 @@ def test_wrong_jitted_value_fails_naming_model_device_dtype(oaks, model):
 
 
 def test_nan_jitted_value_fails(oaks):
-    check = doctor.elbo_check(MODELS["full"], CPU, "float64", oaks,
-                              functions=[("state_elbo", lambda m, s, a: float("nan"))])
+    check = doctor.elbo_check(
+        MODELS["full"], CPU, "float64", oaks, functions=[("state_elbo", lambda m, s, a: float("nan"))]
+    )
     assert check.ok is False and "nan" in check.detail
 
 
@@ -100,8 +106,10 @@ def test_store_in_a_read_only_outputs_dir_fails(read_only_dir, monkeypatch, sub)
     failed = [c for c in found if c.ok is False]
     assert len(failed) == 1 and str(read_only_dir) in failed[0].detail, found
     if not sub:  # the directory is there, but nothing can be written in it
-        assert [(c.name, c.ok) for c in found if c.name != "store_filesystem"] == [("store_reachable", True),
-                                                                                   ("store_writable", False)]
+        assert [(c.name, c.ok) for c in found if c.name != "store_filesystem"] == [
+            ("store_reachable", True),
+            ("store_writable", False),
+        ]
     assert sorted(read_only_dir.iterdir()) == before
 
 
@@ -132,8 +140,11 @@ def test_store_on_an_http_port_nobody_listens_to_fails_and_writes_nothing(monkey
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     found = doctor.store() if via_env else doctor.store(uri)  # refused at once, or after the short timeout
-    assert [(c.name, c.ok) for c in found] == [("store_reachable", False), ("store_writable", None),
-                                               ("store_artifacts", None)], found
+    assert [(c.name, c.ok) for c in found] == [
+        ("store_reachable", False),
+        ("store_writable", None),
+        ("store_artifacts", None),
+    ], found
     assert uri in found[0].detail
     assert all("not checked: server unreachable" in c.detail for c in found[1:]), found
 
@@ -176,8 +187,10 @@ def test_main_exit_status_follows_the_checks(monkeypatch, capsys):
     assert [line.split()[0] for line in lines] == ["ok", "info", "doctor:"]
     monkeypatch.setattr(doctor, "checks", lambda: [doctor.Check("a", True, "fine"), doctor.Check("b", False, "bad")])
     assert doctor.main(["--json"]) == 1
-    assert json.loads(capsys.readouterr().out) == [{"name": "a", "ok": True, "detail": "fine"},
-                                                   {"name": "b", "ok": False, "detail": "bad"}]
+    assert json.loads(capsys.readouterr().out) == [
+        {"name": "a", "ok": True, "detail": "fine"},
+        {"name": "b", "ok": False, "detail": "bad"},
+    ]
     assert doctor.main(["--bogus"]) == 2
     assert "--bogus" in capsys.readouterr().err
 
@@ -190,8 +203,18 @@ def test_doctor_command_exits_0_with_a_line_per_check(outputs, tmp_path):
     assert lines[-1].startswith("doctor: all ")
     names = [line.split()[1] for line in lines[:-1]]
     assert all(line.split()[0] in ("ok", "info") for line in lines[:-1]), out.stdout
-    for name in ("versions", "devices", "x64", "xla_flags", "lapack_threads", "store_reachable", "store_writable",
-                 "miscompile_probe[cpu:0]", "elbo[full,float32,cpu:0]", "elbo[profiled,float64,cpu:0]"):
+    for name in (
+        "versions",
+        "devices",
+        "x64",
+        "xla_flags",
+        "lapack_threads",
+        "store_reachable",
+        "store_writable",
+        "miscompile_probe[cpu:0]",
+        "elbo[full,float32,cpu:0]",
+        "elbo[profiled,float64,cpu:0]",
+    ):
         assert name in names, (name, out.stdout)
     assert int(lines[-1].split()[2]) == sum(line.startswith("ok") for line in lines[:-1])
 
@@ -231,8 +254,11 @@ def _mounted(tmp_path, fstype):
 def test_a_sqlite_store_on_a_network_filesystem_is_a_warning_not_a_failure(monkeypatch, tmp_path, fstype):
     monkeypatch.setattr(doctor, "_mounts_text", lambda: _mounted(tmp_path, fstype))
     found = doctor.store(f"sqlite:///{tmp_path}/mlflow.db")
-    assert [(c.name, c.ok) for c in found] == [("store_reachable", True), ("store_writable", True),
-                                               ("store_filesystem", None)], found
+    assert [(c.name, c.ok) for c in found] == [
+        ("store_reachable", True),
+        ("store_writable", True),
+        ("store_filesystem", None),
+    ], found
     check = found[-1]
     assert check.label == "info" and check.detail.startswith(f"warning: sqlite store on {fstype} ({tmp_path}): ")
     for words in ("sqlite locking is unsafe", "database is locked", "README 'A shared tracking server'"):
@@ -243,9 +269,14 @@ def test_a_sqlite_store_on_a_network_filesystem_is_a_warning_not_a_failure(monke
     assert doctor.main([]) == 0  # a warning fails nothing
 
 
-@pytest.mark.parametrize("mounts, ok, detail", [(lambda t: _mounted(t, "ext4"), True, "sqlite store on ext4"),
-                                                (lambda t: "/dev/vda1 / xfs rw 0 0\n", True, "sqlite store on xfs (/)"),
-                                                (lambda t: "", None, "not known")])
+@pytest.mark.parametrize(
+    "mounts, ok, detail",
+    [
+        (lambda t: _mounted(t, "ext4"), True, "sqlite store on ext4"),
+        (lambda t: "/dev/vda1 / xfs rw 0 0\n", True, "sqlite store on xfs (/)"),
+        (lambda t: "", None, "not known"),
+    ],
+)
 def test_a_sqlite_store_on_a_local_filesystem_passes(monkeypatch, tmp_path, mounts, ok, detail):
     monkeypatch.setattr(doctor, "_mounts_text", lambda: mounts(tmp_path))
     found = {c.name: c for c in doctor.store(f"sqlite:///{tmp_path}/outputs/mlflow.db")}  # outputs/ not made yet
@@ -285,6 +316,7 @@ class FakeClient:
             if name == "get_run":
                 return type("Run", (), {"info": type("Info", (), {"artifact_uri": "/nfs/mlruns/1/r1/artifacts"})})()
             return "1"
+
         return call
 
 
@@ -303,7 +335,9 @@ def test_server_writes_report_each_failure_in_one_line_and_restore_the_environme
     names = [n for n, _ in FakeClient.calls]
     assert all("\n" not in c.detail for c in (writable, artifacts))
     if failing != "create_run":  # a run was made: it is deleted (tried), after the upload
-        assert "delete_run" in names and ("log_text" not in names or names.index("log_text") < names.index("delete_run"))
+        assert "delete_run" in names and (
+            "log_text" not in names or names.index("log_text") < names.index("delete_run")
+        )
     if failing in ("create_run", "log_metric"):
         assert writable.ok is False and f"{failing} refused" in writable.detail
         assert artifacts.ok is None and "not checked" in artifacts.detail
@@ -330,8 +364,9 @@ def test_a_tracking_server_is_written_to_and_its_artifacts_read_back(tmp_path, m
             found = {c.name: c for c in doctor.store(server.uri)}
             assert [found[k].ok for k in ("store_reachable", "store_writable", "store_artifacts")] == [True] * 3, found
             assert "created and deleted a run in experiment plnexp-doctor" in found["store_writable"].detail
-            assert found["store_artifacts"].detail.startswith(f"{server.uri}: artifact uploaded and read back "
-                                                              "through the server (artifact_uri mlflow-artifacts:")
+            assert found["store_artifacts"].detail.startswith(
+                f"{server.uri}: artifact uploaded and read back through the server (artifact_uri mlflow-artifacts:"
+            )
             assert "MLFLOW_HTTP_REQUEST_TIMEOUT" not in os.environ
             cl = MlflowClient(server.uri)
             exp = cl.get_experiment_by_name(doctor.DOCTOR_EXPERIMENT)
@@ -369,7 +404,7 @@ def test_slurm_check_asks_the_controller(monkeypatch, tmp_path):
         (tmp_path / tool).write_text("#!/bin/sh\n")
         (tmp_path / tool).chmod(0o755)
     monkeypatch.setenv("PATH", str(tmp_path))
-    answer = lambda code, out, err="": (lambda cmd, **kw: subprocess.CompletedProcess(cmd, code, out, err))  # noqa: E731
+    answer = lambda code, out, err="": lambda cmd, **kw: subprocess.CompletedProcess(cmd, code, out, err)
     [ok] = doctor.slurm(answer(0, "debug* up 1 idle\ngpu up 2 mix\n"))
     assert ok.ok is True and "partitions: debug*, gpu" in ok.detail
     [down] = doctor.slurm(answer(1, "", "sinfo: error: Unable to contact slurm controller (connect failure)"))

@@ -65,11 +65,24 @@ def test_carry_containers_share_one_program_on_oaks(oaks):
     order: one XLA program. The dict carry of `scan` orders its leaves by key, which permutes the
     loop's tuple: the same operations, another program text. The unrolled scan, fori_loop,
     while_loop and jit_per_function compile other programs; eager has none."""
-    prints = _program_prints(oaks, ["scan_namedtuple", "scan_pytree", "scan_dataclass", "scan", "scan_unrolled",
-                                    "fori_loop", "while_loop", "jit_per_function", "eager"])
+    prints = _program_prints(
+        oaks,
+        [
+            "scan_namedtuple",
+            "scan_pytree",
+            "scan_dataclass",
+            "scan",
+            "scan_unrolled",
+            "fori_loop",
+            "while_loop",
+            "jit_per_function",
+            "eager",
+        ],
+    )
     assert prints["scan_namedtuple"] == prints["scan_pytree"] == prints["scan_dataclass"] != ""
-    distinct = {prints[k] for k in ("scan_namedtuple", "scan", "scan_unrolled", "fori_loop", "while_loop",
-                                    "jit_per_function")}
+    distinct = {
+        prints[k] for k in ("scan_namedtuple", "scan", "scan_unrolled", "fori_loop", "while_loop", "jit_per_function")
+    }
     assert len(distinct) == 6
     assert prints["eager"] == ""
 

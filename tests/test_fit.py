@@ -54,16 +54,19 @@ def test_fit_result_shapes_and_types(oaks):
     assert res.elbo[-1] > res.elbo[0]  # the seed's optimizer climbs from the start
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"model": "fulll"}, "model='fulll': allowed values are full, profiled"),
-    ({"optimizer": "adamw"}, "optimizer='adamw': allowed values are radam_clip, adam, rprop, sgd"),
-    ({"strategy": "scna"}, "strategy='scna': allowed values are eager, jit_per_function, scan"),
-    ({"precision": "float16"}, "precision='float16': allowed values are float32, float64"),
-    ({"n_iter": -5}, "n_iter=-5: must be an integer >= 1"),
-    ({"device": "tpu"}, "device='tpu': allowed values are cpu, gpu, auto"),
-    ({"init": "noise"}, "init='noise': allowed values are seed, data, random"),
-    ({"optimizer": "adam", "lr": -1.0}, "optimizer.lr=-1.0: must be a number > 0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"model": "fulll"}, "model='fulll': allowed values are full, profiled"),
+        ({"optimizer": "adamw"}, "optimizer='adamw': allowed values are radam_clip, adam, rprop, sgd"),
+        ({"strategy": "scna"}, "strategy='scna': allowed values are eager, jit_per_function, scan"),
+        ({"precision": "float16"}, "precision='float16': allowed values are float32, float64"),
+        ({"n_iter": -5}, "n_iter=-5: must be an integer >= 1"),
+        ({"device": "tpu"}, "device='tpu': allowed values are cpu, gpu, auto"),
+        ({"init": "noise"}, "init='noise': allowed values are seed, data, random"),
+        ({"optimizer": "adam", "lr": -1.0}, "optimizer.lr=-1.0: must be a number > 0"),
+    ],
+)
 def test_fit_rejects_bad_arguments_in_one_line(oaks, kwargs, message):
     with pytest.raises(ValueError) as err:
         plnexp.fit(oaks, n_iter=kwargs.pop("n_iter", 3), timed=False, **kwargs)
@@ -92,9 +95,15 @@ def test_host_check_refuses_a_miscompiled_elbo():
             check_against_host(-32026.0 * 1.01, -32026.0, precision, "final state", 116 * 114)
 
 
-@pytest.mark.parametrize("model, precision", [  # the reported case fast, the others in the full suite
-    ("profiled", "float64"), pytest.param("profiled", "float32", marks=pytest.mark.slow),
-    pytest.param("full", "float64", marks=pytest.mark.slow), pytest.param("full", "float32", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "model, precision",
+    [  # the reported case fast, the others in the full suite
+        ("profiled", "float64"),
+        pytest.param("profiled", "float32", marks=pytest.mark.slow),
+        pytest.param("full", "float64", marks=pytest.mark.slow),
+        pytest.param("full", "float32", marks=pytest.mark.slow),
+    ],
+)
 def test_all_zero_counts_fit_without_a_false_alarm(model, precision):
     """Counts that are all zero drive the ELBO to 0, where a purely relative host check failed on
     rounding alone (float64 profiled: relative error 4.9e-05 > 1e-9 at an ELBO of -2.9e-9). The fit
@@ -107,4 +116,5 @@ def test_all_zero_counts_fit_without_a_false_alarm(model, precision):
     result = plnexp.fit(zeros, model=model, precision=precision, n_iter=1000, timed=False)
     assert np.all(np.isfinite(result.elbo)) and -0.5 < result.loglik <= 1e-6
     assert abs(result.extra["final_elbo_jit"] - result.loglik) <= PRECISIONS[precision].check_tolerance(
-        result.loglik, zeros.Y.size)
+        result.loglik, zeros.Y.size
+    )

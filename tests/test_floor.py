@@ -44,8 +44,9 @@ def counted(monkeypatch, tmp_path):
 
 def test_the_floor_is_the_streamed_arrays_plus_two_products():
     for n, p, itemsize, bw, dot in [(11600, 114, 4, 51.0, 1.7), (30, 5, 8, 200.0, 1e-3), (10**6, 2000, 4, 12.5, 900.0)]:
-        assert floor.floor_ms(n, p, itemsize, bw, dot) == pytest.approx(independent_floor(n, p, itemsize, bw, dot),
-                                                                         rel=1e-12)
+        assert floor.floor_ms(n, p, itemsize, bw, dot) == pytest.approx(
+            independent_floor(n, p, itemsize, bw, dot), rel=1e-12
+        )
     f = floor.Floor(11600, 114, "float32", 51.0, 2**26, 1.7)
     assert f.ms_per_iter == pytest.approx(independent_floor(11600, 114, 4, 51.0, 1.7), rel=1e-12)
     assert f.metrics() == {"floor_ms_per_iter": f.ms_per_iter, "floor_copy_GBps": 51.0, "floor_dot_ms": 1.7}
@@ -77,9 +78,17 @@ def test_a_second_call_does_not_measure_again_and_parts_are_keyed_by_what_they_d
     assert first.ms_per_iter == pytest.approx(independent_floor(30, 5, 4, 50.0, 0.001 * 30 * 25 / 1e3))
 
 
-@pytest.mark.parametrize("content", ["{\"format\": 1, \"machine\": {\"ho", "", "[]", "null",
-                                     "{\"format\": 1, \"machine\": {}, \"copy\": {}, \"dot\": {}}",
-                                     "BAD_VALUES"])
+@pytest.mark.parametrize(
+    "content",
+    [
+        '{"format": 1, "machine": {"ho',
+        "",
+        "[]",
+        "null",
+        '{"format": 1, "machine": {}, "copy": {}, "dot": {}}',
+        "BAD_VALUES",
+    ],
+)
 def test_a_corrupt_or_foreign_cache_file_is_measured_again(counted, tmp_path, content):
     floor.cached(30, 5, np.float32)
     path = floor.cache_file(floor.identity())
@@ -96,8 +105,9 @@ def test_a_corrupt_or_foreign_cache_file_is_measured_again(counted, tmp_path, co
     assert len(counted["copy"]) == 2 and len(counted["dot"]) == 2
 
 
-def test_the_cache_is_replaced_atomically_and_a_failed_write_leaves_the_old_file(counted, tmp_path, monkeypatch,
-                                                                                   caplog):
+def test_the_cache_is_replaced_atomically_and_a_failed_write_leaves_the_old_file(
+    counted, tmp_path, monkeypatch, caplog
+):
     floor.cached(30, 5, np.float32)
     path = floor.cache_file(floor.identity())
     before = path.read_text()
@@ -180,8 +190,9 @@ def test_a_job_logs_its_machines_floor_measured_before_the_fit(tiny_config, outp
     m, t = run.data.metrics, run.data.tags
     n, p = int(t["data_n"]), int(t["data_p"])
     assert (n, p) == (30, 5)
-    assert m["floor_ms_per_iter"] == pytest.approx(independent_floor(n, p, 4, m["floor_copy_GBps"],
-                                                                     m["floor_dot_ms"]), rel=1e-9)
+    assert m["floor_ms_per_iter"] == pytest.approx(
+        independent_floor(n, p, 4, m["floor_copy_GBps"], m["floor_dot_ms"]), rel=1e-9
+    )
     assert m["floor_ms_per_iter"] == pytest.approx(floor.cached(n, p, np.float32, "cpu").ms_per_iter, rel=1e-12)
     # a metric of the run, never a param: the config hash (resume, rerun) is the config's alone
     assert not any(k.startswith("floor") for k in run.data.params)
@@ -201,8 +212,21 @@ def test_a_job_whose_floor_fails_finishes_without_it(tiny_config, outputs, monke
     def fit(datas, spec, **k):
         curve = -np.arange(10.0, 13.0)[::-1]
         timing = Timing(compile_s=0.5, first_call_s=float("nan"), run_s=0.003, ms_per_iter=1.0, runs_s=(0.003,))
-        return [FitResult(curve, float(curve[-1]), {}, 3, timing, "full", "scan", "radam_clip", "float32", "cpu",
-                          {"final_elbo_jit": float(curve[-1])})]
+        return [
+            FitResult(
+                curve,
+                float(curve[-1]),
+                {},
+                3,
+                timing,
+                "full",
+                "scan",
+                "radam_clip",
+                "float32",
+                "cpu",
+                {"final_elbo_jit": float(curve[-1])},
+            )
+        ]
 
     monkeypatch.setattr(floor, "measure_dot", broken)
     monkeypatch.setenv(floor.CACHE_ENV, str(outputs / "empty_floor_cache"))

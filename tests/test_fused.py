@@ -28,8 +28,10 @@ from plnexp.strategies import StrategySpec, fused
 
 if fused.library_path() is None:
     if shutil.which("g++") or shutil.which("c++"):
-        pytest.fail("a C++ compiler is here but the scan_fused kernel was not built: reinstall (pip install -e .)",
-                    pytrace=False)
+        pytest.fail(
+            "a C++ compiler is here but the scan_fused kernel was not built: reinstall (pip install -e .)",
+            pytrace=False,
+        )
     pytest.skip("the scan_fused kernel is not built here (no C++ compiler at install time)", allow_module_level=True)
 
 OPTIMIZERS = ("radam_clip", "adam", "rprop", "sgd")
@@ -44,8 +46,10 @@ def _final_rdiff(a, b) -> float:
 
 
 def _pair(data, precision, **kw):
-    return (plnexp.fit(data, strategy="scan_fused", precision=precision, **kw),
-            plnexp.fit(data, strategy="scan", precision=precision, **kw))
+    return (
+        plnexp.fit(data, strategy="scan_fused", precision=precision, **kw),
+        plnexp.fit(data, strategy="scan", precision=precision, **kw),
+    )
 
 
 def _check_float64(data, model, optimizer, n_iter, lr=None):
@@ -102,10 +106,15 @@ def test_deterministic_and_large_blocks():
 
 
 def test_refuses_what_the_kernel_does_not_compute():
-    with pytest.raises(ValueError, match=r"^strategy=scan_fused with gradient=autodiff: .*allowed gradients are analytic$"):
+    with pytest.raises(
+        ValueError, match=r"^strategy=scan_fused with gradient=autodiff: .*allowed gradients are analytic$"
+    ):
         plnexp.fit(simulate(n=20, p=3), strategy="scan_fused", gradient="autodiff", n_iter=2)
-    with pytest.raises(ValueError, match=r"^strategy=scan_fused with optimizer=lbfgs: .*allowed optimizers are "
-                                         r"sgd, adam, radam_clip, rprop$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^strategy=scan_fused with optimizer=lbfgs: .*allowed optimizers are "
+        r"sgd, adam, radam_clip, rprop$",
+    ):
         fused.check_fit("scan_fused", "lbfgs", "analytic")
     with pytest.raises(ValueError, match=r"^strategy=scan_fused with device=gpu: .*allowed devices are cpu$"):
         StrategySpec.of("scan_fused").check(platform="gpu")
@@ -121,8 +130,11 @@ def test_missing_kernel_is_refused_in_one_line(monkeypatch):
     monkeypatch.setattr(fused, "library_path", lambda: None)
     fused._register.cache_clear()
     try:
-        with pytest.raises(ValueError, match=r"^strategy=scan_fused: its native kernel was not built .*choose another "
-                                             r"strategy$"):
+        with pytest.raises(
+            ValueError,
+            match=r"^strategy=scan_fused: its native kernel was not built .*choose another "
+            r"strategy$",
+        ):
             StrategySpec.of("scan_fused").check()
     finally:
         monkeypatch.undo()
@@ -153,9 +165,24 @@ def test_other_vector_width_build_equals_scan(build, tmp_path):
     if "avx2" not in open("/proc/cpuinfo").read():
         pytest.skip(f"this CPU cannot run a {build} build")
     lib = tmp_path / "pln_fused_other.so"
-    subprocess.run([cxx, "-std=c++17", "-O2", flags, "-fno-math-errno", "-w", "-fPIC", "-shared",
-                    f"-I{jax.ffi.include_dir()}", str(REPO / "plnexp" / "native" / "pln_fused_step.cc"), "-o", str(lib)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            cxx,
+            "-std=c++17",
+            "-O2",
+            flags,
+            "-fno-math-errno",
+            "-w",
+            "-fPIC",
+            "-shared",
+            f"-I{jax.ffi.include_dir()}",
+            str(REPO / "plnexp" / "native" / "pln_fused_step.cc"),
+            "-o",
+            str(lib),
+        ],
+        check=True,
+        capture_output=True,
+    )
     code = """
 import sys, numpy as np, plnexp
 from plnexp.data import simulate

@@ -42,6 +42,7 @@ def test_later_signals_are_ignored_while_stopping():
 def test_an_interrupt_swallowed_in_a_callback_is_delivered_again():
     """A signal handled inside a __del__ or a gc callback (JAX has one) raises where Python ignores
     exceptions: it must not be lost."""
+
     class Finalised:
         def __del__(self):
             signal.raise_signal(signal.SIGINT)  # the handler runs inside __del__

@@ -76,15 +76,18 @@ def test_profiled_elbo_jitted_matches_numpy(oaks, dtype):
 
 def test_host_reference_matches_independent_numpy(oaks):
     B, M, S, Sigma = _random_point(oaks, 3)
-    np.testing.assert_allclose(reference.elbo(oaks.Y, oaks.O, oaks.X, B, M, S, Sigma),
-                               elbo_np(oaks.Y, oaks.O, oaks.X, B, M, S, Sigma), rtol=1e-12)
+    np.testing.assert_allclose(
+        reference.elbo(oaks.Y, oaks.O, oaks.X, B, M, S, Sigma),
+        elbo_np(oaks.Y, oaks.O, oaks.X, B, M, S, Sigma),
+        rtol=1e-12,
+    )
 
 
 def test_known_miscompiled_reduction_is_correct_under_plnexp(oaks):
     """jaxlib 0.10.2 returns 1113766.9 for this jitted Stirling sum over oaks without the XLA
     flag plnexp sets at import; the exact float64 value is 1285968.25."""
     k = np.where(oaks.Y == 0, 1.0, oaks.Y).astype(np.float32)
-    stirling = lambda k: jnp.sum(jnp.log(jnp.sqrt(2 * jnp.pi * k)) + k * jnp.log(k / jnp.e))  # noqa: E731
+    stirling = lambda k: jnp.sum(jnp.log(jnp.sqrt(2 * jnp.pi * k)) + k * jnp.log(k / jnp.e))
     want = np.sum(np.log(np.sqrt(2 * np.pi * k.astype(np.float64))) + k * np.log(k / np.e))
     np.testing.assert_allclose(float(jax.jit(stirling)(k)), want, rtol=2e-5)
 
@@ -102,9 +105,16 @@ def test_gradients_full_and_profiled():
     with jax.enable_x64(True):
         arrays = _arrays(data, np.float64)
         pln = pm.PLNState(*(jnp.asarray(a) for a in (B, M, S, Sigma)), jnp.asarray(np.linalg.inv(Sigma)))
-        check_grads(lambda q: pm.full_elbo(q, pln, arrays), (pm.FULL.free(pln),), order=1, modes=["fwd", "rev"], rtol=1e-6)
-        check_grads(lambda q: pm.profiled_elbo(q, None, arrays), ({"M": pln.M, "S": pln.S},), order=1,
-                    modes=["fwd", "rev"], rtol=1e-6)
+        check_grads(
+            lambda q: pm.full_elbo(q, pln, arrays), (pm.FULL.free(pln),), order=1, modes=["fwd", "rev"], rtol=1e-6
+        )
+        check_grads(
+            lambda q: pm.profiled_elbo(q, None, arrays),
+            ({"M": pln.M, "S": pln.S},),
+            order=1,
+            modes=["fwd", "rev"],
+            rtol=1e-6,
+        )
 
 
 def test_closed_forms_are_stationary_points():
@@ -128,9 +138,11 @@ def test_closed_forms_are_stationary_points():
         g_sp = jax.grad(lambda Sg: pm.elbo_given_sigma(b_hat, M - arrays.X @ b_hat, S, Sg, arrays))(sigma_p)
         assert float(jnp.max(jnp.abs(g_sp))) < 1e-8 * float(jnp.max(jnp.abs(g_random)))
         # and the profiled ELBO is the general ELBO at those closed forms
-        np.testing.assert_allclose(float(pm.profiled_elbo({"M": M, "S": S}, None, arrays)),
-                                   float(pm.elbo_given_sigma(b_hat, M - arrays.X @ b_hat, S, sigma_p, arrays)),
-                                   rtol=1e-12)
+        np.testing.assert_allclose(
+            float(pm.profiled_elbo({"M": M, "S": S}, None, arrays)),
+            float(pm.elbo_given_sigma(b_hat, M - arrays.X @ b_hat, S, sigma_p, arrays)),
+            rtol=1e-12,
+        )
 
 
 @pytest.mark.parametrize("model", ["full", "profiled"])
@@ -168,8 +180,8 @@ def test_analytic_value_and_gradient_equal_autodiff(oaks, name, dtype):
         for seed in (10, 11):
             state = _complete_random_state(model, oaks, dtype, seed)
             params = model.free(state)
-            want_v, want_g = jax.jit(jax.value_and_grad(lambda q: model.elbo(q, state, data)))(params)
-            got_v, got_g = jax.jit(lambda q: model.value_and_grad(q, state, data))(params)
+            want_v, want_g = jax.jit(jax.value_and_grad(lambda q: model.elbo(q, state, data)))(params)  # noqa: B023 - called here
+            got_v, got_g = jax.jit(lambda q: model.value_and_grad(q, state, data))(params)  # noqa: B023 - called here
             tol = 1e-10 if dtype == np.float64 else 1e-4
             np.testing.assert_allclose(float(got_v), float(want_v), rtol=1e-10 if dtype == np.float64 else 1e-5)
             assert set(got_g) == set(want_g)

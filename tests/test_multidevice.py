@@ -48,8 +48,7 @@ def test_two_devices_are_visible():
 @pytest.mark.parametrize("gradient", ["analytic", "autodiff"])
 @pytest.mark.parametrize("model", ["full", "profiled"])
 def test_sharded_fit_is_scans_fit(model, gradient, via, odd):
-    kw = dict(model=model, optimizer="radam_clip", n_iter=N_ITER, precision="float64", gradient=gradient,
-              timed=False)
+    kw = dict(model=model, optimizer="radam_clip", n_iter=N_ITER, precision="float64", gradient=gradient, timed=False)
     want = plnexp.fit(odd, strategy="scan", **kw)
     got = plnexp.fit(odd, strategy="scan_sharded", via=via, devices=2, **kw)
     assert got.n_iter == want.n_iter and got.params["M"].shape == (61, 8)  # padding row dropped

@@ -97,19 +97,24 @@ def test_sweep_up_orphans_asks_the_owners(outputs, config, exited_pid, live_pid)
     assert st.get_run(live).info.status == "RUNNING" and st.get_run(elsewhere).info.status == "RUNNING"
 
 
-def test_close_sweep_leaves_children_of_live_or_unknown_owners_running(outputs, config, tmp_path, exited_pid,
-                                                                        live_pid):
+def test_close_sweep_leaves_children_of_live_or_unknown_owners_running(outputs, config, tmp_path, exited_pid, live_pid):
     uri = tracking.check_store()
     record = sweep.open_sweep(tmp_path / "sw", "s", "sw", uri, 4, {})
     cl = tracking.client(uri)
     here = platform.node()
     ids = {}
-    for num, (name, owner) in enumerate([("mine", None), ("dead", LocalProcess(here, exited_pid)),
-                                         ("live", LocalProcess(here, live_pid)),
-                                         ("elsewhere", LocalProcess("another-host", os.getpid()))]):
+    for num, (name, owner) in enumerate(
+        [
+            ("mine", None),
+            ("dead", LocalProcess(here, exited_pid)),
+            ("live", LocalProcess(here, live_pid)),
+            ("elsewhere", LocalProcess("another-host", os.getpid())),
+        ]
+    ):
         tags = {tracking.JOB_TAG: num, **(owner.tags() if owner else {})}
-        ids[name] = tracking.start_job(cl, record.experiment_id, runner.Outcome(name, (), config), record.parent_id,
-                                       tags)
+        ids[name] = tracking.start_job(
+            cl, record.experiment_id, runner.Outcome(name, (), config), record.parent_id, tags
+        )
     summary = sweep.close_sweep(record, "KILLED", "interrupted by SIGINT")
     st = store_client(outputs)
     status = {name: st.get_run(rid).info.status for name, rid in ids.items()}
@@ -119,7 +124,8 @@ def test_close_sweep_leaves_children_of_live_or_unknown_owners_running(outputs, 
     assert summary.n_running == 2 and summary.count("KILLED") == 2
     assert summary.interrupted_line("SIGINT").startswith(
         "plnexp: interrupted by SIGINT: 0 of 4 jobs finished, 2 killed, 0 failed, 0 not started, "
-        "2 left RUNNING (owner alive elsewhere or unknown); parent run ")
+        "2 left RUNNING (owner alive elsewhere or unknown); parent run "
+    )
     assert ", 2 failed, 2 left RUNNING (owner alive elsewhere or unknown); " in summary.footer()
     parent = st.get_run(record.parent_id)
     assert parent.info.status == "KILLED" and parent.data.tags["n_running"] == "2"

@@ -12,17 +12,47 @@ from plnexp.timing import CALIBRATION_LEVEL_TOLERANCE, CALIBRATION_TOLERANCE
 N_ITER = 100
 
 
-def entry(strategy, ms, spread=0.05, *, n_runs=5, fp=None, status="FINISHED", host="h", cpu="cpu A",
-          window=None, calib=(0.015, 0.015)):
+def entry(
+    strategy,
+    ms,
+    spread=0.05,
+    *,
+    n_runs=5,
+    fp=None,
+    status="FINISHED",
+    host="h",
+    cpu="cpu A",
+    window=None,
+    calib=(0.015, 0.015),
+):
     """A run whose timed runs' interval is ms*(1 ± spread) ms/iter."""
-    metrics = {"ms_per_iter": ms, "n_iter_run": N_ITER, "n_runs": n_runs,
-               "run_s_lo": ms * (1 - spread) * N_ITER / 1e3, "run_s_hi": ms * (1 + spread) * N_ITER / 1e3,
-               "calib_before_s": calib[0], "calib_after_s": calib[1]}
+    metrics = {
+        "ms_per_iter": ms,
+        "n_iter_run": N_ITER,
+        "n_runs": n_runs,
+        "run_s_lo": ms * (1 - spread) * N_ITER / 1e3,
+        "run_s_hi": ms * (1 + spread) * N_ITER / 1e3,
+        "calib_before_s": calib[0],
+        "calib_after_s": calib[1],
+    }
     if window is not None:
         metrics["timed_start"], metrics["timed_end"] = window
     tags = {"hlo_fingerprint": fp if fp is not None else f"fp-{strategy}", "host": host, "cpu_model": cpu}
-    return Entry(f"id-{strategy}", f"{strategy}-job", status, "", strategy, "oaks_x100", 11600, 114, "cpu",
-                 "float32", {}, metrics, tags=tags)
+    return Entry(
+        f"id-{strategy}",
+        f"{strategy}-job",
+        status,
+        "",
+        strategy,
+        "oaks_x100",
+        11600,
+        114,
+        "cpu",
+        "float32",
+        {},
+        metrics,
+        tags=tags,
+    )
 
 
 def test_a_winner_only_beyond_the_spread():
@@ -38,8 +68,12 @@ def test_a_winner_only_beyond_the_spread():
 
 
 def test_one_program_is_one_contender_never_ranked_within():
-    entries = [entry("scan_namedtuple", 7.1, fp="same"), entry("scan_pytree", 10.1, fp="same"),
-               entry("scan_dataclass", 7.3, fp="same"), entry("eager", 50.0, fp="")]
+    entries = [
+        entry("scan_namedtuple", 7.1, fp="same"),
+        entry("scan_pytree", 10.1, fp="same"),
+        entry("scan_dataclass", 7.3, fp="same"),
+        entry("eager", 50.0, fp=""),
+    ]
     (prog, eager) = ranking.contenders(entries)
     assert prog.names == ("scan_namedtuple", "scan_pytree", "scan_dataclass")
     assert prog.ms == pytest.approx(7.3)  # the members' median, not the luckiest member
@@ -50,8 +84,12 @@ def test_one_program_is_one_contender_never_ranked_within():
 def test_a_lead_within_the_same_program_noise_is_a_tie():
     """Jobs of one program (an A/A test) landed 10% apart: a 5% lead of another strategy, though its
     runs' intervals do not overlap, is within what two jobs differ by for no reason."""
-    entries = [entry("scan", 7.0, 0.01), entry("scan_namedtuple", 7.2, 0.01, fp="same"),
-               entry("scan_pytree", 7.92, 0.01, fp="same"), entry("fori_loop", 9.0, 0.01)]
+    entries = [
+        entry("scan", 7.0, 0.01),
+        entry("scan_namedtuple", 7.2, 0.01, fp="same"),
+        entry("scan_pytree", 7.92, 0.01, fp="same"),
+        entry("fori_loop", 9.0, 0.01),
+    ]
     line = ranking.headline("G", entries, {})
     assert line.startswith("tied within noise (jobs of one program differ by up to 10% here) on G: scan 7.00"), line
     assert "scan_namedtuple = scan_pytree (one program)" in line and line.endswith("; 1 slower")
@@ -65,8 +103,10 @@ def test_too_few_runs_are_not_ranked_and_unfinished_runs_are_named():
     line = ranking.headline("G", entries, {})
     assert line.startswith("not ranked on G: fewer than 3 timed runs for scan"), line
     assert line.endswith("not finished: jit_per_function (FAILED)")
-    assert ranking.headline("G", [entry("scan", 7.0, status="KILLED")], {}) == \
-        "G: no run finished; not finished: scan (KILLED)"
+    assert (
+        ranking.headline("G", [entry("scan", 7.0, status="KILLED")], {})
+        == "G: no run finished; not finished: scan (KILLED)"
+    )
 
 
 def test_overlapping_timed_runs_on_one_host_are_contended():
@@ -81,9 +121,14 @@ def test_overlapping_timed_runs_on_one_host_are_contended():
     assert line.startswith("timings contended on G: do not compare (scan: timed runs overlapped"), line
 
 
-@pytest.mark.parametrize("after, flagged", [(1 + CALIBRATION_TOLERANCE / 2, False),
-                                            (1 + 2 * CALIBRATION_TOLERANCE, True),
-                                            (1 - 2 * CALIBRATION_TOLERANCE, True)])
+@pytest.mark.parametrize(
+    "after, flagged",
+    [
+        (1 + CALIBRATION_TOLERANCE / 2, False),
+        (1 + 2 * CALIBRATION_TOLERANCE, True),
+        (1 - 2 * CALIBRATION_TOLERANCE, True),
+    ],
+)
 def test_a_calibration_that_moves_beyond_idle_flags_its_run(after, flagged):
     e = entry("scan", 7.0, calib=(0.010, 0.010 * after))
     why = ranking.contention([e])
@@ -104,7 +149,9 @@ def test_a_calibration_slower_than_the_hosts_best_flags_its_run():
 def test_runs_on_different_hosts_or_cpu_models_are_not_compared():
     entries = [entry("scan", 7.0, cpu="cpu A"), entry("fori_loop", 9.0, cpu="cpu B", host="h2")]
     assert ranking.headline("G", entries, {}).startswith(
-        "timings contended on G: do not compare (timed on different CPU models (cpu A; cpu B))")
+        "timings contended on G: do not compare (timed on different CPU models (cpu A; cpu B))"
+    )
     entries = [entry("scan", 7.0), entry("fori_loop", 9.0, host="h2")]
     assert ranking.headline("G", entries, {}).startswith(
-        "timings contended on G: do not compare (timed on different hosts (h, h2))")
+        "timings contended on G: do not compare (timed on different hosts (h, h2))"
+    )

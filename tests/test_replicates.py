@@ -29,11 +29,20 @@ def close(a, b, tol=RTOL):
     return np.max(np.abs(a - b)) <= tol * np.max(np.abs(b))
 
 
-@pytest.mark.parametrize("strategy,model", [("scan", "full"), ("while_loop", "profiled"),
-                                            pytest.param("fori_loop", "full", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "strategy,model",
+    [("scan", "full"), ("while_loop", "profiled"), pytest.param("fori_loop", "full", marks=pytest.mark.slow)],
+)
 def test_each_replicate_is_the_single_fit_with_its_seed(strategy, model, small):
-    kw = dict(model=model, optimizer="radam_clip", n_iter=N_ITER, precision="float64", strategy=strategy,
-              init="random", timed=False)
+    kw = dict(
+        model=model,
+        optimizer="radam_clip",
+        n_iter=N_ITER,
+        precision="float64",
+        strategy=strategy,
+        init="random",
+        timed=False,
+    )
     batch = plnexp.fit_replicates(small, 3, seed=5, **kw)
     assert [r.replicate for r in batch] == [0, 1, 2]
     for k, got in enumerate(batch):
@@ -95,16 +104,27 @@ def test_a_diverged_replicate_fails_alone(monkeypatch, small):
 def test_sweep_with_replicates_logs_one_child_per_replicate(outputs, capsys):
     from plnexp.__main__ import main
 
-    args = ["sweep", "sweep=null", *DATA, "strategy=scan", "replicates=3", "init=random", "n_iter=20",
-            "experiment=reps", "report=false"]
+    args = [
+        "sweep",
+        "sweep=null",
+        *DATA,
+        "strategy=scan",
+        "replicates=3",
+        "init=random",
+        "n_iter=20",
+        "experiment=reps",
+        "report=false",
+    ]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "1/1 jobs (3 runs), 0 runs failed" in out, out
     cl = store_client(outputs)
     runs = cl.search_runs([cl.get_experiment_by_name("reps").experiment_id])
     (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    children = sorted((r for r in runs if r is not parent and "mlflow.parentRunId" in r.data.tags),
-                      key=lambda r: r.data.tags["replicate"])
+    children = sorted(
+        (r for r in runs if r is not parent and "mlflow.parentRunId" in r.data.tags),
+        key=lambda r: r.data.tags["replicate"],
+    )
     assert [r.data.tags["replicate"] for r in children] == ["0", "1", "2"]
     assert {r.info.status for r in children} == {"FINISHED"} and parent.data.tags["n_done"] == "1"
     assert [r.info.run_name.rsplit("-", 1)[1] for r in children] == ["rep0", "rep1", "rep2"]
@@ -127,8 +147,22 @@ def test_rerun_of_a_replicate_and_of_a_replicates_sweep(outputs, capsys):
     of replicates reruns one job per batch, not one per run."""
     from plnexp.__main__ import main
 
-    assert main(["sweep", "sweep=null", *DATA, "strategy=scan", "replicates=3", "init=random", "n_iter=10",
-                 "experiment=rr", "report=false"]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "sweep=null",
+                *DATA,
+                "strategy=scan",
+                "replicates=3",
+                "init=random",
+                "n_iter=10",
+                "experiment=rr",
+                "report=false",
+            ]
+        )
+        == 0
+    )
     cl = store_client(outputs)
     runs = cl.search_runs([cl.get_experiment_by_name("rr").experiment_id])
     (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]

@@ -17,8 +17,14 @@ from plnexp.fitting import FitResult
 from plnexp.timing import Timing
 
 # (strategy, n rows) -> (compile_s, ms_per_iter, iterations run)
-KNOWN = {("eager", 30): (0.0, 10.0, 5), ("scan", 30): (1.2, 2.0, 8), ("fori_loop", 30): (1.1, 2.5, 8),
-         ("eager", 60): (0.0, 12.0, 5), ("scan", 60): (1.3, 4.0, 8), ("fori_loop", 60): (1.4, 5.0, 8)}
+KNOWN = {
+    ("eager", 30): (0.0, 10.0, 5),
+    ("scan", 30): (1.2, 2.0, 8),
+    ("fori_loop", 30): (1.1, 2.5, 8),
+    ("eager", 60): (0.0, 12.0, 5),
+    ("scan", 60): (1.3, 4.0, 8),
+    ("fori_loop", 60): (1.4, 5.0, 8),
+}
 # the floor the n=30 jobs log (copy GB/s, dot ms: plnexp.floor's parts); the n=60 ones log none (older runs)
 KNOWN_FLOOR = {30: (0.0105, 0.3)}
 
@@ -35,10 +41,22 @@ def fake_execute(cfg, overrides=(), name=None, output_dir="", outcome=None):
     compile_s, ms, length = KNOWN[(cfg.strategy.name, n)]
     curve = known_curve(cfg.strategy.name, n, length)
     runs = tuple(ms * length / 1e3 * (1 + d) for d in (-0.02, 0.01, 0.0, -0.01, 0.02))  # median: ms/iter
-    timing = Timing(compile_s=compile_s, first_call_s=float("nan"), run_s=ms * length / 1e3, ms_per_iter=ms,
-                    runs_s=runs)
-    outcome.result = FitResult(curve, float(curve[-1]), {}, length, timing, "full", cfg.strategy.name, "radam_clip",
-                               "float32", "TFRT_CPU_0", {"final_elbo_jit": float(curve[-1]) + 1.0})
+    timing = Timing(
+        compile_s=compile_s, first_call_s=float("nan"), run_s=ms * length / 1e3, ms_per_iter=ms, runs_s=runs
+    )
+    outcome.result = FitResult(
+        curve,
+        float(curve[-1]),
+        {},
+        length,
+        timing,
+        "full",
+        cfg.strategy.name,
+        "radam_clip",
+        "float32",
+        "TFRT_CPU_0",
+        {"final_elbo_jit": float(curve[-1]) + 1.0},
+    )
     outcome.data_digest, outcome.data_shape = "abc", (n, cfg.dataset.p)
     if n in KNOWN_FLOOR:
         copy_GBps, dot_ms = KNOWN_FLOOR[n]
@@ -48,8 +66,9 @@ def fake_execute(cfg, overrides=(), name=None, output_dir="", outcome=None):
 
 
 def job_config(strategy: str, n: int):
-    (job,) = cli.plan(["dataset=synthetic", f"dataset.n={n}", "dataset.p=5", f"strategy={strategy}", "n_iter=8"],
-                      multirun=False)
+    (job,) = cli.plan(
+        ["dataset=synthetic", f"dataset.n={n}", "dataset.p=5", f"strategy={strategy}", "n_iter=8"], multirun=False
+    )
     return job.config
 
 
@@ -59,8 +78,9 @@ def fake_sweep(tmp_path, monkeypatch, keys, name="sw", tags=None):
     uri = tracking.check_store()
     record = sweep.open_sweep(tmp_path / name, "known", "known", uri, len(keys), {"command": "test", **(tags or {})})
     for i, (strategy, n) in enumerate(keys):
-        runner.run_job(job_config(strategy, n), (f"strategy={strategy}",), f"{strategy}-{n}", parent=record.parent,
-                       job_num=i)
+        runner.run_job(
+            job_config(strategy, n), (f"strategy={strategy}",), f"{strategy}-{n}", parent=record.parent, job_num=i
+        )
     sweep.close_sweep(record, "FINISHED")
     return record
 
@@ -96,8 +116,9 @@ def test_report_numbers_equal_the_logged_metrics(outputs, tmp_path, monkeypatch)
         assert float(row["speedup_vs_scan"]) == pytest.approx(scan_ms / m["ms_per_iter"], rel=1e-12)
         # agreement with scan's curve, recomputed from the logged step metric, over the common length
         mine = np.array([x.value for x in sorted(cl.get_metric_history(run_id, "elbo"), key=lambda x: x.step)])
-        scan = np.array([x.value for x in sorted(cl.get_metric_history(by_key[("scan", n)][2], "elbo"),
-                                                 key=lambda x: x.step)])
+        scan = np.array(
+            [x.value for x in sorted(cl.get_metric_history(by_key[("scan", n)][2], "elbo"), key=lambda x: x.step)]
+        )
         k = min(len(mine), len(scan))
         assert k == min(KNOWN[(strategy, n)][2], 8)
         expected = np.max(np.abs(mine[:k] - scan[:k]) / np.abs(scan[:k]))
@@ -118,8 +139,10 @@ def test_report_numbers_equal_the_logged_metrics(outputs, tmp_path, monkeypatch)
     table = [[c.strip() for c in line.strip("|").split("|")] for line in md.splitlines() if line.startswith("| ")]
     col = table[0].index("× floor")
     # scan, n=30: 2.00 ms/iter over 14*30*5*4 bytes at 10.5 MB/s (0.8 ms) + 2 x 0.3 ms = 1.4 ms
-    assert {(r[0], r[2], r[col]) for r in table[1:] if r[0] == "scan"} == {("scan", "30×5", "1.43"),
-                                                                            ("scan", "60×5", "-")}
+    assert {(r[0], r[2], r[col]) for r in table[1:] if r[0] == "scan"} == {
+        ("scan", "30×5", "1.43"),
+        ("scan", "60×5", "-"),
+    }
     assert "compare at iteration 5" in md
     for name in ("elbo_curves.png", "timings.png", "scaling.png"):
         w, h = png_size(folder / name)
@@ -141,8 +164,10 @@ def test_terminal_summary_names_the_fastest_and_the_failures(outputs, tmp_path, 
     rep = report.load(tracking.tracking_uri(), tracking.find_run(tracking.tracking_uri(), record.parent_id))
     lines = report.summary_lines(rep)
     # 5 runs each, interquartile ranges 1.98-2.02 (scan) and 2.475-2.525 (fori_loop): apart
-    assert lines[0].startswith("fastest on synthetic_n30_p5_d2_s0 (30×5), float32, cpu: scan 2.00 ms/iter "
-                               "[1.98–2.02, 5 runs] (1.25× next: fori_loop, 5.0× eager)"), lines[0]
+    assert lines[0].startswith(
+        "fastest on synthetic_n30_p5_d2_s0 (30×5), float32, cpu: scan 2.00 ms/iter "
+        "[1.98–2.02, 5 runs] (1.25× next: fori_loop, 5.0× eager)"
+    ), lines[0]
     assert lines[-1] == "3 of 3 jobs finished"
 
 
@@ -171,13 +196,16 @@ def test_a_second_report_replaces_the_first_whole(outputs, tmp_path, monkeypatch
     assert [p.name for p in folder.parent.iterdir()] == [folder.name]  # no temporary folder left
 
 
-@pytest.mark.parametrize("args, message", [
-    ([], "holds no sweep (no parent run); run `python -m plnexp sweep` first"),
-    (["--run", "0123456789abcdef"], "--run 0123456789abcdef: not found in the store"),
-    (["--experiment", "nope"], "--experiment nope: no such experiment in the store"),
-    (["--colour", "red"], "--colour: unknown argument; allowed are --experiment, --run, --out"),
-    (["--run"], "--run: needs a value"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ([], "holds no sweep (no parent run); run `python -m plnexp sweep` first"),
+        (["--run", "0123456789abcdef"], "--run 0123456789abcdef: not found in the store"),
+        (["--experiment", "nope"], "--experiment nope: no such experiment in the store"),
+        (["--colour", "red"], "--colour: unknown argument; allowed are --experiment, --run, --out"),
+        (["--run"], "--run: needs a value"),
+    ],
+)
 def test_bad_report_requests_are_one_line_and_exit_2(outputs, capsys, args, message):
     assert report.main(args) == 2
     err = capsys.readouterr().err
@@ -186,8 +214,9 @@ def test_bad_report_requests_are_one_line_and_exit_2(outputs, capsys, args, mess
 
 def test_report_on_a_job_or_a_single_run_names_the_parent(outputs, tmp_path, monkeypatch, capsys):
     record = fake_sweep(tmp_path, monkeypatch, [("scan", 30)])
-    child = tracking.sweep_runs(tracking.tracking_uri(), tracking.find_run(tracking.tracking_uri(),
-                                                                           record.parent_id))[0]
+    child = tracking.sweep_runs(tracking.tracking_uri(), tracking.find_run(tracking.tracking_uri(), record.parent_id))[
+        0
+    ]
     assert report.main(["--run", child.info.run_id]) == 2
     assert f"a job of the sweep whose parent run is {record.parent_id}" in capsys.readouterr().err
     single = runner.run_job(job_config("scan", 30), (), "single")
@@ -216,8 +245,10 @@ def test_report_out_and_newest_sweep_of_an_experiment(outputs, tmp_path, monkeyp
 @pytest.mark.parametrize("others", [{}, {"fori_loop": "same"}, {"fori_loop": "same", "eager": "noisy"}])
 def test_elbo_curves_png_with_curves_equal_to_scan_bit_for_bit(tmp_path, others):
     scan = known_curve("scan", 30, 8)
-    curves = {"scan": scan, **{k: scan.copy() if v == "same" else known_curve("eager", 30, 8)
-                                for k, v in others.items()}}
+    curves = {
+        "scan": scan,
+        **{k: scan.copy() if v == "same" else known_curve("eager", 30, 8) for k, v in others.items()},
+    }
     path = plots.elbo_curves_png([plots.CurvePanel("t", curves)], tmp_path / "c.png")
     w, h = png_size(path)
     assert w >= 500 and h >= 300
@@ -234,7 +265,18 @@ def test_gap_curve_is_log10_of_the_gap_to_the_best_floored_at_the_precision(outp
     config = job_config("scan", 30)
     o = runner.Outcome("x", (), config)
     curve = np.array([-1000.0, -10.0, -1.0, -1.0])
-    fake = FitResult(curve, -1.0, {}, 4, Timing(compile_s=0, first_call_s=0, run_s=0, ms_per_iter=0), "full", "scan", "sgd", "float32", "cpu")
+    fake = FitResult(
+        curve,
+        -1.0,
+        {},
+        4,
+        Timing(compile_s=0, first_call_s=0, run_s=0, ms_per_iter=0),
+        "full",
+        "scan",
+        "sgd",
+        "float32",
+        "cpu",
+    )
     o.result = fake
     eps = float(np.finfo(np.float32).eps)
     np.testing.assert_allclose(o.gap_curve(), np.log10([999.0, 9.0, eps, eps]))
@@ -257,22 +299,48 @@ def test_a_real_sweep_reports_at_its_end_unless_told_not_to(outputs):
 
 def test_a_strategy_swept_over_its_own_option_is_one_row_per_value(outputs, tmp_path, monkeypatch):
     """strategy.tol=1e-3,1e-6 of while_loop used to overwrite itself (rows keyed on the name)."""
+
     def fake(cfg, overrides=(), name=None, output_dir="", outcome=None):
         tol = getattr(cfg.strategy.options, "tol", 0.0)
         length = 8 if tol < 1e-4 else 5  # the looser tolerance stops earlier
         curve = known_curve("scan", 30, length)
-        timing = Timing(compile_s=1.0, first_call_s=float("nan"), run_s=2.0 * length / 1e3, ms_per_iter=2.0,
-                        runs_s=(2.0 * length / 1e3,))
-        outcome.result = FitResult(curve, float(curve[-1]), {}, length, timing, "full", cfg.strategy.name,
-                                   "radam_clip", "float32", "TFRT_CPU_0", {"final_elbo_jit": float(curve[-1])})
+        timing = Timing(
+            compile_s=1.0,
+            first_call_s=float("nan"),
+            run_s=2.0 * length / 1e3,
+            ms_per_iter=2.0,
+            runs_s=(2.0 * length / 1e3,),
+        )
+        outcome.result = FitResult(
+            curve,
+            float(curve[-1]),
+            {},
+            length,
+            timing,
+            "full",
+            cfg.strategy.name,
+            "radam_clip",
+            "float32",
+            "TFRT_CPU_0",
+            {"final_elbo_jit": float(curve[-1])},
+        )
         outcome.data_digest, outcome.data_shape = "abc", (30, 5)
         outcome.stop()
         return outcome
 
     monkeypatch.setattr(runner, "execute", fake)
     uri = tracking.check_store()
-    jobs = cli.plan(["dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=8",
-                     "strategy=while_loop", "strategy.tol=1e-3,1e-6"], multirun=True)
+    jobs = cli.plan(
+        [
+            "dataset=synthetic",
+            "dataset.n=30",
+            "dataset.p=5",
+            "n_iter=8",
+            "strategy=while_loop",
+            "strategy.tol=1e-3,1e-6",
+        ],
+        multirun=True,
+    )
     record = sweep.open_sweep(tmp_path / "o", "options", "options", uri, 3, {"command": "test"})
     (scan,) = cli.plan(["dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=8"], multirun=False)
     for i, job in enumerate([scan, *jobs]):
@@ -290,8 +358,18 @@ def test_panels_and_references_never_cross_precision_or_model(outputs, tmp_path,
     comparison stays inside one group (the old report drew all four in one panel against scan f32 full)."""
     monkeypatch.setattr(runner, "execute", fake_execute)
     uri = tracking.check_store()
-    jobs = cli.plan(["dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=8", "strategy=scan,fori_loop",
-                     "precision=float32,float64", "model=full,profiled"], multirun=True)
+    jobs = cli.plan(
+        [
+            "dataset=synthetic",
+            "dataset.n=30",
+            "dataset.p=5",
+            "n_iter=8",
+            "strategy=scan,fori_loop",
+            "precision=float32,float64",
+            "model=full,profiled",
+        ],
+        multirun=True,
+    )
     record = sweep.open_sweep(tmp_path / "p", "precision", "precision", uri, len(jobs), {"command": "test"})
     for i, job in enumerate(jobs):
         runner.run_job(job.config, job.overrides, job.name, parent=record.parent, job_num=i)

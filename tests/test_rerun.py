@@ -42,12 +42,28 @@ def curve(outputs, run_id):
 # ---------------------------------------------------------------- provenance
 def test_config_hash_ignores_where_and_how_it_is_timed_only():
     (base,) = cli.plan(TINY, multirun=False, check_device=False)
-    same = ["experiment=other", "repeats=3", "warmup=2", "time_budget_s=5", "first_call=true", "compile_cache=true",
-            "tracking_uri=sqlite:////x.db"]
+    same = [
+        "experiment=other",
+        "repeats=3",
+        "warmup=2",
+        "time_budget_s=5",
+        "first_call=true",
+        "compile_cache=true",
+        "tracking_uri=sqlite:////x.db",
+    ]
     (moved,) = cli.plan([*TINY, *same], multirun=False, check_device=False)
     assert provenance.config_hash(moved.config) == provenance.config_hash(base.config)
-    for change in ("n_iter=6", "precision=float64", "seed=1", "strategy=fori_loop", "optimizer.lr=0.01",
-                   "dataset.n=51", "model=profiled", "gradient=autodiff", "device=auto"):
+    for change in (
+        "n_iter=6",
+        "precision=float64",
+        "seed=1",
+        "strategy=fori_loop",
+        "optimizer.lr=0.01",
+        "dataset.n=51",
+        "model=profiled",
+        "gradient=autodiff",
+        "device=auto",
+    ):
         (other,) = cli.plan([*TINY, change], multirun=False, check_device=False)
         assert provenance.config_hash(other.config) != provenance.config_hash(base.config), change
 
@@ -92,8 +108,10 @@ def test_verdict_rules():
 def test_timing_line_says_how_the_machine_floor_moved():
     old = {"compile_s": 1.0, "ms_per_iter": 2.0, "floor_ms_per_iter": 0.5}
     new = {"compile_s": 1.5, "ms_per_iter": 3.0, "floor_ms_per_iter": 1.0}
-    assert rerun.timing_line(old, new) == ("timing new/original: compile 1.50x (1.500 vs 1.000 s), steady 1.50x "
-                                           "(3.000 vs 2.000 ms/iter), machine floor 2.00x (1.000 vs 0.500 ms/iter)")
+    assert rerun.timing_line(old, new) == (
+        "timing new/original: compile 1.50x (1.500 vs 1.000 s), steady 1.50x "
+        "(3.000 vs 2.000 ms/iter), machine floor 2.00x (1.000 vs 0.500 ms/iter)"
+    )
     assert rerun.timing_line({"ms_per_iter": 2.0}, new).endswith("machine floor -")  # an original older than it
 
 
@@ -106,8 +124,10 @@ def test_rerun_on_the_same_machine_is_bit_for_bit(outputs, capsys):
     assert "timing new/original: compile" in text
     assert re.search(r", machine floor \d+\.\d\dx \(\d+\.\d+ vs \d+\.\d+ ms/iter\)", text), text  # both logged one
     (new,) = reruns_of(outputs, out.run_id)
-    assert new.info.status == "FINISHED" and new.info.experiment_id == store_client(outputs).get_run(
-        out.run_id).info.experiment_id
+    assert (
+        new.info.status == "FINISHED"
+        and new.info.experiment_id == store_client(outputs).get_run(out.run_id).info.experiment_id
+    )
     assert new.data.tags["config_hash"] == provenance.config_hash(out.config)
     assert curve(outputs, new.info.run_id) == curve(outputs, out.run_id)
     assert new.data.tags["rerun.identical"] == "true" and new.data.tags["rerun.agrees"] == "true"
@@ -131,9 +151,19 @@ def test_rerun_with_a_precision_override_reports_the_difference(outputs, capsys)
 @pytest.mark.slow
 def test_environment_drift_is_reported_field_by_field(outputs, capsys):
     out = original()
-    drift = {"jax_version": "0.0.1", "jaxlib_version": "0.0.2", "optax_version": "0.0.3", "platform": "gpu",
-             "device_kind": "Imaginary GPU", "x64": "True", "XLA_FLAGS": "--xla_made_up", "git_commit": "deadbeef",
-             "git_dirty": "maybe", "data_digest": "0" * 64, "plnexp.version": "0.0.0"}
+    drift = {
+        "jax_version": "0.0.1",
+        "jaxlib_version": "0.0.2",
+        "optax_version": "0.0.3",
+        "platform": "gpu",
+        "device_kind": "Imaginary GPU",
+        "x64": "True",
+        "XLA_FLAGS": "--xla_made_up",
+        "git_commit": "deadbeef",
+        "git_dirty": "maybe",
+        "data_digest": "0" * 64,
+        "plnexp.version": "0.0.0",
+    }
     cl = store_client(outputs)
     for k, v in drift.items():
         cl.set_tag(out.run_id, k, v)
@@ -165,8 +195,10 @@ def test_a_changed_csv_file_is_reported_before_rerunning(outputs, tmp_path, caps
     counts.unlink()
     assert main(["rerun", out.run_id]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"plnexp: error: run {out.run_id}: dataset.counts='{counts}': allowed values are paths of " \
-                  f"existing CSV files", err
+    assert (
+        err == f"plnexp: error: run {out.run_id}: dataset.counts='{counts}': allowed values are paths of "
+        f"existing CSV files"
+    ), err
 
 
 def test_bad_reruns_are_one_line_and_create_nothing(outputs, capsys, monkeypatch):
@@ -300,8 +332,10 @@ def test_resume_an_interrupted_sweep_subprocess(outputs, tmp_path):
     resumed = plnexp_cli("sweep", "sweep=null", *grid, "resume=true", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert "FINISHED earlier (run " in resumed.stdout
-    assert resumed.stdout.startswith(f"resume: {len(finished_before)} of {n} job(s) matched a FINISHED run of "
-                                     f"experiment 'res'; those are reused, the others run\n"), resumed.stdout
+    assert resumed.stdout.startswith(
+        f"resume: {len(finished_before)} of {n} job(s) matched a FINISHED run of "
+        f"experiment 'res'; those are reused, the others run\n"
+    ), resumed.stdout
     assert f"{n}/{n} jobs ({len(finished_before)} FINISHED earlier), 0 failed" in resumed.stdout
     runs = store_client(outputs).search_runs([store_client(outputs).get_experiment_by_name("res").experiment_id])
     parents, children = split(runs)
@@ -310,8 +344,15 @@ def test_resume_an_interrupted_sweep_subprocess(outputs, tmp_path):
     assert len({r.data.tags["config_hash"] for r in done}) == n  # no duplicate config
     new_parent = next(p for p in parents if "resumes" in p.data.tags)
     assert new_parent.info.status == "FINISHED" and new_parent.data.tags["n_done"] == str(n)
-    other = plnexp_cli("sweep", "sweep=null", *[a for a in grid if a != "n_iter=5"], "n_iter=6", "resume=true",
-                       "report=false", cwd=tmp_path)  # nothing matches: says why, runs every job
+    other = plnexp_cli(
+        "sweep",
+        "sweep=null",
+        *[a for a in grid if a != "n_iter=5"],
+        "n_iter=6",
+        "resume=true",
+        "report=false",
+        cwd=tmp_path,
+    )  # nothing matches: says why, runs every job
     assert other.returncode == 0, other.stderr
     first = other.stdout.splitlines()[0]
     assert first.startswith(f"resume: 0 of {n} job(s) matched") and "differs by n_iter: 6 here, 5 there;" in first
@@ -333,7 +374,8 @@ def test_resume_says_how_many_jobs_matched_and_names_the_nearest_run(outputs, mo
         runner.run_job(job.config, job.overrides, job.name)
     found = resume.match(uri, "rr", jobs)
     assert len(found.done) == 2 and found.line() == (
-        "resume: 2 of 2 job(s) matched a FINISHED run of experiment 'rr'; those are reused, the others run")
+        "resume: 2 of 2 job(s) matched a FINISHED run of experiment 'rr'; those are reused, the others run"
+    )
     other = cli.plan([*TINY, "seed=0,1", "n_iter=20"], multirun=True)
     found = resume.match(uri, "rr", other)
     assert found.done == [] and "resume: 0 of 2 job(s) matched a FINISHED run of experiment 'rr'" in found.line()

@@ -18,18 +18,24 @@ def test_flags_added_for_the_checked_jaxlib_only():
     names = {f.split("=")[0] for f in env["XLA_FLAGS"].split()}
     assert "--xla_cpu_experimental_ynn_fusion_type" in names
     # the speed setting of the YNN flag still turns the miscompiled reduce fusion off
-    assert "-reduce" in dict(f.split("=", 1) for f in env["XLA_FLAGS"].split())["--xla_cpu_experimental_ynn_fusion_type"]
+    assert (
+        "-reduce" in dict(f.split("=", 1) for f in env["XLA_FLAGS"].split())["--xla_cpu_experimental_ynn_fusion_type"]
+    )
     env = {}
     runtime.set_xla_flags(env, version="99.0.0")  # XLA aborts on unknown flags: add none
     assert env.get("XLA_FLAGS", "") == ""
 
 
 def test_user_flags_are_kept_and_speed_flags_can_be_turned_off():
-    env = {"XLA_FLAGS": "--xla_cpu_experimental_ynn_fusion_type=-reduce,-eltwise --xla_force_host_platform_device_count=2"}
+    env = {
+        "XLA_FLAGS": "--xla_cpu_experimental_ynn_fusion_type=-reduce,-eltwise --xla_force_host_platform_device_count=2"
+    }
     runtime.set_xla_flags(env, version=runtime.CHECKED_JAXLIB[0])
     flags = env["XLA_FLAGS"].split()
-    assert flags[:2] == ["--xla_cpu_experimental_ynn_fusion_type=-reduce,-eltwise",
-                         "--xla_force_host_platform_device_count=2"]
+    assert flags[:2] == [
+        "--xla_cpu_experimental_ynn_fusion_type=-reduce,-eltwise",
+        "--xla_force_host_platform_device_count=2",
+    ]
     assert sum(f.startswith("--xla_cpu_experimental_ynn_fusion_type") for f in flags) == 1
     env = {"PLNEXP_SPEED_FLAGS": "0"}
     runtime.set_xla_flags(env, version=runtime.CHECKED_JAXLIB[0])
@@ -54,8 +60,9 @@ def test_lapack_threads_can_be_set_and_restored():
         # a Cholesky through jaxlib's LAPACK still agrees with numpy either way
         a = np.random.default_rng(0).normal(size=(50, 50))
         spd = a @ a.T + 50 * np.eye(50)
-        np.testing.assert_allclose(np.asarray(jax.jit(jnp.linalg.cholesky)(spd)), np.linalg.cholesky(spd),
-                                   rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(
+            np.asarray(jax.jit(jnp.linalg.cholesky)(spd)), np.linalg.cholesky(spd), rtol=1e-4, atol=1e-4
+        )
     finally:
         runtime.set_lapack_threads(1)
     assert runtime.lapack_threads() == [1]

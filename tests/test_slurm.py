@@ -44,8 +44,18 @@ def test_states_of_forgotten_jobs_and_of_a_scheduler_that_does_not_answer():
     assert slurm.states([], run=missing) == {}
 
 
-@pytest.mark.parametrize("state, over", [(None, True), ("COMPLETED", True), ("CANCELLED", True), ("TIMEOUT", True),
-                                         ("RUNNING", False), ("PENDING", False), ("COMPLETING", False)])
+@pytest.mark.parametrize(
+    "state, over",
+    [
+        (None, True),
+        ("COMPLETED", True),
+        ("CANCELLED", True),
+        ("TIMEOUT", True),
+        ("RUNNING", False),
+        ("PENDING", False),
+        ("COMPLETING", False),
+    ],
+)
 def test_ended(state, over):
     assert slurm.ended(state) is over
 
@@ -79,8 +89,12 @@ class Clock:
 def test_wait_reads_results_and_ends_jobs_the_scheduler_says_ended(tmp_path):
     """A job with a result file is read (its error too); a CANCELLED job without one ends after 5 s;
     a COMPLETED job without one after the full grace (its file may be late); a running one waits."""
-    ok, bad, cancelled, late = (FakeJob(tmp_path, "7_0", result="line 0"), FakeJob(tmp_path, "7_1", error="ValueError: x"),
-                                FakeJob(tmp_path, "7_2"), FakeJob(tmp_path, "7_3"))
+    ok, bad, cancelled, late = (
+        FakeJob(tmp_path, "7_0", result="line 0"),
+        FakeJob(tmp_path, "7_1", error="ValueError: x"),
+        FakeJob(tmp_path, "7_2"),
+        FakeJob(tmp_path, "7_3"),
+    )
     ok.finish()
     bad.finish()
     clock = Clock()
@@ -91,8 +105,9 @@ def test_wait_reads_results_and_ends_jobs_the_scheduler_says_ended(tmp_path):
             late.finish()  # never: it ended before (COMPLETED, no result) and is reported so
         return {"7_2": "CANCELLED", "7_3": "COMPLETED"}
 
-    ended = slurm.wait([ok, bad, cancelled, late], seen.append, poll_s=1.0, grace_s=20.0, query=query,
-                       clock=clock, sleep=clock.sleep)
+    ended = slurm.wait(
+        [ok, bad, cancelled, late], seen.append, poll_s=1.0, grace_s=20.0, query=query, clock=clock, sleep=clock.sleep
+    )
     assert [e.index for e in seen] == [0, 1, 2, 3]
     assert ended[0].result == "line 0" and not ended[0].error
     assert ended[1].result is None and ended[1].error == "ValueError: x"
@@ -149,8 +164,10 @@ def test_submitits_sacct_warnings_are_said_once_and_its_other_messages_pass(capl
     logger.addHandler(handler)
     try:
         for n in range(3):
-            logger.warning(f"Call #{n} - Bypassing sacct error Command 'sacct' returned non-zero exit status 1., "
-                           "status may be inaccurate.")
+            logger.warning(
+                f"Call #{n} - Bypassing sacct error Command 'sacct' returned non-zero exit status 1., "
+                "status may be inaccurate."
+            )
         logger.error("Submitted job triggered an exception")
     finally:
         logger.removeHandler(handler)
@@ -200,8 +217,9 @@ def test_a_slurm_job_owns_the_runs_of_its_processes(monkeypatch):
     assert owners.SlurmJob.here({}) is None
     tags = job.tags()
     assert tags["plnexp.slurm_job"] == "20_1" and tags[owners.PID_TAG] == str(os.getpid())  # host/PID too
-    assert owners.owner_of(tags) == job and owners.owner_of({owners.HOST_TAG: "h", owners.PID_TAG: "3"}) == \
-        owners.LocalProcess("h", 3)
+    assert owners.owner_of(tags) == job and owners.owner_of(
+        {owners.HOST_TAG: "h", owners.PID_TAG: "3"}
+    ) == owners.LocalProcess("h", 3)
     assert isinstance(owners.current(), owners.LocalProcess)
     for k, v in env.items():
         monkeypatch.setenv(k, v)
@@ -233,8 +251,7 @@ def test_no_squeue_here_means_cannot_tell(monkeypatch, tmp_path):
     assert SlurmJob("7_1").alive() is None
 
 
-def test_sweep_up_marks_the_runs_of_ended_slurm_jobs_failed_and_leaves_the_others(scheduler, outputs,
-                                                                                   monkeypatch):
+def test_sweep_up_marks_the_runs_of_ended_slurm_jobs_failed_and_leaves_the_others(scheduler, outputs, monkeypatch):
     from conftest import store_client
 
     from plnexp import cli, runner, tracking
@@ -245,9 +262,15 @@ def test_sweep_up_marks_the_runs_of_ended_slurm_jobs_failed_and_leaves_the_other
     cl = tracking.client(uri)
     exp = tracking.experiment_id(cl, "slurm")
     outcome = runner.Outcome("x", (), job.config)
-    runs = {name: tracking.start_job(cl, exp, outcome, tags=owner.tags()) for name, owner in (
-        ("running", SlurmJob("7_0", "", "node1", 11)), ("cancelled", SlurmJob("7_1", "", "node1", 12)),
-        ("cancelled_too", SlurmJob("7_1", "", "node1", 12)), ("elsewhere", LocalProcess("another-host", 13)))}
+    runs = {
+        name: tracking.start_job(cl, exp, outcome, tags=owner.tags())
+        for name, owner in (
+            ("running", SlurmJob("7_0", "", "node1", 11)),
+            ("cancelled", SlurmJob("7_1", "", "node1", 12)),
+            ("cancelled_too", SlurmJob("7_1", "", "node1", 12)),
+            ("elsewhere", LocalProcess("another-host", 13)),
+        )
+    }
     found = tracking.sweep_up_orphans(uri)
     assert sorted(r.info.run_id for r in found) == sorted([runs["cancelled"], runs["cancelled_too"]])
     st = store_client(outputs)
@@ -265,15 +288,26 @@ def test_sweep_up_marks_the_runs_of_ended_slurm_jobs_failed_and_leaves_the_other
 def test_slurm_tags_of_a_job():
     from plnexp import provenance
 
-    env = {"SLURM_JOB_ID": "21", "SLURM_ARRAY_JOB_ID": "20", "SLURM_ARRAY_TASK_ID": "1", "SLURMD_NODENAME": "n7",
-           "SLURM_JOB_PARTITION": "debug"}
-    assert provenance.slurm_tags(env) == {"slurm_job_id": "21", "slurm_array_job_id": "20",
-                                          "slurm_array_task_id": "1", "slurm_node": "n7", "slurm_partition": "debug"}
+    env = {
+        "SLURM_JOB_ID": "21",
+        "SLURM_ARRAY_JOB_ID": "20",
+        "SLURM_ARRAY_TASK_ID": "1",
+        "SLURMD_NODENAME": "n7",
+        "SLURM_JOB_PARTITION": "debug",
+    }
+    assert provenance.slurm_tags(env) == {
+        "slurm_job_id": "21",
+        "slurm_array_job_id": "20",
+        "slurm_array_task_id": "1",
+        "slurm_node": "n7",
+        "slurm_partition": "debug",
+    }
     assert provenance.slurm_tags({"SLURMD_NODENAME": "n7"}) == {}
 
 
-@pytest.mark.parametrize("signum, why", [(signal.SIGUSR2, "its time limit is near"),
-                                         (signal.SIGTERM, "scancel, time limit or preemption")])
+@pytest.mark.parametrize(
+    "signum, why", [(signal.SIGUSR2, "its time limit is near"), (signal.SIGTERM, "scancel, time limit or preemption")]
+)
 def test_a_job_stopped_by_slurm_records_its_run_killed_with_the_reason(outputs, monkeypatch, signum, why):
     """Inside a SLURM job, SIGUSR2 (sent ``signal_delay_s`` before the time limit) and SIGTERM end the
     run KILLED, the reason naming the job; the owner tags are the job's."""
@@ -293,8 +327,11 @@ def test_a_job_stopped_by_slurm_records_its_run_killed_with_the_reason(outputs, 
     with interrupts.handled(signals=slurm.JOB_SIGNALS):
         with pytest.raises(interrupts.Interrupted):
             runner.run_job(job.config, (), "stopped")
-    (run,) = [r for e in store_client(outputs).search_experiments()
-              for r in store_client(outputs).search_runs([e.experiment_id])]
+    (run,) = [
+        r
+        for e in store_client(outputs).search_experiments()
+        for r in store_client(outputs).search_runs([e.experiment_id])
+    ]
     assert run.info.status == "KILLED"
     assert run.data.tags["status_reason"] == f"interrupted by {signal.Signals(signum).name} in slurm job 50_2 ({why})"
     assert run.data.tags["plnexp.slurm_job"] == "50_2" and run.data.tags["slurm_array_task_id"] == "2"

@@ -49,8 +49,15 @@ echo "Configuration data as of 2026-01-01T00:00:00"
 echo "AccountingStorageType   = (null)"
 echo "ClusterName             = ${FAKE_CLUSTER:-alpha}"
 """
-SLURM_ENV = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_CLUSTER_NAME", "SLURMD_NODENAME",
-             "SLURM_JOB_PARTITION", "SLURM_CONF")
+SLURM_ENV = (
+    "SLURM_JOB_ID",
+    "SLURM_ARRAY_JOB_ID",
+    "SLURM_ARRAY_TASK_ID",
+    "SLURM_CLUSTER_NAME",
+    "SLURMD_NODENAME",
+    "SLURM_JOB_PARTITION",
+    "SLURM_CONF",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -69,12 +76,17 @@ def scheduler(tmp_path, monkeypatch):
     controller, CANCELLED in the accounting), job 8 is forgotten with no accounting record."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name, text in (("squeue", FAKE_SQUEUE), ("sacct", FAKE_SACCT), ("scancel", FAKE_SCANCEL),
-                       ("scontrol", FAKE_SCONTROL)):
+    for name, text in (
+        ("squeue", FAKE_SQUEUE),
+        ("sacct", FAKE_SACCT),
+        ("scancel", FAKE_SCANCEL),
+        ("scontrol", FAKE_SCONTROL),
+    ):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
-    s = SimpleNamespace(bin=bin_dir, queue=tmp_path / "queue", accounting=tmp_path / "accounting",
-                        log=tmp_path / "calls")
+    s = SimpleNamespace(
+        bin=bin_dir, queue=tmp_path / "queue", accounting=tmp_path / "accounting", log=tmp_path / "calls"
+    )
     s.queue.write_text("7_1|RUNNING\n")
     s.accounting.write_text("7_2|CANCELLED by 0\n")
     s.log.write_text("")
@@ -93,8 +105,9 @@ def config(tiny_config):
 
 
 def test_here_is_the_job_of_an_array_task_or_of_a_plain_job():
-    task = SlurmJob.here({"SLURM_JOB_ID": "21", "SLURM_ARRAY_JOB_ID": "20", "SLURM_ARRAY_TASK_ID": "1",
-                          "SLURM_CLUSTER_NAME": "alpha"})
+    task = SlurmJob.here(
+        {"SLURM_JOB_ID": "21", "SLURM_ARRAY_JOB_ID": "20", "SLURM_ARRAY_TASK_ID": "1", "SLURM_CLUSTER_NAME": "alpha"}
+    )
     assert task == SlurmJob("20_1", "alpha", platform.node(), os.getpid())
     plain = SlurmJob.here({"SLURM_JOB_ID": "33"})
     assert (plain.job, plain.cluster, plain.host, plain.pid) == ("33", "", platform.node(), os.getpid())
@@ -119,8 +132,12 @@ def test_tags_round_trip_through_owner_of_and_keep_host_and_pid():
 
 def test_current_is_the_job_inside_slurm_and_this_process_outside(monkeypatch):
     assert owners.current() == LocalProcess(platform.node(), os.getpid())
-    for var, value in (("SLURM_JOB_ID", "52"), ("SLURM_ARRAY_JOB_ID", "50"), ("SLURM_ARRAY_TASK_ID", "2"),
-                       ("SLURM_CLUSTER_NAME", "alpha")):
+    for var, value in (
+        ("SLURM_JOB_ID", "52"),
+        ("SLURM_ARRAY_JOB_ID", "50"),
+        ("SLURM_ARRAY_TASK_ID", "2"),
+        ("SLURM_CLUSTER_NAME", "alpha"),
+    ):
         monkeypatch.setenv(var, value)
     assert owners.current() == SlurmJob("50_2", "alpha", platform.node(), os.getpid())
     assert tracking.process_tags()[SLURM_JOB_TAG] == "50_2"
@@ -141,11 +158,26 @@ def test_alive_asks_squeue_then_sacct(scheduler, monkeypatch):
     assert owners.slurm_state("7_2") == "ENDED" and owners.slurm_state("7_1") == "RUNNING"
 
 
-@pytest.mark.parametrize("state, alive", [
-    ("PENDING", True), ("CONFIGURING", True), ("COMPLETING", True), ("SUSPENDED", True), ("REQUEUED", True),
-    ("STAGE_OUT", True), ("RESV_DEL_HOLD", True), ("COMPLETED", False), ("TIMEOUT", False), ("FAILED", False),
-    ("NODE_FAIL", False), ("PREEMPTED", False), ("OUT_OF_MEMORY", False), ("BOOT_FAIL", False),
-    ("DEADLINE", False)])
+@pytest.mark.parametrize(
+    "state, alive",
+    [
+        ("PENDING", True),
+        ("CONFIGURING", True),
+        ("COMPLETING", True),
+        ("SUSPENDED", True),
+        ("REQUEUED", True),
+        ("STAGE_OUT", True),
+        ("RESV_DEL_HOLD", True),
+        ("COMPLETED", False),
+        ("TIMEOUT", False),
+        ("FAILED", False),
+        ("NODE_FAIL", False),
+        ("PREEMPTED", False),
+        ("OUT_OF_MEMORY", False),
+        ("BOOT_FAIL", False),
+        ("DEADLINE", False),
+    ],
+)
 def test_alive_by_the_queues_state(scheduler, state, alive):
     scheduler.queue.write_text(f"7_1|{state}\n")
     job = SlurmJob("7_1")
@@ -208,24 +240,39 @@ def test_sweep_up_fails_the_runs_of_ended_jobs_only(scheduler, outputs, config, 
     uri = tracking.check_store()
     cl = tracking.client(uri)
     exp = tracking.experiment_id(cl, "slurm-owners")
-    owned = [("running", SlurmJob("7_1", "", "n1", 11)), ("cancelled", SlurmJob("7_2", "", "n1", 12)),
-             ("cancelled_too", SlurmJob("7_2", "", "n1", 12)), ("forgotten", SlurmJob("8", "", "n2", 13)),
-             ("elsewhere", LocalProcess("another-host", 14)), ("dead", LocalProcess(platform.node(), exited_pid))]
+    owned = [
+        ("running", SlurmJob("7_1", "", "n1", 11)),
+        ("cancelled", SlurmJob("7_2", "", "n1", 12)),
+        ("cancelled_too", SlurmJob("7_2", "", "n1", 12)),
+        ("forgotten", SlurmJob("8", "", "n2", 13)),
+        ("elsewhere", LocalProcess("another-host", 14)),
+        ("dead", LocalProcess(platform.node(), exited_pid)),
+    ]
     runs = {name: _start(cl, exp, config, owner, num=i) for i, (name, owner) in enumerate(owned)}
     _sweep_up(uri)
     err = capsys.readouterr().err
-    assert ("plnexp: 3 run(s) left RUNNING by slurm job(s) 7_2, 8, which ended (CANCELLED, ENDED), marked FAILED "
-            "(reason=slurm job <id> <state>)") in err
+    assert (
+        "plnexp: 3 run(s) left RUNNING by slurm job(s) 7_2, 8, which ended (CANCELLED, ENDED), marked FAILED "
+        "(reason=slurm job <id> <state>)"
+    ) in err
     assert f"plnexp: 1 run(s) left RUNNING by process(es) {exited_pid} on this host, which no longer exist" in err
     assert len(scheduler.calls("squeue")) == 3  # once per distinct job (7_2's two runs: one question)
     st = store_client(outputs)
     got = {name: st.get_run(rid) for name, rid in runs.items()}
     assert {n: r.info.status for n, r in got.items()} == {
-        "running": "RUNNING", "cancelled": "FAILED", "cancelled_too": "FAILED", "forgotten": "FAILED",
-        "elsewhere": "RUNNING", "dead": "FAILED"}
+        "running": "RUNNING",
+        "cancelled": "FAILED",
+        "cancelled_too": "FAILED",
+        "forgotten": "FAILED",
+        "elsewhere": "RUNNING",
+        "dead": "FAILED",
+    }
     assert got["cancelled"].data.tags["reason"] == "slurm job 7_2 CANCELLED"
-    assert got["cancelled"].data.tags["status_reason"].startswith(
-        "slurm job 7_2 ended CANCELLED without closing this run (scancel, time limit, preemption")
+    assert (
+        got["cancelled"]
+        .data.tags["status_reason"]
+        .startswith("slurm job 7_2 ended CANCELLED without closing this run (scancel, time limit, preemption")
+    )
     assert got["forgotten"].data.tags["reason"] == "slurm job 8 ENDED"
     assert got["dead"].data.tags["reason"] == "orphaned"  # a local process's reason, as before
     assert "reason" not in got["running"].data.tags and "reason" not in got["elsewhere"].data.tags
@@ -244,31 +291,54 @@ def test_sweep_up_fails_the_runs_of_ended_jobs_only(scheduler, outputs, config, 
 
 
 @pytest.mark.parametrize("status, reason", [("FINISHED", ""), ("KILLED", "interrupted by SIGINT")])
-def test_closing_a_sweep_fails_the_children_of_ended_jobs_with_their_reason(scheduler, outputs, config, tmp_path,
-                                                                          status, reason):
+def test_closing_a_sweep_fails_the_children_of_ended_jobs_with_their_reason(
+    scheduler, outputs, config, tmp_path, status, reason
+):
     uri = tracking.check_store()
     record = sweep.open_sweep(tmp_path / "sw", "s", "sw", uri, 3, {})
     cl = tracking.client(uri)
-    owned = [("running", SlurmJob("7_1", "", "n1", 11)), ("cancelled", SlurmJob("7_2", "", "n1", 12)),
-             ("elsewhere", LocalProcess("another-host", 13))]
-    ids = {name: _start(cl, record.experiment_id, config, owner, record.parent_id, i)
-           for i, (name, owner) in enumerate(owned)}
+    owned = [
+        ("running", SlurmJob("7_1", "", "n1", 11)),
+        ("cancelled", SlurmJob("7_2", "", "n1", 12)),
+        ("elsewhere", LocalProcess("another-host", 13)),
+    ]
+    ids = {
+        name: _start(cl, record.experiment_id, config, owner, record.parent_id, i)
+        for i, (name, owner) in enumerate(owned)
+    }
     summary = sweep.close_sweep(record, status, reason)
     st = store_client(outputs)
     assert {n: st.get_run(rid).info.status for n, rid in ids.items()} == {
-        "running": "RUNNING", "cancelled": "FAILED", "elsewhere": "RUNNING"}
+        "running": "RUNNING",
+        "cancelled": "FAILED",
+        "elsewhere": "RUNNING",
+    }
     assert st.get_run(ids["cancelled"]).data.tags["reason"] == "slurm job 7_2 CANCELLED"
     assert summary.n_running == 2
     assert len(scheduler.calls("squeue")) == 2
 
 
 def test_slurm_tags_of_a_job_and_of_no_job(config, monkeypatch):
-    env = {"SLURM_JOB_ID": "21", "SLURM_ARRAY_JOB_ID": "20", "SLURM_ARRAY_TASK_ID": "1", "SLURMD_NODENAME": "n7",
-           "SLURM_JOB_PARTITION": "debug", "SLURM_CLUSTER_NAME": "alpha"}
-    assert provenance.slurm_tags(env) == {"slurm_job_id": "21", "slurm_array_job_id": "20", "slurm_array_task_id": "1",
-                                          "slurm_node": "n7", "slurm_partition": "debug", "slurm_cluster": "alpha"}
-    assert provenance.slurm_tags({"SLURM_JOB_ID": "33", "SLURMD_NODENAME": "n2"}) == {"slurm_job_id": "33",
-                                                                                        "slurm_node": "n2"}
+    env = {
+        "SLURM_JOB_ID": "21",
+        "SLURM_ARRAY_JOB_ID": "20",
+        "SLURM_ARRAY_TASK_ID": "1",
+        "SLURMD_NODENAME": "n7",
+        "SLURM_JOB_PARTITION": "debug",
+        "SLURM_CLUSTER_NAME": "alpha",
+    }
+    assert provenance.slurm_tags(env) == {
+        "slurm_job_id": "21",
+        "slurm_array_job_id": "20",
+        "slurm_array_task_id": "1",
+        "slurm_node": "n7",
+        "slurm_partition": "debug",
+        "slurm_cluster": "alpha",
+    }
+    assert provenance.slurm_tags({"SLURM_JOB_ID": "33", "SLURMD_NODENAME": "n2"}) == {
+        "slurm_job_id": "33",
+        "slurm_node": "n2",
+    }
     assert provenance.slurm_tags({"SLURMD_NODENAME": "n7", "SLURM_CLUSTER_NAME": "alpha"}) == {}
     assert not any(k.startswith("slurm_") for k in provenance.environment_tags(config))
     for var, value in env.items():

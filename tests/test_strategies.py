@@ -43,8 +43,7 @@ from plnexp.model import MODELS, Arrays, PLNState, full_elbo, init_state, profil
 from plnexp.optim import OptimizerSpec
 from plnexp.problem import FitState
 from plnexp.strategies import TORCH_STRATEGIES, StrategySpec, build, torch_loops
-from plnexp.strategies.scans import (CONTAINERS, FIELDS, DataclassCarry, NamedTupleCarry,
-                                     PytreeCarry)
+from plnexp.strategies.scans import CONTAINERS, FIELDS, DataclassCarry, NamedTupleCarry, PytreeCarry
 
 N_ITER = 50
 RTOL = {"float64": 1e-9, "float32": 1e-5}  # curves, parameters (see module docstring)
@@ -72,9 +71,16 @@ def scan_reference(small):
 
     def get(model, precision):
         if (model, precision) not in cache:
-            cache[model, precision] = plnexp.fit(small, model=model, optimizer=OPTIMIZER[precision], n_iter=N_ITER,
-                                                 precision=precision, strategy="scan", timed=False,
-                                                 lr=LR[OPTIMIZER[precision]])
+            cache[model, precision] = plnexp.fit(
+                small,
+                model=model,
+                optimizer=OPTIMIZER[precision],
+                n_iter=N_ITER,
+                precision=precision,
+                strategy="scan",
+                timed=False,
+                lr=LR[OPTIMIZER[precision]],
+            )
         return cache[model, precision]
 
     return get
@@ -91,8 +97,13 @@ def assert_close(actual, desired, rtol, what):
 
 # ------------------------------------------------------------------ 1. every strategy = scan
 # the fast subset: one case per mechanism (scan's both models, the others one model), float64
-FAST_CASES = {("scan", "full", "float64"), ("scan", "profiled", "float64"), ("scan_pytree", "full", "float64"),
-              ("fori_loop", "full", "float64"), ("while_loop", "profiled", "float64")}
+FAST_CASES = {
+    ("scan", "full", "float64"),
+    ("scan", "profiled", "float64"),
+    ("scan_pytree", "full", "float64"),
+    ("fori_loop", "full", "float64"),
+    ("while_loop", "profiled", "float64"),
+}
 
 
 def _case(name, model, precision):
@@ -118,9 +129,16 @@ def _strategy(name):
 
 # torch_compile is compared with scan in tests/test_torch.py (every optimizer, both models, float64;
 # float32 and autodiff pairs): the same comparison here would add ~40 s of cold compiles to CI
-@pytest.mark.parametrize("strategy,model,precision", [
-    _case(s, m, p) for s in plnexp.STRATEGIES if s != "torch_compile"
-    for m in ("full", "profiled") for p in ("float64", "float32")])
+@pytest.mark.parametrize(
+    "strategy,model,precision",
+    [
+        _case(s, m, p)
+        for s in plnexp.STRATEGIES
+        if s != "torch_compile"
+        for m in ("full", "profiled")
+        for p in ("float64", "float32")
+    ],
+)
 def test_strategy_matches_scan(strategy, model, precision, small, scan_reference):
     ref = scan_reference(model, precision)
     # tol=0: while_loop's rule (relative change < 0) can never fire, so it runs all N_ITER steps.
@@ -128,8 +146,17 @@ def test_strategy_matches_scan(strategy, model, precision, small, scan_reference
     # Other strategies keep the default spec, so the "scan" row reuses the cached program (a
     # run-to-run determinism check) instead of compiling it again.
     extra = {"while_loop": {"tol": 0.0}, "scan_unrolled": {"unroll": 3}}.get(strategy, {})
-    res = plnexp.fit(small, model=model, optimizer=OPTIMIZER[precision], n_iter=N_ITER, precision=precision,
-                     strategy=strategy, timed=False, lr=LR[OPTIMIZER[precision]], **extra)
+    res = plnexp.fit(
+        small,
+        model=model,
+        optimizer=OPTIMIZER[precision],
+        n_iter=N_ITER,
+        precision=precision,
+        strategy=strategy,
+        timed=False,
+        lr=LR[OPTIMIZER[precision]],
+        **extra,
+    )
     rtol = RTOL[precision]
     assert res.n_iter == N_ITER and res.elbo.shape == (N_ITER,)
     # the fit actually moved (otherwise "equal curves" would be vacuous)
@@ -147,8 +174,17 @@ def test_analytic_gradient_fit_matches_autodiff(model, precision, small, scan_re
     """The default hand-written gradient gives the curve and parameters of jax.value_and_grad's
     (the reference fit above runs with the default, gradient="analytic")."""
     ref = scan_reference(model, precision)
-    res = plnexp.fit(small, model=model, optimizer=OPTIMIZER[precision], n_iter=N_ITER, precision=precision,
-                     strategy="scan", timed=False, lr=LR[OPTIMIZER[precision]], gradient="autodiff")
+    res = plnexp.fit(
+        small,
+        model=model,
+        optimizer=OPTIMIZER[precision],
+        n_iter=N_ITER,
+        precision=precision,
+        strategy="scan",
+        timed=False,
+        lr=LR[OPTIMIZER[precision]],
+        gradient="autodiff",
+    )
     assert ref.elbo[-1] > ref.elbo[0] + 0.1 * abs(ref.elbo[0])
     assert_close(res.elbo, ref.elbo, RTOL[precision], "autodiff ELBO curve")
     for name in ("B", "M", "S", "Sigma"):
@@ -170,10 +206,13 @@ def reference_stop(full_elbo_curve, tol, patience) -> int:
 
 
 @pytest.mark.slow  # ~2.5 s a case; test_strategy_matches_scan[while_loop-*] stays fast
-@pytest.mark.parametrize("optimizer,model,n_iter,tol,patience", [
-    ("rprop", "profiled", 100, 1e-5, 5),  # reference stop: 66
-    ("adam", "full", 150, 3e-3, 3),  # reference stop: 94
-])
+@pytest.mark.parametrize(
+    "optimizer,model,n_iter,tol,patience",
+    [
+        ("rprop", "profiled", 100, 1e-5, 5),  # reference stop: 66
+        ("adam", "full", 150, 3e-3, 3),  # reference stop: 94
+    ],
+)
 def test_while_loop_stops_like_reference(optimizer, model, n_iter, tol, patience, small):
     kw = dict(model=model, optimizer=optimizer, lr=LR[optimizer], precision="float64", timed=False)
     scan = plnexp.fit(small, n_iter=n_iter, strategy="scan", **kw)
@@ -215,8 +254,9 @@ def _fit_logging_compiles(data, strategy):
     logger.addHandler(handler)
     try:
         with jax.log_compiles():
-            res = plnexp.fit(data, model="full", optimizer="adam", n_iter=13, precision="float32",
-                             strategy=strategy, timed=False)
+            res = plnexp.fit(
+                data, model="full", optimizer="adam", n_iter=13, precision="float32", strategy=strategy, timed=False
+            )
     finally:
         logger.removeHandler(handler)
     return res, handler.messages
@@ -224,18 +264,22 @@ def _fit_logging_compiles(data, strategy):
 
 # eager is left out: it has no program of its own, and whether its per-primitive kernels are
 # already cached depends on which tests ran before, so "the first fit compiles" cannot be asserted.
-@pytest.mark.parametrize("strategy,names", [
-    ("scan", ("fit",)),  # fori_loop / while_loop / the other scans are SingleProgram jits like scan
-    ("jit_per_function", ("loss_and_grad", "update", "complete")),
-])
+@pytest.mark.parametrize(
+    "strategy,names",
+    [
+        ("scan", ("fit",)),  # fori_loop / while_loop / the other scans are SingleProgram jits like scan
+        ("jit_per_function", ("loss_and_grad", "update", "complete")),
+    ],
+)
 def test_second_fit_compiles_nothing(strategy, names):
     # n_iter=13 is used nowhere else, so the first fit is this program's first compilation
     first_data = plnexp.simulate(n=60, p=8, d=2, seed=11)
     second_data = plnexp.simulate(n=60, p=8, d=2, seed=12)
     first, first_log = _fit_logging_compiles(first_data, strategy)
     for name in names:
-        assert any(f"jit({name})" in m or f"tracing {name} " in m for m in first_log), \
+        assert any(f"jit({name})" in m or f"tracing {name} " in m for m in first_log), (
             f"first fit should compile {name}: the check below could not fail otherwise"
+        )
     second, second_log = _fit_logging_compiles(second_data, strategy)
     assert second_log == [], f"second fit of the same shapes traced/compiled: {second_log[:3]}"
     assert first.elbo[-1] != second.elbo[-1], "the second fit really used the new data"
@@ -244,13 +288,18 @@ def test_second_fit_compiles_nothing(strategy, names):
 # ------------------------------------------------------------------ 4. pytree carries
 def _random_fit_state(rng) -> FitState:
     n, p, d = (int(v) for v in rng.integers(1, 9, size=3))
-    arr = lambda *shape: rng.standard_normal(shape).astype([np.float32, np.float64][int(rng.integers(2))])  # noqa: E731
+    arr = lambda *shape: rng.standard_normal(shape).astype([np.float32, np.float64][int(rng.integers(2))])
     pln = PLNState(arr(d, p), arr(n, p), arr(n, p), arr(p, p), arr(p, p))
     tx = [optax.adam(1e-2), optax.rprop(1e-2), plnexp.optim.radam_clip()][int(rng.integers(3))]
     params = {"B": pln.B, "M": pln.M, "S": pln.S}
-    opt_state = jax.tree_util.tree_map(lambda a: np.asarray(rng.standard_normal(np.shape(a)), np.asarray(a).dtype)
-                                       if np.issubdtype(np.asarray(a).dtype, np.floating) else np.asarray(a),
-                                       tx.init(params))
+    opt_state = jax.tree_util.tree_map(
+        lambda a: (
+            np.asarray(rng.standard_normal(np.shape(a)), np.asarray(a).dtype)
+            if np.issubdtype(np.asarray(a).dtype, np.floating)
+            else np.asarray(a)
+        ),
+        tx.init(params),
+    )
     return FitState(pln, opt_state)
 
 
@@ -339,7 +388,7 @@ def random_point(data, seed=0):
 
 def _point(data, dtype):
     """Data and ``random_point`` rounded to ``dtype`` (as float64 numpy): both sides see the same numbers."""
-    r = lambda a: np.asarray(np.asarray(a, dtype), np.float64)  # noqa: E731
+    r = lambda a: np.asarray(np.asarray(a, dtype), np.float64)
     B, M, S, Sigma = (r(a) for a in random_point(data))
     return r(data.Y), r(data.O), r(data.X), B, M, S, Sigma
 
@@ -347,7 +396,7 @@ def _point(data, dtype):
 def jitted_elbos(data, dtype):
     """(jit(full_elbo), jit(profiled_elbo)) at ``random_point`` in ``dtype``, as Python floats."""
     Y, O, X, B, M, S, Sigma = _point(data, dtype)
-    c = lambda a: jnp.asarray(a, dtype)  # noqa: E731
+    c = lambda a: jnp.asarray(a, dtype)
     arrays = Arrays(c(Y), c(O), c(X))
     state = PLNState(c(B), c(M), c(S), c(Sigma), c(np.linalg.inv(Sigma)))
     full = jax.jit(full_elbo)({"B": c(B), "M": c(M), "S": c(S)}, state, arrays)
@@ -396,8 +445,13 @@ def test_miscompile_is_reproduced_and_would_be_caught(oaks):
     tolerance flags it. In this process (plnexp appended the fix) the same jit is right."""
     bad_flag = "--xla_cpu_experimental_ynn_fusion_type=reduce"
     env = {**os.environ, "XLA_FLAGS": bad_flag}
-    proc = subprocess.run([sys.executable, "-c", _SUBPROCESS.format(tests=str(Path(__file__).parent))],
-                          env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", _SUBPROCESS.format(tests=str(Path(__file__).parent))],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     ynn = [f for f in out["flags"].split() if f.startswith("--xla_cpu_experimental_ynn_fusion_type")]
@@ -405,16 +459,21 @@ def test_miscompile_is_reproduced_and_would_be_caught(oaks):
     rtol = ELBO_RTOL["float32"]
     assert abs(out["stirling_np"] - STIRLING_GOOD) < 0.1
     if abs(out["stirling_jit"] - out["stirling_np"]) <= rtol * abs(out["stirling_np"]):
-        pytest.skip(f"XLA_FLAGS={bad_flag} no longer reproduces the miscompile on this CPU/jaxlib "
-                    f"(got {out['stirling_jit']}); nothing to detect")
+        pytest.skip(
+            f"XLA_FLAGS={bad_flag} no longer reproduces the miscompile on this CPU/jaxlib "
+            f"(got {out['stirling_jit']}); nothing to detect"
+        )
     assert abs(out["stirling_jit"] - STIRLING_BAD) < 1.0, out  # the documented wrong value
     # ... and the comparison used in this file would catch it (13% >> float32 tolerance)
     assert abs(out["stirling_jit"] - out["stirling_np"]) > 1e3 * rtol * abs(out["stirling_np"])
     # In this process the fix is active and the same computation is right.
     assert "--xla_cpu_experimental_ynn_fusion_type=-reduce" in os.environ["XLA_FLAGS"]  # (,-individual_dot)
     k = np.where(oaks.Y == 0, 1.0, oaks.Y)
-    good = float(jax.jit(lambda k: jnp.sum(jnp.log(jnp.sqrt(2 * jnp.pi * k)) + k * jnp.log(k / jnp.e)))(
-        jnp.asarray(k, jnp.float32)))
+    good = float(
+        jax.jit(lambda k: jnp.sum(jnp.log(jnp.sqrt(2 * jnp.pi * k)) + k * jnp.log(k / jnp.e)))(
+            jnp.asarray(k, jnp.float32)
+        )
+    )
     np.testing.assert_allclose(good, out["stirling_np"], rtol=rtol)
 
 
@@ -440,7 +499,7 @@ def test_measure_reports_consistent_times(strategy, repeats, small, monkeypatch)
         assert t.cost_analysis == {}  # nothing compiled as a whole, nothing to analyse
     else:
         assert t.compile_s > 0.0
-        (label, cost), = t.cost_analysis.items()
+        ((label, cost),) = t.cost_analysis.items()
         assert cost["flops"] > 0 and cost["counted"].startswith("per iteration")  # scan body counted once
         assert t.memory_analysis[label]["argument_size_in_bytes"] > 0
     assert t.first_call_s > 0.0 and t.run_s > 0.0

@@ -38,16 +38,28 @@ def toy(tmp_path, monkeypatch):
 
 
 def test_a_new_strategy_with_a_new_option_needs_only_its_entry_and_yaml(toy):
-    (job,) = cli.plan(["strategy=toy_chunked", "strategy.chunk=3", "dataset=synthetic", "dataset.n=40",
-                       "dataset.p=4", "n_iter=7"], multirun=False)
+    (job,) = cli.plan(
+        ["strategy=toy_chunked", "strategy.chunk=3", "dataset=synthetic", "dataset.n=40", "dataset.p=4", "n_iter=7"],
+        multirun=False,
+    )
     assert job.config.strategy == StrategySpec("toy_chunked", Chunked(3))
     assert job.name == "toy_chunked-synthetic_n40_p4_d2_s0-f32-cpu-chunk3-n_iter7"
     assert C.flatten(job.config.as_dict())["strategy.chunk"] == 3
     (default,) = cli.plan(["strategy=toy_chunked"], multirun=False)
     assert default.name == "toy_chunked-oaks-f32-cpu"  # an option at its default is not named
     assert provenance.config_hash(job.config) != provenance.config_hash(
-        cli.plan(["strategy=toy_chunked", "strategy.chunk=4", "dataset=synthetic", "dataset.n=40", "dataset.p=4",
-                  "n_iter=7"], multirun=False)[0].config)
+        cli.plan(
+            [
+                "strategy=toy_chunked",
+                "strategy.chunk=4",
+                "dataset=synthetic",
+                "dataset.n=40",
+                "dataset.p=4",
+                "n_iter=7",
+            ],
+            multirun=False,
+        )[0].config
+    )
     with pytest.raises(C.ConfigError, match=r"^strategy.chunk=0: allowed values are integers >= 1$"):
         cli.plan(["strategy=toy_chunked", "strategy.chunk=0"], multirun=False)
     with pytest.raises(C.ConfigError, match=r"^strategy.chunk: unknown key; allowed keys under strategy are name$"):
@@ -78,11 +90,20 @@ FORMAT1_HASHES = {
     ("strategy=scan",): "d5f9d49f0bb4c4edb567c534a53f39aaef92957fa3c1993f832e6088d39df208",
     ("strategy=while_loop", "strategy.tol=0.001"): "0150fe7753d529eed6d9be546de4b0b3d67ae6a5f45b593e8baa980be9e0afb6",
     ("strategy=while_loop",): "f4b554001330619f4bf69b50b5461fc128d2857f8737b64741d40da5b370baf5",
-    ("strategy=scan_unrolled", "strategy.unroll=4", "n_iter=7"):
-        "7c8d445d44e9532a14a5bb3d222e4bf2bad61e24ba923cadf850a50a9cdf94a8",
-    ("strategy=eager", "dataset=synthetic", "precision=float64"):
-        "17474d2f2c34b18ddbcf054af782c8359ca3621a80cd022424e965d6b4399110",
-    ("strategy=fori_loop", "dataset.replication=100"): "1c520afdafb40bee1e995add3a09318e379ae48fa9d9524ecb85e44addf051c0",
+    (
+        "strategy=scan_unrolled",
+        "strategy.unroll=4",
+        "n_iter=7",
+    ): "7c8d445d44e9532a14a5bb3d222e4bf2bad61e24ba923cadf850a50a9cdf94a8",
+    (
+        "strategy=eager",
+        "dataset=synthetic",
+        "precision=float64",
+    ): "17474d2f2c34b18ddbcf054af782c8359ca3621a80cd022424e965d6b4399110",
+    (
+        "strategy=fori_loop",
+        "dataset.replication=100",
+    ): "1c520afdafb40bee1e995add3a09318e379ae48fa9d9524ecb85e44addf051c0",
 }
 
 
@@ -102,7 +123,7 @@ def test_a_format1_config_artifact_loads_with_the_options_its_strategy_has():
 def test_every_yaml_holds_its_entry_options_at_their_defaults():
     import yaml
 
-    for name, entry in STRATEGIES.items():
+    for name in STRATEGIES:
         node = yaml.safe_load((C.CONF_DIR / "strategy" / f"{name}.yaml").read_text())
         assert node == StrategySpec(name).as_dict(), name
     assert strategies.TORCH_STRATEGIES == ("torch_eager", "torch_compile")

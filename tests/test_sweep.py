@@ -32,8 +32,15 @@ def split(runs):
 
 
 def start(*args, cwd, new_session=False) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "plnexp", *args], cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=dict(os.environ), start_new_session=new_session)
+    return subprocess.Popen(
+        [sys.executable, "-m", "plnexp", *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+        start_new_session=new_session,
+    )
 
 
 def wait_for(predicate, proc: subprocess.Popen, what: str, limit_s: float = 240):
@@ -59,8 +66,18 @@ def running_child(outputs, experiment, name_part):
 @pytest.mark.slow
 def test_joblib_two_workers_eight_jobs(outputs, tmp_path):
     seeds = ",".join(str(i) for i in range(8))
-    proc = plnexp_cli("run", "--multirun", *TINY, "n_iter=5", f"seed={seeds}", "experiment=par",
-                      "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", cwd=tmp_path, timeout=600)
+    proc = plnexp_cli(
+        "run",
+        "--multirun",
+        *TINY,
+        "n_iter=5",
+        f"seed={seeds}",
+        "experiment=par",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "8/8 jobs, 0 failed" in proc.stdout and "Traceback" not in proc.stderr
     (parent,), children = split(runs_of(outputs, "par"))
@@ -83,8 +100,19 @@ def test_two_jobs_at_once_are_flagged_contended(outputs, tmp_path):
     """Two joblib workers time their jobs at the same time on this host: the report refuses to
     rank them and says how to get clean timings. Runs of ~0.2 s (20000 iterations) fill the 4 s
     budget under the 30-run cap: each job's timed window lasts seconds, so the two overlap."""
-    proc = plnexp_cli("sweep", "sweep=null", *DATA, "strategy=scan,fori_loop", "n_iter=20000", "time_budget_s=4",
-                      "experiment=both", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", cwd=tmp_path, timeout=600)
+    proc = plnexp_cli(
+        "sweep",
+        "sweep=null",
+        *DATA,
+        "strategy=scan,fori_loop",
+        "n_iter=20000",
+        "time_budget_s=4",
+        "experiment=both",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "timings contended on synthetic_n30_p5_d2_s0 (30×5), float32, cpu: do not compare (" in proc.stdout
     assert "timed runs overlapped with" in proc.stdout and "hydra/launcher=basic" in proc.stdout
@@ -92,7 +120,8 @@ def test_two_jobs_at_once_are_flagged_contended(outputs, tmp_path):
     assert parent.data.tags["fastest_strategy"] == ""
     (a, b) = children
     overlap = min(a.data.metrics["timed_end"], b.data.metrics["timed_end"]) - max(
-        a.data.metrics["timed_start"], b.data.metrics["timed_start"])
+        a.data.metrics["timed_start"], b.data.metrics["timed_start"]
+    )
     assert overlap > 0 and a.data.tags["host"] == b.data.tags["host"]
 
 
@@ -121,8 +150,19 @@ def test_interrupt_mid_sweep(outputs, tmp_path, signum, code):
 
 @pytest.mark.slow
 def test_ctrl_c_reaches_joblib_workers_and_nothing_stays_running(outputs, tmp_path):
-    proc = start("run", "--multirun", *DATA, "strategy=eager", LONG, "seed=0,1,2,3", "experiment=pintr",
-                 "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", cwd=tmp_path, new_session=True)
+    proc = start(
+        "run",
+        "--multirun",
+        *DATA,
+        "strategy=eager",
+        LONG,
+        "seed=0,1,2,3",
+        "experiment=pintr",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        cwd=tmp_path,
+        new_session=True,
+    )
     wait_for(lambda: len(running_child(outputs, "pintr", "eager")) == 2, proc, "two jobs running in workers")
     time.sleep(0.5)
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole process group
@@ -162,10 +202,12 @@ def test_two_sweeps_at_once_into_one_new_store(tmp_path, monkeypatch):
     out = tmp_path / "fresh"  # no store yet: both processes want to create it
     monkeypatch.setenv("PLNEXP_OUTPUTS", str(out))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    procs = [start("run", "--multirun", *DATA, "strategy=scan,fori_loop", "n_iter=5", "experiment=both",
-                   cwd=tmp_path) for _ in range(2)]
+    procs = [
+        start("run", "--multirun", *DATA, "strategy=scan,fori_loop", "n_iter=5", "experiment=both", cwd=tmp_path)
+        for _ in range(2)
+    ]
     results = [p.communicate(timeout=600) for p in procs]
-    for p, (o, e) in zip(procs, results):
+    for p, (_, e) in zip(procs, results):
         assert p.returncode == 0, e
     parents, children = split(runs_of(out, "both"))
     assert len(parents) == 2 and {r.info.status for r in parents} == {"FINISHED"}
@@ -181,8 +223,7 @@ def test_ctrl_c_during_a_long_compiled_fit(outputs, tmp_path):
     """A scan fit is one long XLA call (here about an hour of work). Ctrl-C still ends the command in
     seconds: jaxlib checks for signals while it waits, the process exits without waiting for XLA,
     and where a call does not check (then plnexp says so) a second Ctrl-C stops it at once."""
-    proc = start("run", "dataset.replication=10", "strategy=scan", "n_iter=1000000", "experiment=stuck",
-                 cwd=tmp_path)
+    proc = start("run", "dataset.replication=10", "strategy=scan", "n_iter=1000000", "experiment=stuck", cwd=tmp_path)
 
     def running():
         return [r for r in runs_of(outputs, "stuck") if r.info.status == "RUNNING"]

@@ -58,16 +58,30 @@ def test_default_is_one_compile_and_one_run(cleared):
     assert t.ms_per_iter == pytest.approx(1e3 * t.run_s / N_RUN, rel=1e-12)
     for name in ("first_call_s", "compile_warm_s", "compile_cache_hits", "compile_warm_cache_hits"):
         assert math.isnan(getattr(t, name)), name
-    assert set(t.as_metrics()) == {"compile_s", "run_s", "ms_per_iter", "run_s_iqr", "run_s_lo", "run_s_hi",
-                                   "n_runs", "calib_before_s", "calib_after_s", "timed_start", "timed_end"}
+    assert set(t.as_metrics()) == {
+        "compile_s",
+        "run_s",
+        "ms_per_iter",
+        "run_s_iqr",
+        "run_s_lo",
+        "run_s_hi",
+        "n_runs",
+        "calib_before_s",
+        "calib_after_s",
+        "timed_start",
+        "timed_end",
+    }
 
 
-@pytest.mark.parametrize("kwargs, counts", [
-    ({"first_call": True}, (1, 1, 1, 2)),   # + one cold plain call (after its own cache clearing)
-    ({"warmup": 2}, (1, 3, 0, 1)),           # + untimed runs
-    ({"repeats": 3}, (1, 3, 0, 1)),          # + timed runs
-    ({"first_call": True, "warmup": 1, "repeats": 2}, (1, 3, 1, 2)),
-])
+@pytest.mark.parametrize(
+    "kwargs, counts",
+    [
+        ({"first_call": True}, (1, 1, 1, 2)),  # + one cold plain call (after its own cache clearing)
+        ({"warmup": 2}, (1, 3, 0, 1)),  # + untimed runs
+        ({"repeats": 3}, (1, 3, 0, 1)),  # + timed runs
+        ({"first_call": True, "warmup": 1, "repeats": 2}, (1, 3, 1, 2)),
+    ],
+)
 def test_switches_add_what_they_document(cleared, kwargs, counts):
     program = FakeProgram()
     _, t = timing.measure(program, None, None, **kwargs)
@@ -108,8 +122,12 @@ def test_bad_counts_are_one_line(cleared, kwargs):
 
 
 def test_persistent_cache_restores_jax_settings(tmp_path):
-    names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
-             "jax_persistent_cache_min_entry_size_bytes", "jax_enable_compilation_cache")
+    names = (
+        "jax_compilation_cache_dir",
+        "jax_persistent_cache_min_compile_time_secs",
+        "jax_persistent_cache_min_entry_size_bytes",
+        "jax_enable_compilation_cache",
+    )
     before = {n: jax.config.values[n] for n in names}
     with timing.persistent_cache(tmp_path / "c"):
         assert jax.config.values["jax_compilation_cache_dir"] == str(tmp_path / "c")
@@ -195,12 +213,15 @@ class ClockedProgram(FakeProgram):
         return Compiled(run, compiled.compile_s)
 
 
-@pytest.mark.parametrize("repeats, budget, seconds, n", [
-    (3, 0.0, [0.4] * 10, 3),  # no budget: exactly `repeats`
-    (3, 2.0, [0.4] * 10, 5),  # 0.4 s runs: the budget is spent after the 5th
-    (3, 2.0, [1.5] * 10, 3),  # slow runs: `repeats` still run, past the budget
-    (1, 1.0, [0.3, 0.3, 0.3, 0.3, 0.3], 4),  # 1.2 s >= 1.0 after the 4th
-])
+@pytest.mark.parametrize(
+    "repeats, budget, seconds, n",
+    [
+        (3, 0.0, [0.4] * 10, 3),  # no budget: exactly `repeats`
+        (3, 2.0, [0.4] * 10, 5),  # 0.4 s runs: the budget is spent after the 5th
+        (3, 2.0, [1.5] * 10, 3),  # slow runs: `repeats` still run, past the budget
+        (1, 1.0, [0.3, 0.3, 0.3, 0.3, 0.3], 4),  # 1.2 s >= 1.0 after the 4th
+    ],
+)
 def test_runs_at_least_repeats_then_until_the_budget_is_spent(cleared, repeats, budget, seconds, n):
     clock = FakeClock(seconds)
     program = ClockedProgram(clock)
@@ -232,7 +253,8 @@ def test_timing_logs_spread_calibration_and_window(cleared):
     _, t = timing.measure(ClockedProgram(clock), None, None, repeats=5, clock=clock)
     m = t.as_metrics()
     assert (m["run_s"], m["run_s_lo"], m["run_s_hi"], m["run_s_iqr"], m["n_runs"]) == pytest.approx(
-        (0.3, 0.2, 0.4, 0.2, 5))
+        (0.3, 0.2, 0.4, 0.2, 5)
+    )
     assert m["ms_per_iter"] == pytest.approx(1e3 * 0.3 / N_RUN)
     assert m["calib_before_s"] == 0.0 == m["calib_after_s"]  # the fake clock does not move in it
     assert m["timed_start"] <= m["timed_end"]

@@ -98,8 +98,9 @@ def assert_same_fit(out, ref, precision, label, n_iter=N_ITER):
     assert_close(out.final_elbo, ref.final_elbo, rtol, f"{label} final ELBO")
     for name in ref.state.pln._fields:
         assert_close(getattr(out.state.pln, name), getattr(ref.state.pln, name), rtol, f"{label} {name}")
-    assert jax.tree.structure(out.state.opt_state) == jax.tree.structure(ref.state.opt_state), \
+    assert jax.tree.structure(out.state.opt_state) == jax.tree.structure(ref.state.opt_state), (
         "the torch optimizer returns optax's state structure"
+    )
     leaves = jax.tree_util.tree_leaves_with_path(ref.state.opt_state)
     for (path, want), got in zip(leaves, jax.tree.leaves(out.state.opt_state)):
         where = f"{label} opt_state{jax.tree_util.keystr(path)}"
@@ -117,20 +118,35 @@ FAST_SUBSET = {("full", "radam_clip")}  # torch_eager, float64, analytic: the on
 def _grid(strategy, precisions, gradients=("analytic",), slow=False, pairs=None):
     """``pairs``: only these (model, optimizer) pairs (torch_compile compiles the code torch_eager
     runs, which checks every pair: the compiled rows need only a few to show compiling keeps the maths)."""
-    return [pytest.param(strategy, m, o, p, g, id=f"{strategy}-{m}-{o}-{p}-{g}",
-                         marks=[needs_torch] + ([pytest.mark.slow] if slow or (m, o) not in FAST_SUBSET else []))
-            for p in precisions for g in gradients for m in MODEL_NAMES for o in OPTIMIZERS
-            if pairs is None or (m, o) in pairs]
+    return [
+        pytest.param(
+            strategy,
+            m,
+            o,
+            p,
+            g,
+            id=f"{strategy}-{m}-{o}-{p}-{g}",
+            marks=[needs_torch] + ([pytest.mark.slow] if slow or (m, o) not in FAST_SUBSET else []),
+        )
+        for p in precisions
+        for g in gradients
+        for m in MODEL_NAMES
+        for o in OPTIMIZERS
+        if pairs is None or (m, o) in pairs
+    ]
 
 
-@pytest.mark.parametrize("strategy,model,optimizer,precision,gradient", [
-    *_grid("torch_eager", ["float64"]),  # ~0.1 s a fit; the scan reference compiles in ~0.5 s
-    *_grid("torch_eager", ["float32"], slow=True),
-    *_grid("torch_eager", ["float64", "float32"], ["autodiff"], slow=True),
-    *_grid("torch_compile", ["float64"], slow=True),  # ~4 s of compile each
-    *_grid("torch_compile", ["float32"], slow=True, pairs=FAST),
-    *_grid("torch_compile", ["float64"], ["autodiff"], slow=True, pairs=FAST),
-])
+@pytest.mark.parametrize(
+    "strategy,model,optimizer,precision,gradient",
+    [
+        *_grid("torch_eager", ["float64"]),  # ~0.1 s a fit; the scan reference compiles in ~0.5 s
+        *_grid("torch_eager", ["float32"], slow=True),
+        *_grid("torch_eager", ["float64", "float32"], ["autodiff"], slow=True),
+        *_grid("torch_compile", ["float64"], slow=True),  # ~4 s of compile each
+        *_grid("torch_compile", ["float32"], slow=True, pairs=FAST),
+        *_grid("torch_compile", ["float64"], ["autodiff"], slow=True, pairs=FAST),
+    ],
+)
 def test_torch_matches_scan(strategy, model, optimizer, precision, gradient, scan_output, small):
     out = run_program(small, strategy, model, optimizer, precision, gradient)
     assert_same_fit(out, scan_output(model, optimizer, precision, gradient), precision, strategy)
@@ -152,8 +168,9 @@ def oaks_scan(oaks):
 
     def get(model, optimizer):
         if (model, optimizer) not in cache:
-            cache[model, optimizer] = run_program(oaks, "scan", model, optimizer, "float64", n_iter=OAKS_ITER,
-                                                  lr=OAKS_LR)
+            cache[model, optimizer] = run_program(
+                oaks, "scan", model, optimizer, "float64", n_iter=OAKS_ITER, lr=OAKS_LR
+            )
         return cache[model, optimizer]
 
     return get
@@ -175,16 +192,22 @@ def test_the_step_returns_its_state_row_major_on_oaks(model, oaks):
         state = tp.to_torch(problem.init(init_state(problem.model, arrays, "seed")))
         step, _ = tp.make_step(problem)
         new, _ = step(state, tp._torch_data(arrays))
-    tensors = [t for t in jax.tree.leaves(new, is_leaf=lambda x: isinstance(x, torch.Tensor))
-               if isinstance(t, torch.Tensor)]
+    tensors = [
+        t for t in jax.tree.leaves(new, is_leaf=lambda x: isinstance(x, torch.Tensor)) if isinstance(t, torch.Tensor)
+    ]
     assert tensors and all(t.stride() == tp.row_major_strides(t.shape) for t in tensors)
     assert new.pln.B.shape == (1, 114) and new.pln.B.stride() == (114, 1)
 
 
-@pytest.mark.parametrize("strategy,model,optimizer", [
-    pytest.param(s, m, o, id=f"{s}-{m}-{o}",
-                 marks=[needs_torch, pytest.mark.slow])
-    for s in ("torch_eager", "torch_compile") for m in MODEL_NAMES for o in OPTIMIZERS])
+@pytest.mark.parametrize(
+    "strategy,model,optimizer",
+    [
+        pytest.param(s, m, o, id=f"{s}-{m}-{o}", marks=[needs_torch, pytest.mark.slow])
+        for s in ("torch_eager", "torch_compile")
+        for m in MODEL_NAMES
+        for o in OPTIMIZERS
+    ],
+)
 def test_torch_on_oaks_matches_scan(strategy, model, optimizer, oaks, oaks_scan):
     assert oaks.X.shape[1] == 1, "oaks: intercept only"
     out = run_program(oaks, strategy, model, optimizer, "float64", n_iter=OAKS_ITER, lr=OAKS_LR)
@@ -204,22 +227,35 @@ def test_a_recompile_in_a_run_is_one_plnexp_line(small, outputs, monkeypatch):
         B = state.pln.B.mT.contiguous().mT  # d = 2: strides (1, 2), not (p, 1)
         return state._replace(pln=state.pln._replace(B=B)), torch.sum(data.Y * state.pln.M)
 
-    monkeypatch.setattr(program.TorchProgram, "_compiled_step",
-                        lambda self: torch.compile(flaky, backend="eager", fullgraph=True))
+    monkeypatch.setattr(
+        program.TorchProgram, "_compiled_step", lambda self: torch.compile(flaky, backend="eager", fullgraph=True)
+    )
     monkeypatch.setattr(program, "warm_up", lambda device_type: 0.0)  # an Inductor compile, not needed here
-    message = (r"^torch_compile recompiled the step at iteration 2 of 5 \(guard failed: tensor 'state\.pln\.B' "
-               r"stride mismatch at index 0\. expected 8, actual 1\): a plnexp bug, please report it$")
+    message = (
+        r"^torch_compile recompiled the step at iteration 2 of 5 \(guard failed: tensor 'state\.pln\.B' "
+        r"stride mismatch at index 0\. expected 8, actual 1\): a plnexp bug, please report it$"
+    )
     with pytest.raises(program.StepRecompiledError, match=message) as err:  # the timed path: compile, then run
-        plnexp.fit(small, model="profiled", optimizer="rprop", n_iter=5, precision="float64",
-                   strategy="torch_compile", repeats=1)
+        plnexp.fit(
+            small,
+            model="profiled",
+            optimizer="rprop",
+            n_iter=5,
+            precision="float64",
+            strategy="torch_compile",
+            repeats=1,
+        )
     assert "\n" not in str(err.value) and err.value.__cause__ is None and err.value.__suppress_context__
 
     (job,) = cli.plan([*TINY, "strategy=torch_compile"], multirun=False)  # what a run reports (p = 5)
     out = runner.run_job(job.config, job.overrides, job.name)
     assert out.status == "FAILED"
-    assert re.match(r"^StepRecompiledError: torch_compile recompiled the step at iteration 2 of 5 \(guard failed: "
-                    r"tensor 'state\.pln\.B' stride mismatch at index 0\. expected 5, actual 1\): a plnexp bug, "
-                    r"please report it$", out.reason), out.reason
+    assert re.match(
+        r"^StepRecompiledError: torch_compile recompiled the step at iteration 2 of 5 \(guard failed: "
+        r"tensor 'state\.pln\.B' stride mismatch at index 0\. expected 5, actual 1\): a plnexp bug, "
+        r"please report it$",
+        out.reason,
+    ), out.reason
 
 
 # ------------------------------------------------------------------ 2. timing fields
@@ -231,8 +267,16 @@ def test_torch_eager_timing_compiles_nothing(small):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        res = plnexp.fit(small, model="full", optimizer="radam_clip", n_iter=5, precision="float32",
-                         strategy="torch_eager", repeats=2, warmup=1)
+        res = plnexp.fit(
+            small,
+            model="full",
+            optimizer="radam_clip",
+            n_iter=5,
+            precision="float32",
+            strategy="torch_eager",
+            repeats=2,
+            warmup=1,
+        )
         assert torch.get_num_threads() == 1, "a fit restores torch's thread count"
     finally:
         torch.set_num_threads(threads)
@@ -247,8 +291,17 @@ def test_torch_eager_timing_compiles_nothing(small):
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["default", "max-autotune-no-cudagraphs"])
 def test_torch_compile_timing(mode, small):
-    res = plnexp.fit(small, model="profiled", optimizer="rprop", n_iter=20, precision="float64",
-                     strategy="torch_compile", mode=mode, first_call=True, repeats=2)
+    res = plnexp.fit(
+        small,
+        model="profiled",
+        optimizer="rprop",
+        n_iter=20,
+        precision="float64",
+        strategy="torch_compile",
+        mode=mode,
+        first_call=True,
+        repeats=2,
+    )
     t = res.timing
     assert t.compile_s > 0 and t.first_call_s > 0 and t.run_s > 0 and len(t.runs_s) == 2
     assert t.ms_per_iter == pytest.approx(1e3 * t.run_s / 20, rel=1e-12)
@@ -260,8 +313,13 @@ def test_torch_compile_timing(mode, small):
 TINY = ["dataset=synthetic", "dataset.n=40", "dataset.p=5", "n_iter=5"]
 
 
-@pytest.mark.parametrize("strategy", [pytest.param("torch_eager", marks=[needs_torch, pytest.mark.slow]),
-                                      pytest.param("torch_compile", marks=[needs_torch, pytest.mark.slow])])
+@pytest.mark.parametrize(
+    "strategy",
+    [
+        pytest.param("torch_eager", marks=[needs_torch, pytest.mark.slow]),
+        pytest.param("torch_compile", marks=[needs_torch, pytest.mark.slow]),
+    ],
+)
 def test_a_torch_run_is_logged_like_any_other(strategy, outputs):
     from conftest import store_client
 
@@ -281,8 +339,10 @@ def test_a_torch_run_is_logged_like_any_other(strategy, outputs):
 
 
 # ------------------------------------------------------------------ 4. without torch, and bad options
-WITHOUT_TORCH = ('strategy=torch_eager: PyTorch is not installed; install the optional extra: '
-                 'pip install -e ".[torch]" (torch==2.13.0)')
+WITHOUT_TORCH = (
+    "strategy=torch_eager: PyTorch is not installed; install the optional extra: "
+    'pip install -e ".[torch]" (torch==2.13.0)'
+)
 
 
 @pytest.fixture
@@ -318,21 +378,36 @@ _BLOCKED = textwrap.dedent("""
 
 @pytest.mark.slow  # a fresh interpreter (~3 s): the in-process check above runs in the fast subset
 def test_plnexp_works_without_torch(outputs, tmp_path):
-    proc = subprocess.run([sys.executable, "-c", _BLOCKED], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120, env=dict(os.environ))
+    proc = subprocess.run(
+        [sys.executable, "-c", _BLOCKED],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ),
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stdout.strip() == "torch imported: False"
     assert proc.stderr.strip() == f"plnexp: error: {WITHOUT_TORCH}"
 
 
-@pytest.mark.parametrize("overrides,message", [
-    (["strategy=torch_compile", "strategy.mode=fast"],
-     "strategy.mode='fast': allowed values are default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs"),
-    (["strategy=torch_eager", "strategy.mode=max-autotune"],
-     "strategy.mode: unknown key; allowed keys under strategy are name"),
-    (["strategy=torch_compile", "compile_cache=true"],
-     "compile_cache=true: strategy=torch_compile has no persistent compilation cache"),
-])
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (
+            ["strategy=torch_compile", "strategy.mode=fast"],
+            "strategy.mode='fast': allowed values are default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs",
+        ),
+        (
+            ["strategy=torch_eager", "strategy.mode=max-autotune"],
+            "strategy.mode: unknown key; allowed keys under strategy are name",
+        ),
+        (
+            ["strategy=torch_compile", "compile_cache=true"],
+            "compile_cache=true: strategy=torch_compile has no persistent compilation cache",
+        ),
+    ],
+)
 def test_bad_torch_options_are_one_line(overrides, message):
     if "compile_cache=true" in overrides and not torch_loops.torch_available():
         pytest.skip(NO_TORCH)

@@ -29,16 +29,34 @@ def config(outputs):
 
 
 def fake_result(config, elbo) -> FitResult:
-    timing = Timing(compile_s=1.5, first_call_s=2.5, run_s=0.07, ms_per_iter=10.0, runs_s=(0.07,),
-                    cost_analysis={"step": {"flops": 123.0}}, memory_analysis={"step": {"temp_size_in_bytes": 64}})
-    return FitResult(np.asarray(elbo, dtype=float), -99.0, {}, int(np.sum(np.isfinite(elbo))), timing, "full",
-                     config.strategy.name, config.optimizer.name, "float32", "TFRT_CPU_0",
-                     {"final_elbo_jit": float(elbo[-1])})
+    timing = Timing(
+        compile_s=1.5,
+        first_call_s=2.5,
+        run_s=0.07,
+        ms_per_iter=10.0,
+        runs_s=(0.07,),
+        cost_analysis={"step": {"flops": 123.0}},
+        memory_analysis={"step": {"temp_size_in_bytes": 64}},
+    )
+    return FitResult(
+        np.asarray(elbo, dtype=float),
+        -99.0,
+        {},
+        int(np.sum(np.isfinite(elbo))),
+        timing,
+        "full",
+        config.strategy.name,
+        config.optimizer.name,
+        "float32",
+        "TFRT_CPU_0",
+        {"final_elbo_jit": float(elbo[-1])},
+    )
 
 
 def outcome(config, elbo, status="FINISHED", reason=""):
-    o = runner.Outcome("scan-test", ("strategy=scan",), config, status, reason, fake_result(config, elbo),
-                       data_digest="abc123")
+    o = runner.Outcome(
+        "scan-test", ("strategy=scan",), config, status, reason, fake_result(config, elbo), data_digest="abc123"
+    )
     o.ended = o.started + 1.0
     return o
 
@@ -74,8 +92,16 @@ def test_log_job_finished(outputs, config):
     p = run.data.params
     assert p["dataset.name"] == "synthetic" and p["n_iter"] == str(N_ITER) and p["strategy.name"] == "scan"
     t = run.data.tags
-    for key in ("jax_version", "jaxlib_version", "optax_version", "platform", "device_kind", "x64", "XLA_FLAGS",
-                "git_commit"):
+    for key in (
+        "jax_version",
+        "jaxlib_version",
+        "optax_version",
+        "platform",
+        "device_kind",
+        "x64",
+        "XLA_FLAGS",
+        "git_commit",
+    ):
         assert key in t, key
     assert t["data_digest"] == "abc123" and t["x64"] == "False"
     arts = {a.path for a in store_client(outputs).list_artifacts(run_id)}
@@ -151,8 +177,7 @@ def test_sweep_parent_and_children(outputs, config, monkeypatch, tmp_path):
         sweep.open_sweep(tmp_path / "sw", "s1", "sw", uri, 3, {})
 
 
-def test_interrupted_job_is_killed_with_its_result_and_the_sweep_closes_killed(outputs, config, monkeypatch,
-                                                                                tmp_path):
+def test_interrupted_job_is_killed_with_its_result_and_the_sweep_closes_killed(outputs, config, monkeypatch, tmp_path):
     def interrupted_after_the_fit(cfg, overrides=(), name=None, output_dir="", outcome=None):
         outcome.result = fake_result(cfg, np.linspace(-10, -5, N_ITER))
         raise interrupts.Interrupted(signal.SIGTERM)
@@ -190,8 +215,9 @@ def test_orphans_of_dead_processes_are_marked_failed(outputs, config):
     uri = tracking.check_store()
     cl = tracking.client(uri)
     exp = tracking.experiment_id(cl, "orphans")
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True).stdout.strip()  # a PID that has just ended
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout.strip()  # a PID that has just ended
     job = runner.Outcome("x", (), config)
     orphan = tracking.start_job(cl, exp, job, tags={tracking.PID_TAG: dead})
     mine = tracking.start_job(cl, exp, job)  # this process: alive
@@ -255,8 +281,9 @@ def test_unmeasured_timings_are_not_logged_and_shown_as_dash(outputs, config):
     absent from the metrics, and "-" in the summary table."""
     elbo = -100.0 + np.arange(N_ITER, dtype=float)
     o = outcome(config, elbo)
-    o.result = dataclasses.replace(o.result, timing=Timing(compile_s=1.5, first_call_s=float("nan"), run_s=0.07,
-                                                                ms_per_iter=10.0, runs_s=(0.07,)))
+    o.result = dataclasses.replace(
+        o.result, timing=Timing(compile_s=1.5, first_call_s=float("nan"), run_s=0.07, ms_per_iter=10.0, runs_s=(0.07,))
+    )
     assert "first_call_s" not in o.metrics() and "compile_warm_s" not in o.metrics()
     assert "first call" not in o.summary() and "run 0.070 s" in o.summary()
     cl = tracking.client(tracking.tracking_uri())

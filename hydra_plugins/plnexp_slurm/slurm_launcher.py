@@ -49,16 +49,27 @@ if _SubmititSlurm is not None:
             sweep_dir = Path(str(self.config.hydra.sweep.dir))
             sweep_dir.mkdir(parents=True, exist_ok=True)
             executor = self._executor()
-            args = [(list(o), "hydra.sweep.dir", initial_job_idx + i, f"job_id_for_{initial_job_idx + i}",
-                     Singleton.get_state()) for i, o in enumerate(job_overrides)]
+            args = [
+                (
+                    list(o),
+                    "hydra.sweep.dir",
+                    initial_job_idx + i,
+                    f"job_id_for_{initial_job_idx + i}",
+                    Singleton.get_state(),
+                )
+                for i, o in enumerate(job_overrides)
+            ]
             jobs = executor.map_array(self, *zip(*args))
             total = _total(sweep_dir, initial_job_idx + len(jobs))
             first = jobs[0].job_id.split("_")[0] if jobs else "?"
-            print(f"submitted {len(jobs)} job(s) to slurm as job array {first}"
-                  f"{' on partition ' + str(self.params['partition']) if self.params.get('partition') else ''}; "
-                  f"logs: {jobs[0].paths.stdout if jobs else sweep_dir} and the like", flush=True)
+            print(
+                f"submitted {len(jobs)} job(s) to slurm as job array {first}"
+                f"{' on partition ' + str(self.params['partition']) if self.params.get('partition') else ''}; "
+                f"logs: {jobs[0].paths.stdout if jobs else sweep_dir} and the like",
+                flush=True,
+            )
 
-            def on_end(e: "slurm.JobEnd") -> None:
+            def on_end(e: slurm.JobEnd) -> None:
                 label = f"[{initial_job_idx + e.index + 1}/{total}]"
                 result = e.result
                 if result is not None and result.status == JobStatus.COMPLETED and result._return_value:
@@ -75,9 +86,15 @@ if _SubmititSlurm is not None:
         """Every job as COMPLETED for Hydra's sweeper (which raises a FAILED job's error): the job's
         own status is in its MLflow run."""
         r = e.result if e.result is not None else JobReturn(overrides=list(overrides))
-        return JobReturn(overrides=r.overrides, cfg=r.cfg, hydra_cfg=r.hydra_cfg, working_dir=r.working_dir,
-                         task_name=r.task_name, status=JobStatus.COMPLETED,
-                         _return_value=r._return_value if r.status == JobStatus.COMPLETED else None)
+        return JobReturn(
+            overrides=r.overrides,
+            cfg=r.cfg,
+            hydra_cfg=r.hydra_cfg,
+            working_dir=r.working_dir,
+            task_name=r.task_name,
+            status=JobStatus.COMPLETED,
+            _return_value=r._return_value if r.status == JobStatus.COMPLETED else None,
+        )
 
     def _total(sweep_dir: Path, fallback: int) -> int:
         from plnexp.sweep import read_record

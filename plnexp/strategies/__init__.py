@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, field, fields
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from ..problem import Problem
 from .base import Compiled, Program, SingleProgram
@@ -55,23 +56,33 @@ class Unrolled:
 
 @dataclass(frozen=True)
 class EarlyStop:
-    tol: float = option(1e-6, "numbers >= 0", _number_at_least(0),
-                        doc="stop when the relative ELBO change < tol ...")
+    tol: float = option(1e-6, "numbers >= 0", _number_at_least(0), doc="stop when the relative ELBO change < tol ...")
     patience: int = option(10, "integers >= 1", _int_at_least(1), doc="... for this many iterations in a row")
 
 
 @dataclass(frozen=True)
 class Sharded:
-    devices: int = option(0, "integers >= 0 (0: every device of the platform)", _int_at_least(0),
-                          in_name="{value}dev", doc="devices the rows are split across")
-    via: str = option("jit", ", ".join(VIA), lambda v: v in VIA, in_name="{value}",
-                      doc="jit: NamedSharding, XLA partitions; shard_map: per device, explicit psum")
+    devices: int = option(
+        0,
+        "integers >= 0 (0: every device of the platform)",
+        _int_at_least(0),
+        in_name="{value}dev",
+        doc="devices the rows are split across",
+    )
+    via: str = option(
+        "jit",
+        ", ".join(VIA),
+        lambda v: v in VIA,
+        in_name="{value}",
+        doc="jit: NamedSharding, XLA partitions; shard_map: per device, explicit psum",
+    )
 
 
 @dataclass(frozen=True)
 class TorchCompile:
-    mode: str = option("default", ", ".join(COMPILE_MODES), lambda v: v in COMPILE_MODES, in_name="{value}",
-                       doc="torch.compile mode")
+    mode: str = option(
+        "default", ", ".join(COMPILE_MODES), lambda v: v in COMPILE_MODES, in_name="{value}", doc="torch.compile mode"
+    )
 
 
 def make_options(strategy: str, options: type, values: dict, key: str = "strategy"):
@@ -81,8 +92,9 @@ def make_options(strategy: str, options: type, values: dict, key: str = "strateg
     for name in values:
         if name not in known:
             allowed = ", ".join(["name", *known]) if known else "name (it has no options)"
-            raise ValueError(f"{key}.{name}: unknown key for strategy={strategy}; allowed keys under {key} are "
-                             f"{allowed}")
+            raise ValueError(
+                f"{key}.{name}: unknown key for strategy={strategy}; allowed keys under {key} are {allowed}"
+            )
     for name, value in values.items():
         meta = known[name].metadata
         if not meta["valid"](value):
@@ -92,8 +104,11 @@ def make_options(strategy: str, options: type, values: dict, key: str = "strateg
 
 def non_default(options) -> dict[str, Any]:
     """The options set away from their defaults (what a run name shows)."""
-    return {f.name: getattr(options, f.name) for f in fields(options)
-            if f.default is MISSING or getattr(options, f.name) != f.default}
+    return {
+        f.name: getattr(options, f.name)
+        for f in fields(options)
+        if f.default is MISSING or getattr(options, f.name) != f.default
+    }
 
 
 @dataclass(frozen=True)
@@ -110,7 +125,7 @@ class Strategy:
     options: type
     build: Callable[[Problem, int, Any], Program]
     requires: Callable[[str, bool], None] | None = None
-    check_device: Callable[["StrategySpec", str], None] | None = None
+    check_device: Callable[[StrategySpec, str], None] | None = None
     batches: bool = False
     check_fit: Callable[[str, str, str], None] | None = None
     jax_cache: bool = True
@@ -120,26 +135,52 @@ class Strategy:
         return self.options()
 
 
-STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
-    Strategy("eager", NoOptions, lambda pb, n, o: EagerProgram(pb, n)),
-    Strategy("jit_per_function", NoOptions, lambda pb, n, o: JitPerFunctionProgram(pb, n)),
-    Strategy("scan", NoOptions, lambda pb, n, o: scan_program(pb, n, "dict"), batches=True),
-    Strategy("scan_namedtuple", NoOptions, lambda pb, n, o: scan_program(pb, n, "namedtuple"), batches=True),
-    Strategy("scan_pytree", NoOptions, lambda pb, n, o: scan_program(pb, n, "pytree"), batches=True),
-    Strategy("scan_dataclass", NoOptions, lambda pb, n, o: scan_program(pb, n, "dataclass"), batches=True),
-    Strategy("scan_unrolled", Unrolled, lambda pb, n, o: scan_program(pb, n, "dict", unroll=o.unroll),
-             batches=True),
-    Strategy("fori_loop", NoOptions, lambda pb, n, o: fori_program(pb, n), batches=True),
-    Strategy("while_loop", EarlyStop, lambda pb, n, o: while_program(pb, n, o.tol, o.patience), batches=True),
-    Strategy("scan_sharded", Sharded, lambda pb, n, o: RowSharded(pb, n, o.devices, o.via),
-             check_device=lambda spec, platform: mesh_of(platform, spec.options.devices) and None),
-    Strategy("scan_fused", NoOptions, lambda pb, n, o: fused.fused_program(pb, n), fused.check,
-             lambda spec, platform: fused.check_device(spec.name, platform), check_fit=fused.check_fit),
-    Strategy("torch_eager", NoOptions, lambda pb, n, o: torch_program(pb, n, compiled=False),
-             check_torch, lambda spec, platform: check_torch_device(spec.name, platform), jax_cache=False),
-    Strategy("torch_compile", TorchCompile, lambda pb, n, o: torch_program(pb, n, compiled=True, mode=o.mode),
-             check_torch, lambda spec, platform: check_torch_device(spec.name, platform), jax_cache=False),
-)}
+STRATEGIES: dict[str, Strategy] = {
+    s.name: s
+    for s in (
+        Strategy("eager", NoOptions, lambda pb, n, o: EagerProgram(pb, n)),
+        Strategy("jit_per_function", NoOptions, lambda pb, n, o: JitPerFunctionProgram(pb, n)),
+        Strategy("scan", NoOptions, lambda pb, n, o: scan_program(pb, n, "dict"), batches=True),
+        Strategy("scan_namedtuple", NoOptions, lambda pb, n, o: scan_program(pb, n, "namedtuple"), batches=True),
+        Strategy("scan_pytree", NoOptions, lambda pb, n, o: scan_program(pb, n, "pytree"), batches=True),
+        Strategy("scan_dataclass", NoOptions, lambda pb, n, o: scan_program(pb, n, "dataclass"), batches=True),
+        Strategy(
+            "scan_unrolled", Unrolled, lambda pb, n, o: scan_program(pb, n, "dict", unroll=o.unroll), batches=True
+        ),
+        Strategy("fori_loop", NoOptions, lambda pb, n, o: fori_program(pb, n), batches=True),
+        Strategy("while_loop", EarlyStop, lambda pb, n, o: while_program(pb, n, o.tol, o.patience), batches=True),
+        Strategy(
+            "scan_sharded",
+            Sharded,
+            lambda pb, n, o: RowSharded(pb, n, o.devices, o.via),
+            check_device=lambda spec, platform: mesh_of(platform, spec.options.devices) and None,
+        ),
+        Strategy(
+            "scan_fused",
+            NoOptions,
+            lambda pb, n, o: fused.fused_program(pb, n),
+            fused.check,
+            lambda spec, platform: fused.check_device(spec.name, platform),
+            check_fit=fused.check_fit,
+        ),
+        Strategy(
+            "torch_eager",
+            NoOptions,
+            lambda pb, n, o: torch_program(pb, n, compiled=False),
+            check_torch,
+            lambda spec, platform: check_torch_device(spec.name, platform),
+            jax_cache=False,
+        ),
+        Strategy(
+            "torch_compile",
+            TorchCompile,
+            lambda pb, n, o: torch_program(pb, n, compiled=True, mode=o.mode),
+            check_torch,
+            lambda spec, platform: check_torch_device(spec.name, platform),
+            jax_cache=False,
+        ),
+    )
+}
 TORCH_STRATEGIES = tuple(name for name, s in STRATEGIES.items() if s.requires is check_torch)
 # strategies whose step is native code built at install time (absent where no compiler was): like
 # the torch baselines, asked for by name (sweep=fused), never in a preset that must run everywhere
@@ -164,7 +205,7 @@ class StrategySpec:
             raise TypeError(f"strategy {self.name}: options must be {entry.options.__name__}")
 
     @classmethod
-    def of(cls, name: str, **values) -> "StrategySpec":
+    def of(cls, name: str, **values) -> StrategySpec:
         if name not in STRATEGIES:
             raise ValueError(f"strategy={name!r}: allowed values are {', '.join(STRATEGIES)}")
         return cls(name, make_options(name, STRATEGIES[name].options, values))
@@ -182,16 +223,24 @@ class StrategySpec:
         meta = {f.name: f.metadata for f in fields(self.options)}
         return [meta[k]["in_name"].format(key=k, value=v) for k, v in non_default(self.options).items()]
 
-    def check(self, compile_cache: bool = False, platform: str | None = None, replicates: int = 1,
-              optimizer: str | None = None, gradient: str | None = None) -> None:
+    def check(
+        self,
+        compile_cache: bool = False,
+        platform: str | None = None,
+        replicates: int = 1,
+        optimizer: str | None = None,
+        gradient: str | None = None,
+    ) -> None:
         """One-line ValueError where this strategy cannot run here (torch missing, a device torch
         does not see, an option it has not, replicates it cannot batch, an optimizer or gradient
         its kernel does not compute)."""
         entry = self.entry
         if replicates > 1 and not entry.batches:
             batching = ", ".join(s.name for s in STRATEGIES.values() if s.batches)
-            raise ValueError(f"replicates={replicates}: strategy={self.name} runs one fit per program; allowed "
-                             f"strategies with replicates > 1 are {batching}")
+            raise ValueError(
+                f"replicates={replicates}: strategy={self.name} runs one fit per program; allowed "
+                f"strategies with replicates > 1 are {batching}"
+            )
         if entry.requires is not None:
             entry.requires(self.name, compile_cache)
         if platform is not None and entry.check_device is not None:
@@ -219,5 +268,19 @@ def build(problem: Problem, n_iter: int, spec: StrategySpec, replicates: int = 1
     return Batched(program, replicates) if replicates > 1 else program
 
 
-__all__ = ["Batched", "RowSharded", "STRATEGIES", "TORCH_STRATEGIES", "NATIVE_STRATEGIES", "Strategy", "StrategySpec", "build", "Compiled", "Program",
-           "SingleProgram", "NoOptions", "option", "all_option_names"]
+__all__ = [
+    "Batched",
+    "RowSharded",
+    "STRATEGIES",
+    "TORCH_STRATEGIES",
+    "NATIVE_STRATEGIES",
+    "Strategy",
+    "StrategySpec",
+    "build",
+    "Compiled",
+    "Program",
+    "SingleProgram",
+    "NoOptions",
+    "option",
+    "all_option_names",
+]

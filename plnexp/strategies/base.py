@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
+from collections.abc import Callable, Sequence
 
 import jax
 
@@ -75,7 +76,7 @@ class OneDevice:
 def _cost(compiled: jax.stages.Compiled) -> dict:
     try:
         cost = compiled.cost_analysis()
-    except Exception:  # not every backend provides it
+    except Exception:  # noqa: BLE001 - not every backend provides it, each fails its own way
         return {}
     if isinstance(cost, (list, tuple)):
         cost = cost[0] if cost else {}
@@ -86,12 +87,17 @@ def _cost(compiled: jax.stages.Compiled) -> dict:
 def _memory(compiled: jax.stages.Compiled) -> dict:
     try:
         mem = compiled.memory_analysis()
-    except Exception:
+    except Exception:  # noqa: BLE001 - as _cost: optional, backend-specific
         return {}
     if mem is None:
         return {}
-    names = ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes",
-             "alias_size_in_bytes", "generated_code_size_in_bytes")
+    names = (
+        "argument_size_in_bytes",
+        "output_size_in_bytes",
+        "temp_size_in_bytes",
+        "alias_size_in_bytes",
+        "generated_code_size_in_bytes",
+    )
     return {k: int(getattr(mem, k)) for k in names if hasattr(mem, k)}
 
 
@@ -131,5 +137,11 @@ class SingleProgram(OneDevice):
         cost = aot.cost
         if cost:  # XLA costs a while/scan body once, whatever the trip count
             cost["counted"] = "per iteration: the loop body once (+ one final ELBO)"
-        return Compiled(aot.compiled, aot.seconds, {self.label: cost}, {self.label: aot.memory},
-                        {self.label: aot.lowered}, {self.label: aot.compiled})
+        return Compiled(
+            aot.compiled,
+            aot.seconds,
+            {self.label: cost},
+            {self.label: aot.memory},
+            {self.label: aot.lowered},
+            {self.label: aot.compiled},
+        )

@@ -11,7 +11,7 @@ that diverges does not change the others.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -48,9 +48,10 @@ class Batched:
             return self.inner.place(data, dtype, device)
         if len(data) != self.replicates:
             raise ValueError(f"replicates={self.replicates}: got {len(data)} data sets")
-        stack = lambda name: jax.device_put(np.stack([np.asarray(getattr(d, name), dtype) for d in data]), device)  # noqa: E731
-        return Arrays(stack("Y"), stack("O"), stack("X"),
-                      jax.device_put(np.array([d.log_factorial for d in data], dtype), device))
+        stack = lambda name: jax.device_put(np.stack([np.asarray(getattr(d, name), dtype) for d in data]), device)
+        return Arrays(
+            stack("Y"), stack("O"), stack("X"), jax.device_put(np.array([d.log_factorial for d in data], dtype), device)
+        )
 
     def _one(self, data: Arrays, k: int) -> Arrays:
         return data if shares_data(data) else _take(data, k)
@@ -59,8 +60,9 @@ class Batched:
         """Each replicate's initial state as its single fit makes it, stacked."""
         if len(seeds) != self.replicates:
             raise ValueError(f"replicates={self.replicates}: got {len(seeds)} seeds")
-        states = [problem.init(init_state(problem.model, self._one(data, k), init, seed))
-                  for k, seed in enumerate(seeds)]
+        states = [
+            problem.init(init_state(problem.model, self._one(data, k), init, seed)) for k, seed in enumerate(seeds)
+        ]
         return jax.tree.map(lambda *leaves: jnp.stack(leaves), *states)
 
     def split(self, state: FitState, data: Arrays) -> list[FitState]:
@@ -85,5 +87,6 @@ class Batched:
         cost = aot.cost
         if cost:
             cost["counted"] = f"per iteration of all {self.replicates} replicates: the loop body once"
-        return Compiled(aot.compiled, aot.seconds, {label: cost}, {label: aot.memory},
-                        {label: aot.lowered}, {label: aot.compiled})
+        return Compiled(
+            aot.compiled, aot.seconds, {label: cost}, {label: aot.memory}, {label: aot.lowered}, {label: aot.compiled}
+        )

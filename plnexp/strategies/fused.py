@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -63,8 +63,10 @@ def _register() -> str | None:
     cannot be used, or None."""
     path = library_path()
     if path is None:
-        return ("its native kernel was not built (no C++ compiler when plnexp was installed?): reinstall with "
-                "g++ on PATH (pip install -e .) or choose another strategy")
+        return (
+            "its native kernel was not built (no C++ compiler when plnexp was installed?): reinstall with "
+            "g++ on PATH (pip install -e .) or choose another strategy"
+        )
     try:
         lib = ctypes.cdll.LoadLibrary(str(path))
         for precision, target in TARGETS.items():
@@ -96,10 +98,18 @@ def _count_inc(opt_state) -> jax.Array:
 
 def _adam_like(b1: float, b2: float, eps: float):
     def moments(count_inc, dtype):
-        bc1 = (1 - b1 ** count_inc).astype(dtype)  # optax.tree.bias_correction's cast
-        bc2 = (1 - b2 ** count_inc).astype(dtype)
-        return [jnp.asarray(1 - b1, dtype), jnp.asarray(b1, dtype), jnp.asarray(1 - b2, dtype),
-                jnp.asarray(b2, dtype), bc1, bc2, jnp.asarray(eps, dtype)]
+        bc1 = (1 - b1**count_inc).astype(dtype)  # optax.tree.bias_correction's cast
+        bc2 = (1 - b2**count_inc).astype(dtype)
+        return [
+            jnp.asarray(1 - b1, dtype),
+            jnp.asarray(b1, dtype),
+            jnp.asarray(1 - b2, dtype),
+            jnp.asarray(b2, dtype),
+            bc1,
+            bc2,
+            jnp.asarray(eps, dtype),
+        ]
+
     return moments
 
 
@@ -113,7 +123,7 @@ def _radam_clip(opt_state, lr, dtype):
     b2, threshold = 0.999, 5.0
     count_inc = _count_inc(opt_state)
     ro_inf = 2.0 / (1.0 - b2) - 1.0  # optax.scale_by_radam, line for line
-    b2t = b2 ** count_inc
+    b2t = b2**count_inc
     ro = ro_inf - 2 * count_inc * b2t / (1 - b2t)
     r = jnp.sqrt((ro - 4.0) * (ro - 2.0) * ro_inf / ((ro_inf - 4.0) * (ro_inf - 2.0) * ro))
     c = _adam_like(0.9, b2, 1e-8)(count_inc, dtype)
@@ -155,11 +165,15 @@ RULES: dict[str, Rule] = {
 def check_fit(strategy: str, optimizer: str, gradient: str) -> None:
     """One-line ValueError for an optimizer or gradient the kernel does not compute."""
     if optimizer not in RULES:
-        raise ValueError(f"strategy={strategy} with optimizer={optimizer}: its kernel updates elementwise optimizers "
-                         f"only; allowed optimizers are {', '.join(RULES)}")
+        raise ValueError(
+            f"strategy={strategy} with optimizer={optimizer}: its kernel updates elementwise optimizers "
+            f"only; allowed optimizers are {', '.join(RULES)}"
+        )
     if gradient != "analytic":
-        raise ValueError(f"strategy={strategy} with gradient={gradient}: its kernel computes the analytic gradient; "
-                         "allowed gradients are analytic")
+        raise ValueError(
+            f"strategy={strategy} with gradient={gradient}: its kernel computes the analytic gradient; "
+            "allowed gradients are analytic"
+        )
 
 
 # --- the step ---------------------------------------------------------------------------------
@@ -176,8 +190,11 @@ def _param_dicts(opt_state) -> list[dict]:
 
 def _without_rows(opt_state):
     """The optimizer state restricted to the parameters that are not (n, p): B or nothing."""
-    return jax.tree.map(lambda node: {k: v for k, v in node.items() if k not in ("M", "S")} if _is_param_dict(node)
-                        else node, opt_state, is_leaf=_is_param_dict)
+    return jax.tree.map(
+        lambda node: {k: v for k, v in node.items() if k not in ("M", "S")} if _is_param_dict(node) else node,
+        opt_state,
+        is_leaf=_is_param_dict,
+    )
 
 
 def _with_rows(small_state, m_slots: list, s_slots: list):
@@ -194,8 +211,9 @@ def _with_rows(small_state, m_slots: list, s_slots: list):
     return jax.tree.map(put, small_state, is_leaf=lambda x: isinstance(x, dict))
 
 
-def fused_step(problem: Problem, rule: Rule, consts: dict, state: FitState, logdet_sigma: jax.Array,
-               data: Arrays) -> tuple[tuple[FitState, jax.Array], jax.Array]:
+def fused_step(
+    problem: Problem, rule: Rule, consts: dict, state: FitState, logdet_sigma: jax.Array, data: Arrays
+) -> tuple[tuple[FitState, jax.Array], jax.Array]:
     """:meth:`Problem.step` with the n x p work in the kernel: ``(new state, log det of its Sigma)``
     and the ELBO at the old state, whose Sigma's log det is ``logdet_sigma`` (carried from the step
     that made that Sigma: one Cholesky factor per step serves the new Omega and the next value)."""
@@ -208,13 +226,15 @@ def fused_step(problem: Problem, rule: Rule, consts: dict, state: FitState, logd
     coef = jnp.stack(values + [jnp.zeros((), dtype)] * (N_COEFFICIENTS - len(values)))
     dicts = _param_dicts(opt_state)
     if len(dicts) != rule.slots:
-        raise ValueError(f"optimizer={problem.optimizer.name}: its state has {len(dicts)} per-parameter arrays, "
-                         f"the kernel's rule expects {rule.slots}")
+        raise ValueError(
+            f"optimizer={problem.optimizer.name}: its state has {len(dicts)} per-parameter arrays, "
+            f"the kernel's rule expects {rule.slots}"
+        )
     empty = jnp.zeros((0, 0), dtype)
     m_slots = [d["M"] for d in dicts] + [empty] * (2 - rule.slots)
     s_slots = [d["S"] for d in dicts] + [empty] * (2 - rule.slots)
     d = data.X.shape[1]
-    vec = lambda *shape: jax.ShapeDtypeStruct(shape, dtype)  # noqa: E731
+    vec = lambda *shape: jax.ShapeDtypeStruct(shape, dtype)
     slot_shapes = [jax.ShapeDtypeStruct(a.shape, dtype) for a in m_slots + s_slots]
     call = jax.ffi.ffi_call(
         TARGETS[jnp.dtype(dtype).name],
@@ -222,13 +242,25 @@ def fused_step(problem: Problem, rule: Rule, consts: dict, state: FitState, logd
         input_output_aliases={4: 0, 5: 1, 8: 2, 9: 3, 10: 4, 11: 5},
     )
     M, S, um, vm, us, vs, colsum, xta, gram, s2, xtc = call(
-        data.Y, data.O, data.X, pln.B, pln.M, pln.S, pln.Omega, coef, *m_slots, *s_slots,
-        model=np.int32(0 if model_full else 1), rule=np.int32(rule.kernel_id))
+        data.Y,
+        data.O,
+        data.X,
+        pln.B,
+        pln.M,
+        pln.S,
+        pln.Omega,
+        coef,
+        *m_slots,
+        *s_slots,
+        model=np.int32(0 if model_full else 1),
+        rule=np.int32(rule.kernel_id),
+    )
 
     # the value at the old state: the kernel's column sums and the p x p terms (model._value_and_grad_given_omega)
     yz_rest = consts["sum_yo"] + (jnp.sum(consts["xty"] * pln.B) if model_full else 0.0)
-    value = (jnp.sum(colsum) + yz_rest - 0.5 * n * logdet_sigma - 0.5 * (n * jnp.sum(pln.Omega * pln.Sigma))
-             + 0.5 * n * p)
+    value = (
+        jnp.sum(colsum) + yz_rest - 0.5 * n * logdet_sigma - 0.5 * (n * jnp.sum(pln.Omega * pln.Sigma)) + 0.5 * n * p
+    )
 
     # the optimizer's update of B (full model) and of its step count, through optax itself
     small = _without_rows(opt_state)
@@ -243,7 +275,7 @@ def fused_step(problem: Problem, rule: Rule, consts: dict, state: FitState, logd
         delta = cho_solve((consts["xtx_chol"], True), xtc)
         B = pln.B + delta
         Sigma = (gram - xtc.T @ delta + jnp.diag(s2)) / n
-    new_opt = _with_rows(small, [um, vm][:rule.slots], [us, vs][:rule.slots])
+    new_opt = _with_rows(small, [um, vm][: rule.slots], [us, vs][: rule.slots])
     chol = jnp.linalg.cholesky(Sigma)
     Omega = cho_solve((chol, True), jnp.eye(p, dtype=dtype))  # model._inverse_spd, sharing its factor
     return (FitState(PLNState(B, M, S, Sigma, Omega), new_opt), _logdet_from_cholesky(chol)), value
@@ -257,8 +289,11 @@ def fused_program(problem: Problem, n_iter: int) -> SingleProgram:
     def fit(state: FitState, data: Arrays) -> Output:
         if data.rows is not None:
             raise ValueError("strategy=scan_fused: the kernel fits all rows on one device (no padding rows)")
-        consts = {"sum_yo": jnp.sum(data.Y * data.O), "xty": data.X.T @ data.Y,
-                  "xtx_chol": jnp.linalg.cholesky(data.X.T @ data.X)}
+        consts = {
+            "sum_yo": jnp.sum(data.Y * data.O),
+            "xty": data.X.T @ data.Y,
+            "xtx_chol": jnp.linalg.cholesky(data.X.T @ data.X),
+        }
 
         def body(carry, _):
             return fused_step(problem, rule, consts, *carry, data)

@@ -52,16 +52,21 @@ class JitPerFunctionProgram(OneDevice):
 
     def __post_init__(self):
         p = self.problem
-        object.__setattr__(self, "_fns", {
-            "loss_and_grad": jax.jit(p.loss_and_grad),
-            "update": jax.jit(p.update, donate_argnums=(1, 2)),
-            "complete": jax.jit(p.complete),
-        })
+        object.__setattr__(
+            self,
+            "_fns",
+            {
+                "loss_and_grad": jax.jit(p.loss_and_grad),
+                "update": jax.jit(p.update, donate_argnums=(1, 2)),
+                "complete": jax.jit(p.complete),
+            },
+        )
 
     def _run(self, fns, state, data):
         state = jax.tree_util.tree_map(jnp.copy, state)  # donation must not consume the caller's arrays
-        return _python_loop(fns["loss_and_grad"], fns["update"], fns["complete"], self.problem.model,
-                            state, data, self.n_iter)
+        return _python_loop(
+            fns["loss_and_grad"], fns["update"], fns["complete"], self.problem.model, state, data, self.n_iter
+        )
 
     def call(self, state, data):
         return self._run(self._fns, state, data)
@@ -82,6 +87,11 @@ class JitPerFunctionProgram(OneDevice):
             if cost:
                 cost["counted"] = "per call: one call per iteration"
         compiled = {name: a.compiled for name, a in aot.items()}
-        return Compiled(lambda s, d: self._run(compiled, s, d), sum(a.seconds for a in aot.values()), costs,
-                        {name: a.memory for name, a in aot.items()}, {name: a.lowered for name, a in aot.items()},
-                        compiled)
+        return Compiled(
+            lambda s, d: self._run(compiled, s, d),
+            sum(a.seconds for a in aot.values()),
+            costs,
+            {name: a.memory for name, a in aot.items()},
+            {name: a.lowered for name, a in aot.items()},
+            compiled,
+        )

@@ -20,7 +20,7 @@ Sigma divides by the number of data rows. One device gives scan's program on one
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax
 import numpy as np
@@ -40,10 +40,13 @@ def mesh_of(platform: str, devices: int) -> Mesh:
     available = jax.devices(platform)
     k = len(available) if devices == 0 else devices
     if k > len(available):
-        hint = (" (simulated CPU devices: set JAX_NUM_CPU_DEVICES=N before the process starts)"
-                if platform == "cpu" else "")
-        raise ValueError(f"strategy.devices={devices}: only {len(available)} {platform} device(s) visible to JAX "
-                         f"here{hint}; allowed values are 0 (all) to {len(available)}")
+        hint = (
+            " (simulated CPU devices: set JAX_NUM_CPU_DEVICES=N before the process starts)" if platform == "cpu" else ""
+        )
+        raise ValueError(
+            f"strategy.devices={devices}: only {len(available)} {platform} device(s) visible to JAX "
+            f"here{hint}; allowed values are 0 (all) to {len(available)}"
+        )
     return Mesh(np.array(available[:k]), (AXIS,))
 
 
@@ -54,10 +57,10 @@ def state_specs(problem: Problem, state: FitState) -> FitState:
     any other dimension."""
     d, p = state.pln.B.shape
     n = max(state.pln.M.shape[0], d, p) + 1
-    sds = lambda shape: jax.ShapeDtypeStruct(shape, state.pln.M.dtype)  # noqa: E731
+    sds = lambda shape: jax.ShapeDtypeStruct(shape, state.pln.M.dtype)
     params = problem.model.free(PLNState(sds((d, p)), sds((n, p)), sds((n, p)), None, None))
     opt = jax.eval_shape(problem.tx.init, params)
-    by_rows = lambda x: P(AXIS) if len(x.shape) >= 1 and x.shape[0] == n else P()  # noqa: E731
+    by_rows = lambda x: P(AXIS) if len(x.shape) >= 1 and x.shape[0] == n else P()
     return FitState(PLNState(P(), P(AXIS), P(AXIS), P(), P()), jax.tree.map(by_rows, opt))
 
 
@@ -90,8 +93,13 @@ class RowSharded:
             return jax.device_put(np.concatenate([a, np.zeros((pad, a.shape[1]), dtype)]), rows)
 
         weight = padded(np.ones(one.n))
-        return Arrays(padded(one.Y), padded(one.O), padded(one.X), jax.device_put(dtype(one.log_factorial), same),
-                      Rows(weight, jax.device_put(dtype(one.n), same), AXIS if self.via == "shard_map" else None))
+        return Arrays(
+            padded(one.Y),
+            padded(one.O),
+            padded(one.X),
+            jax.device_put(dtype(one.log_factorial), same),
+            Rows(weight, jax.device_put(dtype(one.n), same), AXIS if self.via == "shard_map" else None),
+        )
 
     def _shardings(self, state: FitState, mesh: Mesh) -> FitState:
         return jax.tree.map(lambda spec: NamedSharding(mesh, spec), state_specs(self.problem, state))
@@ -119,9 +127,10 @@ class RowSharded:
             if self.via == "shard_map":
                 specs = state_specs(self.problem, state)
                 out = Output(specs, P(), P(), P())
-                per_device = lambda s, d: _scan(self.problem.step, s, d, self.n_iter, self.problem)  # noqa: E731
-                fit = jax.shard_map(per_device, mesh=mesh, in_specs=(specs, data_specs(AXIS)), out_specs=out,
-                                    check_vma=True)
+                per_device = lambda s, d: _scan(self.problem.step, s, d, self.n_iter, self.problem)
+                fit = jax.shard_map(
+                    per_device, mesh=mesh, in_specs=(specs, data_specs(AXIS)), out_specs=out, check_vma=True
+                )
             else:
                 fit = self._pinned(shardings)
             self._jitted[mesh] = jax.jit(fit, out_shardings=Output(shardings, *[NamedSharding(mesh, P())] * 3))
@@ -150,8 +159,9 @@ class RowSharded:
         cost = aot.cost
         if cost:
             cost["counted"] = "per iteration: the loop body once (+ one final ELBO), per device"
-        return Compiled(aot.compiled, aot.seconds, {label: cost}, {label: aot.memory},
-                        {label: aot.lowered}, {label: aot.compiled})
+        return Compiled(
+            aot.compiled, aot.seconds, {label: cost}, {label: aot.memory}, {label: aot.lowered}, {label: aot.compiled}
+        )
 
 
 def _scan(step, state: FitState, data: Arrays, n_iter: int, problem: Problem) -> Output:

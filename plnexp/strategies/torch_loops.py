@@ -26,11 +26,15 @@ def torch_available() -> bool:
 def check(name: str, compile_cache: bool = False) -> None:
     """One-line ValueError if the torch strategy ``name`` cannot run here or with these options."""
     if not torch_available():
-        raise ValueError(f"strategy={name}: PyTorch is not installed; install the optional extra: "
-                         f'pip install -e ".[torch]" ({TORCH_REQUIREMENT})')
+        raise ValueError(
+            f"strategy={name}: PyTorch is not installed; install the optional extra: "
+            f'pip install -e ".[torch]" ({TORCH_REQUIREMENT})'
+        )
     if compile_cache:
-        raise ValueError(f"compile_cache=true: strategy={name} has no persistent compilation cache (plnexp's "
-                         "is JAX's; torch_compile always compiles cold); allowed values are false")
+        raise ValueError(
+            f"compile_cache=true: strategy={name} has no persistent compilation cache (plnexp's "
+            "is JAX's; torch_compile always compiles cold); allowed values are false"
+        )
 
 
 def check_device(name: str, platform: str) -> None:
@@ -41,8 +45,10 @@ def check_device(name: str, platform: str) -> None:
     import torch
 
     if platform != "gpu" or not torch.cuda.is_available():
-        raise ValueError(f"device={platform}: strategy={name} needs a PyTorch build that sees this device "
-                         f"(torch {torch.__version__} has CUDA: {torch.cuda.is_available()}); use device=cpu")
+        raise ValueError(
+            f"device={platform}: strategy={name} needs a PyTorch build that sees this device "
+            f"(torch {torch.__version__} has CUDA: {torch.cuda.is_available()}); use device=cpu"
+        )
 
 
 def torch_program(problem, n_iter: int, compiled: bool, mode: str = "default"):

@@ -18,7 +18,7 @@ gradient of :func:`plnexp.model.full_value_and_grad` / ``profiled_value_and_grad
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -133,10 +133,12 @@ class TorchModel:
 
 
 MODELS: dict[str, TorchModel] = {
-    "full": TorchModel("full", lambda s: {"B": s.B, "M": s.M, "S": s.S}, full_elbo, full_value_and_grad,
-                       _complete_full),
-    "profiled": TorchModel("profiled", lambda s: {"M": s.M, "S": s.S}, profiled_elbo, profiled_value_and_grad,
-                           _complete_profiled),
+    "full": TorchModel(
+        "full", lambda s: {"B": s.B, "M": s.M, "S": s.S}, full_elbo, full_value_and_grad, _complete_full
+    ),
+    "profiled": TorchModel(
+        "profiled", lambda s: {"M": s.M, "S": s.S}, profiled_elbo, profiled_value_and_grad, _complete_profiled
+    ),
 }
 
 

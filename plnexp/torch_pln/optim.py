@@ -14,7 +14,7 @@ does under ``jax_enable_x64`` (float64) or without it (float32).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import optax
 import torch
@@ -76,10 +76,11 @@ def scale_by_rprop(updates, state, eta_minus=0.5, eta_plus=1.2, min_step_size=1e
         step = state.step_sizes[k]
         factor = torch.where(s > 0, torch.full_like(step, eta_plus), torch.full_like(step, eta_minus))
         step_sizes[k] = torch.where(s == 0, step, torch.clamp(step * factor, min=min_step_size, max=max_step_size))
-    prev_updates = {k: torch.where(sign[k] < 0, torch.zeros_like(updates[k]), step_sizes[k] * torch.sign(updates[k]))
-                    for k in updates}
-    out = {k: torch.where(sign[k] < 0, torch.zeros_like(state.prev_updates[k]), state.prev_updates[k])
-           for k in updates}
+    prev_updates = {
+        k: torch.where(sign[k] < 0, torch.zeros_like(updates[k]), step_sizes[k] * torch.sign(updates[k]))
+        for k in updates
+    }
+    out = {k: torch.where(sign[k] < 0, torch.zeros_like(state.prev_updates[k]), state.prev_updates[k]) for k in updates}
     return out, optax.ScaleByRpropState(step_sizes, prev_updates)
 
 
@@ -89,33 +90,41 @@ def _scale(updates, step_size: float):
 
 def radam_clip(lr: float | None = None) -> Callable:
     """chain(scale_by_radam(), scale(-1.0), clip(0.1)); like the JAX one, it has no learning rate."""
+
     def update(grads, state, params):
         u, radam_state = scale_by_radam(grads, state[0])
         u = {k: torch.clamp(v, -0.1, 0.1) for k, v in _scale(u, -1.0).items()}
         return u, (radam_state, *state[1:])
+
     return update
 
 
 def adam(lr: float) -> Callable:
     """chain(scale_by_adam(), scale_by_learning_rate(lr)) = ... scale(-lr)."""
+
     def update(grads, state, params):
         u, adam_state = scale_by_adam(grads, state[0])
         return _scale(u, -1 * lr), (adam_state, *state[1:])
+
     return update
 
 
 def rprop(lr: float) -> Callable:
     """chain(scale_by_rprop(lr), scale(-1.0)); ``lr`` only sets the initial step sizes (in the state)."""
+
     def update(grads, state, params):
         u, rprop_state = scale_by_rprop(grads, state[0])
         return _scale(u, -1.0), (rprop_state, *state[1:])
+
     return update
 
 
 def sgd(lr: float) -> Callable:
     """chain(identity(), scale_by_learning_rate(lr)) = scale(-lr)."""
+
     def update(grads, state, params):
         return _scale(grads, -1 * lr), state
+
     return update
 
 

@@ -38,8 +38,8 @@ import time
 import warnings
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Callable
+from functools import cache
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -59,8 +59,9 @@ def make_step(problem: Problem):
     """``step(state, data) -> (state, elbo)`` in torch for the JAX ``problem``: its model, its
     optimizer (``problem.optimizer``, name and learning rate) and its gradient (analytic|autodiff)."""
     if problem.optimizer is None:
-        raise ValueError("a torch strategy needs the optimizer's name: build the Problem with "
-                         "plnexp.fitting.make_problem")
+        raise ValueError(
+            "a torch strategy needs the optimizer's name: build the Problem with plnexp.fitting.make_problem"
+        )
     model = MODELS[problem.model.name]
     gradient = GRADIENTS[next(k for k, v in JAX_GRADIENTS.items() if v is problem.gradient)]
     update = OPTIMIZERS[problem.optimizer.name](problem.optimizer.lr)
@@ -167,7 +168,7 @@ def cold_compile():
         yield
 
 
-@lru_cache(maxsize=None)
+@cache
 def warm_up(device_type: str) -> float:
     """Once per process and device type: a trivial ``torch.compile`` (seconds of imports, Inductor's
     compile workers and a first C++ or Triton build), so that ``compile_s`` is the step's own compile,
@@ -190,8 +191,10 @@ def no_recompiles(where: Callable[[], str]):
         try:
             yield
         except torch._dynamo.exc.RecompileError as e:
-            raise StepRecompiledError(f"torch_compile recompiled the step {where()} ({guard_failures(str(e))}): "
-                                      "a plnexp bug, please report it") from None
+            raise StepRecompiledError(
+                f"torch_compile recompiled the step {where()} ({guard_failures(str(e))}): "
+                "a plnexp bug, please report it"
+            ) from None
 
 
 def guard_failures(message: str) -> str:
@@ -232,7 +235,7 @@ class TorchProgram(OneDevice):
         cudagraphs = self.compiled and self.mode in CUDAGRAPH_MODES and device.type == "cuda"
         curve, i = [], 0
         with threads(), no_recompiles(lambda: f"at iteration {i + 1} of {self.n_iter}"):  # entered once
-            for i in range(self.n_iter):
+            for i in range(self.n_iter):  # noqa: B007 - i is read by no_recompiles' message above
                 if cudagraphs:  # the previous step's outputs are this step's inputs
                     torch.compiler.cudagraph_mark_step_begin()
                 tstate, elbo = step(tstate, tdata)

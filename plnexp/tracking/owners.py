@@ -146,8 +146,9 @@ def _configured_cluster(path: str, conf: str) -> str:
     from .. import slurm
 
     try:
-        out = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True,
-                             timeout=slurm.QUERY_TIMEOUT_S)
+        out = subprocess.run(
+            ["scontrol", "show", "config"], capture_output=True, text=True, timeout=slurm.QUERY_TIMEOUT_S
+        )
     except (OSError, subprocess.SubprocessError):
         return ""
     for line in out.stdout.splitlines() if out.returncode == 0 else []:
@@ -199,9 +200,11 @@ class SlurmJob:
 
     def end_reason(self) -> tuple[str, str]:
         state = self.state or "ENDED"
-        return (f"slurm job {self.job} {state}",
-                f"slurm job {self.job} ended {state} without closing this run (scancel, time limit, preemption, "
-                "node failure or a crash)")
+        return (
+            f"slurm job {self.job} {state}",
+            f"slurm job {self.job} ended {state} without closing this run (scancel, time limit, preemption, "
+            "node failure or a crash)",
+        )
 
     @classmethod
     def from_tags(cls, tags: dict[str, str]) -> SlurmJob | None:

@@ -31,7 +31,7 @@ def _search_experiments(cl, filter_string: str) -> list:
     exps = [e.experiment_id for e in cl.search_experiments(view_type=ViewType.ALL)]
     runs = []
     for start in range(0, len(exps), 100):
-        runs += _search_all(cl, exps[start:start + 100], filter_string)
+        runs += _search_all(cl, exps[start : start + 100], filter_string)
     return runs
 
 
@@ -113,7 +113,7 @@ def latest_parent(uri: str, experiment: str | None = None):
         exp_ids = [e.experiment_id for e in cl.search_experiments(view_type=ViewType.ACTIVE_ONLY)]
     newest = None
     for start in range(0, len(exp_ids), 100):
-        for r in _search_all(cl, exp_ids[start:start + 100], "tags.`sweep` LIKE '%'"):
+        for r in _search_all(cl, exp_ids[start : start + 100], "tags.`sweep` LIKE '%'"):
             if is_parent(r) and (newest is None or (r.info.start_time or 0) > (newest.info.start_time or 0)):
                 newest = r
     return newest

@@ -81,9 +81,17 @@ def end_children(parent: Parent, status: str, reason: str, code: str) -> list[di
             ended += end_running(cl, [r], "FAILED", *reversed(gone.end_reason()))
     if ended:
         runs = children(cl, parent)
-    return [{"name": r.info.run_name, "status": r.info.status, "reason": r.data.tags.get("status_reason", ""),
-             "metrics": dict(r.data.metrics), "job": int(r.data.tags.get(JOB_TAG, 0) or 0),
-             "replicate": int(r.data.tags.get("replicate", 0) or 0)} for r in runs]
+    return [
+        {
+            "name": r.info.run_name,
+            "status": r.info.status,
+            "reason": r.data.tags.get("status_reason", ""),
+            "metrics": dict(r.data.metrics),
+            "job": int(r.data.tags.get(JOB_TAG, 0) or 0),
+            "replicate": int(r.data.tags.get("replicate", 0) or 0),
+        }
+        for r in runs
+    ]
 
 
 def process_runs(uri: str) -> list:

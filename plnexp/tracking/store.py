@@ -85,7 +85,7 @@ class _Retrying:
             for delay in RETRY_DELAYS_S:
                 try:
                     return attr(*args, **kwargs)
-                except Exception as e:  # noqa: BLE001 - only a locked database is retried
+                except Exception as e:  # only a locked database is retried
                     if not _is_locked(e):
                         raise
                     log.info("%s: database is locked, retrying in %.2f s", name, delay)
@@ -106,7 +106,7 @@ def client(uri: str):
 
 def _sqlite_path(uri: str) -> Path | None:
     """The database file of ``sqlite:///relative/path`` or ``sqlite:////absolute/path``."""
-    rest = uri[len("sqlite://"):].split("?", 1)[0]
+    rest = uri[len("sqlite://") :].split("?", 1)[0]
     if not rest.startswith("/") or rest in ("/", "/:memory:"):
         return None
     return Path(rest[1:])

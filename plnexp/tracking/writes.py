@@ -103,8 +103,9 @@ def start_job(cl, exp_id: str, job, parent_id: str | None = None, tags: dict | N
     all_tags.update({"overrides": " ".join(job.overrides), "dataset": cfg.dataset.label, **(tags or {})})
     if job.output_dir:
         all_tags["hydra_output_dir"] = job.output_dir
-    run = cl.create_run(exp_id, start_time=int(job.started * 1000), run_name=job.name,
-                        tags={k: str(v) for k, v in all_tags.items()})
+    run = cl.create_run(
+        exp_id, start_time=int(job.started * 1000), run_name=job.name, tags={k: str(v) for k, v in all_tags.items()}
+    )
     return run.info.run_id
 
 
@@ -129,10 +130,9 @@ def finish_job(cl, run_id: str, job) -> None:
     curve = job.curve()
     metrics += [_metric(CURVE_KEY, v, step=i, ts=now) for i, v in enumerate(curve)]
     metrics += [_metric(GAP_KEY, v, step=i, ts=now) for i, v in enumerate(job.gap_curve())]
-    cl.log_batch(run_id, metrics=metrics[:1000], params=params[:100],
-                 tags=[RunTag(k, str(v)) for k, v in tags.items()])
+    cl.log_batch(run_id, metrics=metrics[:1000], params=params[:100], tags=[RunTag(k, str(v)) for k, v in tags.items()])
     for start in range(1000, len(metrics), 1000):
-        cl.log_batch(run_id, metrics=metrics[start:start + 1000])
+        cl.log_batch(run_id, metrics=metrics[start : start + 1000])
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         (tmp / "config.yaml").write_text(job.config_yaml())
@@ -141,9 +141,11 @@ def finish_job(cl, run_id: str, job) -> None:
 
             elbo_png(curve, f"{job.name}  ({job.status})", tmp / "elbo.png")
         if job.result is not None:
-            analysis = {"cost_analysis": job.result.timing.cost_analysis,
-                        "memory_analysis": job.result.timing.memory_analysis,
-                        "runs_s": list(job.result.timing.runs_s)}
+            analysis = {
+                "cost_analysis": job.result.timing.cost_analysis,
+                "memory_analysis": job.result.timing.memory_analysis,
+                "runs_s": list(job.result.timing.runs_s),
+            }
             (tmp / "analysis.json").write_text(json.dumps(analysis, indent=1, default=str))
         cl.log_artifacts(run_id, str(tmp))
     cl.set_terminated(run_id, job.status, end_time=int((job.ended or time.time()) * 1000))
@@ -163,8 +165,11 @@ def log_report(uri: str, run_id: str, folder: Path, metrics: dict, tags: dict) -
 
     cl = client(uri)
     now = int(time.time() * 1000)
-    cl.log_batch(run_id, metrics=[_metric(k, v, ts=now) for k, v in metrics.items() if np.isfinite(v)],
-                 tags=[RunTag(k, str(v)) for k, v in tags.items()])
+    cl.log_batch(
+        run_id,
+        metrics=[_metric(k, v, ts=now) for k, v in metrics.items() if np.isfinite(v)],
+        tags=[RunTag(k, str(v)) for k, v in tags.items()],
+    )
     cl.log_artifacts(run_id, str(folder), "report")
 
 
