@@ -1,36 +1,229 @@
-"""Shared fixtures: a migrated MLflow sqlite store made once per session, copied per test."""
+"""Shared fixtures and the suite's rules.
+
+- Markers say what a test needs, and a test whose need is missing here skips saying why
+  (:func:`pytest_collection_modifyitems`): ``slow``, ``multidevice`` (two JAX CPU devices),
+  ``native`` (the scan_fused kernel built), ``browser`` (Chromium, chromedriver, selenium),
+  ``cluster`` (root, SLURM, munge, PostgreSQL 15, the cluster extra).
+- Signals as a terminal gives them (:func:`pytest_configure`), whoever started pytest.
+- Every process a test starts through :func:`spawn` is ended by its pid when the test ends, pass
+  or fail (:func:`reap`); the command line runs in this process (:func:`plnexp_main`) where a
+  process is not the point.
+- Stores: a migrated MLflow sqlite store made once per session, copied per test (``outputs``); one
+  real sweep made once per session, copied per test (``swept``).
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
+import signal
+import sqlite3
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # tests/reference_np.py: independent float64 numpy maths
+TESTS = Path(__file__).parent
+PLUGINS = TESTS / "plugins"  # the blocking strategy, as an installed plugin would be (plnexp_test_strategies.py)
+sys.path.insert(0, str(TESTS))  # tests/reference_np.py: independent float64 numpy maths
 
-import plnexp  # sets XLA_FLAGS before any test touches jax
+import plnexp  # noqa: E402 - first of plnexp's imports: sets XLA_FLAGS before any test touches jax
+
+# after plnexp's registry has loaded its plugins: the test process's registry holds the blocking
+# strategy only inside the tests that ask for it (fixture ``blocking``)
+sys.path.append(str(PLUGINS))
+
+
+def pytest_configure(config):
+    """A shell starts a background job (``cmd &``, ``nohup cmd &``) with SIGINT ignored, and an ignored
+    signal stays ignored across fork and exec: the tests of Ctrl-C would then see nothing. The suite
+    relies on the dispositions a terminal gives, so it sets them here, in pytest's process and each
+    xdist worker's; the processes tests start inherit them (a Python handler becomes the default
+    action across exec, which a child Python turns into KeyboardInterrupt again)."""
+    if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.SIG_DFL):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _missing_needs() -> dict[str, str | None]:
+    """marker -> why its tests cannot run here (None: they can)."""
+    from browser import find as find_browser
+
+    import daemons
+    from plnexp.strategies import fused
+
+    needs: dict[str, str | None] = {}
+    try:
+        fused.check("scan_fused")
+        needs["native"] = None
+    except ValueError as e:
+        needs["native"] = str(e)
+    try:
+        import selenium  # noqa: F401 - is the test extra's browser driver installed?
+
+        needs["browser"] = None if find_browser() else "Debian's chromium and chromium-driver are not installed"
+    except ImportError:
+        needs["browser"] = "selenium is not installed: pip install -e '.[test]'"
+    try:
+        import hydra_plugins.hydra_submitit_launcher  # noqa: F401 - is the cluster extra installed?
+        import psycopg  # noqa: F401 - is the cluster extra installed?
+
+        needs["cluster"] = daemons.missing()
+    except ImportError as e:
+        needs["cluster"] = f"plnexp's cluster extra is not installed ({e}): pip install -e '.[cluster]'"
+    return needs
 
 
 def pytest_collection_modifyitems(config, items):
-    """``multidevice`` tests need two JAX CPU devices, which must be asked for before JAX starts: the
-    main run (one device) skips them saying so; ``JAX_NUM_CPU_DEVICES=2 python -m pytest -m
-    multidevice`` (README's test command, .ci/run) runs them."""
-    marked = [item for item in items if item.get_closest_marker("multidevice")]
-    if not marked:
+    """Each marked test skips, saying why, where what its marker names is missing. ``multidevice``:
+    two JAX CPU devices, which must be asked for before JAX starts, so the main run (one device)
+    skips them and ``JAX_NUM_CPU_DEVICES=2 python -m pytest -m multidevice`` (.ci/run) runs them."""
+    marked = {m: [i for i in items if i.get_closest_marker(m)] for m in ("native", "browser", "cluster", "multidevice")}
+    if not any(marked.values()):
         return
-    import jax
+    needs = _missing_needs() if any(marked[m] for m in ("native", "browser", "cluster")) else {}
+    if marked["multidevice"]:
+        import jax
 
-    if len(jax.devices("cpu")) < 2:
-        skip = pytest.mark.skip(
-            reason=f"{len(jax.devices('cpu'))} JAX CPU device here; run them with "
-            "JAX_NUM_CPU_DEVICES=2 python -m pytest -m multidevice"
+        n = len(jax.devices("cpu"))
+        needs["multidevice"] = (
+            None
+            if n >= 2
+            else f"{n} JAX CPU device here; run them with JAX_NUM_CPU_DEVICES=2 python -m pytest -m multidevice"
         )
-        for item in marked:
-            item.add_marker(skip)
+    for marker, tests in marked.items():
+        if needs.get(marker):
+            skip = pytest.mark.skip(reason=f"{marker}: {needs[marker]}")
+            for item in tests:
+                item.add_marker(skip)
+
+
+# ---------------------------------------------------------------- processes
+_started: list[subprocess.Popen] = []
+
+
+def spawn(cmd, *, env=None, new_session: bool = True, **kw) -> subprocess.Popen:
+    """``subprocess.Popen(cmd)`` in a session of its own (so that its children can be ended with it),
+    ended by :func:`reap` when the test ends whatever happened. ``env``: the test's environment
+    (``os.environ`` as the test set it) by default."""
+    proc = subprocess.Popen(cmd, env=dict(os.environ) if env is None else env, start_new_session=new_session, **kw)
+    _started.append(proc)
+    return proc
+
+
+def end(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+    """End ``proc`` and, where it leads a session, its whole process group: SIGTERM, then SIGKILL."""
+    if proc.poll() is None:
+        group = os.getpgid(proc.pid) == proc.pid if _alive(proc.pid) else False
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(proc.pid, sig) if group else proc.send_signal(sig)
+            except ProcessLookupError:
+                break
+            try:
+                proc.wait(grace_s)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+    try:  # what it started and left behind in its group (joblib's workers)
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for stream in (proc.stdout, proc.stderr, proc.stdin):
+        if stream is not None:
+            stream.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.getpgid(pid)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+@pytest.fixture(autouse=True)
+def reap():
+    """Every process the test started with :func:`spawn` is ended by its pid, pass or fail."""
+    n = len(_started)
+    yield
+    while len(_started) > n:
+        end(_started.pop())
+
+
+def plugin_env(**extra: str) -> dict[str, str]:
+    """The test's environment with the test plugins (the ``blocking`` strategy) importable, for a process."""
+    path = os.pathsep.join(p for p in (str(PLUGINS), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
+@pytest.fixture
+def release(tmp_path, monkeypatch) -> Path:
+    """The file whose creation releases a ``blocking`` job (``$PLNEXP_TEST_RELEASE``, for this process and
+    those it starts); ``waiting(release)`` lists the pids of the jobs blocked on it."""
+    path = tmp_path / "release"
+    monkeypatch.setenv("PLNEXP_TEST_RELEASE", str(path))
+    return path
+
+
+def waiting(release: Path) -> list[int]:
+    """The pids of the processes whose ``blocking`` fit has waited on ``release``."""
+    return sorted(int(p.name.rsplit(".", 1)[1]) for p in release.parent.glob(f"{release.name}.waiting.*"))
+
+
+@pytest.fixture
+def blocking(release, monkeypatch):
+    """The ``blocking`` strategy in this process's registry, for this test."""
+    from plnexp_test_strategies import BLOCKING
+
+    from plnexp.strategies import STRATEGIES
+
+    monkeypatch.setitem(STRATEGIES, "blocking", BLOCKING)
+    return release
+
+
+# ---------------------------------------------------------------- the command line in this process
+@dataclass
+class Ran:
+    """What ``python -m plnexp ARGS`` gave: as ``subprocess.CompletedProcess`` has it."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def plnexp_main(capsys, monkeypatch):
+    """``python -m plnexp ARGS`` in this process (``plnexp.__main__.main``), its output captured, its
+    log lines on stderr as the command line writes them; ``cwd``: the working directory meanwhile."""
+    from plnexp import __main__ as entry
+
+    def call(*args: str, cwd: Path | None = None) -> Ran:
+        if cwd is not None:
+            monkeypatch.chdir(cwd)
+        capsys.readouterr()
+        logger = logging.getLogger("plnexp")
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(entry._OneLine())
+        saved = logger.level, logger.propagate
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+        try:
+            code = entry.main(list(args))
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+        finally:
+            logger.removeHandler(handler)
+            logger.level, logger.propagate = saved
+        out, err = capsys.readouterr()
+        return Ran(code, out, err)
+
+    return call
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -94,16 +287,20 @@ def store_client(outputs: Path):
     return MlflowClient(tracking_uri=f"sqlite:///{outputs / 'mlflow.db'}")
 
 
-def plnexp_cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``python -m plnexp ARGS`` in a subprocess (environment inherited, e.g. PLNEXP_OUTPUTS)."""
-    return subprocess.run(
+def plnexp_cli(*args: str, cwd: Path, timeout: float = 300, env=None) -> subprocess.CompletedProcess:
+    """``python -m plnexp ARGS`` in a subprocess (environment inherited, e.g. PLNEXP_OUTPUTS), for the
+    tests where a process is the point (exit codes of a real interpreter, imports, signals); ended by
+    its pid if it outlives ``timeout``."""
+    proc = spawn(
         [sys.executable, "-m", "plnexp", *args],
         cwd=cwd,
-        capture_output=True,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
-        env=dict(os.environ),
     )
+    out, err = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 @pytest.fixture
@@ -121,3 +318,62 @@ def exited_pid() -> int:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
     return proc.pid
+
+
+# ---------------------------------------------------------------- one real sweep, made once
+SWEEP = ("sweep", "strategy=scan,fori_loop", "dataset.replication=1", "n_iter=20", "warmup=0")
+
+
+@dataclass(frozen=True)
+class Swept:
+    """A copy of the session's real sweep (:data:`SWEEP`: scan and fori_loop on oaks, 20 iterations,
+    its report made), in ``outputs``, which is this test's ``PLNEXP_OUTPUTS``."""
+
+    outputs: Path
+    parent_id: str
+    experiment: str = "strategies"
+
+    @property
+    def uri(self) -> str:
+        return f"sqlite:///{self.outputs / 'mlflow.db'}"
+
+
+def copy_outputs(src: Path, dst: Path) -> None:
+    """Copy an outputs folder (its sqlite store, artifacts, reports) so that the copy stands alone: the
+    store's absolute artifact locations are moved to the copy's folder."""
+    shutil.copytree(src, dst, symlinks=True)
+    old, new = src.resolve().as_uri(), dst.resolve().as_uri()
+    with sqlite3.connect(dst / "mlflow.db") as db:
+        db.execute("UPDATE experiments SET artifact_location = replace(artifact_location, ?, ?)", (old, new))
+        db.execute("UPDATE runs SET artifact_uri = replace(artifact_uri, ?, ?)", (old, new))
+    db.close()
+
+
+@pytest.fixture(scope="session")
+def swept_once(tmp_path_factory, migrated_store) -> Swept:
+    """The session's real sweep, fitted once (each xdist worker fits its own)."""
+    from mlflow import MlflowClient
+
+    from plnexp.__main__ import main
+
+    out = tmp_path_factory.mktemp("swept") / "outputs"
+    out.mkdir()
+    shutil.copy(migrated_store, out / "mlflow.db")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PLNEXP_OUTPUTS", str(out))
+        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+        assert main(list(SWEEP)) == 0
+    cl = MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow.db'}")
+    exp = cl.get_experiment_by_name("strategies")
+    (parent,) = [r for r in cl.search_runs([exp.experiment_id]) if "mlflow.parentRunId" not in r.data.tags]
+    return Swept(out, parent.info.run_id)
+
+
+@pytest.fixture
+def swept(swept_once, tmp_path, monkeypatch) -> Swept:
+    """A fresh copy of the session's real sweep, as this test's outputs (``PLNEXP_OUTPUTS``)."""
+    out = tmp_path / "outputs"
+    copy_outputs(swept_once.outputs, out)
+    monkeypatch.setenv("PLNEXP_OUTPUTS", str(out))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    return Swept(out, swept_once.parent_id)

@@ -109,6 +109,19 @@ def _need_root(what: str) -> None:
         raise Unavailable(f"{what} needs root to start its daemons (this user is uid {os.geteuid()})")
 
 
+def missing() -> str | None:
+    """Why the cluster tests cannot start their daemons here, in one line (None: they can). Checked at
+    collection (``cluster`` marker); each daemon checks again as it starts."""
+    if os.geteuid() != 0:
+        return f"the cluster's daemons need root (this user is uid {os.geteuid()})"
+    absent = [tool for tool in ("slurmctld", "slurmd", "munged", "sinfo") if shutil.which(tool) is None]
+    if absent:
+        return f"{', '.join(absent)} not found: apt-get install slurm-wlm munge (as .ci/run does)"
+    if not (PG_BIN / "initdb").exists():
+        return f"PostgreSQL 15 not found in {PG_BIN}"
+    return None
+
+
 # -------------------------------------------------------------------------------------------- SLURM
 SLURM_CONF = """\
 ClusterName=plnexp-test

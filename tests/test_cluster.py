@@ -18,7 +18,8 @@ import pytest
 
 import daemons
 
-pytestmark = pytest.mark.slow
+# one xdist worker runs them all: the module's daemons are started once, and never twice at a time
+pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.xdist_group("cluster"), pytest.mark.timeout(600)]
 
 SWEEP = (
     "hydra/launcher=slurm",

@@ -30,7 +30,7 @@ try:  # selenium (the test extra) drives the browser; the chrome fixture skips s
 except ImportError:
     pass
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.xdist_group("browser")]
 CLOSE_ASSISTANT = 'button[data-component-id="mlflow.assistant.chat_panel.close"]'  # opens by default in 3.17
 EXPAND = 'button[data-component-id$="runnamecellrenderer.tsx_46"]'  # the "+" before a parent run's name
 CHROMIUM = find()

@@ -26,6 +26,7 @@ import plnexp
 from plnexp.data import simulate
 from plnexp.strategies import StrategySpec, fused
 
+pytestmark = pytest.mark.native
 if fused.library_path() is None:
     if shutil.which("g++") or shutil.which("c++"):
         pytest.fail(

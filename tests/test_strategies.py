@@ -42,7 +42,7 @@ from plnexp.fitting import make_problem
 from plnexp.model import MODELS, Arrays, PLNState, full_elbo, init_state, profiled_elbo
 from plnexp.optim import OptimizerSpec
 from plnexp.problem import FitState
-from plnexp.strategies import TORCH_STRATEGIES, StrategySpec, build, torch_loops
+from plnexp.strategies import NATIVE_STRATEGIES, TORCH_STRATEGIES, StrategySpec, build, torch_loops
 from plnexp.strategies.scans import CONTAINERS, FIELDS, DataclassCarry, NamedTupleCarry, PytreeCarry
 
 N_ITER = 50
@@ -124,6 +124,8 @@ def _strategy(name):
     marks = [pytest.mark.slow] if name in slow else []
     if name in TORCH_STRATEGIES and not torch_loops.torch_available():
         marks.append(pytest.mark.skip(reason="PyTorch not installed: pip install -e '.[torch]'"))
+    if name in NATIVE_STRATEGIES:
+        marks.append(pytest.mark.native)  # skips, saying why, where the kernel was not built
     return pytest.param(name, marks=marks)
 
 

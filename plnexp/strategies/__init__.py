@@ -258,6 +258,35 @@ def all_option_names() -> dict[str, tuple[str, ...]]:
     return out
 
 
+PLUGIN_GROUP = "plnexp.strategies"  # entry points naming a Strategy: strategies other packages add
+
+
+def register(strategy: Strategy) -> Strategy:
+    """Adds ``strategy`` to the registry (what a plugin's entry point does, see :func:`load_plugins`);
+    a name already taken is refused in one line. It is then chosen like any other strategy, with
+    ``strategy.name=NAME`` (or ``strategy=NAME`` where a ``strategy/NAME.yaml`` is on Hydra's search path)."""
+    if strategy.name in STRATEGIES:
+        raise ValueError(f"strategy {strategy.name!r} is registered already; allowed new names are any but "
+                         f"{', '.join(STRATEGIES)}")
+    STRATEGIES[strategy.name] = strategy
+    return strategy
+
+
+def load_plugins() -> None:
+    """Registers the strategies that installed packages declare in the entry-point group
+    ``plnexp.strategies`` (each entry point names a :class:`Strategy`); run once, at import. The
+    test suite's ``blocking`` strategy comes this way into the processes the tests start."""
+    from importlib.metadata import entry_points
+
+    for point in entry_points(group=PLUGIN_GROUP):
+        if point.name not in STRATEGIES:
+            strategy = point.load()
+            if not isinstance(strategy, Strategy) or strategy.name != point.name:
+                raise TypeError(f"entry point {point.name} = {point.value} (group {PLUGIN_GROUP}): allowed values "
+                                f"are a plnexp.strategies.Strategy named {point.name!r}")
+            register(strategy)
+
+
 @lru_cache(maxsize=64)
 def build(problem: Problem, n_iter: int, spec: StrategySpec, replicates: int = 1) -> Program:
     """The Program for this (problem, n_iter, strategy, replicates); cached so that a second fit of
@@ -283,4 +312,8 @@ __all__ = [
     "NoOptions",
     "option",
     "all_option_names",
+    "register",
+    "load_plugins",
 ]
+
+load_plugins()
