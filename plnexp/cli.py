@@ -13,6 +13,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -195,7 +196,8 @@ def plan(overrides: list[str], multirun: bool, *, check_device: bool = True) -> 
             fixed = [o for o, p in zip(overrides, parsed) if not p.is_sweep_override()]
             master = _compose(fixed, hydra=True)
             params = master.hydra.sweeper.params
-            params = OmegaConf.to_container(params, resolve=False) if params else {}
+            # a DictConfig of the swept keys' values (to_container's return type covers lists and values too)
+            params = cast(dict[str, Any], OmegaConf.to_container(params, resolve=False)) if params else {}
             grid_args = [f"{k}={v}" for k, v in params.items()] + overrides
             grid = expand(_parse(grid_args))
             for job in grid:

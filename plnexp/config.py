@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar, cast
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
@@ -42,13 +42,16 @@ def group_options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
 
-Device = Enum("Device", {k: k for k in DEVICES}, type=str)
-ModelName = Enum("ModelName", {k: k for k in MODELS}, type=str)
-Init = Enum("Init", {k: k for k in INITS}, type=str)
-Gradient = Enum("Gradient", {k: k for k in GRADIENTS}, type=str)
+# the members come from the registries at import time (one list of names each), which mypy cannot enumerate
+Device = Enum("Device", {k: k for k in DEVICES}, type=str)  # type: ignore[misc]  # members built from DEVICES
+ModelName = Enum("ModelName", {k: k for k in MODELS}, type=str)  # type: ignore[misc]  # members built from MODELS
+Init = Enum("Init", {k: k for k in INITS}, type=str)  # type: ignore[misc]  # members built from INITS
+Gradient = Enum("Gradient", {k: k for k in GRADIENTS}, type=str)  # type: ignore[misc]  # members built from GRADIENTS
+
+_E = TypeVar("_E", bound=Enum)
 
 
-def _choice(key: str, value: Any, enum: type[Enum]) -> Enum:
+def _choice(key: str, value: Any, enum: type[_E]) -> _E:
     try:
         return enum(value)
     except ValueError:
@@ -106,7 +109,10 @@ class DatasetSpec:
     def base_label(self) -> str:
         raise NotImplementedError
 
-    label_tail: ClassVar[str] = ""  # after the replication (oaks: its covariates)
+    @property
+    def label_tail(self) -> str:
+        """After the replication (oaks: its covariates)."""
+        return ""
 
     @property
     def label(self) -> str:
@@ -312,7 +318,7 @@ class Config:
         ds = {"name": self.dataset.name, **{f.name: getattr(self.dataset, f.name) for f in fields(self.dataset)}}
         if "covariates" in ds and isinstance(ds["covariates"], tuple):
             ds["covariates"] = list(ds["covariates"])
-        out = {
+        out: dict[str, Any] = {
             "dataset": ds,
             "optimizer": {"name": self.optimizer.name, "lr": self.optimizer.lr},
             "strategy": self.strategy.as_dict(),
@@ -368,9 +374,11 @@ def loadable(config: Config) -> dict:
 
 def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
     """Validate and resolve a composed config into a frozen :class:`Config` (one-line errors)."""
+    node: dict[str, Any]
     if isinstance(cfg, DictConfig):
         try:
-            node = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+            # a DictConfig converts to a dict (to_container's return type covers lists and values too)
+            node = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True))
         except Exception as e:  # noqa: BLE001 - a ??? left unset, a broken interpolation: one line
             key = getattr(e, "full_key", "") or "config"
             if isinstance(e, MissingMandatoryValue):
@@ -411,7 +419,8 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
         raise ConfigError(str(e)) from None
     replicates = _int("replicates", node.get("replicates", 1), 1)
     try:
-        optimizer = OptimizerSpec(opt.get("name"), opt.get("lr"))
+        # the name as given (None where missing): OptimizerSpec checks it against its registry
+        optimizer = OptimizerSpec(cast(str, opt.get("name")), opt.get("lr"))
         strategy = StrategySpec.of(strat.pop("name", None), **strat)
         strategy.check(
             compile_cache,

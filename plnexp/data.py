@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -190,7 +190,7 @@ def check_full_rank(X: np.ndarray, names: Sequence[str], source) -> None:
 
 
 def design_matrix(
-    table: dict[str, np.ndarray | Sequence[str]], columns: Sequence[str], n: int
+    table: Mapping[str, np.ndarray | Sequence[str]], columns: Sequence[str], n: int
 ) -> tuple[np.ndarray, tuple[str, ...]]:
     """Intercept + the named columns; text columns become one-hot with the first level dropped."""
     blocks, names = [np.ones((n, 1))], ["intercept"]
@@ -262,6 +262,7 @@ def load_csv(
         if O.shape != Y.shape:
             raise DataError(f"offsets file {offsets}: shape {O.shape} does not match counts {Y.shape}")
         O = check_offsets(O, offsets, log_offsets)
+    names: tuple[str, ...]
     if covariates is None:
         X, names = np.ones((n, 1)), ("intercept",)
     else:

@@ -520,7 +520,7 @@ def elbo_check(
         arrays = data.to_device(dtype, device)
         params = {k: jax.device_put(np.asarray(v, dtype), device) for k, v in random_params(model, data, seed).items()}
         state = jax.jit(model.complete)(params, arrays)
-        centred = model.centred_m(state, arrays)
+        centred: jax.Array | np.ndarray = model.centred_m(state, arrays)
         jitted = [(label, float(fn(model, state, arrays))) for label, fn in functions]
         host_state = {k: np.asarray(getattr(state, k), np.float64) for k in ("B", "S", "Sigma")}
         centred = np.asarray(centred, np.float64)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
-from collections.abc import Sequence
 
 import jax
 import numpy as np
@@ -136,7 +135,7 @@ def fit(
 
 
 def fit_replicates(
-    data: Data | Sequence[Data], replicates: int, *, seed: int = 0, timed: bool = True, **kwargs
+    data: Data | list[Data] | tuple[Data, ...], replicates: int, *, seed: int = 0, timed: bool = True, **kwargs
 ) -> list[FitResult]:
     """``replicates`` fits in one compiled program (``jax.vmap`` of the strategy's fit), one
     :class:`FitResult` each: of one data set from the initial seeds ``seed, seed+1, ...`` (use
@@ -155,7 +154,7 @@ def run(data: Data, spec: FitSpec, *, timed: bool = True) -> FitResult:
     return result
 
 
-def run_all(data: Data | Sequence[Data], spec: FitSpec, *, timed: bool = True) -> list[FitResult]:
+def run_all(data: Data | list[Data] | tuple[Data, ...], spec: FitSpec, *, timed: bool = True) -> list[FitResult]:
     """The ``spec.replicates`` fits ``spec`` describes, in one program: on one data set ``data``
     (replicate k from initial seed ``spec.seed + k``), or replicate k on ``data[k]``. Placed as the
     strategy's program places them (on the spec's device, resolved here where it runs), timed together

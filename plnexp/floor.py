@@ -234,7 +234,7 @@ def cache_file(ident: dict[str, str], folder: Path | None = None) -> Path:
 def _read(path: Path, ident: dict) -> dict:
     """The file's entries ({"copy": {...}, "dot": {...}}); empty when missing, unreadable, corrupt,
     of another format or of another machine."""
-    empty = {"copy": {}, "dot": {}}
+    empty: dict[str, dict] = {"copy": {}, "dot": {}}
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):

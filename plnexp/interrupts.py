@@ -24,7 +24,7 @@ import socket
 import sys
 import threading
 from contextlib import contextmanager
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 REDELIVER_S = 0.01
@@ -63,7 +63,7 @@ def _main_thread() -> bool:
 
 
 @contextmanager
-def deferred():
+def deferred() -> Iterator[None]:
     """Hold SIGINT/SIGTERM back inside the block; the first one that came is raised at its end."""
     if not _main_thread():
         yield
@@ -110,7 +110,7 @@ def _guard_in_place() -> _Guard | None:
 class _Guard:
     """The handlers and the helper thread of one :func:`handled` block."""
 
-    def __init__(self, on_force: Callable[[int], None] | None, signals: tuple = SIGNALS):
+    def __init__(self, on_force: Callable[[int], object] | None, signals: tuple = SIGNALS):
         self.on_force = on_force
         self.signals = tuple(signals)
         self.reacted = threading.Event()  # the main thread's handler ran
@@ -192,7 +192,7 @@ class _NoGuard:
 
 
 @contextmanager
-def handled(on_force: Callable[[int], None] | None = None, signals: tuple = SIGNALS):
+def handled(on_force: Callable[[int], object] | None = None, signals: tuple = SIGNALS):
     """SIGINT and SIGTERM (or ``signals``, which must include them: a SLURM job adds SIGUSR2) raise
     :class:`Interrupted` in the main thread inside the block."""
     if not _main_thread():

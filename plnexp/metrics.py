@@ -81,7 +81,7 @@ TERMINAL = tuple(m for m in COLUMNS if m.in_terminal)
 REPORT = tuple(m for m in COLUMNS if m.in_report)
 
 
-def cell(metric: Metric, value: float) -> str:
+def cell(metric: Metric, value: float | None) -> str:
     """The value in its column's format; "-" where not measured (NaN, missing, infinite)."""
     import math
 

@@ -24,13 +24,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import cho_solve
+
+if TYPE_CHECKING:
+    from .data import Data
 
 
 @jax.tree_util.register_pytree_node_class
@@ -252,7 +255,8 @@ class Model:
     - ``value_and_grad(params, state, data)``: (elbo, its gradient), written out by hand; valid for
       a complete ``state`` whose free part is ``params`` (what every fit step has);
     - ``complete(params, data)``: the full :class:`PLNState`, closed forms filled in;
-    - ``centred_m(state, data)``: M as the centred residual W (the reporting convention).
+    - ``centred_m(state, data)``: M as the centred residual W (the reporting convention); it reads
+      ``data.X`` only, so the host's :class:`~plnexp.data.Data` does as well.
     """
 
     name: str
@@ -260,7 +264,7 @@ class Model:
     elbo: Callable[[Params, PLNState, Arrays], jax.Array]
     value_and_grad: Callable[[Params, PLNState, Arrays], tuple[jax.Array, Params]]
     complete: Callable[[Params, Arrays], PLNState]
-    centred_m: Callable[[PLNState, Arrays], jax.Array]
+    centred_m: Callable[[PLNState, Arrays | Data], jax.Array]
 
     def state_elbo(self, state: PLNState, data: Arrays) -> jax.Array:
         """Partial ELBO at a complete state (what the host reference re-computes)."""
@@ -301,7 +305,7 @@ def init_state(model: Model, data: Arrays, init: str, seed: int = 0) -> PLNState
     """
     if init not in ("seed", "data", "random"):
         raise ValueError(f"init={init!r}: allowed values are 'seed', 'data', 'random'")
-    noise = None
+    noise: np.ndarray | jax.Array | None = None
     if init == "random":
         noise = INIT_NOISE * np.random.default_rng(seed).standard_normal(data.Y.shape)
         if data.rows is not None:
@@ -325,4 +329,5 @@ def _init(model: Model, init: str, data: Arrays, noise: jax.Array | None) -> PLN
         if noise is not None:
             M = M + noise
     S = jnp.full((n, p), 1.0 if init == "seed" else 0.5, dtype)
-    return model.complete(model.free(PLNState(B, M, S, None, None)), data)
+    # no Sigma, Omega yet: free() reads B, M, S only, complete() computes them
+    return model.complete(model.free(PLNState(B, M, S, None, None)), data)  # type: ignore[arg-type]  # Sigma, Omega: None until complete()

@@ -108,7 +108,7 @@ def elbo_curves_png(panels: list[CurvePanel], path: str | Path, reference: str =
             style = dict(lw=1.4, ls=LINESTYLES[i % len(LINESTYLES)], color=f"C{i % 10}", alpha=0.9)
             y = np.maximum(best - c, floor) if gap else (-c if negative else c)
             ax.plot(np.arange(1, len(c) + 1), y, label=label, **style)
-            if dax is not None and c is not ref:
+            if dax is not None and ref is not None and c is not ref:  # dax: there is a ref
                 k = min(len(c), len(ref))
                 rel = np.abs(c[:k] - ref[:k]) / np.maximum(np.abs(ref[:k]), np.finfo(float).tiny)
                 dax.plot(np.arange(1, k + 1), np.where(rel > 0, rel, np.nan), **style)
@@ -233,8 +233,8 @@ def common_slopes(series: dict[str, tuple[list, list]]) -> tuple[dict[str, float
     every = set().union(*sizes.values()) if sizes else set()
     common = set.intersection(*sizes.values()) if sizes else set()
     slopes = {}
-    for k, (x, y) in series.items():
-        x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    for k, (x_list, y_list) in series.items():
+        x, y = np.asarray(x_list, dtype=float), np.asarray(y_list, dtype=float)
         keep = np.isin(x, sorted(common))
         slopes[k] = loglog_slope(x[keep], y[keep])
     return (
@@ -252,9 +252,9 @@ def scaling_png(series: dict[str, tuple[list, list]], xlabel: str, title: str, p
     ax = fig.add_subplot()
     slopes, missing_of, (lo, hi) = common_slopes(series)
     span = f" over {lo:g}–{hi:g}" if any(missing_of.values()) and lo < hi else ""
-    for i, (label, (x, y)) in enumerate(series.items()):
-        order = np.argsort(x)
-        x, y = np.asarray(x, dtype=float)[order], np.asarray(y, dtype=float)[order]
+    for i, (label, (x_list, y_list)) in enumerate(series.items()):
+        order = np.argsort(x_list)
+        x, y = np.asarray(x_list, dtype=float)[order], np.asarray(y_list, dtype=float)[order]
         slope, missing = slopes[label], missing_of[label]
         text = label + (f" (slope {slope:.2f}{span})" if np.isfinite(slope) else "")
         text += f"; missing {', '.join(f'{m:g}' for m in missing)}" if missing else ""

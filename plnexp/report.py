@@ -32,12 +32,17 @@ import tempfile
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 import numpy as np
 
 from . import plots, provenance, ranking, tracking
 from .config import ConfigError, outputs_dir
 from .metrics import REPORT, cell
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
 
 # params that do not define a comparison group: the strategy is what is compared; the data set is
 # named by its label (tag ``dataset``); n_iter may differ per strategy (caps), compared at a common length
@@ -98,7 +103,7 @@ class Entry:
 @dataclass
 class Report:
     experiment: str
-    parent: object  # the parent mlflow Run
+    parent: Run  # the parent mlflow run
     entries: list[Entry]  # one per job: a job of ``replicates=K`` is its replicate 0 (one program, one timing)
     extra_keys: list[str]
     common: dict = field(default_factory=dict)  # group -> common length, for groups whose lengths differ
@@ -314,17 +319,17 @@ def _iqr_ms(e: Entry) -> float:
     return hi - lo
 
 
-def columns(report: Report) -> list[tuple[str, str, object]]:
+def columns(report: Report) -> list[tuple[str, str, Callable[[Entry], object]]]:
     """(header, csv name, cell function) per column; every number of a column in one format."""
     f = lambda fmt, get: lambda e: "-" if not np.isfinite(get(e)) else fmt.format(get(e))
-    cols = [
+    cols: list[tuple[str, str, Callable[[Entry], object]]] = [
         ("strategy", "strategy", lambda e: e.strategy),
         ("data", "data", lambda e: e.data),
         ("n×p", "shape", lambda e: e.shape),
         ("precision", "precision", lambda e: e.precision),
         ("device", "device", lambda e: e.device),
     ]
-    cols += [(SHORT.get(k, k), k, lambda e, i=i: e.extra[i]) for i, k in enumerate(report.extra_keys)]
+    cols += [(SHORT.get(k, k), k, lambda e, i=i: e.extra[i]) for i, k in enumerate(report.extra_keys)]  # type: ignore[misc]  # mypy cannot infer a lambda with a default argument against Callable[[Entry], object]
     cols += [("status", "status", lambda e: e.status)]
     logged = {m.key: (m.header, m.key, lambda e, m=m: cell(m, e.m(m.key))) for m in REPORT}
     cols += [logged[k] for k in ("n_iter_run", "compile_s", "run_s", "ms_per_iter")]
@@ -365,8 +370,8 @@ def markdown_table(report: Report) -> str:
 
 def csv_text(report: Report) -> str:
     """The table with full-precision numbers (empty cells where a value was not measured)."""
-    raw = {
-        **{m.key: (lambda e, k=m.key: e.m(k)) for m in REPORT},
+    raw: dict[str, Callable[[Entry], object]] = {
+        **{m.key: (lambda e, k=m.key: e.m(k)) for m in REPORT},  # type: ignore[misc]  # mypy cannot infer a lambda with a default argument against Callable[[Entry], object]
         "speedup_vs_eager": lambda e: e.speedup_eager,
         "speedup_vs_scan": lambda e: e.speedup_scan,
         "x_floor": lambda e: e.x_floor,
@@ -380,7 +385,7 @@ def csv_text(report: Report) -> str:
     w = csv.writer(out, lineterminator="\n")
     w.writerow(["run_id", *(name for _, name, _ in cols)])
     for e in report.entries:
-        row = [e.run_id]
+        row: list[object] = [e.run_id]
         for _, name, get in cols:
             v = raw[name](e) if name in raw else get(e)
             row.append("" if isinstance(v, float) and not np.isfinite(v) else repr(v) if isinstance(v, float) else v)
@@ -659,6 +664,7 @@ def parent_metrics(report: Report, files: list[str]) -> tuple[dict, dict]:
             best_speedup_vs_eager=best.speedup_eager,
         )
         # only a winner beyond the noise (ranking.headline); "" when tied or contended
+        assert group is not None  # best is the fastest of it
         tags["fastest_strategy"] = report.ranked(group).winner
     lines = summary_lines(report)
     note = (
@@ -700,6 +706,7 @@ USAGE = "usage: python -m plnexp report [--experiment NAME] [--run PARENT_ID] [-
 def parse(args: list[str]) -> dict:
     """``--key value`` or ``--key=value`` for experiment, run, out; ConfigError for anything else."""
     allowed = {"--experiment": "experiment", "--run": "run_id", "--out": "out"}
+    out: dict[str, str | Path]
     out, rest = {}, list(args)
     while rest:
         a = rest.pop(0)

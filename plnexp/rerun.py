@@ -24,6 +24,8 @@ import re
 import signal
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
+from collections.abc import Iterable
 
 import numpy as np
 import yaml
@@ -34,6 +36,10 @@ from .config import Config, ConfigError
 from .data import DataError
 from .precision import PRECISIONS
 
+if TYPE_CHECKING:
+    from mlflow.entities import Run
+    from omegaconf import DictConfig
+
 USAGE = "usage: python -m plnexp rerun RUN_ID [--strict] [overrides ...]"
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 FORBIDDEN = ("experiment", "tracking_uri", "sweep")  # a rerun goes where its original is
@@ -43,7 +49,7 @@ FORBIDDEN = ("experiment", "tracking_uri", "sweep")  # a rerun goes where its or
 class Source:
     """One run to rerun: the original (an MLflow run) and the config the rerun will use."""
 
-    run: object
+    run: Run
     original: Config
     config: Config
 
@@ -62,7 +68,7 @@ class Source:
 
 
 # ---------------------------------------------------------------- rebuilding a run's config
-def apply_overrides(node: dict, overrides: list[str]) -> dict:
+def apply_overrides(node: dict, overrides: list[str]) -> DictConfig:
     """``node`` (a logged config, loadable) with Hydra-style overrides applied: ``group=option``
     replaces the group's key with what Hydra composes for that option (every group of ``conf/`` sets
     the key named after it, whatever its package), ``key=value`` sets an existing key."""
@@ -89,7 +95,8 @@ def apply_overrides(node: dict, overrides: list[str]) -> dict:
         parent, _, leaf = key.rpartition(".")
         where = OmegaConf.select(cfg, parent) if parent else cfg
         if not (OmegaConf.is_dict(where) and leaf in where):
-            allowed = ", ".join(where.keys()) if OmegaConf.is_dict(where) else "none"
+            # a config's keys are strings (a DictConfig's keys() is typed for every key type omegaconf allows)
+            allowed = ", ".join(cast(Iterable[str], where.keys())) if OmegaConf.is_dict(where) else "none"
             raise ConfigError(f"{key}: unknown key; allowed keys{' under ' + parent if parent else ''} are {allowed}")
         OmegaConf.update(cfg, key, p.value(), merge=False)
     return cfg
@@ -167,7 +174,7 @@ def originals(uri: str, run) -> list:
     return [r for r in runs if provenance.replicate(r.data.tags) == 0] or [run]
 
 
-def plan(run_id: str, overrides: list[str]) -> tuple[str, object, list[Source], dict[str, str]]:
+def plan(run_id: str, overrides: list[str]) -> tuple[str, Run, list[Source], dict[str, str]]:
     """Everything before the first run exists: (store URI, original run, sources, data digests by
     run id). Raises ConfigError, DataError or StoreError (one line each)."""
     from . import cli

@@ -12,10 +12,13 @@ whose children it reuses. When every job is done already, nothing is created.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from . import provenance, runner, tracking
 from .config import Config
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
 
 
 class Reused(NamedTuple):
@@ -102,15 +105,16 @@ def find_done(uri: str, experiment: str, jobs) -> list[Reused]:
 def _done(runs, jobs) -> list[Reused]:
     """A job is done when each of its replicates has a FINISHED run (the newest), all of one parent
     run (one program's batch), each on the data it was fitted on then."""
-    latest: dict = {}
+    latest: dict[tuple[str | None, str], Run] = {}
     for r in runs:  # newest first
         latest.setdefault(provenance.run_key(r.data.tags), r)
     done = []
     for i, job in enumerate(jobs):
         h = provenance.config_hash(job.config)
-        found = [latest.get((h, str(k))) for k in range(job.config.replicates)]
-        if any(r is None for r in found):
+        keys = [(h, str(k)) for k in range(job.config.replicates)]
+        if any(key not in latest for key in keys):
             continue
+        found = [latest[key] for key in keys]
         parents = {r.data.tags.get("mlflow.parentRunId", "") for r in found}
         if len(parents) > 1:
             continue  # replicates of different batches: fit them again, together

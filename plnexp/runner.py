@@ -13,7 +13,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import yaml
@@ -21,6 +21,9 @@ import yaml
 from . import interrupts
 from .config import Config
 from .data import Data
+
+if TYPE_CHECKING:
+    from .fitting import FitResult
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +45,7 @@ class Outcome:
     config: Config
     status: str = "FINISHED"  # or FAILED, KILLED
     reason: str = ""
-    result: object = None  # plnexp.FitResult when the fit returned
+    result: FitResult | None = None  # when the fit returned
     started: float = field(default_factory=time.time)  # epoch seconds, for MLflow
     ended: float = 0.0
     clock: float = field(default_factory=time.monotonic)  # durations: immune to wall-clock jumps

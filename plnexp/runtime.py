@@ -86,7 +86,7 @@ def _lapack_libraries() -> list[ctypes.CDLL]:
     """SciPy's OpenBLAS, the library jaxlib's CPU LAPACK kernels call (loaded by importing SciPy)."""
     import scipy.linalg.cython_lapack  # noqa: F401 - loads it; jaxlib itself imports it too
 
-    found = []
+    found: list[ctypes.CDLL] = []
     try:
         with open("/proc/self/maps") as fh:
             paths = {line.split()[-1] for line in fh if "openblas" in line.lower()}

@@ -47,7 +47,7 @@ class JobEntry:
     node: dict  # a loadable config (plnexp.config.load)
     name: str
     overrides: tuple = ()
-    tags: dict = None
+    tags: dict | None = None  # a dict once made
 
     def __post_init__(self):
         object.__setattr__(self, "overrides", tuple(self.overrides))
@@ -328,7 +328,7 @@ class Task:
         record = read_record(hc.sweep.dir) if hc.mode == RunMode.MULTIRUN else None
         num = int(hc.job.num) if record is not None else None
         overrides = list(hc.overrides.task)
-        entry = record.jobs[num] if record is not None and record.jobs else None
+        entry = record.jobs[num] if record is not None and num is not None and record.jobs else None
         try:
             config = C.load(entry.node if entry is not None else cfg)
         except C.ConfigError as e:  # validated before launching: only a launcher of its own gets here
@@ -344,10 +344,11 @@ class Task:
         here = record is None or record.pid == os.getpid()  # in the driver: progress on one line
         earlier = resume.reused_run(record, config) if record is not None else None
         if earlier is not None:
+            assert record is not None and num is not None  # earlier: a run the record's resume found
             line = f"[{num + 1}/{record.total}] {name} FINISHED earlier (run {earlier}): skipped"
             print(line, flush=True)
             return None if here else line
-        label = f"[{num + 1}/{record.total}] {name}" if record else name
+        label = f"[{num + 1}/{record.total}] {name}" if record is not None and num is not None else name
         if record is not None and here:
             print(f"{label} ...", end="", flush=True)
         try:
@@ -368,9 +369,9 @@ class Task:
                 return f"{label} KILLED (interrupted by {stop.name}{slurm.why(stop.signum)})"
             raise
         except Exception as e:  # the store failed under us: say so, go on
-            stop = interrupts.pending()
-            if stop is not None:  # a Ctrl-C that a library turned into another error
-                raise stop from e
+            pending = interrupts.pending()
+            if pending is not None:  # a Ctrl-C that a library turned into another error
+                raise pending from e
             self.failed += 1
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             print(f"{' ' if record is not None and here else ''}FAILED", flush=True)

@@ -48,6 +48,8 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import jax
 import numpy as np
@@ -213,6 +215,7 @@ def _caller_level() -> int:
     import sys
 
     package = str(Path(__file__).resolve().parent)
+    frame: FrameType | None
     frame, level = sys._getframe(2), 2  # 1: the function that warns, 2: its caller
     while frame is not None and frame.f_code.co_filename.startswith(package):
         frame, level = frame.f_back, level + 1
@@ -226,6 +229,7 @@ def persistent_cache(directory: str | Path | None):
     would skip a small fit's program), or off when ``None``; JAX's previous cache settings are
     restored on exit."""
     saved = {name: jax.config.values[name] for name in _CACHE_OPTIONS if name in jax.config.values}
+    wanted: dict[str, Any]
     if directory is None:
         wanted = {"jax_compilation_cache_dir": None}
     else:
@@ -304,13 +308,15 @@ def measure(
             _timed(compiled.run, state, data, clock)
         calib_before = calibrate(clock)
         start = time.time()
-        runs, out = [], None
+        runs: list[float] = []
+        out: Output | None = None
         while len(runs) < repeats or (sum(runs) < budget_s and len(runs) < MAX_RUNS):
             out, seconds = _timed(compiled.run, state, data, clock)
             runs.append(seconds)
         end = time.time()
         calib_after = calibrate(clock)
     run_s = statistics.median(runs)
+    assert out is not None  # repeats >= 1: the loop ran
     n_run = max(int(np.max(np.asarray(out.n_run))), 1)  # a batch of fits: the longest sets the time
     return out, Timing(
         compile_s=compiled.compile_s,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, field, fields
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 from collections.abc import Callable
 
 from ..problem import Problem
@@ -124,8 +124,8 @@ class Strategy:
     name: str
     options: type
     build: Callable[[Problem, int, Any], Program]
-    requires: Callable[[str, bool], None] | None = None
-    check_device: Callable[[StrategySpec, str], None] | None = None
+    requires: Callable[[str, bool | None], None] | None = None
+    check_device: Callable[[StrategySpec, str], object] | None = None  # what it returns is ignored
     batches: bool = False
     check_fit: Callable[[str, str, str], None] | None = None
     jax_cache: bool = True
@@ -225,7 +225,7 @@ class StrategySpec:
 
     def check(
         self,
-        compile_cache: bool = False,
+        compile_cache: bool | None = False,
         platform: str | None = None,
         replicates: int = 1,
         optimizer: str | None = None,
@@ -294,7 +294,8 @@ def build(problem: Problem, n_iter: int, spec: StrategySpec, replicates: int = 1
     strategy's fit ``vmap``-ed over that many fits (:mod:`.batched`)."""
     spec.check(replicates=replicates)
     program = spec.entry.build(problem, n_iter, spec.options)
-    return Batched(program, replicates) if replicates > 1 else program
+    # spec.check: replicates > 1 only for the strategies that batch, whose whole fit is one SingleProgram
+    return Batched(cast(SingleProgram, program), replicates) if replicates > 1 else program
 
 
 __all__ = [

@@ -125,6 +125,7 @@ class SingleProgram(OneDevice):
 
     fit: Callable[[FitState, Arrays], Output]
     label: str = "fit"
+    _jitted: jax.stages.Wrapped = field(init=False, repr=False, compare=False)  # jax.jit(fit)
 
     def __post_init__(self):
         object.__setattr__(self, "_jitted", jax.jit(self.fit))

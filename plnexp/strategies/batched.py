@@ -10,7 +10,7 @@ that diverges does not change the others.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from collections.abc import Sequence
 
 import jax
@@ -37,6 +37,7 @@ class Batched:
 
     inner: SingleProgram
     replicates: int
+    _jitted: dict[bool, jax.stages.Wrapped] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "_jitted", {})  # per "shares the data"

@@ -76,7 +76,7 @@ def _register() -> str | None:
     return None
 
 
-def check(name: str, compile_cache: bool = False) -> None:
+def check(name: str, compile_cache: bool | None = False) -> None:
     """One-line ValueError where the kernel is missing (a ``Strategy.requires``)."""
     del compile_cache  # a custom call is cached like any other program
     reason = _register()
@@ -218,6 +218,7 @@ def fused_step(
     and the ELBO at the old state, whose Sigma's log det is ``logdet_sigma`` (carried from the step
     that made that Sigma: one Cholesky factor per step serves the new Omega and the next value)."""
     pln, opt_state = state
+    assert problem.optimizer is not None  # fused_program read its name (check_fit, RULES)
     model_full = problem.model is FULL
     dtype = pln.M.dtype
     n, p = pln.M.shape
@@ -283,6 +284,7 @@ def fused_step(
 
 def fused_program(problem: Problem, n_iter: int) -> SingleProgram:
     """The ``scan`` strategy's loop around :func:`fused_step`."""
+    assert problem.optimizer is not None  # made by plnexp.fitting.make_problem, which names it
     check_fit("scan_fused", problem.optimizer.name, "analytic" if problem.gradient is analytic else "autodiff")
     rule = RULES[problem.optimizer.name]
 

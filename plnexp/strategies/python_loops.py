@@ -8,7 +8,7 @@ caller's initial state so that the caller's arrays stay valid.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import jax
 import jax.numpy as jnp
@@ -49,6 +49,7 @@ class EagerProgram(OneDevice):
 class JitPerFunctionProgram(OneDevice):
     problem: Problem
     n_iter: int
+    _fns: dict[str, jax.stages.Wrapped] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         p = self.problem

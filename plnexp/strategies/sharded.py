@@ -19,7 +19,8 @@ Sigma divides by the number of data rows. One device gives scan's program on one
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import cast
 from collections.abc import Sequence
 
 import jax
@@ -58,14 +59,22 @@ def state_specs(problem: Problem, state: FitState) -> FitState:
     d, p = state.pln.B.shape
     n = max(state.pln.M.shape[0], d, p) + 1
     sds = lambda shape: jax.ShapeDtypeStruct(shape, state.pln.M.dtype)
-    params = problem.model.free(PLNState(sds((d, p)), sds((n, p)), sds((n, p)), None, None))
+    # trees shaped like a state or the data, holding abstract shapes or partition specs where the
+    # NamedTuples' fields are annotated for arrays: hence the ignores below
+    params = problem.model.free(PLNState(sds((d, p)), sds((n, p)), sds((n, p)), None, None))  # type: ignore[arg-type]  # abstract shapes (free reads B, M, S only)
     opt = jax.eval_shape(problem.tx.init, params)
     by_rows = lambda x: P(AXIS) if len(x.shape) >= 1 and x.shape[0] == n else P()
-    return FitState(PLNState(P(), P(AXIS), P(AXIS), P(), P()), jax.tree.map(by_rows, opt))
+    return FitState(PLNState(P(), P(AXIS), P(AXIS), P(), P()), jax.tree.map(by_rows, opt))  # type: ignore[arg-type]  # partition specs, not arrays
 
 
 def data_specs(axis: str | None) -> Arrays:
-    return Arrays(P(AXIS), P(AXIS), P(AXIS), P(), Rows(P(AXIS), P(), axis))
+    return Arrays(P(AXIS), P(AXIS), P(AXIS), P(), Rows(P(AXIS), P(), axis))  # type: ignore[arg-type]  # partition specs, not arrays
+
+
+def _mesh(data: Arrays) -> Mesh:
+    """The mesh the rows are split over: ``place`` puts them with a ``NamedSharding`` on a ``Mesh``."""
+    sharding = cast(NamedSharding, data.Y.sharding)
+    return cast(Mesh, sharding.mesh)
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,6 +85,7 @@ class RowSharded:
     n_iter: int
     devices: int = 0  # 0: every device of the platform
     via: str = "jit"
+    _jitted: dict[Mesh, jax.stages.Wrapped] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "_jitted", {})  # per mesh
@@ -106,12 +116,14 @@ class RowSharded:
 
     def initial(self, problem: Problem, data: Arrays, init: str, seeds: Sequence[int]) -> FitState:
         (seed,) = seeds
+        assert data.rows is not None  # place() gives the data its Rows
         eager = data._replace(rows=replace(data.rows, axis=None))  # outside shard_map: XLA reduces
         state = problem.init(init_state(problem.model, eager, init, seed))
-        return jax.device_put(state, self._shardings(state, data.Y.sharding.mesh))
+        return jax.device_put(state, self._shardings(state, _mesh(data)))
 
     def split(self, state: FitState, data: Arrays) -> list[FitState]:
         """The state without its padding rows (the optimizer's state is left as it is)."""
+        assert data.rows is not None  # place() gives the data its Rows
         n = int(np.asarray(data.rows.n))
         pln = state.pln
         return [FitState(pln._replace(M=pln.M[:n], S=pln.S[:n]), state.opt_state)]
@@ -121,19 +133,19 @@ class RowSharded:
 
     # ------------------------------------------------------------ the program
     def _program(self, state: FitState, data: Arrays):
-        mesh = data.Y.sharding.mesh
+        mesh = _mesh(data)
         if mesh not in self._jitted:
             shardings = self._shardings(state, mesh)
             if self.via == "shard_map":
                 specs = state_specs(self.problem, state)
-                out = Output(specs, P(), P(), P())
+                out = Output(specs, P(), P(), P())  # type: ignore[arg-type]  # partition specs, not arrays
                 per_device = lambda s, d: _scan(self.problem.step, s, d, self.n_iter, self.problem)
                 fit = jax.shard_map(
                     per_device, mesh=mesh, in_specs=(specs, data_specs(AXIS)), out_specs=out, check_vma=True
                 )
             else:
                 fit = self._pinned(shardings)
-            self._jitted[mesh] = jax.jit(fit, out_shardings=Output(shardings, *[NamedSharding(mesh, P())] * 3))
+            self._jitted[mesh] = jax.jit(fit, out_shardings=Output(shardings, *[NamedSharding(mesh, P())] * 3))  # type: ignore[arg-type]  # shardings, not arrays
         return self._jitted[mesh]
 
     def _pinned(self, shardings: FitState):

@@ -23,7 +23,7 @@ def torch_available() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
-def check(name: str, compile_cache: bool = False) -> None:
+def check(name: str, compile_cache: bool | None = False) -> None:
     """One-line ValueError if the torch strategy ``name`` cannot run here or with these options."""
     if not torch_available():
         raise ValueError(

@@ -18,11 +18,31 @@ gradient of :func:`plnexp.model.full_value_and_grad` / ``profiled_value_and_grad
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
 from collections.abc import Callable
 
 import torch
 
-from ..model import Arrays, PLNState
+if TYPE_CHECKING:
+    # plnexp.model's NamedTuples as this module takes and makes them, holding tensors (their fields
+    # are annotated for JAX arrays there): the very same classes at run time, typed for tensors here
+
+    class Arrays(NamedTuple):
+        Y: torch.Tensor
+        O: torch.Tensor
+        X: torch.Tensor
+        log_factorial: torch.Tensor | float = 0.0
+        rows: None = None
+
+    class PLNState(NamedTuple):
+        B: torch.Tensor
+        M: torch.Tensor
+        S: torch.Tensor
+        Sigma: torch.Tensor
+        Omega: torch.Tensor
+
+else:
+    from ..model import Arrays, PLNState
 
 Params = dict  # {"B", "M", "S"} (full) or {"M", "S"} (profiled), as in plnexp.model
 

@@ -37,8 +37,9 @@ import re
 import time
 import warnings
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
+from typing import TYPE_CHECKING, Any, NamedTuple
 from collections.abc import Callable
 
 import jax
@@ -49,8 +50,19 @@ from ..model import Arrays
 from ..problem import GRADIENTS as JAX_GRADIENTS
 from ..problem import FitState, Output, Problem
 from ..strategies.base import Compiled, OneDevice
-from .model import GRADIENTS, MODELS
+from .model import GRADIENTS, MODELS, Arrays as TensorArrays, PLNState as TensorState
 from .optim import OPTIMIZERS, apply_updates
+
+if TYPE_CHECKING:
+
+    class TensorFitState(NamedTuple):
+        """:class:`~plnexp.problem.FitState` holding tensors (:func:`to_torch`): the same class at run time."""
+
+        pln: TensorState
+        opt_state: Any
+
+else:
+    TensorFitState = FitState
 
 CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")  # torch.compile modes that use CUDA graphs on CUDA
 
@@ -66,14 +78,14 @@ def make_step(problem: Problem):
     gradient = GRADIENTS[next(k for k, v in JAX_GRADIENTS.items() if v is problem.gradient)]
     update = OPTIMIZERS[problem.optimizer.name](problem.optimizer.lr)
 
-    def step(state: FitState, data):
+    def step(state: TensorFitState, data: TensorArrays):
         params = model.free(state.pln)
         loss, grads = gradient(model, params, state.pln, data)
         updates, opt_state = update(grads, state.opt_state, params)
-        new = FitState(model.complete(apply_updates(params, updates), data), opt_state)
+        new = TensorFitState(model.complete(apply_updates(params, updates), data), opt_state)
         return row_major_tree(new), -loss  # the layout of the state it was given: no recompile
 
-    def final_elbo(state: FitState, data):
+    def final_elbo(state: TensorFitState, data: TensorArrays):
         return model.state_elbo(state.pln, data)
 
     return step, final_elbo
@@ -133,9 +145,9 @@ def to_jax(tree):
     return jax.tree.map(lambda t: jnp.from_dlpack(t.contiguous()), tree)
 
 
-def _torch_data(data: Arrays) -> Arrays:
+def _torch_data(data: Arrays) -> TensorArrays:
     """Y, O, X as tensors (the log-factorial constant, only used by while_loop's rule, is left out)."""
-    return Arrays(*to_torch(tuple(data[:3])))
+    return TensorArrays(*to_torch(tuple(data[:3])))
 
 
 def _synchronize(device: torch.device) -> None:
@@ -222,6 +234,8 @@ class TorchProgram(OneDevice):
     n_iter: int
     compiled: bool = False
     mode: str = "default"
+    _step: Callable[[TensorFitState, TensorArrays], Any] = field(init=False, repr=False, compare=False)
+    _final_elbo: Callable[[TensorFitState, TensorArrays], torch.Tensor] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         step, final_elbo = make_step(self.problem)

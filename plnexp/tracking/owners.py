@@ -221,7 +221,8 @@ class SlurmJob:
         return f"slurm job {self.job}"
 
 
-KINDS: tuple[type, ...] = (SlurmJob, LocalProcess)  # tried in order by owner_of: the most specific first
+# tried in order by owner_of: the most specific first
+KINDS: tuple[type[SlurmJob | LocalProcess], ...] = (SlurmJob, LocalProcess)
 
 
 def owner_of(tags: dict[str, str]) -> Owner | None:

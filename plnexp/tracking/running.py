@@ -25,7 +25,7 @@ def _runs_of(cl, owner: Owner | None = None, status: str | None = "RUNNING") -> 
 class _Asked:
     """Each distinct owner asked once whether it is alive (one ``squeue`` per SLURM job, not per run)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.seen: dict = {}
 
     def gone(self, owner: Owner) -> Owner | None:

@@ -133,8 +133,8 @@ def finish_job(cl, run_id: str, job) -> None:
     cl.log_batch(run_id, metrics=metrics[:1000], params=params[:100], tags=[RunTag(k, str(v)) for k, v in tags.items()])
     for start in range(1000, len(metrics), 1000):
         cl.log_batch(run_id, metrics=metrics[start : start + 1000])
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
         (tmp / "config.yaml").write_text(job.config_yaml())
         if len(curve):
             from ..plots import elbo_png
