@@ -266,8 +266,9 @@ def register(strategy: Strategy) -> Strategy:
     a name already taken is refused in one line. It is then chosen like any other strategy, with
     ``strategy.name=NAME`` (or ``strategy=NAME`` where a ``strategy/NAME.yaml`` is on Hydra's search path)."""
     if strategy.name in STRATEGIES:
-        raise ValueError(f"strategy {strategy.name!r} is registered already; allowed new names are any but "
-                         f"{', '.join(STRATEGIES)}")
+        raise ValueError(
+            f"strategy {strategy.name!r} is registered already; allowed new names are any but {', '.join(STRATEGIES)}"
+        )
     STRATEGIES[strategy.name] = strategy
     return strategy
 
@@ -282,8 +283,10 @@ def load_plugins() -> None:
         if point.name not in STRATEGIES:
             strategy = point.load()
             if not isinstance(strategy, Strategy) or strategy.name != point.name:
-                raise TypeError(f"entry point {point.name} = {point.value} (group {PLUGIN_GROUP}): allowed values "
-                                f"are a plnexp.strategies.Strategy named {point.name!r}")
+                raise TypeError(
+                    f"entry point {point.name} = {point.value} (group {PLUGIN_GROUP}): allowed values "
+                    f"are a plnexp.strategies.Strategy named {point.name!r}"
+                )
             register(strategy)
 
 
