@@ -240,13 +240,32 @@ def floor_cache(tmp_path_factory):
         os.environ["PLNEXP_FLOOR_CACHE"] = before
 
 
+@pytest.fixture(scope="session")
+def compile_cache(tmp_path_factory) -> Path:
+    """One persistent compilation cache for the session, shared by the xdist workers (their basetemps'
+    common parent): the ``<outputs>/jax_cache`` of every test's outputs links to it, so that a program
+    compiled once is read back by later tests (plnexp.fit and ``run`` use ``<outputs>/jax_cache`` by
+    default). A test that asserts what a fresh cache does is marked ``own_compile_cache``."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "jax_cache"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+def _link_compile_cache(out: Path, request, cache: Path) -> None:
+    if request.node.get_closest_marker("own_compile_cache") is None:
+        (out / "jax_cache").symlink_to(cache, target_is_directory=True)
+
+
 @pytest.fixture(scope="session", autouse=True)
-def outputs_outside_the_repo(tmp_path_factory):
+def outputs_outside_the_repo(tmp_path_factory, compile_cache):
     """No test writes into the repository's outputs/: PLNEXP_OUTPUTS is a temporary folder for the
-    whole session (plnexp.fit's compile cache goes to <outputs>/jax_cache by default); tests that
-    need a store of their own use ``outputs``."""
+    whole session (plnexp.fit's compile cache goes to <outputs>/jax_cache by default: the session's
+    shared one); tests that need a store of their own use ``outputs``."""
     saved = os.environ.get("PLNEXP_OUTPUTS")
-    os.environ["PLNEXP_OUTPUTS"] = str(tmp_path_factory.mktemp("session_outputs"))
+    out = tmp_path_factory.mktemp("session_outputs")
+    (out / "jax_cache").symlink_to(compile_cache, target_is_directory=True)
+    os.environ["PLNEXP_OUTPUTS"] = str(out)
     yield
     if saved is None:
         os.environ.pop("PLNEXP_OUTPUTS", None)
@@ -271,11 +290,13 @@ def migrated_store(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def outputs(tmp_path, migrated_store, monkeypatch) -> Path:
-    """A fresh outputs dir (PLNEXP_OUTPUTS) holding a copy of the migrated store."""
+def outputs(tmp_path, migrated_store, monkeypatch, request, compile_cache) -> Path:
+    """A fresh outputs dir (PLNEXP_OUTPUTS) holding a copy of the migrated store, its ``jax_cache`` the
+    session's (unless the test is marked ``own_compile_cache``)."""
     out = tmp_path / "outputs"
     out.mkdir()
     shutil.copy(migrated_store, out / "mlflow.db")
+    _link_compile_cache(out, request, compile_cache)
     monkeypatch.setenv("PLNEXP_OUTPUTS", str(out))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     return out
