@@ -11,6 +11,19 @@ import pytest
 from plnexp import interrupts
 
 
+@pytest.fixture(autouse=True)
+def terminal_signals():
+    """These tests raise SIGINT and SIGTERM in this process and rely on what a terminal's foreground
+    job has: SIGINT raising KeyboardInterrupt, SIGTERM its default action (a background job of a shell
+    starts with SIGINT ignored: conftest.pytest_configure sets them for the session). Each test starts
+    from them whatever ran before it, and what it found is put back after it."""
+    wanted = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+    found = {s: signal.signal(s, h) for s, h in wanted.items()}
+    yield
+    for s, h in found.items():
+        signal.signal(s, signal.SIG_DFL if h is None else h)  # None: a handler not set from Python
+
+
 @pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signals_raise_interrupted_and_handlers_are_restored(signum, code):
     before = signal.getsignal(signum)

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import store_client
+from conftest import end, spawn, store_client
 
 from plnexp import runner, sweep, tracking
 from plnexp.tracking import owners
@@ -25,11 +24,11 @@ def config(tiny_config):
 
 @pytest.fixture
 def live_pid():
-    """The PID of another live process of this host (``sleep 30``), killed at the end."""
-    proc = subprocess.Popen(["sleep", "30"])
+    """The PID of another live process of this host (``sleep 30``), ended at the end (and by
+    :func:`conftest.reap` whatever happens)."""
+    proc = spawn(["sleep", "30"])
     yield proc.pid
-    proc.kill()
-    proc.wait()
+    end(proc)
 
 
 def test_local_process_tags_round_trip():
@@ -57,12 +56,12 @@ def test_alive_this_process_a_dead_one_and_another_host(exited_pid):
 
 
 def test_a_zombie_is_not_alive():
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc = spawn([sys.executable, "-c", "pass"])
     try:
         deadline = time.monotonic() + 30
         while Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
             assert time.monotonic() < deadline, "the child did not exit"
-            time.sleep(0.05)
+            time.sleep(0.01)
         assert LocalProcess(platform.node(), proc.pid).alive() is False  # exited, not yet reaped
     finally:
         proc.wait()

@@ -8,7 +8,7 @@ import signal
 
 import numpy as np
 import pytest
-from conftest import plnexp_cli, store_client
+from conftest import store_client, waiting
 
 from plnexp import cli, provenance, rerun, resume, runner, sweep, tracking
 from plnexp import config as C
@@ -311,11 +311,13 @@ def test_resume_reuses_finished_jobs_and_summarises_the_whole_grid(outputs, tmp_
 
 
 @pytest.mark.slow
-def test_resume_an_interrupted_sweep_subprocess(outputs, tmp_path):
+def test_resume_an_interrupted_sweep_subprocess(outputs, tmp_path, blocking, plnexp_main):
+    """A sweep interrupted in a real process (SIGINT), resumed by the next commands (here in this one):
+    scan's two jobs finish, then the first ``blocking`` job is inside its fit when the signal lands."""
     from test_sweep import split, start, wait_for
 
     n = 4
-    grid = [*TINY, "experiment=res", f"seed={','.join(map(str, range(n)))}"]
+    grid = [*TINY, "experiment=res", "strategy.name=scan,blocking", "seed=0,1"]
 
     def finished():
         exp = store_client(outputs).get_experiment_by_name("res")
@@ -323,13 +325,16 @@ def test_resume_an_interrupted_sweep_subprocess(outputs, tmp_path):
         return [r for r in split(runs)[1] if r.info.status == "FINISHED"]
 
     proc = start("sweep", "sweep=null", *grid, cwd=tmp_path)
-    k = len(wait_for(lambda: len(finished()) >= 1 and finished(), proc, "a first job finished"))
+    wait_for(lambda: waiting(blocking), proc, "the third job inside its fit")
+    k = len(finished())
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, (out, err)
     finished_before = finished()
     assert k <= len(finished_before) < n
-    resumed = plnexp_cli("sweep", "sweep=null", *grid, "resume=true", cwd=tmp_path)
+    assert sorted(r.info.run_name.split("-")[0] for r in finished_before) == ["scan", "scan"]
+    blocking.touch()  # the blocking jobs run through from here on
+    resumed = plnexp_main("sweep", "sweep=null", *grid, "resume=true", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert "FINISHED earlier (run " in resumed.stdout
     assert resumed.stdout.startswith(
@@ -344,7 +349,7 @@ def test_resume_an_interrupted_sweep_subprocess(outputs, tmp_path):
     assert len({r.data.tags["config_hash"] for r in done}) == n  # no duplicate config
     new_parent = next(p for p in parents if "resumes" in p.data.tags)
     assert new_parent.info.status == "FINISHED" and new_parent.data.tags["n_done"] == str(n)
-    other = plnexp_cli(
+    other = plnexp_main(
         "sweep",
         "sweep=null",
         *[a for a in grid if a != "n_iter=5"],
@@ -357,7 +362,7 @@ def test_resume_an_interrupted_sweep_subprocess(outputs, tmp_path):
     first = other.stdout.splitlines()[0]
     assert first.startswith(f"resume: 0 of {n} job(s) matched") and "differs by n_iter: 6 here, 5 there;" in first
     runs = store_client(outputs).search_runs([store_client(outputs).get_experiment_by_name("res").experiment_id])
-    again = plnexp_cli("sweep", "sweep=null", *grid, "resume=true", cwd=tmp_path)
+    again = plnexp_main("sweep", "sweep=null", *grid, "resume=true", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert f"all {n} jobs already FINISHED" in again.stdout
     assert len(store_client(outputs).search_runs([new_parent.info.experiment_id])) == len(runs)  # nothing new

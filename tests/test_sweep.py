@@ -1,5 +1,11 @@
 """Sweeps that survive: real ``python -m plnexp`` subprocesses with a parallel launcher, interrupted
-(SIGINT, SIGTERM), killed (SIGKILL, then the orphan sweep-up), and two at once into one store."""
+(SIGINT, SIGTERM), killed (SIGKILL, then the orphan sweep-up), and two at once into one store.
+
+A job that must be inside its fit when the signal comes runs the test strategy ``blocking``
+(tests/plugins/plnexp_test_strategies.py): it waits inside its fit, without burning CPU, until the test
+releases it, and says so (``waiting(release)``), so the test signals it exactly then. Processes are
+started through :func:`conftest.spawn` (ended at teardown, pass or fail); a command that only follows
+the process under test runs in this one (``plnexp_main``)."""
 
 from __future__ import annotations
 
@@ -8,15 +14,14 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
-from conftest import plnexp_cli, store_client
+from conftest import plnexp_cli, plugin_env, spawn, store_client, waiting
 
 DATA = ["dataset=synthetic", "dataset.n=30", "dataset.p=5"]
 TINY = [*DATA, "strategy=scan"]
-# eager runs its 20000 iterations in a Python loop: long enough to be caught mid-fit, and an
-# interrupt lands at once (no long call into compiled code)
-LONG = "n_iter=20000"
+BLOCKING = "blocking"  # the test strategy's name: its runs are named blocking-...
 
 
 def runs_of(outputs, experiment):
@@ -31,36 +36,48 @@ def split(runs):
     return parents, children
 
 
-def start(*args, cwd, new_session=False) -> subprocess.Popen:
-    return subprocess.Popen(
+def start(*args, cwd, new_session: bool = True) -> subprocess.Popen:
+    """``python -m plnexp ARGS`` started through :func:`conftest.spawn` (ended when the test ends), in a
+    session of its own (``os.killpg(proc.pid, ...)`` reaches it and its workers), with the test plugins
+    importable (the ``blocking`` strategy) and the test's environment (``$PLNEXP_TEST_RELEASE``)."""
+    return spawn(
         [sys.executable, "-m", "plnexp", *args],
         cwd=cwd,
+        env=plugin_env(),
+        new_session=new_session,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=dict(os.environ),
-        start_new_session=new_session,
     )
 
 
-def wait_for(predicate, proc: subprocess.Popen, what: str, limit_s: float = 240):
-    """Poll the store until ``predicate()`` is true (the subprocess must still be running)."""
+def wait_for(predicate, proc: subprocess.Popen, what: str, limit_s: float = 240, poll_s: float = 0.05):
+    """Poll until ``predicate()`` is true (the subprocess must still be running); returns its value."""
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         if proc.poll() is not None:
-            out, err = proc.communicate()
-            pytest.fail(f"the sweep ended (rc {proc.returncode}) before {what}:\n{out}\n{err}")
-        time.sleep(0.2)
-    proc.kill()
+            out, err = proc.communicate(timeout=30)
+            pytest.fail(f"the command ended (rc {proc.returncode}) before {what}:\n{out}\n{err}")
+        time.sleep(poll_s)
     pytest.fail(f"no {what} within {limit_s} s")
 
 
-def running_child(outputs, experiment, name_part):
-    _, children = split(runs_of(outputs, experiment))
-    return [r for r in children if r.info.status == "RUNNING" and name_part in r.info.run_name]
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not exited (a zombie has: it only waits to be reaped)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+def cpu_s(pid: int) -> float:
+    """CPU time (user + system, all threads) ``pid`` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @pytest.mark.slow
@@ -75,6 +92,7 @@ def test_joblib_two_workers_eight_jobs(outputs, tmp_path):
         "experiment=par",
         "hydra/launcher=joblib",
         "hydra.launcher.n_jobs=2",
+        "report=false",  # the report of a joblib sweep: test_two_jobs_at_once_are_flagged_contended
         cwd=tmp_path,
         timeout=600,
     )
@@ -127,10 +145,13 @@ def test_two_jobs_at_once_are_flagged_contended(outputs, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
-def test_interrupt_mid_sweep(outputs, tmp_path, signum, code):
-    proc = start("run", "--multirun", *DATA, "strategy=scan,eager,fori_loop", LONG, "experiment=intr", cwd=tmp_path)
-    wait_for(lambda: running_child(outputs, "intr", "eager"), proc, "the eager job running")
-    time.sleep(0.5)  # inside the fit
+def test_interrupt_mid_sweep(outputs, tmp_path, release, signum, code):
+    """Three jobs in a row: scan finishes, blocking is inside its fit when the signal lands, fori_loop
+    never starts."""
+    grid = f"strategy.name=scan,{BLOCKING},fori_loop"
+    proc = start("run", "--multirun", *DATA, grid, "n_iter=20", "experiment=intr", cwd=tmp_path)
+    (pid,) = wait_for(lambda: waiting(release), proc, "the blocking job inside its fit")
+    assert pid == proc.pid  # the basic launcher: the jobs run in the sweep's process
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == code, err
@@ -141,21 +162,21 @@ def test_interrupt_mid_sweep(outputs, tmp_path, signum, code):
     (parent,), children = split(runs_of(outputs, "intr"))
     assert parent.info.status == "KILLED" and parent.data.tags["reason"] == "interrupted"
     status = {r.info.run_name.split("-")[0]: r.info.status for r in children}
-    assert status == {"scan": "FINISHED", "eager": "KILLED"}, status
+    assert status == {"scan": "FINISHED", BLOCKING: "KILLED"}, status
     killed = next(r for r in children if r.info.status == "KILLED")
-    assert "eager" in killed.info.run_name and killed.data.tags["status_reason"] == f"interrupted by {name}"
+    assert BLOCKING in killed.info.run_name and killed.data.tags["status_reason"] == f"interrupted by {name}"
     assert "final_elbo" not in killed.data.metrics  # the fit had not returned: no result
     assert "scan" in out and "KILLED" in out  # the summary table of what finished
 
 
 @pytest.mark.slow
-def test_ctrl_c_reaches_joblib_workers_and_nothing_stays_running(outputs, tmp_path):
+def test_ctrl_c_reaches_joblib_workers_and_nothing_stays_running(outputs, tmp_path, release):
     proc = start(
         "run",
         "--multirun",
         *DATA,
-        "strategy=eager",
-        LONG,
+        f"strategy.name={BLOCKING}",
+        "n_iter=20",
         "seed=0,1,2,3",
         "experiment=pintr",
         "hydra/launcher=joblib",
@@ -163,8 +184,8 @@ def test_ctrl_c_reaches_joblib_workers_and_nothing_stays_running(outputs, tmp_pa
         cwd=tmp_path,
         new_session=True,
     )
-    wait_for(lambda: len(running_child(outputs, "pintr", "eager")) == 2, proc, "two jobs running in workers")
-    time.sleep(0.5)
+    workers = wait_for(lambda: len(waiting(release)) == 2 and waiting(release), proc, "two jobs inside their fits")
+    assert proc.pid not in workers  # the jobs run in joblib's worker processes
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole process group
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
@@ -174,18 +195,26 @@ def test_ctrl_c_reaches_joblib_workers_and_nothing_stays_running(outputs, tmp_pa
     (parent,), children = split(runs_of(outputs, "pintr"))
     assert parent.info.status == "KILLED"
     assert len(children) == 2 and {r.info.status for r in children} == {"KILLED"}
+    assert {r.data.tags["plnexp.pid"] for r in children} == {str(w) for w in workers}
+    deadline = time.monotonic() + 60  # the workers end with the command (loky shuts them down)
+    while any(alive(w) for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [w for w in workers if alive(w)], "joblib workers left running after the command ended"
 
 
 @pytest.mark.slow
-def test_sigkill_then_the_next_command_marks_orphans_failed(outputs, tmp_path):
-    proc = start("run", "--multirun", *DATA, "strategy=scan,eager", LONG, "experiment=orph", cwd=tmp_path)
-    wait_for(lambda: running_child(outputs, "orph", "eager"), proc, "the eager job running")
+def test_sigkill_then_the_next_command_marks_orphans_failed(outputs, tmp_path, release, plnexp_main):
+    proc = start(
+        "run", "--multirun", *DATA, f"strategy.name=scan,{BLOCKING}", "n_iter=20", "experiment=orph", cwd=tmp_path
+    )
+    wait_for(lambda: waiting(release), proc, "the blocking job inside its fit")
     proc.kill()
     proc.wait()
     (parent,), children = split(runs_of(outputs, "orph"))
     assert parent.info.status == "RUNNING" and "RUNNING" in {r.info.status for r in children}
     assert parent.data.tags["plnexp.pid"] == str(proc.pid)
-    nxt = plnexp_cli("run", *TINY, "n_iter=3", "experiment=next", cwd=tmp_path)
+    # the next command, whichever it is (here one in this process), sweeps the orphans up first
+    nxt = plnexp_main("run", *TINY, "n_iter=3", "experiment=next", cwd=tmp_path)
     assert nxt.returncode == 0, nxt.stderr
     assert f"2 run(s) left RUNNING by process(es) {proc.pid} on this host" in nxt.stderr
     assert "marked FAILED (reason=orphaned)" in nxt.stderr
@@ -193,7 +222,7 @@ def test_sigkill_then_the_next_command_marks_orphans_failed(outputs, tmp_path):
     assert parent.info.status == "FAILED" and parent.data.tags["reason"] == "orphaned"
     by = {r.info.run_name.split("-")[0]: r for r in children}
     assert by["scan"].info.status == "FINISHED"
-    assert by["eager"].info.status == "FAILED" and by["eager"].data.tags["reason"] == "orphaned"
+    assert by[BLOCKING].info.status == "FAILED" and by[BLOCKING].data.tags["reason"] == "orphaned"
     assert [r.info.status for r in runs_of(outputs, "next")] == ["FINISHED"]
 
 
@@ -219,17 +248,17 @@ def test_two_sweeps_at_once_into_one_new_store(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.own_compile_cache  # its jax_cache is empty until this fit is compiled
 def test_ctrl_c_during_a_long_compiled_fit(outputs, tmp_path):
     """A scan fit is one long XLA call (here about an hour of work). Ctrl-C still ends the command in
     seconds: jaxlib checks for signals while it waits, the process exits without waiting for XLA,
     and where a call does not check (then plnexp says so) a second Ctrl-C stops it at once."""
     proc = start("run", "dataset.replication=10", "strategy=scan", "n_iter=1000000", "experiment=stuck", cwd=tmp_path)
-
-    def running():
-        return [r for r in runs_of(outputs, "stuck") if r.info.status == "RUNNING"]
-
-    wait_for(running, proc, "the run started")
-    time.sleep(8)  # past the compile (a few seconds), inside the compiled loop
+    # a run's compiled fit goes to its compile cache (this test's own, empty until then) as soon as it
+    # is compiled; the timed call comes next (a few Python lines), and the process computes inside it
+    compiled = wait_for(lambda: list((outputs / "jax_cache").glob("jit_fit-*")), proc, "the fit compiled")
+    then = cpu_s(proc.pid)
+    wait_for(lambda: cpu_s(proc.pid) > then + 1.0, proc, f"a second of CPU inside the compiled fit ({compiled})")
     proc.send_signal(signal.SIGINT)
     try:
         out, err = proc.communicate(timeout=30)

@@ -7,8 +7,6 @@ import dataclasses
 import os
 import platform
 import signal
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -211,13 +209,11 @@ def test_close_sweep_ends_children_left_running(outputs, config, tmp_path):
     assert run.info.status == "KILLED" and run.data.tags["reason"] == "interrupted"
 
 
-def test_orphans_of_dead_processes_are_marked_failed(outputs, config):
+def test_orphans_of_dead_processes_are_marked_failed(outputs, config, exited_pid):
     uri = tracking.check_store()
     cl = tracking.client(uri)
     exp = tracking.experiment_id(cl, "orphans")
-    dead = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
-    ).stdout.strip()  # a PID that has just ended
+    dead = str(exited_pid)  # a PID that has just ended
     job = runner.Outcome("x", (), config)
     orphan = tracking.start_job(cl, exp, job, tags={tracking.PID_TAG: dead})
     mine = tracking.start_job(cl, exp, job)  # this process: alive
