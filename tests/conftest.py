@@ -104,6 +104,7 @@ def pytest_collection_modifyitems(config, items):
 
 # ---------------------------------------------------------------- processes
 _started: list[subprocess.Popen] = []
+_leaders: set[int] = set()  # the pids of those started in a session of their own
 
 
 def spawn(cmd, *, env=None, new_session: bool = True, **kw) -> subprocess.Popen:
@@ -111,14 +112,18 @@ def spawn(cmd, *, env=None, new_session: bool = True, **kw) -> subprocess.Popen:
     ended by :func:`reap` when the test ends whatever happened. ``env``: the test's environment
     (``os.environ`` as the test set it) by default."""
     proc = subprocess.Popen(cmd, env=dict(os.environ) if env is None else env, start_new_session=new_session, **kw)
+    if new_session:
+        _leaders.add(proc.pid)
     _started.append(proc)
     return proc
 
 
 def end(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
-    """End ``proc`` and, where it leads a session, its whole process group: SIGTERM, then SIGKILL."""
+    """End ``proc`` and, where it leads a session of its own (:func:`spawn`'s default), its whole process
+    group: SIGTERM, then SIGKILL. The group is signalled only while it exists: Linux does not reuse
+    a pid that is still some live process's group id, so the signal cannot reach a stranger."""
+    group = proc.pid in _leaders
     if proc.poll() is None:
-        group = os.getpgid(proc.pid) == proc.pid if _alive(proc.pid) else False
         for sig in (signal.SIGTERM, signal.SIGKILL):
             try:
                 os.killpg(proc.pid, sig) if group else proc.send_signal(sig)
@@ -129,21 +134,14 @@ def end(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
                 break
             except subprocess.TimeoutExpired:
                 continue
-    try:  # what it started and left behind in its group (joblib's workers)
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    if group:  # what it started and left behind in its group (joblib's workers)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
     for stream in (proc.stdout, proc.stderr, proc.stdin):
         if stream is not None:
             stream.close()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.getpgid(pid)
-        return True
-    except ProcessLookupError:
-        return False
 
 
 @pytest.fixture(autouse=True)
@@ -336,7 +334,7 @@ def tiny_config(outputs):
 @pytest.fixture
 def exited_pid() -> int:
     """The PID of a process of this host that has exited (and been reaped)."""
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc = spawn([sys.executable, "-c", "pass"])
     proc.wait()
     return proc.pid
 

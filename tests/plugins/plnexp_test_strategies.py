@@ -1,8 +1,8 @@
 """The test suite's ``blocking`` strategy: scan's fit, which first waits until the test releases it.
 
 Tests of interrupts, SIGKILL, process groups and resume need a job that is *inside its fit* when the
-signal comes, for as long as the test needs, without burning CPU. Before each run of the fit, the job
-writes ``<release>.waiting.<pid>`` (so the test knows it is there, and which process holds it) and
+signal comes, for as long as the test needs, without burning CPU. Before its compile and before each
+run of the fit, the job writes ``<release>.waiting.<pid>`` (so the test knows it is there, and which process holds it) and
 sleeps in short steps until the file ``$PLNEXP_TEST_RELEASE`` exists (a signal lands at once: Python
 runs its handler between two sleeps); then it runs scan's compiled fit, so a released job finishes
 with a real result.
@@ -47,6 +47,7 @@ class BlockingProgram:
         return self.inner.call(state, data)
 
     def compile(self, state, data):
+        wait_for_release()  # inside the fit already, and before scan's compile: a blocked job costs nothing
         compiled = self.inner.compile(state, data)
 
         def run(state, data):
