@@ -1,4 +1,6 @@
-"""End to end: ``python -m plnexp`` in a subprocess, on tiny data, into a temporary store."""
+"""End to end: ``python -m plnexp`` on tiny data, into a temporary store. The command line runs in
+this process (fixture ``plnexp_main``, the same ``plnexp.__main__.main``) except where a real
+interpreter is the point: one happy path (``run``) and the exit of bad input, as processes."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ import numpy as np
 import pytest
 from conftest import plnexp_cli, store_client
 
-TINY = ["dataset=synthetic", "dataset.n=30", "dataset.p=5", "repeats=1", "warmup=0"]
+TINY = ["dataset=synthetic", "dataset.n=30", "dataset.p=5", "repeats=1", "warmup=0", "time_budget_s=0"]
 METRICS = ("compile_s", "run_s", "ms_per_iter", "n_iter_run", "final_elbo", "loglik")
 NOT_MEASURED = ("first_call_s", "compile_warm_s")  # by default: first_call=false, compile_cache auto (one compile)
 
@@ -17,6 +19,8 @@ def all_runs(outputs):
     return cl.search_runs(exps) if exps else []
 
 
+# The one real process of the happy path: `python -m plnexp run` as a user types it, through the
+# module's `if __name__ == "__main__"` (its logging set-up and sys.exit), in a fresh interpreter.
 @pytest.mark.slow  # a subprocess paying every import (~9 s); in-process runs are logged in the fast subset
 def test_run_logs_one_finished_run(outputs, tmp_path):
     cwd = tmp_path / "elsewhere"
@@ -38,9 +42,17 @@ def test_run_logs_one_finished_run(outputs, tmp_path):
 
 
 @pytest.mark.slow
-def test_sweep_one_parent_children_and_equal_curves(outputs, tmp_path):
-    proc = plnexp_cli(
-        "sweep", "strategy=scan,fori_loop", "dataset.replication=1", "n_iter=5", "repeats=1", "warmup=0", cwd=tmp_path
+def test_sweep_one_parent_children_and_equal_curves(outputs, tmp_path, plnexp_main):
+    proc = plnexp_main(
+        "sweep",
+        "strategy=scan,fori_loop",
+        "dataset.replication=1",
+        "n_iter=5",
+        "repeats=1",
+        "warmup=0",
+        "time_budget_s=0",
+        "report=false",  # the report a real sweep makes at its end: tests/test_report.py, on the session's sweep
+        cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
     assert "[2/2] fori_loop-oaks-f32-cpu" in proc.stdout and "0 failed" in proc.stdout
@@ -63,10 +75,10 @@ def test_sweep_one_parent_children_and_equal_curves(outputs, tmp_path):
     assert by["scan"].data.params["dataset.replication"] == "1"
 
 
-@pytest.mark.slow
-def test_plain_hydra_multirun_goes_on_after_a_failed_job(outputs, tmp_path):
+@pytest.mark.slow  # two fits in process (~3 s)
+def test_plain_hydra_multirun_goes_on_after_a_failed_job(outputs, tmp_path, plnexp_main):
     # sgd at lr=1e6 diverges: that job is FAILED with its reason, the other one still runs.
-    proc = plnexp_cli(
+    proc = plnexp_main(
         "run", "--multirun", *TINY, "n_iter=3", "optimizer=sgd,radam_clip", "optimizer.lr=1e6", cwd=tmp_path
     )
     assert proc.returncode == 1, proc.stderr  # a job failed
@@ -261,6 +273,10 @@ def test_hydra_full_error_shows_the_exception(outputs, monkeypatch):
     ],
 )
 def test_bad_input_exit_code_of_the_real_command(outputs, bad_files, tmp_path, args, words):
+    """Processes, as the point: the exit code a real interpreter ends with (``sys.exit`` of
+    ``python -m plnexp``) and its whole stderr, which holds only the one line, whatever a fresh
+    interpreter prints while it imports and, with data loaded, starts JAX (the rows of the catalogue
+    above run in this process, where that has long happened)."""
     proc = plnexp_cli(*[a.format(**bad_files) for a in args], cwd=tmp_path, timeout=120)
     assert proc.returncode == 2
     err = proc.stderr.strip()
@@ -269,8 +285,8 @@ def test_bad_input_exit_code_of_the_real_command(outputs, bad_files, tmp_path, a
     assert all_runs(outputs) == []
 
 
-def test_help_lists_config_groups(tmp_path):
-    proc = plnexp_cli("--help", cwd=tmp_path, timeout=120)
+def test_help_lists_config_groups(tmp_path, plnexp_main):
+    proc = plnexp_main("--help", cwd=tmp_path)
     assert proc.returncode == 0
     for group in ("dataset:", "optimizer:", "strategy:", "device:", "precision:", "model:", "sweep:"):
         assert group in proc.stdout

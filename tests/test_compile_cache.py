@@ -12,7 +12,7 @@ import warnings
 
 import jax
 import pytest
-from conftest import store_client
+from conftest import spawn, store_client
 
 import plnexp
 from plnexp import cli, provenance, timing
@@ -20,6 +20,8 @@ from plnexp import config as C
 from plnexp.spec import cache_choice
 from plnexp.strategies import STRATEGIES, StrategySpec
 
+# what a fresh cache does is the point here: each test's outputs get a jax_cache of their own (conftest)
+pytestmark = pytest.mark.own_compile_cache
 TINY = ["dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=3", "repeats=1", "time_budget_s=0"]
 
 
@@ -108,6 +110,8 @@ def test_jax_thresholds_let_a_tiny_program_be_written(tmp_path):
     assert _entries(tmp_path / "c")
 
 
+# Processes, as the point: the second one starts with JAX's in-memory caches empty, so that what it
+# does not compile can only come from the first one's files.
 @pytest.mark.slow  # two fresh processes (~4 s each): a new process is the point
 def test_a_second_process_reads_the_compiled_fit_from_disk(tmp_path):
     code = (
@@ -118,11 +122,17 @@ def test_a_second_process_reads_the_compiled_fit_from_disk(tmp_path):
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
     got = []
     for _ in range(2):
-        proc = subprocess.run(
-            [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300
+        proc = spawn(
+            [sys.executable, "-c", code],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
         )
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        hits, seconds = proc.stdout.split()
+        out, err = proc.communicate(timeout=300)  # ended at teardown (conftest's reap) if it outlives this
+        assert proc.returncode == 0, err[-2000:]
+        hits, seconds = out.split()
         got.append((float(hits), float(seconds)))
     assert got[0][0] == 0 and got[1][0] >= 1, got
     assert got[1][1] < got[0][1], got

@@ -4,6 +4,7 @@ typed, frozen Config; every bad value is one ConfigError line naming the key and
 from __future__ import annotations
 
 import dataclasses
+import functools
 from importlib import resources
 
 import numpy as np
@@ -13,6 +14,13 @@ from plnexp import cli, provenance
 from plnexp import config as C
 
 GROUP_OPTIONS = [(g, o) for g in C.GROUPS if g != "sweep" for o in C.group_options(g)]
+
+
+@functools.cache
+def sweep_jobs(sweep: str) -> tuple[cli.Job, ...]:
+    """``cli.plan(["sweep=<sweep>"], multirun=True)``, made once per process: composing a sweep's every
+    job takes ~2 s, and the jobs (frozen configs) are only read by the tests that share them."""
+    return tuple(cli.plan([f"sweep={sweep}"], multirun=True))
 
 
 def test_groups_cover_the_registries():
@@ -55,6 +63,10 @@ def test_every_group_option_composes_and_loads(group, option):
     "sweep", [pytest.param(s, marks=[] if s == "default" else [pytest.mark.slow]) for s in C.group_options("sweep")]
 )  # ~2 s each: the default one fast
 def test_every_sweep_file_expands_and_loads(sweep):
+    """Each sweep file's grid, composed once, and every job of it checked: it loads, and it is timed by
+    the cheap protocol. Every sweep times each job at least 3 times (the report ranks nothing on fewer);
+    only the sweeps with Python-loop strategies keep one warm-up run (their first run compiles
+    primitives op by op)."""
     from plnexp.strategies import torch_loops
 
     if sweep == "torch" and not torch_loops.torch_available():
@@ -62,20 +74,26 @@ def test_every_sweep_file_expands_and_loads(sweep):
     lines = (C.CONF_DIR / "sweep" / f"{sweep}.yaml").read_text().splitlines()
     assert lines[0] == "# @package _global_"
     assert lines[1].startswith("# python -m plnexp sweep")
-    jobs = cli.plan([f"sweep={sweep}"], multirun=True)
+    jobs = sweep_jobs(sweep)
     assert len(jobs) >= 2
     assert all(isinstance(j.config, C.Config) for j in jobs)
     assert len({j.name for j in jobs}) == len(jobs), "run names must tell the jobs apart"
     # each sweep its own experiment, named after it; the default sweep's is "strategies", so that it
     # does not sit beside MLflow's built-in "Default" experiment
     assert {j.config.experiment for j in jobs} == {"strategies" if sweep == "default" else sweep}
+    # the cheap protocol (it was a test of its own, which composed every sweep's grid a second time)
+    for j in jobs:
+        c = j.config
+        assert (c.repeats, c.time_budget_s, c.first_call, c.compile_cache) == (3, 1.0, False, None), sweep
+        assert c.as_study().fit_spec().timing.compile_cache_dir is None, sweep  # cold compiles
+        assert c.warmup == (1 if sweep in ("default", "scaling", "torch") else 0), sweep
 
 
 def test_default_sweep_is_every_strategy_on_oaks_x100_at_equal_iterations():
     from plnexp import STRATEGIES
     from plnexp.strategies import NATIVE_STRATEGIES, TORCH_STRATEGIES
 
-    jobs = cli.plan(["sweep=default"], multirun=True)
+    jobs = sweep_jobs("default")
     # every JAX strategy; the PyTorch baselines need the optional extra, the native kernel a
     # compiler at install time: they are asked for by name (sweep=torch, sweep=fused)
     assert [j.config.strategy.name for j in jobs] == [
@@ -205,20 +223,6 @@ def test_timing_protocol_defaults_and_switches(tmp_path, monkeypatch):
     assert flat["first_call"] is True and flat["compile_cache"] is True
 
 
-@pytest.mark.slow
-def test_sweeps_use_the_cheap_protocol():
-    """Every sweep times each job at least 3 times (the report ranks nothing on fewer); only the
-    sweeps with Python-loop strategies keep one warm-up run (their first run compiles primitives op
-    by op)."""
-    for sweep in C.group_options("sweep"):
-        jobs = cli.plan([f"sweep={sweep}"], multirun=True)
-        for j in jobs:
-            c = j.config
-            assert (c.repeats, c.time_budget_s, c.first_call, c.compile_cache) == (3, 1.0, False, None), sweep
-            assert c.as_study().fit_spec().timing.compile_cache_dir is None, sweep  # cold compiles
-            assert c.warmup == (1 if sweep in ("default", "scaling", "torch") else 0), sweep
-
-
 # ---------------------------------------------------------------- replication, an axis of every data set
 @pytest.mark.parametrize(
     "dataset, extra, label",
@@ -235,7 +239,7 @@ def test_a_preset_that_sets_replication_takes_any_data_set(dataset, extra, label
     counts.write_text("a,b\n1,2\n3,0\n0,5\n")
     args = ["sweep=default", f"dataset={dataset}", *(a.format(counts=counts) for a in extra)]
     jobs = cli.plan(args, multirun=True)
-    default = cli.plan(["sweep=default"], multirun=True)
+    default = sweep_jobs("default")
     assert len(jobs) == len(default) and {j.config.dataset.replication for j in jobs} == {100}
     assert jobs[0].name == f"eager-{label}-f32-cpu"
 

@@ -1,6 +1,7 @@
-"""The MLflow UI as the dashboard, checked in a real browser: a small real sweep fills a store,
-``python -m plnexp ui`` serves it on a free port of 127.0.0.1, and headless Chromium (Debian's
-``chromium`` and ``chromium-driver``, which .ci/run installs), driven by selenium, opens the
+"""The MLflow UI as the dashboard, checked in a real browser: a copy of the session's small real sweep
+(conftest's ``swept_once``: scan and fori_loop on oaks, 20 iterations, its report made) is served by
+``python -m plnexp ui`` on a free port of 127.0.0.1, once for the module, and headless Chromium
+(Debian's ``chromium`` and ``chromium-driver``, which .ci/run installs), driven by selenium, opens the
 experiment's runs page. Screenshots are saved in the test's temporary folder."""
 
 from __future__ import annotations
@@ -12,13 +13,12 @@ import sys
 import tempfile
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
-from browser import FLAGS, find, free_port, stop_group
-from conftest import store_client
+from browser import FLAGS, find, free_port
+from conftest import _started, copy_outputs, end, spawn, store_client
 from test_report import png_size
-
-from plnexp.__main__ import main
 
 try:  # selenium (the test extra) drives the browser; the chrome fixture skips saying so without it
     from selenium import webdriver
@@ -36,11 +36,11 @@ EXPAND = 'button[data-component-id$="runnamecellrenderer.tsx_46"]'  # the "+" be
 CHROMIUM = find()
 
 
-def wait_health(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
+def wait_health(url: str, proc: subprocess.Popen, log: Path, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise AssertionError(f"python -m plnexp ui exited with {proc.returncode}: {proc.stderr.read()[-2000:]}")
+            raise AssertionError(f"python -m plnexp ui exited with {proc.returncode}: {log.read_text()[-2000:]}")
         try:
             with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
                 if r.status == 200:
@@ -50,29 +50,35 @@ def wait_health(url: str, proc: subprocess.Popen, timeout: float = 120) -> None:
     raise AssertionError(f"{url}/health did not answer in {timeout:.0f} s")
 
 
-@pytest.fixture
-def served_sweep(outputs, tmp_path):
-    """A real 2-job sweep in the store, and the UI serving it; yields (url, experiment id, parent run)."""
-    assert main(["sweep", "strategy=scan,fori_loop", "dataset.replication=1", "n_iter=20", "warmup=0"]) == 0
+@pytest.fixture(scope="module")
+def served_sweep(swept_once, tmp_path_factory):
+    """A copy of the session's real 2-job sweep, and the UI serving it, started once for the module
+    and ended (its whole process group) whatever happens; yields (url, experiment id, parent run)."""
+    folder = tmp_path_factory.mktemp("dashboard")
+    outputs = folder / "outputs"
+    copy_outputs(swept_once.outputs, outputs)
     cl = store_client(outputs)
-    exp = cl.get_experiment_by_name("strategies")
-    (parent,) = [r for r in cl.search_runs([exp.experiment_id]) if "mlflow.parentRunId" not in r.data.tags]
+    exp = cl.get_experiment_by_name(swept_once.experiment)
+    parent = cl.get_run(swept_once.parent_id)
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "plnexp", "ui", "--port", str(port), "--workers", "1"],
-        cwd=tmp_path,
-        env=dict(os.environ),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    log = folder / "ui.log"  # a file, not a pipe that nobody reads while the server runs
+    with log.open("w") as err:
+        proc = spawn(
+            [sys.executable, "-m", "plnexp", "ui", "--port", str(port), "--workers", "1"],
+            cwd=folder,
+            env={**env, "PLNEXP_OUTPUTS": str(outputs)},
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_health(url, proc)
+        wait_health(url, proc, log)
         yield url, exp.experiment_id, parent
     finally:
-        stop_group(proc)  # the server and its workers: the whole process group
+        end(proc)  # the server and its workers: the whole process group
+        if proc in _started:  # ended here, for the module: no test's teardown is to end it again
+            _started.remove(proc)
 
 
 def test_rest_search_sees_the_sweep(served_sweep):

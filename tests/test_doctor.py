@@ -8,7 +8,6 @@ from pathlib import Path
 
 import jax
 import pytest
-from conftest import plnexp_cli
 
 from plnexp import doctor, runtime
 from plnexp.model import MODELS
@@ -69,6 +68,7 @@ def test_numerics_covers_every_device_model_and_precision():
                 assert f"elbo[{model},{precision},{label}]" in names
 
 
+@pytest.mark.own_compile_cache  # nothing in outputs but the store: not even the link to the session's cache
 def test_store_under_a_writable_outputs_dir_passes(outputs):
     found = {c.name: c for c in doctor.store()}
     assert found["store_reachable"].ok is True and found["store_writable"].ok is True
@@ -195,9 +195,9 @@ def test_main_exit_status_follows_the_checks(monkeypatch, capsys):
     assert "--bogus" in capsys.readouterr().err
 
 
-@pytest.mark.slow
-def test_doctor_command_exits_0_with_a_line_per_check(outputs, tmp_path):
-    out = plnexp_cli("doctor", cwd=tmp_path, timeout=600)
+@pytest.mark.slow  # every check for real: the numerics compile each model and precision (~3 s)
+def test_doctor_command_exits_0_with_a_line_per_check(outputs, tmp_path, plnexp_main):
+    out = plnexp_main("doctor", cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     lines = out.stdout.strip().splitlines()
     assert lines[-1].startswith("doctor: all ")
@@ -353,11 +353,21 @@ def test_server_writes_report_each_failure_in_one_line_and_restore_the_environme
 
 @pytest.mark.slow
 def test_a_tracking_server_is_written_to_and_its_artifacts_read_back(tmp_path, monkeypatch):
-    """A real ``mlflow server`` (sqlite-backed, serving artifacts) started here and stopped by PID."""
+    """A real ``mlflow server`` (sqlite-backed, serving artifacts) started here and stopped by PID: by
+    ``daemons.mlflow_server`` when its block ends, and its whole process group by conftest's ``reap``
+    when the test ends, whatever happened (started through ``spawn``)."""
+    import subprocess
+
     import daemons
+    from conftest import spawn
     from mlflow import MlflowClient
     from mlflow.entities import ViewType
 
+    def spawned(cmd, log, **kw):  # daemons._spawn's process, ended at teardown too
+        with open(log, "ab") as f:
+            return spawn(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, **kw)
+
+    monkeypatch.setattr(daemons, "_spawn", spawned)
     monkeypatch.delenv("MLFLOW_HTTP_REQUEST_TIMEOUT", raising=False)
     try:
         with daemons.mlflow_server(f"sqlite:///{tmp_path}/server.db", tmp_path / "server") as server:

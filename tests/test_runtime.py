@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import spawn
 
 from plnexp import runtime
 
@@ -69,11 +70,13 @@ def test_lapack_threads_can_be_set_and_restored():
 
 
 def test_checked_flags_are_accepted_by_this_jaxlib():
-    """XLA aborts the process on an unknown flag: a computation under exactly plnexp's flags runs."""
+    """XLA aborts the process on an unknown flag: a computation under exactly plnexp's flags runs. A
+    fresh process, as the point: XLA reads its flags once, when JAX starts its CPU backend."""
     if runtime.jaxlib_version() not in runtime.CHECKED_JAXLIB:
         pytest.skip(f"jaxlib {runtime.jaxlib_version()} is not a checked version")
     env = {**os.environ, "XLA_FLAGS": " ".join(runtime.plnexp_flags())}
     code = "import jax, jax.numpy as jnp; print(float(jax.jit(lambda a: (a @ a).sum())(jnp.ones((64, 64)))))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
-    assert out.returncode == 0, out.stderr[-500:]
-    assert float(out.stdout.strip()) == 64.0**3
+    proc = spawn([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    out, err = proc.communicate(timeout=120)  # ended at teardown (conftest's reap) if it outlives this
+    assert proc.returncode == 0, err[-500:]
+    assert float(out.strip()) == 64.0**3
