@@ -1,14 +1,11 @@
 """Small helpers for the dashboard test (tests/test_dashboard.py): a free port, Debian's Chromium and
-chromedriver (packages ``chromium`` and ``chromium-driver``), the flags headless Chromium runs with, and
-stopping a server's whole process group. The browser itself is driven by selenium."""
+chromedriver (packages ``chromium`` and ``chromium-driver``), the flags headless Chromium runs with.
+The browser itself is driven by selenium."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import socket
-import subprocess
 
 CHROMIUM = ("chromium", "chromium-browser", "google-chrome")
 FLAGS = (
@@ -35,17 +32,3 @@ def find() -> tuple[str, str] | None:
     browser = next((shutil.which(b) for b in CHROMIUM if shutil.which(b)), None)
     driver = shutil.which("chromedriver")
     return (browser, driver) if browser and driver else None
-
-
-def stop_group(proc: subprocess.Popen, timeout: float = 10) -> None:
-    """Stop a process started with ``start_new_session=True`` and everything it started."""
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout)
-    except ProcessLookupError:
-        pass

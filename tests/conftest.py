@@ -107,14 +107,16 @@ _started: list[subprocess.Popen] = []
 _leaders: set[int] = set()  # the pids of those started in a session of their own
 
 
-def spawn(cmd, *, env=None, new_session: bool = True, **kw) -> subprocess.Popen:
+def spawn(cmd, *, env=None, new_session: bool = True, by_test: bool = True, **kw) -> subprocess.Popen:
     """``subprocess.Popen(cmd)`` in a session of its own (so that its children can be ended with it),
     ended by :func:`reap` when the test ends whatever happened. ``env``: the test's environment
-    (``os.environ`` as the test set it) by default."""
+    (``os.environ`` as the test set it) by default. ``by_test=False``: for a fixture of a wider scope,
+    which ends it itself (:func:`end`, in a ``finally``)."""
     proc = subprocess.Popen(cmd, env=dict(os.environ) if env is None else env, start_new_session=new_session, **kw)
     if new_session:
         _leaders.add(proc.pid)
-    _started.append(proc)
+    if by_test:
+        _started.append(proc)
     return proc
 
 
@@ -139,6 +141,7 @@ def end(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+    _leaders.discard(proc.pid)
     for stream in (proc.stdout, proc.stderr, proc.stdin):
         if stream is not None:
             stream.close()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from browser import FLAGS, find, free_port
-from conftest import _started, copy_outputs, end, spawn, store_client
+from conftest import copy_outputs, end, spawn, store_client
 from test_report import png_size
 
 try:  # selenium (the test extra) drives the browser; the chrome fixture skips saying so without it
@@ -70,6 +70,7 @@ def served_sweep(swept_once, tmp_path_factory):
             env={**env, "PLNEXP_OUTPUTS": str(outputs)},
             stdout=subprocess.DEVNULL,
             stderr=err,
+            by_test=False,  # the module's: ended below
         )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -77,8 +78,6 @@ def served_sweep(swept_once, tmp_path_factory):
         yield url, exp.experiment_id, parent
     finally:
         end(proc)  # the server and its workers: the whole process group
-        if proc in _started:  # ended here, for the module: no test's teardown is to end it again
-            _started.remove(proc)
 
 
 def test_rest_search_sees_the_sweep(served_sweep):
