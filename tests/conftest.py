@@ -78,10 +78,19 @@ def _missing_needs() -> dict[str, str | None]:
     return needs
 
 
+def _longest_first(item) -> int:
+    """The order tests are handed to xdist's workers: the long chains that one worker runs (the
+    modules of the cluster's and the browser's xdist_group) first, the rest in file order (a module's
+    tests together, for its fixtures), where they fill the gaps: a chain of minutes started last
+    would keep one core busy while the other idles."""
+    return 0 if item.get_closest_marker("xdist_group") else 1
+
+
 def pytest_collection_modifyitems(config, items):
     """Each marked test skips, saying why, where what its marker names is missing. ``multidevice``:
-    two JAX CPU devices, which must be asked for before JAX starts, so the main run (one device)
-    skips them and ``JAX_NUM_CPU_DEVICES=2 python -m pytest -m multidevice`` (.ci/run) runs them."""
+    two JAX CPU devices, which must be asked for before JAX starts: ``.ci/run`` runs the whole suite
+    with ``JAX_NUM_CPU_DEVICES=2``; a plain ``python -m pytest`` (one device) skips them saying so."""
+    items.sort(key=_longest_first)
     marked = {m: [i for i in items if i.get_closest_marker(m)] for m in ("native", "browser", "cluster", "multidevice")}
     if not any(marked.values()):
         return
@@ -256,6 +265,21 @@ def compile_cache(tmp_path_factory) -> Path:
 def _link_compile_cache(out: Path, request, cache: Path) -> None:
     if request.node.get_closest_marker("own_compile_cache") is None:
         (out / "jax_cache").symlink_to(cache, target_is_directory=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def inductor_cache(compile_cache):
+    """torch.compile's caches (TORCHINDUCTOR_CACHE_DIR) in a folder of this session, shared by the xdist
+    workers like JAX's: each session starts cold, as CI does, and leaves nothing in /tmp/torchinductor_*."""
+    before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    folder = compile_cache.parent / "torchinductor"
+    folder.mkdir(exist_ok=True)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
+    yield folder
+    if before is None:
+        os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    else:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = before
 
 
 @pytest.fixture(scope="session", autouse=True)

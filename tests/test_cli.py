@@ -4,10 +4,12 @@ interpreter is the point: one happy path (``run``) and the exit of bad input, as
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 from conftest import plnexp_cli, store_client
 
+N_CPU = len(jax.devices("cpu"))  # 1, or 2 with JAX_NUM_CPU_DEVICES=2 (.ci/run)
 TINY = ["dataset=synthetic", "dataset.n=30", "dataset.p=5", "repeats=1", "warmup=0", "time_budget_s=0"]
 METRICS = ("compile_s", "run_s", "ms_per_iter", "n_iter_run", "final_elbo", "loglik")
 NOT_MEASURED = ("first_call_s", "compile_warm_s")  # by default: first_call=false, compile_cache auto (one compile)
@@ -121,9 +123,13 @@ BAD_INPUT = [
     ),
     (
         "devices",
-        ["run", "strategy=scan_sharded", "strategy.devices=3"],
-        {},  # the main suite sees one CPU device
-        ["strategy.devices=3: only 1 cpu device(s)", "JAX_NUM_CPU_DEVICES", "allowed values are 0 (all) to 1"],
+        ["run", "strategy=scan_sharded", "strategy.devices=64"],
+        {},  # more than the suite's CPU devices (1, or 2 with JAX_NUM_CPU_DEVICES=2 as in .ci/run)
+        [
+            f"strategy.devices=64: only {N_CPU} cpu device(s)",
+            "JAX_NUM_CPU_DEVICES",
+            f"allowed values are 0 (all) to {N_CPU}",
+        ],
     ),
     (
         "via",

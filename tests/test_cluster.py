@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import daemons
+from conftest import plugin_env, spawn, waiting
 
 # one xdist worker runs them all: the module's daemons are started once, and never twice at a time
 pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.xdist_group("cluster"), pytest.mark.timeout(600)]
@@ -155,30 +156,29 @@ def _wait_running(cl, experiment: str, n: int, proc, limit_s: float = 180):
     raise AssertionError(f"{n} running job(s) not seen in {limit_s} s")
 
 
-def test_scancel_mid_fit_ends_the_runs_and_resume_completes_the_grid(env, server):
-    """Two long jobs: one cancelled (``scancel``: SIGTERM, the job records its run KILLED with the
-    SLURM reason), one whose process is killed outright (SIGKILL, as the kernel's OOM killer or a
-    crash would: nothing in the job can react; the run is marked FAILED with
-    ``reason=slurm job <id> <state>`` once the scheduler says the job ended). The sweep ends with
-    exit 1; ``resume=true`` runs those two jobs again and completes the grid."""
-    grid = ("strategy=scan,fori_loop", "n_iter=4000", "repeats=4", "time_budget_s=0", "experiment=cancel")
+def test_scancel_mid_fit_ends_the_runs_and_resume_completes_the_grid(env, server, tmp_path):
+    """Two jobs of the test strategy ``blocking``, each waiting inside its fit (no CPU burnt): one
+    cancelled (``scancel``: SIGTERM, the job records its run KILLED with the SLURM reason), one whose
+    process is killed outright (SIGKILL, as the kernel's OOM killer or a crash would: nothing in the
+    job can react; the run is marked FAILED with ``reason=slurm job <id> <state>`` once the scheduler
+    says the job ended). The sweep ends with exit 1; ``resume=true``, the jobs released, runs those two
+    jobs again and completes the grid."""
+    release = tmp_path / "release"
+    env = plugin_env(PLNEXP_TEST_RELEASE=str(release))  # the fixture's environment, the test plugins importable
+    grid = ("strategy=scan", "strategy.name=blocking", "seed=0,1", "n_iter=20", "experiment=cancel")
     cmd = [sys.executable, "-m", "plnexp", "sweep", *SWEEP, *grid]
-    proc = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=Path(__file__).parents[1]
-    )
-    try:
-        cl = _client(server.uri)
-        running = _wait_running(cl, "cancel", 2, proc)
-        time.sleep(2.0)  # inside the fit
-        jobs = {r.data.tags["plnexp.slurm_job"]: r for r in running}
-        term, kill = sorted(jobs)
-        subprocess.run(["scancel", term], env=env, check=True)
-        os.kill(int(jobs[kill].data.tags["plnexp.pid"]), signal.SIGKILL)  # a crash: one node, the run's PID
-        stdout, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    proc = spawn(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=Path(__file__).parents[1])
+    cl = _client(server.uri)
+    running = _wait_running(cl, "cancel", 2, proc)
+    t0 = time.monotonic()
+    while len(waiting(release)) < 2:  # both jobs inside their fit
+        assert proc.poll() is None and time.monotonic() - t0 < 120, proc.communicate()
+        time.sleep(0.2)
+    jobs = {r.data.tags["plnexp.slurm_job"]: r for r in running}
+    term, kill = sorted(jobs)
+    subprocess.run(["scancel", term], env=env, check=True)
+    os.kill(int(jobs[kill].data.tags["plnexp.pid"]), signal.SIGKILL)  # a crash: one node, the run's PID
+    stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 1, stderr[-3000:]
     ended = {j: cl.get_run(r.info.run_id) for j, r in jobs.items()}
     assert ended[term].info.status == "KILLED", ended[term].data.tags
@@ -187,6 +187,7 @@ def test_scancel_mid_fit_ends_the_runs_and_resume_completes_the_grid(env, server
     assert ended[kill].data.tags["reason"].startswith(f"slurm job {kill} "), ended[kill].data.tags
     assert f"slurm job {kill}" in stdout, stdout
 
+    release.touch()  # the jobs run through from here on
     again = plnexp("sweep", *SWEEP, *grid, "resume=true", env=env)
     assert again.returncode == 0, again.stderr[-3000:]
     parent, runs = _sweep(cl, "cancel")

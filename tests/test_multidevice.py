@@ -1,7 +1,8 @@
 """``scan_sharded`` across two simulated CPU devices: the same fit as ``scan``.
 
-Run apart, with the device count set before JAX starts (README's test command and .ci/run do):
-``JAX_NUM_CPU_DEVICES=2 python -m pytest -m multidevice``; the main run skips these saying so.
+The device count must be set before JAX starts: ``.ci/run`` runs the whole suite with
+``JAX_NUM_CPU_DEVICES=2`` (every other test uses the first device); a plain ``python -m pytest``
+skips these saying so.
 
 Tolerances (relative, max |x - ref| <= tol * max |ref|): float64 1e-9 (measured <= 8e-15 over
 curves and parameters: the sums over rows are split in two and added, another order than one
