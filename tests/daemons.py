@@ -350,9 +350,10 @@ def _health(uri: str) -> bool:
 
 
 @contextmanager
-def mlflow_server(backend_uri: str, folder: Path, timeout: float = 120.0):
+def mlflow_server(backend_uri: str, folder: Path, timeout: float = 120.0, workers: int = 2):
     """``mlflow server`` on ``backend_uri`` (e.g. a :func:`postgres` database), artifacts served from
-    ``folder/artifacts``; yields a :class:`Server` once ``/health`` answers."""
+    ``folder/artifacts``, by ``workers`` worker processes (each imports MLflow's server: seconds);
+    yields a :class:`Server` once ``/health`` answers."""
     port = free_port()
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -375,7 +376,7 @@ def mlflow_server(backend_uri: str, folder: Path, timeout: float = 120.0):
             "--port",
             str(port),
             "--workers",
-            "2",
+            str(workers),
         ],
         log,
     )

@@ -352,10 +352,12 @@ def test_server_writes_report_each_failure_in_one_line_and_restore_the_environme
 
 
 @pytest.mark.slow
-def test_a_tracking_server_is_written_to_and_its_artifacts_read_back(tmp_path, monkeypatch):
-    """A real ``mlflow server`` (sqlite-backed, serving artifacts) started here and stopped by PID: by
-    ``daemons.mlflow_server`` when its block ends, and its whole process group by conftest's ``reap``
-    when the test ends, whatever happened (started through ``spawn``)."""
+def test_a_tracking_server_is_written_to_and_its_artifacts_read_back(tmp_path, monkeypatch, migrated_store):
+    """A real ``mlflow server`` (backed by a copy of the session's migrated sqlite store, serving
+    artifacts, one worker) started here and stopped by PID: by ``daemons.mlflow_server`` when its
+    block ends, and its whole process group by conftest's ``reap`` when the test ends, whatever
+    happened (started through ``spawn``)."""
+    import shutil
     import subprocess
 
     import daemons
@@ -370,7 +372,8 @@ def test_a_tracking_server_is_written_to_and_its_artifacts_read_back(tmp_path, m
     monkeypatch.setattr(daemons, "_spawn", spawned)
     monkeypatch.delenv("MLFLOW_HTTP_REQUEST_TIMEOUT", raising=False)
     try:
-        with daemons.mlflow_server(f"sqlite:///{tmp_path}/server.db", tmp_path / "server") as server:
+        shutil.copy(migrated_store, tmp_path / "server.db")
+        with daemons.mlflow_server(f"sqlite:///{tmp_path}/server.db", tmp_path / "server", workers=1) as server:
             found = {c.name: c for c in doctor.store(server.uri)}
             assert [found[k].ok for k in ("store_reachable", "store_writable", "store_artifacts")] == [True] * 3, found
             assert "created and deleted a run in experiment plnexp-doctor" in found["store_writable"].detail
