@@ -46,6 +46,10 @@ NO_TORCH = "PyTorch not installed: pip install -e '.[torch]'"
 needs_torch = pytest.mark.skipif(not torch_loops.torch_available(), reason=NO_TORCH)
 
 N_ITER = 50
+# torch.compile's tests on one xdist worker: its first compile in a process starts inductor's
+# compile workers and builds its headers (~10 s), paid once instead of once per worker
+ONE_WORKER = pytest.mark.xdist_group("torch_compile")
+COMPILING = {"torch_eager": [], "torch_compile": [ONE_WORKER]}
 RTOL = {"float64": 1e-9, "float32": 1e-5}  # see the module docstring
 LR = {"radam_clip": None, "adam": 1e-2, "rprop": 1e-2, "sgd": 1e-3}  # pinned; sgd's default 1e-4 barely moves here
 OPTIMIZERS = list(LR)
@@ -130,7 +134,8 @@ def _grid(strategy, precisions, gradients=("analytic",), slow=False, pairs=None)
             p,
             g,
             id=f"{strategy}-{m}-{o}-{p}-{g}",
-            marks=[needs_torch] + ([pytest.mark.slow] if slow or (m, o) not in FAST_SUBSET else []),
+            marks=[needs_torch, *COMPILING[strategy]]
+            + ([pytest.mark.slow] if slow or (m, o) not in FAST_SUBSET else []),
         )
         for p in precisions
         for g in gradients
@@ -209,7 +214,7 @@ def test_the_step_returns_its_state_row_major_on_oaks(model, oaks):
 @pytest.mark.parametrize(
     "strategy,model,optimizer",
     [
-        pytest.param(s, m, o, id=f"{s}-{m}-{o}", marks=[needs_torch, pytest.mark.slow])
+        pytest.param(s, m, o, id=f"{s}-{m}-{o}", marks=[needs_torch, pytest.mark.slow, *COMPILING[s]])
         for s in ("torch_eager", "torch_compile")
         for m in MODEL_NAMES
         for o in OPTIMIZERS
@@ -297,6 +302,7 @@ def test_torch_eager_timing_compiles_nothing(small):
 
 @needs_torch
 @pytest.mark.slow
+@ONE_WORKER
 @pytest.mark.parametrize("mode", ["default", "max-autotune-no-cudagraphs"])
 def test_torch_compile_timing(mode, small):
     res = plnexp.fit(
@@ -325,7 +331,7 @@ TINY = ["dataset=synthetic", "dataset.n=40", "dataset.p=5", "n_iter=5"]
     "strategy",
     [
         pytest.param("torch_eager", marks=[needs_torch, pytest.mark.slow]),
-        pytest.param("torch_compile", marks=[needs_torch, pytest.mark.slow]),
+        pytest.param("torch_compile", marks=[needs_torch, pytest.mark.slow, ONE_WORKER]),
     ],
 )
 def test_a_torch_run_is_logged_like_any_other(strategy, outputs):
