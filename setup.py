@@ -10,10 +10,24 @@ wheel built here is not portable to older CPUs). ``-fno-math-errno``: sqrt witho
 the elementwise loop vectorises (results unchanged).
 """
 
+import shutil
 from pathlib import Path
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
+
+
+class BuildWithConf(build_py):
+    """A wheel carries the repository's top-level ``conf/`` as ``plnexp/conf`` (plnexp.paths finds it
+    there); an editable install reads ``conf/`` where it is, so the copy is made for wheels only."""
+
+    def run(self):
+        super().run()
+        if not getattr(self, "editable_mode", False):
+            target = Path(self.build_lib) / "plnexp" / "conf"
+            shutil.rmtree(target, ignore_errors=True)
+            shutil.copytree("conf", target, ignore=shutil.ignore_patterns("__pycache__"))
 
 
 class BuildKernel(build_ext):
@@ -38,5 +52,5 @@ setup(
             optional=True,
         )
     ],
-    cmdclass={"build_ext": BuildKernel},
+    cmdclass={"build_ext": BuildKernel, "build_py": BuildWithConf},
 )

@@ -228,7 +228,7 @@ def check_data(jobs: list[Job]) -> None:
 
 
 def check_outputs() -> Path:
-    """The outputs folder (``$PLNEXP_OUTPUTS`` or ``<repo>/outputs``) exists or can be made, and can
+    """The outputs folder (``$PLNEXP_OUTPUTS`` or ``./outputs``) exists or can be made, and can
     be written; else one :class:`ConfigError` line."""
     out = C.outputs_dir()
     env = os.environ.get("PLNEXP_OUTPUTS")

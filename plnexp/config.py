@@ -21,7 +21,7 @@ from omegaconf.errors import MissingMandatoryValue
 from .data import OAKS_COVARIATES, Data
 from .model import MODELS
 from .optim import OptimizerSpec
-from .paths import CONF_DIR, REPO, outputs_dir  # noqa: F401 - REPO: re-exported
+from .paths import CONF_DIR, outputs_dir
 from .precision import PRECISIONS, Precision, precision as precision_named
 from .problem import GRADIENTS
 from .spec import DEVICES, INITS, FitSpec, TimingSpec, cache_choice, check_compile_cache, resolve_device

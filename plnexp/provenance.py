@@ -25,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import REPO, Config
+from .config import Config
+from .paths import CHECKOUT
 from .strategies import TORCH_STRATEGIES
 
 PROVENANCE_VERSION = "1"  # the format of these tags and of config.yaml; a rerun refuses others
@@ -182,12 +183,17 @@ def seeds(config: Config) -> str:
 
 @lru_cache(maxsize=1)
 def git_commit() -> str:
-    """The checkout's commit, with ``-dirty`` when tracked files differ from it; "unknown" outside git."""
+    """The checkout's commit, with ``-dirty`` when tracked files differ from it; "unknown" for an
+    installed wheel (its version is logged apart) or outside git."""
+    if CHECKOUT is None:
+        return "unknown"
     try:
-        out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        out = subprocess.run(
+            ["git", "-C", str(CHECKOUT), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
         commit = out.stdout.strip()
         dirty = subprocess.run(
-            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+            ["git", "-C", str(CHECKOUT), "status", "--porcelain", "--untracked-files=no"],
             capture_output=True,
             text=True,
             timeout=5,
