@@ -21,6 +21,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -236,18 +237,28 @@ def plnexp_main(capsys, monkeypatch):
     return call
 
 
+@contextmanager
+def session_env(name: str, value: str):
+    """``os.environ[name] = value`` for the block (this process and those it starts), then as it was:
+    for the session's fixtures (monkeypatch is per test)."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+
+
 @pytest.fixture(scope="session", autouse=True)
 def floor_cache(tmp_path_factory):
     """The floor's per-machine cache (plnexp.floor) in a folder of this session, for every test and the
     processes they start: the suite never writes to ~/.cache, and measures each shape once."""
     folder = tmp_path_factory.mktemp("floor_cache")
-    before = os.environ.get("PLNEXP_FLOOR_CACHE")
-    os.environ["PLNEXP_FLOOR_CACHE"] = str(folder)
-    yield folder
-    if before is None:
-        os.environ.pop("PLNEXP_FLOOR_CACHE", None)
-    else:
-        os.environ["PLNEXP_FLOOR_CACHE"] = before
+    with session_env("PLNEXP_FLOOR_CACHE", str(folder)):
+        yield folder
 
 
 @pytest.fixture(scope="session")
@@ -271,15 +282,10 @@ def _link_compile_cache(out: Path, request, cache: Path) -> None:
 def inductor_cache(compile_cache):
     """torch.compile's caches (TORCHINDUCTOR_CACHE_DIR) in a folder of this session, shared by the xdist
     workers like JAX's: each session starts cold, as CI does, and leaves nothing in /tmp/torchinductor_*."""
-    before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     folder = compile_cache.parent / "torchinductor"
     folder.mkdir(exist_ok=True)
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder)
-    yield folder
-    if before is None:
-        os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
-    else:
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = before
+    with session_env("TORCHINDUCTOR_CACHE_DIR", str(folder)):
+        yield folder
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -287,15 +293,10 @@ def outputs_outside_the_repo(tmp_path_factory, compile_cache):
     """No test writes into the repository's outputs/: PLNEXP_OUTPUTS is a temporary folder for the
     whole session (plnexp.fit's compile cache goes to <outputs>/jax_cache by default: the session's
     shared one); tests that need a store of their own use ``outputs``."""
-    saved = os.environ.get("PLNEXP_OUTPUTS")
     out = tmp_path_factory.mktemp("session_outputs")
     (out / "jax_cache").symlink_to(compile_cache, target_is_directory=True)
-    os.environ["PLNEXP_OUTPUTS"] = str(out)
-    yield
-    if saved is None:
-        os.environ.pop("PLNEXP_OUTPUTS", None)
-    else:
-        os.environ["PLNEXP_OUTPUTS"] = saved
+    with session_env("PLNEXP_OUTPUTS", str(out)):
+        yield
 
 
 @pytest.fixture(scope="session")
