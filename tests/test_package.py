@@ -1,7 +1,8 @@
 """plnexp as a user who installs it has it: a wheel, run from another folder.
 
-The wheel is built from this checkout (``pip wheel``, the kernel left out: its build and portability
-are tested apart, tests/test_fused.py) and installed with ``pip install --target`` into a folder that
+The wheel is built from a copy of this checkout's sources (``pip wheel``; nothing is built inside the
+checkout), the kernel left out (``CC=CXX=false``: its build and portability are tested apart,
+tests/test_fused.py), and installed with ``pip install --target`` into a folder that
 stands in for site-packages, ahead of the editable checkout on ``PYTHONPATH``; the dependencies are
 this environment's. From an empty folder elsewhere, ``python -m plnexp run`` and the ``plnexp``
 console script's sweep must find their configs inside the package, write their outputs under that
@@ -11,6 +12,7 @@ folder's ``outputs/`` and nothing into the installed package.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -44,10 +46,14 @@ def _run(cmd, *, cwd: Path, env: dict, timeout: float = 300) -> subprocess.Compl
 def installed(tmp_path_factory) -> tuple[Path, Path]:
     """(the wheel, the folder it is installed in)."""
     base = tmp_path_factory.mktemp("package")
-    env = {**os.environ, "CC": "false", "PYTHONDONTWRITEBYTECODE": "1"}  # no kernel: a compile that fails is skipped
+    src = base / "src"  # the sources only: no venv, outputs, build folders or the editable install's kernel
+    junk = (".venv", ".git", "outputs", "build", "dist", "*.so", "__pycache__", "*.egg-info", ".*_cache")
+    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(*junk))
+    # no kernel: its compile fails, and the build skips it (an optional extension)
+    env = {**os.environ, "CC": "false", "CXX": "false", "PYTHONDONTWRITEBYTECODE": "1"}
     pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
     built = subprocess.run(
-        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(base / "dist"), str(REPO)],
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(base / "dist"), str(src)],
         capture_output=True,
         text=True,
         env=env,
@@ -78,6 +84,7 @@ def test_the_wheel_carries_configs_data_and_licence_and_no_outputs(installed):
     confs = {str(p.relative_to(REPO)) for p in (REPO / "conf").rglob("*.yaml")}
     assert {f"plnexp/{c}" for c in confs} <= names, "every yaml of conf/ inside the package"
     assert "plnexp/datasets/oaks/LICENSE" in names
+    assert not any(n.endswith(".so") for n in names), "CXX=false: no kernel built, none copied from the checkout"
     assert any(n.startswith("plnexp/datasets/oaks/") and n.endswith(".csv") for n in names)
     assert not any(n.startswith(("outputs/", "tests/", "conf/")) for n in names), "nothing outside the package"
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
