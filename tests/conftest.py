@@ -80,10 +80,10 @@ def _missing_needs() -> dict[str, str | None]:
 
 
 def _longest_first(item) -> int:
-    """The order tests are handed to xdist's workers: the long chains that one worker runs (the
-    modules of the cluster's and the browser's xdist_group) first, the rest in file order (a module's
-    tests together, for its fixtures), where they fill the gaps: a chain of minutes started last
-    would keep one core busy while the other idles."""
+    """The order tests are handed to xdist's workers: the long chains that one worker runs (every
+    ``xdist_group``: cluster, browser, torch_compile) first, the rest in file order (a module's tests
+    together, for its fixtures), where they fill the gaps: a chain of minutes started last would keep
+    one core busy while the other idles."""
     return 0 if item.get_closest_marker("xdist_group") else 1
 
 
@@ -334,20 +334,19 @@ def store_client(outputs: Path):
     return MlflowClient(tracking_uri=f"sqlite:///{outputs / 'mlflow.db'}")
 
 
+def run_process(cmd, *, cwd: Path, timeout: float = 300, env=None) -> subprocess.CompletedProcess:
+    """``cmd`` to its end through :func:`spawn` (so ended by its pid whatever happens), its output
+    captured as text; ``env``: the test's environment by default."""
+    proc = spawn(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
 def plnexp_cli(*args: str, cwd: Path, timeout: float = 300, env=None) -> subprocess.CompletedProcess:
     """``python -m plnexp ARGS`` in a subprocess (environment inherited, e.g. PLNEXP_OUTPUTS), for the
     tests where a process is the point (exit codes of a real interpreter, imports, signals); ended by
     its pid if it outlives ``timeout``."""
-    proc = spawn(
-        [sys.executable, "-m", "plnexp", *args],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    out, err = proc.communicate(timeout=timeout)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    return run_process([sys.executable, "-m", "plnexp", *args], cwd=cwd, timeout=timeout, env=env)
 
 
 @pytest.fixture

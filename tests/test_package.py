@@ -19,7 +19,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import spawn, store_client
+from conftest import run_process, store_client
 
 from plnexp.paths import REPO
 
@@ -34,12 +34,6 @@ def test_outputs_go_to_the_current_folder_unless_told(tmp_path, monkeypatch):
     assert paths.outputs_dir() == tmp_path / "elsewhere"  # absolute, from where it was said
     # in this checkout (an editable install) the configs are the repository's own conf/
     assert paths.CONF_DIR == REPO / "conf" and paths.CHECKOUT == REPO
-
-
-def _run(cmd, *, cwd: Path, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
-    proc = spawn(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out, err = proc.communicate(timeout=timeout)
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 @pytest.fixture(scope="module")
@@ -100,13 +94,15 @@ def test_run_and_a_sweep_from_another_folder_write_there_only(installed, tmp_pat
     env = {k: v for k, v in os.environ.items() if k not in ("PLNEXP_OUTPUTS", "MLFLOW_TRACKING_URI")}
     env.update(PYTHONPATH=str(site), PYTHONDONTWRITEBYTECODE="1")
 
-    where = _run([sys.executable, "-c", "import plnexp.paths as p; print(p.CONF_DIR, p.CHECKOUT)"], cwd=work, env=env)
+    where = run_process(
+        [sys.executable, "-c", "import plnexp.paths as p; print(p.CONF_DIR, p.CHECKOUT)"], cwd=work, env=env
+    )
     assert where.returncode == 0, where.stderr
     assert where.stdout.split() == [str(site / "plnexp" / "conf"), "None"], "the installed package's configs"
 
-    run = _run([sys.executable, "-m", "plnexp", "run", "n_iter=3", "dataset.replication=1"], cwd=work, env=env)
+    run = run_process([sys.executable, "-m", "plnexp", "run", "n_iter=3", "dataset.replication=1"], cwd=work, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
-    sweep = _run(
+    sweep = run_process(
         [
             str(site / "bin" / "plnexp"),
             "sweep",
