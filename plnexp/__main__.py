@@ -251,6 +251,11 @@ def _main(argv: list[str] | None = None) -> int:
     if not args:
         print(f"plnexp: error: no command; {USAGE_LINE}", file=sys.stderr)
         return 2
+    if args[0] not in ("report", "doctor", "ui"):
+        try:  # before Hydra, whose own error here is a 35-line traceback
+            C.check_configs()
+        except C.ConfigError as e:
+            return _fail(e)
     if args[0] == "rerun":
         from .rerun import main as rerun
 
@@ -269,7 +274,10 @@ def _main(argv: list[str] | None = None) -> int:
     if command == "sweep" and not any(a.startswith("sweep=") for a in args):
         args.insert(0, "sweep=default")
     if any(a.split("=")[0] in HYDRA_FLAGS for a in args):
-        sweep.launch(args, sweep.Task())  # help and inspection flags: Hydra answers them
+        try:  # help and inspection flags: Hydra answers them
+            sweep.launch(args, sweep.Task())
+        except Exception as e:  # noqa: BLE001 - Hydra's error on a bad flag or config: one line
+            return _machinery_error(e)
         return 0
     is_multirun = command == "sweep" or "-m" in args or "--multirun" in args
     overrides = [a for a in args if a not in ("-m", "--multirun")]

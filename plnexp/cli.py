@@ -22,6 +22,7 @@ from omegaconf import OmegaConf
 
 from . import config as C
 from .config import ConfigError
+from .paths import install_command
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ def _check_launcher(parsed) -> None:
                 if importlib.util.find_spec(module.split(".")[0]) is None or importlib.util.find_spec(module) is None:
                     raise ConfigError(
                         f"hydra/launcher={name}: needs hydra-submitit-launcher, which is not installed; "
-                        f"install plnexp's {extra} extra (pip install -e '.[{extra}]'); allowed values "
+                        f"install plnexp's {extra} extra ({install_command(extra)}); allowed values "
                         f"here are {', '.join(LOCAL_LAUNCHERS)}"
                     )
                 if name in SLURM_LAUNCHERS and shutil.which("sbatch") is None:
@@ -121,7 +122,7 @@ def _check_groups(parsed) -> None:
             options = C.group_options(group)
             for v in values:
                 if v not in options and not (group == "sweep" and v == "null"):
-                    raise ConfigError(f"{group}={v}: allowed values are {', '.join(options)}")
+                    raise ConfigError(f"{group}={v}: allowed values are {C.allowed_options(group)}")
 
 
 def _compose(overrides: list[str], hydra: bool = False):

@@ -21,7 +21,7 @@ from omegaconf.errors import MissingMandatoryValue
 from .data import OAKS_COVARIATES, Data
 from .model import MODELS
 from .optim import OptimizerSpec
-from .paths import CONF_DIR, outputs_dir
+from .paths import CONF_DIR, install_command, outputs_dir
 from .precision import PRECISIONS, Precision, precision as precision_named
 from .problem import GRADIENTS
 from .spec import DEVICES, INITS, FitSpec, TimingSpec, cache_choice, check_compile_cache, resolve_device
@@ -40,6 +40,24 @@ OmegaConf.register_new_resolver("plnexp_outputs", lambda: str(outputs_dir()), re
 def group_options(group: str) -> list[str]:
     """The options of a config group: the yaml files in ``conf/<group>/``."""
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+def allowed_options(group: str) -> str:
+    """The options of a config group for an error message; where there are none (a broken install
+    without its configs), that fact and the folder looked in, never an empty list."""
+    return (
+        ", ".join(group_options(group))
+        or f"none found: no .yaml files in {CONF_DIR / group} (reinstall plnexp: {install_command()})"
+    )
+
+
+def check_configs() -> None:
+    """The configs are where plnexp reads them (``plnexp.paths.CONF_DIR``): one line if not."""
+    if not (CONF_DIR / "config.yaml").is_file():
+        raise ConfigError(
+            f"configs not found: {CONF_DIR / 'config.yaml'} does not exist (an install without plnexp's conf/); "
+            f"reinstall plnexp ({install_command()})"
+        )
 
 
 # the members come from the registries at import time (one list of names each), which mypy cannot enumerate
@@ -394,7 +412,7 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
     _keys("", node, TOP_KEYS)
     for key in ("dataset", "optimizer", "strategy"):
         if not isinstance(node.get(key), dict):
-            raise ConfigError(f"{key}={node.get(key)!r}: allowed values are {', '.join(group_options(key))}")
+            raise ConfigError(f"{key}={node.get(key)!r}: allowed values are {allowed_options(key)}")
 
     ds = dict(node["dataset"])
     kind = ds.pop("name", None)

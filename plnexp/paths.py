@@ -22,3 +22,11 @@ CONF_DIR = PACKAGE / "conf" if (PACKAGE / "conf" / "config.yaml").is_file() else
 def outputs_dir() -> Path:
     """Where every output goes: ``$PLNEXP_OUTPUTS``, else ``./outputs`` of the current directory (absolute)."""
     return Path(os.environ.get("PLNEXP_OUTPUTS") or "outputs").resolve()
+
+
+def install_command(extra: str | None = None) -> str:
+    """How to install plnexp (with an optional extra) the way it is installed here: from its clone
+    (an editable install) or from a package index (a wheel)."""
+    if CHECKOUT is not None:
+        return f"pip install -e '.[{extra}]'" if extra else "pip install -e ."
+    return f"pip install 'plnexp[{extra}]'" if extra else "pip install --force-reinstall plnexp"

@@ -319,6 +319,17 @@ def _iqr_ms(e: Entry) -> float:
     return hi - lo
 
 
+def _iqr_cell(e: Entry) -> str:
+    """The interval's width, said to be the range where fewer than 5 runs had no quartiles
+    (:class:`plnexp.timing.Spread`)."""
+    width, runs = _iqr_ms(e), e.m("n_runs")
+    if not np.isfinite(width):
+        return "-"
+    if np.isfinite(runs) and runs < 5:
+        return f"{width:.2f} (range of {int(runs)})"
+    return f"{width:.2f}"
+
+
 def columns(report: Report) -> list[tuple[str, str, Callable[[Entry], object]]]:
     """(header, csv name, cell function) per column; every number of a column in one format."""
     f = lambda fmt, get: lambda e: "-" if not np.isfinite(get(e)) else fmt.format(get(e))
@@ -342,7 +353,7 @@ def columns(report: Report) -> list[tuple[str, str, Callable[[Entry], object]]]:
         ),
         logged["n_runs"],
         ("program", "program", lambda e: report.program(e)),
-        ("ms/iter IQR", "ms_per_iter_iqr", f("{:.2f}", _iqr_ms)),
+        ("ms/iter IQR", "ms_per_iter_iqr", _iqr_cell),
         ("timing", "timing", lambda e: "contended" if e.run_id in report.contended else "ok" if e.ok else "-"),
     ]
     cols += [

@@ -422,3 +422,23 @@ def test_slurm_check_asks_the_controller(monkeypatch, tmp_path):
     assert ok.ok is True and "partitions: debug*, gpu" in ok.detail
     [down] = doctor.slurm(answer(1, "", "sinfo: error: Unable to contact slurm controller (connect failure)"))
     assert down.ok is None and down.detail.startswith("warning: ") and "Unable to contact slurm" in down.detail
+
+
+def test_slurm_client_without_the_cluster_extra_is_information(monkeypatch, tmp_path):
+    import importlib.util
+
+    from plnexp import paths
+
+    for tool in ("sbatch", "squeue", "scancel"):
+        (tmp_path / tool).write_text("#!/bin/sh\n")
+        (tmp_path / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if "submitit" in name else real(name, *a))
+    [check] = doctor.slurm()
+    # the sweeps of this install run here: information, not a failure (doctor's exit stays 0)
+    assert check.ok is None and "cluster extra is not installed" in check.detail
+    assert "pip install -e '.[cluster]'" in check.detail  # this checkout: an editable install
+    monkeypatch.setattr(paths, "CHECKOUT", None)  # a wheel's install: no -e to suggest
+    [check] = doctor.slurm()
+    assert "pip install 'plnexp[cluster]'" in check.detail and "-e" not in check.detail

@@ -124,3 +124,26 @@ def test_run_and_a_sweep_from_another_folder_write_there_only(installed, tmp_pat
     assert {r.data.tags.get("git_commit") for r in runs} == {"unknown"}, "no checkout: no commit to log"
     assert list((outputs / "reports").rglob("report.md")), "the sweep's report, under this folder"
     assert _files(site) == before, "nothing written into the installed package"
+
+
+@pytest.mark.parametrize("args", [["--help"], ["sweep"], ["run", "n_iter=3"], ["rerun", "latest"]])
+def test_an_install_without_its_configs_says_so_in_one_line(monkeypatch, capsys, args, tmp_path):
+    from plnexp import config
+    from plnexp.__main__ import main
+
+    monkeypatch.setattr(config, "CONF_DIR", tmp_path / "conf")  # as a wheel built without conf/ had it
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("plnexp: error: configs not found: ") and str(tmp_path / "conf" / "config.yaml") in err[0]
+    assert "allowed values are \n" not in err[0] and "pip install" in err[0]
+
+
+def test_a_group_without_options_never_lists_nothing(monkeypatch, tmp_path):
+    from plnexp import config
+
+    (tmp_path / "conf" / "sweep").mkdir(parents=True)
+    monkeypatch.setattr(config, "CONF_DIR", tmp_path / "conf")
+    text = config.allowed_options("sweep")
+    assert text.startswith("none found: no .yaml files in ") and str(tmp_path / "conf" / "sweep") in text

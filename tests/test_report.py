@@ -431,3 +431,21 @@ def test_scaling_slopes_use_the_sizes_every_strategy_has():
     # a non-finite point is missing too
     slopes, missing, _ = plots.common_slopes({"a": ([10, 100, 1000], [1.0, 10.0, float("nan")])})
     assert missing == {"a": []} and slopes["a"] == pytest.approx(1.0)
+
+
+def test_the_iqr_column_says_where_it_is_a_range():
+    # timing.Spread: quartiles from 5 runs on, the whole range below; the table says which
+    from plnexp.report import Entry, _iqr_cell
+
+    def entry(runs_s):
+        lo, hi = min(runs_s), max(runs_s)
+        if len(runs_s) >= 5:
+            import statistics
+
+            lo, _, hi = statistics.quantiles(runs_s, n=4, method="inclusive")
+        metrics = {"ms_per_iter": 1.0, "n_iter_run": 100.0, "run_s_lo": lo, "run_s_hi": hi, "n_runs": len(runs_s)}
+        return Entry("r", "r", "FINISHED", "", "scan", "oaks", 116, 114, "cpu", "float32", {}, metrics)
+
+    assert _iqr_cell(entry([0.10, 0.12, 0.11])) == "0.20 (range of 3)"  # (0.12 - 0.10) s / 100 iterations
+    assert _iqr_cell(entry([0.10, 0.11, 0.12, 0.13, 0.30])) == "0.20"  # q3 - q1 = 0.13 - 0.11: the outlier left out
+    assert _iqr_cell(Entry("r", "r", "FAILED", "", "scan", "oaks", 116, 114, "cpu", "float32", {}, {})) == "-"

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import importlib.util
 
+from ..paths import install_command
+
 TORCH_REQUIREMENT = "torch==2.13.0"
 # torch.compile's modes (torch._inductor.list_mode_options() in torch 2.13, less its experimental "lite")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -28,7 +30,7 @@ def check(name: str, compile_cache: bool | None = False) -> None:
     if not torch_available():
         raise ValueError(
             f"strategy={name}: PyTorch is not installed; install the optional extra: "
-            f'pip install -e ".[torch]" ({TORCH_REQUIREMENT})'
+            f"{install_command('torch')} ({TORCH_REQUIREMENT})"
         )
     if compile_cache:
         raise ValueError(
