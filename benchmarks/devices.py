@@ -31,7 +31,7 @@ import sys
 
 os.environ.setdefault("JAX_NUM_CPU_DEVICES", "2")  # before JAX starts its CPU client
 
-import plnexp  # sets XLA_FLAGS before JAX starts its backend
+import plnexp
 
 import jax
 import numpy as np
@@ -146,6 +146,7 @@ def replicates(args) -> None:
 
 
 def main(argv=None) -> int:
+    plnexp.runtime.configure()  # first: XLA_FLAGS and SciPy's OpenBLAS threads, before JAX starts its backend
     args = parse_args(argv)
     print("\n".join(machine_header("devices: scan_sharded and replicates", argv)))
     if len(jax.devices("cpu")) < 2:

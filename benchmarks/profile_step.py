@@ -27,7 +27,7 @@ import time
 # XLA reads XLA_FLAGS once, at its first computation: ask for per-operation trace events first.
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_xprof_traceme=true").strip()
 
-import plnexp  # adds plnexp's own flags
+import plnexp  # main() adds plnexp's own flags (plnexp.runtime.configure)
 
 import jax
 
@@ -47,6 +47,7 @@ def big_outputs(hlo_text: str, n: int, p: int) -> dict[str, int]:
 
 
 def main(argv=None) -> int:
+    plnexp.runtime.configure()  # first: XLA_FLAGS and SciPy's OpenBLAS threads, before JAX starts its backend
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n-iter", type=int, default=50)
     ap.add_argument("--replication", type=int, default=100)

@@ -40,7 +40,7 @@ import subprocess
 import sys
 import time
 
-import plnexp  # first: sets the XLA_FLAGS fix before JAX starts its backend
+import plnexp
 
 import jax
 from _header import machine_header  # benchmarks/, on sys.path as the script's folder
@@ -271,6 +271,7 @@ def slopes(rows: list[dict], key: str, minimum: int, value: str = "ms_per_iter")
 
 
 def main(argv=None) -> int:
+    plnexp.runtime.configure()  # first: XLA_FLAGS and SciPy's OpenBLAS threads, before JAX starts its backend
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     if args.one:

@@ -79,7 +79,7 @@ import warnings
 # the environment of the one-off child processes: as it was before plnexp's import sets XLA_FLAGS
 ENV_BEFORE_PLNEXP = dict(os.environ)
 
-import plnexp  # noqa: E402 (first of the JAX side: sets the XLA_FLAGS fix before JAX starts its backend)
+import plnexp  # noqa: E402 (first of the JAX side; main() applies its process settings)
 
 from _header import machine_header  # noqa: E402 (benchmarks/, on sys.path as the script's folder)
 import numpy as np  # noqa: E402 - after plnexp, as above
@@ -522,6 +522,7 @@ def fmt(x, spec, none="-"):
 
 
 def main(argv=None) -> int:
+    plnexp.runtime.configure()  # first: XLA_FLAGS and SciPy's OpenBLAS threads, before JAX starts its backend
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     data = plnexp.load_oaks(replication=args.replication)

@@ -35,7 +35,7 @@ import statistics
 import sys
 import time
 
-import plnexp  # first: sets XLA_FLAGS and SciPy's OpenBLAS threads before JAX starts its backend
+import plnexp
 
 import numpy as np
 from _header import machine_header  # benchmarks/, on sys.path as the script's folder
@@ -162,6 +162,7 @@ def tutorial_row(args) -> dict:
 
 
 def main(argv=None) -> int:
+    plnexp.runtime.configure()  # first: XLA_FLAGS and SciPy's OpenBLAS threads, before JAX starts its backend
     args = parse_args(argv)
     data = plnexp.load_oaks(replication=args.replication)
     lines = header(args, data)

@@ -1,18 +1,22 @@
 """plnexp: Poisson log-normal fits in JAX under several JIT strategies, measured.
 
+```python
 import plnexp
+
 data = plnexp.load_oaks(replication=100)
 res = plnexp.fit(data, model="full", optimizer="radam_clip", n_iter=1000)
+res = plnexp.fit(counts)  # counts in memory: a NumPy array or a pandas DataFrame (plnexp.as_data)
+```
+
+Importing plnexp changes nothing in the process (no environment variable, no JAX setting). Its
+process settings (XLA flags, LAPACK threads: :mod:`plnexp.runtime`) are applied by the command line,
+by :func:`plnexp.fit` while JAX has not started yet, or by ``plnexp.runtime.configure()``.
 """
 
 from . import runtime
-
-runtime.set_xla_flags()  # must run before JAX creates its CPU client: see plnexp/runtime.py
-runtime.set_lapack_threads(1)  # SciPy's OpenBLAS (jaxlib's CPU LAPACK): see plnexp/runtime.py
-
-from .data import Data, DataError, load_csv, load_oaks, replicate, simulate  # noqa: E402 - after the process settings above
-from .fitting import FitResult, NumericsError, fit, fit_replicates  # noqa: E402 - after the process settings above
-from .strategies import STRATEGIES  # noqa: E402 - after the process settings above
+from .data import Data, DataError, as_data, load_csv, load_oaks, replicate, simulate
+from .fitting import FitResult, NumericsError, fit, fit_replicates
+from .strategies import STRATEGIES
 
 __all__ = [
     "Data",
@@ -20,11 +24,13 @@ __all__ = [
     "FitResult",
     "NumericsError",
     "STRATEGIES",
+    "as_data",
     "fit",
     "fit_replicates",
     "load_csv",
     "load_oaks",
     "replicate",
+    "runtime",
     "simulate",
 ]
 __version__ = "0.1.0"

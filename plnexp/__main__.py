@@ -11,8 +11,6 @@ job is recorded KILLED, the sweep closed KILLED, what finished summarised; exit 
 
 from __future__ import annotations
 
-import plnexp  # noqa: F401 - first: sets XLA_FLAGS before JAX starts
-
 import logging
 import os
 import signal
@@ -20,7 +18,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from . import cli, interrupts, resume, sweep, tracking
+from . import cli, interrupts, resume, runtime, sweep, tracking
 from . import config as C
 from .data import DataError, DataWarning
 from .timing import CacheWarning
@@ -240,6 +238,9 @@ def _log_to_stderr() -> None:
 def main(argv: list[str] | None = None) -> int:
     from .slurm import quiet_sacct
 
+    # plnexp owns this process: its settings before anything starts JAX (a job in another process,
+    # which a launcher starts, applies them itself: sweep.Task)
+    runtime.configure()
     quiet_sacct()  # hydra/launcher=submitit_slurm on a cluster without accounting: one line, not one per poll
     with warnings.catch_warnings():  # restores the default display on return (callers in Python)
         warnings.showwarning = _show_warning

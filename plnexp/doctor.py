@@ -141,7 +141,7 @@ def xla_flags(environ=os.environ, version: str | None = None) -> list[Check]:
                 "xla_flags",
                 False,
                 f"jaxlib {version} is checked but XLA_FLAGS lacks {' '.join(missing)} "
-                f"(was plnexp imported after XLA_FLAGS was reset?); {shown}",
+                f"(was plnexp.runtime.configure() called before JAX started?); {shown}",
             )
         ]
     for flag in runtime.SAFETY_FLAGS:  # a user's own value for a safety flag's name is kept: does it keep the safety?

@@ -1,19 +1,25 @@
 """``plnexp.fit``: a typed :class:`~plnexp.spec.FitSpec` -> run a strategy, check and package the result.
 
 :func:`run` takes the spec (what the command line builds from its config); :func:`fit` is the thin
-parser of strings for Python users.
+parser of strings (and of counts in memory: :func:`plnexp.data.as_data`) for Python users.
+
+A fit is a good citizen of the caller's process: it applies plnexp's process settings only while
+JAX has not started (:func:`plnexp.runtime.configure_or_warn`), never clears JAX's caches (a cold
+compile is one of functions built for it: :mod:`plnexp.timing`), and leaves JAX's configuration
+(x64, the persistent compilation cache) as it found it.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 import jax
 import numpy as np
 
-from . import reference, strategies, timing
-from .data import Data
+from . import reference, runtime, strategies, timing
+from .data import Data, as_data
 from .model import Model
 from .optim import OptimizerSpec
 from .precision import PRECISIONS, Precision
@@ -71,7 +77,7 @@ def _host(tree):
 
 
 def fit(
-    data: Data,
+    data,
     model: str = "profiled",
     optimizer: str = "rprop",
     n_iter: int = 1000,
@@ -79,6 +85,8 @@ def fit(
     device: str = "cpu",
     strategy: str = "scan",
     *,
+    offsets=None,
+    covariates=None,
     lr: float | None = None,
     init: str = "seed",
     gradient: str = "analytic",
@@ -109,8 +117,30 @@ def fit(
     times a second compile served by it (``compile_warm_s``, the timing study's switch);
     ``compile_cache=False`` keeps the cache off (a cold compile). A cache folder that cannot be
     written is a one-line :class:`plnexp.timing.CacheWarning`, and the fit runs without it.
-    Raises ``ValueError`` (one line, naming the argument and its allowed values) on a bad choice,
-    and :class:`NumericsError` if the compiled ELBO disagrees with the float64 host reference.
+
+    The caller's process: the fit applies plnexp's process settings (:mod:`plnexp.runtime`) if
+    JAX has not started yet; if it has, it runs as the process is, with one
+    :class:`plnexp.runtime.SettingsWarning` (once per process) when settings are missing. It never
+    clears JAX's caches, and restores JAX's configuration (x64, the compilation cache) on return.
+
+    Args:
+        data: the counts: an ``(n, p)`` NumPy array of non-negative integers (samples in rows,
+            variables in columns), a pandas DataFrame of them (its column names are kept), or a
+            :class:`plnexp.Data` (from :func:`plnexp.load_oaks`, :func:`plnexp.load_csv`,
+            :func:`plnexp.simulate` or :func:`plnexp.as_data`, which converts the others).
+        offsets: with counts as an array or DataFrame: raw positive totals, ``(n, p)`` or one per
+            row ``(n,)``, logged here (for offsets already on the log scale, build the data with
+            ``plnexp.as_data(counts, offsets, log_offsets=True)``). Default: none.
+        covariates: with counts as an array or DataFrame: ``(n, d)`` covariates (text columns
+            one-hot); an intercept is always added. Default: the intercept only.
+
+    Raises:
+        TypeError: ``data`` is none of the above (a list, a file name, ...): one line naming what
+            is accepted.
+        plnexp.DataError: a value that cannot be fitted (a negative, non-integer or missing count,
+            a shape that does not match the counts'): one line naming the argument, row and column.
+        ValueError: a bad choice: one line naming the argument and its allowed values.
+        NumericsError: the compiled ELBO disagrees with the float64 host reference.
     """
     spec = parse(
         model,
@@ -131,35 +161,49 @@ def fit(
         seed=seed,
         **options,
     )
-    return run(data, spec, timed=timed)
+    return run(as_data(data, offsets, covariates), spec, timed=timed)
 
 
 def fit_replicates(
-    data: Data | list[Data] | tuple[Data, ...], replicates: int, *, seed: int = 0, timed: bool = True, **kwargs
+    data, replicates: int, *, offsets=None, covariates=None, seed: int = 0, timed: bool = True, **kwargs
 ) -> list[FitResult]:
     """``replicates`` fits in one compiled program (``jax.vmap`` of the strategy's fit), one
     :class:`FitResult` each: of one data set from the initial seeds ``seed, seed+1, ...`` (use
     ``init="random"``, or they are all the same fit), or replicate k of ``data[k]`` (a list of
-    ``replicates`` data sets of one shape). Every other argument is :func:`fit`'s; the strategy must
-    be one whose fit is one function (``scan``, its carries, ``fori_loop``, ``while_loop``)."""
+    ``replicates`` data sets of one shape). Each data set is what :func:`fit` accepts (counts as an
+    array or DataFrame, with ``offsets`` and ``covariates`` shared by all, or a :class:`Data`).
+    Every other argument is :func:`fit`'s; the strategy must be one whose fit is one function
+    (``scan``, its carries, ``fori_loop``, ``while_loop``)."""
     spec = parse(seed=seed, replicates=replicates, **kwargs)
-    return run_all(data, spec, timed=timed)
+    if isinstance(data, (list, tuple)):
+        datas: Data | list[Data] = [as_data(d, offsets, covariates) for d in data]
+    else:
+        datas = as_data(data, offsets, covariates)
+    return run_all(datas, spec, timed=timed)
 
 
-def run(data: Data, spec: FitSpec, *, timed: bool = True) -> FitResult:
+def run(data: Data, spec: FitSpec, *, timed: bool = True, owns_process: bool = False) -> FitResult:
     """The fit ``spec`` describes (one replicate; see :func:`run_all`)."""
     if spec.replicates != 1:
         raise ValueError(f"replicates={spec.replicates}: plnexp.fitting.run is one fit; use run_all")
-    (result,) = run_all(data, spec, timed=timed)
+    (result,) = run_all(data, spec, timed=timed, owns_process=owns_process)
     return result
 
 
-def run_all(data: Data | list[Data] | tuple[Data, ...], spec: FitSpec, *, timed: bool = True) -> list[FitResult]:
+def run_all(
+    data: Data | list[Data] | tuple[Data, ...], spec: FitSpec, *, timed: bool = True, owns_process: bool = False
+) -> list[FitResult]:
     """The ``spec.replicates`` fits ``spec`` describes, in one program: on one data set ``data``
     (replicate k from initial seed ``spec.seed + k``), or replicate k on ``data[k]``. Placed as the
     strategy's program places them (on the spec's device, resolved here where it runs), timed together
     (``timed=False``: one plain call), each checked against the float64 host reference. Returns one
-    :class:`FitResult` per replicate, with the batch's timing."""
+    :class:`FitResult` per replicate, with the batch's timing.
+
+    ``owns_process``: True only where plnexp owns the process (a job of its command line): the timed
+    measurement may then also clear JAX's in-memory caches (see :mod:`plnexp.timing`); never in a
+    library call."""
+    # before anything starts JAX's backend (resolve_device does): see plnexp.runtime
+    runtime.configure_or_warn()
     datas = list(data) if isinstance(data, (list, tuple)) else [data]
     if len(datas) not in (1, spec.replicates):
         raise ValueError(f"replicates={spec.replicates}: got {len(datas)} data sets (give 1 or {spec.replicates})")
@@ -181,6 +225,14 @@ def run_all(data: Data | list[Data] | tuple[Data, ...], spec: FitSpec, *, timed:
         # the host reference converts to float64 a block of rows at a time: no n x p float64 copy
         starts = [s.pln for s in program.split(state, arrays)]
         if timed:
+
+            def fresh():
+                # make_problem and strategies.build are cached so that equal fits share compiled code;
+                # a cold compile needs functions JAX has never traced, so both are made anew (a fresh
+                # Problem too: the bound methods jit_per_function jits compare equal across equal Problems)
+                problem_now = make_problem.__wrapped__(spec.model, spec.optimizer, spec.gradient)
+                return strategies.build.__wrapped__(problem_now, spec.n_iter, spec.strategy, spec.replicates)
+
             out, times = timing.measure(
                 program,
                 state,
@@ -191,6 +243,8 @@ def run_all(data: Data | list[Data] | tuple[Data, ...], spec: FitSpec, *, timed:
                 first_call=t.first_call,
                 compile_cache_dir=cache_dir,
                 warm_compile=t.warm_compile,
+                fresh=fresh,
+                owns_process=owns_process,
             )
         else:
             out, times = timing.untimed(program, state, arrays, compile_cache_dir=cache_dir)
@@ -237,5 +291,5 @@ def check_against_host(jitted: float, host: float, precision: Precision, where: 
         raise NumericsError(
             f"compiled ELBO at the {where} is {jitted:.9g} but the float64 host reference gives {host:.9g} "
             f"(error {abs(jitted - host):.2e} > {tol:.2e} = {precision.check_rtol:g} relative + the absolute "
-            f"floor of {size} entries); XLA_FLAGS={__import__('os').environ.get('XLA_FLAGS', '')!r}"
+            f"floor of {size} entries); XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}"
         )

@@ -170,7 +170,7 @@ def execute_all(config: Config, outcomes: list[Outcome]) -> list[Outcome]:
             raise stop
         for out in outcomes:
             out.floor = measured
-        results = run_all(datas, config.fit_spec())
+        results = run_all(datas, config.fit_spec(), owns_process=True)  # a job: plnexp owns the process
         for out, result in zip(outcomes, results):
             out.result = result
             bad = np.flatnonzero(~np.isfinite(result.elbo[: result.n_iter]))

@@ -311,8 +311,11 @@ class Task:
     def __call__(self, cfg) -> str | None:
         """Run the job; returns its progress line when it ran in another process than the driver
         (a cluster launcher prints it in the driver, :mod:`plnexp.slurm`)."""
-        from . import slurm
+        from . import runtime, slurm
 
+        # plnexp owns the process a job runs in (the driver, a joblib worker, a SLURM job): its
+        # settings before the job starts JAX (idempotent where the command line applied them)
+        runtime.configure()
         if slurm.in_job() and interrupts.pending() is None and not interrupts.in_place():
             with interrupts.handled(signals=slurm.JOB_SIGNALS):  # scancel, time limit, preemption
                 return self._job(cfg)

@@ -3,8 +3,8 @@
 For a Program (see :mod:`plnexp.strategies.base`), :func:`measure` by default pays for exactly
 one ahead-of-time compile and one run of the compiled program:
 
-- ``compile_s``: after ``jax.clear_caches()``, ahead-of-time ``lower().compile()`` (tracing +
-  lowering + XLA compilation, summed over the functions of ``jit_per_function``; 0 for ``eager``);
+- ``compile_s``: a cold ahead-of-time ``lower().compile()`` (tracing + lowering + XLA compilation,
+  summed over the functions of ``jit_per_function``; 0 for ``eager``);
 - ``run_s``: the median of the timed runs of the compiled program (each ended by
   ``block_until_ready``; the last one's output is the fit's result), after ``warmup`` untimed runs:
   at least ``repeats`` runs, then more while the timed runs so far took less than ``budget_s``
@@ -19,23 +19,39 @@ one ahead-of-time compile and one run of the compiled program:
 - ``fingerprint``: of the compiled program's optimized HLO (:mod:`plnexp.fingerprint`; "" for
   eager and the PyTorch strategies).
 
+**Cold, without clearing the caller's caches.** A compile is cold when nothing in JAX's in-memory
+caches (tracing, lowering, compiled executables) can serve it. :func:`measure` gets that by
+compiling a program built for the occasion (``fresh()``: new Python functions, so new jit wrappers
+that JAX has never traced), never by ``jax.clear_caches()``, which would also throw away every
+compiled function of the caller's. Each cold step (the first call, the compile, the warm compile)
+gets a program of its own, so none of them warms another. What a fresh program may still find
+warm are JAX's own library functions that the fit calls inside (jitted helpers of ``jax.numpy``,
+and the primitives ``eager`` dispatches one by one): a few percent of a compile, and exactly what a
+user's second fit in a process finds warm too. Only where plnexp owns the process (a job of its
+command line, ``owns_process=True``) are JAX's caches also cleared before each cold step, so that
+every job of a sweep is measured from the same empty caches, whichever jobs ran before it in that
+process.
+
 Opt-in extras, each an added cost:
 
-- ``first_call=True``: ``first_call_s``, after ``jax.clear_caches()`` one plain call, blocked: what
-  a naive user times (tracing + compiling + running). NaN (and not a metric) when off. It runs
-  with the persistent cache off, so it stays cold and cannot warm the compile below.
+- ``first_call=True``: ``first_call_s``, one plain call of a fresh program, blocked: what a naive
+  user times (tracing + compiling + running). NaN (and not a metric) when off. It runs with the
+  persistent cache off, so it stays cold and cannot warm the compile below.
 - ``compile_cache_dir=PATH``: JAX's persistent compilation cache in PATH for the compiles
   (every entry written: no minimum compile time or size). ``compile_s`` is then the first compile
   (a miss on a fresh cache; ``compile_cache_hits`` counts the XLA compilations it got from the
-  cache, 0 when truly cold) and, with ``warm_compile`` (the default), ``compile_warm_s`` a second
-  ``jax.clear_caches()`` + compile, served by the cache (``compile_warm_cache_hits``), which is
-  what a new process pays. With ``None`` the persistent cache is off for the whole measurement;
-  either way JAX's previous cache settings are restored afterwards. :func:`usable_cache_dir`
-  checks a folder first (a warning and no cache where it cannot be written).
+  cache, 0 when truly cold) and, with ``warm_compile`` (the default), ``compile_warm_s`` the
+  compile of another fresh program, served by the persistent cache (``compile_warm_cache_hits``),
+  which is what a new process pays. With ``None`` the persistent cache is off for the whole
+  measurement; either way JAX's previous cache settings, and the cache object JAX builds from them,
+  are restored afterwards (:func:`persistent_cache`): a compile of the caller's after the fit goes
+  where the caller's own settings send it, never into plnexp's folder.
+  :func:`usable_cache_dir` checks a folder first (a warning and no cache where it cannot be written).
 
 Note that ``eager`` (and, for its few glue operations, ``jit_per_function``) compiles each
-primitive on first use: after the cache clearing, its first run pays those compiles. Ask for
-``warmup >= 1`` when comparing their per-iteration cost with the compiled loops.
+primitive on first use: in a fresh process (or after the cache clearing of ``owns_process``) its
+first run pays those compiles. Ask for ``warmup >= 1`` when comparing their per-iteration cost with
+the compiled loops.
 """
 
 from __future__ import annotations
@@ -45,10 +61,10 @@ import statistics
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import jax
@@ -57,6 +73,7 @@ from jax.experimental.compilation_cache import compilation_cache as _jax_cache
 
 from . import fingerprint
 from .problem import Output
+from .runtime import caller_stacklevel
 
 NAN = float("nan")
 MAX_RUNS = 30  # timed runs of one job at most, whatever the budget: enough for a steady IQR
@@ -203,23 +220,10 @@ def usable_cache_dir(directory: str | Path | None) -> Path | None:
             f"compile_cache: cannot write the compilation cache {path} ({e.strerror or e}); "
             "this fit compiles without it",
             CacheWarning,
-            stacklevel=_caller_level(),
+            stacklevel=caller_stacklevel(),
         )
         return None
     return path
-
-
-def _caller_level() -> int:
-    """The ``stacklevel`` of the first frame outside plnexp, for a warning raised by the caller of
-    this function: it points at the user's line (``plnexp.fit(...)``), not at plnexp's."""
-    import sys
-
-    package = str(Path(__file__).resolve().parent)
-    frame: FrameType | None
-    frame, level = sys._getframe(2), 2  # 1: the function that warns, 2: its caller
-    while frame is not None and frame.f_code.co_filename.startswith(package):
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 @contextmanager
@@ -264,9 +268,17 @@ def _count_events(name: str):
         jax.monitoring.unregister_event_listener(listener)
 
 
+def _cold(program, fresh: Callable[[], Any] | None, owns_process: bool):
+    """The program for one cold step: ``fresh()`` (functions JAX has never traced), or ``program``
+    itself when the caller has no other; JAX's caches are cleared first only in a process plnexp owns
+    (see the module's doc)."""
+    if owns_process:
+        jax.clear_caches()
+    return fresh() if fresh is not None else program
+
+
 def _cold_compile(program, state, data):
-    """``jax.clear_caches()`` then ``program.compile``; returns (Compiled, persistent-cache hits)."""
-    jax.clear_caches()
+    """``program.compile``; returns (Compiled, persistent-cache hits)."""
     with _count_events(CACHE_HIT_EVENT) as hits:
         compiled = program.compile(state, data)
     return compiled, hits[0]
@@ -283,11 +295,19 @@ def measure(
     first_call: bool = False,
     compile_cache_dir: str | Path | None = None,
     warm_compile: bool = True,
+    fresh: Callable[[], Any] | None = None,
+    owns_process: bool = False,
     clock=time.perf_counter,
 ) -> tuple[Output, Timing]:
     """One cold AOT compile, then ``warmup`` untimed runs and the timed runs: at least ``repeats``,
     more while they took less than ``budget_s`` in all (see the module docstring for the rest);
-    returns the output of the last timed run and its :class:`Timing`. ``clock``: for tests."""
+    returns the output of the last timed run and its :class:`Timing`.
+
+    ``fresh``: makes a new Program equivalent to ``program`` whose functions JAX has never traced,
+    one per cold step (the first call, the compile, the warm compile); without it those steps use
+    ``program`` itself, cold only if nothing compiled it before. ``owns_process``: also clear JAX's
+    in-memory caches before each cold step: for a process plnexp owns, never a library call.
+    ``clock``: for tests."""
     if not (isinstance(repeats, int) and repeats >= 1 and isinstance(warmup, int) and warmup >= 0):
         raise ValueError(f"repeats={repeats!r}, warmup={warmup!r}: need integers repeats >= 1 and warmup >= 0")
     if not (isinstance(budget_s, (int, float)) and budget_s >= 0):
@@ -295,14 +315,13 @@ def measure(
     first_call_s, compile_warm_s, hits, warm_hits = NAN, NAN, NAN, NAN
     with persistent_cache(None):
         if first_call:
-            jax.clear_caches()
-            _, first_call_s = _timed(program.call, state, data, clock)
+            _, first_call_s = _timed(_cold(program, fresh, owns_process).call, state, data, clock)
         with persistent_cache(compile_cache_dir):
-            compiled, cold_hits = _cold_compile(program, state, data)
+            compiled, cold_hits = _cold_compile(_cold(program, fresh, owns_process), state, data)
             if compile_cache_dir is not None:
                 hits = float(cold_hits)
                 if warm_compile:
-                    warm, warm_count = _cold_compile(program, state, data)
+                    warm, warm_count = _cold_compile(_cold(program, fresh, owns_process), state, data)
                     compile_warm_s, warm_hits = warm.compile_s, float(warm_count)
         for _ in range(warmup):
             _timed(compiled.run, state, data, clock)
@@ -338,7 +357,8 @@ def measure(
 
 
 def untimed(program, state, data, *, compile_cache_dir: str | Path | None = None) -> tuple[Output, Timing]:
-    """One plain call (cached jit, no cache clearing): for tests and quick fits. The persistent
+    """One plain call of ``program`` (its jit cache, if it has compiled before: nothing is made cold):
+    for tests and quick fits. The persistent
     compilation cache is used if ``compile_cache_dir`` is given (``compile_cache_hits``), off
     otherwise."""
     with persistent_cache(compile_cache_dir), _count_events(CACHE_HIT_EVENT) as hits:

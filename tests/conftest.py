@@ -31,7 +31,11 @@ TESTS = Path(__file__).parent
 PLUGINS = TESTS / "plugins"  # the blocking strategy, as an installed plugin would be (plnexp_test_strategies.py)
 sys.path.insert(0, str(TESTS))  # tests/reference_np.py: independent float64 numpy maths
 
-import plnexp  # noqa: E402 - first of plnexp's imports: sets XLA_FLAGS before any test touches jax
+import plnexp  # noqa: E402 - first of plnexp's imports (changes nothing in the process)
+
+# the suite runs as plnexp's command line does: its process settings (XLA flags, LAPACK threads)
+# applied before any test touches jax, and in every xdist worker (each imports this file first)
+plnexp.runtime.configure()
 
 # after plnexp's registry has loaded its plugins: the test process's registry holds the blocking
 # strategy only inside the tests that ask for it (fixture ``blocking``)

@@ -47,13 +47,47 @@ def test_fit_default_writes_the_cache_under_outputs_and_reads_it_back(outputs, t
     assert any(name.startswith("jit_fit") for name in written), written
     assert first.timing.compile_cache_hits == 0, "a fresh cache: the compile is a miss, and written"
     assert math.isnan(first.timing.compile_warm_s), "auto times one compile (no warm compile)"
-    # the same program again (measure clears JAX's in-memory caches first): read from disk
+    # the same fit again (measure compiles a program built anew, which JAX's in-memory caches
+    # cannot serve): read from disk
     again = plnexp.fit(tiny, n_iter=4, strategy="fori_loop")
     assert again.timing.compile_cache_hits >= 1
     assert again.timing.fingerprint == first.timing.fingerprint
     assert {"compile_cache_hits"} <= set(
         again.timing.as_metrics()
     ) and "compile_warm_s" not in again.timing.as_metrics()
+
+
+def test_after_a_fit_the_callers_compiles_go_to_the_callers_own_cache(outputs, tiny, tmp_path):
+    """A caller with a persistent cache of their own: plnexp's fit uses its folder meanwhile, and the
+    caller's next compile goes to the caller's folder again (JAX's settings and its cache object,
+    built from them at first use, restored), never into plnexp's."""
+    from jax.experimental.compilation_cache import compilation_cache
+
+    mine = tmp_path / "mine"
+    options = {
+        "jax_compilation_cache_dir": str(mine),
+        "jax_persistent_cache_min_compile_time_secs": 0.0,
+        "jax_persistent_cache_min_entry_size_bytes": -1,
+    }
+    saved = {name: jax.config.values[name] for name in options}
+    x = jax.numpy.ones(5)
+    try:
+        for name, value in options.items():
+            jax.config.update(name, value)
+        compilation_cache.reset_cache()
+        jax.jit(lambda x: x * 3.0 - 1.0)(x).block_until_ready()
+        before = _entries(mine)
+        assert before, "the caller's cache works"
+        plnexp.fit(tiny, n_iter=4, strategy="fori_loop")
+        ours = _entries(outputs / "jax_cache")
+        assert ours and _entries(mine) == before, "the fit wrote into its own folder only"
+        assert {name: jax.config.values[name] for name in options} == options
+        jax.jit(lambda x: x * 5.0 + 2.0)(x).block_until_ready()
+        assert len(_entries(mine)) == len(before) + 1 and _entries(outputs / "jax_cache") == ours
+    finally:
+        for name, value in saved.items():
+            jax.config.update(name, value)
+        compilation_cache.reset_cache()
 
 
 def test_fit_explicit_false_is_off(outputs, tiny):

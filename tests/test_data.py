@@ -1,4 +1,6 @@
-"""Data loading: the shipped oaks set, CSV validation (one clear error per kind), simulation."""
+"""Data loading: the shipped oaks set, CSV validation (one clear error per kind), counts in memory
+(plnexp.as_data: NumPy arrays and pandas DataFrames, checked by the CSV loader's own checks),
+simulation."""
 
 from importlib import resources
 
@@ -81,7 +83,11 @@ def test_load_csv_good(files):
             "counts file .*counts.csv.*infinite value at row 1, column 2; allowed values are non-negative",
         ),
         ("a,b\n1,-inf\n", "counts file .*counts.csv.*infinite value at row 1, column 2"),
-        ("a,b\n1,x\n", "counts file .*counts.csv.*line 2 has a non-numeric value"),
+        (
+            "a,b\n1,x\n",
+            "counts file .*counts.csv: non-numeric value 'x' at row 1, column 2; allowed values are numbers",
+        ),
+        ("a,b\n1,2\n\n3, y \n", "counts file .*counts.csv: non-numeric value 'y' at row 2, column 2;"),
         ("a,b\n1,2,3\n", "counts file .*counts.csv.*line 2 has 3 fields, header has 2"),
         ("", "counts file .*counts.csv.*empty"),
         ("a,b\n", "counts file .*counts.csv.*empty"),
@@ -89,8 +95,9 @@ def test_load_csv_good(files):
 )
 def test_load_csv_bad_counts(tmp_path, content, message):
     path = _write(tmp_path / "counts.csv", content)
-    with pytest.raises(DataError, match=message):
+    with pytest.raises(DataError, match=message) as err:
         plnexp.load_csv(path)
+    assert "\n" not in str(err.value)
 
 
 def test_load_csv_missing_file(tmp_path):
@@ -124,6 +131,12 @@ def test_load_csv_missing_file(tmp_path):
             "inf.csv",
             "a,b,c\n10,1,10\n1,1,1\n1,inf,1\n1,1,1\n",
             "offsets file .*inf.csv: infinite value at row 3, column 2; allowed values are finite numbers > 0",
+        ),
+        (
+            "offsets",
+            "text.csv",
+            "a,b,c\n10,10,10\n1,1,1\n1,1,lots\n1,1,1\n",
+            "offsets file .*text.csv: non-numeric value 'lots' at row 3, column 3; allowed values are numbers",
         ),
         (
             "offsets",
@@ -183,3 +196,123 @@ def test_empty_count_columns_are_named_in_one_warning_line(tmp_path, recwarn):
     recwarn.clear()
     plnexp.load_oaks()  # oaks has no empty column: silent
     assert not [w for w in recwarn if issubclass(w.category, DataWarning)]
+
+
+def test_csv_header_names_the_count_columns(files):
+    _, counts, _, _ = files
+    assert plnexp.load_csv(counts).columns == ("a", "b", "c")
+    assert plnexp.replicate(plnexp.load_csv(counts), 2).columns == ("a", "b", "c")
+    oaks = plnexp.load_oaks()
+    assert oaks.columns is not None and len(oaks.columns) == oaks.p
+
+
+# ---------------------------------------------------------------- counts in memory: plnexp.as_data
+def test_as_data_of_arrays_is_what_load_csv_reads(files):
+    """The same counts, totals and covariates as arrays give the CSV loader's Data, value for value."""
+    _, counts, offsets, covs = files
+    from_files = plnexp.load_csv(counts, offsets=offsets, covariates=covs)
+    Y = np.array([[1, 0, 3], [4, 5, 6], [0, 0, 1], [2, 2, 2]])  # integers: any numeric dtype
+    totals = np.array([10.0, 20.0, 5.0, 8.0])  # one per row: the same for the row's 3 counts
+    group = np.array(["u", "v", "u", "v"])
+    x = np.array([0.5, 1.5, 2.0, 0.1])
+    covariates = np.empty((4, 2), dtype=object)
+    covariates[:, 0], covariates[:, 1] = group, x
+    data = plnexp.as_data(Y, offsets=totals, covariates=covariates)
+    for a, b in ((data.Y, from_files.Y), (data.O, from_files.O), (data.X, from_files.X)):
+        np.testing.assert_array_equal(a, b)
+    assert data.covariate_names == ("intercept", "x1=v", "x2")  # an array's columns: x1, x2, ...
+    assert data.digest() == from_files.digest() and data.columns is None
+    assert data.Y.dtype == np.float64 and data.name == "data"
+    # (n, p) totals, and offsets already on the log scale
+    np.testing.assert_array_equal(plnexp.as_data(Y, np.tile(totals[:, None], 3)).O, data.O)
+    np.testing.assert_array_equal(plnexp.as_data(Y, np.log(totals), log_offsets=True).O, data.O)
+    # defaults: no offsets, an intercept only
+    plain = plnexp.as_data(Y)
+    assert plain.O.shape == (4, 3) and not plain.O.any()
+    np.testing.assert_array_equal(plain.X, np.ones((4, 1)))
+    assert plain.covariate_names == ("intercept",)
+
+
+def test_as_data_of_a_dataframe_keeps_its_column_names(files):
+    pd = pytest.importorskip("pandas")
+    _, counts, offsets, covs = files
+    from_files = plnexp.load_csv(counts, offsets=offsets, covariates=covs)
+    Y = pd.DataFrame({"a": [1, 4, 0, 2], "b": [0, 5, 0, 2], "c": [3, 6, 1, 2]})
+    cov = pd.DataFrame({"group": ["u", "v", "u", "v"], "x": [0.5, 1.5, 2.0, 0.1]})
+    depth = pd.Series([10.0, 20.0, 5.0, 8.0], name="depth")
+    data = plnexp.as_data(Y, offsets=depth, covariates=cov, name="mine")
+    assert data.columns == ("a", "b", "c") and data.name == "mine"
+    assert data.covariate_names == from_files.covariate_names == ("intercept", "group=v", "x")
+    assert data.digest() == from_files.digest()
+    assert plnexp.as_data(Y, covariates=cov["x"]).covariate_names == ("intercept", "x")  # a Series
+
+
+@pytest.mark.parametrize(
+    "counts, kwargs, message",
+    [
+        ([[1, -2]], {}, "counts: negative count -2 at row 1, column 2; allowed values are non-negative integers"),
+        ([[1, 2.5]], {}, "counts: non-integer count 2.5 at row 1, column 2; allowed values are non-negative integers"),
+        ([[1, 2], [np.nan, 0]], {}, r"counts: missing \(NaN\) value at row 2, column 1; allowed values are non-neg"),
+        ([[1, np.inf]], {}, "counts: infinite value at row 1, column 2"),
+        ([1, 2, 3], {}, r"counts: must be a non-empty 2-d table \(n samples x p variables\), got shape \(3,\)"),
+        (np.array([["1", "x"]], dtype=object), {}, "counts: non-numeric value 'x' at row 1, column 2; allowed values"),
+        (
+            [[1, 2], [3, 4]],
+            {"offsets": np.ones(3)},
+            r"offsets: shape \(3,\) does not match counts \(2, 2\); "
+            r"allowed shapes are \(2, 2\), \(2,\) or \(2, 1\)",
+        ),
+        (
+            [[1, 2], [3, 4]],
+            {"offsets": np.array([1.0, 0.0])},
+            "offsets: offset 0 at row 2, column 1; allowed values are "
+            r"finite numbers > 0 \(raw totals; log_offsets=true",
+        ),
+        ([[1, 2], [3, 4]], {"covariates": np.ones((3, 1))}, "covariates: 3 rows, counts have 2"),
+        (
+            [[1, 2], [3, 4]],
+            {"covariates": np.array([5.0, 5.0])},
+            "covariates: column 'x1' is a linear combination of the intercept",
+        ),
+        ([[1, 2], [3, 4]], {"covariates": np.array([1.0, np.nan])}, r"covariates: missing \(NaN\) value at row 2"),
+    ],
+)
+def test_as_data_bad_values_are_one_line_naming_the_argument(counts, kwargs, message):
+    with pytest.raises(DataError, match=f"^{message}") as err:
+        plnexp.as_data(np.asarray(counts) if isinstance(counts, list) else counts, **kwargs)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "counts, kwargs, message",
+    [
+        (
+            [[1, 2]],
+            {},
+            "counts: got a list; allowed are a NumPy array (n samples x p variables), a pandas DataFrame "
+            "or a plnexp.Data (np.asarray(...) converts other arrays)",
+        ),
+        ("counts.csv", {}, "counts: got a str; allowed are a NumPy array"),
+        (np.ones((2, 2)), {"offsets": [1.0, 2.0]}, "offsets: got a list; allowed are a NumPy array ((n, p), or (n,)"),
+        (np.ones((2, 2)), {"covariates": (1.0, 2.0)}, "covariates: got a tuple; allowed are a NumPy array"),
+    ],
+)
+def test_as_data_other_types_are_one_type_error_line(counts, kwargs, message):
+    with pytest.raises(TypeError) as err:
+        plnexp.as_data(counts, **kwargs)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_as_data_of_a_data_is_that_data():
+    data = plnexp.simulate(n=10, p=3, d=1)
+    assert plnexp.as_data(data) is data
+    with pytest.raises(TypeError, match=r"^offsets, covariates: a plnexp.Data carries its own; allowed with counts"):
+        plnexp.as_data(data, offsets=np.ones(10))
+
+
+def test_as_data_warns_about_empty_columns_by_name():
+    pd = pytest.importorskip("pandas")
+    from plnexp.data import DataWarning
+
+    with pytest.warns(DataWarning, match=r"counts of the DataFrame: 1 of 2 column\(s\) .*\(column 'otu2'\)"):
+        plnexp.as_data(pd.DataFrame({"otu1": [1, 2], "otu2": [0, 0]}))

@@ -118,3 +118,80 @@ def test_all_zero_counts_fit_without_a_false_alarm(model, precision):
     assert abs(result.extra["final_elbo_jit"] - result.loglik) <= PRECISIONS[precision].check_tolerance(
         result.loglik, zeros.Y.size
     )
+
+
+# ---------------------------------------------------------------- counts in memory
+@pytest.fixture(scope="module")
+def counts():
+    return plnexp.simulate(n=40, p=6, d=1, seed=1).Y.astype(np.int64)
+
+
+def test_a_numpy_array_fits_as_the_same_counts_through_data(counts):
+    from plnexp.data import Data
+
+    as_array = plnexp.fit(counts, n_iter=5, timed=False)
+    through_data = plnexp.fit(
+        Data(counts.astype(np.float64), np.zeros(counts.shape), np.ones((counts.shape[0], 1))), n_iter=5, timed=False
+    )
+    np.testing.assert_array_equal(as_array.elbo, through_data.elbo)
+    assert as_array.loglik == through_data.loglik
+
+
+def test_a_dataframe_fits_like_its_array_with_offsets_and_covariates(counts):
+    pd = pytest.importorskip("pandas")
+    depth = np.linspace(0.5, 1.5, counts.shape[0])
+    x = np.cos(np.arange(counts.shape[0]))
+    frame = pd.DataFrame(counts, columns=[f"otu{j}" for j in range(counts.shape[1])])
+    by_frame = plnexp.fit(frame, n_iter=5, timed=False, offsets=pd.Series(depth), covariates=pd.DataFrame({"x": x}))
+    by_array = plnexp.fit(counts, n_iter=5, timed=False, offsets=depth, covariates=x)
+    np.testing.assert_array_equal(by_frame.elbo, by_array.elbo)
+    assert by_frame.params["B"].shape == (2, counts.shape[1])  # intercept + x
+    assert plnexp.as_data(frame).columns == tuple(frame.columns)
+
+
+@pytest.mark.parametrize("bad", [[[1, 2], [3, 4]], "counts.csv"])
+def test_fit_of_something_else_is_one_type_error_line(bad):
+    with pytest.raises(TypeError) as err:
+        plnexp.fit(bad, n_iter=2, timed=False)
+    text = str(err.value)
+    assert text.startswith(f"counts: got a {type(bad).__name__}; allowed are a NumPy array") and "\n" not in text
+
+
+def test_fit_of_negative_counts_is_one_data_error_line_naming_counts(counts):
+    bad = counts.copy()
+    bad[3, 2] = -1
+    with pytest.raises(plnexp.DataError) as err:
+        plnexp.fit(bad, n_iter=2, timed=False)
+    assert str(err.value) == ("counts: negative count -1 at row 4, column 3; allowed values are non-negative integers")
+    with pytest.raises(plnexp.DataError, match=r"^offsets: shape \(3,\) does not match counts \(40, 6\)"):
+        plnexp.fit(counts, n_iter=2, timed=False, offsets=np.ones(3))
+
+
+def test_fit_replicates_takes_arrays_too(counts):
+    results = plnexp.fit_replicates([counts, counts], 2, n_iter=3, timed=False)
+    one = plnexp.fit(counts, n_iter=3, timed=False)
+    for res in results:
+        np.testing.assert_allclose(res.elbo, one.elbo, rtol=1e-5)
+
+
+# ---------------------------------------------------------------- a good citizen of the caller's process
+def test_fit_keeps_the_callers_compiled_functions_and_jax_configuration(counts, tmp_path):
+    """The caller's jitted function is neither retraced nor recompiled after fits (timed, with every
+    cold step, float64, the persistent cache on), and every jax.config value is as it was."""
+    import jax
+    import jax.numpy as jnp
+
+    traces = []
+
+    @jax.jit
+    def mine(x):
+        traces.append(1)  # runs at trace time only
+        return x * 2.0 + 1.0
+
+    mine(jnp.ones(3)).block_until_ready()
+    config = dict(jax.config.values)
+    plnexp.fit(counts, n_iter=3, first_call=True, compile_cache=True, compile_cache_dir=tmp_path / "c")
+    plnexp.fit(counts, n_iter=3, precision="float64", compile_cache=False)
+    assert float(mine(jnp.ones(3))[0]) == 3.0
+    assert traces == [1], "the caller's function was traced again: its caches were cleared"
+    assert dict(jax.config.values) == config

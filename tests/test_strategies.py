@@ -493,7 +493,9 @@ def test_measure_reports_consistent_times(strategy, repeats, small, monkeypatch)
     arrays = small.to_device(np.float32, jax.devices("cpu")[0])
     state = problem.init(init_state(problem.model, arrays, "seed"))
     program = build(problem, n_iter, StrategySpec(strategy))
-    out, t = timing.measure(program, state, arrays, repeats=repeats, warmup=1, first_call=True)
+    # owns_process: measure clears JAX's caches as it does in a job of the command line (a library
+    # call never does: test_timing)
+    out, t = timing.measure(program, state, arrays, repeats=repeats, warmup=1, first_call=True, owns_process=True)
     if strategy == "eager":
         assert len(cleared) == 2, "measure clears the caches before the first call and before compiling"
     if strategy == "eager":

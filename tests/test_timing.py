@@ -1,5 +1,6 @@
 """plnexp.timing's protocol: what each switch costs (counted on a fake Program: no timing
-assertions, these machines are noisy) and the persistent compilation cache switch (tiny real fits)."""
+assertions, these machines are noisy), cold compiles without clearing the caller's caches, and the
+persistent compilation cache switch (tiny real fits)."""
 
 from __future__ import annotations
 
@@ -49,10 +50,22 @@ def cleared(monkeypatch):
     return count
 
 
+class Fresh:
+    """A ``fresh`` for measure: each call a new FakeProgram, kept in ``made`` (one per cold step)."""
+
+    def __init__(self):
+        self.made: list[FakeProgram] = []
+
+    def __call__(self) -> FakeProgram:
+        self.made.append(FakeProgram())
+        return self.made[-1]
+
+
 def test_default_is_one_compile_and_one_run(cleared):
     program = FakeProgram()
     out, t = timing.measure(program, None, None)
-    assert (program.compiles, program.runs, program.calls, len(cleared)) == (1, 1, 0, 1)
+    assert (program.compiles, program.runs, program.calls) == (1, 1, 0)
+    assert cleared == [], "a library call never clears JAX's caches"
     assert out == FakeOutput(N_RUN) and len(t.runs_s) == 1 and t.run_s == t.runs_s[0]
     assert t.compile_s == 0.25 and t.cost_analysis == {"fit": {"flops": 1.0}}
     assert t.ms_per_iter == pytest.approx(1e3 * t.run_s / N_RUN, rel=1e-12)
@@ -76,16 +89,16 @@ def test_default_is_one_compile_and_one_run(cleared):
 @pytest.mark.parametrize(
     "kwargs, counts",
     [
-        ({"first_call": True}, (1, 1, 1, 2)),  # + one cold plain call (after its own cache clearing)
-        ({"warmup": 2}, (1, 3, 0, 1)),  # + untimed runs
-        ({"repeats": 3}, (1, 3, 0, 1)),  # + timed runs
-        ({"first_call": True, "warmup": 1, "repeats": 2}, (1, 3, 1, 2)),
+        ({"first_call": True}, (1, 1, 1)),  # + one cold plain call
+        ({"warmup": 2}, (1, 3, 0)),  # + untimed runs
+        ({"repeats": 3}, (1, 3, 0)),  # + timed runs
+        ({"first_call": True, "warmup": 1, "repeats": 2}, (1, 3, 1)),
     ],
 )
 def test_switches_add_what_they_document(cleared, kwargs, counts):
     program = FakeProgram()
     _, t = timing.measure(program, None, None, **kwargs)
-    assert (program.compiles, program.runs, program.calls, len(cleared)) == counts
+    assert (program.compiles, program.runs, program.calls) == counts and cleared == []
     assert len(t.runs_s) == kwargs.get("repeats", 1)
     assert min(t.runs_s) <= t.run_s <= max(t.runs_s)
     if kwargs.get("first_call"):
@@ -98,7 +111,7 @@ def test_compile_cache_adds_one_compile(cleared, tmp_path):
     program = FakeProgram()
     before = jax.config.values["jax_compilation_cache_dir"]
     _, t = timing.measure(program, None, None, compile_cache_dir=tmp_path / "cache")
-    assert (program.compiles, program.runs, program.calls, len(cleared)) == (2, 1, 0, 2)
+    assert (program.compiles, program.runs, program.calls, len(cleared)) == (2, 1, 0, 0)
     assert (t.compile_s, t.compile_warm_s) == (0.25, 0.5)  # first compile, then the second
     assert t.compile_cache_hits == 0 and t.compile_warm_cache_hits == 0  # nothing of it went through XLA
     assert {"compile_warm_s", "compile_cache_hits", "compile_warm_cache_hits"} <= set(t.as_metrics())
@@ -109,9 +122,34 @@ def test_compile_cache_without_the_warm_compile(cleared, tmp_path):
     """compile_cache auto (plnexp.fit's default): the cache on, one compile, its hits counted."""
     program = FakeProgram()
     _, t = timing.measure(program, None, None, compile_cache_dir=tmp_path / "cache", warm_compile=False)
-    assert (program.compiles, program.runs, len(cleared)) == (1, 1, 1)
+    assert (program.compiles, program.runs, len(cleared)) == (1, 1, 0)
     assert t.compile_cache_hits == 0 and math.isnan(t.compile_warm_s) and math.isnan(t.compile_warm_cache_hits)
     assert "compile_cache_hits" in t.as_metrics() and "compile_warm_s" not in t.as_metrics()
+
+
+def test_each_cold_step_gets_a_fresh_program_of_its_own(cleared, tmp_path):
+    """The first call, the compile and the warm compile each on a program JAX has never seen (so none
+    warms another), the runs on the compile's; the caller's program untouched, no cache cleared."""
+    program, fresh = FakeProgram(), Fresh()
+    _, t = timing.measure(
+        program, None, None, first_call=True, warmup=1, repeats=2, compile_cache_dir=tmp_path / "c", fresh=fresh
+    )
+    first, cold, warm = fresh.made
+    assert (first.calls, first.compiles, first.runs) == (1, 0, 0)
+    assert (cold.calls, cold.compiles, cold.runs) == (0, 1, 3), "warmup and timed runs: the compile's program"
+    assert (warm.calls, warm.compiles, warm.runs) == (0, 1, 0)
+    assert (program.calls, program.compiles, program.runs) == (0, 0, 0)
+    assert (t.compile_s, t.compile_warm_s) == (0.25, 0.25) and cleared == []
+
+
+def test_a_process_plnexp_owns_also_clears_before_each_cold_step(cleared, tmp_path):
+    fresh = Fresh()
+    timing.measure(
+        FakeProgram(), None, None, first_call=True, compile_cache_dir=tmp_path / "c", fresh=fresh, owns_process=True
+    )
+    assert len(fresh.made) == 3 and len(cleared) == 3
+    timing.measure(FakeProgram(), None, None, fresh=Fresh(), owns_process=True)
+    assert len(cleared) == 4  # one compile: one clearing
 
 
 @pytest.mark.parametrize("kwargs", [{"repeats": 0}, {"warmup": -1}, {"repeats": 1.5}])
@@ -176,6 +214,41 @@ def test_compile_cache_on_then_off(oaks, tmp_path):
     assert jax.config.values["jax_compilation_cache_dir"] == before
     assert math.isnan(off.timing.compile_warm_s) and "compile_warm_s" not in off.timing.as_metrics()
     np.testing.assert_allclose(off.elbo, res.elbo, rtol=1e-6)
+
+
+# jax 0.10.2 records these (jax/_src/dispatch.py) with the function's name: one per trace of a
+# function into a jaxpr, one per XLA compilation
+TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
+BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+
+
+def test_a_second_fit_in_the_process_is_cold_again_without_clearing_caches(cleared):
+    """The same fit twice in one process, the persistent cache off: the second one's first call and
+    compile each trace and XLA-compile the fit again (programs built for them: JAX's in-memory caches
+    cannot serve them), although no cache was cleared, and nothing comes from a persistent cache."""
+    data = plnexp.simulate(n=30, p=5, d=1, seed=0)
+    plnexp.fit(data, n_iter=3, compile_cache=False)
+    seen, hits = [], []
+
+    def duration(event, seconds, **kwargs):
+        if event in (TRACE_EVENT, BACKEND_COMPILE_EVENT):
+            seen.append((event, kwargs.get("fun_name")))
+
+    def hit(event, **kwargs):
+        if event == timing.CACHE_HIT_EVENT:
+            hits.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(duration)
+    jax.monitoring.register_event_listener(hit)
+    try:
+        res = plnexp.fit(data, n_iter=3, compile_cache=False, first_call=True)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(duration)
+        jax.monitoring.unregister_event_listener(hit)
+    assert seen.count((TRACE_EVENT, "fit")) == 2, seen  # the first call's, the compile's
+    assert seen.count((BACKEND_COMPILE_EVENT, "jit(fit)")) == 2, seen
+    assert hits == [] and cleared == []
+    assert res.timing.compile_s > 0 and res.timing.first_call_s > 0
 
 
 def test_fit_rejects_a_non_boolean_switch(oaks):
