@@ -1,27 +1,33 @@
-"""plnexp as a user who installs it has it: a wheel, run from another folder.
+"""plnexp as a user who installs it has it: an sdist and a wheel, installed into a fresh venv, run
+from another folder.
 
-The wheel is built from a copy of this checkout's sources (``pip wheel``; nothing is built inside the
-checkout), the kernel left out (``CC=CXX=false``: its build and portability are tested apart,
-tests/test_fused.py), and installed with ``pip install --target`` into a folder that
-stands in for site-packages, ahead of the editable checkout on ``PYTHONPATH``; the dependencies are
-this environment's. From an empty folder elsewhere, ``python -m plnexp run`` and the ``plnexp``
-console script's sweep must find their configs inside the package, write their outputs under that
-folder's ``outputs/`` and nothing into the installed package.
+``uv build`` makes the sdist from a copy of this checkout's sources (nothing is built inside the
+checkout) and the wheel from the sdist, as ``python -m build`` does (so a file the sdist forgets
+fails here), the kernel left out (``CC=CXX=false``: its build and portability are tested apart,
+tests/test_fused.py). The wheel goes into a fresh venv with its dependencies (uv, from its cache:
+the versions of this environment, given as constraints). From an empty folder elsewhere,
+``python -m plnexp run``, the ``plnexp`` console script's sweep (with its report) and ``plnexp ui``
+(the dashboard) must find their configs inside the package, write their outputs under that folder's
+``outputs/`` and nothing into the venv.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
-import subprocess
 import sys
+import urllib.request
 import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import run_process, store_client
+from conftest import end, run_process, spawn, store_client
+from daemons import free_port
 
 from plnexp.paths import REPO
+
+UV = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
 
 
 def test_outputs_go_to_the_current_folder_unless_told(tmp_path, monkeypatch):
@@ -36,35 +42,42 @@ def test_outputs_go_to_the_current_folder_unless_told(tmp_path, monkeypatch):
     assert paths.CONF_DIR == REPO / "conf" and paths.CHECKOUT == REPO
 
 
+def _find_links() -> list[str]:
+    """pip's find-links folders of this machine (PyTorch's CPU wheel lies in one), for uv."""
+    out = run_process([sys.executable, "-m", "pip", "config", "list"], cwd=REPO)
+    folders = [line.split("=", 1)[1].strip("'") for line in out.stdout.splitlines() if "find-links=" in line]
+    return [a for d in dict.fromkeys(folders) if Path(d).is_dir() for a in ("--find-links", d)]
+
+
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> tuple[Path, Path]:
-    """(the wheel, the folder it is installed in)."""
+def installed(tmp_path_factory) -> tuple[Path, Path, Path]:
+    """(the wheel, the sdist, the fresh venv it is installed in)."""
+    if UV is None:
+        pytest.skip("uv is not installed (.ci/run installs it into .venv): no fresh venv to install the wheel into")
     base = tmp_path_factory.mktemp("package")
     src = base / "src"  # the sources only: no venv, outputs, build folders or the editable install's kernel
-    junk = (".venv", ".git", "outputs", "build", "dist", "*.so", "__pycache__", "*.egg-info", ".*_cache")
+    junk = (".venv", ".git", "outputs", "build", "dist", "site", "*.so", "__pycache__", "*.egg-info", ".*_cache")
     shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(*junk))
     # no kernel: its compile fails, and the build skips it (an optional extension)
     env = {**os.environ, "CC": "false", "CXX": "false", "PYTHONDONTWRITEBYTECODE": "1"}
-    pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
-    built = subprocess.run(
-        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(base / "dist"), str(src)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    built = run_process([UV, "build", "-q", "--out-dir", str(base / "dist"), str(src)], cwd=base, env=env)
     assert built.returncode == 0, built.stderr[-3000:]
     (wheel,) = (base / "dist").glob("plnexp-*.whl")
-    target = base / "site"
-    done = subprocess.run(
-        [*pip, "install", "--no-deps", "--target", str(target), str(wheel)],
-        capture_output=True,
-        text=True,
+    (sdist,) = (base / "dist").glob("plnexp-*.tar.gz")
+    venv = base / "venv"
+    made = run_process([UV, "venv", "-q", "--python", sys.executable, str(venv)], cwd=base, env=env)
+    assert made.returncode == 0, made.stderr[-3000:]
+    frozen = run_process([UV, "pip", "freeze", "--python", sys.executable], cwd=base, env=env)
+    pins = [line for line in frozen.stdout.splitlines() if "==" in line and not line.startswith("plnexp")]
+    (base / "constraints.txt").write_text("\n".join(pins) + "\n")
+    done = run_process(
+        [UV, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), *_find_links()]
+        + ["--constraint", str(base / "constraints.txt"), str(wheel)],
+        cwd=base,
         env=env,
-        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    return wheel, target
+    return wheel, sdist, venv
 
 
 def _files(folder: Path) -> set[str]:
@@ -73,7 +86,7 @@ def _files(folder: Path) -> set[str]:
 
 @pytest.mark.slow
 def test_the_wheel_carries_configs_data_and_licence_and_no_outputs(installed):
-    wheel, _ = installed
+    wheel, sdist, _ = installed
     names = set(zipfile.ZipFile(wheel).namelist())
     confs = {str(p.relative_to(REPO)) for p in (REPO / "conf").rglob("*.yaml")}
     assert {f"plnexp/{c}" for c in confs} <= names, "every yaml of conf/ inside the package"
@@ -83,37 +96,30 @@ def test_the_wheel_carries_configs_data_and_licence_and_no_outputs(installed):
     assert not any(n.startswith(("outputs/", "tests/", "conf/")) for n in names), "nothing outside the package"
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "plnexp = plnexp.__main__:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert sdist.stat().st_size > 0  # the wheel above was built from it (uv build), so it holds the sources
 
 
 @pytest.mark.slow
-def test_run_and_a_sweep_from_another_folder_write_there_only(installed, tmp_path):
-    _, site = installed
-    before = _files(site)
+def test_run_a_sweep_and_the_dashboard_from_another_folder_write_there_only(installed, tmp_path):
+    _, _, venv = installed
+    before = _files(venv)
     work = tmp_path / "elsewhere"
     work.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PLNEXP_OUTPUTS", "MLFLOW_TRACKING_URI")}
-    env.update(PYTHONPATH=str(site), PYTHONDONTWRITEBYTECODE="1")
+    env = {k: v for k, v in os.environ.items() if k not in ("PLNEXP_OUTPUTS", "MLFLOW_TRACKING_URI", "PYTHONPATH")}
+    # bytecode cached outside the venv (PYTHONPYCACHEPREFIX), so the processes below share it and the
+    # venv's file list shows only what plnexp wrote
+    env.update(PYTHONPYCACHEPREFIX=str(tmp_path / "pycache"), PYTHONDONTWRITEBYTECODE="")
+    python, plnexp = str(venv / "bin" / "python"), str(venv / "bin" / "plnexp")
 
-    where = run_process(
-        [sys.executable, "-c", "import plnexp.paths as p; print(p.CONF_DIR, p.CHECKOUT)"], cwd=work, env=env
-    )
+    where = run_process([python, "-c", "import plnexp.paths as p; print(p.CONF_DIR, p.CHECKOUT)"], cwd=work, env=env)
     assert where.returncode == 0, where.stderr
-    assert where.stdout.split() == [str(site / "plnexp" / "conf"), "None"], "the installed package's configs"
+    conf, checkout = where.stdout.split()
+    assert Path(conf).parent.parent.name == "site-packages" and checkout == "None", "the installed package's configs"
 
-    run = run_process([sys.executable, "-m", "plnexp", "run", "n_iter=3", "dataset.replication=1"], cwd=work, env=env)
+    run = run_process([python, "-m", "plnexp", "run", "n_iter=3", "dataset.replication=1"], cwd=work, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
-    sweep = run_process(
-        [
-            str(site / "bin" / "plnexp"),
-            "sweep",
-            "strategy=scan,fori_loop",
-            "dataset.replication=1",
-            "n_iter=3",
-            "repeats=1",
-        ],
-        cwd=work,
-        env=env,
-    )
+    grid = ["strategy=scan,fori_loop", "dataset.replication=1", "n_iter=3", "repeats=1"]
+    sweep = run_process([plnexp, "sweep", *grid], cwd=work, env=env)
     assert sweep.returncode == 0, sweep.stderr[-3000:]
     assert "2 of 2 jobs finished" in sweep.stdout, sweep.stdout
 
@@ -123,7 +129,26 @@ def test_run_and_a_sweep_from_another_folder_write_there_only(installed, tmp_pat
     assert sorted(r.info.status for r in runs) == ["FINISHED"] * 4  # the run; the sweep's parent and 2 jobs
     assert {r.data.tags.get("git_commit") for r in runs} == {"unknown"}, "no checkout: no commit to log"
     assert list((outputs / "reports").rglob("report.md")), "the sweep's report, under this folder"
-    assert _files(site) == before, "nothing written into the installed package"
+
+    port = free_port()  # the dashboard on this store: its REST API lists the runs just made
+    ui = spawn([plnexp, "ui", "--port", str(port), "--workers", "1"], cwd=work, env=env)
+    try:
+        url = f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/search?max_results=10"
+        for _ in range(300):
+            try:
+                with urllib.request.urlopen(url, timeout=2) as r:
+                    listed = r.read().decode()
+                break
+            except OSError:
+                assert ui.poll() is None, "plnexp ui exited"
+                __import__("time").sleep(0.2)
+        else:
+            pytest.fail("plnexp ui did not answer within 60 s")
+    finally:
+        end(ui)
+    names = {e["name"] for e in json.loads(listed)["experiments"]}
+    assert {r.info.experiment_id for r in runs} and {"run", "strategies"} <= names, names
+    assert _files(venv) == before, "nothing written into the venv (the installed package included)"
 
 
 @pytest.mark.parametrize("args", [["--help"], ["sweep"], ["run", "n_iter=3"], ["rerun", "latest"]])
