@@ -81,8 +81,9 @@ def cpu_s(pid: int) -> float:
 
 
 @pytest.mark.slow
-def test_joblib_two_workers_eight_jobs(outputs, tmp_path):
-    seeds = ",".join(str(i) for i in range(8))
+def test_joblib_two_workers_four_jobs(outputs, tmp_path):
+    """Two jobs per worker process (a worker reused), all four writing to one store at once."""
+    seeds = ",".join(str(i) for i in range(4))
     proc = plnexp_cli(
         "run",
         "--multirun",
@@ -97,20 +98,21 @@ def test_joblib_two_workers_eight_jobs(outputs, tmp_path):
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "8/8 jobs, 0 failed" in proc.stdout and "Traceback" not in proc.stderr
+    assert "4/4 jobs, 0 failed" in proc.stdout and "Traceback" not in proc.stderr
     (parent,), children = split(runs_of(outputs, "par"))
     assert parent.info.status == "FINISHED"
-    assert len(children) == 8 and {r.info.status for r in children} == {"FINISHED"}
+    assert len(children) == 4 and {r.info.status for r in children} == {"FINISHED"}
     assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parent.info.run_id}
-    assert sorted(r.data.params["seed"] for r in children) == [str(i) for i in range(8)]
+    assert sorted(r.data.params["seed"] for r in children) == [str(i) for i in range(4)]
     worker_pids = {r.data.tags["plnexp.pid"] for r in children}
     assert parent.data.tags["plnexp.pid"] not in worker_pids, "the jobs ran in worker processes"
+    assert len(worker_pids) <= 2, "two worker processes, each reused"
     cl = store_client(outputs)
     for r in children:  # no lost metric
         for key in ("final_elbo", "n_iter_run", "compile_s", "run_s", "wall_s"):
             assert key in r.data.metrics, (r.info.run_name, key)
         assert sorted(m.step for m in cl.get_metric_history(r.info.run_id, "elbo")) == list(range(5))
-    assert parent.data.tags["n_done"] == "8" and parent.data.tags["n_failed"] == "0"
+    assert parent.data.tags["n_done"] == "4" and parent.data.tags["n_failed"] == "0"
 
 
 @pytest.mark.slow

@@ -303,8 +303,9 @@ def test_torch_eager_timing_compiles_nothing(small):
 @needs_torch
 @pytest.mark.slow
 @ONE_WORKER
-@pytest.mark.parametrize("mode", ["default", "max-autotune-no-cudagraphs"])
-def test_torch_compile_timing(mode, small):
+# the cold first call (another cold compile, ~5 s) timed in one mode: it is the same path in both
+@pytest.mark.parametrize("mode, first_call", [("default", True), ("max-autotune-no-cudagraphs", False)])
+def test_torch_compile_timing(mode, first_call, small):
     res = plnexp.fit(
         small,
         model="profiled",
@@ -313,11 +314,12 @@ def test_torch_compile_timing(mode, small):
         precision="float64",
         strategy="torch_compile",
         mode=mode,
-        first_call=True,
+        first_call=first_call,
         repeats=2,
     )
     t = res.timing
-    assert t.compile_s > 0 and t.first_call_s > 0 and t.run_s > 0 and len(t.runs_s) == 2
+    assert t.compile_s > 0 and t.run_s > 0 and len(t.runs_s) == 2
+    assert t.first_call_s > 0 if first_call else np.isnan(t.first_call_s)
     assert t.ms_per_iter == pytest.approx(1e3 * t.run_s / 20, rel=1e-12)
     scan = plnexp.fit(small, model="profiled", optimizer="rprop", n_iter=20, precision="float64", timed=False)
     assert_close(res.elbo, scan.elbo, RTOL["float64"], f"torch_compile mode={mode} curve")
