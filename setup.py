@@ -5,9 +5,24 @@ time when a C++ compiler is there (``g++``/``c++``, or ``$CXX``), against the XL
 ship with jaxlib (a build requirement, pyproject's ``[build-system]``); where it cannot be built,
 plnexp installs without it (a warning in pip's log) and ``scan_fused`` says so in one line.
 
-``-march=native``: the kernel is built for the machine that installs it (a source install; a
-wheel built here is not portable to older CPUs). ``-fno-math-errno``: sqrt without errno, so that
-the elementwise loop vectorises (results unchanged).
+One library for every x86-64 CPU, no ``-march``: the kernel's code is compiled three times in one
+translation unit, for AVX-512 (x86-64-v4), AVX2 (x86-64-v3) and the x86-64 baseline, each under
+its own ``#pragma GCC target``, and ``plnexp/strategies/fused.py`` picks, when it loads the
+library, the best path the CPU runs (``PLNEXP_FUSED_ISA`` forces one). A library built on a login
+node with AVX-512 thus runs on AVX2-only compute nodes, and a wheel built here runs anywhere. On
+other architectures (or with a compiler without GCC's target pragmas) the baseline path alone is
+built, with the compiler's default flags. ``-fno-math-errno``: sqrt without errno;
+``-fno-trapping-math``: no floating-point trap is assumed observable (none is read), so that both
+arms of exp's and log's special cases may be computed and blended: without them the elementwise
+loop vectorises on the AVX-512 path only (masked operations), with them on every path. Neither
+changes a result (``-std=c++17`` also keeps FMA contraction off: every path rounds alike).
+
+Why setuptools rather than scikit-build-core + nanobind: the kernel is one C++ file with no Python
+bindings (fused.py loads it with ctypes and hands its handlers to XLA as ``jax.ffi.pycapsule``), so
+there is no binding library to build and no CMake project to keep; setuptools' Extension compiles
+and links it with the interpreter's own flags and extension suffix, and the per-ISA code paths
+live in the source (target pragmas), not in build-system logic, so the result is as portable as a
+CMake build would be. ``optional=True`` keeps an install without a compiler working.
 """
 
 import shutil
@@ -47,8 +62,10 @@ setup(
         Extension(
             "plnexp._pln_fused",
             sources=["plnexp/native/pln_fused_step.cc"],
+            depends=["plnexp/native/pln_fused_kernel.inc"],  # included once per code path
             language="c++",
-            extra_compile_args=["-std=c++17", "-O3", "-march=native", "-fno-math-errno", "-w"],
+            # no -march: the code paths' instructions come from the source's target pragmas
+            extra_compile_args=["-std=c++17", "-O3", "-fno-math-errno", "-fno-trapping-math", "-w"],
             optional=True,
         )
     ],

@@ -14,18 +14,23 @@ radam_clip, 1000 iterations. Printed, in this order:
    elementwise work on some CPUs.
 2. **The tutorial's level-2 scan** (``benchmarks/tutorial.py``, defects included), three ways:
    in a plain process (no plnexp import: its users' setting), and in this process with SciPy's
-   OpenBLAS at its default thread count and at one thread (what ``import plnexp`` sets).
+   OpenBLAS at its default thread count and at one thread (what ``plnexp.runtime.configure()`` sets).
 3. **Each strategy** through ``plnexp.fit(..., timed=True)``: AOT compile apart, then the median
    of ``--repeats`` steady runs after ``--warmup``, each ended by ``block_until_ready``; the
    ``scan`` row is repeated with ``gradient=autodiff`` (the step before the analytic gradient).
+   ``--fused-isa all`` (or a list of avx512, avx2, baseline) runs ``scan_fused`` once per code path
+   of its kernel, forced through ``PLNEXP_FUSED_ISA`` (rows ``scan_fused [avx2]``, ...; a path this
+   CPU lacks is skipped saying so), with ``scan`` beside them.
 
-Ratios: ``x_tutorial`` = the tutorial's steady ms/iter (plain process) / the row's; ``x_tut_1t``
-= the same against the tutorial at one LAPACK thread; ``x_floor`` = the row's ms/iter / floor.
+Ratios: ``x_scan`` = scan's ms/iter in this run / the row's (higher is faster); ``x_tutorial`` = the
+tutorial's steady ms/iter (plain process) / the row's; ``x_tut_1t`` = the same against the tutorial
+at one LAPACK thread; ``x_floor`` = the row's ms/iter / floor.
 ``curve_rdiff`` = max |ELBO_row - ELBO_scan| / |ELBO_scan| over the iterations both ran.
 
     .venv/bin/python benchmarks/strategies.py                         # W1, every strategy (minutes)
     .venv/bin/python benchmarks/strategies.py --strategies scan,while_loop --n-iter 200
     .venv/bin/python benchmarks/strategies.py --no-tutorial --json out.json
+    .venv/bin/python benchmarks/strategies.py --strategies scan --fused-isa all --no-tutorial --no-autodiff
 """
 
 from __future__ import annotations
@@ -39,14 +44,14 @@ import sys
 import time
 from pathlib import Path
 
-import plnexp  # first: sets XLA_FLAGS and SciPy's OpenBLAS threads before JAX starts its backend
-
+import plnexp
 import jax
 from _header import machine_header  # benchmarks/, on sys.path as the script's folder
 import numpy as np
 
 from plnexp import floor as machine_floor, runtime
 from plnexp.precision import PRECISIONS
+from plnexp.strategies import fused
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -86,12 +91,28 @@ def parse_args(argv=None):
     ap.add_argument("--while-tol", type=float, default=0.0, help="while_loop tol (0: run all iterations)")
     ap.add_argument("--no-autodiff", action="store_true", help="skip the scan row with gradient=autodiff")
     ap.add_argument("--no-tutorial", action="store_true", help="skip the tutorial's rows")
+    ap.add_argument(
+        "--fused-isa",
+        default="",
+        metavar="PATHS",
+        help="run scan_fused once per code path of its kernel: all, or a comma-separated subset of "
+        + ", ".join(fused.ISAS)
+        + " (adds scan and scan_fused to --strategies)",
+    )
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = ap.parse_args(argv)
     args.strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     unknown = [s for s in args.strategies if s not in plnexp.STRATEGIES]
     if unknown:
         ap.error(f"--strategies: unknown {', '.join(unknown)}; allowed: {', '.join(plnexp.STRATEGIES)}")
+    paths = [s.strip() for s in args.fused_isa.split(",") if s.strip()]
+    args.fused_isa = list(fused.ISAS) if paths == ["all"] else paths
+    unknown = [s for s in args.fused_isa if s not in fused.ISAS]
+    if unknown:
+        ap.error(f"--fused-isa: unknown {', '.join(unknown)}; allowed: all, {', '.join(fused.ISAS)}")
+    if args.fused_isa:  # scan_fused's rows, per path, and scan, their yardstick
+        args.strategies = ["scan"] * ("scan" not in args.strategies) + args.strategies
+        args.strategies += ["scan_fused"] * ("scan_fused" not in args.strategies)
     if args.n_iter < 1 or args.eager_n_iter < 1 or args.repeats < 1 or args.warmup < 0:
         ap.error("--n-iter, --eager-n-iter and --repeats must be >= 1, --warmup >= 0")
     return args
@@ -163,7 +184,7 @@ def tutorial_plain_process(args) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def fit_row(data, args, name: str, gradient: str = "analytic") -> dict:
+def fit_row(data, args, name: str, gradient: str = "analytic", label: str | None = None) -> dict:
     n_iter = min(args.eager_n_iter, args.n_iter) if name == "eager" else args.n_iter
     t0 = time.perf_counter()
     res = plnexp.fit(
@@ -183,7 +204,7 @@ def fit_row(data, args, name: str, gradient: str = "analytic") -> dict:
         timed=True,
     )  # cold compiles, as the study times them
     t = res.timing
-    label = name if gradient == "analytic" else f"{name} ({gradient})"
+    label = label or (name if gradient == "analytic" else f"{name} ({gradient})")
     first = f", cold first call {t.first_call_s:.2f} s" if args.first_call else ""
     print(f"#   done {label:<20} in {time.perf_counter() - t0:.1f} s{first}", flush=True)
     return {
@@ -201,10 +222,35 @@ def fit_row(data, args, name: str, gradient: str = "analytic") -> dict:
     }
 
 
+def fused_rows(data, args) -> list[dict]:
+    """scan_fused once per code path of ``--fused-isa`` that this CPU runs, forced through
+    ``$PLNEXP_FUSED_ISA`` (restored after); the programs cached by plnexp are dropped around each, so
+    that each row runs its own path."""
+    runs = fused.cpu_isas()
+    rows = []
+    before = os.environ.get(fused.ISA_ENV)
+    try:
+        for path in args.fused_isa:
+            if path not in runs:
+                print(f"#   skipped scan_fused [{path}]: this CPU runs the code paths {', '.join(runs)}", flush=True)
+                continue
+            os.environ[fused.ISA_ENV] = path  # strategies.build keeps a program per forced path
+            rows.append({**fit_row(data, args, "scan_fused", label=f"scan_fused [{path}]"), "fused_isa": path})
+    finally:
+        if before is None:
+            os.environ.pop(fused.ISA_ENV, None)
+        else:
+            os.environ[fused.ISA_ENV] = before
+    return rows
+
+
 def main(argv=None) -> int:
+    runtime.configure()  # first: XLA_FLAGS and SciPy's OpenBLAS threads, before JAX starts its backend
     args = parse_args(argv)
     data = plnexp.load_oaks(replication=args.replication)
     lines = header(args, data)
+    if "scan_fused" in args.strategies:
+        lines.append(f"# scan_fused: its kernel's code paths this CPU runs: {', '.join(fused.cpu_isas())}")
     for line in lines:
         print(line, flush=True)
     precision = PRECISIONS[args.precision]
@@ -232,6 +278,9 @@ def main(argv=None) -> int:
             r.update(strategy="tutorial", n_run=args.n_iter, run_s=statistics.median(r["runs_s"]))
             r["ms_per_iter"] = 1e3 * r["run_s"] / args.n_iter
     for name in args.strategies:
+        if name == "scan_fused" and args.fused_isa:
+            rows.extend(fused_rows(data, args))
+            continue
         rows.append(fit_row(data, args, name))
         if name == "scan" and not args.no_autodiff:
             rows.append(fit_row(data, args, "scan", "autodiff"))
@@ -240,7 +289,7 @@ def main(argv=None) -> int:
     tut1 = next((r["ms_per_iter"] for r in rows if r["row"] == "tutorial (OpenBLAS 1 thread)"), None)
     scan = next((r for r in rows if r["row"] == "scan"), None)
     cols = (
-        f"{'row':<30} {'iters':>6} {'compile_s':>10} {'run_s':>9} {'ms/iter':>9} {'x_tutorial':>11} "
+        f"{'row':<30} {'iters':>6} {'compile_s':>10} {'run_s':>9} {'ms/iter':>9} {'x_scan':>7} {'x_tutorial':>11} "
         f"{'x_tut_1t':>9} {'x_floor':>8} {'curve_rdiff':>12}"
     )
     print()
@@ -248,6 +297,7 @@ def main(argv=None) -> int:
     print("-" * len(cols))
     for r in rows:
         ms = r["ms_per_iter"]
+        r["x_scan"] = scan["ms_per_iter"] / ms if scan else None
         r["x_tutorial"] = tut / ms if tut else None
         r["x_tut_1t"] = tut1 / ms if tut1 else None
         r["x_floor"] = ms / floor["floor_ms"]
@@ -255,14 +305,16 @@ def main(argv=None) -> int:
             k = min(len(r["curve"]), len(scan["curve"]))
             ref = scan["curve"][:k]
             r["curve_rdiff"] = float(np.max(np.abs(r["curve"][:k] - ref) / np.abs(ref)))
-        f = lambda v, spec: format(v, spec) if v is not None else "-"
+        # a value not measured is "-", right-aligned in its column like the numbers
+        f = lambda v, spec: format(v, spec) if v is not None else format("-", spec.split(".")[0])
         print(
             f"{r['row']:<30} {r['n_run']:>6} {r['compile_s']:>10.3f} {r['run_s']:>9.3f} {ms:>9.3f} "
-            f"{f(r['x_tutorial'], '>11.2f')} {f(r['x_tut_1t'], '>9.2f')} {r['x_floor']:>8.2f} "
+            f"{f(r['x_scan'], '>7.2f')} {f(r['x_tutorial'], '>11.2f')} {f(r['x_tut_1t'], '>9.2f')} {r['x_floor']:>8.2f} "
             f"{f(r.get('curve_rdiff'), '>12.2e')}"
         )
     print(
-        "x_tutorial, x_tut_1t: the tutorial's ms/iter over the row's (higher is faster); x_floor: the row's "
+        "x_scan, x_tutorial, x_tut_1t: scan's, the tutorial's ms/iter over the row's (higher is faster); "
+        "x_floor: the row's "
         "ms/iter over the floor (1 = at the floor). eager runs fewer iterations: its run_s is not comparable, "
         "its ms/iter is. In float32 with radam_clip, curve_rdiff of a different fusion grows with iterations "
         "(sign-driven clipped steps amplify rounding; see tests/test_strategies.py)."

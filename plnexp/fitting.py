@@ -231,7 +231,7 @@ def run_all(
                 # a cold compile needs functions JAX has never traced, so both are made anew (a fresh
                 # Problem too: the bound methods jit_per_function jits compare equal across equal Problems)
                 problem_now = make_problem.__wrapped__(spec.model, spec.optimizer, spec.gradient)
-                return strategies.build.__wrapped__(problem_now, spec.n_iter, spec.strategy, spec.replicates)
+                return strategies.make(problem_now, spec.n_iter, spec.strategy, spec.replicates)
 
             out, times = timing.measure(
                 program,

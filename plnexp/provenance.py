@@ -27,7 +27,7 @@ import numpy as np
 
 from .config import Config
 from .paths import CHECKOUT
-from .strategies import TORCH_STRATEGIES
+from .strategies import NATIVE_STRATEGIES, TORCH_STRATEGIES, fused
 
 PROVENANCE_VERSION = "1"  # the format of these tags and of config.yaml; a rerun refuses others
 VERSION_TAG, FORMAT_TAG = "plnexp.version", "plnexp.provenance"
@@ -234,6 +234,11 @@ def environment_tags(config: Config) -> dict[str, str]:
         import torch
 
         tags["torch_version"] = torch.__version__
+    if config.strategy.name in NATIVE_STRATEGIES:  # the kernel's code path this process runs (PLNEXP_FUSED_ISA)
+        try:
+            tags["fused_isa"] = fused.isa()
+        except ValueError:
+            pass  # kernel missing or path refused: the run fails at its strategy's check, which says why
     return tags
 
 

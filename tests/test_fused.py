@@ -13,12 +13,20 @@ Independent reference: the ``scan`` strategy (XLA's step, optax's optimizers). T
 The oaks ``sgd`` fit of the full model at its default rate (1e-4) is chaotic (a 1e-16 change
 grows x100 per 10 iterations: scan's own float32 and float64 curves differ by 20%); it is tested
 at lr 1e-5, where it is not.
+
+Code paths: the library holds the kernel for AVX-512, AVX2 and the x86-64 baseline, with register
+tiles of their own (8 rows of 2 x 512 bits, 6 of 2 x 256, 6 of 2 x 128: a Gram tile once ran past
+its buffer with 256-bit vectors only). Each path this CPU runs is forced in turn
+(``$PLNEXP_FUSED_ISA``) and checked against scan; a path it lacks is refused, tested with a faked
+set of the CPU's paths.
 """
 
 from __future__ import annotations
 
 import shutil
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -140,63 +148,129 @@ def test_missing_kernel_is_refused_in_one_line(monkeypatch):
     finally:
         monkeypatch.undo()
         fused._register.cache_clear()
-        assert fused._register() is None
+        assert fused._register()[1] is None
 
 
-VECTOR_BUILDS = {"256-bit vectors (AVX2)": "-march=x86-64-v3"}
+# --- code paths ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def force(monkeypatch):
+    """``force(code_path)``: that path for the programs made from now on, or a skip saying why this
+    CPU cannot run it. Returns a list that collects the path of every custom call traced from then
+    on: a fit served by a program of another path would show there (strategies.build keeps programs
+    per forced path)."""
+
+    def force_path(code_path: str) -> list[str]:
+        runs = fused.cpu_isas()
+        if code_path not in runs:
+            pytest.skip(f"this CPU cannot run the kernel's {code_path} code path (it runs {', '.join(runs)})")
+        monkeypatch.setenv(fused.ISA_ENV, code_path)
+        traced: list[str] = []
+        real = fused.target
+        monkeypatch.setattr(fused, "target", lambda precision, isa: traced.append(isa) or real(precision, isa))
+        return traced
+
+    return force_path
+
+
+@pytest.mark.parametrize("code_path", fused.ISAS)
+@pytest.mark.parametrize("model, optimizer", [("full", "radam_clip"), ("profiled", "rprop")])
+def test_each_code_path_equals_scan(code_path, model, optimizer, force):
+    traced = force(code_path)
+    assert fused.isa() == code_path
+    _check_float64(simulate(**SIM), model, optimizer, n_iter=30)  # n = 101: odd
+    assert set(traced) == {code_path}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("build", list(VECTOR_BUILDS))
-def test_other_vector_width_build_equals_scan(build, tmp_path):
-    """The kernel's tiles depend on the vector width it is built for (8-row tiles with AVX-512, 6-row
-    tiles with AVX2: a Gram tile once ran past its buffer there). Build it for the other width, where
-    this CPU runs it, and check it against scan in a process that loads that build."""
-    import subprocess
-    import sys
+@pytest.mark.parametrize("code_path", fused.ISAS)
+def test_each_code_path_equals_scan_at_wider_tiles(code_path, force, oaks):
+    """p = 40 and 114 (oaks): rows of several register tiles and a padded last one, on each path's
+    tile sizes; n = 1001: 16 chunks of 63 rows, blocks of 48 and tails."""
+    traced = force(code_path)
+    for data in (simulate(n=1001, p=40, d=3, seed=1), oaks):
+        for model, optimizer in (("full", "adam"), ("profiled", "radam_clip")):
+            _check_float64(data, model, optimizer, n_iter=20)
+    _check_float32(simulate(n=1001, p=40, d=3, seed=1), "full", "radam_clip", n_iter=20)
+    assert set(traced) == {code_path}
 
-    import jax
 
-    from plnexp.paths import REPO
-
-    flags = VECTOR_BUILDS[build]
-    cxx = shutil.which("g++") or shutil.which("c++")
-    if cxx is None:
-        pytest.skip("no C++ compiler here to build the kernel for another vector width")
-    if "avx2" not in open("/proc/cpuinfo").read():
-        pytest.skip(f"this CPU cannot run a {build} build")
-    lib = tmp_path / "pln_fused_other.so"
-    subprocess.run(
-        [
-            cxx,
-            "-std=c++17",
-            "-O2",
-            flags,
-            "-fno-math-errno",
-            "-w",
-            "-fPIC",
-            "-shared",
-            f"-I{jax.ffi.include_dir()}",
-            str(REPO / "plnexp" / "native" / "pln_fused_step.cc"),
-            "-o",
-            str(lib),
-        ],
-        check=True,
-        capture_output=True,
+def test_best_code_path_is_picked_and_a_missing_one_refused(monkeypatch):
+    assert fused.isa("", runnable=("avx2", "baseline")) == "avx2"
+    assert fused.isa("baseline", runnable=("avx512", "avx2", "baseline")) == "baseline"
+    with pytest.raises(
+        ValueError,
+        match=r"^PLNEXP_FUSED_ISA=avx512: this CPU cannot run the kernel's avx512 code path, it runs avx2, "
+        r"baseline; allowed values are avx512, avx2, baseline \(or unset for the best\)$",
+    ):
+        fused.isa("avx512", runnable=("avx2", "baseline"))
+    with pytest.raises(
+        ValueError, match=r"^PLNEXP_FUSED_ISA=sse4: unknown code path; allowed values are avx512, avx2, baseline$"
+    ):
+        fused.isa("sse4", runnable=("avx2", "baseline"))
+    # through the strategy's check and a fit, on a CPU faked to run the baseline only: never SIGILL
+    monkeypatch.setattr(fused, "cpu_isas", lambda: ("baseline",))
+    monkeypatch.setenv(fused.ISA_ENV, "avx2")
+    refusal = (
+        r"^strategy=scan_fused: PLNEXP_FUSED_ISA=avx2: this CPU cannot run the kernel's avx2 code path, "
+        r"it runs baseline; allowed values are avx512, avx2, baseline \(or unset for the best\)$"
     )
-    code = """
-import sys, numpy as np, plnexp
-from plnexp.data import simulate
-worst = 0.0
-for data in (simulate(n=101, p=7, d=2, seed=3), simulate(n=1001, p=40, d=3, seed=1), plnexp.load_oaks()):
-    for model, opt in (("full", "radam_clip"), ("profiled", "rprop")):
-        kw = dict(model=model, optimizer=opt, n_iter=20, precision="float64")
-        f = plnexp.fit(data, strategy="scan_fused", **kw)
-        s = plnexp.fit(data, strategy="scan", **kw)
-        worst = max(worst, float(np.nanmax(np.abs(f.elbo - s.elbo) / np.abs(s.elbo))))
-print(worst)
-"""
-    env = {**__import__("os").environ, fused.LIBRARY_ENV: str(lib)}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert float(out.stdout.strip().splitlines()[-1]) < 1e-9
+    with pytest.raises(ValueError, match=refusal):
+        StrategySpec.of("scan_fused").check()
+    with pytest.raises(ValueError, match=refusal):
+        plnexp.fit(simulate(n=20, p=3), strategy="scan_fused", n_iter=2)
+
+
+def test_stale_library_is_refused_in_one_line(monkeypatch):
+    assert fused._abi_version(object()) == 1  # a library from before the version was exported
+    monkeypatch.setattr(fused, "KERNEL_VERSION", fused.KERNEL_VERSION + 1)
+    fused._register.cache_clear()
+    try:
+        with pytest.raises(
+            ValueError,
+            match=rf"^strategy=scan_fused: its native kernel _pln_fused\S* is version {fused.KERNEL_VERSION - 1}, "
+            rf"this plnexp needs version {fused.KERNEL_VERSION} \(a stale build from an earlier install\): "
+            r"rebuild it with pip install -e \. \(or reinstall plnexp\)$",
+        ):
+            StrategySpec.of("scan_fused").check()
+    finally:
+        monkeypatch.undo()
+        fused._register.cache_clear()
+        assert fused._register()[1] is None
+
+
+def _call_handler(n=5, p=3, d=2, shapes=None, dtypes=None, rule=1):
+    """The float32 handler of this CPU's best path called directly with ``shapes``/``dtypes``
+    overriding the arguments' (by name), outside any fit."""
+    names = ("Y", "O", "X", "B", "M", "S", "Omega", "coef", "um", "vm", "us", "vs")
+    want = dict(Y=(n, p), O=(n, p), X=(n, d), B=(d, p), M=(n, p), S=(n, p), Omega=(p, p), coef=(10,))
+    want.update({k: (n, p) for k in ("um", "vm", "us", "vs")})
+    want.update(shapes or {})
+    args = [jnp.ones(want[k], (dtypes or {}).get(k, jnp.float32)) for k in names]
+    out = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)
+    call = jax.ffi.ffi_call(
+        fused.target("float32", fused.isa()),
+        [out(n, p)] * 6 + [out(p), out(d, p), out(p, p), out(p), out(d, p)],
+    )
+    return jax.block_until_ready(call(*args, model=np.int32(0), rule=np.int32(rule)))
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(shapes={"M": (6, 3)}), "M has shape (6, 3), expected (n, p) = (5, 3) (n, p from Y; d from X)"),
+        (dict(shapes={"B": (3, 3)}), "B has shape (3, 3), expected (d, p) = (2, 3) (n, p from Y; d from X)"),
+        (dict(shapes={"coef": (4,)}), "coef has shape (4,), expected (10,) = (10,) (n, p from Y; d from X)"),
+        (dict(shapes={"vs": (5, 2)}), "S's slot v has shape (5, 2), expected (n, p) = (5, 3) (n, p from Y; d from X)"),
+        (dict(dtypes={"O": jnp.int32}), "O has dtype int32, expected float32 (this handler's)"),
+        (dict(rule=7), "rule=7: allowed values are 0 (sgd), 1 (adam), 2 (radam_clip), 3 (rprop)"),
+    ],
+)
+def test_handler_refuses_a_malformed_call_in_one_line(kw, message):
+    _call_handler()  # well formed: runs
+    with pytest.raises(Exception) as err:
+        _call_handler(**kw)
+    text = str(err.value)
+    assert f"pln_fused_step: {message}" in text
+    assert "\n" not in text.strip(), text

@@ -14,6 +14,7 @@ optimizer formulas written in torch, from the same initial state, and return the
 
 from __future__ import annotations
 
+import os
 from dataclasses import MISSING, dataclass, field, fields
 from functools import lru_cache
 from typing import Any, cast
@@ -290,15 +291,27 @@ def load_plugins() -> None:
             register(strategy)
 
 
-@lru_cache(maxsize=64)
-def build(problem: Problem, n_iter: int, spec: StrategySpec, replicates: int = 1) -> Program:
-    """The Program for this (problem, n_iter, strategy, replicates); cached so that a second fit of
-    the same shapes reuses the jitted functions and compiles nothing. ``replicates > 1``: the
-    strategy's fit ``vmap``-ed over that many fits (:mod:`.batched`)."""
+def make(problem: Problem, n_iter: int, spec: StrategySpec, replicates: int = 1) -> Program:
+    """A new Program for this (problem, n_iter, strategy, replicates), never seen by JAX (the cold
+    compiles of plnexp.timing); ``replicates > 1``: the strategy's fit ``vmap``-ed over that many
+    fits (:mod:`.batched`)."""
     spec.check(replicates=replicates)
     program = spec.entry.build(problem, n_iter, spec.options)
     # spec.check: replicates > 1 only for the strategies that batch, whose whole fit is one SingleProgram
     return Batched(cast(SingleProgram, program), replicates) if replicates > 1 else program
+
+
+@lru_cache(maxsize=64)
+def _cached(problem: Problem, n_iter: int, spec: StrategySpec, replicates: int, code_path: str) -> Program:
+    return make(problem, n_iter, spec, replicates)
+
+
+def build(problem: Problem, n_iter: int, spec: StrategySpec, replicates: int = 1) -> Program:
+    """:func:`make`, cached so that a second fit of the same shapes reuses the jitted functions and
+    compiles nothing; a native kernel's program also per forced code path (``$PLNEXP_FUSED_ISA``,
+    read when the program is made)."""
+    code_path = os.environ.get(fused.ISA_ENV, "") if spec.name in NATIVE_STRATEGIES else ""
+    return _cached(problem, n_iter, spec, replicates, code_path)
 
 
 __all__ = [
@@ -310,6 +323,7 @@ __all__ = [
     "Strategy",
     "StrategySpec",
     "build",
+    "make",
     "Compiled",
     "Program",
     "SingleProgram",

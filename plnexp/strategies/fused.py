@@ -13,6 +13,13 @@ every coordinate on its own, with scalars of the shared step count computed here
 computes them); another optimizer is refused in one line. The native library is built at install
 time when a C++ compiler is present (``setup.py``); where it was not, ``scan_fused`` is refused in
 one line and every other strategy is unaffected.
+
+Code paths: the library holds the kernel compiled for AVX-512, AVX2 and the x86-64 baseline
+(elsewhere: the baseline only) and says which of them this CPU runs; a program runs the best of
+those (:func:`isa`), or the one ``$PLNEXP_FUSED_ISA`` forces, which is refused in one line where
+the CPU lacks it. The path is read when a program is made (``plnexp.strategies.build`` keeps a
+program per forced path). Each path has custom-call targets of its own, so
+that programs of different paths never share a compiled executable, in memory or on disk.
 """
 
 from __future__ import annotations
@@ -36,19 +43,22 @@ from ..problem import FitState, Output, Problem, analytic
 from .base import SingleProgram
 
 LIBRARY = "_pln_fused"  # plnexp/_pln_fused<extension suffix>, built by setup.py
+# The library's interface (PLNEXP_FUSED_ABI_VERSION in pln_fused_step.cc): a library of another
+# version, left by an earlier install, is refused rather than called with arguments it misreads.
+KERNEL_VERSION = 2
+# per precision: the custom-call target's name and the handler's symbol, each + "_<code path>"
 TARGETS = {"float32": "plnexp_pln_fused_step_f32", "float64": "plnexp_pln_fused_step_f64"}
 SYMBOLS = {"float32": "PlnFusedStepF32", "float64": "PlnFusedStepF64"}
-N_COEFFICIENTS = 10  # the kernel's struct Coef
+N_COEFFICIENTS = 10  # the kernel's kCoefficients (its struct Coef)
 
-
-LIBRARY_ENV = "PLNEXP_FUSED_LIBRARY"  # another build of the kernel to load instead (a test's 256-bit build)
+# The kernel's code paths, best first, as bits of the library's plnexp_fused_isas() (enum Isa)
+ISA_BITS = {"avx512": 4, "avx2": 2, "baseline": 1}
+ISAS = tuple(ISA_BITS)
+ISA_ENV = "PLNEXP_FUSED_ISA"  # forces a code path (unset or empty: the best this CPU runs)
 
 
 def library_path() -> Path | None:
-    """The built kernel next to this package (or the file ``$PLNEXP_FUSED_LIBRARY`` names), or None."""
-    override = os.environ.get(LIBRARY_ENV)
-    if override:
-        return Path(override) if Path(override).is_file() else None
+    """The built kernel next to this package, or None."""
     package = Path(__file__).resolve().parent.parent
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
         candidate = package / f"{LIBRARY}{suffix}"
@@ -57,31 +67,87 @@ def library_path() -> Path | None:
     return None
 
 
+def target(precision: str, isa: str) -> str:
+    """The custom-call target of ``precision``'s step on code path ``isa``."""
+    return f"{TARGETS[precision]}_{isa}"
+
+
+def _abi_version(lib: ctypes.CDLL) -> int:
+    try:
+        return int(lib.plnexp_fused_abi_version())
+    except AttributeError:
+        return 1  # the builds before the version was exported
+
+
 @lru_cache(maxsize=1)
-def _register() -> str | None:
-    """Load the kernel and register its two targets with XLA (once per process); the reason it
-    cannot be used, or None."""
+def _register() -> tuple[tuple[str, ...], str | None]:
+    """Load the kernel and register the targets of the code paths this CPU runs with XLA (once per
+    process): ``(those paths, best first; None)``, or ``((), the reason it cannot be used)``."""
     path = library_path()
     if path is None:
-        return (
+        return (), (
             "its native kernel was not built (no C++ compiler when plnexp was installed?): reinstall with "
             "g++ on PATH (pip install -e .) or choose another strategy"
         )
     try:
-        lib = ctypes.cdll.LoadLibrary(str(path))
-        for precision, target in TARGETS.items():
-            jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(lib, SYMBOLS[precision])), platform="cpu")
+        lib = ctypes.CDLL(str(path))
+        version = _abi_version(lib)
+        if version != KERNEL_VERSION:
+            return (), (
+                f"its native kernel {path.name} is version {version}, this plnexp needs version {KERNEL_VERSION} "
+                "(a stale build from an earlier install): rebuild it with pip install -e . (or reinstall plnexp)"
+            )
+        bits = int(lib.plnexp_fused_isas())
+        runnable = tuple(isa for isa in ISAS if bits & ISA_BITS[isa])
+        # only these: a handler of a path the CPU lacks is never handed to XLA (which calls a handler
+        # when it registers it, for its metadata)
+        for isa in runnable:
+            for precision in TARGETS:
+                capsule = jax.ffi.pycapsule(getattr(lib, f"{SYMBOLS[precision]}_{isa}"))
+                jax.ffi.register_ffi_target(target(precision, isa), capsule, platform="cpu")
     except (OSError, AttributeError) as err:
-        return f"its native kernel {path.name} could not be loaded ({err}): reinstall plnexp"
-    return None
+        return (), f"its native kernel {path.name} could not be loaded ({err}): reinstall plnexp"
+    return runnable, None
+
+
+def cpu_isas() -> tuple[str, ...]:
+    """The kernel's code paths that this CPU runs, best first (ValueError where the kernel is unusable)."""
+    runnable, reason = _register()
+    if reason is not None:
+        raise ValueError(reason)
+    return runnable
+
+
+def isa(forced: str | None = None, runnable: tuple[str, ...] | None = None) -> str:
+    """The code path a ``scan_fused`` program runs: ``forced`` (default ``$PLNEXP_FUSED_ISA``; unset
+    or empty: none) where ``runnable`` (default :func:`cpu_isas`) has it, else the best of
+    ``runnable``. A forced path that is unknown or not runnable is a one-line ValueError: running it
+    would be SIGILL."""
+    if forced is None:
+        forced = os.environ.get(ISA_ENV, "")
+    forced = forced.strip()
+    if forced and forced not in ISAS:
+        raise ValueError(f"{ISA_ENV}={forced}: unknown code path; allowed values are {', '.join(ISAS)}")
+    if runnable is None:
+        runnable = cpu_isas()
+    if not forced:
+        return runnable[0]
+    if forced not in runnable:
+        raise ValueError(
+            f"{ISA_ENV}={forced}: this CPU cannot run the kernel's {forced} code path, it runs "
+            f"{', '.join(runnable)}; allowed values are {', '.join(ISAS)} (or unset for the best)"
+        )
+    return forced
 
 
 def check(name: str, compile_cache: bool | None = False) -> None:
-    """One-line ValueError where the kernel is missing (a ``Strategy.requires``)."""
+    """One-line ValueError where the kernel is missing or stale, or where ``$PLNEXP_FUSED_ISA``
+    forces a code path this CPU lacks (a ``Strategy.requires``)."""
     del compile_cache  # a custom call is cached like any other program
-    reason = _register()
-    if reason is not None:
-        raise ValueError(f"strategy={name}: {reason}")
+    try:
+        isa()
+    except ValueError as err:
+        raise ValueError(f"strategy={name}: {err}") from None
 
 
 def check_device(name: str, platform: str) -> None:
@@ -212,11 +278,18 @@ def _with_rows(small_state, m_slots: list, s_slots: list):
 
 
 def fused_step(
-    problem: Problem, rule: Rule, consts: dict, state: FitState, logdet_sigma: jax.Array, data: Arrays
+    problem: Problem,
+    rule: Rule,
+    code_path: str,
+    consts: dict,
+    state: FitState,
+    logdet_sigma: jax.Array,
+    data: Arrays,
 ) -> tuple[tuple[FitState, jax.Array], jax.Array]:
-    """:meth:`Problem.step` with the n x p work in the kernel: ``(new state, log det of its Sigma)``
-    and the ELBO at the old state, whose Sigma's log det is ``logdet_sigma`` (carried from the step
-    that made that Sigma: one Cholesky factor per step serves the new Omega and the next value)."""
+    """:meth:`Problem.step` with the n x p work in the kernel (on its code path ``code_path``, one of
+    :data:`ISAS`): ``(new state, log det of its Sigma)`` and the ELBO at the old state, whose Sigma's
+    log det is ``logdet_sigma`` (carried from the step that made that Sigma: one Cholesky factor per
+    step serves the new Omega and the next value)."""
     pln, opt_state = state
     assert problem.optimizer is not None  # fused_program read its name (check_fit, RULES)
     model_full = problem.model is FULL
@@ -238,7 +311,7 @@ def fused_step(
     vec = lambda *shape: jax.ShapeDtypeStruct(shape, dtype)
     slot_shapes = [jax.ShapeDtypeStruct(a.shape, dtype) for a in m_slots + s_slots]
     call = jax.ffi.ffi_call(
-        TARGETS[jnp.dtype(dtype).name],
+        target(jnp.dtype(dtype).name, code_path),
         [vec(n, p), vec(n, p), *slot_shapes, vec(p), vec(d, p), vec(p, p), vec(p), vec(d, p)],
         input_output_aliases={4: 0, 5: 1, 8: 2, 9: 3, 10: 4, 11: 5},
     )
@@ -287,6 +360,7 @@ def fused_program(problem: Problem, n_iter: int) -> SingleProgram:
     assert problem.optimizer is not None  # made by plnexp.fitting.make_problem, which names it
     check_fit("scan_fused", problem.optimizer.name, "analytic" if problem.gradient is analytic else "autodiff")
     rule = RULES[problem.optimizer.name]
+    code_path = isa()  # when the program is made (see the module's doc)
 
     def fit(state: FitState, data: Arrays) -> Output:
         if data.rows is not None:
@@ -298,7 +372,7 @@ def fused_program(problem: Problem, n_iter: int) -> SingleProgram:
         }
 
         def body(carry, _):
-            return fused_step(problem, rule, consts, *carry, data)
+            return fused_step(problem, rule, code_path, consts, *carry, data)
 
         logdet0 = _logdet_from_cholesky(jnp.linalg.cholesky(state.pln.Sigma))
         (final, _), curve = jax.lax.scan(body, (state, logdet0), None, length=n_iter)
