@@ -357,7 +357,7 @@ def test_a_torch_run_is_logged_like_any_other(strategy, outputs):
 # ------------------------------------------------------------------ 4. without torch, and bad options
 WITHOUT_TORCH = (
     "strategy=torch_eager: PyTorch is not installed; install the optional extra: "
-    'pip install -e ".[torch]" (torch==2.13.0)'
+    "pip install -e '.[torch]' (torch==2.13.0)"
 )
 
 
