@@ -118,7 +118,7 @@ def test_joblib_two_workers_four_jobs(outputs, tmp_path):
 @pytest.mark.slow
 def test_two_jobs_at_once_are_flagged_contended(outputs, tmp_path):
     """Two joblib workers time their jobs at the same time on this host: the report refuses to
-    rank them and says how to get clean timings. Runs of ~0.2 s (20000 iterations) fill the 4 s
+    rank them and says how to get clean timings. Runs of ~0.2 s (20000 iterations) fill the 3 s
     budget under the 30-run cap: each job's timed window lasts seconds, so the two overlap."""
     proc = plnexp_cli(
         "sweep",
@@ -126,7 +126,7 @@ def test_two_jobs_at_once_are_flagged_contended(outputs, tmp_path):
         *DATA,
         "strategy=scan,fori_loop",
         "n_iter=20000",
-        "time_budget_s=4",
+        "time_budget_s=3",
         "experiment=both",
         "hydra/launcher=joblib",
         "hydra.launcher.n_jobs=2",

@@ -150,7 +150,7 @@ def _grid(strategy, precisions, gradients=("analytic",), slow=False, pairs=None)
     [
         *_grid("torch_eager", ["float64"]),  # ~0.1 s a fit; the scan reference compiles in ~0.5 s
         *_grid("torch_eager", ["float32"], slow=True),
-        *_grid("torch_eager", ["float64", "float32"], ["autodiff"], slow=True),
+        *_grid("torch_eager", ["float64"], ["autodiff"], slow=True),  # float32: the analytic rows
         *_grid("torch_compile", ["float64"], slow=True, pairs=COMPILED),  # ~5 s of compile each
         *_grid("torch_compile", ["float32"], slow=True, pairs=FAST),
         *_grid("torch_compile", ["float64"], ["autodiff"], slow=True, pairs=FAST),
