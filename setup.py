@@ -65,7 +65,9 @@ setup(
             depends=["plnexp/native/pln_fused_kernel.inc"],  # included once per code path
             language="c++",
             # no -march: the code paths' instructions come from the source's target pragmas
-            extra_compile_args=["-std=c++17", "-O3", "-fno-math-errno", "-fno-trapping-math", "-w"],
+            # -g0 and -s: no debug information (Python's own CFLAGS ask for -g), a 5.5 MB library otherwise
+            extra_compile_args=["-std=c++17", "-O3", "-fno-math-errno", "-fno-trapping-math", "-w", "-g0"],
+            extra_link_args=["-s"],
             optional=True,
         )
     ],
