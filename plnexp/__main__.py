@@ -1,16 +1,20 @@
-"""``python -m plnexp run|sweep|ui [overrides]``: the command line.
+"""``python -m plnexp run|sweep|report|rerun|sync|ui|doctor [overrides]``: the command line.
 
 Every command checks its whole job list before any work: the sweep grid expanded and each job's
 config composed and loaded (:mod:`plnexp.cli`), each distinct data set loaded once, the outputs
 folder written to, the MLflow store reached. A problem is one line on stderr naming the key, file
 or store and what is allowed, exit code 2, no run created (``HYDRA_FULL_ERROR=1`` shows the
-traceback). Then runs left RUNNING by dead processes are marked FAILED (orphaned) and Hydra runs
-the job(s), the sweep's parent run owned by :mod:`plnexp.sweep`. Ctrl-C or SIGTERM: the running
-job is recorded KILLED, the sweep closed KILLED, what finished summarised; exit 130 or 143.
+traceback). Then the fits' results kept locally when the store failed are sent
+(:mod:`plnexp.tracking.pending`; ``sync`` does only that), runs left RUNNING by dead processes are
+marked FAILED (orphaned) and Hydra runs the job(s), the sweep's parent run owned by
+:mod:`plnexp.sweep`. Ctrl-C or SIGTERM: the running job is recorded KILLED, the sweep closed KILLED,
+what finished summarised; exit 130 or 143.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import os
 import signal
@@ -21,11 +25,12 @@ from pathlib import Path
 from . import cli, interrupts, resume, runtime, sweep, tracking
 from . import config as C
 from .data import DataError, DataWarning
+from .redact import redact_text
 from .timing import CacheWarning
 
 USAGE_LINE = (
-    "usage: python -m plnexp {run,sweep,report,rerun,ui,doctor} [overrides ...]; allowed commands are "
-    "run, sweep, report, rerun, ui, doctor (python -m plnexp --help lists the config groups and overrides)"
+    "usage: python -m plnexp {run,sweep,report,rerun,sync,ui,doctor} [--config-dir DIR] [overrides ...]; allowed commands "
+    "are run, sweep, report, rerun, sync, ui, doctor (python -m plnexp --help lists the config groups and overrides)"
 )
 HYDRA_FLAGS = {
     "--help",
@@ -64,10 +69,35 @@ def ui(args: list[str]) -> int:
         "127.0.0.1",
         *args,
     ]
-    print(" ".join(cmd), flush=True)
+    print(redact_text(" ".join(cmd)), flush=True)
     os.chdir(out)
     os.execv(sys.executable, cmd)
     return 0  # not reached
+
+
+CONFIG_DIR_FLAGS = ("--config-dir", "-cd")
+
+
+def config_dir_override(args: list[str]) -> list[str]:
+    """``--config-dir DIR`` (or ``-cd DIR``, ``--config-dir=DIR``): the user's config folder, looked
+    in after plnexp's conf/ (a sweep file ``DIR/sweep/NAME.yaml`` is then ``sweep=NAME``), as the
+    override ``hydra.searchpath=[file://DIR]``."""
+    out, folders = [], []
+    it = iter(args)
+    for a in it:
+        name, eq, value = a.partition("=")
+        if name in CONFIG_DIR_FLAGS:
+            value = value if eq else next(it, "")
+            if not value or not Path(value).is_dir():
+                raise C.ConfigError(f"{name} {value}: not a folder; allowed values are existing folders of configs")
+            folders.append(Path(value).resolve())
+        else:
+            out.append(a)
+    if folders and any(a.startswith(f"{cli.SEARCHPATH}=") for a in out):
+        raise C.ConfigError(f"--config-dir with {cli.SEARCHPATH}=: allowed is one of them (list every folder there)")
+    if folders:
+        out.append(f"{cli.SEARCHPATH}=[{','.join(f'file://{f}' for f in folders)}]")
+    return out
 
 
 def _fail(e: Exception) -> int:
@@ -75,7 +105,7 @@ def _fail(e: Exception) -> int:
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         raise e
     kind = next(k for cls, k in ERROR_KINDS if isinstance(e, cls))
-    print(f"plnexp: {kind}: {e}", file=sys.stderr, flush=True)
+    print(f"plnexp: {kind}: {redact_text(str(e))}", file=sys.stderr, flush=True)  # an override may hold a password
     return 2
 
 
@@ -87,6 +117,72 @@ def _check(overrides: list[str], multirun: bool):
     cli.check_outputs()
     uris = [tracking.check_store(u) for u in dict.fromkeys(j.config.tracking_uri for j in jobs)]
     return jobs, uris[0]
+
+
+def _first(e: BaseException) -> str:
+    text = redact_text(str(e).strip().splitlines()[0]) if str(e).strip() else ""
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def _send_pending(uri: str) -> None:
+    """Send the fits' results kept locally for this store (:mod:`plnexp.tracking.pending`): before
+    anything reads the store or sweeps up orphans, so such a run is neither marked FAILED nor fitted
+    again by ``resume=true``. A store that still fails leaves them kept, with one line."""
+    if not tracking.store_exists(uri) or not tracking.pending.waiting(uri):
+        return
+    try:
+        tracking.pending.send_all(uri)
+    except Exception as e:  # noqa: BLE001 - the store's failure: the results stay kept
+        print(
+            f"plnexp: warning: cannot send the results kept in {tracking.pending.folder()} yet ({_first(e)}); "
+            "`python -m plnexp sync` sends them",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+SYNC_USAGE = "usage: python -m plnexp sync [tracking_uri=URI]"
+SYNC_HELP = (
+    "Send the fits' results kept under <outputs>/pending when the store failed after the fit, to the\n"
+    "store (tracking_uri=, else MLFLOW_TRACKING_URI, else the one under the outputs folder): one line\n"
+    "per run sent, exit 0; one line and exit 2 if the store cannot be reached, 1 if a write fails\n"
+    "(the results stay kept)."
+)
+
+
+def sync(args: list[str]) -> int:
+    """``plnexp sync``: send the results kept locally for the store (:mod:`plnexp.tracking.pending`),
+    one line per run sent; exit 0 when all are sent; one line and exit 2 if the store cannot be
+    reached, 1 if a write fails (the results stay kept)."""
+    if args and args[0] in ("-h", "--help"):
+        print(f"{SYNC_USAGE}\n\n{SYNC_HELP}")
+        return 0
+    given = [a.split("=", 1)[1] for a in args if a.startswith("tracking_uri=")]
+    other = [a for a in args if not a.startswith("tracking_uri=")]
+    if other:
+        print(f"plnexp: error: unknown argument {other[0]}; {SYNC_USAGE}", file=sys.stderr, flush=True)
+        return 2
+    explicit = given[-1] if given else None
+    folder = tracking.pending.folder()
+    uri = tracking.tracking_uri(explicit)
+    try:
+        cli.check_outputs()
+        if not tracking.pending.waiting(uri):
+            print(f"plnexp: no result kept in {folder} for {redact_text(uri)}: nothing to send", flush=True)
+            return 0
+        uri = tracking.check_store(explicit)
+        tracking.pending.send_all(uri, sys.stdout)
+    except (C.ConfigError, tracking.StoreError) as e:
+        return _fail(e)
+    except Exception as e:  # noqa: BLE001 - the store failed while sending: one line
+        print(
+            f"plnexp: store error: {redact_text(uri)}: cannot send the results kept in {folder} ({_first(e)}); "
+            "they stay kept: run python -m plnexp sync again once the store is back",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 1
+    return 0
 
 
 def _sweep_up(uri: str) -> None:
@@ -118,7 +214,7 @@ def _machinery_error(e: BaseException) -> int:
     """An error of Hydra's machinery (not of a job, which never raises): one line, exit 1."""
     if os.environ.get("HYDRA_FULL_ERROR") == "1" or isinstance(e, SystemExit):
         raise e
-    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    first = redact_text(str(e).strip().splitlines()[0]) if str(e).strip() else ""
     print(
         f"plnexp: error: {type(e).__name__}: {first} (HYDRA_FULL_ERROR=1 for the traceback)",
         file=sys.stderr,
@@ -153,7 +249,7 @@ def _report(uri: str, parent_id: str) -> int:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         print(
-            f"plnexp: error: the report failed ({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}); "
+            f"plnexp: error: the report failed ({type(e).__name__}: {redact_text(str(e).strip().splitlines()[0]) if str(e).strip() else ''}); "
             f"the runs are in the store: python -m plnexp report --run {parent_id}",
             file=sys.stderr,
             flush=True,
@@ -198,6 +294,7 @@ def multirun(overrides: list[str], jobs: list, uri: str, resumed: bool = False, 
             launch,
             header=header,
             reused=tuple(done),
+            named=jobs[0].shown,  # the keys that tell the grid's jobs apart (cli.plan)
         )
     except C.ConfigError as e:
         return _fail(e)
@@ -213,14 +310,14 @@ def _show_warning(message, category, filename, lineno, file=None, line=None, _de
     """plnexp's own warnings (a data set's empty columns, a compile cache it cannot write) as one
     line, like its errors."""
     if issubclass(category, (DataWarning, CacheWarning)):
-        print(f"plnexp: warning: {message}", file=sys.stderr if file is None else file, flush=True)
+        print(f"plnexp: warning: {redact_text(str(message))}", file=sys.stderr if file is None else file, flush=True)
     else:
         _default(message, category, filename, lineno, file, line)
 
 
 class _OneLine(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        return f"plnexp: {record.levelname.lower()}: {record.getMessage()}"
+        return f"plnexp: {record.levelname.lower()}: {redact_text(record.getMessage())}"  # a failed job's reason may quote its store
 
 
 def _log_to_stderr() -> None:
@@ -252,18 +349,23 @@ def _main(argv: list[str] | None = None) -> int:
     if not args:
         print(f"plnexp: error: no command; {USAGE_LINE}", file=sys.stderr)
         return 2
-    if args[0] not in ("report", "doctor", "ui"):
+    if args[0] not in ("report", "doctor", "ui", "sync"):
         try:  # before Hydra, whose own error here is a 35-line traceback
             C.check_configs()
         except C.ConfigError as e:
             return _fail(e)
+    if args[0] == "sync":
+        return sync(args[1:])
     if args[0] == "rerun":
         from .rerun import main as rerun
+        from .rerun import store_override
 
+        _send_pending(tracking.tracking_uri(store_override(args[1:])[0]))
         return rerun(args[1:])
     if args[0] == "report":
         from .report import main as report
 
+        _send_pending(tracking.tracking_uri(None))
         return report(args[1:])
     if args[0] == "doctor":
         from .doctor import main as doctor
@@ -272,13 +374,21 @@ def _main(argv: list[str] | None = None) -> int:
     command = args.pop(0) if args[0] in ("run", "sweep", "ui") else "run"
     if command == "ui":
         return ui(args)
+    try:
+        args = config_dir_override(args)
+    except C.ConfigError as e:
+        return _fail(e)
     if command == "sweep" and not any(a.startswith("sweep=") for a in args):
         args.insert(0, "sweep=default")
     if any(a.split("=")[0] in HYDRA_FLAGS for a in args):
+        answer = io.StringIO()  # what Hydra prints (--cfg job: the config), shown with its credentials masked
         try:  # help and inspection flags: Hydra answers them
-            sweep.launch(args, sweep.Task())
+            with contextlib.redirect_stdout(answer):
+                sweep.launch(args, sweep.Task())
         except Exception as e:  # noqa: BLE001 - Hydra's error on a bad flag or config: one line
             return _machinery_error(e)
+        finally:
+            print(redact_text(answer.getvalue()), end="", flush=True)
         return 0
     is_multirun = command == "sweep" or "-m" in args or "--multirun" in args
     overrides = [a for a in args if a not in ("-m", "--multirun")]
@@ -299,6 +409,7 @@ def _main(argv: list[str] | None = None) -> int:
         try:
             with interrupts.deferred():  # held until the checks end: never half-way through Hydra's code
                 jobs, uri = _check(overrides, is_multirun)
+                _send_pending(uri)  # before the sweep-up and resume's reading of the store
                 _sweep_up(uri)
         except (C.ConfigError, DataError, tracking.StoreError) as e:
             return _fail(e)

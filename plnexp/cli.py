@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -29,10 +30,11 @@ from .paths import install_command
 class Job:
     overrides: tuple[str, ...]
     config: C.Config
+    shown: tuple[str, ...] = ()  # keys named although the name hides them: they alone tell jobs of the grid apart
 
     @property
     def name(self) -> str:
-        return self.config.job_name(self.overrides)
+        return self.config.job_name(self.overrides, self.shown)
 
 
 LOCAL_LAUNCHERS = ("basic", "joblib")  # Hydra launchers whose jobs run on this machine
@@ -114,15 +116,40 @@ def _check_launcher(parsed) -> None:
                     )
 
 
+SEARCHPATH = "hydra.searchpath"
+SEARCHPATH_FORMS = "a list of existing folders, e.g. [file:///home/me/conf] (pkg://MODULE for a package's)"
+
+
+def user_config_dirs(parsed) -> list[Path]:
+    """The user's own config folders, where Hydra looks after plnexp's conf/ (``hydra.searchpath``,
+    which ``--config-dir DIR`` sets): each must exist; ``pkg://`` entries are Hydra's to read."""
+    dirs: list[Path] = []
+    for o in parsed:
+        if o.key_or_group != SEARCHPATH or o.is_delete():
+            continue
+        value = o.value()
+        entries = value if isinstance(value, list) else [value]
+        for entry in entries:
+            text = str(entry)
+            if text.startswith("pkg://"):
+                continue
+            folder = Path(text.removeprefix("file://"))
+            if not folder.is_dir():
+                raise ConfigError(f"{SEARCHPATH}: {text} is not a folder; allowed values are {SEARCHPATH_FORMS}")
+            dirs.append(folder)
+    return dirs
+
+
 def _check_groups(parsed) -> None:
+    user_dirs = user_config_dirs(parsed)
     for o in parsed:
         group = o.key_or_group
         if group in C.GROUPS and not o.is_delete():
             values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.get_value_element_as_str()]
-            options = C.group_options(group)
+            options = C.group_options(group, user_dirs)
             for v in values:
                 if v not in options and not (group == "sweep" and v == "null"):
-                    raise ConfigError(f"{group}={v}: allowed values are {C.allowed_options(group)}")
+                    raise ConfigError(f"{group}={v}: allowed values are {C.allowed_options(group, user_dirs)}")
 
 
 def _compose(overrides: list[str], hydra: bool = False):
@@ -181,6 +208,66 @@ def expand(parsed) -> list[list[str]]:
     return [list(job) for job in itertools.product(*values.values())]
 
 
+# Keys a sweep has one value of: they are its parent run's (where it is, what it is named after), and
+# every job goes to that parent: a job with another value would land in the parent's experiment and
+# store all the same, under its own value's name (and resume=true would look for it elsewhere).
+ONE_PER_SWEEP = {
+    "experiment": "a sweep writes into one experiment (its parent run's)",
+    "tracking_uri": "a sweep writes into one store (its parent run's)",
+    "sweep": "a sweep runs one sweep file (its parent run is named after it)",
+}
+
+
+def _key_value(override: str) -> tuple[str, str]:
+    key, _, value = override.lstrip("+").partition("=")
+    return key, value
+
+
+def _one_per_sweep(key: str, values: list[str], overrides: list[str], source: str = "") -> NoReturn:
+    """One line refusing a sweep over ``key`` (several ``values``), with the command that runs
+    the sweep of its first value (the others likewise)."""
+    values = [re.sub(r"\\(.)", r"\1", v) for v in values]  # as typed: without the escapes of Hydra's grid (sqlite\:///)
+    rest = [o for o in overrides if _key_value(o)[0] != key]
+    if key != "sweep" and not any(_key_value(o)[0] == "sweep" for o in rest):
+        rest.insert(0, "sweep=null")  # a plain multirun: no sweep file (``sweep`` alone would take sweep=default)
+    then = ", ".join(f"{key}={v}" for v in values[1:])
+    raise ConfigError(
+        f"{key}={','.join(values)}{source}: {ONE_PER_SWEEP[key]}, so allowed is one value per sweep; "
+        f"run one sweep per value: python -m plnexp sweep {' '.join([*rest, f'{key}={values[0]}'])} (then {then})"
+    )
+
+
+def _check_one_per_sweep(grid: list[list[str]], overrides: list[str], swept_by: str) -> None:
+    """A grid whose jobs differ in a key of :data:`ONE_PER_SWEEP` is refused, before any run."""
+    for key in ONE_PER_SWEEP:
+        values = list(dict.fromkeys(v for job in grid for k, v in map(_key_value, job) if k == key))
+        if len(values) > 1:
+            given = any(_key_value(o)[0] == key for o in overrides)
+            _one_per_sweep(key, values, overrides, "" if given else f" (swept by {swept_by})")
+
+
+def _distinct_names(jobs: list[Job]) -> list[Job]:
+    """The jobs of a grid, named apart: where two would get one name (a key the name hides, like
+    ``repeats``, is all that tells them apart), every job's name also shows the keys whose values
+    differ between such jobs. Jobs that differ in nothing named keep one name (the same fit twice)."""
+    by_name: dict[str, list[Job]] = {}
+    for job in jobs:
+        by_name.setdefault(job.name, []).append(job)
+    shown: dict[str, None] = {}
+    for same in by_name.values():
+        values: dict[str, set[str]] = {}
+        for job in same:
+            for key, value in map(_key_value, job.overrides):
+                values.setdefault(key, set()).add(value)
+        for key, seen in values.items():
+            # Hydra's own keys never reach a job's overrides (hydra.overrides.task): not nameable
+            if len(seen) > 1 and not key.startswith(("hydra.", "hydra/", "~")):
+                shown[key] = None
+    if not shown:
+        return jobs
+    return [Job(j.overrides, j.config, tuple(shown)) for j in jobs]
+
+
 def plan(overrides: list[str], multirun: bool, *, check_device: bool = True) -> list[Job]:
     """Validate the command line; returns the jobs (one for a run, the grid for a multirun)."""
     overrides = list(overrides)
@@ -203,12 +290,21 @@ def plan(overrides: list[str], multirun: bool, *, check_device: bool = True) -> 
             grid = expand(_parse(grid_args))
             for job in grid:
                 _check_groups(_parse(job))
+            sweep_file = next((v for k, v in map(_key_value, fixed) if k == "sweep"), "null")
+            swept_by = "hydra.sweeper.params" if sweep_file == "null" else f"sweep={sweep_file}"
+            _check_one_per_sweep(grid, overrides, swept_by)
         else:
             grid = [overrides]
         jobs = []
         for job in grid:
             _check_keys(_parse(job), job, cache)
             jobs.append(Job(tuple(job), C.load(_compose(job), check_device=check_device)))
+    if multirun:
+        for key in ("experiment", "tracking_uri"):  # a value set some other way than by its key (a group's file)
+            values = list(dict.fromkeys("null" if (v := getattr(j.config, key)) is None else str(v) for j in jobs))
+            if len(values) > 1:
+                _one_per_sweep(key, values, overrides, " (set by the jobs' configs)")
+        jobs = _distinct_names(jobs)
     return jobs
 
 

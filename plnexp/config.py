@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any, ClassVar, TypeVar, cast
 
 from omegaconf import DictConfig, OmegaConf
@@ -37,16 +38,17 @@ class ConfigError(ValueError):
 OmegaConf.register_new_resolver("plnexp_outputs", lambda: str(outputs_dir()), replace=True)
 
 
-def group_options(group: str) -> list[str]:
-    """The options of a config group: the yaml files in ``conf/<group>/``."""
-    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+def group_options(group: str, user_dirs: Sequence[Path] = ()) -> list[str]:
+    """The options of a config group: the yaml files in ``conf/<group>/``, and in the same group
+    of the user's config folders ``user_dirs`` (``--config-dir``, ``hydra.searchpath``)."""
+    return sorted({p.stem for folder in (CONF_DIR, *user_dirs) for p in (folder / group).glob("*.yaml")})
 
 
-def allowed_options(group: str) -> str:
+def allowed_options(group: str, user_dirs: Sequence[Path] = ()) -> str:
     """The options of a config group for an error message; where there are none (a broken install
     without its configs), that fact and the folder looked in, never an empty list."""
     return (
-        ", ".join(group_options(group))
+        ", ".join(group_options(group, user_dirs))
         or f"none found: no .yaml files in {CONF_DIR / group} (reinstall plnexp: {install_command()})"
     )
 
@@ -252,6 +254,12 @@ _NAMED = {
 }
 
 
+def hidden_in_name(key: str) -> bool:
+    """Whether :meth:`Config.job_name` leaves an override of ``key`` out of a run's name (its value
+    shows already, or is where results go or how they are timed: :data:`_NAMED`; Hydra's own keys)."""
+    return key in _NAMED or key.startswith(("hydra.", "hydra/", "dataset.", "n_iter_cap.", "strategy."))
+
+
 @dataclass(frozen=True)
 class Config:
     dataset: Dataset
@@ -280,15 +288,17 @@ class Config:
         """``scan-oaks_x100-f32-cpu``: the strategy, data, precision and device (see :meth:`job_name`)."""
         return f"{self.strategy.name}-{self.dataset.label}-{self.precision.label}-{self.device.value}"
 
-    def job_name(self, overrides=()) -> str:
+    def job_name(self, overrides=(), shown=()) -> str:
         """The name of a run of this config (the one naming rule: ``run``, ``sweep`` and ``rerun``):
         :attr:`run_name`, then the strategy's options set away from their defaults as the entry names
         them (``unroll4``, ``max-autotune``), then the values of the other keys ``overrides`` set or
-        swept; ``n_iter`` as it runs (after a cap), not as it was asked."""
+        swept; ``n_iter`` as it runs (after a cap), not as it was asked. ``shown``: keys named
+        although the name hides them (:func:`hidden_in_name`), those that alone tell jobs of a
+        sweep apart (``repeats1``, ``repeats3``: :func:`plnexp.cli.plan`)."""
         extra = self.strategy.name_parts()
         for o in overrides:
             key, _, value = o.lstrip("+~").partition("=")
-            if key in _NAMED or key.startswith(("hydra.", "hydra/", "dataset.", "n_iter_cap.", "strategy.")):
+            if hidden_in_name(key) and key not in shown:
                 continue
             if key == "n_iter":
                 value = str(self.n_iter)

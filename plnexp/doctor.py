@@ -9,8 +9,9 @@ flags and whether plnexp set any (only for a jaxlib it has checked, see :mod:`pl
 SciPy's OpenBLAS threads; the MLflow store, resolved as the commands resolve it (a local store:
 reachable and writable without creating anything in it, and for sqlite the filesystem, with a
 warning on NFS, Lustre, GPFS...; a tracking server: ``/health`` answers, a run created and deleted
-in the experiment ``plnexp-doctor``, an artifact uploaded to it and read back, and whether the
-artifacts go through the server or straight to a path every node must see); SLURM (the client
+in the experiment ``plnexp-doctor``, an artifact uploaded to it and read back, whether the
+artifacts go through the server or straight to a path every node must see, and whether it requires
+authentication and accepts ``MLFLOW_TRACKING_USERNAME``/``MLFLOW_TRACKING_PASSWORD``); SLURM (the client
 and a controller that answers, for ``hydra/launcher=slurm``); and the numerics: on every JAX
 device, for each model and precision, the jitted partial ELBO (``model.state_elbo`` and the value
 of ``model.value_and_grad``) at a seeded random point on the shipped oaks data against the float64
@@ -41,6 +42,7 @@ from . import reference, runtime
 from .precision import PRECISIONS
 from .model import MODELS, Arrays, Model, PLNState
 from .paths import install_command
+from .redact import redact, redact_text
 
 PACKAGES = ("jax", "jaxlib", "optax", "numpy", "scipy", "mlflow", "hydra-core", "plnexp")
 HTTP_TIMEOUT_S = 3.0
@@ -210,12 +212,16 @@ def _dir_checks(where: str, folder: Path, db: Path | None) -> list[Check]:
     return [reach, Check("store_writable", True, f"{where}: created and removed a file in {existing}")]
 
 
+SEARCH_PATH = "/api/2.0/mlflow/experiments/search?max_results=1"
+
+
 def _http_checks(uri: str, timeout: float) -> list[Check]:
     """``store_reachable`` (``/health``, else the REST API, answers within ``timeout``); then, only
-    when it answers, the writes of :func:`_server_writes`."""
+    when it answers, the writes of :func:`_server_writes` (skipped when the server refuses this
+    client's credentials) and ``store_auth`` (:func:`_auth_check`), last."""
     base = uri.rstrip("/")
     answered = None
-    for path in ("/health", "/api/2.0/mlflow/experiments/search?max_results=1"):
+    for path in ("/health", SEARCH_PATH):
         try:
             with urllib.request.urlopen(base + path, timeout=timeout) as resp:
                 answered = f"GET {path} answered {resp.status}"
@@ -229,7 +235,70 @@ def _http_checks(uri: str, timeout: float) -> list[Check]:
                 Check("store_writable", None, f"{uri}: not checked: server unreachable"),
                 Check("store_artifacts", None, f"{uri}: not checked: server unreachable"),
             ]
-    return [Check("store_reachable", True, f"{uri}: {answered}"), *_server_writes(uri, timeout)]
+    reach = Check("store_reachable", True, f"{uri}: {answered}")
+    auth = _auth_check(uri, timeout)
+    if auth.ok is False:  # refused: every write would be refused the same way; store_auth says why, once
+        skipped = f"{uri}: not checked: the server refused this client's credentials (see store_auth)"
+        return [reach, Check("store_writable", None, skipped), Check("store_artifacts", None, skipped), auth]
+    return [reach, *_server_writes(uri, timeout), auth]
+
+
+def _http_limits(timeout: float) -> dict[str, str]:
+    """MLflow's HTTP timeout and retries for the doctor's calls: seconds, not minutes, when a server
+    stops answering (3 * ``timeout`` a call, retried at most once)."""
+    return {"MLFLOW_HTTP_REQUEST_TIMEOUT": str(max(1, round(3 * timeout))), "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1"}
+
+
+def _body(e: urllib.error.HTTPError) -> str:
+    """The start of an HTTP error's body ('' where it cannot be read)."""
+    try:
+        return e.read(1000).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _auth_check(uri: str, timeout: float) -> Check:
+    """``store_auth``: whether the server requires authentication (its REST API refuses a request
+    without credentials, as MLflow's ``--app-name basic-auth`` does while ``/health`` stays open)
+    and, when it does, whether MLflow's client gets in with this environment's credentials
+    (``MLFLOW_TRACKING_USERNAME`` and ``MLFLOW_TRACKING_PASSWORD``). Fails only when the server
+    refuses them (HTTP 401 or 403, or 403 for a host name it does not serve); a server open to
+    anyone is a warning."""
+    from .tracking.store import HOST_REFUSED, INVALID_HOST, auth_refusal, credentials
+
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + SEARCH_PATH, timeout=timeout) as resp:  # no credentials
+            status = resp.status
+    except urllib.error.HTTPError as e:
+        status = e.code
+        if status == 403 and INVALID_HOST in _body(e):
+            return Check("store_auth", False, f"{uri}: {HOST_REFUSED}")
+    except (urllib.error.URLError, OSError) as e:
+        return Check("store_auth", None, f"{uri}: not checked: GET {SEARCH_PATH} ({getattr(e, 'reason', e)})")
+    if status == 200:
+        return Check(
+            "store_auth",
+            None,
+            f"warning: {uri} requires no authentication: anyone who reaches it can read, change or "
+            "delete every run (run it with mlflow server --app-name basic-auth: docs/how-to/tracking-server.md)",
+        )
+    if status not in (401, 403):
+        return Check("store_auth", None, f"{uri}: not known: GET {SEARCH_PATH} without credentials answered {status}")
+    from mlflow import MlflowClient
+
+    with _environ(**_http_limits(timeout)):
+        try:
+            MlflowClient(uri).search_experiments(max_results=1)
+        except Exception as e:  # noqa: BLE001 - the finding is the error, in one line
+            refused = auth_refusal(e)
+            if refused:
+                return Check("store_auth", False, f"{uri}: {refused}")
+            return Check(
+                "store_auth", None, f"{uri}: authentication required; credentials not checked: {_first_line(e)}"
+            )
+    user, _ = credentials()
+    who = f"credentials of {user}" if user else "this client's credentials"
+    return Check("store_auth", True, f"{uri}: authentication required; {who} accepted")
 
 
 DOCTOR_EXPERIMENT = "plnexp-doctor"
@@ -268,8 +337,9 @@ def _server_writes(uri: str, timeout: float) -> list[Check]:
     at most once, so a server that stops answering holds the doctor for seconds, not minutes."""
     from mlflow import MlflowClient
 
-    limits = {"MLFLOW_HTTP_REQUEST_TIMEOUT": str(max(1, round(3 * timeout))), "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1"}
-    with _environ(**limits):
+    from .tracking.store import auth_refusal
+
+    with _environ(**_http_limits(timeout)):
         cl = MlflowClient(uri)
         run_id = None
         try:
@@ -279,11 +349,14 @@ def _server_writes(uri: str, timeout: float) -> list[Check]:
         except Exception as e:  # noqa: BLE001 - the finding is the error, in one line
             if run_id is not None:
                 _delete_run(cl, run_id)
+            refused = auth_refusal(e, f"create a run in experiment {DOCTOR_EXPERIMENT} and log to it")
             return [
                 Check(
                     "store_writable",
                     False,
-                    f"{uri}: cannot create a run in experiment {DOCTOR_EXPERIMENT} and log to it: {_first_line(e)}",
+                    f"{uri}: {refused}"
+                    if refused
+                    else f"{uri}: cannot create a run in experiment {DOCTOR_EXPERIMENT} and log to it: {_first_line(e)}",
                 ),
                 Check("store_artifacts", None, f"{uri}: not checked (no run to upload to)"),
             ]
@@ -437,8 +510,9 @@ def _filesystem_check(uri: str, db: Path) -> list[Check]:
 def store(uri: str | None = None, timeout: float = HTTP_TIMEOUT_S) -> list[Check]:
     """The MLflow store the commands would use: reachable, and writable; a local store without creating
     anything in it, a tracking server by creating (then deleting) a run and uploading an artifact
-    (``store_artifacts``); a sqlite store's filesystem (``store_filesystem``), warned about when it is
-    a network one."""
+    (``store_artifacts``), and whether it requires authentication and accepts this client's
+    credentials (``store_auth``); a sqlite store's filesystem (``store_filesystem``), warned about
+    when it is a network one."""
     if uri is None:
         from .tracking import tracking_uri
 
@@ -681,11 +755,12 @@ def main(args: list[str]) -> int:
         print("usage: python -m plnexp doctor [--json]\n\n" + __doc__.split("\n\n")[1])
         return 0
     found = checks()
+    # masked where printed: a check's detail names the store's URI, and the report is pasted into issues
     if "--json" in args:
-        print(json.dumps([asdict(c) for c in found], indent=1))
+        print(json.dumps([redact(asdict(c)) for c in found], indent=1))
     else:
         width = max(len(c.name) for c in found)
         for c in found:
-            print(f"{c.label:<4}  {c.name:<{width}}  {c.detail}")
-        print(summary(found))
+            print(f"{c.label:<4}  {c.name:<{width}}  {redact_text(c.detail)}")
+        print(redact_text(summary(found)))
     return 1 if any(c.ok is False for c in found) else 0

@@ -27,6 +27,7 @@ import numpy as np
 
 from .config import Config
 from .paths import CHECKOUT
+from .redact import redact
 from .strategies import NATIVE_STRATEGIES, TORCH_STRATEGIES, fused
 
 PROVENANCE_VERSION = "1"  # the format of these tags and of config.yaml; a rerun refuses others
@@ -287,9 +288,10 @@ def run_tags(config: Config) -> dict[str, str]:
 
 
 def environment(config: Config, data_digest: str) -> dict[str, str]:
-    """The :data:`ENV_FIELDS` of this process for ``config`` (its device and precision)."""
+    """The :data:`ENV_FIELDS` of this process for ``config`` (its device and precision), credentials
+    masked as the recorded tags hold them (:mod:`plnexp.redact`): compared like with like, and printed."""
     env = {**environment_tags(config), DATA_TAG: data_digest}
-    return {k: env.get(k, "") for k, _ in ENV_FIELDS}
+    return redact({k: env.get(k, "") for k, _ in ENV_FIELDS})
 
 
 def differences(recorded: dict[str, str], current: dict[str, str]) -> list[str]:

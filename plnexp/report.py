@@ -40,6 +40,7 @@ import numpy as np
 from . import plots, provenance, ranking, tracking
 from .config import ConfigError, outputs_dir
 from .metrics import REPORT, cell
+from .redact import redact_text
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -646,8 +647,9 @@ def write(report: Report, out: Path) -> list[str]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         images = figures(report, tmp)
-        (tmp / "report.md").write_text(markdown(report, images))
-        (tmp / "report.csv").write_text(csv_text(report))
+        # credentials masked again: a run logged before plnexp masked them still holds them
+        (tmp / "report.md").write_text(redact_text(markdown(report, images)))
+        (tmp / "report.csv").write_text(redact_text(csv_text(report)))
         old = None
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
@@ -706,7 +708,7 @@ def build(
 
 def show(report: Report, folder: Path, files: list[str]) -> None:
     for line in summary_lines(report):
-        print(line, flush=True)
+        print(redact_text(line), flush=True)
     print(f"report: {folder} ({', '.join(files)}), also on parent run {report.parent.info.run_id}", flush=True)
 
 
@@ -756,7 +758,7 @@ def main(args: list[str]) -> int:
         report, folder, files = build(uri, **opts)
     except (ConfigError, tracking.StoreError) as e:
         kind = "store error" if isinstance(e, tracking.StoreError) else "error"
-        print(f"plnexp: {kind}: {e}", file=sys.stderr, flush=True)
+        print(f"plnexp: {kind}: {redact_text(str(e))}", file=sys.stderr, flush=True)
         return 2
     except OSError as e:
         print(f"plnexp: error: cannot write the report ({e.strerror or e}: {e.filename})", file=sys.stderr, flush=True)

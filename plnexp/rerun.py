@@ -14,6 +14,10 @@ and say whether it reproduces.
          parent is tagged rerun_of=PARENT_RUN_ID, each child tagged with the child it reruns)
       -> the ELBO curves compared (see :class:`Verdict`) and the timings (new/original)
 
+The store is ``tracking_uri=STORE`` on the command line, else ``$MLFLOW_TRACKING_URI``, else the local
+one under the outputs folder; never the run's logged ``tracking_uri``, which holds ``***`` in place of a
+password (:mod:`plnexp.redact`).
+
 Exit status: 0 reproduced; 1 a result that disagrees (see :meth:`Verdict.failed`) or a rerun that
 did not finish; 2 bad input; 130/143 interrupted.
 """
@@ -35,12 +39,13 @@ from . import interrupts, provenance, runner, tracking
 from .config import Config, ConfigError
 from .data import DataError
 from .precision import PRECISIONS
+from .redact import redact_text
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
     from omegaconf import DictConfig
 
-USAGE = "usage: python -m plnexp rerun RUN_ID [--strict] [overrides ...]"
+USAGE = "usage: python -m plnexp rerun RUN_ID [--strict] [tracking_uri=STORE] [overrides ...]"
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 FORBIDDEN = ("experiment", "tracking_uri", "sweep")  # a rerun goes where its original is
 
@@ -174,13 +179,23 @@ def originals(uri: str, run) -> list:
     return [r for r in runs if provenance.replicate(r.data.tags) == 0] or [run]
 
 
-def plan(run_id: str, overrides: list[str]) -> tuple[str, Run, list[Source], dict[str, str]]:
+def store_override(overrides: list[str]) -> tuple[str | None, list[str]]:
+    """``tracking_uri=URI`` on a rerun's command line: the store the run is in (and the rerun goes
+    to; the last one given wins), and the other overrides. Without it the store is
+    ``$MLFLOW_TRACKING_URI`` or the local one under the outputs folder: never the run's logged
+    ``tracking_uri``, which holds ``***`` in place of a password (:mod:`plnexp.redact`)."""
+    given = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0] == "tracking_uri"]
+    return (given[-1] if given else None), [o for o in overrides if o.split("=", 1)[0] != "tracking_uri"]
+
+
+def plan(run_id: str, overrides: list[str], store: str | None = None) -> tuple[str, Run, list[Source], dict[str, str]]:
     """Everything before the first run exists: (store URI, original run, sources, data digests by
-    run id). Raises ConfigError, DataError or StoreError (one line each)."""
+    run id); ``store``: the ``tracking_uri=`` given (:func:`store_override`). Raises ConfigError,
+    DataError or StoreError (one line each; a URI holding ``***`` is refused by the store's check)."""
     from . import cli
 
     cli.check_outputs()
-    uri = tracking.check_store(None)
+    uri = tracking.check_store(store)
     runner.load_data.cache_clear()  # a CSV file may have changed since this process read it
     find(uri, run_id)  # a malformed or unknown id fails before anything is written
     orphans = tracking.sweep_up_orphans(uri)  # as every command does: runs of dead processes are FAILED
@@ -325,7 +340,7 @@ def _fail(e: Exception) -> int:
     kind = (
         "data error" if isinstance(e, DataError) else "store error" if isinstance(e, tracking.StoreError) else "error"
     )
-    print(f"plnexp: {kind}: {e}", file=sys.stderr, flush=True)
+    print(f"plnexp: {kind}: {redact_text(str(e))}", file=sys.stderr, flush=True)  # may name the store's URI
     return 2
 
 
@@ -370,6 +385,8 @@ HELP = f"""{USAGE}
 Reruns the logged run RUN_ID (a sweep's parent: every child, as a new sweep) from its resolved config,
 with the overrides applied (group=option, key=value), as a new run tagged rerun_of=RUN_ID in the same
 experiment; prints every environment difference first, then compares the ELBO curves and timings.
+The store: tracking_uri=STORE, else MLFLOW_TRACKING_URI, else the local one (never the run's logged
+tracking_uri, which holds *** in place of a password).
 Exit 0 reproduced; 1 not reproduced (--strict: also when overrides moved the curve beyond the
 precision's tolerance); 2 bad input (nothing created)."""
 
@@ -381,8 +398,9 @@ def main(args: list[str]) -> int:
     with interrupts.handled() as guard:  # nothing created yet: an interrupt is one line
         try:
             run_id, overrides, strict = parse(args)
+            store, overrides = store_override(overrides)
             with interrupts.deferred():
-                uri, run, sources, digests = plan(run_id, overrides)
+                uri, run, sources, digests = plan(run_id, overrides, store)
         except (ConfigError, DataError, tracking.StoreError) as e:
             return _fail(e)
         except KeyboardInterrupt as e:

@@ -21,6 +21,7 @@ import yaml
 from . import interrupts
 from .config import Config
 from .data import Data
+from .redact import redact
 
 if TYPE_CHECKING:
     from .fitting import FitResult
@@ -57,6 +58,7 @@ class Outcome:
     replicate: int = 0  # its place in the job's batch of ``config.replicates`` fits
     batch: list = field(default_factory=list, repr=False)  # run_job's result: every replicate's outcome
     floor: dict = field(default_factory=dict)  # this machine's floor for the fit (plnexp.floor.run_metrics)
+    kept: str = ""  # the file holding the result when the store did not take it (plnexp.tracking.pending)
 
     @property
     def wall_s(self) -> float:
@@ -99,14 +101,20 @@ class Outcome:
         return np.log10(np.maximum(best - c, floor))
 
     def config_yaml(self) -> str:
-        return yaml.safe_dump(self.config.as_dict(), sort_keys=False)
+        """The resolved config as the run's ``config.yaml`` artifact holds it: credentials masked
+        (:mod:`plnexp.redact`; ``rerun`` takes the store from its own command, never from here)."""
+        return yaml.safe_dump(redact(self.config.as_dict()), sort_keys=False)
 
     def note(self) -> str:
         return f"`{' '.join(self.overrides) or '(defaults)'}` -> {self.status} {self.reason}".strip()
 
+    def shown_status(self) -> str:
+        """The status, ``pending`` added while the result is kept locally (not yet in the store)."""
+        return f"{self.status} (pending: kept locally)" if self.kept else self.status
+
     def summary(self) -> str:
         if self.result is None:
-            return f"{self.name} {self.status}: {self.reason}"
+            return f"{self.name} {self.shown_status()}: {self.reason}"
         m = self.metrics()
         g = lambda k, f: f.format(m[k]) if np.isfinite(m.get(k, np.nan)) else "-"
         parts = [f"{self.result.n_iter} iter", f"compile {g('compile_s', '{:.2f}')} s"]
@@ -120,7 +128,7 @@ class Outcome:
             f"run {g('run_s', '{:.3f}')} s ({g('ms_per_iter', '{:.2f}')} ms/iter{spread})",
             f"final ELBO {g('final_elbo', '{:.6g}')}",
         ]
-        text = f"{self.name} {self.status}: " + ", ".join(parts)
+        text = f"{self.name} {self.shown_status()}: " + ", ".join(parts)
         return text + (f" [{self.reason}]" if self.reason else "")
 
     def row(self) -> Row:
@@ -284,12 +292,13 @@ def run_job(
             out.stop()
             if out.run_id:
                 with interrupts.deferred():
-                    tracking.finish_job(cl, out.run_id, out)
+                    out.kept = str(tracking.pending.finish(cl, uri, out.run_id, out) or "")
         raise stop from None
     with interrupts.deferred():
         for out in outcomes:
-            tracking.finish_job(cl, out.run_id, out)
+            out.kept = str(tracking.pending.finish(cl, uri, out.run_id, out) or "")
     job = combined(outcomes)
+    job.kept = next((o.kept for o in outcomes if o.kept), "")
     job.batch = outcomes
     return job
 

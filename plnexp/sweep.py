@@ -30,11 +30,12 @@ import signal
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from . import interrupts, provenance, resume, runner, tracking
 from . import config as C
+from .redact import redact, redact_text, unredacted
 
 RECORD_NAME = "plnexp-sweep.json"
 
@@ -74,12 +75,14 @@ class SweepRecord:
     clock: float = 0.0  # time.monotonic() then (one clock for the processes of a host)
     reused: tuple = ()  # resume=true: plnexp.resume.Reused of the jobs that earlier runs answer
     jobs: tuple = ()  # a rerun: the JobEntry of each job (its config comes from here, not from Hydra's)
+    named: tuple = ()  # keys every job's name shows although names hide them (plnexp.cli.Job.shown)
 
     def __post_init__(self):  # read back from JSON: lists and dicts
         object.__setattr__(
             self, "reused", tuple(resume.Reused(*r[:4], tuple(r[4]) if len(r) > 4 else ()) for r in self.reused)
         )
         object.__setattr__(self, "jobs", tuple(j if isinstance(j, JobEntry) else JobEntry(**j) for j in self.jobs))
+        object.__setattr__(self, "named", tuple(self.named))
 
     @property
     def parent(self) -> tracking.Parent:
@@ -99,13 +102,21 @@ def hydra_override(sweep_dir: Path) -> str:
     return f"hydra.sweep.dir='{text}'"
 
 
+# The real URIs of the stores of the sweeps this process wrote records of, by their redacted form:
+# the record, a file, holds the URI redacted, and a job in this process (Hydra's basic launcher)
+# finds the password here (see store_of)
+_OWN_STORES: dict[str, str] = {}
+
+
 def write_record(sweep_dir: Path, record: SweepRecord) -> Path:
-    """Write the record whole or not at all; a folder that already holds one is refused."""
+    """Write the record whole or not at all; a folder that already holds one is refused. Its
+    credentials are masked (:mod:`plnexp.redact`): the file outlives the process, and others read it."""
     path = Path(sweep_dir) / RECORD_NAME
     fd, tmp = tempfile.mkstemp(prefix=".plnexp-sweep-", dir=sweep_dir)
+    _OWN_STORES[redact_text(record.uri)] = record.uri
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(asdict(record), f, indent=1)
+            json.dump(redact(asdict(record)), f, indent=1)
         os.link(tmp, path)  # atomic, and fails if a record is there already
     finally:
         os.unlink(tmp)
@@ -113,14 +124,37 @@ def write_record(sweep_dir: Path, record: SweepRecord) -> Path:
 
 
 def read_record(sweep_dir) -> SweepRecord | None:
+    """The record as written: its ``uri`` redacted where it had a password (:func:`store_of`)."""
     path = Path(str(sweep_dir)) / RECORD_NAME
     if not path.is_file():
         return None
     return SweepRecord(**json.loads(path.read_text()))
 
 
+def store_of(record: SweepRecord, configured: str | None) -> str:
+    """The URI of the sweep's store as a job reaches it. The record holds it redacted when it has a
+    password; the real one is the first that redacts to it of: the one this process wrote the record
+    with (the driver), the job's own ``tracking_uri`` (the sweep's overrides), ``$MLFLOW_TRACKING_URI``.
+    None of them: one :class:`~plnexp.config.ConfigError` line."""
+    uri = unredacted(record.uri, (_OWN_STORES.get(record.uri), configured, os.environ.get("MLFLOW_TRACKING_URI")))
+    if uri is None:
+        raise C.ConfigError(
+            f"the sweep's store {record.uri}: its password is not in this job's tracking_uri nor in "
+            "MLFLOW_TRACKING_URI; allowed values are the store's full URI, given with tracking_uri= or MLFLOW_TRACKING_URI"
+        )
+    return uri
+
+
 def open_sweep(
-    sweep_dir: Path, name: str, experiment: str, uri: str, total: int, tags: dict, reused: tuple = (), jobs: tuple = ()
+    sweep_dir: Path,
+    name: str,
+    experiment: str,
+    uri: str,
+    total: int,
+    tags: dict,
+    reused: tuple = (),
+    jobs: tuple = (),
+    named: tuple = (),
 ) -> SweepRecord:
     """Create the experiment (once, before any job) and the parent run, and write the record
     (``reused``: the jobs a resumed sweep does not run again, see :mod:`plnexp.resume`)."""
@@ -145,6 +179,7 @@ def open_sweep(
         time.monotonic(),
         tuple(reused),
         tuple(jobs),
+        tuple(named),
     )
     try:
         write_record(sweep_dir, record)
@@ -254,7 +289,14 @@ def close_sweep(record: SweepRecord, status: str = "FINISHED", reason: str = "")
     their owner is this process or is gone (a dead local process); a child whose owner is alive
     elsewhere, or cannot be checked from here, is left RUNNING and counted so. The summary table is
     read back from MLflow and logged, and the parent closed with ``status`` (FAILED instead of
-    FINISHED when jobs are missing). Safe to call again: it re-reads the store."""
+    FINISHED when jobs are missing). Safe to call again: it re-reads the store. First, unless
+    interrupted, the results kept locally while the store failed (:mod:`plnexp.tracking.pending`)
+    are sent if it is back (else they stay kept, their runs ended FAILED here until sent)."""
+    if status != "KILLED":
+        try:
+            tracking.pending.send_all(record.uri)
+        except Exception:  # noqa: BLE001 - the store still fails: the results stay kept (the job's line said so)
+            pass
     end_status = "KILLED" if status == "KILLED" else "FAILED"
     why = reason or "the sweep ended while this job was running"
     found = tracking.end_children(record.parent, end_status, why, "interrupted" if status == "KILLED" else "lost")
@@ -334,16 +376,19 @@ class Task:
         entry = record.jobs[num] if record is not None and num is not None and record.jobs else None
         try:
             config = C.load(entry.node if entry is not None else cfg)
+            if record is not None:  # the record's URI is redacted: the store as this job reaches it
+                record = replace(record, uri=store_of(record, config.tracking_uri))
         except C.ConfigError as e:  # validated before launching: only a launcher of its own gets here
-            print(f"plnexp: error: {e}", file=sys.stderr, flush=True)
+            line = f"plnexp: error: {redact_text(str(e))}"
+            print(line, file=sys.stderr, flush=True)
             self.failed += 1
-            return f"plnexp: error: {e}"
+            return line
         if hc.mode == RunMode.MULTIRUN:
             config = config.as_study()  # compile_cache auto: off, every job compiles cold
         if entry is not None:
             overrides, name = list(entry.overrides), entry.name
         else:
-            name = config.job_name(overrides)
+            name = config.job_name(overrides, record.named if record is not None else ())
         here = record is None or record.pid == os.getpid()  # in the driver: progress on one line
         earlier = resume.reused_run(record, config) if record is not None else None
         if earlier is not None:
@@ -377,6 +422,7 @@ class Task:
                 raise pending from e
             self.failed += 1
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            first = redact_text(first)  # a store's error may quote its URI
             print(f"{' ' if record is not None and here else ''}FAILED", flush=True)
             print(f"plnexp: error: job {name}: {type(e).__name__}: {first}", file=sys.stderr, flush=True)
             return None if here else f"{label} FAILED ({type(e).__name__}: {first})"
@@ -385,6 +431,7 @@ class Task:
             print(f"{outcome.summary()}  (run {outcome.run_id}, experiment {config.experiment!r})", flush=True)
             return None
         word = "done" if outcome.status == "FINISHED" else outcome.status
+        word += " (pending: kept locally)" if getattr(outcome, "kept", "") else ""  # not in the store yet
         extra = f" ({outcome.reason})" if outcome.reason else ""
         logged = time.monotonic() - outcome.clock - outcome.wall_s
         text = f"{word} {outcome.wall_s:.1f} s (+{logged:.1f} s logging){extra}"
@@ -460,6 +507,7 @@ def session(
     header,
     reused: tuple = (),
     entries: tuple = (),
+    named: tuple = (),
 ) -> Ended:
     """A sweep's whole life, the one path of ``sweep``, ``sweep ... resume=true`` and ``rerun`` of a
     sweep: open the parent (:func:`open_sweep`; a :class:`~plnexp.config.ConfigError` before anything
@@ -471,7 +519,9 @@ def session(
     held: dict = {}
     force = lambda signum: force_stop(held.get("record"), uri, signal.Signals(signum).name)
     with interrupts.handled(force) as guard:
-        record = held["record"] = open_sweep(sweep_dir, name, experiment, uri, total, tags, reused=reused, jobs=entries)
+        record = held["record"] = open_sweep(
+            sweep_dir, name, experiment, uri, total, tags, reused=reused, jobs=entries, named=named
+        )
         print(header(record), flush=True)
         status, reason, stop, error = "FAILED", "the sweep stopped on an error", None, None
         try:

@@ -5,7 +5,9 @@
   with a ``slurm.conf`` of their own in a temporary folder (clients find it through ``SLURM_CONF``).
 - :func:`postgres`: a PostgreSQL 15 server in a temporary folder, run as user postgres (``initdb``
   and the server refuse root), listening on 127.0.0.1 only, password authentication.
-- :func:`mlflow_server`: ``mlflow server`` backed by a PostgreSQL database, serving artifacts.
+- :func:`mlflow_server`: ``mlflow server`` backed by a PostgreSQL database (or sqlite), serving
+  artifacts; with ``auth_admin_password``, MLflow's basic-auth app (``--app-name basic-auth``, the
+  ``mlflow[auth]`` extra), its users in a sqlite database of its own, its admin ``admin``.
 
 Each is a context manager that yields what a client needs and stops every process it started, by
 its PID (its process group), even when the block raises. :class:`Unavailable` says in one line why
@@ -342,6 +344,33 @@ class Server:
     artifacts: Path
     up_s: float
     log: Path
+    admin: tuple[str, str] | None = None  # (username, password) of the basic-auth app's admin; None: no auth
+
+
+AUTH_ADMIN = "admin"
+AUTH_INI = """\
+[mlflow]
+default_permission = {default_permission}
+database_uri = sqlite:///{db}
+admin_username = {admin}
+authorization_function = mlflow.server.auth:authenticate_request_basic_auth
+"""
+
+
+def _auth_env(folder: Path, admin_password: str, default_permission: str) -> dict[str, str]:
+    """The environment of a basic-auth server: its config file (users in ``folder/auth.db``), a CSRF
+    secret key, the admin's first password (read when the user database is created)."""
+    try:
+        import flask_wtf  # noqa: F401 - the mlflow[auth] extra: the basic-auth app will not start without it
+    except ImportError:
+        raise Unavailable("mlflow[auth] is not installed (Flask-WTF): pip install -e '.[cluster]'") from None
+    ini = folder / "basic_auth.ini"
+    ini.write_text(AUTH_INI.format(default_permission=default_permission, db=folder / "auth.db", admin=AUTH_ADMIN))
+    return {
+        "MLFLOW_AUTH_CONFIG_PATH": str(ini),
+        "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16),
+        "MLFLOW_AUTH_ADMIN_PASSWORD": admin_password,
+    }
 
 
 def _health(uri: str) -> bool:
@@ -350,15 +379,30 @@ def _health(uri: str) -> bool:
 
 
 @contextmanager
-def mlflow_server(backend_uri: str, folder: Path, timeout: float = 120.0, workers: int = 2):
+def mlflow_server(
+    backend_uri: str,
+    folder: Path,
+    timeout: float = 120.0,
+    workers: int = 2,
+    auth_admin_password: str | None = None,
+    default_permission: str = "READ",
+):
     """``mlflow server`` on ``backend_uri`` (e.g. a :func:`postgres` database), artifacts served from
     ``folder/artifacts``, by ``workers`` worker processes (each imports MLflow's server: seconds);
-    yields a :class:`Server` once ``/health`` answers."""
+    yields a :class:`Server` once ``/health`` answers. ``auth_admin_password`` (12 characters at
+    least): MLflow's basic-auth app, every request but ``/health`` authenticated, its admin
+    :data:`AUTH_ADMIN` with that password, other users' rights on what they did not create
+    ``default_permission``; raises :class:`Unavailable` where ``mlflow[auth]`` is missing."""
     port = free_port()
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     artifacts = folder / "artifacts"
     log = folder / "mlflow-server.log"
+    auth = [] if auth_admin_password is None else ["--app-name", "basic-auth"]
+    # a client's credentials are not the server's business
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")}
+    if auth_admin_password is not None:
+        env.update(_auth_env(folder, auth_admin_password, default_permission))
     t0 = time.monotonic()
     proc = _spawn(
         [
@@ -377,8 +421,10 @@ def mlflow_server(backend_uri: str, folder: Path, timeout: float = 120.0, worker
             str(port),
             "--workers",
             str(workers),
+            *auth,
         ],
         log,
+        env=env,
     )
     try:
         uri = f"http://127.0.0.1:{port}"
@@ -387,7 +433,8 @@ def mlflow_server(backend_uri: str, folder: Path, timeout: float = 120.0, worker
         except Unavailable as e:
             tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []
             raise Unavailable(f"{e}{': ' + tail[0] if tail else ''}") from None
-        yield Server(uri, artifacts, time.monotonic() - t0, log)
+        admin = None if auth_admin_password is None else (AUTH_ADMIN, auth_admin_password)
+        yield Server(uri, artifacts, time.monotonic() - t0, log, admin)
     finally:
         stop(proc)
 

@@ -206,6 +206,33 @@ BAD_INPUT = [
         ["strategy=torch_compile: PyTorch is not installed", "pip install -e '.[torch]'"],
     ),
     ("report switch", ["sweep", "report=maybe"], {}, ["report=maybe: allowed values are true, false"]),
+    # a sweep is one parent run: its experiment, its store, its sweep file; a grid over them is refused
+    (
+        "sweep over experiments",
+        ["sweep", "experiment=alpha,beta", "n_iter=3", "dataset.replication=1", "strategy=scan"],
+        {},
+        [
+            "plnexp: error: experiment=alpha,beta: a sweep writes into one experiment (its parent run's)",
+            "allowed is one value per sweep",
+            "run one sweep per value: python -m plnexp sweep sweep=default n_iter=3 dataset.replication=1 "
+            "strategy=scan experiment=alpha (then experiment=beta)",
+        ],
+    ),
+    (
+        "multirun over stores",
+        ["run", "--multirun", "tracking_uri=sqlite:////tmp/a.db,sqlite:////tmp/b.db", "n_iter=3"],
+        {},
+        [
+            "tracking_uri=sqlite:////tmp/a.db,sqlite:////tmp/b.db: a sweep writes into one store",
+            "python -m plnexp sweep sweep=null n_iter=3 tracking_uri=sqlite:////tmp/a.db (then ",
+        ],
+    ),
+    (
+        "sweep over sweep files",
+        ["sweep", "sweep=default,seed"],
+        {},
+        ["sweep=default,seed: a sweep runs one sweep file", "python -m plnexp sweep sweep=default (then sweep=seed)"],
+    ),
     ("report of an empty store", ["report"], {}, ["holds no sweep (no parent run)", "python -m plnexp sweep"]),
     ("report argument", ["report", "--since", "1"], {}, ["--since: unknown argument", "--experiment, --run, --out"]),
 ]
@@ -331,3 +358,70 @@ def test_a_slurm_launcher_without_sbatch_says_so(outputs, capsys, monkeypatch):
     assert err.startswith("plnexp: error: hydra/launcher=slurm: sbatch not found on PATH") and "\n" not in err
     cl = store_client(outputs)  # nothing created
     assert not [r for e in cl.search_experiments() for r in cl.search_runs([e.experiment_id])]
+
+
+# ---------------------------------------------------------------- one parent, names apart
+UNTIMED = [o for o in TINY if o.split("=")[0] not in ("repeats", "warmup")]  # the tests below sweep them
+
+
+def test_a_sweep_file_sweeping_the_experiment_is_refused(tmp_path, monkeypatch):
+    """The same refusal for a grid that a sweep file's hydra.sweeper.params makes (a copy of conf/
+    with one more sweep file)."""
+    import shutil
+
+    from plnexp import cli
+    from plnexp import config as C
+
+    conf = tmp_path / "conf"
+    shutil.copytree(C.CONF_DIR, conf)
+    (conf / "sweep" / "two_experiments.yaml").write_text(
+        "# @package _global_\nhydra:\n  sweeper:\n    params:\n      experiment: alpha,beta\n      seed: 0,1\n"
+    )
+    monkeypatch.setattr(C, "CONF_DIR", conf)
+    with pytest.raises(C.ConfigError) as e:
+        cli.plan(["sweep=two_experiments", "n_iter=3"], multirun=True, check_device=False)
+    assert str(e.value).startswith(
+        "experiment=alpha,beta (swept by sweep=two_experiments): a sweep writes into one experiment (its parent "
+        "run's), so allowed is one value per sweep; run one sweep per value: python -m plnexp sweep "
+        "sweep=two_experiments n_iter=3 experiment=alpha (then experiment=beta)"
+    )
+    jobs = cli.plan(["sweep=two_experiments", "n_iter=3", "experiment=alpha"], multirun=True, check_device=False)
+    assert [j.config.seed for j in jobs] == [0, 1]  # one value given: the grid runs
+
+
+def test_job_names_are_unique_within_a_sweep():
+    """A key the name hides (the timing protocol: repeats) shows in every job's name where it alone
+    tells jobs apart; names that differ already stay as they were."""
+    from plnexp import cli
+
+    base = [*UNTIMED, "n_iter=3"]  # a plain multirun (the command line's sweep=null)
+    jobs = cli.plan([*base, "strategy=scan,fori_loop", "repeats=1,2"], multirun=True, check_device=False)
+    names = [j.name for j in jobs]
+    assert len(set(names)) == 4 and names[:2] == [
+        "scan-synthetic_n30_p5_d2_s0-f32-cpu-n_iter3-repeats1",
+        "scan-synthetic_n30_p5_d2_s0-f32-cpu-n_iter3-repeats2",
+    ]
+    jobs = cli.plan([*base, "seed=0,1"], multirun=True, check_device=False)
+    assert [j.name for j in jobs] == [
+        "scan-synthetic_n30_p5_d2_s0-f32-cpu-n_iter3-seed0",
+        "scan-synthetic_n30_p5_d2_s1-f32-cpu-n_iter3-seed1",  # synthetic data's seed follows seed
+    ] and {j.shown for j in jobs} == {()}
+    (one,) = cli.plan([*UNTIMED, "n_iter=3", "repeats=2"], multirun=False, check_device=False)
+    assert one.name == "scan-synthetic_n30_p5_d2_s0-f32-cpu-n_iter3"  # protocol switches do not rename a run
+
+
+def test_a_sweeps_runs_carry_the_names_apart(outputs, tmp_path, monkeypatch, plnexp_main):
+    """The names the sweep's jobs give their runs (each job names itself, in whatever process runs
+    it: the sweep's record tells it the keys to show), with a stand-in fit."""
+    from plnexp import runner
+
+    def finished(cfg, overrides=(), name=None, output_dir="", outcome=None):
+        outcome.ended = outcome.started + 0.5
+        return outcome
+
+    monkeypatch.setattr(runner, "execute", finished)
+    ran = plnexp_main("sweep", "sweep=null", *UNTIMED, "n_iter=3", "warmup=0,1", "report=false", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    names = sorted(r.info.run_name for r in all_runs(outputs) if "mlflow.parentRunId" in r.data.tags)
+    assert names == [f"scan-synthetic_n30_p5_d2_s0-f32-cpu-n_iter3-warmup{w}" for w in (0, 1)]
+    assert "[2/2] scan-synthetic_n30_p5_d2_s0-f32-cpu-n_iter3-warmup1" in ran.stdout

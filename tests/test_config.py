@@ -289,3 +289,26 @@ def test_the_device_is_checked_before_launching_only_when_the_jobs_run_here():
         cli.plan(["device=gpu"], multirun=False)
     (job,) = cli.plan(["device=gpu"], multirun=False, check_device=False)  # a cluster's job checks it
     assert job.config.device.value == "gpu" and job.name == "scan-oaks-f32-gpu"
+
+
+def test_a_users_own_config_folder_adds_its_sweep_files(tmp_path):
+    """--config-dir DIR (hydra.searchpath=[file://DIR]): DIR's sweep files are sweep options beside
+    plnexp's own; a folder that does not exist is one line."""
+    from plnexp import cli
+    from plnexp.__main__ import config_dir_override
+
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "mine.yaml").write_text(
+        "# @package _global_\nexperiment: mine\nhydra:\n  sweeper:\n    params:\n      strategy: scan,fori_loop\n"
+    )
+    args = config_dir_override(["sweep=mine", "--config-dir", str(tmp_path), "n_iter=3"])
+    assert args == ["sweep=mine", "n_iter=3", f"hydra.searchpath=[file://{tmp_path}]"]
+    jobs = cli.plan([*args, "dataset=synthetic", "dataset.n=30", "dataset.p=5"], multirun=True)
+    assert sorted(j.config.strategy.name for j in jobs) == ["fori_loop", "scan"]
+    assert {j.config.experiment for j in jobs} == {"mine"}
+    with pytest.raises(C.ConfigError, match=r"^sweep=theirs: allowed values are default, .*mine"):
+        cli.plan(["sweep=theirs", f"hydra.searchpath=[file://{tmp_path}]"], multirun=True)
+    with pytest.raises(C.ConfigError, match=r"^hydra.searchpath: file:///nowhere is not a folder; allowed values"):
+        cli.plan(["hydra.searchpath=[file:///nowhere]"], multirun=False)
+    with pytest.raises(C.ConfigError, match=r"^--config-dir /nowhere: not a folder"):
+        config_dir_override(["--config-dir=/nowhere"])

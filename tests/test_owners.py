@@ -7,6 +7,7 @@ import os
 import platform
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from conftest import end, spawn, store_client
 
 from plnexp import runner, sweep, tracking
 from plnexp.tracking import owners
-from plnexp.tracking.owners import HOST_TAG, PID_TAG, LocalProcess, Owner
+from plnexp.tracking.owners import BOOT_TAG, HOST_TAG, PID_TAG, START_TAG, LocalProcess, Owner
 
 
 @pytest.fixture
@@ -46,6 +47,23 @@ def test_current_is_this_process_and_what_runs_are_tagged_with():
     me = owners.current()
     assert me == LocalProcess(platform.node(), os.getpid())
     assert tracking.process_tags() == me.tags()
+    # the host's boot and the process's start time in it (field 22 of /proc/<pid>/stat) name it too
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    start = Path(f"/proc/{os.getpid()}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    assert me.tags() == {HOST_TAG: platform.node(), PID_TAG: str(os.getpid()), BOOT_TAG: boot, START_TAG: start}
+    assert owners.owner_of(me.tags()) == me and LocalProcess.from_tags(me.tags()).start == start
+
+
+def test_a_reused_pid_is_another_process():
+    """A PID the kernel gave again (after the owner died, or in a later boot) names another process:
+    host and PID agree, start time or boot id do not. Such an owner is gone and not this process."""
+    me = LocalProcess.here()
+    assert me.alive() is True and me.boot and me.start.isdigit()
+    for stranger in (replace(me, start=str(int(me.start) - 1)), replace(me, boot="another-boot")):
+        assert stranger != me and owners.owner_of(stranger.tags()) != owners.current()
+        assert stranger.alive() is False, stranger
+    older = LocalProcess(me.host, me.pid)  # an older run's tags: host and PID only, compared as then
+    assert older == me and older.alive() is True
 
 
 def test_alive_this_process_a_dead_one_and_another_host(exited_pid):
@@ -80,7 +98,7 @@ def test_sweep_up_orphans_asks_the_owners(outputs, config, exited_pid, live_pid)
     job = runner.Outcome("x", (), config)
     here = platform.node()
     dead = tracking.start_job(cl, exp, job, tags=LocalProcess(here, exited_pid).tags())
-    live = tracking.start_job(cl, exp, job, tags=LocalProcess(here, live_pid).tags())
+    live = tracking.start_job(cl, exp, job, tags=LocalProcess.of(live_pid).tags())
     elsewhere = tracking.start_job(cl, exp, job, tags=LocalProcess("another-host", exited_pid).tags())
     mine = tracking.start_job(cl, exp, job)
     found = tracking.sweep_up_orphans(uri)
@@ -106,7 +124,7 @@ def test_close_sweep_leaves_children_of_live_or_unknown_owners_running(outputs, 
         [
             ("mine", None),
             ("dead", LocalProcess(here, exited_pid)),
-            ("live", LocalProcess(here, live_pid)),
+            ("live", LocalProcess.of(live_pid)),
             ("elsewhere", LocalProcess("another-host", os.getpid())),
         ]
     ):
@@ -142,3 +160,29 @@ def test_close_sweep_output_unchanged_when_nothing_is_left_running(outputs, conf
     assert "0 of 2 jobs finished, 1 killed, 0 failed, 1 not started; parent run" in summary.interrupted_line("SIGTERM")
     assert "1/2 jobs, 1 failed; " in summary.footer()
     assert "n_running" not in store_client(outputs).get_run(record.parent_id).data.tags
+
+
+def test_runs_of_a_reused_pid_are_orphans_and_older_runs_are_judged_as_before(outputs, config, exited_pid, live_pid):
+    """A run tagged with this process's PID but another start time (its owner died, this process got
+    its PID) is swept up as orphaned and is not this process's; runs of older versions (host and PID
+    only) are judged by their PID as they were."""
+    uri = tracking.check_store()
+    cl = tracking.client(uri)
+    exp = tracking.experiment_id(cl, "reused")
+    me = LocalProcess.here()
+    stranger = replace(me, start=str(int(me.start) - 1))
+    job = runner.Outcome("x", (), config)
+    theirs = tracking.start_job(cl, exp, job, tags=stranger.tags())
+    mine = tracking.start_job(cl, exp, job)
+    here = platform.node()
+    older = {
+        name: cl.create_run(exp, tags={HOST_TAG: here, PID_TAG: str(pid)}).info.run_id
+        for name, pid in (("older_dead", exited_pid), ("older_live", live_pid))
+    }
+    found = {r.info.run_id for r in tracking.sweep_up_orphans(uri)}
+    assert found == {theirs, older["older_dead"]}
+    st = store_client(outputs)
+    run = st.get_run(theirs)
+    assert run.info.status == "FAILED" and run.data.tags["reason"] == "orphaned"
+    assert st.get_run(mine).info.status == "RUNNING" and st.get_run(older["older_live"]).info.status == "RUNNING"
+    assert [r.info.run_id for r in tracking.process_runs(uri)] == [mine]  # not the stranger's run

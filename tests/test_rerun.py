@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 
@@ -288,8 +289,8 @@ def test_resume_reuses_finished_jobs_and_summarises_the_whole_grid(outputs, tmp_
     uri = tracking.check_store()
     jobs = cli.plan([*TINY, "seed=0,1,2"], multirun=True)
     first = sweep.open_sweep(tmp_path / "a", "s", "rr", uri, 3, {})
-    for i in (0, 1):  # then "interrupted": job 2 never ran
-        runner.run_job(jobs[i].config, jobs[i].overrides, jobs[i].name, parent=first.parent, job_num=i)
+    for i in (0, 1):  # then "interrupted": job 2 never ran (a sweep's jobs run as a study: Config.as_study)
+        runner.run_job(jobs[i].config.as_study(), jobs[i].overrides, jobs[i].name, parent=first.parent, job_num=i)
     sweep.close_sweep(first, "KILLED", "interrupted by SIGINT")
     done = resume.find_done(uri, "rr", jobs)
     assert [(d.job, d.parent_id) for d in done] == [(0, first.parent_id)]
@@ -299,7 +300,7 @@ def test_resume_reuses_finished_jobs_and_summarises_the_whole_grid(outputs, tmp_
     assert resume.reused_run(second, jobs[0].config) == done[0].run_id
     assert resume.reused_run(second, jobs[1].config) is None
     for i in (1, 2):
-        runner.run_job(jobs[i].config, jobs[i].overrides, jobs[i].name, parent=second.parent, job_num=i)
+        runner.run_job(jobs[i].config.as_study(), jobs[i].overrides, jobs[i].name, parent=second.parent, job_num=i)
     summary = sweep.close_sweep(second)
     assert summary.status == "FINISHED" and [r.status for r in summary.rows] == ["FINISHED"] * 3
     assert [r.name for r in summary.rows] == [j.name for j in jobs]
@@ -376,7 +377,7 @@ def test_resume_says_how_many_jobs_matched_and_names_the_nearest_run(outputs, mo
     uri = tracking.check_store()
     jobs = cli.plan([*TINY, "seed=0,1"], multirun=True)
     for job in jobs:
-        runner.run_job(job.config, job.overrides, job.name)
+        runner.run_job(job.config.as_study(), job.overrides, job.name)
     found = resume.match(uri, "rr", jobs)
     assert len(found.done) == 2 and found.line() == (
         "resume: 2 of 2 job(s) matched a FINISHED run of experiment 'rr'; those are reused, the others run"
@@ -394,6 +395,48 @@ def test_resume_says_how_many_jobs_matched_and_names_the_nearest_run(outputs, mo
 def _finished(cfg, overrides=(), name=None, output_dir="", outcome=None):
     outcome.ended = outcome.started + 0.5
     return outcome
+
+
+def test_resume_reuses_only_runs_timed_and_run_alike(outputs, monkeypatch):
+    """A FINISHED run of the same config timed otherwise (another repeats) or run with other
+    software (another XLA_FLAGS, as the provenance reads it) is not reused: the job runs again and
+    the line names the run and the key that differs."""
+    monkeypatch.setattr(runner, "execute", _finished)
+    uri = tracking.check_store()
+    jobs = cli.plan([*TINY, "seed=0,1", "repeats=1"], multirun=True)
+    for job in jobs:
+        runner.run_job(job.config.as_study(), job.overrides, job.name)
+    assert len(resume.match(uri, "rr", jobs).done) == 2  # alike: reused
+    found = resume.match(uri, "rr", cli.plan([*TINY, "seed=0,1", "repeats=2"], multirun=True))
+    assert found.done == [] and found.line().endswith("differs by repeats: 2 here, 1 there; all jobs run")
+    before = os.environ.get("XLA_FLAGS", "")
+    flags = f"{before} --xla_cpu_enable_fast_math=false".strip()
+    monkeypatch.setenv("XLA_FLAGS", flags)
+    found = resume.match(uri, "rr", jobs)
+    assert found.done == [] and found.line().endswith(
+        f"differs by XLA_FLAGS: {flags} here, {before or '(none)'} there; all jobs run"
+    )
+
+
+def test_resume_runs_the_jobs_timed_otherwise_in_process(outputs, tmp_path, monkeypatch, plnexp_main):
+    """The command line: a sweep, then the same grid with one more value of repeats, resumed. The
+    job of the new value (the same config hash) runs, named apart, and the line says why."""
+    monkeypatch.setattr(runner, "execute", _finished)
+    base = ["sweep", "sweep=null", *TINY, "report=false"]
+    first = plnexp_main(*base, "repeats=1", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    again = plnexp_main(*base, "repeats=1,2", "resume=true", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    line = again.stdout.splitlines()[0]
+    assert line.startswith("resume: 1 of 2 job(s) matched a FINISHED run of experiment 'rr'; those are reused, ")
+    assert line.endswith(" differs by repeats: 2 here, 1 there"), line
+    assert "[1/2] scan-synthetic_n50_p5_d2_s0-f32-cpu-n_iter5-repeats1 FINISHED earlier (run " in again.stdout
+    assert "2/2 jobs (1 FINISHED earlier), 0 failed" in again.stdout
+    children = [r for r in all_runs(outputs) if "mlflow.parentRunId" in r.data.tags]
+    assert sorted((r.info.run_name, r.data.params["repeats"]) for r in children) == [
+        ("scan-synthetic_n50_p5_d2_s0-f32-cpu-n_iter5", "1"),  # the first sweep's: one value, not named
+        ("scan-synthetic_n50_p5_d2_s0-f32-cpu-n_iter5-repeats2", "2"),
+    ]
 
 
 @pytest.mark.slow  # a fit and its rerun (~4 s)
@@ -414,7 +457,7 @@ def test_runs_are_identified_by_config_hash_and_replicate():
     h = provenance.config_hash(job.config)
 
     def run(run_id, **tags):
-        return SimpleNamespace(info=SimpleNamespace(run_id=run_id), data=SimpleNamespace(tags=tags))
+        return SimpleNamespace(info=SimpleNamespace(run_id=run_id), data=SimpleNamespace(tags=tags, params={}))
 
     # a run of another replicate of the same config does not answer the job (replicate 0)
     assert resume._done([run("a" * 32, config_hash=h, replicate="1")], [job]) == []

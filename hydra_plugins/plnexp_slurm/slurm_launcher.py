@@ -44,6 +44,7 @@ if _SubmititSlurm is not None:
         def launch(self, job_overrides, initial_job_idx):
             from hydra.core.singleton import Singleton
             from plnexp import slurm
+            from plnexp.redact import redact_text
 
             assert self.config is not None
             sweep_dir = Path(str(self.config.hydra.sweep.dir))
@@ -77,7 +78,8 @@ if _SubmititSlurm is not None:
                     return
                 what = " ".join(filter_overrides(job_overrides[e.index])) or "(no overrides)"
                 why = e.error or (str(result._return_value) if result is not None else "")
-                print(f"{label} {what}: slurm job {e.job} {e.state}{': ' + why if why else ''}", flush=True)
+                line = f"{label} {what}: slurm job {e.job} {e.state}{': ' + why if why else ''}"
+                print(redact_text(line), flush=True)  # the overrides may hold the store's password
 
             ended = slurm.wait(jobs, on_end)
             return [_completed(e, job_overrides[e.index]) for e in ended]

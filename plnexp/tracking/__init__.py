@@ -15,13 +15,14 @@ One module per responsibility; every name is re-exported here (``tracking.X``):
 - :mod:`.writes`: experiments, parent runs, a job's run, reports and tags
 - :mod:`.owners`: who owns a RUNNING run (:class:`Owner`, :class:`LocalProcess`, :class:`SlurmJob`), and
   whether it is alive
+- :mod:`.pending`: a fit's result that the store did not take, kept locally and sent later
 - :mod:`.running`: the runs left RUNNING, ended only by their owner or once it is gone
 - :mod:`.queries`: reading runs, curves, artifacts and experiments back
 """
 
 from __future__ import annotations
 
-from . import owners, queries, running, store, writes
+from . import owners, pending, queries, running, store, writes
 from .owners import HOST_TAG, PID_TAG, SLURM_CLUSTER_TAG, SLURM_JOB_TAG, LocalProcess, Owner, SlurmJob, owner_of
 from .queries import (
     children,
@@ -42,10 +43,12 @@ from .running import end_children, end_process_runs, end_running, may_end, proce
 from .store import (
     LOCKED,
     PROBE_TIMEOUT_S,
+    AFTER_FIT_DELAYS_S,
     RETRY_DELAYS_S,
     SCHEMES,
     StoreError,
     _Retrying,
+    after_fit,
     check_store,
     client,
     store_exists,
@@ -61,6 +64,7 @@ from .writes import (
     end_run,
     experiment_id,
     finish_job,
+    job_record,
     log_job,
     log_report,
     open_parent,
@@ -68,9 +72,11 @@ from .writes import (
     set_tags,
     start_job,
     start_parent,
+    write_record,
 )
 
 __all__ = [
+    "AFTER_FIT_DELAYS_S",
     "CURVE_KEY",
     "FINGERPRINT_TAG",
     "GAP_KEY",
@@ -88,6 +94,7 @@ __all__ = [
     "Parent",
     "SlurmJob",
     "StoreError",
+    "after_fit",
     "check_store",
     "children",
     "client",
@@ -104,6 +111,7 @@ __all__ = [
     "finish_job",
     "finished_runs",
     "is_parent",
+    "job_record",
     "latest_parent",
     "log_job",
     "log_report",
@@ -111,6 +119,7 @@ __all__ = [
     "open_parent",
     "owner_of",
     "owners",
+    "pending",
     "process_runs",
     "process_tags",
     "queries",
@@ -127,6 +136,7 @@ __all__ = [
     "sweep_runs",
     "sweep_up_orphans",
     "tracking_uri",
+    "write_record",
     "writes",
     "_Retrying",  # (tests wrap a fake client in it)
 ]

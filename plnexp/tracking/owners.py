@@ -6,7 +6,8 @@ is False (see :mod:`plnexp.tracking.running`); an owner that cannot be checked f
 of another host, a SLURM job whose scheduler cannot be asked) answers None and its runs are left
 alone.
 
-A run is owned by a :class:`LocalProcess` (host and PID), or, inside a SLURM job, by a
+A run is owned by a :class:`LocalProcess` (host, boot id, PID and the process's start time: a PID
+alone is reused by the kernel, and host and PID would name a later stranger), or, inside a SLURM job, by a
 :class:`SlurmJob` (which writes the host and PID tags too, so that older code still reads them):
 alive or not as the scheduler says (:func:`slurm_state`: ``squeue``, then ``sacct`` for a job the
 controller has forgotten, else ``ENDED``); where the scheduler cannot be asked (no ``squeue`` here,
@@ -30,6 +31,9 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 HOST_TAG, PID_TAG = "plnexp.host", "plnexp.pid"
+# With host and PID, what tells a process from a later one that got its PID again: the boot it ran
+# in and its start time in that boot (runs of older versions lack them: host and PID only, as then)
+BOOT_TAG, START_TAG = "plnexp.boot_id", "plnexp.pid_start"
 
 
 @runtime_checkable
@@ -78,26 +82,88 @@ def _alive(pid: int) -> bool:
         return True
 
 
-@dataclass(frozen=True)
+@lru_cache(maxsize=1)
+def boot_id() -> str:
+    """This host's boot (Linux: ``/proc/sys/kernel/random/boot_id``, new at every boot); "" where
+    there is none to read."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def start_time(pid: int) -> str:
+    """When process ``pid`` started, in clock ticks since boot (field 22 of ``/proc/<pid>/stat``),
+    as text; "" where it cannot be read (no such process, no ``/proc``)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        # after the command name, which may hold spaces and parentheses: field 3 (state) onwards
+        return stat.rsplit(")", 1)[1].split()[22 - 3]
+    except (OSError, IndexError):
+        return ""
+
+
+def _agree(a: str, b: str) -> bool:
+    """Two values of an identity field agree unless both are known and differ."""
+    return not a or not b or a == b
+
+
+@dataclass(frozen=True, eq=False)
 class LocalProcess:
-    """A process of a host (tags ``plnexp.host`` and ``plnexp.pid``): alive or not as seen from that
-    host only; from any other host :meth:`alive` is None."""
+    """A process of a host (tags ``plnexp.host``, ``plnexp.pid``, and ``plnexp.boot_id`` and
+    ``plnexp.pid_start`` where known): alive or not as seen from that host only; from any other host
+    :meth:`alive` is None.
+
+    Two owners are equal when host and PID are, and so are boot id and start time wherever both
+    know them: an older run (host and PID only) is compared as it was then."""
 
     host: str
     pid: int
+    boot: str = ""  # boot_id() of the host when the process ran; "": unknown (an older run)
+    start: str = ""  # start_time(pid) then; "": unknown
+
+    @classmethod
+    def of(cls, pid: int) -> LocalProcess:
+        """Process ``pid`` of this host, as it is now (its boot and start time read from ``/proc``)."""
+        return cls(platform.node(), pid, boot_id(), start_time(pid))
 
     @classmethod
     def here(cls) -> LocalProcess:
         """This process (computed at each call: a forked worker is another process)."""
-        return cls(platform.node(), os.getpid())
+        return cls.of(os.getpid())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, LocalProcess):
+            return NotImplemented
+        return (
+            (self.host, self.pid) == (other.host, other.pid)
+            and _agree(self.boot, other.boot)
+            and _agree(self.start, other.start)
+        )
+
+    def __hash__(self) -> int:  # equal owners share host and PID
+        return hash((self.host, self.pid))
 
     def tags(self) -> dict[str, str]:
-        return {HOST_TAG: self.host, PID_TAG: str(self.pid)}
+        tags = {HOST_TAG: self.host, PID_TAG: str(self.pid)}
+        if self.boot:
+            tags[BOOT_TAG] = self.boot
+        if self.start:
+            tags[START_TAG] = self.start
+        return tags
 
     def alive(self) -> bool | None:
         if self.host != platform.node() or self.pid <= 0:
             return None  # another host's process (or no PID): cannot tell from here
-        return _alive(self.pid)
+        here = boot_id()
+        if self.boot and here and self.boot != here:
+            return False  # it ran before this host's last boot: it ended with it
+        if not _alive(self.pid):
+            return False
+        now = start_time(self.pid)
+        if self.start and now and now != self.start:
+            return False  # its PID belongs to a process started since: the owner is gone
+        return True
 
     def cancel(self) -> None:
         """Nothing: plnexp does not signal processes it is not (a local job is stopped by its own
@@ -112,7 +178,7 @@ class LocalProcess:
         if not host or not pid:
             return None
         try:
-            return cls(host, int(pid))
+            return cls(host, int(pid), tags.get(BOOT_TAG, ""), tags.get(START_TAG, ""))
         except ValueError:
             return None
 

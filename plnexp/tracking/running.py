@@ -30,9 +30,12 @@ class _Asked:
 
     def gone(self, owner: Owner) -> Owner | None:
         """The owner, asked (it then knows why it ended), if it is known to be gone; else None."""
-        if owner not in self.seen:
-            self.seen[owner] = owner if owner.alive() is False else None
-        return self.seen[owner]
+        # by its tags, not by equality: an older run's LocalProcess (host and PID only) equals every
+        # later process that got its PID, which may be gone while that one is alive, or the reverse
+        key = (type(owner).__name__, tuple(sorted(owner.tags().items())))
+        if key not in self.seen:
+            self.seen[key] = owner if owner.alive() is False else None
+        return self.seen[key]
 
 
 def may_end(run, me: Owner | None = None, asked: _Asked | None = None) -> bool:

@@ -21,16 +21,24 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..config import outputs_dir
+from ..redact import MASK, is_redacted, redact_text
 
 log = logging.getLogger(__name__)
 PROBE_TIMEOUT_S = 3.0  # an http(s) store that does not answer in this long is unreachable
 SCHEMES = ("", "file", "sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks", "databricks-uc", "uc")
 LOCKED = ("database is locked", "database table is locked")
 RETRY_DELAYS_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0, 2.0, 2.0)
+# after a fit, the waits between tries of a store call that failed (then the result is kept locally:
+# plnexp.tracking.pending); tests shorten them
+AFTER_FIT_DELAYS_S = (0.5, 1.0, 2.0)
 
 
 class StoreError(RuntimeError):
-    """The MLflow store cannot be reached or written; one line naming its URI and where it came from."""
+    """The MLflow store cannot be reached or written; one line naming its URI and where it came from
+    (its password masked: the line is printed, and may be logged)."""
+
+    def __init__(self, message: str):
+        super().__init__(redact_text(message))
 
 
 def tracking_uri(explicit: str | None = None) -> str:
@@ -69,11 +77,23 @@ def _is_locked(e: BaseException | None) -> bool:
     return False
 
 
-class _Retrying:
-    """An MlflowClient whose calls are retried (with backoff) when sqlite says the database is locked."""
+def _is_transient(e: BaseException) -> bool:
+    """Worth another try after a fit: any error but a tracking server's refusal of the request itself
+    (HTTP 4xx: bad credentials, a bad value), which the same call meets again."""
+    status = http_status(e)
+    return status is None or not 400 <= status < 500
 
-    def __init__(self, cl):
+
+class _Retrying:
+    """An MlflowClient whose calls are retried (with backoff, ``delays``) on the errors ``retry_on``
+    accepts: by default when sqlite says the database is locked (:func:`client`); after a fit, on any
+    transient error (:func:`after_fit`)."""
+
+    def __init__(self, cl, delays=None, retry_on=_is_locked, what: str = "database is locked"):
         self._cl = cl
+        self._delays = delays
+        self._retry_on = retry_on
+        self._what = what
 
     def __getattr__(self, name):
         attr = getattr(self._cl, name)
@@ -82,17 +102,23 @@ class _Retrying:
 
         @functools.wraps(attr)
         def call(*args, **kwargs):
-            for delay in RETRY_DELAYS_S:
+            for delay in RETRY_DELAYS_S if self._delays is None else self._delays:
                 try:
                     return attr(*args, **kwargs)
-                except Exception as e:  # only a locked database is retried
-                    if not _is_locked(e):
+                except Exception as e:  # only what retry_on accepts is retried
+                    if not self._retry_on(e):
                         raise
-                    log.info("%s: database is locked, retrying in %.2f s", name, delay)
+                    log.info("%s: %s, retrying in %.2f s", name, self._what, delay)
                     time.sleep(delay)
             return attr(*args, **kwargs)
 
         return call
+
+
+def after_fit(cl) -> _Retrying:
+    """``cl`` with its calls retried on any transient error, a few seconds in all
+    (:data:`AFTER_FIT_DELAYS_S`): the writes of a fit's result, which a store's hiccup must not lose."""
+    return _Retrying(cl, AFTER_FIT_DELAYS_S, _is_transient, "the store failed")
 
 
 @lru_cache(maxsize=4)
@@ -147,6 +173,70 @@ def _first_line(e: BaseException) -> str:
     return text[0] if text else type(e).__name__
 
 
+AUTH_VARIABLES = "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD"
+# MLflow's answer (HTTP 403) to a request for a host name that its --allowed-hosts does not list
+INVALID_HOST = "Invalid Host header"
+HOST_REFUSED = (
+    "the server refuses requests addressed to this host name (HTTP 403: Invalid Host header): its "
+    "admin must list the name in mlflow server --allowed-hosts"
+)
+
+
+def http_status(e: BaseException | None) -> int | None:
+    """The HTTP status of the first MLflow client error in ``e``'s chain (401, 403, ...); None if none."""
+    from mlflow.exceptions import MlflowException
+
+    while e is not None:
+        if isinstance(e, MlflowException):
+            return e.get_http_status_code()
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def credentials() -> tuple[str | None, bool]:
+    """The username MLflow's client sends (``$MLFLOW_TRACKING_USERNAME``, else ``~/.mlflow/credentials``)
+    and whether it has a password to send with it; never the password itself."""
+    try:
+        from mlflow.utils.credentials import read_mlflow_creds
+
+        creds = read_mlflow_creds()
+        return creds.username or None, bool(creds.password)
+    except (ImportError, AttributeError):  # an MLflow without the helper: the variables it reads first
+        return os.environ.get("MLFLOW_TRACKING_USERNAME") or None, bool(os.environ.get("MLFLOW_TRACKING_PASSWORD"))
+
+
+def auth_refusal(e: BaseException, action: str = "read the server's experiments") -> str | None:
+    """What to do, in one line, when a tracking server refused the request with HTTP 401 (no or wrong
+    credentials) or 403 (an account without permission to ``action``, or a host name that the
+    server does not serve); None for any other error."""
+    status = http_status(e)
+    if status not in (401, 403):
+        return None
+    if status == 403 and INVALID_HOST in str(e):
+        return HOST_REFUSED
+    user, has_password = credentials()
+    if status == 403:
+        return (
+            f"the server accepted the credentials of {user or 'this client'} but refused to let it {action} "
+            f"(HTTP 403: permission denied): ask the server's admin to grant {user or 'the account'} that "
+            f"permission, or set {AUTH_VARIABLES} to an account that has it"
+        )
+    if user is None:
+        return (
+            f"the server requires authentication and no credentials are set (HTTP 401): set {AUTH_VARIABLES} "
+            "to an account that the server's admin created"
+        )
+    if not has_password:
+        return (
+            f"the server requires authentication; MLFLOW_TRACKING_USERNAME={user} is set but no password "
+            "(HTTP 401): set MLFLOW_TRACKING_PASSWORD too"
+        )
+    return (
+        f"the server refused the credentials of {user} (HTTP 401: unknown user or wrong password): check "
+        f"{AUTH_VARIABLES}, or ask the server's admin to create the account or reset its password"
+    )
+
+
 def store_exists(uri: str) -> bool:
     """False for a sqlite store whose file does not exist yet (a server or other database: True)."""
     path = _sqlite_path(uri) if uri.lower().startswith("sqlite:") else None
@@ -156,13 +246,20 @@ def store_exists(uri: str) -> bool:
 def check_store(explicit: str | None = None, timeout: float = PROBE_TIMEOUT_S) -> str:
     """Reach the store before any fit, in seconds; returns its URI or raises :class:`StoreError`.
 
-    An http(s) server gets a quick probe (MLflow's own client retries for minutes); a sqlite
+    An http(s) server gets a quick probe (MLflow's own client retries for minutes), and a server
+    that refuses the credentials (HTTP 401, or 403: :func:`auth_refusal`) one line naming the
+    variables that set them, ``MLFLOW_TRACKING_USERNAME`` and ``MLFLOW_TRACKING_PASSWORD``; a sqlite
     store's folder must be writable, and the store is created there if it does not exist yet
     (one process at a time, whole or not at all: see :func:`_create_sqlite_store`).
     """
     uri = tracking_uri(explicit)
     where = _uri_source(explicit)
     allowed = "allowed values are a running MLflow server's http(s) URL or sqlite:///PATH in a writable folder"
+    if is_redacted(uri):  # copied from a run's params or a command tag: plnexp never logs a password
+        raise StoreError(
+            f"{where}: holds {MASK} where its password was (a value copied from plnexp's logs, which never "
+            "hold one); allowed values are the store's full URI, given with tracking_uri= or MLFLOW_TRACKING_URI"
+        )
     scheme = uri.split(":", 1)[0].lower() if ":" in uri else ""
     if scheme not in SCHEMES:
         raise StoreError(f"{where}: unsupported scheme {scheme!r}; {allowed}")
@@ -190,5 +287,8 @@ def check_store(explicit: str | None = None, timeout: float = PROBE_TIMEOUT_S) -
         client(uri).search_experiments(max_results=1)
     except Exception as e:  # noqa: BLE001 - any failure here is one line
         client.cache_clear()
+        refused = auth_refusal(e) if scheme in ("http", "https") else None
+        if refused:  # the server is there and answers: what it wants is credentials, or other ones
+            raise StoreError(f"{where}: {refused}") from None
         raise StoreError(f"{where}: {_first_line(e)}; {allowed}") from None
     return uri

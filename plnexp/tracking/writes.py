@@ -2,6 +2,10 @@
 RUNNING when the job starts, tagged with its :mod:`owner <plnexp.tracking.owners>`, and written in a
 few short calls after the fit: params, metrics and the ELBO curve in ``log_batch`` calls, artifacts,
 then its status), a report attached to a parent, tags added later.
+
+Every param, tag, note and text written here passes through :mod:`plnexp.redact` first (a store is
+read by more people, for longer, than the process that writes to it): a password in a
+``tracking_uri``, an override or a command line is logged as ``***``.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import numpy as np
 
 from ..config import Config, flatten, outputs_dir
 from ..provenance import environment_tags
+from ..redact import redact, redact_text
 from . import owners
 from .store import client
 
@@ -23,6 +28,11 @@ CURVE_KEY = "elbo"  # the ELBO per iteration (step metric)
 GAP_KEY = "elbo_gap_log10"  # log10 of the gap to the run's best ELBO: what reads on MLflow's linear chart
 JOB_TAG = "plnexp.job"  # a sweep child's job number (its order in the sweep)
 FINGERPRINT_TAG = "hlo_fingerprint"  # of the compiled program (plnexp.fingerprint): same value, same program
+
+
+def safe(values: dict) -> dict[str, str]:
+    """``values`` as MLflow holds them (strings), credentials masked (:func:`plnexp.redact.redact`)."""
+    return redact({k: str(v) for k, v in values.items()})
 
 
 class Parent(NamedTuple):
@@ -58,7 +68,7 @@ def process_tags() -> dict[str, str]:
 
 
 def start_parent(cl, exp_id: str, name: str, tags: dict) -> str:
-    run = cl.create_run(exp_id, run_name=name, tags={k: str(v) for k, v in {**process_tags(), **tags}.items()})
+    run = cl.create_run(exp_id, run_name=redact_text(name), tags=safe({**process_tags(), **tags}))
     return run.info.run_id
 
 
@@ -66,7 +76,7 @@ def end_run(cl, run_id: str, status: str = "FINISHED", tags: dict | None = None)
     from mlflow.entities import RunTag
 
     if tags:
-        cl.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+        cl.log_batch(run_id, tags=[RunTag(k, v) for k, v in safe(tags).items()])
     cl.set_terminated(run_id, status)
 
 
@@ -81,7 +91,7 @@ def close_parent(parent: Parent, status: str, tags: dict, summary: str | None = 
     """Log the summary table (``summary.txt``) and the tags, then end the parent run."""
     cl = client(parent.uri)
     if summary:
-        cl.log_text(parent.run_id, summary, "summary.txt")
+        cl.log_text(parent.run_id, redact_text(summary), "summary.txt")
     end_run(cl, parent.run_id, status, tags)
 
 
@@ -103,16 +113,15 @@ def start_job(cl, exp_id: str, job, parent_id: str | None = None, tags: dict | N
     all_tags.update({"overrides": " ".join(job.overrides), "dataset": cfg.dataset.label, **(tags or {})})
     if job.output_dir:
         all_tags["hydra_output_dir"] = job.output_dir
-    run = cl.create_run(
-        exp_id, start_time=int(job.started * 1000), run_name=job.name, tags={k: str(v) for k, v in all_tags.items()}
-    )
+    run = cl.create_run(exp_id, start_time=int(job.started * 1000), run_name=redact_text(job.name), tags=safe(all_tags))
     return run.info.run_id
 
 
-def finish_job(cl, run_id: str, job) -> None:
-    """Log a job's params, metrics, curve and artifacts, then end its run with the job's status."""
-    from mlflow.entities import Param, RunTag
-
+def job_record(job) -> dict:
+    """Everything :func:`finish_job` writes for ``job`` (a :class:`plnexp.runner.Outcome`), as plain
+    JSON-able values, credentials masked: params, tags, metrics (``[key, value, step, ts]``), the
+    text artifacts, the ELBO plot's title, the status and end time. What a result kept locally
+    (:mod:`plnexp.tracking.pending`) holds."""
     cfg: Config = job.config
     tags = {"status_reason": job.reason or "", "mlflow.note.content": job.note()}
     if job.status == "KILLED":
@@ -124,31 +133,55 @@ def finish_job(cl, run_id: str, job) -> None:
         tags["data_digest"] = job.data_digest
     if job.data_shape:
         tags["data_n"], tags["data_p"] = job.data_shape
-    params = [Param(k, str(v)) for k, v in flatten(cfg.as_dict()).items()]
     now = int(time.time() * 1000)
-    metrics = [_metric(k, v, ts=now) for k, v in job.metrics().items() if v is not None and np.isfinite(v)]
-    curve = job.curve()
-    metrics += [_metric(CURVE_KEY, v, step=i, ts=now) for i, v in enumerate(curve)]
-    metrics += [_metric(GAP_KEY, v, step=i, ts=now) for i, v in enumerate(job.gap_curve())]
-    cl.log_batch(run_id, metrics=metrics[:1000], params=params[:100], tags=[RunTag(k, str(v)) for k, v in tags.items()])
+    metrics = [[k, float(v), 0, now] for k, v in job.metrics().items() if v is not None and np.isfinite(v)]
+    metrics += [[CURVE_KEY, float(v), i, now] for i, v in enumerate(job.curve())]
+    metrics += [[GAP_KEY, float(v), i, now] for i, v in enumerate(job.gap_curve())]
+    artifacts = {"config.yaml": job.config_yaml()}  # credentials masked (Outcome.config_yaml)
+    if job.result is not None:
+        analysis = {
+            "cost_analysis": job.result.timing.cost_analysis,
+            "memory_analysis": job.result.timing.memory_analysis,
+            "runs_s": list(job.result.timing.runs_s),
+        }
+        artifacts["analysis.json"] = json.dumps(redact(analysis), indent=1, default=str)
+    return {
+        "params": safe(flatten(cfg.as_dict())),
+        "tags": safe(tags),
+        "metrics": metrics,
+        "artifacts": artifacts,
+        "plot_title": f"{job.name}  ({job.status})",
+        "status": job.status,
+        "end_time": int((job.ended or time.time()) * 1000),
+    }
+
+
+def write_record(cl, run_id: str, record: dict) -> None:
+    """Write a :func:`job_record` to the run ``run_id``, then end it with the record's status. Every
+    param is logged (MLflow's client splits a large batch), metrics 1000 to a call."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    params = [Param(k, v) for k, v in record["params"].items()]
+    metrics = [Metric(k, v, ts, step) for k, v, step, ts in record["metrics"]]
+    cl.log_batch(run_id, metrics=metrics[:1000], params=params, tags=[RunTag(k, v) for k, v in record["tags"].items()])
     for start in range(1000, len(metrics), 1000):
         cl.log_batch(run_id, metrics=metrics[start : start + 1000])
+    curve = [m.value for m in sorted((m for m in metrics if m.key == CURVE_KEY), key=lambda m: m.step)]
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        (tmp / "config.yaml").write_text(job.config_yaml())
-        if len(curve):
+        for name, text in record["artifacts"].items():
+            (tmp / name).write_text(text)
+        if curve:
             from ..plots import elbo_png
 
-            elbo_png(curve, f"{job.name}  ({job.status})", tmp / "elbo.png")
-        if job.result is not None:
-            analysis = {
-                "cost_analysis": job.result.timing.cost_analysis,
-                "memory_analysis": job.result.timing.memory_analysis,
-                "runs_s": list(job.result.timing.runs_s),
-            }
-            (tmp / "analysis.json").write_text(json.dumps(analysis, indent=1, default=str))
+            elbo_png(np.asarray(curve), record["plot_title"], tmp / "elbo.png")
         cl.log_artifacts(run_id, str(tmp))
-    cl.set_terminated(run_id, job.status, end_time=int((job.ended or time.time()) * 1000))
+    cl.set_terminated(run_id, record["status"], end_time=record["end_time"])
+
+
+def finish_job(cl, run_id: str, job) -> None:
+    """Log a job's params, metrics, curve and artifacts, then end its run with the job's status."""
+    write_record(cl, run_id, job_record(job))
 
 
 def log_job(cl, exp_id: str, job, parent_id: str | None = None) -> str:
@@ -168,7 +201,7 @@ def log_report(uri: str, run_id: str, folder: Path, metrics: dict, tags: dict) -
     cl.log_batch(
         run_id,
         metrics=[_metric(k, v, ts=now) for k, v in metrics.items() if np.isfinite(v)],
-        tags=[RunTag(k, str(v)) for k, v in tags.items()],
+        tags=[RunTag(k, v) for k, v in safe(tags).items()],
     )
     cl.log_artifacts(run_id, str(folder), "report")
 
@@ -177,4 +210,4 @@ def set_tags(uri: str, run_id: str, tags: dict) -> None:
     """Add tags to a run (e.g. a rerun's verdict, once it is known), in one call."""
     from mlflow.entities import RunTag
 
-    client(uri).log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+    client(uri).log_batch(run_id, tags=[RunTag(k, v) for k, v in safe(tags).items()])
