@@ -134,6 +134,7 @@ def test_a_cache_that_cannot_be_written_is_one_warning_and_the_fit_runs(outputs,
     assert math.isnan(res.timing.compile_warm_s)
 
 
+@pytest.mark.clears_caches
 def test_jax_thresholds_let_a_tiny_program_be_written(tmp_path):
     """JAX writes only programs that took >= 1 s to compile by default: the fit's cache has no minimum."""
     with timing.persistent_cache(tmp_path / "c"):
