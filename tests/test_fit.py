@@ -167,6 +167,7 @@ def test_fit_of_negative_counts_is_one_data_error_line_naming_counts(counts):
         plnexp.fit(counts, n_iter=2, timed=False, offsets=np.ones(3))
 
 
+@pytest.mark.slow  # fast subset under 2 minutes: CI runs it
 def test_fit_replicates_takes_arrays_too(counts):
     results = plnexp.fit_replicates([counts, counts], 2, n_iter=3, timed=False)
     one = plnexp.fit(counts, n_iter=3, timed=False)

@@ -142,6 +142,7 @@ print(json.dumps({"before": before, "code": code, "flags": os.environ.get("XLA_F
     assert got["flags"].split() == list(runtime.plnexp_flags()) and got["threads"] in ([1], [])
 
 
+@pytest.mark.slow  # fast subset under 2 minutes: CI runs it
 def test_a_fit_before_jax_starts_applies_the_settings_without_a_warning():
     code = """
 import json, os, warnings

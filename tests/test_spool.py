@@ -87,6 +87,7 @@ def test_a_retry_that_succeeds_writes_normally(outputs, plnexp_main, fast_retrie
     assert "pending" not in ran.stdout + ran.stderr and kept(outputs) == []
 
 
+@pytest.mark.slow  # fast subset under 2 minutes: CI runs it
 def test_a_result_the_store_refuses_is_kept_then_sent_by_sync(outputs, plnexp_main, fast_retries, down):
     ran = plnexp_main("run", *TINY)
     assert ran.returncode == 0, ran.stderr
@@ -136,6 +137,7 @@ def test_sync_says_so_when_the_store_still_fails(outputs, plnexp_main, fast_retr
     assert kept(outputs) == [path]
 
 
+@pytest.mark.slow  # fast subset under 2 minutes: CI runs it
 def test_the_next_command_sends_it_before_orphans_are_swept_up(outputs, plnexp_main, fast_retries, down):
     plnexp_main("run", *TINY)
     (run,) = runs(outputs)
@@ -150,6 +152,7 @@ def test_the_next_command_sends_it_before_orphans_are_swept_up(outputs, plnexp_m
     assert len(elbo(outputs, run.info.run_id)) == 3
 
 
+@pytest.mark.slow  # fast subset under 2 minutes: CI runs it
 def test_resume_counts_a_kept_result_as_done(outputs, plnexp_main, fast_retries, down, fits, tmp_path):
     """A sweep's job whose result is kept (its run then ended FAILED when the sweep closed, the store
     back by then) is sent by the next sweep before resume reads the store: FINISHED, matched, not
@@ -169,6 +172,7 @@ def test_resume_counts_a_kept_result_as_done(outputs, plnexp_main, fast_retries,
     assert "reason" not in child.data.tags and child.data.tags["status_reason"] == ""  # not "lost" any more
 
 
+@pytest.mark.slow  # fast subset under 2 minutes: CI runs it
 def test_a_sweep_sends_a_kept_result_when_it_closes(outputs, plnexp_main, fast_retries, down, tmp_path):
     """The store back by the end of the sweep: the result kept after the fit is sent before the sweep
     closes, and its summary counts the run FINISHED."""

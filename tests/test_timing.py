@@ -222,6 +222,7 @@ TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 
 
+@pytest.mark.slow  # fast subset under 2 minutes: CI runs it
 def test_a_second_fit_in_the_process_is_cold_again_without_clearing_caches(cleared):
     """The same fit twice in one process, the persistent cache off: the second one's first call and
     compile each trace and XLA-compile the fit again (programs built for them: JAX's in-memory caches
