@@ -131,7 +131,8 @@ def _send_pending(uri: str) -> None:
     if not tracking.store_exists(uri) or not tracking.pending.waiting(uri):
         return
     try:
-        tracking.pending.send_all(uri)
+        for line in tracking.pending.send_all(uri):
+            print(line, file=sys.stderr, flush=True)
     except Exception as e:  # noqa: BLE001 - the store's failure: the results stay kept
         print(
             f"plnexp: warning: cannot send the results kept in {tracking.pending.folder()} yet ({_first(e)}); "
@@ -171,7 +172,8 @@ def sync(args: list[str]) -> int:
             print(f"plnexp: no result kept in {folder} for {redact_text(uri)}: nothing to send", flush=True)
             return 0
         uri = tracking.check_store(explicit)
-        tracking.pending.send_all(uri, sys.stdout)
+        for line in tracking.pending.send_all(uri):
+            print(line, flush=True)
     except (C.ConfigError, tracking.StoreError) as e:
         return _fail(e)
     except Exception as e:  # noqa: BLE001 - the store failed while sending: one line

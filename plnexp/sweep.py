@@ -294,7 +294,8 @@ def close_sweep(record: SweepRecord, status: str = "FINISHED", reason: str = "")
     are sent if it is back (else they stay kept, their runs ended FAILED here until sent)."""
     if status != "KILLED":
         try:
-            tracking.pending.send_all(record.uri)
+            for line in tracking.pending.send_all(record.uri):
+                print(line, file=sys.stderr, flush=True)
         except Exception:  # noqa: BLE001 - the store still fails: the results stay kept (the job's line said so)
             pass
     end_status = "KILLED" if status == "KILLED" else "FAILED"

@@ -98,7 +98,7 @@ def test_a_result_the_store_refuses_is_kept_then_sent_by_sync(outputs, plnexp_ma
     (path,) = kept(outputs)  # written whole: no temporary file beside it
     assert path == outputs / "pending" / f"{run_id}.json"
     assert (
-        f"plnexp: the store failed after the fit of run {run_id} (ConnectionError: the store is down): its "
+        f"plnexp: warning: the store failed after the fit of run {run_id} (ConnectionError: the store is down): its "
         f"result is kept in {path}, and sent by `python -m plnexp sync` or the next plnexp command on this store"
     ) in ran.stderr
     assert "`python -m plnexp sync` or the next plnexp command on this store" in ran.stderr

@@ -14,8 +14,8 @@ orphans or reads a run, so a result kept locally is never marked FAILED nor fitt
 from __future__ import annotations
 
 import json
+import logging
 import os
-import sys
 import tempfile
 from pathlib import Path
 
@@ -23,6 +23,9 @@ from ..config import outputs_dir
 from ..redact import redact_text
 from . import writes
 from .store import after_fit, client
+
+
+log = logging.getLogger(__name__)
 
 
 def folder() -> Path:
@@ -51,21 +54,21 @@ def kept_line(run_id: str, path: Path, error: BaseException) -> str:
     first = (str(error).strip().splitlines() or [""])[0]
     why = redact_text(f"{type(error).__name__}: {first}" if first else type(error).__name__)
     return (
-        f"plnexp: the store failed after the fit of run {run_id} ({why}): its result is kept in {path}, "
+        f"the store failed after the fit of run {run_id} ({why}): its result is kept in {path}, "
         "and sent by `python -m plnexp sync` or the next plnexp command on this store"
     )
 
 
 def finish(cl, uri: str, run_id: str, job) -> Path | None:
     """Write the job's run (retried); if the store still fails, keep its result locally and say so
-    in one line (stderr). Returns the file kept, or None when the store took everything."""
+    in one warning line (plnexp's logger). Returns the file kept, or None when the store took everything."""
     record = writes.job_record(job)
     try:
         writes.write_record(after_fit(cl), run_id, record)
         return None
     except Exception as e:  # noqa: BLE001 - the store's failure, whatever it is: the result is kept
         path = keep(uri, run_id, record)
-        print(kept_line(run_id, path, e), file=sys.stderr, flush=True)
+        log.warning(kept_line(run_id, path, e))
         return path
 
 
@@ -99,19 +102,16 @@ def sent_line(run_id: str, path: Path, status: str) -> str:
     return f"plnexp: sent the result of run {run_id} kept in {path} to the store ({status})"
 
 
-def send_all(uri: str, out=None) -> list[str]:
-    """Send every result kept for ``uri``, printing one line per run sent (on ``out``, default
-    stderr); returns their ids. Then raises the store's first error, if any (those not sent stay
-    kept)."""
+def send_all(uri: str) -> list[str]:
+    """Send every result kept for ``uri``; returns one line per run sent (:func:`sent_line`, for
+    the command to print). Then raises the store's first error, if any (those not sent stay kept)."""
     sent, errors = [], []
     for path in waiting(uri):
         try:
             status = json.loads(path.read_text()).get("status", "")
-            sent.append(send(uri, path))
+            sent.append(sent_line(send(uri, path), path, status))
         except Exception as e:  # noqa: BLE001 - this one stays kept; the others are still tried
             errors.append(e)
-            continue
-        print(sent_line(sent[-1], path, status), file=out or sys.stderr, flush=True)
     if errors:
         raise errors[0]
     return sent
