@@ -324,13 +324,42 @@ def oaks():
     return plnexp.load_oaks()
 
 
+@contextmanager
+def made_once(tmp_path_factory, name: str):
+    """``with made_once(f, NAME) as (folder, make):`` a folder made once for the whole session, the
+    xdist workers included (their basetemps' common parent holds it, under a lock): ``make`` is true
+    for the one process that must fill ``folder``; the others wait for it, then get ``make`` false.
+    A failed fill leaves no folder behind, so the next process tries again."""
+    import fcntl
+
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also on an error
+        make = not done.exists()
+        if make:
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+        try:
+            yield folder, make
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        if make:
+            done.touch()
+
+
 @pytest.fixture(scope="session")
 def migrated_store(tmp_path_factory) -> Path:
-    """An empty MLflow sqlite store with its migrations run (the ~5 s paid once)."""
+    """An empty MLflow sqlite store with its migrations run (the ~5 s paid once for the session,
+    whichever xdist worker asks first)."""
     from mlflow import MlflowClient
 
-    db = tmp_path_factory.mktemp("store") / "mlflow.db"
-    MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments()
+    with made_once(tmp_path_factory, "migrated_store") as (folder, make):
+        db = folder / "mlflow.db"
+        if make:
+            MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments()
     return db
 
 
@@ -416,18 +445,21 @@ def copy_outputs(src: Path, dst: Path) -> None:
 
 @pytest.fixture(scope="session")
 def swept_once(tmp_path_factory, migrated_store) -> Swept:
-    """The session's real sweep, fitted once (each xdist worker fits its own)."""
+    """The session's real sweep, fitted once for the session, whichever xdist worker asks first
+    (tests copy it: :func:`swept`)."""
     from mlflow import MlflowClient
 
     from plnexp.__main__ import main
 
-    out = tmp_path_factory.mktemp("swept") / "outputs"
-    out.mkdir()
-    shutil.copy(migrated_store, out / "mlflow.db")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PLNEXP_OUTPUTS", str(out))
-        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
-        assert main(list(SWEEP)) == 0
+    with made_once(tmp_path_factory, "swept") as (folder, make):
+        out = folder / "outputs"
+        if make:
+            out.mkdir()
+            shutil.copy(migrated_store, out / "mlflow.db")
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setenv("PLNEXP_OUTPUTS", str(out))
+                mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+                assert main(list(SWEEP)) == 0
     cl = MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow.db'}")
     exp = cl.get_experiment_by_name("strategies")
     (parent,) = [r for r in cl.search_runs([exp.experiment_id]) if "mlflow.parentRunId" not in r.data.tags]

@@ -53,7 +53,10 @@ def cluster():
 def server(tmp_path_factory):
     _need_extra()
     try:
-        with daemons.postgres() as db, daemons.mlflow_server(db.uri, tmp_path_factory.mktemp("server")) as s:
+        # one worker process (each imports MLflow's server: seconds of CPU); it serves the eight
+        # concurrent writers below on its threads
+        folder = tmp_path_factory.mktemp("server")
+        with daemons.postgres() as db, daemons.mlflow_server(db.uri, folder, workers=1) as s:
             yield s
     except daemons.Unavailable as e:
         pytest.skip(f"no PostgreSQL-backed MLflow server here: {e}")
@@ -94,7 +97,7 @@ def _sweep(cl, experiment: str):
     return parent, [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
 
 
-def test_slurm_sweep_into_the_postgres_backed_server(env, server):
+def test_slurm_sweep_into_the_postgres_backed_server(env, server, plnexp_main):
     """Two SLURM jobs (one job array, running side by side on the node's two CPUs) into the server:
     every run FINISHED under one parent, tagged with its SLURM job, array task and node; one line per job in the driver and none of submitit's sacct warnings;
     the report reads the sweep back through the server."""
@@ -130,7 +133,7 @@ def test_slurm_sweep_into_the_postgres_backed_server(env, server):
         assert r.info.artifact_uri.startswith("mlflow-artifacts:")  # uploaded through the server
 
     folder = Path(env["PLNEXP_OUTPUTS"]) / "report"
-    report = plnexp("report", "--run", parent.info.run_id, "--out", str(folder), env=env)
+    report = plnexp_main("report", "--run", parent.info.run_id, "--out", str(folder))  # here: no process needed
     assert report.returncode == 0, report.stderr[-2000:]
     table = (folder / "report.csv").read_text()
     for r in runs:
