@@ -6,7 +6,7 @@ checkout) and the wheel from the sdist, as ``python -m build`` does (so a file t
 fails here), the kernel left out (``CC=CXX=false``: its build and portability are tested apart,
 tests/test_fused.py). The wheel goes into a fresh venv with its dependencies (uv, from its cache:
 the versions of this environment, given as constraints). From an empty folder elsewhere,
-``python -m plnexp run``, the ``plnexp`` console script's sweep (with its report) and ``plnexp ui``
+``python -m plnexp sweep`` (with its report) and the ``plnexp`` console script's ``ui``
 (the dashboard) must find their configs inside the package, write their outputs under that folder's
 ``outputs/`` and nothing into the venv.
 """
@@ -116,17 +116,17 @@ def test_run_a_sweep_and_the_dashboard_from_another_folder_write_there_only(inst
     conf, checkout = where.stdout.split()
     assert Path(conf).parent.parent.name == "site-packages" and checkout == "None", "the installed package's configs"
 
-    run = run_process([python, "-m", "plnexp", "run", "n_iter=3", "dataset.replication=1"], cwd=work, env=env)
-    assert run.returncode == 0, run.stderr[-3000:]
+    # the README's main command (python -m plnexp sweep) on a small grid; the console script runs
+    # the dashboard below (one process each: a separate `run` added ~8 s of CPU and no new path)
     grid = ["strategy=scan,fori_loop", "dataset.replication=1", "n_iter=3", "repeats=1"]
-    sweep = run_process([plnexp, "sweep", *grid], cwd=work, env=env)
+    sweep = run_process([python, "-m", "plnexp", "sweep", *grid], cwd=work, env=env)
     assert sweep.returncode == 0, sweep.stderr[-3000:]
     assert "2 of 2 jobs finished" in sweep.stdout, sweep.stdout
 
     outputs = work / "outputs"
     cl = store_client(outputs)
     runs = [r for e in cl.search_experiments() for r in cl.search_runs([e.experiment_id])]
-    assert sorted(r.info.status for r in runs) == ["FINISHED"] * 4  # the run; the sweep's parent and 2 jobs
+    assert sorted(r.info.status for r in runs) == ["FINISHED"] * 3  # the sweep's parent and its 2 jobs
     assert {r.data.tags.get("git_commit") for r in runs} == {"unknown"}, "no checkout: no commit to log"
     assert list((outputs / "reports").rglob("report.md")), "the sweep's report, under this folder"
 
@@ -147,7 +147,7 @@ def test_run_a_sweep_and_the_dashboard_from_another_folder_write_there_only(inst
     finally:
         end(ui)
     names = {e["name"] for e in json.loads(listed)["experiments"]}
-    assert {r.info.experiment_id for r in runs} and {"run", "strategies"} <= names, names
+    assert {r.info.experiment_id for r in runs} and "strategies" in names, names
     assert _files(venv) == before, "nothing written into the venv (the installed package included)"
 
 
