@@ -1,4 +1,4 @@
-"""``python -m plnexp run|sweep|report|rerun|sync|ui|doctor [overrides]``: the command line.
+"""``python -m plnexp run|sweep|report|rerun|compare|sync|ui|doctor [overrides]``: the command line.
 
 Every command checks its whole job list before any work: the sweep grid expanded and each job's
 config composed and loaded (:mod:`plnexp.cli`), each distinct data set loaded once, the outputs
@@ -29,8 +29,9 @@ from .redact import redact_text
 from .timing import CacheWarning
 
 USAGE_LINE = (
-    "usage: python -m plnexp {run,sweep,report,rerun,sync,ui,doctor} [--config-dir DIR] [overrides ...]; allowed commands "
-    "are run, sweep, report, rerun, sync, ui, doctor (python -m plnexp --help lists the config groups and overrides)"
+    "usage: python -m plnexp {run,sweep,report,rerun,compare,sync,ui,doctor} [--config-dir DIR] [overrides ...]; allowed "
+    "commands are run, sweep, report, rerun, compare, sync, ui, doctor (python -m plnexp --help lists the config groups "
+    "and overrides)"
 )
 HYDRA_FLAGS = {
     "--help",
@@ -351,7 +352,7 @@ def _main(argv: list[str] | None = None) -> int:
     if not args:
         print(f"plnexp: error: no command; {USAGE_LINE}", file=sys.stderr)
         return 2
-    if args[0] not in ("report", "doctor", "ui", "sync"):
+    if args[0] not in ("report", "doctor", "ui", "sync", "compare"):
         try:  # before Hydra, whose own error here is a 35-line traceback
             C.check_configs()
         except C.ConfigError as e:
@@ -369,6 +370,12 @@ def _main(argv: list[str] | None = None) -> int:
 
         _send_pending(tracking.tracking_uri(None))
         return report(args[1:])
+    if args[0] == "compare":
+        from .compare import main as compare
+        from .compare import store_of
+
+        _send_pending(tracking.tracking_uri(store_of(args[1:])))
+        return compare(args[1:])
     if args[0] == "doctor":
         from .doctor import main as doctor
 

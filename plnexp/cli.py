@@ -215,6 +215,8 @@ ONE_PER_SWEEP = {
     "experiment": "a sweep writes into one experiment (its parent run's)",
     "tracking_uri": "a sweep writes into one store (its parent run's)",
     "sweep": "a sweep runs one sweep file (its parent run is named after it)",
+    "report.min_speedup": "a sweep's report ranks with one minimum effect (python -m plnexp report --min-speedup X ranks it again with another)",
+    "report.control": "a sweep has one control job or none",
 }
 
 
@@ -306,6 +308,23 @@ def plan(overrides: list[str], multirun: bool, *, check_device: bool = True) -> 
                 _one_per_sweep(key, values, overrides, " (set by the jobs' configs)")
         jobs = _distinct_names(jobs)
     return jobs
+
+
+def control_reference(configs: list[C.Config]) -> int | None:
+    """The job of a sweep's grid (in job order) that its control job repeats
+    (:meth:`plnexp.sweep.Task.control`): the first whose strategy is ``scan`` (the reference strategy
+    of the report's ``× scan``), else the first job. None when the sweep has no control job:
+    ``report.control=false``, fewer than 2 jobs, or no timings compared (one strategy only, or the
+    reference timed fewer than :data:`plnexp.ranking.MIN_RUNS` times, ``repeats``: the report ranks
+    nothing then)."""
+    from .ranking import MIN_RUNS
+
+    if len(configs) < 2 or not configs[0].report.control:
+        return None
+    if len({repr(c.strategy.as_dict()) for c in configs}) < 2:
+        return None
+    ref = next((i for i, c in enumerate(configs) if c.strategy.name == "scan"), 0)
+    return ref if configs[ref].repeats >= MIN_RUNS else None
 
 
 def group_value(group: str, option: str):

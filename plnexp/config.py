@@ -103,6 +103,22 @@ def _bool(key: str, value: Any) -> bool:
     return value
 
 
+def min_speedup(value: Any, key: str = "report.min_speedup") -> float:
+    """A minimum effect (a factor >= 1: 1.10 names a winner only 10% ahead of the next); one-line
+    :class:`ConfigError` naming ``key`` otherwise (the config key, or the report's ``--min-speedup``)."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (1 <= value < float("inf")):
+        raise ConfigError(
+            f"{key}={value!r}: allowed values are numbers >= 1 (a factor: 1.10 names a strategy fastest only "
+            "when it is at least 1.10 times as fast as the next)"
+        )
+    return float(value)
+
+
 def _keys(key: str, node: dict, allowed) -> None:
     unknown = sorted(set(node) - set(allowed))
     if unknown:
@@ -230,6 +246,24 @@ DATASETS = {cls.name: cls for cls in (OaksData, SyntheticData, CsvData)}
 Dataset = OaksData | SyntheticData | CsvData
 
 
+# ---------------------------------------------------------------- the report's settings
+@dataclass(frozen=True)
+class ReportSpec:
+    """How the sweep's report ranks (:mod:`plnexp.ranking`): not part of a fit, so left out of
+    :meth:`Config.as_dict` (the params, the config hash that ``resume=true`` matches on) and logged as
+    the run's tags instead (:func:`plnexp.runner.run_job`)."""
+
+    min_speedup: float = 1.10  # a winner leads the next by at least this factor (asv's default factor)
+    control: bool = True  # the sweep's reference job run again at its end, an A/A pair (plnexp.sweep)
+
+    def __post_init__(self):
+        object.__setattr__(self, "min_speedup", min_speedup(self.min_speedup))
+        _bool("report.control", self.control)
+
+
+REPORT_KEYS = tuple(f.name for f in fields(ReportSpec))
+
+
 # ---------------------------------------------------------------- the config
 # keys whose value the run name shows already (run_name) or never (where results go, how they are timed)
 _NAMED = {
@@ -254,10 +288,32 @@ _NAMED = {
 }
 
 
+def _strategy_options(per) -> dict[str, dict]:
+    """``strategy_options``: strategy name -> its options, applied when that strategy is the job's
+    (what a sweep's grid over ``strategy`` cannot say: ``strategy.tol=0`` would be refused for scan).
+    Each entry is checked against the registry, whichever strategy the job runs."""
+    per = per or {}
+    if not isinstance(per, dict) or not all(isinstance(v, dict) for v in per.values()):
+        raise ConfigError(
+            f"strategy_options={per!r}: allowed values are maps strategy -> map of its options "
+            "(e.g. strategy_options.while_loop.tol=0)"
+        )
+    for name, opts in per.items():
+        if name not in STRATEGIES:
+            raise ConfigError(f"strategy_options.{name}: unknown strategy; allowed keys are {', '.join(STRATEGIES)}")
+        try:
+            StrategySpec.of(name, **opts)
+        except ValueError as e:
+            raise ConfigError(f"strategy_options.{name}: {e}") from None
+    return per
+
+
 def hidden_in_name(key: str) -> bool:
     """Whether :meth:`Config.job_name` leaves an override of ``key`` out of a run's name (its value
     shows already, or is where results go or how they are timed: :data:`_NAMED`; Hydra's own keys)."""
-    return key in _NAMED or key.startswith(("hydra.", "hydra/", "dataset.", "n_iter_cap.", "strategy."))
+    return key in _NAMED or key.startswith(
+        ("hydra.", "hydra/", "dataset.", "n_iter_cap.", "strategy.", "strategy_options.", "report.")
+    )
 
 
 @dataclass(frozen=True)
@@ -282,6 +338,7 @@ class Config:
     experiment: str = "run"
     tracking_uri: str | None = None
     n_iter_cap: dict = field(default_factory=dict)
+    report: ReportSpec = ReportSpec()  # the report's settings: not the fit's (left out of as_dict)
 
     @property
     def run_name(self) -> str:
@@ -352,7 +409,7 @@ class Config:
             "strategy": self.strategy.as_dict(),
         }
         for f in fields(self):
-            if f.name not in out:
+            if f.name not in out and f.name != "report":  # the report's settings: not the fit's
                 v = getattr(self, f.name)
                 out[f.name] = v.value if isinstance(v, Enum) else v.name if isinstance(v, Precision) else v
         return out
@@ -378,6 +435,7 @@ TOP_KEYS = (
     "precision",
     "n_iter",
     "n_iter_cap",
+    "strategy_options",
     "repeats",
     "warmup",
     "time_budget_s",
@@ -389,6 +447,7 @@ TOP_KEYS = (
     "replicates",
     "experiment",
     "tracking_uri",
+    "report",
 )
 
 
@@ -440,6 +499,7 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
     opt = dict(node["optimizer"])
     _keys("optimizer", opt, ("name", "lr"))
     strat = dict(node["strategy"])
+    strat.update(_strategy_options(node.get("strategy_options")).get(str(strat.get("name")), {}))
     device = _choice("device", node.get("device"), Device)
     try:
         compile_cache = check_compile_cache(node.get("compile_cache"))
@@ -473,6 +533,10 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
     uri = node.get("tracking_uri")
     if uri is not None and not isinstance(uri, str):
         raise ConfigError(f"tracking_uri={uri!r}: allowed values are null or an MLflow tracking URI string")
+    rep = node.get("report") or {}  # a logged config (rerun) has none: the defaults
+    if not isinstance(rep, dict):
+        raise ConfigError(f"report={rep!r}: allowed values are maps with the keys {', '.join(REPORT_KEYS)}")
+    _keys("report", rep, REPORT_KEYS)
     return Config(
         dataset=dataset,
         optimizer=optimizer,
@@ -494,4 +558,5 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
         experiment=experiment,
         tracking_uri=uri,
         n_iter_cap=dict(caps),
+        report=ReportSpec(**rep),
     )

@@ -77,6 +77,61 @@ FLOOR: tuple[Metric, ...] = (
     ),
     Metric("floor_dot_ms", "dot_ms", "dot ms", "{:.3f}", "one n x p times p x p product", False, False),
 )
+# compile_s in parts, and what XLA made of the program (plnexp.strategies.base.xla_metrics, counted
+# as plnexp.xla_stats says): logged by every job with a compiled XLA program (none for eager and the
+# PyTorch strategies), shown side by side by ``python -m plnexp compare``.
+PROGRAM: tuple[Metric, ...] = (
+    Metric("trace_s", "trace_s", "trace s", "{:.3f}", "compile_s's tracing: jitted.trace(*args)", False, False),
+    Metric(
+        "lower_s", "lower_s", "lower s", "{:.3f}", "compile_s's lowering to StableHLO: traced.lower()", False, False
+    ),
+    Metric(
+        "xla_compile_s",
+        "xla_s",
+        "XLA compile s",
+        "{:.3f}",
+        "compile_s's XLA compilation: lowered.compile()",
+        False,
+        False,
+    ),
+    Metric(
+        "xla_instructions",
+        "instr",
+        "HLO instructions",
+        "{:.0f}",
+        "instructions of the optimized HLO's non-fusion computations, each computation once",
+        False,
+        False,
+    ),
+    Metric("xla_fusions", "fusions", "fusions", "{:.0f}", "fusion instructions among xla_instructions", False, False),
+    Metric(
+        "xla_flops_per_iter",
+        "flops/iter",
+        "flops/iter",
+        "{:.4g}",
+        "XLA's cost analysis of one iteration: flops",
+        False,
+        False,
+    ),
+    Metric(
+        "xla_bytes_per_iter",
+        "bytes/iter",
+        "bytes/iter",
+        "{:.4g}",
+        "XLA's cost analysis of one iteration: bytes accessed",
+        False,
+        False,
+    ),
+    Metric(
+        "peak_bytes",
+        "peak",
+        "peak bytes",
+        "{:.4g}",
+        "argument + output + temp - alias bytes of XLA's memory analysis (the largest function's)",
+        False,
+        False,
+    ),
+)
 TERMINAL = tuple(m for m in COLUMNS if m.in_terminal)
 REPORT = tuple(m for m in COLUMNS if m.in_report)
 

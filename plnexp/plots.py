@@ -217,6 +217,123 @@ def timings_png(panels: list[TimingPanel], path: str | Path) -> Path:
     return Path(path)
 
 
+@dataclass
+class BytesPanel:
+    """One panel of :func:`bytes_png`: per labelled program, XLA's bytes per iteration and its ms/iter."""
+
+    title: str
+    points: dict[str, tuple[float, float]] = field(default_factory=dict)  # label -> (bytes/iter, ms/iter)
+    spans: dict[str, tuple[float, float]] = field(default_factory=dict)  # label -> its ms/iter interval
+    floor_bytes: float = float("nan")  # the bytes one iteration must stream at least (plnexp.floor)
+    floor_ms: float = float("nan")  # the machine's floor ms/iter, where the runs logged it
+    missing: list[str] = field(default_factory=list)  # programs without the figure (eager, PyTorch)
+
+
+BYTES_LOG_RANGE = 10.0  # bytes spanning more than this ratio get a log axis
+UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))
+
+
+def _callouts(ax, labels: list[str], x, y, fontsize: float = 8) -> None:
+    """Each point's label in a column right of the axes, at its point's height where there is room,
+    else moved just enough that no two labels overlap (in order of height: the leader lines do not
+    cross), with a thin leader line to its point. No label covers a point or another label, however
+    close the points lie."""
+    if not labels:
+        return
+    ax.figure.canvas.draw()  # the axes' final limits and scales
+    to_axes = ax.transAxes.inverted()
+    desired = [to_axes.transform(ax.transData.transform((xi, yi)))[1] for xi, yi in zip(x, y)]
+    order = sorted(range(len(labels)), key=lambda i: -desired[i])
+    height_in = ax.get_position().height * ax.figure.get_figheight()
+    step = min(
+        1.6 * fontsize / 72 / max(height_in, 1e-6), 1.0 / len(labels)
+    )  # one line of text, as a share of the axes
+    slots: list[float] = []
+    for i in order:
+        want = min(max(desired[i], 0.0), 1.0)
+        slots.append(min(want, slots[-1] - step) if slots else want)
+    low = slots[-1] if slots else 0.0
+    if low < step / 2:  # the column ran out at the bottom: lift it, no higher than the top
+        lift = step / 2 - low
+        slots = [s + lift for s in slots]
+        over = slots[0] - 1.0
+        if over > 0:
+            slots = [1.0 - k * (1.0 - step / 2) / max(len(slots) - 1, 1) for k in range(len(slots))]
+    for i, slot in zip(order, slots):
+        ax.annotate(
+            labels[i],
+            (x[i], y[i]),
+            xytext=(1.03, slot),
+            textcoords="axes fraction",
+            fontsize=fontsize,
+            va="center",
+            ha="left",
+            arrowprops=dict(arrowstyle="-", lw=0.6, color="0.55", shrinkA=2, shrinkB=4),
+        )
+
+
+def bytes_png(panels: list[BytesPanel], path: str | Path) -> Path:
+    """ms per iteration against the bytes XLA says one iteration accesses, one point per program
+    (whiskers: its ms/iter interval), each labelled in a column beside the axes (:func:`_callouts`),
+    one panel per comparison group; the floor's bytes (a vertical line) and ms/iter (a horizontal one)
+    where known; a log x axis when the bytes span more than :data:`BYTES_LOG_RANGE`. The programs
+    without the figure (no XLA program) are named under the title."""
+    fig = _figure(10, 4.4 * len(panels) + 0.4)
+    for ax, panel in zip(_grid(fig, len(panels), ncols=1), panels):
+        labels = list(panel.points)
+        raw = np.array([panel.points[k][0] for k in labels], dtype=float)
+        y = np.array([panel.points[k][1] for k in labels], dtype=float)
+        every = raw[np.isfinite(raw) & (raw > 0)]
+        floor_b = panel.floor_bytes if np.isfinite(panel.floor_bytes) and panel.floor_bytes > 0 else np.nan
+        if np.isfinite(floor_b):
+            every = np.append(every, floor_b)
+        top = every.max() if len(every) else 1.0
+        unit, size = next((u, v) for u, v in UNITS if top >= v or v == 1)
+        x, every = raw / size, every / size
+        spans = np.array([panel.spans.get(k, (v, v)) for k, v in zip(labels, y)], dtype=float)
+        err = np.nan_to_num(np.abs(spans.T - y), nan=0.0)
+        ax.errorbar(
+            x,
+            y,
+            yerr=err,
+            fmt="o",
+            ms=5,
+            lw=1,
+            capsize=2,
+            color="tab:blue",
+            ecolor="0.3",
+            zorder=3,
+            label="median ms/iter, whiskers: IQR (range below 5 runs)",
+        )
+        if np.isfinite(floor_b):
+            ax.axvline(floor_b / size, ls="--", lw=1, color="tab:green", label="floor's bytes: 14 n×p arrays")
+        if np.isfinite(panel.floor_ms) and panel.floor_ms > 0:
+            ax.axhline(panel.floor_ms, ls=":", lw=1, color="tab:red", label="the machine's floor ms/iter")
+        log = len(every) > 1 and every.max() / every.min() > BYTES_LOG_RANGE
+        if log:
+            ax.set_xscale("log")
+            ax.set_xlim(every.min() / 1.5, every.max() * 1.5)
+            _plain_log(ax.xaxis, every.max() / every.min())
+        elif len(every):
+            lo, hi = every.min(), every.max()
+            pad = 0.1 * (hi - lo) if hi > lo else 0.1 * hi
+            ax.set_xlim(max(lo - pad, 0.0), hi + pad)
+        tops = [v for v in (*spans.ravel(), *y, panel.floor_ms) if np.isfinite(v)]
+        ax.set_ylim(0, 1.15 * max(tops, default=1.0))
+        ax.set_xlabel(f"{unit} XLA accesses per iteration" + (", log scale" if log else ""))
+        ax.set_ylabel("ms per iteration")
+        title = textwrap.fill(panel.title, 90)
+        if panel.missing:
+            title += "\n" + textwrap.fill(f"not drawn (no XLA program): {', '.join(panel.missing)}", 100)
+        ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3, which="major")
+        ax.legend(fontsize=7, loc="best", frameon=True, framealpha=0.8)
+        _callouts(ax, labels, x, y)
+    fig.suptitle("ms per iteration against the bytes one iteration accesses, one point per program", fontsize=11)
+    fig.savefig(path)
+    return Path(path)
+
+
 def loglog_slope(x, y) -> float:
     """The least-squares slope of log y against log x (NaN with fewer than two distinct x)."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)

@@ -1,4 +1,4 @@
-"""``python -m plnexp report [--experiment NAME] [--run PARENT_ID] [--out DIR]``: what a sweep shows.
+"""``python -m plnexp report [--experiment NAME] [--run PARENT_ID] [--out DIR] [--min-speedup X]``: what a sweep shows.
 
 Reads a sweep's runs back from MLflow (never from a process's memory: the children of the parent
 run, and for a resumed sweep the runs it reused, see :func:`plnexp.tracking.sweep_runs`) and writes
@@ -10,9 +10,18 @@ into ``<outputs>/reports/<experiment>/<parent run id>/`` (or ``--out``), whole o
   timings were contended, speed-up over ``eager`` and over ``scan`` in the same group, how many
   times the floor of the machine that ran it its ms/iter is (``× floor``, :mod:`plnexp.floor`), the final
   ELBO and the largest relative difference of the run's ELBO curve to ``scan``'s (do the
-  strategies agree?); its summary says per group which strategy is fastest beyond the noise, or
-  which are tied within it (:mod:`plnexp.ranking`);
-- ``elbo_curves.png``, ``timings.png`` and, when the sweep varies the data size, ``scaling.png``.
+  strategies agree?); the sweep's control job (:mod:`plnexp.sweep`) is a row of its own, marked
+  ``(control)``, never ranked. Beside it, per group, the **compiled programs** (one row per
+  ``hlo_fingerprint``: the strategies that compiled to it, XLA's instructions and fusions, bytes
+  and flops per iteration, bytes per iteration over the floor's bytes, peak memory, compile time
+  split into trace, lower and XLA; "–" where a run logged none: eager, PyTorch, older runs). Its
+  summary says per group which strategy is fastest beyond the noise and the minimum effect
+  (``--min-speedup X``, else the sweep's ``report.min_speedup``), or which are tied within it and
+  what still differs between them beyond :data:`DIFFER` (compile time, peak memory)
+  (:mod:`plnexp.ranking`);
+- ``elbo_curves.png``, ``timings.png``, ``bytes.png`` (ms/iter against XLA's bytes per iteration,
+  one point per program, when the runs logged it) and, when the sweep varies the data size,
+  ``scaling.png``.
 
 The same files go to the parent run's artifacts (``report/``), with summary metrics on the parent
 (``best_ms_per_iter``, ``best_speedup_vs_scan``, ``best_speedup_vs_eager``, ``n_failed``) and a
@@ -37,8 +46,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import plots, provenance, ranking, tracking
-from .config import ConfigError, outputs_dir
+from . import floor, plots, provenance, ranking, tracking
+from .config import ConfigError, min_speedup as check_min_speedup, outputs_dir
 from .metrics import REPORT, cell
 from .redact import redact_text
 
@@ -50,7 +59,22 @@ if TYPE_CHECKING:
 NOT_GROUPING = ("strategy.", "dataset.", "n_iter_cap")
 NOT_GROUPING_KEYS = {"experiment", "tracking_uri", "n_iter", "device", "precision"}
 SHORT = {"optimizer.name": "optimizer", "optimizer.lr": "lr", "n_iter_requested": "n_iter asked"}
-FILES = ("report.md", "report.csv", "elbo_curves.png", "timings.png", "scaling.png")
+FILES = ("report.md", "report.csv", "elbo_curves.png", "timings.png", "bytes.png", "scaling.png")
+# What XLA says of a run's compiled program (logged per compiled run; none for eager and PyTorch runs):
+# key -> the compiler table's header (CELLS: how its cells are written)
+COMPILER = {
+    "xla_instructions": "instructions",
+    "xla_fusions": "fusions",
+    "xla_bytes_per_iter": "bytes/iter",
+    "xla_flops_per_iter": "flops/iter",
+    "peak_bytes": "peak memory",
+    "compile_s": "compile s",
+    "trace_s": "trace s",
+    "lower_s": "lower s",
+    "xla_compile_s": "XLA compile s",
+}
+DIFFER = 1.5  # tied strategies whose compile time or peak memory differ by this factor or more: the headline says so
+DASH = "–"  # a value a run did not log (the compiler table)
 
 
 @dataclass
@@ -93,6 +117,33 @@ class Entry:
         return ms / floor if self.ok and np.isfinite(floor) and floor > 0 else np.nan
 
     @property
+    def control(self) -> bool:
+        """The sweep's control job: its reference job run again (an A/A pair, never ranked)."""
+        return ranking.is_control(self)
+
+    @property
+    def label(self) -> str:
+        """The strategy as the table names the run: ``scan (control)`` for the control job."""
+        return f"{self.strategy} (control)" if self.control else self.strategy
+
+    @property
+    def floor_bytes(self) -> float:
+        """The bytes one iteration must stream at least (the floor's :data:`plnexp.floor.STREAMED_ARRAYS`
+        n x p arrays of the run's precision); NaN where the shape or precision is unknown."""
+        try:
+            itemsize = np.dtype(self.precision).itemsize
+        except TypeError:
+            return np.nan
+        return float(floor.STREAMED_ARRAYS * self.n * self.p * itemsize) if self.n and self.p else np.nan
+
+    @property
+    def bytes_x_floor(self) -> float:
+        """XLA's bytes per iteration over :attr:`floor_bytes` (1: the program streams no more than a
+        hand-fused kernel must); NaN where either is missing."""
+        b, fb = self.m("xla_bytes_per_iter"), self.floor_bytes
+        return b / fb if np.isfinite(b) and np.isfinite(fb) and fb > 0 else np.nan
+
+    @property
     def shape(self) -> str:
         return f"{self.n}×{self.p}" if self.n else "?"
 
@@ -109,6 +160,12 @@ class Report:
     extra_keys: list[str]
     common: dict = field(default_factory=dict)  # group -> common length, for groups whose lengths differ
     others: list[Entry] = field(default_factory=list)  # replicates 1..K-1 of each job
+    min_speedup: float = ranking.MIN_SPEEDUP  # the minimum effect a winner needs (report.min_speedup)
+
+    @property
+    def grid(self) -> list[Entry]:
+        """The entries of the sweep's grid: every job but the control job."""
+        return [e for e in self.entries if not e.control]
 
     @cached_property  # entries are fixed once loaded
     def groups(self) -> dict[tuple, list[Entry]]:
@@ -135,7 +192,9 @@ class Report:
     def fastest(self, group: tuple) -> Entry | None:
         """The finished run of the group with the lowest median ms/iter (a winner only if
         :meth:`winner` says so)."""
-        return min((e for e in self.groups[group] if e.ok), key=lambda e: e.m("ms_per_iter"), default=None)
+        return min(
+            (e for e in self.groups[group] if e.ok and not e.control), key=lambda e: e.m("ms_per_iter"), default=None
+        )
 
     @cached_property
     def contenders(self) -> dict[tuple, list]:
@@ -153,7 +212,27 @@ class Report:
 
     def ranked(self, group: tuple) -> ranking.Ranked:
         """The group's headline and its winner beyond the noise ("" when there is none)."""
-        return ranking.rank(self.group_label(group), self.groups[group], self.contended)
+        return ranking.rank(self.group_label(group), self.groups[group], self.contended, min_speedup=self.min_speedup)
+
+    def differences(self, group: tuple, tied: tuple) -> str:
+        """What still differs between tied contenders (labels ``tied``) by :data:`DIFFER` or more:
+        ``; they differ in compile time (scan_unrolled 2.3× scan's) and peak memory (...)``; ""."""
+        by_label = {c.label: c for c in self.contenders[group]}
+        members = {
+            label: [e for e in self.groups[group] if e.ok and not e.control and e.strategy in by_label[label].names]
+            for label in tied
+            if label in by_label
+        }
+        said = []
+        for key, what in (("compile_s", "compile time"), ("peak_bytes", "peak memory")):
+            values = {k: _median([e.m(key) for e in es]) for k, es in members.items()}
+            values = {k: v for k, v in values.items() if np.isfinite(v) and v > 0}
+            if len(values) < 2:
+                continue
+            hi, lo = max(values, key=values.__getitem__), min(values, key=values.__getitem__)
+            if values[hi] / values[lo] >= DIFFER:
+                said.append(f"{what} ({hi} {values[hi] / values[lo]:.1f}× {lo}'s)")
+        return f"; they differ in {' and '.join(said)}" if said else ""
 
     def program(self, e: Entry) -> str:
         """The run's program group: the strategies of its group that compiled to its program
@@ -175,6 +254,11 @@ class Report:
 
 
 # ---------------------------------------------------------------- reading the sweep back
+def _median(values) -> float:
+    finite = [v for v in values if np.isfinite(v)]
+    return float(np.median(finite)) if finite else np.nan
+
+
 def _int(text) -> int | None:
     try:
         return int(text)
@@ -266,9 +350,50 @@ def find_parent(uri: str, experiment: str | None, run_id: str | None):
     return run
 
 
-def load(uri: str, parent) -> Report:
-    """The sweep's runs read back from the store, with their ELBO curves, compared."""
+def sweep_runs(uri: str, parent) -> list:
+    """The sweep's runs (:func:`plnexp.tracking.sweep_runs`), its control jobs counted right: a
+    control job repeats its reference job's config (one config hash), so in a resumed sweep an
+    earlier sweep's control may have stood for that job's run, and this sweep's own control may
+    have hidden the earlier run of its reference job. An earlier sweep's control is left out, and
+    the earlier FINISHED runs of the resumed sweeps whose fit no other run answers are put back."""
     runs = tracking.sweep_runs(uri, parent)
+    mine = parent.info.run_id
+    runs = [r for r in runs if not (_is_control(r) and r.data.tags.get("mlflow.parentRunId") != mine)]
+    have = {provenance.run_key(r.data.tags) for r in runs if not _is_control(r)}
+    earlier = []
+    for pid in filter(None, parent.data.tags.get(provenance.RESUMES_TAG, "").split(",")):
+        prev = tracking.find_run(uri, pid)
+        for r in tracking.sweep_children(uri, prev) if prev is not None else []:
+            key = provenance.run_key(r.data.tags)
+            if r.info.status == "FINISHED" and not _is_control(r) and key not in have:
+                earlier.append(r)
+                have.add(key)
+    if not earlier:
+        return runs
+    return sorted(runs + earlier, key=lambda r: int(r.data.tags.get(tracking.JOB_TAG, 0) or 0))
+
+
+def _is_control(run) -> bool:
+    return run.data.tags.get(ranking.CONTROL_TAG) == "true"
+
+
+def _min_speedup(entries: list[Entry]) -> float:
+    """The minimum effect the sweep's jobs were run with (their tag, ``report.min_speedup``), else
+    :data:`plnexp.ranking.MIN_SPEEDUP` (runs logged before it)."""
+    for e in entries:
+        text = e.tags.get(ranking.MIN_SPEEDUP_TAG)
+        if text:
+            try:
+                return check_min_speedup(text)
+            except ConfigError:
+                continue
+    return ranking.MIN_SPEEDUP
+
+
+def load(uri: str, parent, min_speedup: float | None = None) -> Report:
+    """The sweep's runs read back from the store, with their ELBO curves, compared; ranked with the
+    minimum effect ``min_speedup`` (None: the sweep's own ``report.min_speedup``)."""
+    runs = sweep_runs(uri, parent)
     curves = tracking.read_curves(uri, [r.info.run_id for r in runs])
     every = _label_strategies([_entry(r, curves[r.info.run_id]) for r in runs])
     entries = [e for e in every if provenance.replicate(e.tags) == 0]  # a job's timing, and curve vs scan's
@@ -281,13 +406,14 @@ def load(uri: str, parent) -> Report:
         entries,
         keys,
         others=[e for e in every if provenance.replicate(e.tags) != 0],
+        min_speedup=min_speedup if min_speedup is not None else _min_speedup(entries),
     )
     compare(report)
     return report
 
 
 def _ref(entries: list[Entry], strategy: str) -> Entry | None:
-    return next((e for e in entries if e.strategy == strategy and e.ok), None)
+    return next((e for e in entries if e.strategy == strategy and e.ok and not e.control), None)
 
 
 def compare(report: Report) -> None:
@@ -335,7 +461,7 @@ def columns(report: Report) -> list[tuple[str, str, Callable[[Entry], object]]]:
     """(header, csv name, cell function) per column; every number of a column in one format."""
     f = lambda fmt, get: lambda e: "-" if not np.isfinite(get(e)) else fmt.format(get(e))
     cols: list[tuple[str, str, Callable[[Entry], object]]] = [
-        ("strategy", "strategy", lambda e: e.strategy),
+        ("strategy", "strategy", lambda e: e.label),
         ("data", "data", lambda e: e.data),
         ("n×p", "shape", lambda e: e.shape),
         ("precision", "precision", lambda e: e.precision),
@@ -393,20 +519,128 @@ def csv_text(report: Report) -> str:
         "shape": lambda e: f"{e.n}x{e.p}" if e.n else "",
     }
     cols = columns(report)
+    # then what XLA said of the run's program (the compiler table's, per run; empty where not logged)
+    compiler: dict[str, Callable[[Entry], object]] = {
+        **{k: (lambda e, k=k: e.m(k)) for k in COMPILER if k != "compile_s"},  # type: ignore[misc]  # as above
+        "bytes_x_floor": lambda e: e.bytes_x_floor,
+    }
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
-    w.writerow(["run_id", *(name for _, name, _ in cols)])
+    w.writerow(["run_id", *(name for _, name, _ in cols), *compiler])
     for e in report.entries:
         row: list[object] = [e.run_id]
-        for _, name, get in cols:
-            v = raw[name](e) if name in raw else get(e)
+        values = [raw[name](e) if name in raw else get(e) for _, name, get in cols] + [g(e) for g in compiler.values()]
+        for v in values:
             row.append("" if isinstance(v, float) and not np.isfinite(v) else repr(v) if isinstance(v, float) else v)
         w.writerow(row)
     return out.getvalue()
 
 
+# ---------------------------------------------------------------- the compiler table
+def _bytes(v: float) -> str:
+    if not np.isfinite(v):
+        return DASH
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if v >= size:
+            return f"{v / size:.1f} {unit}"
+    return f"{v:.0f} B"
+
+
+def _flops(v: float) -> str:
+    if not np.isfinite(v):
+        return DASH
+    for unit, size in (("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
+        if v >= size:
+            return f"{v / size:.2f} {unit}"
+    return f"{v:.0f} FLOP"
+
+
+def _number(fmt: str) -> Callable[[float], str]:
+    return lambda v: fmt.format(v) if np.isfinite(v) else DASH
+
+
+CELLS: dict[str, Callable[[float], str]] = {
+    "xla_instructions": _number("{:,.0f}"),
+    "xla_fusions": _number("{:,.0f}"),
+    "xla_bytes_per_iter": _bytes,
+    "xla_flops_per_iter": _flops,
+    "peak_bytes": _bytes,
+    "compile_s": _number("{:.3f}"),
+    "trace_s": _number("{:.3f}"),
+    "lower_s": _number("{:.3f}"),
+    "xla_compile_s": _number("{:.3f}"),
+}
+
+
+@dataclass(frozen=True)
+class Program:
+    """A row of the compiler table: one program of a group and what XLA said of it."""
+
+    program: str  # the hlo_fingerprint's first 8 characters; DASH without one (eager, PyTorch)
+    strategies: str  # the strategies that compiled to it (``a = b``)
+    ms_per_iter: float  # the contender's median ms/iter
+    values: dict  # each COMPILER metric: the median over the program's runs, NaN where none logged it
+    bytes_x_floor: float  # XLA's bytes per iteration over the floor's (Entry.bytes_x_floor)
+
+
+def compiler_rows(report: Report, group: tuple) -> list[Program]:
+    """One row per program of the group (a contender: its strategies share one ``hlo_fingerprint``,
+    or one strategy without one), fastest first; the control job left out."""
+    rows = []
+    for c in report.contenders[group]:
+        runs = [e for e in report.groups[group] if e.ok and not e.control and e.strategy in c.names]
+        rows.append(
+            Program(
+                (runs[0].tags.get("hlo_fingerprint", "") or "")[:8] or DASH,
+                c.label.removesuffix(" (one program)"),
+                c.ms,
+                {k: _median([e.m(k) for e in runs]) for k in COMPILER},
+                _median([e.bytes_x_floor for e in runs]),
+            )
+        )
+    return rows
+
+
+def compiler_table(report: Report) -> list[str]:
+    """The compiled programs of each group (:func:`compiler_rows`) as Markdown lines; [] when no run
+    logged any of XLA's figures (eager and PyTorch only, or runs older than them)."""
+    if not any(np.isfinite(e.m(k)) for e in report.entries for k in COMPILER if k != "compile_s"):
+        return []
+    keys = list(COMPILER)
+    head = ["program", "strategies", "ms/iter", *(COMPILER[k] for k in keys)]
+    head.insert(6, "bytes/iter ÷ floor bytes")
+    lines: list[str] = []
+    for group in report.groups:
+        rows = compiler_rows(report, group)
+        if not rows:
+            continue
+        lines += [
+            f"{report.group_label(group)}:",
+            "",
+            "| " + " | ".join(head) + " |",
+            "|---|---|" + "---:|" * (len(head) - 2),
+        ]
+        for r in rows:
+            cells = [r.program, r.strategies, f"{r.ms_per_iter:.2f}", *(CELLS[k](r.values[k]) for k in keys)]
+            cells.insert(6, f"{r.bytes_x_floor:.2f}" if np.isfinite(r.bytes_x_floor) else DASH)
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
+
+
 def notes(report: Report) -> list[str]:
     lines = list(report.programs())
+    for e in report.entries:
+        if e.control:
+            o = ranking.original(e, report.groups[e.group]) if e.ok else None
+            if o is not None:
+                a, b = e.m("ms_per_iter"), o.m("ms_per_iter")
+                pair = f"{100 * (max(a, b) / min(a, b) - 1):.1f}% apart from {o.name}'s (an A/A pair of the noise estimate)"
+            else:
+                pair = "no A/A pair (it or the job it repeats did not finish)"
+            job = e.tags.get(ranking.CONTROL_OF_TAG, "")
+            which = f"job {int(job) + 1}" if job.isdigit() else "its reference job"
+            lines.append(f"{e.name}: the control job, {which} run again after the grid: {pair}")
     for e in report.entries:
         for why in report.contended.get(e.run_id, []):
             lines.append(f"{e.name}: timings contended: {why}")
@@ -424,11 +658,10 @@ def notes(report: Report) -> list[str]:
 def summary_lines(report: Report) -> list[str]:
     """The terminal summary: per group, the fastest strategy beyond the noise or those tied within
     it (:func:`ranking.headline`), and whether the curves agree; then contention and failures."""
-    lines = []
-    for group in report.groups:
-        agree = [e.vs_scan for e in report.groups[group] if np.isfinite(e.vs_scan)]
-        agreement = f"; curves within {max(agree):.1e} of scan's" if agree else ""
-        lines.append(report.ranked(group).line + agreement)
+    lines = [headline(report, group) for group in report.groups]
+    from . import tradeoffs  # sweep=unroll|dispatch|loop: the preset's headline, what it measured
+
+    lines += tradeoffs.lines(report)
     if report.contended:
         lines.append(
             f"timings contended in {len(report.contended)} of {len(report.entries)} runs (see the report's "
@@ -437,20 +670,22 @@ def summary_lines(report: Report) -> list[str]:
     if report.others:
         lines.append(replicates_line(report))
     failed = report.failed
-    total = _int(report.parent.data.tags.get("jobs")) or len(report.entries)
+    grid = report.grid
+    total = _int(report.parent.data.tags.get("jobs")) or len(grid)
     runs = report.entries + report.others
     counts = [
         f"{sum(e.status == s for e in runs)} {s.lower()}"
         for s in ("FAILED", "KILLED", "RUNNING")
         if any(e.status == s for e in runs)
     ]
-    missing = max(total - len(report.entries), 0)
+    missing = max(total - len(grid), 0)
     counts += [f"{missing} not started"] if missing else []
+    control = " + the control job" if len(grid) < len(report.entries) else ""
     done = (
-        f"{len(runs) - len(failed)} of {len(runs)} runs ({len(report.entries)} of {total} jobs, "
+        f"{len(runs) - len(failed)} of {len(runs)} runs ({len(grid)} of {total} jobs{control}, "
         f"{len(runs) // max(len(report.entries), 1)} replicates each) finished"
         if report.others
-        else f"{len(report.entries) - len(failed)} of {total} jobs finished"
+        else f"{sum(e.status == 'FINISHED' for e in grid)} of {total} jobs{control} finished"
     )
     lines.append(
         done
@@ -460,11 +695,21 @@ def summary_lines(report: Report) -> list[str]:
     return lines
 
 
+def headline(report: Report, group: tuple) -> str:
+    """The group's line of the summary: its verdict (:meth:`Report.ranked`), what still differs
+    between tied strategies (:meth:`Report.differences`), whether the curves agree with scan's."""
+    ranked = report.ranked(group)
+    differ = report.differences(group, ranked.tied) if ranked.tied else ""
+    agree = [e.vs_scan for e in report.groups[group] if np.isfinite(e.vs_scan) and not e.control]
+    agreement = f"; curves within {max(agree):.1e} of scan's" if agree else ""
+    return ranked.line + differ + agreement
+
+
 def replicates_line(report: Report) -> str:
     """A sweep of ``replicates=K``: what the ranking shows of it, and the spread of the replicates'
     final ELBOs per job (their K initial states or data sets)."""
     spans = []
-    for e in report.entries:
+    for e in report.grid:
         mine = [o for o in report.others if provenance.batch_key(o.tags) == provenance.batch_key(e.tags)]
         finals = [x.m("final_elbo") for x in [e, *mine] if x.status == "FINISHED" and np.isfinite(x.m("final_elbo"))]
         if finals:
@@ -482,7 +727,7 @@ def precision_table(report: Report) -> list[str]:
     if precisions != ["float32", "float64"]:
         return []
     rows: dict[tuple, dict[str, float]] = {}
-    for e in report.entries:
+    for e in report.grid:
         if e.ok:
             key = (e.strategy, e.data, e.shape, e.device, *e.extra)
             rows.setdefault(key, {})[e.precision] = e.m("final_elbo")
@@ -516,12 +761,12 @@ def _varying_within(entries: list[Entry], skip: int = 1) -> list[int]:
 
 def figures(report: Report, folder: Path) -> list[str]:
     """Write the report's PNGs into ``folder``; returns their names."""
-    ok = [e for e in report.entries if e.ok]
+    ok = [e for e in report.grid if e.ok]  # the control job: not drawn (its original is)
     if not ok:
         return []
     panels = []
     for group, entries in report.groups.items():  # one panel per group: never two precisions or models
-        entries = [e for e in entries if e.ok]
+        entries = [e for e in entries if e.ok and not e.control]
         if not entries:
             continue
         varying = _varying_within(entries)
@@ -545,7 +790,7 @@ def figures(report: Report, folder: Path) -> list[str]:
     plots.elbo_curves_png(panels, folder / "elbo_curves.png")
     tpanels = []
     for group, entries in report.groups.items():
-        entries = [e for e in entries if e.ok]
+        entries = [e for e in entries if e.ok and not e.control]
         if entries:
             lengths = {int(e.m("n_iter_run")) for e in entries if np.isfinite(e.m("n_iter_run"))}
             shared = report.shared(group)
@@ -569,6 +814,10 @@ def figures(report: Report, folder: Path) -> list[str]:
             )
     plots.timings_png(tpanels, folder / "timings.png")
     names = ["elbo_curves.png", "timings.png"]
+    bpanels = [p for p in (bytes_panel(report, g) for g in report.groups) if p is not None]
+    if bpanels:
+        plots.bytes_png(bpanels, folder / "bytes.png")
+        names.append("bytes.png")
     size = _size_axis(ok)
     if size is not None:
         label, get = size
@@ -582,7 +831,34 @@ def figures(report: Report, folder: Path) -> list[str]:
             series, label, f"ms per iteration against the data size ({report.experiment})", folder / "scaling.png"
         )
         names.append("scaling.png")
+    from . import tradeoffs  # sweep=unroll|dispatch|loop: the preset's own figure
+
+    names += tradeoffs.figures(report, folder)
     return names
+
+
+def bytes_panel(report: Report, group: tuple) -> plots.BytesPanel | None:
+    """The group's panel of ``bytes.png``: one point per program (:func:`compiler_rows`) that logged
+    XLA's bytes per iteration, at its median ms/iter with its interval; the floor's bytes and ms/iter
+    as lines; the programs without the figure named. None when no program of the group logged it."""
+    rows = compiler_rows(report, group)
+    points = {
+        r.strategies: (r.values["xla_bytes_per_iter"], r.ms_per_iter)
+        for r in rows
+        if np.isfinite(r.values["xla_bytes_per_iter"]) and r.values["xla_bytes_per_iter"] > 0
+    }
+    if not points:
+        return None
+    spans = {c.label.removesuffix(" (one program)"): (c.lo, c.hi) for c in report.contenders[group]}
+    runs = [e for e in report.groups[group] if e.ok and not e.control]
+    return plots.BytesPanel(
+        report.group_label(group),
+        points,
+        {k: spans[k] for k in points if k in spans},
+        _median([e.floor_bytes for e in runs]),
+        _median([e.m("floor_ms_per_iter") for e in runs]),
+        [r.strategies for r in rows if r.strategies not in points],
+    )
 
 
 def _size_axis(entries: list[Entry]):
@@ -617,9 +893,27 @@ def markdown(report: Report, images: list[str]) -> str:
         "products; 1 would be a hand-fused kernel at the machine's limits). The last column is the largest relative difference of the run's ELBO curve to "
         "`scan`'s.",
         "",
+        f"A strategy is named fastest only when its interval lies below the next one's, its lead is at least "
+        f"the minimum effect {report.min_speedup:.2f}× (report.min_speedup; `python -m plnexp report "
+        "--min-speedup X` ranks again), and it exceeds the A/A noise between jobs: the largest relative "
+        "difference of the median ms/iter of two jobs of one program, or of the control job (marked "
+        "'(control)': the sweep's reference job run again at its end, never ranked) and its original, known "
+        "from 2 such pairs or the control's. Without it, no winner is named.",
+        "",
         markdown_table(report),
         "",
     ]
+    compiled = compiler_table(report)
+    if compiled:
+        lines += [
+            "Compiled programs, one row per program (hlo_fingerprint), fastest first: what XLA says of each "
+            "(bytes and flops per iteration from its cost analysis, peak memory from its memory analysis; the "
+            "median over the program's runs); 'bytes/iter ÷ floor bytes' is its bytes over the 14 n×p arrays "
+            "an iteration must stream at least; compile time split into trace, lower and XLA's compile. "
+            f"'{DASH}': not logged (eager and PyTorch have no XLA program; runs older than these figures).",
+            "",
+            *compiled,
+        ]
     precision = precision_table(report)
     if precision:
         lines += ["Final ELBO per precision (each run after its last step):", "", *precision, ""]
@@ -666,7 +960,7 @@ def write(report: Report, out: Path) -> list[str]:
 def parent_metrics(report: Report, files: list[str]) -> tuple[dict, dict]:
     """The parent run's summary metrics and tags (about :meth:`Report.main_group`); ``files``: the
     report's files, named in the run's description."""
-    metrics = {"n_jobs": float(len(report.entries)), "n_failed": float(len(report.failed))}
+    metrics = {"n_jobs": float(len(report.grid)), "n_failed": float(len(report.failed))}
     tags = {}
     group = report.main_group()
     best = report.fastest(group) if group is not None else None
@@ -681,7 +975,8 @@ def parent_metrics(report: Report, files: list[str]) -> tuple[dict, dict]:
         tags["fastest_strategy"] = report.ranked(group).winner
     lines = summary_lines(report)
     note = (
-        f"**Sweep `{report.parent.data.tags.get('sweep', '?')}`**: {len(report.entries)} runs, one per job "
+        f"**Sweep `{report.parent.data.tags.get('sweep', '?')}`**: {len(report.grid)} runs, one per job"
+        f"{', and the control job (its reference job again: an A/A pair)' if len(report.grid) < len(report.entries) else ''} "
         f"(expand this run's + to see them, or sort by start time).\n\n"
         + "\n".join(f"- {s}" for s in lines)
         + "\n\nTo read it: compare `ms_per_iter` (steady time per iteration) and `compile_s` across the child "
@@ -693,10 +988,17 @@ def parent_metrics(report: Report, files: list[str]) -> tuple[dict, dict]:
 
 
 def build(
-    uri: str, experiment: str | None = None, run_id: str | None = None, out: Path | None = None, *, attach: bool = True
+    uri: str,
+    experiment: str | None = None,
+    run_id: str | None = None,
+    out: Path | None = None,
+    *,
+    attach: bool = True,
+    min_speedup: float | None = None,
 ) -> tuple[Report, Path, list[str]]:
-    """Read, write, and (``attach``) log onto the parent run; returns the report, its folder, its files."""
-    report = load(uri, find_parent(uri, experiment, run_id))
+    """Read, write, and (``attach``) log onto the parent run; returns the report, its folder, its files.
+    ``min_speedup``: the minimum effect a winner needs (None: the sweep's ``report.min_speedup``)."""
+    report = load(uri, find_parent(uri, experiment, run_id), min_speedup)
     if not report.entries:
         raise ConfigError(f"sweep {report.parent.info.run_id}: no run to report on (its jobs never started)")
     folder = Path(out) if out is not None else default_dir(report)
@@ -713,13 +1015,15 @@ def show(report: Report, folder: Path, files: list[str]) -> None:
 
 
 # ---------------------------------------------------------------- the command
-USAGE = "usage: python -m plnexp report [--experiment NAME] [--run PARENT_ID] [--out DIR]"
+USAGE = "usage: python -m plnexp report [--experiment NAME] [--run PARENT_ID] [--out DIR] [--min-speedup X]"
 
 
 def parse(args: list[str]) -> dict:
-    """``--key value`` or ``--key=value`` for experiment, run, out; ConfigError for anything else."""
-    allowed = {"--experiment": "experiment", "--run": "run_id", "--out": "out"}
-    out: dict[str, str | Path]
+    """``--key value`` or ``--key=value`` for experiment, run, out, min-speedup (a number >= 1, the
+    minimum effect a winner needs: the sweep's ``report.min_speedup`` otherwise); ConfigError for
+    anything else."""
+    allowed = {"--experiment": "experiment", "--run": "run_id", "--out": "out", "--min-speedup": "min_speedup"}
+    out: dict[str, str | Path | float]
     out, rest = {}, list(args)
     while rest:
         a = rest.pop(0)
@@ -734,7 +1038,9 @@ def parse(args: list[str]) -> dict:
             raise ConfigError(f"{key}: needs a value ({USAGE})")
         out[allowed[key]] = value
     if "out" in out:
-        out["out"] = Path(out["out"]).resolve()
+        out["out"] = Path(str(out["out"])).resolve()
+    if "min_speedup" in out:
+        out["min_speedup"] = check_min_speedup(out["min_speedup"], "--min-speedup")
     return out
 
 

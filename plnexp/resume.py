@@ -79,10 +79,19 @@ class Match(NamedTuple):
 
 
 def _finished_job_runs(uri: str, experiment: str) -> list:
+    """The experiment's FINISHED job runs, a sweep's control jobs left out: one repeats its
+    reference job's config (same hash) but answers no job of a grid (a resumed sweep runs its own
+    control again, :mod:`plnexp.sweep`)."""
+    from .ranking import CONTROL_TAG
+
     exp_id = tracking.find_experiment(uri, experiment)
     if exp_id is None:
         return []
-    return [r for r in tracking.finished_runs(uri, exp_id) if r.data.tags.get(provenance.HASH_TAG)]
+    return [
+        r
+        for r in tracking.finished_runs(uri, exp_id)
+        if r.data.tags.get(provenance.HASH_TAG) and r.data.tags.get(CONTROL_TAG) != "true"
+    ]
 
 
 def differences(config: Config, params: dict[str, str]) -> list[str]:

@@ -250,10 +250,12 @@ def run_job(
     ``parent`` (a :class:`plnexp.tracking.Parent`) makes the runs children of a sweep, in the sweep's
     store and experiment; otherwise they go to the config's store and experiment. On an interrupt the
     runs are ended KILLED and :class:`plnexp.interrupts.Interrupted` re-raised. The runs are created
-    with the provenance tags (:func:`plnexp.provenance.run_tags`) and ``tags``. Returns the job's
+    with the provenance tags (:func:`plnexp.provenance.run_tags`), a sweep's job also with its
+    ``report.min_speedup`` (:data:`plnexp.ranking.MIN_SPEEDUP_TAG`), and ``tags``. Returns the job's
     outcome (:func:`combined`), each replicate's in its ``batch``.
     """
     from . import provenance, slurm, tracking
+    from .ranking import MIN_SPEEDUP_TAG
 
     uri = parent.uri if parent else tracking.tracking_uri(config.tracking_uri)
     cl = tracking.client(uri)
@@ -266,6 +268,9 @@ def run_job(
     tags = {
         **provenance.run_tags(config),
         **({tracking.JOB_TAG: job_num} if job_num is not None else {}),
+        # a sweep's job: the minimum effect its report ranks with (report.min_speedup, not a param:
+        # not part of the fit, see plnexp.config.ReportSpec)
+        **({MIN_SPEEDUP_TAG: f"{config.report.min_speedup:g}"} if parent is not None else {}),
         **(tags or {}),
     }
     try:

@@ -19,6 +19,18 @@
 
 A job finds its parent only through the record file, never through this process's memory, so a job
 in another process (or, with a shared file system, on another machine) attaches to the same parent.
+
+The **control job** (:meth:`Task.control`): after the grid, the sweep's reference job
+(:func:`plnexp.cli.control_reference`: scan's, else the first) runs once more with the same config,
+named ``control-<its name>``, tagged ``plnexp.control=true`` and ``plnexp.control_of=<its job
+number>``, job number ``total`` (one past the grid). The report pairs it with its original as an A/A
+test of the between-job noise (:func:`plnexp.ranking.noise`) and never ranks it. It runs only where
+every job of the grid ran in the driver, one after the other (Hydra's basic launcher, the timing
+study's): with a launcher of other processes (joblib, SLURM) jobs run side by side or on other
+machines, their timings are contended or not comparable anyway, and the driver cannot tell when the
+last job ends relative to the others. Not in a rerun (its jobs are given whole), nor after an
+interrupt; in a resumed sweep it runs again (an earlier control is never reused), its original
+possibly an earlier sweep's run. ``report.control=false`` turns it off.
 """
 
 from __future__ import annotations
@@ -30,7 +42,7 @@ import signal
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from . import interrupts, provenance, resume, runner, tracking
@@ -207,8 +219,14 @@ class Summary:
 
     @property
     def n_jobs(self) -> int:
-        """The jobs that ran (a job's replicates are one job)."""
-        return len(set(self._job_of()))
+        """The jobs of the grid that ran (a job's replicates are one job; the control job is not one
+        of the grid: its job number is ``total``, see :meth:`Task.control`)."""
+        return len({j for j in self._job_of() if j < self.total})
+
+    @property
+    def n_control(self) -> int:
+        """The control job's runs: none, or one per replicate (``replicates``)."""
+        return sum(j >= self.total for j in self._job_of())
 
     @property
     def fit_s(self) -> float:
@@ -240,7 +258,7 @@ class Summary:
 
     def runs_note(self) -> str:
         """`` (8 runs)`` when jobs have several runs (replicates), else nothing."""
-        return f" ({len(self.rows)} runs)" if len(self.rows) != self.n_jobs else ""
+        return f" ({len(self.rows)} runs)" if len(self.rows) != self.n_jobs + self.n_control else ""
 
     def table(self) -> str:
         return runner.summary_table(self.rows) if self.rows else "(no job ran)"
@@ -251,13 +269,14 @@ class Summary:
         earlier = {j for j, r in zip(self._job_of(), self.rows) if r.name in self.reused}
         reused = f" ({len(earlier)} FINISHED earlier)" if earlier else ""
         unit = " runs" if self.runs_note() else ""
+        control = " + the control job" if self.n_control else ""
         failed = (
             f"{self.n_failed - self.n_running}{unit} failed, {self._running_note()}"
             if self.n_running
             else f"{self.n_failed}{unit} failed"
         )
         return (
-            f"{self.n_jobs}/{self.total} jobs{self.runs_note()}{reused}, {failed}; {self.wall_s:.1f} s in the "
+            f"{self.n_jobs}/{self.total} jobs{control}{self.runs_note()}{reused}, {failed}; {self.wall_s:.1f} s in the "
             f"sweep, {fit_s:.1f} s in fits{outside}; parent run {self.parent_id} {self.status}"
         )
 
@@ -306,7 +325,7 @@ def close_sweep(record: SweepRecord, status: str = "FINISHED", reason: str = "")
     )  # the grid
     rows = [runner.Row(r["name"], r["status"], r["metrics"], r["metrics"].get("wall_s", 0.0)) for r in found]
     jobs = tuple(r["job"] for r in found)
-    if status == "FINISHED" and len(set(jobs)) < record.total:
+    if status == "FINISHED" and len({j for j in jobs if j < record.total}) < record.total:  # (the control: not counted)
         status = "FAILED"
     here = record.host == platform.node() and record.clock
     wall = time.monotonic() - record.clock if here else time.time() - record.started
@@ -350,6 +369,9 @@ class Task:
     """
 
     failed: int = 0
+    # the jobs of the sweep this process ran, by job number (what the control job needs, Task.control)
+    grid: dict[int, GridJob] = field(default_factory=dict)
+    record: SweepRecord | None = None
 
     def __call__(self, cfg) -> str | None:
         """Run the job; returns its progress line when it ran in another process than the driver
@@ -391,9 +413,12 @@ class Task:
         else:
             name = config.job_name(overrides, record.named if record is not None else ())
         here = record is None or record.pid == os.getpid()  # in the driver: progress on one line
+        if record is not None and num is not None:
+            self.record, self.grid[num] = record, GridJob(config, tuple(overrides), name)
         earlier = resume.reused_run(record, config) if record is not None else None
         if earlier is not None:
             assert record is not None and num is not None  # earlier: a run the record's resume found
+            self.grid[num] = replace(self.grid[num], status="FINISHED")
             line = f"[{num + 1}/{record.total}] {name} FINISHED earlier (run {earlier}): skipped"
             print(line, flush=True)
             return None if here else line
@@ -428,6 +453,8 @@ class Task:
             print(f"plnexp: error: job {name}: {type(e).__name__}: {first}", file=sys.stderr, flush=True)
             return None if here else f"{label} FAILED ({type(e).__name__}: {first})"
         self.failed += outcome.status != "FINISHED"
+        if num in self.grid:
+            self.grid[num] = replace(self.grid[num], status=outcome.status)
         if record is None:
             print(f"{outcome.summary()}  (run {outcome.run_id}, experiment {config.experiment!r})", flush=True)
             return None
@@ -438,6 +465,64 @@ class Task:
         text = f"{word} {outcome.wall_s:.1f} s (+{logged:.1f} s logging){extra}"
         print(f" {text}" if here else f"{label} {text}", flush=True)
         return None if here else f"{label} {text}"
+
+    def control(self) -> None:
+        """After the grid, the sweep's control job (see the module docstring): its reference job's
+        config once more, as job number ``total``, tagged as the control. Nothing unless this process
+        ran every job of a sweep's grid (Hydra's basic launcher; not a rerun's given jobs) and the
+        grid has a reference (:func:`plnexp.cli.control_reference`); skipped, saying so, when the
+        reference job did not finish. An interrupt is raised (the sweep closes KILLED)."""
+        from .cli import control_reference
+        from .ranking import CONTROL_OF_TAG, CONTROL_TAG
+
+        record = self.record
+        if record is None or record.jobs or record.pid != os.getpid() or sorted(self.grid) != list(range(record.total)):
+            return
+        ref = control_reference([self.grid[i].config for i in range(record.total)])
+        if ref is None:
+            return
+        job = self.grid[ref]
+        name = f"control-{job.name}"
+        if job.status != "FINISHED":
+            print(f"[control] {name}: skipped (job {ref + 1}, {job.name}, did not finish)", flush=True)
+            return
+        print(f"[control] {name} (job {ref + 1} again: the report's A/A pair) ...", end="", flush=True)
+        try:
+            outcome = runner.run_job(
+                job.config,
+                job.overrides,
+                name,
+                parent=record.parent,
+                job_num=record.total,
+                tags={CONTROL_TAG: "true", CONTROL_OF_TAG: str(ref)},
+            )
+        except KeyboardInterrupt:
+            print(" KILLED", flush=True)
+            raise
+        except Exception as e:  # the store failed under us: say so (the sweep closes as usual)
+            pending = interrupts.pending()
+            if pending is not None:
+                raise pending from e
+            self.failed += 1
+            first = redact_text(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+            print(" FAILED", flush=True)
+            print(f"plnexp: error: job {name}: {type(e).__name__}: {first}", file=sys.stderr, flush=True)
+            return
+        self.failed += outcome.status != "FINISHED"
+        word = "done" if outcome.status == "FINISHED" else outcome.status
+        word += " (pending: kept locally)" if outcome.kept else ""
+        extra = f" ({outcome.reason})" if outcome.reason else ""
+        print(f" {word} {outcome.wall_s:.1f} s{extra}", flush=True)
+
+
+@dataclass(frozen=True)
+class GridJob:
+    """A job of the sweep as :class:`Task` ran it: what its control job would repeat."""
+
+    config: C.Config
+    overrides: tuple
+    name: str
+    status: str = "RUNNING"  # until it ends (FINISHED earlier: a resumed sweep's reused job)
 
 
 def launch(args: list[str], task: Task, *, raise_errors: bool = False) -> None:
@@ -459,6 +544,7 @@ def launch(args: list[str], task: Task, *, raise_errors: bool = False) -> None:
     sys.argv = [argv[0] if argv else "plnexp", *args]
     try:
         entry()
+        task.control()  # after the grid: the sweep's control job, when this process ran the grid (Task.control)
     finally:
         sys.argv = argv
         GlobalHydra.instance().clear()  # so that a process can launch again (tests, Python callers)

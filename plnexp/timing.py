@@ -3,8 +3,16 @@
 For a Program (see :mod:`plnexp.strategies.base`), :func:`measure` by default pays for exactly
 one ahead-of-time compile and one run of the compiled program:
 
-- ``compile_s``: a cold ahead-of-time ``lower().compile()`` (tracing + lowering + XLA compilation,
-  summed over the functions of ``jit_per_function``; 0 for ``eager``);
+- ``compile_s``: a cold ahead-of-time compile (summed over the functions of ``jit_per_function``;
+  0 for ``eager``), in three parts that sum to it: ``trace_s`` (``jitted.trace(*args)``), ``lower_s``
+  (``traced.lower()``, to StableHLO) and ``xla_compile_s`` (``lowered.compile()``: XLA's passes and
+  code generation). The PyTorch strategies have ``compile_s`` only.
+- What XLA made of the compiled program (:func:`plnexp.strategies.base.xla_metrics`; none for
+  ``eager`` and the PyTorch strategies): ``xla_instructions`` and ``xla_fusions`` in its optimized
+  HLO, ``xla_flops_per_iter`` and ``xla_bytes_per_iter`` of one iteration by XLA's cost analysis
+  (how each is counted: :mod:`plnexp.xla_stats`), ``peak_bytes`` (argument + output + temporary -
+  aliased bytes of XLA's memory analysis; the largest function's for ``jit_per_function``); the HLO
+  itself is ``hlo`` (logged as the run's ``program.hlo.txt``).
 - ``run_s``: the median of the timed runs of the compiled program (each ended by
   ``block_until_ready``; the last one's output is the fit's result), after ``warmup`` untimed runs:
   at least ``repeats`` runs, then more while the timed runs so far took less than ``budget_s``
@@ -160,6 +168,19 @@ class Timing:
     compile_warm_s: float = NAN
     compile_cache_hits: float = NAN
     compile_warm_cache_hits: float = NAN
+    # compile_s in parts; NaN where they do not apply (eager, torch)
+    trace_s: float = NAN
+    lower_s: float = NAN
+    xla_compile_s: float = NAN
+    # XLA's counts (plnexp.strategies.base.XLA_METRICS: xla_instructions, ...) and the optimized HLO;
+    # empty for eager and torch
+    # (worked out on first use: plnexp.strategies.base.Compiled.analyse)
+    analyse: Callable[[], dict[str, float]] = field(default=dict, repr=False, compare=False)
+    hlo: str = field(default="", repr=False)
+
+    @property
+    def xla(self) -> dict[str, float]:
+        return self.analyse()
 
     @property
     def spread(self) -> Spread:
@@ -169,6 +190,9 @@ class Timing:
         """The measured numbers, without those not measured (NaN)."""
         values = {
             "compile_s": self.compile_s,
+            "trace_s": self.trace_s,
+            "lower_s": self.lower_s,
+            "xla_compile_s": self.xla_compile_s,
             "compile_warm_s": self.compile_warm_s,
             "first_call_s": self.first_call_s,
             "run_s": self.run_s,
@@ -179,6 +203,7 @@ class Timing:
             "calib_after_s": self.calib_after_s,
             "timed_start": self.timed_start,
             "timed_end": self.timed_end,
+            **self.xla,
         }
         if not math.isnan(self.run_s):  # timed runs (an untimed call has no spread)
             spread = self.spread
@@ -353,6 +378,11 @@ def measure(
         compile_warm_s=compile_warm_s,
         compile_cache_hits=hits,
         compile_warm_cache_hits=warm_hits,
+        trace_s=compiled.trace_s,
+        lower_s=compiled.lower_s,
+        xla_compile_s=compiled.xla_compile_s,
+        analyse=compiled.analyse,
+        hlo=compiled.hlo,
     )
 
 

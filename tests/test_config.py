@@ -86,7 +86,7 @@ def test_every_sweep_file_expands_and_loads(sweep):
         c = j.config
         assert (c.repeats, c.time_budget_s, c.first_call, c.compile_cache) == (3, 1.0, False, None), sweep
         assert c.as_study().fit_spec().timing.compile_cache_dir is None, sweep  # cold compiles
-        assert c.warmup == (1 if sweep in ("default", "scaling", "torch") else 0), sweep
+        assert c.warmup == (1 if sweep in ("default", "scaling", "torch", "dispatch") else 0), sweep
 
 
 def test_default_sweep_is_every_strategy_on_oaks_x100_at_equal_iterations():

@@ -22,7 +22,7 @@ from test_report import png_size
 
 try:  # selenium (the test extra) drives the browser; the chrome fixture skips saying so without it
     from selenium import webdriver
-    from selenium.common.exceptions import TimeoutException, WebDriverException
+    from selenium.common.exceptions import ElementClickInterceptedException, TimeoutException, WebDriverException
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
@@ -52,8 +52,9 @@ def wait_health(url: str, proc: subprocess.Popen, log: Path, timeout: float = 12
 
 @pytest.fixture(scope="module")
 def served_sweep(swept_once, tmp_path_factory):
-    """A copy of the session's real 2-job sweep, and the UI serving it, started once for the module
-    and ended (its whole process group) whatever happens; yields (url, experiment id, parent run)."""
+    """A copy of the session's real 2-job sweep (and its control job), and the UI serving it, started
+    once for the module and ended (its whole process group) whatever happens; yields (url, experiment
+    id, parent run)."""
     folder = tmp_path_factory.mktemp("dashboard")
     outputs = folder / "outputs"
     copy_outputs(swept_once.outputs, outputs)
@@ -95,7 +96,9 @@ def test_rest_search_sees_the_sweep(served_sweep):
         for r in runs
         if any(t["key"] == "mlflow.parentRunId" and t["value"] == parent.info.run_id for t in r["data"].get("tags", []))
     ]
-    assert len(runs) == 3 and len(children) == 2
+    # the parent, its two jobs and its control job (scan's again, plnexp.sweep)
+    assert len(runs) == 4 and len(children) == 3
+    assert sum(any(t["key"] == "plnexp.control" for t in c["data"]["tags"]) for c in children) == 1
     assert all(any(m["key"] == "ms_per_iter" for m in c["data"]["metrics"]) for c in children)
 
 
@@ -192,3 +195,71 @@ def test_runs_page_shows_the_sweep_children_and_metrics(chrome, served_sweep, tm
     chrome.save_screenshot(tmp_path / "parent_run.png")
     chrome.get(f"{url}/#/experiments/{exp_id}/runs/{parent.info.run_id}/artifacts")
     wait_text(chrome, "report", "summary.txt")
+
+
+# ---------------------------------------------------------------- the study, from the landing page (issue #32)
+STUDY_COLUMNS = ("ms_per_iter", "run_s_iqr", "compile_s", "final_elbo")
+
+
+def rest(url: str, path: str, body: dict | None = None) -> dict:
+    """An MLflow REST call: GET without ``body``, POST with it."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(
+        f"{url}/api/2.0/mlflow/{path}", data=data, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def test_rest_sees_the_experiment_kind_the_study_view_and_the_data_sets(served_sweep):
+    url, exp_id, parent = served_sweep
+    tags = {t["key"]: t["value"] for t in rest(url, f"experiments/get?experiment_id={exp_id}")["experiment"]["tags"]}
+    assert tags["mlflow.experimentKind"] == "custom_model_development"
+    view = json.loads(tags["mlflow.sharedViewState.plnexp-study"])
+    assert view["name"] == "plnexp study"
+    assert "viewStateShareKey=plnexp-study" in tags["mlflow.note.content"]
+    runs = rest(url, "runs/search", {"experiment_ids": [exp_id]})["runs"]
+    jobs = [r for r in runs if r["info"]["run_id"] != parent.info.run_id]
+    for r in jobs:
+        (given,) = r["inputs"]["dataset_inputs"]
+        digest = next(t["value"] for t in r["data"]["tags"] if t["key"] == "data_digest")
+        assert given["dataset"]["name"] == "oaks 116×114" and given["dataset"]["digest"] == digest[:8]
+
+
+def click_through(driver, by, what: str, timeout: float = 60) -> int:
+    """Click ``what`` as a user does; a popover that holds the page's clicks (MLflow's GenAI overview
+    shows one, "Detect Issues", on a browser's first visit) is dismissed first, one more click.
+    Returns the clicks made."""
+    target = WebDriverWait(driver, timeout).until(ec.element_to_be_clickable((by, what)))
+    time.sleep(1)  # the popover opens a moment after the page
+    try:
+        target.click()
+        return 1
+    except ElementClickInterceptedException:
+        driver.find_element(By.XPATH, "//button[normalize-space()='Got it']").click()
+        WebDriverWait(driver, 10).until(ec.element_to_be_clickable((by, what))).click()
+        return 2
+
+
+def test_the_study_is_three_clicks_from_the_landing_page(chrome, served_sweep, tmp_path):
+    """A new user's path (a fresh browser profile, MLflow's GenAI view the default): the home page,
+    the experiment, the link of its description; the study opens in the Model training view: the
+    sweep's jobs fastest first, ms/iter, its spread, compile time, final ELBO, the data set."""
+    url, exp_id, parent = served_sweep
+    chrome.get(f"{url}/")
+    clicks = click_through(chrome, By.LINK_TEXT, "strategies")  # Recent Experiments
+    chrome.save_screenshot(tmp_path / "experiment.png")
+    clicks += click_through(chrome, By.PARTIAL_LINK_TEXT, "Open the study")  # the experiment's description
+    assert clicks <= 3
+    WebDriverWait(chrome, 10).until(lambda d: len(d.window_handles) > 1)  # MLflow opens links in a new tab
+    chrome.switch_to.window(chrome.window_handles[-1])
+    wait_text(chrome, "plnexp study", *STUDY_COLUMNS, "scan-oaks-f32-cpu-n_iter20", "fori_loop-oaks-f32-cpu-n_iter20")
+    assert "workflowType=machine_learning" in chrome.current_url
+    for close in chrome.find_elements(By.CSS_SELECTOR, CLOSE_ASSISTANT):
+        close.click()  # room for the Dataset column (the table draws only the columns in view)
+    search = rest(url, "runs/search", {"experiment_ids": [exp_id], "filter": "tags.plnexp.job = '0'"})
+    digest = next(t["value"] for t in search["runs"][0]["data"]["tags"] if t["key"] == "data_digest")[:8]
+    wait_text(chrome, f"oaks 116×114 ({digest})", timeout=30)  # the Dataset column: name, n×p, digest
+    body = chrome.find_element(By.TAG_NAME, "body").text
+    assert parent.info.run_name not in body  # the jobs only, no sweep's parent to expand
+    chrome.save_screenshot(tmp_path / "study.png")

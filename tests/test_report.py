@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from conftest import store_client
 
-from plnexp import cli, floor, plots, provenance, report, runner, sweep, tracking
+from plnexp import cli, floor, plots, provenance, ranking, report, runner, sweep, tracking
 from plnexp.fitting import FitResult
 from plnexp.timing import Timing
 
@@ -72,14 +72,26 @@ def job_config(strategy: str, n: int):
     return job.config
 
 
-def fake_sweep(tmp_path, monkeypatch, keys, name="sw", tags=None):
-    """A closed sweep of the jobs ``keys`` ((strategy, n) pairs); returns its record."""
+def fake_sweep(tmp_path, monkeypatch, keys, name="sw", tags=None, control=None):
+    """A closed sweep of the jobs ``keys`` ((strategy, n) pairs); returns its record. ``control``: one
+    of the keys, run again after the grid as the sweep's control job (as plnexp.sweep.Task.control
+    tags it): the same fake timings, an A/A pair 0% apart."""
     monkeypatch.setattr(runner, "execute", fake_execute)
     uri = tracking.check_store()
     record = sweep.open_sweep(tmp_path / name, "known", "known", uri, len(keys), {"command": "test", **(tags or {})})
     for i, (strategy, n) in enumerate(keys):
         runner.run_job(
             job_config(strategy, n), (f"strategy={strategy}",), f"{strategy}-{n}", parent=record.parent, job_num=i
+        )
+    if control is not None:
+        strategy, n = control
+        runner.run_job(
+            job_config(strategy, n),
+            (f"strategy={strategy}",),
+            f"control-{strategy}-{n}",
+            parent=record.parent,
+            job_num=len(keys),
+            tags={ranking.CONTROL_TAG: "true", ranking.CONTROL_OF_TAG: str(keys.index(control))},
         )
     sweep.close_sweep(record, "FINISHED")
     return record
@@ -92,14 +104,17 @@ def png_size(path) -> tuple[int, int]:
 
 
 def test_report_numbers_equal_the_logged_metrics(outputs, tmp_path, monkeypatch):
-    record = fake_sweep(tmp_path, monkeypatch, list(KNOWN))
+    record = fake_sweep(tmp_path, monkeypatch, list(KNOWN), control=("scan", 60))
     rep, folder, files = report.build(tracking.tracking_uri(), run_id=record.parent_id)
     assert folder == outputs / "reports" / "known" / record.parent_id
-    assert set(files) == {"report.md", "report.csv", "elbo_curves.png", "timings.png", "scaling.png"}
+    assert set(files) == {"report.md", "report.csv", "elbo_curves.png", "timings.png", "scaling.png"}  # no XLA figures
 
     cl = store_client(outputs)
     rows = list(csv.DictReader(io.StringIO((folder / "report.csv").read_text())))
-    assert len(rows) == len(KNOWN)
+    assert len(rows) == len(KNOWN) + 1  # and the control job's row, marked
+    (control,) = [r for r in rows if r["strategy"] == "scan (control)"]
+    assert cl.get_run(control["run_id"]).data.tags[ranking.CONTROL_TAG] == "true"
+    rows.remove(control)
     by_key = {}
     for row in rows:
         run = cl.get_run(row["run_id"])
@@ -135,11 +150,13 @@ def test_report_numbers_equal_the_logged_metrics(outputs, tmp_path, monkeypatch)
             assert row["x_floor"] == "" and "floor_ms_per_iter" not in m
 
     md = (folder / "report.md").read_text()
-    assert md.count("\n| ") == len(KNOWN) + 1  # header + one line per run
+    assert md.count("\n| ") == len(KNOWN) + 2  # header + one line per run (the control's too)
+    assert "Compiled programs" not in md  # no run logged XLA's figures (the compiler table's own tests below)
     table = [[c.strip() for c in line.strip("|").split("|")] for line in md.splitlines() if line.startswith("| ")]
     col = table[0].index("× floor")
     # scan, n=30: 2.00 ms/iter over 14*30*5*4 bytes at 10.5 MB/s (0.8 ms) + 2 x 0.3 ms = 1.4 ms
-    assert {(r[0], r[2], r[col]) for r in table[1:] if r[0] == "scan"} == {
+    assert {(r[0], r[2], r[col]) for r in table[1:] if r[0].startswith("scan")} == {
+        ("scan (control)", "60×5", "-"),
         ("scan", "30×5", "1.43"),
         ("scan", "60×5", "-"),
     }
@@ -153,22 +170,39 @@ def test_report_numbers_equal_the_logged_metrics(outputs, tmp_path, monkeypatch)
     assert parent.data.metrics["best_ms_per_iter"] == 4.0
     assert parent.data.metrics["best_speedup_vs_eager"] == pytest.approx(3.0)
     assert parent.data.metrics["best_speedup_vs_scan"] == pytest.approx(1.0)
-    assert parent.data.metrics["n_failed"] == 0 and parent.data.metrics["n_jobs"] == 6
+    assert parent.data.metrics["n_failed"] == 0 and parent.data.metrics["n_jobs"] == 6  # the grid's
+    # scan 1.25× fori_loop at n=60, the control's A/A pair 0% apart: a winner beyond the noise
     assert parent.data.tags["fastest_strategy"] == "scan"
+    assert "the control job" in parent.data.tags["mlflow.note.content"]
     assert "ms_per_iter" in parent.data.tags["mlflow.note.content"]
     assert {a.path for a in cl.list_artifacts(record.parent_id, "report")} == {f"report/{f}" for f in files}
 
 
 def test_terminal_summary_names_the_fastest_and_the_failures(outputs, tmp_path, monkeypatch):
-    record = fake_sweep(tmp_path, monkeypatch, [("eager", 30), ("scan", 30), ("fori_loop", 30)])
+    keys = [("eager", 30), ("scan", 30), ("fori_loop", 30)]
+    record = fake_sweep(tmp_path, monkeypatch, keys, control=("scan", 30))
     rep = report.load(tracking.tracking_uri(), tracking.find_run(tracking.tracking_uri(), record.parent_id))
     lines = report.summary_lines(rep)
-    # 5 runs each, interquartile ranges 1.98-2.02 (scan) and 2.475-2.525 (fori_loop): apart
+    # 5 runs each, interquartile ranges 1.98-2.02 (scan) and 2.475-2.525 (fori_loop): apart; the
+    # control job landed on scan's timings (0% apart)
     assert lines[0].startswith(
         "fastest on synthetic_n30_p5_d2_s0 (30×5), float32, cpu: scan 2.00 ms/iter "
-        "[1.98–2.02, 5 runs] (1.25× next: fori_loop, 5.0× eager)"
+        "[1.98–2.02, 5 runs] (1.25× next: fori_loop, 5.0× eager; A/A noise 0% (the control pair), "
+        "minimum effect 1.10×)"
     ), lines[0]
-    assert lines[-1] == "3 of 3 jobs finished"
+    assert lines[-1] == "3 of 3 jobs + the control job finished"
+    # at report time, another minimum effect: 1.25× is not 1.3×
+    again = report.load(tracking.tracking_uri(), rep.parent, min_speedup=1.3)
+    assert report.summary_lines(again)[0].startswith(
+        "tied within noise (A/A noise 0% (the control pair); minimum effect 1.30×)"
+    )
+    # the same sweep without its control job: no noise estimate, no winner, said so
+    plain = fake_sweep(tmp_path, monkeypatch, keys, name="plain")
+    rep = report.load(tracking.tracking_uri(), tracking.find_run(tracking.tracking_uri(), plain.parent_id))
+    assert report.summary_lines(rep)[0].startswith(
+        "no winner named on synthetic_n30_p5_d2_s0 (30×5), float32, cpu: no noise estimate: no A/A pair"
+    )
+    assert report.parent_metrics(rep, [])[1]["fastest_strategy"] == ""
 
 
 def test_one_data_size_has_no_scaling_plot_and_equal_lengths_no_common_column(outputs, tmp_path, monkeypatch):
@@ -204,6 +238,8 @@ def test_a_second_report_replaces_the_first_whole(outputs, tmp_path, monkeypatch
         (["--experiment", "nope"], "--experiment nope: no such experiment in the store"),
         (["--colour", "red"], "--colour: unknown argument; allowed are --experiment, --run, --out"),
         (["--run"], "--run: needs a value"),
+        (["--min-speedup", "0.9"], "--min-speedup=0.9: allowed values are numbers >= 1"),
+        (["--min-speedup=fast"], "--min-speedup='fast': allowed values are numbers >= 1"),
     ],
 )
 def test_bad_report_requests_are_one_line_and_exit_2(outputs, capsys, args, message):
@@ -295,8 +331,18 @@ def test_a_real_sweep_reports_at_its_end(swept):
     note, winner = tags["mlflow.note.content"], tags["fastest_strategy"]
     if winner:
         assert winner in ("scan", "fori_loop") and f"- fastest on oaks (116×114), float32, cpu: {winner} " in note
+        assert "(the control pair)" in note, note
     else:
-        assert "- timings contended on oaks" in note or "- tied within noise" in note, note
+        assert "- timings contended on oaks" in note or "- tied within noise (A/A noise" in note, note
+    # its control job (scan again, after the grid: 3 timed runs of 2 strategies) was logged and is the
+    # group's A/A pair
+    assert "| scan (control) | oaks | 116×114 |" in md
+    rep = report.load(swept.uri, tracking.find_run(swept.uri, swept.parent_id))
+    (control,) = [e for e in rep.entries if e.control]
+    assert control.name == "control-scan-oaks-f32-cpu-n_iter20" and control.tags[ranking.CONTROL_OF_TAG] == "0"
+    ((group, entries),) = rep.groups.items()
+    aa = ranking.noise(entries)
+    assert aa.control and aa.known and ranking.original(control, entries).strategy == "scan"
 
 
 def test_a_sweep_told_not_to_report_makes_no_report(outputs, monkeypatch, plnexp_main):
@@ -449,3 +495,288 @@ def test_the_iqr_column_says_where_it_is_a_range():
     assert _iqr_cell(entry([0.10, 0.12, 0.11])) == "0.20 (range of 3)"  # (0.12 - 0.10) s / 100 iterations
     assert _iqr_cell(entry([0.10, 0.11, 0.12, 0.13, 0.30])) == "0.20"  # q3 - q1 = 0.13 - 0.11: the outlier left out
     assert _iqr_cell(Entry("r", "r", "FAILED", "", "scan", "oaks", 116, 114, "cpu", "float32", {}, {})) == "-"
+
+
+# ---------------------------------------------------------------- the compiler table, bytes.png
+MiB = 2**20
+XLA = ("trace_s", "lower_s", "xla_compile_s", "xla_instructions", "xla_fusions", "xla_flops_per_iter")
+
+
+def xla_entry(strategy, ms, fp, *, compile_s=1.0, peak=100 * MiB, nbytes=50 * MiB, control=False, spread=0.01):
+    """A finished run on oaks x100 (11600 x 114, float32) whose program ``fp`` XLA described (``fp``
+    "": no XLA program, no such figures, as eager and PyTorch log)."""
+    metrics = {
+        "ms_per_iter": ms,
+        "n_iter_run": 100,
+        "n_runs": 5,
+        "run_s_lo": ms * (1 - spread) / 10,
+        "run_s_hi": ms * (1 + spread) / 10,
+        "compile_s": compile_s if fp else 0.0,
+    }
+    if fp:
+        metrics.update(
+            trace_s=0.2 * compile_s,
+            lower_s=0.1 * compile_s,
+            xla_compile_s=0.7 * compile_s,
+            xla_instructions=1234.0,
+            xla_fusions=56.0,
+            xla_flops_per_iter=3.5e9,
+            xla_bytes_per_iter=nbytes,
+            peak_bytes=peak,
+        )
+    tags = {"hlo_fingerprint": fp, "host": "h", "cpu_model": "c", "config_hash": f"h-{strategy}"}
+    if control:
+        tags.update({ranking.CONTROL_TAG: "true", ranking.CONTROL_OF_TAG: "0"})
+    name = f"{'control-' if control else ''}{strategy}"
+    return report.Entry(
+        f"id-{name}", name, "FINISHED", "", strategy, "oaks_x100", 11600, 114, "cpu", "float32", {}, metrics, tags=tags
+    )
+
+
+def hand_report(entries) -> report.Report:
+    """A report of hand-built entries (no store): the parent run a stand-in."""
+    from types import SimpleNamespace
+
+    parent = SimpleNamespace(
+        info=SimpleNamespace(run_id="p", status="FINISHED"),
+        data=SimpleNamespace(tags={"sweep": "t", "jobs": str(sum(not e.control for e in entries))}),
+    )
+    rep = report.Report("t", parent, entries, [])  # a stand-in parent run
+    report.compare(rep)
+    return rep
+
+
+def test_the_compiler_table_reads_xlas_figures_and_dashes_what_is_missing():
+    entries = [
+        xla_entry("scan", 7.0, "aaaaaaaaaaaa", nbytes=80 * MiB),
+        xla_entry("scan_namedtuple", 7.1, "bbbbbbbbbbbb", compile_s=1.2),
+        xla_entry("scan_pytree", 7.3, "bbbbbbbbbbbb", compile_s=1.4),
+        xla_entry("eager", 50.0, ""),
+        xla_entry("scan", 7.05, "aaaaaaaaaaaa", control=True, nbytes=1.0),  # never a row of its own
+    ]
+    rows = report.compiler_rows(hand_report(entries), next(iter(hand_report(entries).groups)))
+    assert [(r.program, r.strategies) for r in rows] == [
+        ("aaaaaaaa", "scan"),
+        ("bbbbbbbb", "scan_namedtuple = scan_pytree"),
+        ("–", "eager"),
+    ]
+    floor_bytes = 14 * 11600 * 114 * 4  # the floor's 14 n x p float32 arrays
+    assert rows[0].bytes_x_floor == pytest.approx(80 * MiB / floor_bytes)
+    assert rows[1].values["compile_s"] == pytest.approx(1.3)  # the median over the program's runs
+    assert rows[1].values["xla_compile_s"] == pytest.approx(0.7 * 1.3)
+    lines = report.compiler_table(hand_report(entries))
+    header = next(line for line in lines if line.startswith("| program"))
+    assert header == (
+        "| program | strategies | ms/iter | instructions | fusions | bytes/iter | bytes/iter ÷ floor bytes | "
+        "flops/iter | peak memory | compile s | trace s | lower s | XLA compile s |"
+    )
+    table = [line for line in lines if line.startswith("| ")][1:]
+    assert table[0] == (
+        f"| aaaaaaaa | scan | 7.00 | 1,234 | 56 | 80.0 MiB | {80 * MiB / floor_bytes:.2f} | 3.50 GFLOP | "
+        "100.0 MiB | 1.000 | 0.200 | 0.100 | 0.700 |"
+    )
+    assert table[2] == "| – | eager | 50.00 | – | – | – | – | – | – | 0.000 | – | – | – |"  # absent: "–"
+    # runs older than XLA's figures (or eager and PyTorch alone): no table, no bytes.png panel, no error
+    old = [xla_entry("scan", 7.0, ""), xla_entry("fori_loop", 8.0, "")]
+    assert report.compiler_table(hand_report(old)) == []
+    rep = hand_report(old)
+    assert report.bytes_panel(rep, next(iter(rep.groups))) is None
+
+
+@pytest.mark.parametrize(
+    "compile_s, peak, said",
+    [
+        ((1.0, 2.3), (100, 110), "; they differ in compile time (scan_unrolled 2.3× scan's)"),
+        ((1.0, 1.4), (100, 180), "; they differ in peak memory (scan_unrolled 1.8× scan's)"),
+        ((1.0, 1.6), (100, 160), "; they differ in compile time (scan_unrolled 1.6× scan's) and peak memory"),
+        ((1.0, 1.4), (100, 140), ""),  # under report.DIFFER (1.5×): nothing to add
+    ],
+)
+def test_a_tie_still_says_what_differs_beyond_the_threshold(compile_s, peak, said):
+    entries = [
+        xla_entry("scan", 7.0, "a", compile_s=compile_s[0], peak=peak[0] * MiB),
+        xla_entry("scan_unrolled", 7.2, "u", compile_s=compile_s[1], peak=peak[1] * MiB),  # 1.03×: tied
+        xla_entry("scan", 7.0, "a", compile_s=compile_s[0], peak=peak[0] * MiB, control=True),
+    ]
+    rep = hand_report(entries)
+    line = report.headline(rep, next(iter(rep.groups)))
+    assert line.startswith("tied within noise (A/A noise 0% (the control pair); minimum effect 1.10×) on oaks_x100")
+    if said:
+        assert said in line, line
+    else:
+        assert "differ in" not in line, line
+    # one program's strategies are named as one in the tie
+    entries.append(xla_entry("scan_pytree", 7.1, "u", compile_s=compile_s[1], peak=peak[1] * MiB))
+    assert "scan_unrolled = scan_pytree (one program)" in report.headline(
+        hand_report(entries), ("oaks_x100", "cpu", "float32")
+    )
+
+
+def test_bytes_png_has_a_labelled_point_per_program(tmp_path):
+    entries = [
+        xla_entry("scan", 7.0, "a", nbytes=80 * MiB),
+        xla_entry("scan_namedtuple", 7.1, "b", nbytes=81 * MiB),
+        xla_entry("scan_pytree", 7.3, "b", nbytes=81 * MiB),
+        xla_entry("jit_per_function", 14.0, "j", nbytes=900 * MiB),
+        xla_entry("eager", 50.0, ""),
+    ]
+    rep = hand_report(entries)
+    panel = report.bytes_panel(rep, next(iter(rep.groups)))
+    assert panel is not None
+    assert panel.points == {
+        "scan": (80 * MiB, 7.0),
+        "scan_namedtuple = scan_pytree": (81 * MiB, pytest.approx(7.2)),
+        "jit_per_function": (900 * MiB, 14.0),
+    }
+    assert panel.missing == ["eager"] and panel.floor_bytes == 14 * 11600 * 114 * 4
+    w, h = png_size(plots.bytes_png([panel, panel], tmp_path / "b.png"))
+    assert 500 <= w <= 3000 and 300 <= h <= 3000
+
+
+def test_a_sweep_with_xlas_figures_reports_them(outputs, tmp_path, monkeypatch):
+    """Runs that log XLA's figures (their fits faked, the figures added to what they log): the table
+    and bytes.png in the report, the figures per run in report.csv."""
+    logged = runner.Outcome.metrics
+
+    def with_xla(self):
+        out = logged(self)
+        if self.result is not None and self.config.strategy.name != "eager":
+            nbytes = {"scan": 20e3, "fori_loop": 24e3}[self.config.strategy.name]
+            out.update(dict.fromkeys(XLA, 1.0), xla_bytes_per_iter=nbytes, peak_bytes=4e5)
+        return out
+
+    monkeypatch.setattr(runner.Outcome, "metrics", with_xla)
+    record = fake_sweep(tmp_path, monkeypatch, [("eager", 30), ("scan", 30), ("fori_loop", 30)], control=("scan", 30))
+    _, folder, files = report.build(tracking.tracking_uri(), run_id=record.parent_id)
+    assert "bytes.png" in files and png_size(folder / "bytes.png")[0] >= 500
+    md = (folder / "report.md").read_text()
+    assert "Compiled programs" in md and "| – | eager |" in md
+    rows = {r["strategy"]: r for r in csv.DictReader(io.StringIO((folder / "report.csv").read_text()))}
+    assert float(rows["scan"]["xla_bytes_per_iter"]) == 20e3 and rows["eager"]["xla_bytes_per_iter"] == ""
+    assert float(rows["scan"]["bytes_x_floor"]) == pytest.approx(20e3 / (14 * 30 * 5 * 4))
+
+
+# ---------------------------------------------------------------- the control job, in a real sweep
+TINY_GRID = [
+    "sweep=null",
+    "dataset=synthetic",
+    "dataset.n=30",
+    "dataset.p=5",
+    "n_iter=5",
+    "warmup=0",
+    "time_budget_s=0",
+]
+
+
+@pytest.mark.slow  # three tiny real fits in process (~10 s)
+def test_a_sweep_runs_its_control_job_and_the_report_uses_it(outputs, tmp_path, plnexp_main):
+    """Two strategies timed 3 times (repeats: the default): after the grid, scan's job runs again as the
+    control job (job number 2, tagged), the grid counts 2 jobs, and the report pairs it with scan's."""
+    ran = plnexp_main("sweep", *TINY_GRID, "strategy=fori_loop,scan", "experiment=ctl", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert (
+        "[control] control-scan-synthetic_n30_p5_d2_s0-f32-cpu-n_iter5 (job 2 again: the report's A/A pair) ... done"
+        in (ran.stdout)
+    ), ran.stdout
+    assert "2/2 jobs + the control job, 0 failed" in ran.stdout
+    cl = store_client(outputs)
+    runs = cl.search_runs([cl.get_experiment_by_name("ctl").experiment_id])
+    (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = {r.info.run_name: r for r in runs if "mlflow.parentRunId" in r.data.tags}
+    control = children.pop("control-scan-synthetic_n30_p5_d2_s0-f32-cpu-n_iter5")
+    assert control.info.status == "FINISHED" and parent.info.status == "FINISHED"
+    assert control.data.tags[ranking.CONTROL_TAG] == "true" and control.data.tags[ranking.CONTROL_OF_TAG] == "1"
+    assert control.data.tags[tracking.JOB_TAG] == "2" and control.data.tags[ranking.MIN_SPEEDUP_TAG] == "1.1"
+    (scan,) = [r for r in children.values() if r.data.params["strategy.name"] == "scan"]
+    assert control.data.tags[provenance.HASH_TAG] == scan.data.tags[provenance.HASH_TAG]
+    assert parent.data.tags["n_done"] == "2" and parent.data.tags["jobs"] == "2"
+    # the report: the control is a row, never a contender, and the group's A/A pair
+    rep = report.load(tracking.tracking_uri(), parent)
+    ((_, entries),) = rep.groups.items()
+    aa = ranking.noise(entries)
+    assert aa.control and aa.known and aa.pairs == 1
+    assert sorted(n for c in rep.contenders[next(iter(rep.groups))] for n in c.names) == ["fori_loop", "scan"]
+    assert report.summary_lines(rep)[-1] == "2 of 2 jobs + the control job finished"
+    headline = report.summary_lines(rep)[0]
+    assert "timings contended" in headline or "(the control pair)" in headline, headline
+
+
+def test_no_control_job_when_off_with_one_strategy_or_too_few_runs(outputs, tmp_path, monkeypatch, plnexp_main):
+    """report.control=false; a sweep of one strategy (nothing compared); repeats=1 (the report ranks
+    nothing on fewer than 3 timed runs): the grid alone (fits faked: the plan is the point)."""
+    monkeypatch.setattr(runner, "execute", fake_execute)
+    grid = ["sweep=null", "dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=8", "report=false"]
+    for i, extra in enumerate(
+        (
+            ["strategy=scan,fori_loop", "report.control=false"],
+            ["strategy=scan", "seed=0,1"],
+            ["strategy=scan,fori_loop", "repeats=1"],
+        )
+    ):
+        ran = plnexp_main("sweep", *grid, *extra, f"experiment=off{i}", cwd=tmp_path)
+        assert ran.returncode == 0, ran.stderr
+        assert "[control]" not in ran.stdout and "2/2 jobs, 0 failed" in ran.stdout, ran.stdout
+        cl = store_client(outputs)
+        runs = cl.search_runs([cl.get_experiment_by_name(f"off{i}").experiment_id])
+        assert len(runs) == 3 and not any(ranking.CONTROL_TAG in r.data.tags for r in runs)
+    # the sweep's values are one per sweep: checked before any run
+    ran = plnexp_main("sweep", *grid, "strategy=scan,fori_loop", "report.min_speedup=1.1,1.2", cwd=tmp_path)
+    assert (
+        ran.returncode == 2
+        and "report.min_speedup=1.1,1.2: a sweep's report ranks with one minimum effect" in ran.stderr
+    )
+
+
+@pytest.mark.slow
+def test_a_resumed_sweep_runs_its_control_again_and_reports_its_original(outputs, tmp_path, monkeypatch, plnexp_main):
+    """The control job repeats scan's config (one config hash): resume=true never takes it for scan's
+    job, runs a control again, and the report pairs it with scan's earlier run (fits faked, on the data's
+    real digest: resume matches it)."""
+
+    def fake(cfg, overrides=(), name=None, output_dir="", outcome=None):
+        fake_execute(cfg, overrides, name, output_dir, outcome)
+        outcome.data_digest = runner.load_data(cfg.dataset).digest()
+        return outcome
+
+    monkeypatch.setattr(runner, "execute", fake)
+    grid = ["sweep=null", "dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=8", "experiment=res"]
+    first = plnexp_main("sweep", *grid, "strategy=scan,fori_loop", cwd=tmp_path)
+    assert first.returncode == 0 and "[control]" in first.stdout, first.stderr
+    again = plnexp_main("sweep", *grid, "strategy=scan,fori_loop,eager", "resume=true", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "resume: 2 of 3 job(s) matched" in again.stdout and "[control] control-scan" in again.stdout, again.stdout
+    assert "3/3 jobs + the control job (2 FINISHED earlier), 0 failed" in again.stdout, again.stdout
+    uri = tracking.tracking_uri()
+    rep = report.load(uri, tracking.latest_parent(uri, "res"))
+    assert sorted(e.label for e in rep.entries) == ["eager", "fori_loop", "scan", "scan (control)"]
+    (control,) = [e for e in rep.entries if e.control]
+    (scan,) = [e for e in rep.entries if e.strategy == "scan" and not e.control]
+    assert control.tags["mlflow.parentRunId"] == rep.parent.info.run_id != scan.tags["mlflow.parentRunId"]
+    assert ranking.original(control, rep.groups[control.group]) is scan
+    assert report.summary_lines(rep)[0].startswith("fastest on synthetic_n30_p5_d2_s0 (30×5), float32, cpu: scan")
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("report.min_speedup=0.9", "report.min_speedup=0.9: allowed values are numbers >= 1 (a factor: 1.10 names"),
+        ("report.min_speedup=fast", "report.min_speedup='fast': allowed values are numbers >= 1"),
+        ("report.min_speedup=true", "report.min_speedup=True: allowed values are numbers >= 1"),
+        ("report.control=maybe", "report.control='maybe': allowed values are true, false"),
+        ("report.colour=red", "report.colour: unknown key; allowed keys under report are min_speedup, control"),
+    ],
+)
+def test_report_settings_are_validated_config_keys(override, message):
+    with pytest.raises(cli.ConfigError) as e:
+        cli.plan([override], multirun=False, check_device=False)
+    assert str(e.value).startswith(message) and "\n" not in str(e.value), str(e.value)
+
+
+def test_report_settings_are_not_part_of_the_fit():
+    """Not in the run's name, its params or its config hash (resume=true matches the same fit)."""
+    (plain,) = cli.plan([], multirun=False, check_device=False)
+    (set_,) = cli.plan(["report.min_speedup=1.5", "report.control=false"], multirun=False, check_device=False)
+    assert set_.config.report.min_speedup == 1.5 and set_.config.report.control is False
+    assert plain.config.report.min_speedup == ranking.MIN_SPEEDUP == 1.10 and plain.config.report.control
+    assert set_.name == plain.name and "report" not in set_.config.as_dict()
+    assert provenance.config_hash(set_.config) == provenance.config_hash(plain.config)

@@ -342,12 +342,15 @@ def test_resume_an_interrupted_sweep_subprocess(outputs, tmp_path, blocking, pln
         f"resume: {len(finished_before)} of {n} job(s) matched a FINISHED run of "
         f"experiment 'res'; those are reused, the others run\n"
     ), resumed.stdout
-    assert f"{n}/{n} jobs ({len(finished_before)} FINISHED earlier), 0 failed" in resumed.stdout
+    # two strategies timed 3 times: the resumed sweep runs its control job (scan's again) at its end
+    assert f"{n}/{n} jobs + the control job ({len(finished_before)} FINISHED earlier), 0 failed" in resumed.stdout
     runs = store_client(outputs).search_runs([store_client(outputs).get_experiment_by_name("res").experiment_id])
     parents, children = split(runs)
-    done = [r for r in children if r.info.status == "FINISHED"]
+    done = [r for r in children if r.info.status == "FINISHED" and "plnexp.control" not in r.data.tags]
     assert len(done) == n
     assert len({r.data.tags["config_hash"] for r in done}) == n  # no duplicate config
+    (control,) = [r for r in children if "plnexp.control" in r.data.tags]  # the interrupted sweep ran none
+    assert control.info.status == "FINISHED" and control.info.run_name.startswith("control-scan-")
     new_parent = next(p for p in parents if "resumes" in p.data.tags)
     assert new_parent.info.status == "FINISHED" and new_parent.data.tags["n_done"] == str(n)
     other = plnexp_main(

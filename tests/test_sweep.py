@@ -235,10 +235,15 @@ def test_two_sweeps_at_once_into_one_new_store(tmp_path, monkeypatch):
         assert p.returncode == 0, e
     parents, children = split(runs_of(out, "both"))
     assert len(parents) == 2 and {r.info.status for r in parents} == {"FINISHED"}
-    assert len(children) == 4 and {r.info.status for r in children} == {"FINISHED"}
+    # each sweep: its two jobs, then its control job (scan's again: 2 strategies timed 3 times)
+    assert len(children) == 6 and {r.info.status for r in children} == {"FINISHED"}
     for parent in parents:
         mine = [r for r in children if r.data.tags["mlflow.parentRunId"] == parent.info.run_id]
-        assert sorted(r.data.params["strategy.name"] for r in mine) == ["fori_loop", "scan"]
+        assert sorted((r.data.params["strategy.name"], r.data.tags.get("plnexp.control", "")) for r in mine) == [
+            ("fori_loop", ""),
+            ("scan", ""),
+            ("scan", "true"),
+        ]
         assert {r.data.tags["plnexp.pid"] for r in mine} == {parent.data.tags["plnexp.pid"]}
 
 

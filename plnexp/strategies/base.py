@@ -4,33 +4,61 @@ A Program offers two ways to run the same fit:
 
 - ``call(state, data)``: the plain path a user would write (jit on first call, or no jit at all);
 - ``compile(state, data)``: ahead-of-time compilation, returning a :class:`Compiled` whose ``run``
-  executes without any further tracing or compiling, with the compile time measured apart.
+  executes without any further tracing or compiling, with the compile time measured apart: in
+  three parts, tracing (``jitted.trace``), lowering (``traced.lower()``) and XLA's compilation
+  (``lowered.compile()``), and what XLA made of the program (:func:`xla_metrics`, read from the
+  optimized HLO by :mod:`plnexp.xla_stats`).
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 from collections.abc import Callable, Sequence
 
 import jax
+from jax.extend import core as jax_core
 
+from .. import xla_stats
 from ..model import Arrays, init_state
 from ..problem import FitState, Output, Problem
+
+NAN = float("nan")
+# what a compiled program logs besides its compile times (see xla_metrics)
+XLA_METRICS = ("xla_instructions", "xla_fusions", "xla_flops_per_iter", "xla_bytes_per_iter", "peak_bytes")
+# what a program's cost_analysis counts (its "per_iteration" says how one iteration's is counted)
+WHOLE_PROGRAM = "the whole program: the loop body once whatever its trip count, and the code around it"
 
 
 @dataclass(frozen=True)
 class Compiled:
     run: Callable[[FitState, Arrays], Output]
     compile_s: float
-    # XLA's estimates, per compiled function name; for scans they count the loop body once
+    # XLA's estimates, per compiled function name: for the whole program (a loop's body counted
+    # once, the code around it too); "per_iteration" holds one iteration's (see xla_stats)
     cost_analysis: dict[str, Any] = field(default_factory=dict)
     memory_analysis: dict[str, Any] = field(default_factory=dict)
     # what profiling and fingerprinting read, per compiled function name: jax.stages.Lowered and
     # jax.stages.Compiled (optimized HLO: ``executables[name].as_text()``); empty for eager and torch
     lowered: dict[str, Any] = field(default_factory=dict)
     executables: dict[str, Any] = field(default_factory=dict)
+    # compile_s in parts (summed over functions); NaN where they do not apply (eager, torch)
+    trace_s: float = NAN
+    lower_s: float = NAN
+    xla_compile_s: float = NAN
+    # xla_metrics of the program ({} without an XLA program), worked out on first use: parsing the
+    # HLO and costing the loop alone take ~0.05-0.3 s a compile, which only a logged run needs
+    analyse: Callable[[], dict[str, float]] = field(default=dict, repr=False, compare=False)
+    # its optimized HLO as logged (xla_stats.join_functions: one function's text, or each after a
+    # header line)
+    hlo: str = field(default="", repr=False)
+
+    @property
+    def xla(self) -> dict[str, float]:
+        return self.analyse()
 
 
 class Program(Protocol):
@@ -101,22 +129,154 @@ def _memory(compiled: jax.stages.Compiled) -> dict:
     return {k: int(getattr(mem, k)) for k in names if hasattr(mem, k)}
 
 
+class Steps(NamedTuple):
+    """The fit's loop as traced: its length (None for a ``while_loop``, which stops on a condition)
+    and its unroll factor (the steps one trip of the compiled loop runs)."""
+
+    length: int | None
+    unroll: int
+
+
+def loop_steps(jaxpr) -> Steps | None:
+    """The outermost loop of a traced program (``jax.stages.Traced.jaxpr``): the longest ``scan``
+    (``fori_loop`` with static bounds is one), else a ``while``; None where the program has no loop
+    (a function that ``jit_per_function`` calls once per iteration). Nested calls (``pjit``,
+    ``shard_map``, ``custom_jvp``...) are looked into, loop bodies are not."""
+    found: list[Steps] = []
+    stack = [getattr(jaxpr, "jaxpr", jaxpr)]
+    while stack:
+        for eqn in stack.pop().eqns:
+            name = eqn.primitive.name
+            if name == "scan":
+                length = int(eqn.params["length"])
+                unroll = eqn.params.get("unroll", 1)
+                unroll = length if unroll is True else max(int(unroll), 1)
+                found.append(Steps(length, min(unroll, max(length, 1))))
+            elif name == "while":
+                found.append(Steps(None, 1))
+            else:
+                stack.extend(jax_core.jaxprs_in_params(eqn.params))
+    scans = [s for s in found if s.length is not None]
+    if scans:
+        return max(scans, key=lambda s: s.length or 0)
+    return found[0] if found else None
+
+
+def per_iteration(hlo: str, steps: Steps | None, whole: dict) -> dict:
+    """XLA's "flops" and "bytes accessed" of one iteration of a program (see :mod:`plnexp.xla_stats`),
+    with ``counted``, how: one call of a function without a loop; one trip of the loop's body and
+    condition over the steps it runs; without a loop left in the HLO, the whole program over its
+    steps. ``whole``: the program's own cost analysis (:func:`_cost`)."""
+    keys = ("flops", "bytes accessed")
+    if not whole:
+        return {}
+    if steps is None:
+        return {**{k: whole[k] for k in keys if k in whole}, "counted": "one call (one per iteration)"}
+    found = xla_stats.loop_modules(hlo)
+    if found is not None and found[0].trip_count is not None and steps.length is not None:
+        if found[0].trip_count != steps.length // steps.unroll:  # another loop: the fit's was unrolled away
+            found = None
+    if found is not None:
+        loop, modules = found
+        try:
+            parts = [xla_stats.module_cost(m) for m in modules]
+        except Exception as e:  # noqa: BLE001 - jaxlib's private API moved, or a module it will not parse
+            why = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            return {
+                **{k: whole[k] / steps.unroll for k in keys if k in whole},
+                "counted": f"the whole program / {steps.unroll} (the loop alone could not be costed: {why})",
+            }
+        out: dict[str, Any] = {k: sum(p.get(k, 0.0) for p in parts) / steps.unroll for k in keys}
+        out["counted"] = f"one trip of loop {loop.name} (body + condition) / {steps.unroll} step(s) per trip"
+        return out
+    n = max(steps.length or 1, 1)
+    return {**{k: whole[k] / n for k in keys if k in whole}, "counted": f"no loop left: the whole program / {n}"}
+
+
 @dataclass(frozen=True)
 class AotResult:
     lowered: jax.stages.Lowered
     compiled: jax.stages.Compiled
-    seconds: float
-    cost: dict
+    seconds: float  # trace_s + lower_s + xla_compile_s
+    cost: dict  # the whole program's, with "per_iteration" (per_iteration) where XLA gives one
     memory: dict
+    trace_s: float = NAN
+    lower_s: float = NAN
+    xla_compile_s: float = NAN
+    hlo: str = field(default="", repr=False)  # compiled.as_text()
+    steps: Steps | None = None  # the fit's loop as traced (loop_steps)
+
+    def per_iteration(self) -> dict:
+        """One iteration's cost (:func:`per_iteration`), worked out on first call and kept in
+        ``cost["per_iteration"]`` (so the run's analysis.json has it); {} without a cost analysis."""
+        if self.cost and self.hlo and "per_iteration" not in self.cost:
+            self.cost["per_iteration"] = per_iteration(self.hlo, self.steps, self.cost)
+        return self.cost.get("per_iteration", {})
 
 
 def aot_compile(jitted, *args) -> AotResult:
-    """``jitted.lower(*args).compile()``, timed (tracing + lowering + XLA compilation); the lowered
-    and compiled stages are kept (profiling reads them without compiling again)."""
+    """``jitted.trace(*args)``, ``.lower()``, ``.compile()``, each timed (their sum is the compile
+    time); the lowered and compiled stages are kept (profiling reads them without compiling again),
+    with XLA's cost analysis (the whole program's and one iteration's) and memory analysis."""
     t0 = time.perf_counter()
-    lowered = jitted.lower(*args)
+    traced = jitted.trace(*args)
+    t1 = time.perf_counter()
+    lowered = traced.lower()
+    t2 = time.perf_counter()
     compiled = lowered.compile()
-    return AotResult(lowered, compiled, time.perf_counter() - t0, _cost(compiled), _memory(compiled))
+    t3 = time.perf_counter()
+    hlo = compiled.as_text() or ""
+    steps = loop_steps(traced.jaxpr)
+    return AotResult(
+        lowered, compiled, t3 - t0, _cost(compiled), _memory(compiled), t1 - t0, t2 - t1, t3 - t2, hlo, steps
+    )
+
+
+def peak_bytes(memory: dict) -> float:
+    """argument + output + temp - alias bytes of XLA's memory analysis (NaN without one)."""
+    names = ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes")
+    if not all(k in memory for k in names):
+        return NAN
+    return float(sum(memory[k] for k in names) - memory.get("alias_size_in_bytes", 0))
+
+
+def xla_metrics(aot: dict[str, AotResult]) -> dict[str, float]:
+    """What XLA made of a program of one or more compiled functions (one call of each per iteration):
+    ``xla_instructions`` and ``xla_fusions`` (:func:`plnexp.xla_stats.stats`), summed over the
+    functions; ``xla_flops_per_iter`` and ``xla_bytes_per_iter`` (:func:`per_iteration`), summed;
+    ``peak_bytes`` (:func:`peak_bytes`), the largest. A figure XLA did not give is left out."""
+    out: dict[str, float] = {}
+    texts = [a.hlo for a in aot.values() if a.hlo]
+    if texts:
+        counted = [xla_stats.stats(t) for t in texts]
+        out["xla_instructions"] = float(sum(s.instructions for s in counted))
+        out["xla_fusions"] = float(sum(s.fusions for s in counted))
+    per_iter = [a.per_iteration() for a in aot.values()]
+    for key, metric in (("flops", "xla_flops_per_iter"), ("bytes accessed", "xla_bytes_per_iter")):
+        if per_iter and all(key in p for p in per_iter):
+            out[metric] = float(sum(p[key] for p in per_iter))
+    peaks = [peak_bytes(a.memory) for a in aot.values()]
+    if peaks and all(math.isfinite(p) for p in peaks):
+        out["peak_bytes"] = max(peaks)
+    return out
+
+
+def compiled_program(run: Callable[[FitState, Arrays], Output], aot: dict[str, AotResult]) -> Compiled:
+    """The :class:`Compiled` of a program made of the functions ``aot`` (by name; one call of each per
+    iteration where there are several): compile times summed, XLA's analyses by function."""
+    return Compiled(
+        run,
+        sum(a.seconds for a in aot.values()),
+        {name: a.cost for name, a in aot.items()},
+        {name: a.memory for name, a in aot.items()},
+        {name: a.lowered for name, a in aot.items()},
+        {name: a.compiled for name, a in aot.items()},
+        trace_s=sum(a.trace_s for a in aot.values()),
+        lower_s=sum(a.lower_s for a in aot.values()),
+        xla_compile_s=sum(a.xla_compile_s for a in aot.values()),
+        analyse=functools.cache(lambda: xla_metrics(aot)),
+        hlo=xla_stats.join_functions({name: a.hlo for name, a in aot.items() if a.hlo}),
+    )
 
 
 @dataclass(frozen=True)
@@ -135,14 +295,6 @@ class SingleProgram(OneDevice):
 
     def compile(self, state, data) -> Compiled:
         aot = aot_compile(self._jitted, state, data)
-        cost = aot.cost
-        if cost:  # XLA costs a while/scan body once, whatever the trip count
-            cost["counted"] = "per iteration: the loop body once (+ one final ELBO)"
-        return Compiled(
-            aot.compiled,
-            aot.seconds,
-            {self.label: cost},
-            {self.label: aot.memory},
-            {self.label: aot.lowered},
-            {self.label: aot.compiled},
-        )
+        if aot.cost:
+            aot.cost["counted"] = WHOLE_PROGRAM + " (+ one final ELBO)"
+        return compiled_program(aot.compiled, {self.label: aot})

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..model import Arrays, init_state
 from ..problem import FitState, Output, Problem
-from .base import Compiled, SingleProgram, aot_compile
+from .base import WHOLE_PROGRAM, Compiled, SingleProgram, aot_compile, compiled_program
 
 
 def _take(tree, k: int):
@@ -85,9 +85,6 @@ class Batched:
     def compile(self, state, data) -> Compiled:
         aot = aot_compile(self._program(data), state, data)
         label = f"{self.inner.label}_x{self.replicates}"
-        cost = aot.cost
-        if cost:
-            cost["counted"] = f"per iteration of all {self.replicates} replicates: the loop body once"
-        return Compiled(
-            aot.compiled, aot.seconds, {label: cost}, {label: aot.memory}, {label: aot.lowered}, {label: aot.compiled}
-        )
+        if aot.cost:
+            aot.cost["counted"] = f"{WHOLE_PROGRAM}, all {self.replicates} replicates"
+        return compiled_program(aot.compiled, {label: aot})

@@ -29,7 +29,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ..model import Arrays, PLNState, Rows, init_state
 from ..problem import FitState, Output, Problem
-from .base import Compiled, aot_compile
+from .base import WHOLE_PROGRAM, Compiled, aot_compile, compiled_program
 
 AXIS = "rows"
 VIA = ("jit", "shard_map")
@@ -168,12 +168,9 @@ class RowSharded:
     def compile(self, state, data) -> Compiled:
         aot = aot_compile(self._program(state, data), state, data)
         label = f"scan_sharded_{self.via}"
-        cost = aot.cost
-        if cost:
-            cost["counted"] = "per iteration: the loop body once (+ one final ELBO), per device"
-        return Compiled(
-            aot.compiled, aot.seconds, {label: cost}, {label: aot.memory}, {label: aot.lowered}, {label: aot.compiled}
-        )
+        if aot.cost:
+            aot.cost["counted"] = f"{WHOLE_PROGRAM} (+ one final ELBO), per device"
+        return compiled_program(aot.compiled, {label: aot})
 
 
 def _scan(step, state: FitState, data: Arrays, n_iter: int, problem: Problem) -> Output:

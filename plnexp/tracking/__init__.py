@@ -11,8 +11,10 @@ this host, a SLURM job that ended), with that owner's reason.
 
 One module per responsibility; every name is re-exported here (``tracking.X``):
 
-- :mod:`.store`: the URI, the (retrying) client, the check and creation of a store
-- :mod:`.writes`: experiments, parent runs, a job's run, reports and tags
+- :mod:`.store`: the URI, the (retrying) client, the check and creation of a store, the tags that
+  make an experiment open on the study in MLflow's UI
+- :mod:`.writes`: experiments, parent runs, a job's run (with its data set as a dataset input),
+  reports and tags
 - :mod:`.owners`: who owns a RUNNING run (:class:`Owner`, :class:`LocalProcess`, :class:`SlurmJob`), and
   whether it is alive
 - :mod:`.pending`: a fit's result that the store did not take, kept locally and sent later
@@ -41,6 +43,8 @@ from .queries import (
 )
 from .running import end_children, end_process_runs, end_running, may_end, process_runs, sweep_up_orphans
 from .store import (
+    EXPERIMENT_KIND,
+    EXPERIMENT_KIND_TAG,
     LOCKED,
     PROBE_TIMEOUT_S,
     AFTER_FIT_DELAYS_S,
@@ -51,20 +55,26 @@ from .store import (
     after_fit,
     check_store,
     client,
+    dress_experiment,
+    experiment_tags,
     store_exists,
+    study_link,
     tracking_uri,
 )
 from .writes import (
     CURVE_KEY,
+    DATA_CONTEXT,
     FINGERPRINT_TAG,
     GAP_KEY,
     JOB_TAG,
     Parent,
     close_parent,
+    dataset_inputs,
     end_run,
     experiment_id,
     finish_job,
     job_record,
+    log_dataset_inputs,
     log_job,
     log_report,
     open_parent,
@@ -78,6 +88,9 @@ from .writes import (
 __all__ = [
     "AFTER_FIT_DELAYS_S",
     "CURVE_KEY",
+    "DATA_CONTEXT",
+    "EXPERIMENT_KIND",
+    "EXPERIMENT_KIND_TAG",
     "FINGERPRINT_TAG",
     "GAP_KEY",
     "HOST_TAG",
@@ -99,6 +112,8 @@ __all__ = [
     "children",
     "client",
     "close_parent",
+    "dataset_inputs",
+    "dress_experiment",
     "end_children",
     "end_process_runs",
     "end_run",
@@ -106,6 +121,7 @@ __all__ = [
     "experiment_id",
     "experiment_name",
     "experiment_names",
+    "experiment_tags",
     "find_experiment",
     "find_run",
     "finish_job",
@@ -113,6 +129,7 @@ __all__ = [
     "is_parent",
     "job_record",
     "latest_parent",
+    "log_dataset_inputs",
     "log_job",
     "log_report",
     "may_end",
@@ -132,6 +149,7 @@ __all__ = [
     "start_parent",
     "store",
     "store_exists",
+    "study_link",
     "sweep_children",
     "sweep_runs",
     "sweep_up_orphans",

@@ -10,9 +10,11 @@ read by more people, for longer, than the process that writes to it): a password
 
 from __future__ import annotations
 
+import gzip
 import json
 import tempfile
 import time
+from dataclasses import fields
 from pathlib import Path
 from typing import NamedTuple
 
@@ -22,12 +24,14 @@ from ..config import Config, flatten, outputs_dir
 from ..provenance import environment_tags
 from ..redact import redact, redact_text
 from . import owners
-from .store import client
+from .store import client, dress_experiment
 
 CURVE_KEY = "elbo"  # the ELBO per iteration (step metric)
 GAP_KEY = "elbo_gap_log10"  # log10 of the gap to the run's best ELBO: what reads on MLflow's linear chart
 JOB_TAG = "plnexp.job"  # a sweep child's job number (its order in the sweep)
 FINGERPRINT_TAG = "hlo_fingerprint"  # of the compiled program (plnexp.fingerprint): same value, same program
+HLO_ARTIFACT = "program.hlo.txt"  # the optimized HLO of a compiled run (several functions: a header line each)
+GZIP_OVER = 1 << 20  # bytes: a larger text artifact is written as NAME.gz
 
 
 def safe(values: dict) -> dict[str, str]:
@@ -46,19 +50,24 @@ class Parent(NamedTuple):
 def experiment_id(cl, name: str) -> str:
     """Get or create the experiment: in a local store (sqlite, a folder) with its artifacts under
     ``<outputs>/artifacts/<name>``; on a tracking server where the server puts them (with
-    ``--serve-artifacts``: uploaded through it, so the cluster's nodes need no access to them)."""
+    ``--serve-artifacts``: uploaded through it, so the cluster's nodes need no access to them).
+    Either way tagged to open on the study in MLflow's UI, where it is not yet
+    (:func:`~plnexp.tracking.store.dress_experiment`)."""
     exp = cl.get_experiment_by_name(name)
     if exp is not None:
+        dress_experiment(cl, exp.experiment_id, getattr(exp, "tags", None))
         return exp.experiment_id
     server = str(cl.tracking_uri).startswith(("http://", "https://"))
     location = None if server else (outputs_dir() / "artifacts" / name).as_uri()
     try:
-        return cl.create_experiment(name, artifact_location=location)
+        exp_id = cl.create_experiment(name, artifact_location=location)
     except Exception:  # created meanwhile by another process
         exp = cl.get_experiment_by_name(name)
         if exp is None:
             raise
-        return exp.experiment_id
+        exp_id = exp.experiment_id
+    dress_experiment(cl, exp_id)
+    return exp_id
 
 
 def process_tags() -> dict[str, str]:
@@ -117,11 +126,61 @@ def start_job(cl, exp_id: str, job, parent_id: str | None = None, tags: dict | N
     return run.info.run_id
 
 
+DATA_CONTEXT = "training"  # the dataset input's mlflow.data.context tag (what MLflow shows beside its name)
+
+
+def dataset_inputs(job) -> list[dict]:
+    """The data a job fitted as its run's MLflow dataset input (the runs table's Dataset column,
+    and the drawer it opens), plain JSON-able values for :func:`job_record`: the name (the data set's
+    label and n×p), the digest (``data_digest``'s first 8 hex digits, MLflow's length; the tag keeps
+    it whole), the source (the config of the data set: plnexp's loader makes it) and the profile
+    (``n``, ``p``). None before the data loaded (a job that failed first): its digest is not known
+    until then, after the run is created, so the input is written with the job's result."""
+    if not job.data_digest or not job.data_shape:
+        return []
+    cfg: Config = job.config
+    specs = cfg.replicate_datasets()  # a synthetic data set per replicate, with its own seed
+    spec = specs[job.replicate] if 0 <= job.replicate < len(specs) else cfg.dataset
+    n, p = job.data_shape
+    source = {"dataset": spec.name}
+    for f in fields(spec):
+        value = getattr(spec, f.name)
+        source[f"dataset.{f.name}"] = ",".join(value) if isinstance(value, tuple) else value
+    return [
+        {
+            "name": redact_text(f"{spec.label} {n}×{p}"),
+            "digest": job.data_digest[:8],
+            "source_type": "code",
+            "source": json.dumps({"tags": safe(source)}),
+            "profile": json.dumps({"n": n, "p": p}),
+            "context": DATA_CONTEXT,
+        }
+    ]
+
+
+def log_dataset_inputs(cl, run_id: str, inputs: list[dict]) -> None:
+    """Log :func:`dataset_inputs` to the run (one call; none when empty). Sent again, the same input
+    is not doubled: MLflow keeps one per data set's name and digest."""
+    if not inputs:
+        return
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    datasets = [
+        DatasetInput(
+            Dataset(d["name"], d["digest"], d["source_type"], d["source"], profile=d.get("profile")),
+            [InputTag("mlflow.data.context", d["context"])],
+        )
+        for d in inputs
+    ]
+    cl.log_inputs(run_id, datasets=datasets)
+
+
 def job_record(job) -> dict:
     """Everything :func:`finish_job` writes for ``job`` (a :class:`plnexp.runner.Outcome`), as plain
     JSON-able values, credentials masked: params, tags, metrics (``[key, value, step, ts]``), the
-    text artifacts, the ELBO plot's title, the status and end time. What a result kept locally
-    (:mod:`plnexp.tracking.pending`) holds."""
+    text artifacts (the optimized HLO as ``program.hlo.txt``, compressed when written: see
+    :func:`write_record`), the data set (:func:`dataset_inputs`), the ELBO plot's title, the status
+    and end time. What a result kept locally (:mod:`plnexp.tracking.pending`) holds."""
     cfg: Config = job.config
     tags = {"status_reason": job.reason or "", "mlflow.note.content": job.note()}
     if job.status == "KILLED":
@@ -145,11 +204,14 @@ def job_record(job) -> dict:
             "runs_s": list(job.result.timing.runs_s),
         }
         artifacts["analysis.json"] = json.dumps(redact(analysis), indent=1, default=str)
+        if job.result.timing.hlo:  # the optimized HLO (plnexp.xla_stats reads it: plnexp compare)
+            artifacts[HLO_ARTIFACT] = redact_text(job.result.timing.hlo)
     return {
         "params": safe(flatten(cfg.as_dict())),
         "tags": safe(tags),
         "metrics": metrics,
         "artifacts": artifacts,
+        "inputs": dataset_inputs(job),  # the data set (log_dataset_inputs)
         "plot_title": f"{job.name}  ({job.status})",
         "status": job.status,
         "end_time": int((job.ended or time.time()) * 1000),
@@ -158,7 +220,8 @@ def job_record(job) -> dict:
 
 def write_record(cl, run_id: str, record: dict) -> None:
     """Write a :func:`job_record` to the run ``run_id``, then end it with the record's status. Every
-    param is logged (MLflow's client splits a large batch), metrics 1000 to a call."""
+    param is logged (MLflow's client splits a large batch), metrics 1000 to a call; a text artifact
+    over :data:`GZIP_OVER` bytes is written gzip-compressed, its name ending ``.gz``."""
     from mlflow.entities import Metric, Param, RunTag
 
     params = [Param(k, v) for k, v in record["params"].items()]
@@ -166,11 +229,16 @@ def write_record(cl, run_id: str, record: dict) -> None:
     cl.log_batch(run_id, metrics=metrics[:1000], params=params, tags=[RunTag(k, v) for k, v in record["tags"].items()])
     for start in range(1000, len(metrics), 1000):
         cl.log_batch(run_id, metrics=metrics[start : start + 1000])
+    log_dataset_inputs(cl, run_id, record.get("inputs", []))  # a record kept before inputs were: none
     curve = [m.value for m in sorted((m for m in metrics if m.key == CURVE_KEY), key=lambda m: m.step)]
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         for name, text in record["artifacts"].items():
-            (tmp / name).write_text(text)
+            data = text.encode()
+            if len(data) > GZIP_OVER:
+                (tmp / f"{name}.gz").write_bytes(gzip.compress(data, mtime=0))
+            else:
+                (tmp / name).write_bytes(data)
         if curve:
             from ..plots import elbo_png
 
