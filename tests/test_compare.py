@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import io
+import json
 import math
 import re
 import shutil
@@ -39,15 +40,21 @@ def _run(strategy: str) -> str:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, migrated_store) -> tuple[Path, dict[str, str]]:
-    """One tiny run of each strategy in one store, made once for the module: (outputs, run id by strategy)."""
-    out = tmp_path_factory.mktemp("compare") / "outputs"
-    out.mkdir()
-    shutil.copy(migrated_store, out / "mlflow.db")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PLNEXP_OUTPUTS", str(out))
-        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
-        ids = {s: _run(s) for s in STRATEGIES}
-    return out, ids
+    """One tiny run of each strategy in one store, made once for the session (whichever xdist worker
+    asks first; the tests only read it): (outputs, run id by strategy)."""
+    from conftest import made_once
+
+    with made_once(tmp_path_factory, "compare_runs") as (folder, make):
+        out = folder / "outputs"
+        if make:
+            out.mkdir()
+            shutil.copy(migrated_store, out / "mlflow.db")
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setenv("PLNEXP_OUTPUTS", str(out))
+                mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+                ids = {s: _run(s) for s in STRATEGIES}
+            (folder / "ids.json").write_text(json.dumps(ids))
+    return out, json.loads((folder / "ids.json").read_text())
 
 
 @pytest.fixture
@@ -64,7 +71,7 @@ def _row(text: str, label: str) -> list[str]:
     return re.split(r"\s{2,}", line[len(label) :].strip())
 
 
-def test_a_compiled_run_logs_every_metric_and_its_program(runs):
+def test_a_compiled_run_logs_every_metric_and_its_program(runs, tmp_path):
     from conftest import store_client
 
     out, ids = runs
@@ -76,7 +83,7 @@ def test_a_compiled_run_logs_every_metric_and_its_program(runs):
     assert m["trace_s"] + m["lower_s"] + m["xla_compile_s"] == pytest.approx(m["compile_s"], rel=0.1)
     names = {f.path for f in cl.list_artifacts(run.info.run_id)}
     assert {"analysis.json", "config.yaml", writes.HLO_ARTIFACT} <= names
-    text = Path(cl.download_artifacts(run.info.run_id, writes.HLO_ARTIFACT, str(out.parent))).read_text()
+    text = Path(cl.download_artifacts(run.info.run_id, writes.HLO_ARTIFACT, str(tmp_path))).read_text()
     functions = xla_stats.split_functions(text)
     assert list(functions) == ["loss_and_grad", "update", "complete"]
     assert xla_stats.program_stats(text).instructions == m["xla_instructions"]
