@@ -149,6 +149,28 @@ def calibrate(clock=time.perf_counter) -> float:
     return best
 
 
+@dataclass(frozen=True)
+class ProgramStats:
+    """What one cold compile says of its program: ``compile_s`` in three parts (NaN where they do
+    not apply: eager, torch) and what XLA made of it (``xla``: xla_instructions, xla_fusions,
+    xla_flops_per_iter, xla_bytes_per_iter, peak_bytes; worked out on first use by ``analyse``,
+    since parsing the HLO and costing the loop alone take ~0.02-0.15 s that only a logged run needs),
+    and the optimized HLO as logged (``hlo``: one function's text, or each after a header line)."""
+
+    trace_s: float = NAN
+    lower_s: float = NAN
+    xla_compile_s: float = NAN
+    analyse: Callable[[], dict[str, float]] = field(default=dict, repr=False, compare=False)
+    hlo: str = field(default="", repr=False)
+
+    @property
+    def xla(self) -> dict[str, float]:
+        return self.analyse()
+
+    def as_metrics(self) -> dict[str, float]:
+        return {"trace_s": self.trace_s, "lower_s": self.lower_s, "xla_compile_s": self.xla_compile_s, **self.xla}
+
+
 @dataclass(frozen=True, kw_only=True)
 class Timing:
     compile_s: float
@@ -168,19 +190,8 @@ class Timing:
     compile_warm_s: float = NAN
     compile_cache_hits: float = NAN
     compile_warm_cache_hits: float = NAN
-    # compile_s in parts; NaN where they do not apply (eager, torch)
-    trace_s: float = NAN
-    lower_s: float = NAN
-    xla_compile_s: float = NAN
-    # XLA's counts (plnexp.strategies.base.XLA_METRICS: xla_instructions, ...) and the optimized HLO;
-    # empty for eager and torch
-    # (worked out on first use: plnexp.strategies.base.Compiled.analyse)
-    analyse: Callable[[], dict[str, float]] = field(default=dict, repr=False, compare=False)
-    hlo: str = field(default="", repr=False)
-
-    @property
-    def xla(self) -> dict[str, float]:
-        return self.analyse()
+    # compile_s in parts and what XLA made of the program (nothing for eager and torch)
+    program: ProgramStats = field(default_factory=ProgramStats)
 
     @property
     def spread(self) -> Spread:
@@ -190,9 +201,6 @@ class Timing:
         """The measured numbers, without those not measured (NaN)."""
         values = {
             "compile_s": self.compile_s,
-            "trace_s": self.trace_s,
-            "lower_s": self.lower_s,
-            "xla_compile_s": self.xla_compile_s,
             "compile_warm_s": self.compile_warm_s,
             "first_call_s": self.first_call_s,
             "run_s": self.run_s,
@@ -203,7 +211,7 @@ class Timing:
             "calib_after_s": self.calib_after_s,
             "timed_start": self.timed_start,
             "timed_end": self.timed_end,
-            **self.xla,
+            **self.program.as_metrics(),
         }
         if not math.isnan(self.run_s):  # timed runs (an untimed call has no spread)
             spread = self.spread
@@ -378,11 +386,7 @@ def measure(
         compile_warm_s=compile_warm_s,
         compile_cache_hits=hits,
         compile_warm_cache_hits=warm_hits,
-        trace_s=compiled.trace_s,
-        lower_s=compiled.lower_s,
-        xla_compile_s=compiled.xla_compile_s,
-        analyse=compiled.analyse,
-        hlo=compiled.hlo,
+        program=compiled.program,
     )
 
 

@@ -516,9 +516,9 @@ def test_measure_reports_consistent_times(strategy, repeats, small, monkeypatch)
         ((label, cost),) = t.cost_analysis.items()
         assert cost["flops"] > 0 and cost["counted"].startswith("the whole program")  # scan body counted once
         # one iteration: the loop alone (the final ELBO and the copies around the loop left out),
-        # worked out on first use (t.xla) and then kept beside the whole program's cost
+        # worked out on first use (t.program.xla) and then kept beside the whole program's cost
         assert "per_iteration" not in cost
-        flops_per_iter = t.xla["xla_flops_per_iter"]
+        flops_per_iter = t.program.xla["xla_flops_per_iter"]
         assert cost["per_iteration"]["counted"].startswith("one trip of loop")
         assert 0 < flops_per_iter == cost["per_iteration"]["flops"] < cost["flops"]
         assert t.memory_analysis[label]["argument_size_in_bytes"] > 0

@@ -23,6 +23,7 @@ import jax
 from jax.extend import core as jax_core
 
 from .. import xla_stats
+from ..timing import ProgramStats
 from ..model import Arrays, init_state
 from ..problem import FitState, Output, Problem
 
@@ -45,20 +46,8 @@ class Compiled:
     # jax.stages.Compiled (optimized HLO: ``executables[name].as_text()``); empty for eager and torch
     lowered: dict[str, Any] = field(default_factory=dict)
     executables: dict[str, Any] = field(default_factory=dict)
-    # compile_s in parts (summed over functions); NaN where they do not apply (eager, torch)
-    trace_s: float = NAN
-    lower_s: float = NAN
-    xla_compile_s: float = NAN
-    # xla_metrics of the program ({} without an XLA program), worked out on first use: parsing the
-    # HLO and costing the loop alone take ~0.05-0.3 s a compile, which only a logged run needs
-    analyse: Callable[[], dict[str, float]] = field(default=dict, repr=False, compare=False)
-    # its optimized HLO as logged (xla_stats.join_functions: one function's text, or each after a
-    # header line)
-    hlo: str = field(default="", repr=False)
-
-    @property
-    def xla(self) -> dict[str, float]:
-        return self.analyse()
+    # compile_s in parts (summed over functions) and xla_metrics, worked out on first use
+    program: ProgramStats = field(default_factory=ProgramStats)
 
 
 class Program(Protocol):
@@ -271,11 +260,13 @@ def compiled_program(run: Callable[[FitState, Arrays], Output], aot: dict[str, A
         {name: a.memory for name, a in aot.items()},
         {name: a.lowered for name, a in aot.items()},
         {name: a.compiled for name, a in aot.items()},
-        trace_s=sum(a.trace_s for a in aot.values()),
-        lower_s=sum(a.lower_s for a in aot.values()),
-        xla_compile_s=sum(a.xla_compile_s for a in aot.values()),
-        analyse=functools.cache(lambda: xla_metrics(aot)),
-        hlo=xla_stats.join_functions({name: a.hlo for name, a in aot.items() if a.hlo}),
+        program=ProgramStats(
+            trace_s=sum(a.trace_s for a in aot.values()),
+            lower_s=sum(a.lower_s for a in aot.values()),
+            xla_compile_s=sum(a.xla_compile_s for a in aot.values()),
+            analyse=functools.cache(lambda: xla_metrics(aot)),
+            hlo=xla_stats.join_functions({name: a.hlo for name, a in aot.items() if a.hlo}),
+        ),
     )
 
 

@@ -204,8 +204,8 @@ def job_record(job) -> dict:
             "runs_s": list(job.result.timing.runs_s),
         }
         artifacts["analysis.json"] = json.dumps(redact(analysis), indent=1, default=str)
-        if job.result.timing.hlo:  # the optimized HLO (plnexp.xla_stats reads it: plnexp compare)
-            artifacts[HLO_ARTIFACT] = redact_text(job.result.timing.hlo)
+        if job.result.timing.program.hlo:  # the optimized HLO (plnexp.xla_stats reads it: plnexp compare)
+            artifacts[HLO_ARTIFACT] = redact_text(job.result.timing.program.hlo)
     return {
         "params": safe(flatten(cfg.as_dict())),
         "tags": safe(tags),
