@@ -403,6 +403,9 @@ def mlflow_server(
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")}
     if auth_admin_password is not None:
         env.update(_auth_env(folder, auth_admin_password, default_permission))
+    # MLflow 3's job runner (seven huey_consumer processes, each importing MLflow: ~20 s of CPU and
+    # 1.7 GB at every start) serves its GenAI jobs, which a tracking server for plnexp never runs
+    env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
     t0 = time.monotonic()
     proc = _spawn(
         [
