@@ -18,6 +18,10 @@ from plnexp import xla_stats
 from plnexp.metrics import PROGRAM
 from plnexp.tracking import writes
 
+# five tiny real runs made once for the module (~12 s): the full suite's; the fast subset keeps the
+# HLO counting and costing of tests/test_xla_stats.py
+pytestmark = pytest.mark.slow
+
 # the session's compile cache on (a run's default): scan_pytree reads scan_namedtuple's program back
 TINY = ("dataset=synthetic", "dataset.n=30", "dataset.p=5", "repeats=1", "time_budget_s=0")
 STRATEGIES = ("scan_namedtuple", "scan_pytree", "scan_unrolled", "jit_per_function", "eager")

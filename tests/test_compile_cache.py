@@ -240,6 +240,7 @@ def test_a_torch_fit_runs_with_the_default(outputs, tiny):
     assert _entries(outputs / "jax_cache") == []
 
 
+@pytest.mark.slow  # ~2-3 s: in CI; the fast subset stays under 2 minutes
 def test_run_uses_the_cache_and_sweep_keeps_it_off(outputs, capsys):
     from plnexp.__main__ import main
 

@@ -111,6 +111,7 @@ def test_float32_within_float32_rounding_of_scan(model, optimizer, oaks):
     _check_float32(oaks, model, optimizer, n_iter=100, lr=lr)
 
 
+@pytest.mark.slow  # ~2-3 s: in CI; the fast subset stays under 2 minutes
 def test_deterministic_and_large_blocks():
     # n = 1001 rows: 16 chunks of 63 rows, blocks of 48 and tails; two runs give the same bits
     data = simulate(n=1001, p=40, d=3, seed=1)

@@ -101,6 +101,7 @@ def test_a_diverged_replicate_fails_alone(monkeypatch, small):
     assert runner.combined(outs).reason == "1 of 3 replicates FAILED: non-finite ELBO at iteration 7"
 
 
+@pytest.mark.slow  # ~2-3 s: in CI; the fast subset stays under 2 minutes
 def test_sweep_with_replicates_logs_one_child_per_replicate(outputs, capsys):
     from plnexp.__main__ import main
 

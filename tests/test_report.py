@@ -701,6 +701,7 @@ def test_a_sweep_runs_its_control_job_and_the_report_uses_it(outputs, tmp_path, 
     assert "timings contended" in headline or "(the control pair)" in headline, headline
 
 
+@pytest.mark.slow  # four sweeps through Hydra and the store (~7 s): the rule itself is unit-tested in test_ranking
 def test_no_control_job_when_off_with_one_strategy_or_too_few_runs(outputs, tmp_path, monkeypatch, plnexp_main):
     """report.control=false; a sweep of one strategy (nothing compared); repeats=1 (the report ranks
     nothing on fewer than 3 timed runs): the grid alone (fits faked: the plan is the point)."""

@@ -37,6 +37,7 @@ def toy(tmp_path, monkeypatch):
     return TOY
 
 
+@pytest.mark.slow  # ~2-3 s: in CI; the fast subset stays under 2 minutes
 def test_a_new_strategy_with_a_new_option_needs_only_its_entry_and_yaml(toy):
     (job,) = cli.plan(
         ["strategy=toy_chunked", "strategy.chunk=3", "dataset=synthetic", "dataset.n=40", "dataset.p=4", "n_iter=7"],

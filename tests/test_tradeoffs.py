@@ -202,6 +202,7 @@ def test_the_preset_is_the_sweep_tag_else_the_experiment():
 TINY = ("dataset=synthetic", "dataset.n=30", "dataset.p=5", "repeats=1", "time_budget_s=0")
 
 
+@pytest.mark.slow  # three real tiny sweeps in process (~16 s): the headlines are unit-tested above
 @pytest.mark.parametrize(
     "preset,overrides,says,figure",
     [
