@@ -246,13 +246,9 @@ def main(args: list[str]) -> int:
         return 0
     try:
         run_a, run_b, store = parse(args)
-        uri = tracking.tracking_uri(store)
-        if not tracking.store_exists(uri):
-            raise ConfigError(
-                f"the store {uri} does not exist: no runs to compare (tracking_uri=, MLFLOW_TRACKING_URI or "
-                "PLNEXP_OUTPUTS selects another)"
-            )
-        uri = tracking.check_store(store)
+        uri = tracking.check_existing_store(
+            store, "no runs to compare (tracking_uri=, MLFLOW_TRACKING_URI or PLNEXP_OUTPUTS selects another)"
+        )
         a, b = side(uri, run_a), side(uri, run_b)
     except (ConfigError, tracking.StoreError) as e:
         kind = "store error" if isinstance(e, tracking.StoreError) else "error"

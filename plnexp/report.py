@@ -1053,13 +1053,11 @@ def main(args: list[str]) -> int:
         from . import cli
 
         cli.check_outputs()
-        uri = tracking.tracking_uri(None)
-        if not tracking.store_exists(uri):
-            raise ConfigError(
-                f"the store {uri} does not exist yet: no sweep to report on; run "
-                "`python -m plnexp sweep` first (MLFLOW_TRACKING_URI or PLNEXP_OUTPUTS selects another)"
-            )
-        uri = tracking.check_store(None)
+        uri = tracking.check_existing_store(
+            None,
+            "no sweep to report on; run `python -m plnexp sweep` first (MLFLOW_TRACKING_URI or "
+            "PLNEXP_OUTPUTS selects another)",
+        )
         tracking.sweep_up_orphans(uri)
         report, folder, files = build(uri, **opts)
     except (ConfigError, tracking.StoreError) as e:

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
-from ..config import outputs_dir
+from ..config import ConfigError, outputs_dir
 from ..redact import MASK, is_redacted, redact_text
 
 log = logging.getLogger(__name__)
@@ -317,6 +317,16 @@ def store_exists(uri: str) -> bool:
     """False for a sqlite store whose file does not exist yet (a server or other database: True)."""
     path = _sqlite_path(uri) if uri.lower().startswith("sqlite:") else None
     return path is None or path.exists()
+
+
+def check_existing_store(explicit: str | None, missing: str) -> str:
+    """:func:`check_store` for a command that only reads runs (``report``, ``compare``): a sqlite store
+    not created yet is one :class:`~plnexp.config.ConfigError` line, ``the store URI does not exist
+    yet: MISSING``, and is not created."""
+    uri = tracking_uri(explicit)
+    if not store_exists(uri):
+        raise ConfigError(f"the store {uri} does not exist yet: {missing}")
+    return check_store(explicit)
 
 
 def check_store(explicit: str | None = None, timeout: float = PROBE_TIMEOUT_S) -> str:
