@@ -10,6 +10,7 @@ Names are resolved into the registries' records: :class:`~plnexp.optim.Optimizer
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from pathlib import Path
@@ -136,10 +137,23 @@ class DatasetSpec:
     alike. Subclasses declare their own fields and ``_load`` (the data before replication)."""
 
     replication: int = field(default=1, kw_only=True)
+    # the best known ELBO of the data as fitted (exact log y!; plnexp.optimum): None = shipped, cached
+    # or computed once; false = none (no convergence metrics). Scores runs, changes no fit (not hashed)
+    optimum: float | bool | None = field(default=None, kw_only=True)
     name: ClassVar[str]
 
     def __post_init__(self):
         _int("dataset.replication", self.replication, 1)
+        opt = self.optimum
+        if opt is True or not (
+            opt is None or opt is False or (isinstance(opt, (int, float)) and math.isfinite(opt) and opt != 0)
+        ):
+            raise ConfigError(
+                f"dataset.optimum={opt!r}: allowed values are null (the best known ELBO: shipped, cached or "
+                "computed once), false (none) or the ELBO (a finite non-zero number)"
+            )
+        if opt is not None and opt is not False:
+            object.__setattr__(self, "optimum", float(opt))
 
     @property
     def base_label(self) -> str:
@@ -255,10 +269,21 @@ class ReportSpec:
 
     min_speedup: float = 1.10  # a winner leads the next by at least this factor (asv's default factor)
     control: bool = True  # the sweep's reference job run again at its end, an A/A pair (plnexp.sweep)
+    peers: tuple[str, ...] = ()  # other packages' fits run beside the grid, for the report (plnexp.peers)
 
     def __post_init__(self):
         object.__setattr__(self, "min_speedup", min_speedup(self.min_speedup))
         _bool("report.control", self.control)
+        peers = () if self.peers is None else self.peers
+        if isinstance(peers, str) or not isinstance(peers, (list, tuple)):
+            peers = (peers,)
+        if peers:
+            from .peers import PEERS
+
+            for name in peers:
+                if name not in PEERS:
+                    raise ConfigError(f"report.peers={name!r}: allowed values are {', '.join(PEERS)}")
+        object.__setattr__(self, "peers", tuple(peers))
 
 
 REPORT_KEYS = tuple(f.name for f in fields(ReportSpec))

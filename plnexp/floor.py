@@ -35,7 +35,6 @@ import logging
 import math
 import os
 import platform
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -255,23 +254,12 @@ def _valid(value) -> bool:
 def _write(path: Path, ident: dict, entries: dict) -> None:
     """Merge ``entries`` into the file (read again just before: another job may have added some) and
     replace it atomically (temporary file in the same folder, then os.replace)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    from .paths import write_atomic
+
     now = _read(path, ident)
     for part in ("copy", "dot"):
         now[part].update(entries[part])
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump({"format": CACHE_FORMAT, "machine": ident, **now}, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomic(path, json.dumps({"format": CACHE_FORMAT, "machine": ident, **now}, indent=1, sort_keys=True))
 
 
 def cached(n: int, p: int, dtype, device=None, folder: Path | None = None) -> Floor:

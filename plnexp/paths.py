@@ -30,3 +30,24 @@ def install_command(extra: str | None = None) -> str:
     if CHECKOUT is not None:
         return f"pip install -e '.[{extra}]'" if extra else "pip install -e ."
     return f"pip install 'plnexp[{extra}]'" if extra else "pip install --force-reinstall plnexp"
+
+
+def write_atomic(path: Path, text: str, mode: int | None = None) -> None:
+    """Write ``text`` to ``path`` whole or not at all: a temporary file in the same folder (created
+    with it), flushed to disk, then renamed into place; ``mode``: its permissions (default: mkstemp's
+    private 0o600). Parallel writers never leave a half-written file; the last rename wins."""
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

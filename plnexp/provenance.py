@@ -108,11 +108,22 @@ FORMAT1_STRATEGY_OPTIONS = {"unroll": 8, "tol": 1e-6, "patience": 10}
 ADDED_TOP_KEYS = {"replicates": 1}
 
 
+# Keys of the data set that change no fit, only how its runs are scored (dataset.optimum: the best
+# known ELBO, plnexp.optimum): neither hashed nor compared.
+UNHASHED_DATASET = ("optimum",)
+
+
+def _fit_identity(config: Config) -> dict:
+    d = {k: v for k, v in config.as_dict().items() if k not in UNHASHED}
+    d["dataset"] = {k: v for k, v in d["dataset"].items() if k not in UNHASHED_DATASET}
+    return d
+
+
 def hashed(config: Config) -> dict:
     """The part of the resolved config (:meth:`Config.as_dict`) that identifies a fit's result, in
     provenance format 1's form: without the :data:`UNHASHED` fields, nor the :data:`ADDED_KEYS` at
     their default, with :data:`FORMAT1_STRATEGY_OPTIONS` where the strategy has no such option."""
-    d = {k: v for k, v in config.as_dict().items() if k not in UNHASHED}
+    d = _fit_identity(config)
     d["strategy"] = {**FORMAT1_STRATEGY_OPTIONS, **d["strategy"]}
     for (section, key), (default, names) in ADDED_KEYS.items():
         part = d.get(section, {})
@@ -129,8 +140,7 @@ def comparable(config: Config) -> dict[str, str]:
     (``strategy.unroll`` only where the strategy has it): what ``resume=true`` compares with a run."""
     from .config import flatten
 
-    d = {k: v for k, v in config.as_dict().items() if k not in UNHASHED}
-    return {k: str(v) for k, v in flatten(d).items()}
+    return {k: str(v) for k, v in flatten(_fit_identity(config)).items()}
 
 
 def migrate_node(node: dict) -> dict:

@@ -38,3 +38,29 @@ def elbo(Y, O, X, B, M, S, Sigma, *, log_factorial: bool = True, rows: int = 819
     # tr(Sigma^-1 C) through two triangular solves of the Cholesky factor
     trace = np.trace(np.linalg.solve(L.T, np.linalg.solve(L, second_moment)))
     return float(poisson - 0.5 * n * logdet_sigma - 0.5 * trace + 0.5 * n * p - log_fact)
+
+
+def block_gradients(y, o, x, m, s, B, Omega) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ELBO's gradient in (B, centred M, S) of these rows, Sigma held at its closed form: the rows'
+    share of dB, and their dM and dS (see :func:`elbo_gradient_max`), in float64."""
+    y, o, x, m, s = (np.asarray(a, dtype=np.float64) for a in (y, o, x, m, s))
+    a = np.exp(o + x @ B + m + s * s / 2)
+    return x.T @ (y - a), y - a - m @ Omega, 1.0 / s - s * a - s * np.diag(Omega)
+
+
+def elbo_gradient_max(Y, O, X, B, M, S, Sigma, *, rows: int = 8192) -> float:
+    """The largest entry of the ELBO's gradient in (B, centred M, S), Sigma held at the closed form
+    (M'M + diag(sum S^2)) / n, in float64 on the host, ``rows`` rows at a time: 0 at a stationary
+    point. With Z = O + XB + M, A = exp(Z + S^2/2) and Omega = Sigma^-1:
+    dB = X'(Y - A), dM = Y - A - M Omega, dS = 1/S - S A - S diag(Omega) (Sigma's own derivative
+    vanishes at its closed form). Written out here, independent of the compiled gradients."""
+    B = np.asarray(B, dtype=np.float64)
+    Omega = np.linalg.inv(np.asarray(Sigma, dtype=np.float64))
+    n = np.shape(M)[0]
+    worst, gB = 0.0, np.zeros_like(B)
+    for start in range(0, n, rows):
+        block = slice(start, min(start + rows, n))
+        part, gM, gS = block_gradients(Y[block], O[block], X[block], M[block], S[block], B, Omega)
+        gB += part
+        worst = max(worst, float(np.abs(gM).max()), float(np.abs(gS).max()))
+    return max(worst, float(np.abs(gB).max()))

@@ -25,6 +25,7 @@ from .redact import redact
 
 if TYPE_CHECKING:
     from .fitting import FitResult
+    from .optimum import Optimum
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,7 @@ class Outcome:
     batch: list = field(default_factory=list, repr=False)  # run_job's result: every replicate's outcome
     floor: dict = field(default_factory=dict)  # this machine's floor for the fit (plnexp.floor.run_metrics)
     kept: str = ""  # the file holding the result when the store did not take it (plnexp.tracking.pending)
+    optimum: Optimum | None = None  # the data's best known ELBO (plnexp.optimum): the convergence metrics
 
     @property
     def wall_s(self) -> float:
@@ -79,7 +81,38 @@ class Outcome:
                 for key in SHARED_TIMES:
                     if key in out:
                         out[key] /= k
+            if self.optimum is not None:
+                out.update(self.optimum.metrics())
+                out.update(self._convergence(out.get("run_s", np.nan)))
         return out
+
+    def _resolution(self) -> float:
+        from . import convergence
+
+        r, opt = self.result, self.optimum
+        assert r is not None and opt is not None
+        n, p = self.data_shape or r.params["S"].shape
+        return convergence.resolution(
+            self.config.precision.eps, n * p, opt.elbo, r.extra.get("final_elbo_jit", np.nan), r.loglik
+        )
+
+    def _convergence(self, run_s: float) -> dict[str, float]:
+        """The run's gap to its data's best known ELBO (:func:`plnexp.convergence.run_metrics`)."""
+        from . import convergence
+
+        r, opt = self.result, self.optimum
+        assert r is not None and opt is not None
+        n, p = self.data_shape or r.params["S"].shape
+        return convergence.run_metrics(
+            self.curve(),
+            opt.elbo,
+            r.loglik,
+            r.extra.get("final_elbo_jit", np.nan),
+            self.config.precision.eps,
+            n * p,
+            run_s,
+            r.n_iter,
+        )
 
     def curve(self) -> np.ndarray:
         """The ELBO per iteration actually run, cut at the first non-finite value."""
@@ -90,15 +123,19 @@ class Outcome:
         return c[: bad[0]] if len(bad) else c
 
     def gap_curve(self) -> np.ndarray:
-        """log10 of each ELBO's gap to the best one of the run: a curve that MLflow's linear chart can
-        show (the ELBO itself falls from ~-1e9 to ~-1e5, flattening every curve). A gap below the
-        precision's resolution of the best value is shown at that resolution (float32: ~1e-7 of it)."""
+        """``gap_rel_log10``: log10 of each ELBO's relative gap to the data's best known ELBO
+        (:func:`plnexp.convergence.gap_curve`), no lower than the run's resolution; to the run's own
+        best where no optimum is known (``dataset.optimum=false``), no lower than the precision's
+        epsilon. A curve that MLflow's linear chart can show (the ELBO itself falls from ~-1e9 to
+        ~-1e5, flattening every curve), and on which a stalled run stays above the others."""
+        from . import convergence
+
         c = self.curve()
         if not len(c):
             return c
-        best = c.max()
-        floor = max(abs(best), 1.0) * self.config.precision.eps
-        return np.log10(np.maximum(best - c, floor))
+        if self.optimum is not None and self.result is not None:
+            return convergence.gap_curve(c, self.optimum.elbo, self._resolution())
+        return convergence.gap_curve(c, float(c.max()), self.config.precision.eps)
 
     def config_yaml(self) -> str:
         """The resolved config as the run's ``config.yaml`` artifact holds it: credentials masked
@@ -169,9 +206,11 @@ def execute_all(config: Config, outcomes: list[Outcome]) -> list[Outcome]:
 
     try:
         datas = [load_data(ds) for ds in config.replicate_datasets()]
+        specs = config.replicate_datasets()
         for k, out in enumerate(outcomes):
             data = datas[k] if len(datas) > 1 else datas[0]
             out.data_digest, out.data_shape = data.digest(), (data.n, data.p)
+            out.optimum = best_known(specs[k] if len(specs) > 1 else specs[0], config.model.value)
         measured = floor.run_metrics(datas[0].n, datas[0].p, config.precision.dtype, config.device.value)
         stop = interrupts.pending()
         if stop is not None:  # a Ctrl-C while measuring, which the floor's guard took for a failure
@@ -197,6 +236,23 @@ def execute_all(config: Config, outcomes: list[Outcome]) -> list[Outcome]:
     for out in outcomes:
         out.stop()
     return outcomes
+
+
+def best_known(dataset, model: str) -> Optimum | None:
+    """The data set's best known ELBO (:func:`plnexp.optimum.for_dataset`; computed once where none
+    is known, before the fit, never timed); None, with a warning, where it cannot be had: the job
+    runs on without its convergence metrics."""
+    from . import optimum
+
+    try:
+        return optimum.for_dataset(dataset, model, load=load_data)
+    except Exception as e:
+        if interrupts.pending() is not None:
+            raise
+        log.warning(
+            "plnexp: no best known ELBO for %s (%s: %s): no convergence metrics", dataset.label, type(e).__name__, e
+        )
+        return None
 
 
 def replicate_name(name: str, k: int, replicates: int) -> str:

@@ -258,9 +258,13 @@ def session_env(name: str, value: str):
 
 @pytest.fixture(scope="session", autouse=True)
 def floor_cache(tmp_path_factory):
-    """The floor's per-machine cache (plnexp.floor) in a folder of this session, for every test and the
-    processes they start: the suite never writes to ~/.cache, and measures each shape once."""
-    folder = tmp_path_factory.mktemp("floor_cache")
+    """The floor's per-machine cache (plnexp.floor) and the best known ELBOs beside it (plnexp.optimum)
+    in a folder of this session, shared by the xdist workers (their basetemps' common parent; both
+    files are replaced atomically), for every test and the processes they start: the suite never
+    writes to ~/.cache, measures each shape once and computes each data set's optimum once."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "floor_cache"
+    folder.mkdir(exist_ok=True)
     with session_env("PLNEXP_FLOOR_CACHE", str(folder)):
         yield folder
 

@@ -138,7 +138,7 @@ BAD_INPUT = [
         ["strategy.via='pmap'", "allowed values are jit, shard_map"],
     ),
     ("gpu", ["run", "device=gpu"], {}, ["device='gpu'", "device=cpu"]),
-    ("sweep file", ["sweep", "sweep=nope"], {}, ["sweep=nope", "allowed values are default"]),
+    ("sweep file", ["sweep", "sweep=nope"], {}, ["sweep=nope", "allowed values are", "default"]),
     ("sweep job", ["sweep", "strategy=scan,scna"], {}, ["strategy=scna", "allowed values"]),
     ("launcher", ["sweep", "hydra/launcher=nope"], {}, ["hydra/launcher=nope", "joblib"]),
     ("csv without counts", ["run", "dataset=csv"], {}, ["dataset.counts", "required", "paths of existing CSV"]),

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from pathlib import Path
 
 from ..config import outputs_dir
+from ..paths import write_atomic
 from ..redact import redact_text
 from . import writes
 from .store import after_fit, client
@@ -36,17 +35,7 @@ def keep(uri: str, run_id: str, record: dict) -> Path:
     """Write ``record`` for run ``run_id`` of store ``uri`` to ``<outputs>/pending/<run_id>.json``,
     whole or not at all (a temporary file, then renamed into place)."""
     target = folder() / f"{run_id}.json"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{run_id}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump({"store": redact_text(uri), "run_id": run_id, **record}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(target, json.dumps({"store": redact_text(uri), "run_id": run_id, **record}))
     return target
 
 

@@ -27,7 +27,7 @@ from . import owners
 from .store import client, dress_experiment
 
 CURVE_KEY = "elbo"  # the ELBO per iteration (step metric)
-GAP_KEY = "elbo_gap_log10"  # log10 of the gap to the run's best ELBO: what reads on MLflow's linear chart
+GAP_KEY = "gap_rel_log10"  # log10 of the relative gap to the best known ELBO: what reads on MLflow's linear chart
 JOB_TAG = "plnexp.job"  # a sweep child's job number (its order in the sweep)
 FINGERPRINT_TAG = "hlo_fingerprint"  # of the compiled program (plnexp.fingerprint): same value, same program
 HLO_ARTIFACT = "program.hlo.txt"  # the optimized HLO of a compiled run (several functions: a header line each)
@@ -192,6 +192,8 @@ def job_record(job) -> dict:
         tags["data_digest"] = job.data_digest
     if job.data_shape:
         tags["data_n"], tags["data_p"] = job.data_shape
+    if getattr(job, "optimum", None) is not None:
+        tags.update(job.optimum.tags())
     now = int(time.time() * 1000)
     metrics = [[k, float(v), 0, now] for k, v in job.metrics().items() if v is not None and np.isfinite(v)]
     metrics += [[CURVE_KEY, float(v), i, now] for i, v in enumerate(job.curve())]
