@@ -80,6 +80,7 @@ import warnings
 ENV_BEFORE_PLNEXP = dict(os.environ)
 
 import plnexp  # noqa: E402 (first of the JAX side; main() applies its process settings)
+import plnexp.peers  # noqa: E402 (its pyPLNmodels import and scoring)
 
 from _header import machine_header  # noqa: E402 (benchmarks/, on sys.path as the script's folder)
 import numpy as np  # noqa: E402 - after plnexp, as above
@@ -274,7 +275,8 @@ def timed_fit(data, args, precision, strategy, n_iter):
 # ---------------------------------------------------------------- pyPLNmodels (benchmark only) and one-off fits
 
 # pyPLNmodels 1.0.x's data loaders import pkg_resources (gone from setuptools >= 81) for resource_stream
-# only: where it is missing, a stand-in with that one function. Source text: run here and in the children.
+# only: where it is missing, a stand-in with that one function. Source text, run in the children (this
+# process imports pyPLNmodels through plnexp.peers.import_pyplnmodels, which does the same).
 PKG_RESOURCES_SHIM = """\
 import os as _os, sys as _sys, types as _types
 try:
@@ -333,20 +335,13 @@ def pypln_available() -> bool:
 
 
 def import_pypln():
-    exec(PKG_RESOURCES_SHIM, {})
-    import pyPLNmodels
-
-    return pyPLNmodels
+    return plnexp.peers.import_pyplnmodels()  # with its pkg_resources stand-in where needed
 
 
 def exact_elbo_of(M, S, data) -> float:
     """Float64 host ELBO (exact log y!) at pyPLNmodels' variational parameters M (uncentred: Z = O + M)
     and S, with B and Sigma in their closed forms, as pyPLNmodels' profiled ELBO takes them."""
-    M, S, X = (np.asarray(a, dtype=np.float64) for a in (M, S, data.X))
-    B = np.linalg.solve(X.T @ X, X.T @ M)
-    centred = M - X @ B
-    Sigma = (centred.T @ centred + np.diag((S * S).sum(axis=0))) / data.n
-    return plnexp.reference.elbo(data.Y, data.O, X, B, centred, S, Sigma)
+    return plnexp.peers.score(data, M, S)[0]
 
 
 def pypln_exact_elbo(pln, data) -> float:

@@ -29,6 +29,7 @@ import math
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from .data import Data
 
@@ -39,7 +40,7 @@ CACHE_FORMAT = 1
 # The fit that computes an optimum: float64, the profiled model (B in closed form), rprop (it
 # reaches oaks's optimum to 1e-12 relative: docs/concepts/convergence.md), stopped by while_loop
 # once the relative ELBO change stays below tol for `patience` iterations in a row.
-FIT = {
+FIT: dict[str, Any] = {
     "model": "profiled",
     "optimizer": "rprop",
     "strategy": "while_loop",

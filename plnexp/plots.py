@@ -65,7 +65,8 @@ class CurvePanel:
     title: str
     curves: dict[str, np.ndarray] = field(default_factory=dict)
     note: str = ""  # a line under the title (e.g. how far the curves are apart)
-    final: float = float("nan")  # the best final ELBO of the panel's runs (after their last step, as tables show)
+    final: float = float("nan")  # the best final ELBO of the panel's runs (after their last step, as tables show:
+    # the float64 ELBO at their final parameters where logged)
 
 
 def converged(curve, tail: float = 0.1, rtol: float = 1e-5) -> bool:
@@ -87,16 +88,21 @@ def elbo_curves_png(panels: list[CurvePanel], path: str | Path, reference: str =
     flattened (:func:`converged`), else -ELBO (the ELBO
     spans decades in the first iterations, which flattens every curve on a linear axis). Curves that
     agree lie on top of each other, so under each panel a second one shows how far each curve is
-    from ``reference``'s (relative difference per iteration, log axis), when the panel has it."""
+    from ``reference``'s (relative difference per iteration, log axis), when the panel has one that
+    differs from it (none where every curve equals it bit for bit: the caller's note says so)."""
     ncols = min(2, len(panels))
     nrows = -(-len(panels) // ncols)
-    fig = _figure(11 if ncols > 1 else 8, 5.2 * nrows + 0.4)
+    every = [{k: np.asarray(c, dtype=float) for k, c in panel.curves.items() if len(c)} for panel in panels]
+    refs = [next((c for k, c in curves.items() if k.split(",")[0] == reference), None) for curves in every]
+    refs = [
+        r if r is not None and any(_differs(c, r) for c in cs.values() if c is not r) else None
+        for r, cs in zip(refs, every)
+    ]
+    fig = _figure(11 if ncols > 1 else 8, (5.2 if any(r is not None for r in refs) else 3.9) * nrows + 0.4)
     subs = np.atleast_1d(fig.subfigures(nrows, ncols, squeeze=False).ravel())
     for sub in subs[len(panels) :]:
         sub.set_visible(False)
-    for sub, panel in zip(subs, panels):
-        curves = {k: np.asarray(c, dtype=float) for k, c in panel.curves.items() if len(c)}
-        ref = next((c for k, c in curves.items() if k.split(",")[0] == reference), None)
+    for sub, panel, curves, ref in zip(subs, panels, every, refs):
         ax, dax = sub.subplots(2, 1, sharex=True, height_ratios=(2, 1)) if ref is not None else (sub.subplots(), None)
         finite = [c[np.isfinite(c)] for c in curves.values()]
         best = max((c.max() for c in finite if len(c)), default=np.nan)
@@ -115,26 +121,18 @@ def elbo_curves_png(panels: list[CurvePanel], path: str | Path, reference: str =
         if gap or negative:
             ax.set_yscale("log")
         ax.set_ylabel("best ELBO − ELBO (nats, log)" if gap else "−ELBO (nats, log)" if negative else "ELBO (nats)")
-        what = "best final ELBO" if np.isfinite(panel.final) else "best ELBO"
-        title = panel.title + (f"; {what} {best:,.1f}" if np.isfinite(best) else "")
-        ax.set_title(title + ("\n" + textwrap.fill(panel.note, 90) if panel.note else ""), fontsize=9)
+        # the title's value: the panel's best final ELBO as the tables show it (float32 curves can round above it)
+        what, shown = ("best final ELBO", panel.final) if np.isfinite(panel.final) else ("best ELBO", best)
+        title = panel.title + (f"; {what} {shown:,.1f}" if np.isfinite(shown) else "")
+        width = 70 if ncols > 1 else 100  # characters a panel's title holds at fontsize 9
+        ax.set_title(
+            textwrap.fill(title, width) + ("\n" + textwrap.fill(panel.note, width) if panel.note else ""), fontsize=9
+        )
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
         bottom = ax
         if dax is not None:
-            if any(line.get_ydata().size and np.nanmax(line.get_ydata(), initial=0) > 0 for line in dax.lines):
-                dax.set_yscale("log")
-            else:  # every curve equals the reference bit for bit: nothing to draw on a log axis
-                dax.text(
-                    0.5,
-                    0.5,
-                    f"every curve equals {reference}'s bit for bit",
-                    transform=dax.transAxes,
-                    ha="center",
-                    va="center",
-                    fontsize=9,
-                )
-                dax.set_yticks([])
+            dax.set_yscale("log")
             dax.set_ylabel(f"|ELBO − {reference}| / |{reference}|\n(log; 0 not drawn)", fontsize=8)
             dax.grid(alpha=0.3, which="both")
             bottom = dax
@@ -142,6 +140,12 @@ def elbo_curves_png(panels: list[CurvePanel], path: str | Path, reference: str =
     fig.suptitle("ELBO against iteration, per strategy", fontsize=11)
     fig.savefig(path)
     return Path(path)
+
+
+def _differs(curve: np.ndarray, ref: np.ndarray) -> bool:
+    """Whether ``curve`` differs from ``ref`` anywhere over their common length (NaN equal to NaN)."""
+    k = min(len(curve), len(ref))
+    return not np.array_equal(curve[:k], ref[:k], equal_nan=True)
 
 
 @dataclass
@@ -399,5 +403,97 @@ def scaling_png(series: dict[str, tuple[list, list]], xlabel: str, title: str, p
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.savefig(path)
+    return Path(path)
+
+
+MAX_LINES = 8  # curves a panel of gaps_png holds before the caller splits it further
+PRECISION_STYLES = {"float64": "-", "float32": "--"}  # gaps_png: one line style per precision
+
+
+@dataclass
+class GapLine:
+    """One curve of :func:`gaps_png`: a run's relative gap to the optimum against seconds."""
+
+    label: str  # the legend's entry for its colour (the run's config but its precision)
+    color_key: str  # runs of one key share a colour across panels ("peer": black)
+    precision: str  # its line style (PRECISION_STYLES); "" for none
+    x: np.ndarray  # seconds at each iteration
+    gap: np.ndarray  # (optimum - ELBO) / |optimum| at each iteration (may be <= 0: float32 rounding)
+    resolution: float = 0.0  # the gap its precision cannot tell from 0: drawn no lower (below it, rounding)
+
+
+@dataclass
+class GapPanel:
+    """One panel of :func:`gaps_png`."""
+
+    title: str
+    lines: list[GapLine] = field(default_factory=list)
+
+
+def gaps_png(
+    panels: list[GapPanel],
+    path: str | Path,
+    epsilons: tuple[float, ...] = (),
+    resolutions: dict[str, float] | None = None,
+    floor: float = 1e-10,
+) -> Path:
+    """The relative gap to the optimum (log) against seconds, one curve per run, the panels sharing
+    both axes (float32 against float64 at a glance): a run's colour is its config, its line style its
+    precision (solid float64, dashed float32), the peer black. Each ε a grey dotted line, each
+    precision's resolution (the gap it cannot tell from 0) a dash-dotted one where above ``floor``; a
+    curve is drawn no lower than its own resolution (below it, its rounding: a flat line there has
+    reached what its precision can tell), nor than ``floor``. One legend for the figure, below the panels."""
+    from matplotlib.lines import Line2D
+
+    resolutions = {p: r for p, r in (resolutions or {}).items() if r > floor}  # float64's: under the axis
+    ncols = min(2, len(panels))
+    nrows = -(-len(panels) // ncols)
+    keys = list(dict.fromkeys(line.color_key for p in panels for line in p.lines if line.color_key != "peer"))
+    colors = {k: f"C{i % 10}" for i, k in enumerate(keys)}
+    colors["peer"] = "black"
+    labels = {line.color_key: line.label for p in panels for line in p.lines}
+    precisions = list(dict.fromkeys(line.precision for p in panels for line in p.lines if line.precision))
+    legend_rows = -(-(len(labels) + len(precisions) + len(resolutions) + 1) // 3)
+    fig = _figure(11 if ncols > 1 else 8, 3.8 * nrows + 0.9 + 0.2 * legend_rows)
+    axes = _grid(fig, len(panels), ncols=ncols, sharex=True, sharey=True)
+    xs = np.concatenate([line.x[np.isfinite(line.x)] for p in panels for line in p.lines] or [np.ones(1)])
+    xs = xs[xs > 0]
+    log_x = len(xs) > 0 and xs.max() / xs.min() > LOG_RANGE
+    for i, (ax, panel) in enumerate(zip(axes, panels)):
+        for line in panel.lines:
+            y = np.maximum(np.asarray(line.gap, dtype=float), max(floor, line.resolution))
+            style = PRECISION_STYLES.get(line.precision, ":")
+            ax.plot(line.x, y, ls=style, lw=1.0 if line.color_key == "peer" else 1.4, color=colors[line.color_key])
+        for eps in epsilons:
+            ax.axhline(eps, color="0.5", ls=":", lw=0.8)
+            ax.annotate(
+                f"ε={eps:.0e}", (1.0, eps), xycoords=("axes fraction", "data"), fontsize=7, color="0.35", ha="right"
+            )
+        for r in resolutions.values():
+            ax.axhline(r, color="tab:red", ls="-.", lw=0.8)
+        ax.set_yscale("log")
+        if log_x:
+            ax.set_xscale("log")
+            _plain_log(ax.xaxis, xs.max() / xs.min())
+        ax.set_title(textwrap.fill(panel.title, 60 if ncols > 1 else 90), fontsize=9)
+        ax.grid(alpha=0.3, which="major")
+        ax.xaxis.set_tick_params(labelbottom=True)
+        ax.set_xlabel("seconds: compile, then steady run" + (" (log)" if log_x else ""))
+        if i % ncols == 0:  # the panels share the axis
+            ax.set_ylabel("(optimum − ELBO) / |optimum|, log")
+    handles = [Line2D([], [], color=colors[k], lw=1.4, label=labels[k]) for k in [*keys, "peer"] if k in labels]
+    handles += [Line2D([], [], color="0.2", ls=PRECISION_STYLES.get(p, ":"), label=p) for p in precisions]
+    handles += [
+        Line2D([], [], color="tab:red", ls="-.", lw=0.8, label=f"{p}'s resolution ({r:.1e})")
+        for p, r in resolutions.items()
+    ]
+    handles.append(Line2D([], [], color="0.5", ls=":", lw=0.8, label="ε"))
+    fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize=8, frameon=False)
+    title = (
+        "Relative gap to the optimum against seconds (each curve starts at its compile time, and is drawn no "
+        f"lower than its precision's resolution or {floor:.0e})"
+    )
+    fig.suptitle(textwrap.fill(title, 120 if ncols > 1 else 90), fontsize=10)
     fig.savefig(path)
     return Path(path)

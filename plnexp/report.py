@@ -59,7 +59,8 @@ if TYPE_CHECKING:
 NOT_GROUPING = ("strategy.", "dataset.", "n_iter_cap")
 NOT_GROUPING_KEYS = {"experiment", "tracking_uri", "n_iter", "device", "precision"}
 SHORT = {"optimizer.name": "optimizer", "optimizer.lr": "lr", "n_iter_requested": "n_iter asked"}
-FILES = ("report.md", "report.csv", "elbo_curves.png", "timings.png", "bytes.png", "scaling.png")
+FILES = ("report.md", "report.csv", "elbo_curves.png", "timings.png", "bytes.png", "scaling.png", "convergence.png")
+PEER_TAG = "plnexp.peer"  # a run of another library's fit logged with the sweep (its name: "pyplnmodels"), never ranked
 # What XLA says of a run's compiled program (logged per compiled run; none for eager and PyTorch runs):
 # key -> the compiler table's header (CELLS: how its cells are written)
 COMPILER = {
@@ -122,8 +123,17 @@ class Entry:
         return ranking.is_control(self)
 
     @property
+    def peer(self) -> str:
+        """The library a peer run fitted with (its :data:`PEER_TAG`: ``pyplnmodels``), "" for plnexp's runs.
+        A peer is shown (a row, a curve), never ranked nor compared as a strategy."""
+        return self.tags.get(PEER_TAG, "")
+
+    @property
     def label(self) -> str:
-        """The strategy as the table names the run: ``scan (control)`` for the control job."""
+        """The strategy as the table names the run: ``scan (control)`` for the control job, ``pyplnmodels
+        (peer)`` for a peer run."""
+        if self.peer:
+            return f"{self.peer} (peer)"
         return f"{self.strategy} (control)" if self.control else self.strategy
 
     @property
@@ -164,14 +174,21 @@ class Report:
 
     @property
     def grid(self) -> list[Entry]:
-        """The entries of the sweep's grid: every job but the control job."""
-        return [e for e in self.entries if not e.control]
+        """The entries of the sweep's grid: every job but the control job and the peer runs."""
+        return [e for e in self.entries if not e.control and not e.peer]
+
+    @property
+    def peers(self) -> list[Entry]:
+        """The peer runs (:attr:`Entry.peer`): other libraries' fits, shown beside the grid."""
+        return [e for e in self.entries if e.peer]
 
     @cached_property  # entries are fixed once loaded
     def groups(self) -> dict[tuple, list[Entry]]:
+        """plnexp's runs by comparison group (:attr:`Entry.group`); the peer runs are in none."""
         out: dict[tuple, list[Entry]] = {}
         for e in self.entries:
-            out.setdefault(e.group, []).append(e)
+            if not e.peer:
+                out.setdefault(e.group, []).append(e)
         return out
 
     def group_label(self, group: tuple) -> str:
@@ -397,7 +414,7 @@ def load(uri: str, parent, min_speedup: float | None = None) -> Report:
     curves = tracking.read_curves(uri, [r.info.run_id for r in runs])
     every = _label_strategies([_entry(r, curves[r.info.run_id]) for r in runs])
     entries = [e for e in every if provenance.replicate(e.tags) == 0]  # a job's timing, and curve vs scan's
-    keys = _grouping_keys(entries)
+    keys = _grouping_keys([e for e in entries if not e.peer])  # a peer's own params group nothing
     for e in every:
         e.extra = tuple(e.params.get(k, "") for k in keys)
     report = Report(
@@ -659,9 +676,10 @@ def summary_lines(report: Report) -> list[str]:
     """The terminal summary: per group, the fastest strategy beyond the noise or those tied within
     it (:func:`ranking.headline`), and whether the curves agree; then contention and failures."""
     lines = [headline(report, group) for group in report.groups]
-    from . import tradeoffs  # sweep=unroll|dispatch|loop: the preset's headline, what it measured
+    from . import convergence_report, tradeoffs  # the presets' headlines, what they measured
 
     lines += tradeoffs.lines(report)
+    lines += convergence_report.lines(report)
     if report.contended:
         lines.append(
             f"timings contended in {len(report.contended)} of {len(report.entries)} runs (see the report's "
@@ -680,7 +698,8 @@ def summary_lines(report: Report) -> list[str]:
     ]
     missing = max(total - len(grid), 0)
     counts += [f"{missing} not started"] if missing else []
-    control = " + the control job" if len(grid) < len(report.entries) else ""
+    control = " + the control job" if any(e.control for e in report.entries) else ""
+    control += f" + {len(report.peers)} peer run{'s' if len(report.peers) > 1 else ''}" if report.peers else ""
     done = (
         f"{len(runs) - len(failed)} of {len(runs)} runs ({len(grid)} of {total} jobs{control}, "
         f"{len(runs) // max(len(report.entries), 1)} replicates each) finished"
@@ -721,28 +740,33 @@ def replicates_line(report: Report) -> str:
 
 
 def precision_table(report: Report) -> list[str]:
-    """When the sweep varies the precision: the final ELBO of each run per precision, side by side,
-    and the float32 - float64 gap relative to float64 (what a precision sweep is for); [] otherwise."""
-    precisions = sorted({e.precision for e in report.entries})
+    """When the sweep varies the precision: one row per finished run, the float32 and float64 runs of
+    one config side by side, with its final ELBO as the float64 ELBO at its final parameters
+    (``loglik``: what the fit reached, whatever its precision), the compiled ELBO beside it
+    (``final_elbo``: the program's own value, which float32 rounding can put thousands of nats off),
+    their difference, the float64 ELBO relative to the float64 run's of the same config, and the gap to
+    the data set's optimum (``gap_final_rel``) where logged; the peer runs after. [] otherwise."""
+    precisions = sorted({e.precision for e in report.grid})
     if precisions != ["float32", "float64"]:
         return []
-    rows: dict[tuple, dict[str, float]] = {}
-    for e in report.grid:
-        if e.ok:
-            key = (e.strategy, e.data, e.shape, e.device, *e.extra)
-            rows.setdefault(key, {})[e.precision] = e.m("final_elbo")
+    runs = [e for e in report.grid if e.ok]
+    key = lambda e: (e.strategy, e.data, e.shape, e.device, *map(str, e.extra))
+    f64 = {key(e): e.m("loglik") for e in runs if e.precision == "float64"}
     extra = [SHORT.get(k, k) for k in report.extra_keys]
-    lines = [
-        "| strategy | data | n×p | device | "
-        + "".join(f"{k} | " for k in extra)
-        + "final ELBO float32 | final ELBO float64 | (f32 − f64) / |f64| |",
-        "|---|---|---:|---|" + "---|" * len(extra) + "---:|---:|---:|",
-    ]
-    for key, v in rows.items():
-        a, b = v.get("float32", np.nan), v.get("float64", np.nan)
-        gap = (a - b) / abs(b) if np.isfinite(a) and np.isfinite(b) and b else np.nan
-        cells = [f"{x:,.1f}" if np.isfinite(x) else "-" for x in (a, b)] + [f"{gap:+.2e}" if np.isfinite(gap) else "-"]
-        lines.append("| " + " | ".join([*map(str, key), *cells]) + " |")
+    head = ["strategy", "data", "n×p", "device", *extra, "precision"]
+    head += ["final ELBO (float64 at its parameters)", "compiled final ELBO", "compiled − float64 (nats)"]
+    head += ["vs the float64 run (rel.)", "gap to the optimum (rel.)"]
+    lines = ["| " + " | ".join(head) + " |", "|---|---|---:|---|" + "---|" * (len(extra) + 1) + "---:|" * 5]
+    nats = lambda x: f"{x:,.1f}" if np.isfinite(x) else "-"
+    rel = lambda x: f"{x:+.2e}" if np.isfinite(x) else "-"
+    for e in sorted(runs, key=lambda e: (key(e), e.precision)) + [e for e in report.peers if e.ok]:
+        loglik, compiled, base = e.m("loglik"), e.m("final_elbo"), f64.get(key(e), np.nan)
+        versus = (loglik - base) / abs(base) if e.precision != "float64" and not e.peer and base else np.nan
+        gap = e.m("gap_final_rel")
+        cells = [e.label, e.data, e.shape, e.device, *map(str, e.extra), e.precision]
+        cells += [nats(loglik), nats(compiled), nats(compiled - loglik), rel(versus)]
+        cells.append(f"{gap:.2e}" if np.isfinite(gap) else "not logged")
+        lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
@@ -774,11 +798,16 @@ def figures(report: Report, folder: Path) -> list[str]:
         k = min(len(e.curve) for e in entries)
         same = [e.strategy for e in entries if e.strategy != "scan" and e.vs_scan == 0.0]
         note = f"all within {max(agree):.1e} (relative) of scan" if agree else ""
-        if same:
+        if same and len(same) == len(entries) - 1:
+            note = "every curve equals scan's bit for bit"
+        elif same:
             note += f"; {len(same)} of {len(entries) - 1} bit for bit equal to scan (no line below)"
         if len({len(e.curve) for e in entries}) > 1:
             note = (note + "; " if note else "") + f"common length {k}"
-        finals = [e.m("final_elbo") for e in entries if np.isfinite(e.m("final_elbo"))]
+        # the float64 ELBO at the final parameters where logged: the compiled one rounds in its precision
+        finals = [e.m("loglik") for e in entries if np.isfinite(e.m("loglik"))] or [
+            e.m("final_elbo") for e in entries if np.isfinite(e.m("final_elbo"))
+        ]
         panels.append(
             plots.CurvePanel(
                 report.group_label(group),
@@ -831,9 +860,10 @@ def figures(report: Report, folder: Path) -> list[str]:
             series, label, f"ms per iteration against the data size ({report.experiment})", folder / "scaling.png"
         )
         names.append("scaling.png")
-    from . import tradeoffs  # sweep=unroll|dispatch|loop: the preset's own figure
+    from . import convergence_report, tradeoffs  # the presets' own figures
 
     names += tradeoffs.figures(report, folder)
+    names += convergence_report.figures(report, folder)
     return names
 
 
@@ -916,7 +946,19 @@ def markdown(report: Report, images: list[str]) -> str:
         ]
     precision = precision_table(report)
     if precision:
-        lines += ["Final ELBO per precision (each run after its last step):", "", *precision, ""]
+        lines += [
+            "Final ELBO per precision, each run after its last step: the float64 ELBO at the run's final "
+            "parameters (what the fit reached, the same yardstick for every precision), the ELBO its compiled "
+            "program computed (in its own precision: float32 rounds it, by thousands of nats on large data), "
+            "their difference, the float64 ELBO relative to the float64 run's of the same config, and the gap "
+            "to the data set's optimum (see Convergence).",
+            "",
+            *precision,
+            "",
+        ]
+    from . import convergence_report  # the gaps to the optimum, time to ε, while_loop's rule
+
+    lines += convergence_report.markdown(report)
     extra = notes(report)
     if extra:
         lines += ["Notes:", "", *[f"- {n}" for n in extra], ""]
@@ -976,11 +1018,11 @@ def parent_metrics(report: Report, files: list[str]) -> tuple[dict, dict]:
     lines = summary_lines(report)
     note = (
         f"**Sweep `{report.parent.data.tags.get('sweep', '?')}`**: {len(report.grid)} runs, one per job"
-        f"{', and the control job (its reference job again: an A/A pair)' if len(report.grid) < len(report.entries) else ''} "
+        f"{', and the control job (its reference job again: an A/A pair)' if any(e.control for e in report.entries) else ''} "
         f"(expand this run's + to see them, or sort by start time).\n\n"
         + "\n".join(f"- {s}" for s in lines)
         + "\n\nTo read it: compare `ms_per_iter` (steady time per iteration) and `compile_s` across the child "
-        "runs; the `elbo_gap_log10` chart shows each run's convergence (log10 of the gap to its best ELBO). "
+        "runs; the `gap_rel_log10` chart shows each run's convergence (log10 of its relative gap to the best known ELBO). "
         "This run's artifacts hold the report: " + ", ".join(f"`report/{f}`" for f in files) + "."
     )
     tags["mlflow.note.content"] = note

@@ -31,6 +31,12 @@ machines, their timings are contended or not comparable anyway, and the driver c
 last job ends relative to the others. Not in a rerun (its jobs are given whole), nor after an
 interrupt; in a resumed sweep it runs again (an earlier control is never reused), its original
 possibly an earlier sweep's run. ``report.control=false`` turns it off.
+
+The **peers** (:meth:`Task.peers`, ``report.peers``: other packages' fits of the same model,
+:mod:`plnexp.peers`): after the control job, on the same condition, each peer's default fit on each
+data set of the grid, one more child run each (job numbers from ``total + 1``, tagged
+``plnexp.peer=<name>``). A peer is a guest: not installed, it is one line and no run; failed, its run
+is FAILED; neither changes the sweep's status, its count of failed runs nor its exit code.
 """
 
 from __future__ import annotations
@@ -226,7 +232,15 @@ class Summary:
     @property
     def n_control(self) -> int:
         """The control job's runs: none, or one per replicate (``replicates``)."""
-        return sum(j >= self.total for j in self._job_of())
+        return sum(j == self.total for j in self._job_of())
+
+    @property
+    def n_peers(self) -> int:
+        """The peers' runs (job numbers past the control's: :meth:`Task.peers`)."""
+        return sum(j > self.total for j in self._job_of())
+
+    def _peer_rows(self) -> list:
+        return [r for j, r in zip(self._job_of(), self.rows) if j > self.total]
 
     @property
     def fit_s(self) -> float:
@@ -243,8 +257,10 @@ class Summary:
 
     @property
     def n_failed(self) -> int:
-        """The runs that did not finish (including those left RUNNING, see :attr:`n_running`)."""
-        return len(self.rows) - self.count("FINISHED")
+        """The runs that did not finish (including those left RUNNING, see :attr:`n_running`), the
+        peers' left out: a peer that fails changes neither the sweep's status nor its exit code."""
+        peers = self._peer_rows()
+        return len(self.rows) - len(peers) - (self.count("FINISHED") - sum(r.status == "FINISHED" for r in peers))
 
     @property
     def n_running(self) -> int:
@@ -258,7 +274,7 @@ class Summary:
 
     def runs_note(self) -> str:
         """`` (8 runs)`` when jobs have several runs (replicates), else nothing."""
-        return f" ({len(self.rows)} runs)" if len(self.rows) != self.n_jobs + self.n_control else ""
+        return f" ({len(self.rows)} runs)" if len(self.rows) != self.n_jobs + self.n_control + self.n_peers else ""
 
     def table(self) -> str:
         return runner.summary_table(self.rows) if self.rows else "(no job ran)"
@@ -270,6 +286,11 @@ class Summary:
         reused = f" ({len(earlier)} FINISHED earlier)" if earlier else ""
         unit = " runs" if self.runs_note() else ""
         control = " + the control job" if self.n_control else ""
+        peers = self._peer_rows()
+        if peers:
+            bad = [r for r in peers if r.status != "FINISHED"]
+            control += f" + {len(peers)} peer run{'s' if len(peers) > 1 else ''}"
+            control += f" ({len(bad)} {'/'.join(sorted({r.status for r in bad}))})" if bad else ""
         failed = (
             f"{self.n_failed - self.n_running}{unit} failed, {self._running_note()}"
             if self.n_running
@@ -514,6 +535,65 @@ class Task:
         extra = f" ({outcome.reason})" if outcome.reason else ""
         print(f" {word} {outcome.wall_s:.1f} s{extra}", flush=True)
 
+    def peers(self) -> None:
+        """After the grid and its control job, the sweep's peers (``report.peers``: other packages'
+        fits of the same model, :mod:`plnexp.peers`): each peer's default fit once per data set of the
+        grid (in job order: a grid over one data set has one peer run per peer), in this process, logged
+        as one more child run (job numbers from ``total + 1``, past the control job's; tagged
+        ``plnexp.peer=<name>``; scored and timed as :mod:`plnexp.peers` says). Nothing unless this
+        process ran every job of the grid (as :meth:`control`: the peer is then timed in the same
+        process, after the jobs, not beside them). A peer not installed: one line, its row left out;
+        a peer's fit that fails: one line, its run FAILED; neither changes the sweep's status or exit
+        code. An interrupt is raised (the sweep closes KILLED)."""
+        from . import peers as P
+
+        record = self.record
+        if record is None or record.jobs or record.pid != os.getpid() or sorted(self.grid) != list(range(record.total)):
+            return
+        configs = [self.grid[i].config for i in range(record.total)]
+        names = getattr(configs[0].report, "peers", ())
+        first: dict = {}  # data set -> its first job
+        for i, c in enumerate(configs):
+            first.setdefault(c.dataset, i)
+        num = record.total + 1
+        for name in names:
+            peer = P.PEERS[name]
+            why = peer.available()
+            if why is not None:
+                print(f"[peer] {name}: {why}: its row is left out", flush=True)
+                continue
+            for i in first.values():
+                self._peer(peer, i, num)
+                num += 1
+
+    def _peer(self, peer, ref: int, num: int) -> None:
+        """One peer's run on the data of job ``ref``, as job number ``num`` (:meth:`peers`)."""
+        from . import peers as P
+
+        assert self.record is not None
+        config = self.grid[ref].config
+        name = P.peer_config(peer, config).run_name
+        print(f"[peer] {name} (the default fit of {peer.label} on job {ref + 1}'s data) ...", end="", flush=True)
+        try:
+            outcome = P.run_peer(peer, config, self.record.parent, num)
+        except KeyboardInterrupt:
+            print(" KILLED", flush=True)
+            raise
+        except Exception as e:  # the store failed under us: say so (the sweep goes on)
+            pending = interrupts.pending()
+            if pending is not None:
+                raise pending from e
+            first = redact_text(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+            print(" FAILED", flush=True)
+            print(f"plnexp: error: peer {name}: {type(e).__name__}: {first}", file=sys.stderr, flush=True)
+            return
+        word = "done" if outcome.status == "FINISHED" else outcome.status
+        word += " (pending: kept locally)" if outcome.kept else ""
+        r = outcome.result
+        what = f", {r.n_iter} iterations, run {r.timing.run_s:.3f} s, ELBO {r.loglik:.6g}" if r is not None else ""
+        extra = f" ({redact_text(outcome.reason)})" if outcome.reason else ""
+        print(f" {word} {outcome.wall_s:.1f} s{what}{extra}", flush=True)
+
 
 @dataclass(frozen=True)
 class GridJob:
@@ -545,6 +625,7 @@ def launch(args: list[str], task: Task, *, raise_errors: bool = False) -> None:
     try:
         entry()
         task.control()  # after the grid: the sweep's control job, when this process ran the grid (Task.control)
+        task.peers()  # then the peers' fits (report.peers), on the same condition (Task.peers)
     finally:
         sys.argv = argv
         GlobalHydra.instance().clear()  # so that a process can launch again (tests, Python callers)

@@ -1,0 +1,370 @@
+"""Peers: other packages' fits of the same PLN model, run on plnexp's data and scored like its runs.
+
+A sweep with ``report.peers=[pyplnmodels]`` fits each peer's default fit on the sweep's data after
+its grid, in the same process, and logs it as one more run of the sweep (:meth:`plnexp.sweep.Task.peers`):
+a row of the same table, a curve of the same plot. One entry today:
+
+- ``pyplnmodels``: pyPLNmodels' default fit of the PLN model (``Pln(Y, exog=X, offsets=O,
+  add_const=False).fit()``: its Rprop, lr 0.01, at most 400 iterations, its stopping criterion
+  tol 1e-6), in PyTorch, float32, on the device it picks. Installed by the ``peers`` extra.
+
+What a peer's fit returns is a :class:`plnexp.fitting.FitResult`, scored on plnexp's ELBO:
+
+- ``loglik``: the float64 host ELBO with the exact log y! (:func:`plnexp.reference.elbo`) at the
+  peer's fitted variational parameters, with B and Sigma in their closed forms from M and S, as
+  pyPLNmodels computes them (:func:`closed_forms`).
+- ``elbo``: the peer's own ELBO per iteration (before each update, as plnexp's curve), shifted by one
+  constant: ``loglik`` minus its own ELBO at the same final parameters (:func:`shifted_curve`). Its
+  own ELBO differs from plnexp's by terms that do not depend on the parameters (Stirling's log y!,
+  constants), so the shift is exact up to its float32 rounding (~1e-7 of the ELBO per point).
+- ``timing``: ``compile_s`` 0 (nothing is compiled); ``run_s`` the median wall clock of
+  ``repeats`` fits (``pln.fit()`` alone: building the model from the arrays is left out, as plnexp
+  leaves out loading), after ``warmup`` untimed fits, in this process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import io
+import math
+import os
+import statistics
+import sys
+import time
+import types
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import reference
+from .config import Config, Device, ModelName
+from .data import Data
+from .fitting import FitResult
+from .optim import OptimizerSpec
+from .precision import PRECISIONS
+from .timing import Timing
+
+if TYPE_CHECKING:
+    from .runner import Outcome
+
+PEER_TAG = "plnexp.peer"  # a peer's run: the peer's name (its row of the report, never ranked as a strategy)
+
+
+class PeerError(RuntimeError):
+    """A peer's fit that cannot be scored on plnexp's data (one line saying why)."""
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A package fitting the same model: how to tell it is there, what it runs (in plnexp's words,
+    for its run's params) and its default fit."""
+
+    name: str  # the registry key: report.peers, the run's tag and name
+    label: str  # as its users spell it
+    pin: str  # what the ``peers`` extra installs (the version measured here)
+    call: str  # the fit it runs, as its users write it
+    available: Callable[[], str | None]  # None where it can run, else why not (one line)
+    fit: Callable[..., FitResult]  # fit(data, *, warmup, repeats) -> the scored, timed fit
+    versions: Callable[[], dict[str, str]]  # the packages it runs on -> their versions (its run's tags)
+    uses_gpu: Callable[[], bool]  # whether its fit runs on a GPU here
+    model: str = "profiled"  # plnexp's name for the model it fits
+    optimizer: str = "rprop"
+    lr: float = 0.01
+    precision: str = "float32"
+    n_iter: int = 400  # its iteration cap (it may stop earlier: n_iter_run)
+    options: dict = field(default_factory=dict)  # its other settings, logged as params peer.<key>
+
+
+def install_hint() -> str:
+    """How to install the peers (the ``peers`` extra: torch's CPU pin first, then the peers)."""
+    from .paths import install_command
+
+    return install_command("peers")
+
+
+# ---------------------------------------------------------------- scoring (any peer)
+def closed_forms(M, S, X) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """B, the centred M and Sigma in float64 from a profiled fit's uncentred M (Z = O + M) and S:
+    B = (X'X)^-1 X'M, R = M - XB, Sigma = (R'R + diag(sum_i S_i^2)) / n (pyPLNmodels' closed forms)."""
+    M, S, X = (np.asarray(a, dtype=np.float64) for a in (M, S, X))
+    B = np.linalg.solve(X.T @ X, X.T @ M)
+    centred = M - X @ B
+    Sigma = (centred.T @ centred + np.diag((S * S).sum(axis=0))) / M.shape[0]
+    return B, centred, Sigma
+
+
+def score(data: Data, M, S) -> tuple[float, dict]:
+    """plnexp's ELBO (float64, exact log y!) at a profiled fit's M (uncentred) and S, and the
+    parameters as a :class:`~plnexp.fitting.FitResult` holds them (B, centred M, S, Sigma)."""
+    B, centred, Sigma = closed_forms(M, S, data.X)
+    S = np.asarray(S, dtype=np.float64)
+    loglik = reference.elbo(data.Y, data.O, data.X, B, centred, S, Sigma)
+    return loglik, {"B": B, "M": centred, "S": S, "Sigma": Sigma}
+
+
+def shifted_curve(own: np.ndarray, own_final: float, exact_final: float) -> tuple[np.ndarray, float]:
+    """A peer's own ELBO curve on plnexp's scale: shifted by ``exact_final - own_final``, both at the
+    same final parameters. Returns the curve (float64) and the shift."""
+    shift = float(exact_final) - float(own_final)
+    return np.asarray(own, dtype=np.float64) + shift, shift
+
+
+# ---------------------------------------------------------------- pyPLNmodels
+PYPLN_PIN = "pyPLNmodels==1.0.10"
+
+
+def _pkg_resources_stand_in() -> types.ModuleType:
+    """pyPLNmodels 1.0.x's data loaders import ``pkg_resources`` (gone from setuptools >= 81) for
+    ``resource_stream`` alone: a module with that one function."""
+    module = types.ModuleType("pkg_resources")
+
+    def resource_stream(package: str, name: str):
+        return open(os.path.join(os.path.dirname(sys.modules[package].__file__ or ""), name), "rb")
+
+    module.__dict__["resource_stream"] = resource_stream
+    return module
+
+
+def import_pyplnmodels() -> Any:
+    """``import pyPLNmodels``; where ``pkg_resources`` is missing, with a stand-in
+    (:func:`_pkg_resources_stand_in`) in ``sys.modules`` only meanwhile: pyPLNmodels keeps its own
+    reference, and no other package finds the stand-in afterwards."""
+    if importlib.util.find_spec("pkg_resources") is not None or "pyPLNmodels" in sys.modules:
+        return _import_quietly()
+    sys.modules["pkg_resources"] = _pkg_resources_stand_in()
+    try:
+        return _import_quietly()
+    finally:
+        sys.modules.pop("pkg_resources", None)
+
+
+def _import_quietly() -> Any:
+    """``import pyPLNmodels`` without the warnings its first import compiles ("invalid escape sequence")."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", SyntaxWarning)
+        return importlib.import_module("pyPLNmodels")
+
+
+def pyplnmodels_available() -> str | None:
+    """None where pyPLNmodels imports, else the one-line reason with the install command."""
+    try:
+        import_pyplnmodels()
+    except ImportError as e:
+        missing = getattr(e, "name", None)
+        what = "not installed" if missing in ("pyPLNmodels", "torch") else f"not importable ({e})"
+        return f"{what} ({install_hint()})"
+    except Exception as e:  # noqa: BLE001 - its import broke (another pandas, torch...): the sweep goes on
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        return f"not importable ({type(e).__name__}: {first}; {install_hint()} installs the version measured here)"
+    return None
+
+
+@contextlib.contextmanager
+def _quiet():
+    """pyPLNmodels' progress bar and messages ("Fitting a Pln model ...", its end of fit) kept off
+    the sweep's output, and torch's warning on NumPy arrays that are not writable."""
+    sink = io.StringIO()
+    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def pyplnmodels_fit(data: Data, *, warmup: int = 1, repeats: int = 1, **fit_kwargs) -> FitResult:
+    """pyPLNmodels' default fit (``fit_kwargs``: passed to ``Pln.fit``, e.g. ``maxiter`` in tests)
+    on ``data``: its counts, log offsets and covariates as they are (``add_const=False``: X holds
+    the intercept). Timed and scored as the module docstring says; the result is the last timed fit's
+    (its fits are deterministic: the same start, no randomness). A fit whose counts pyPLNmodels
+    changed (it drops all-zero columns) or whose ELBO is not finite raises :class:`PeerError`."""
+    import torch
+
+    pp = import_pyplnmodels()
+
+    def model():
+        with _quiet():
+            return pp.Pln(data.Y, exog=data.X, offsets=data.O, add_const=False)
+
+    def one_fit():
+        pln = model()
+        if tuple(pln._endog.shape) != data.Y.shape:
+            raise PeerError(
+                f"pyPLNmodels fitted counts of shape {tuple(pln._endog.shape)}, not the data's {data.Y.shape} "
+                "(it drops all-zero columns): not the same data"
+            )
+        with _quiet():
+            t0 = time.perf_counter()
+            pln.fit(**fit_kwargs)
+            return pln, time.perf_counter() - t0
+
+    for _ in range(warmup):
+        one_fit()
+    fits = [one_fit() for _ in range(max(repeats, 1))]
+    pln, runs_s = fits[-1][0], tuple(t for _, t in fits)
+    own = np.asarray([float(e) for e in pln._elbo_criterion_monitor.elbo_list], dtype=np.float64)
+    with torch.no_grad():
+        own_final = float(pln.compute_elbo())  # at the final parameters (its list stops before the last update)
+    if not (np.isfinite(own).all() and math.isfinite(own_final)):
+        raise PeerError("pyPLNmodels' ELBO is not finite")
+    loglik, params = score(
+        data, pln.latent_mean.detach().cpu().double().numpy(), pln.latent_sqrt_variance.detach().cpu().double().numpy()
+    )
+    curve, shift = shifted_curve(own, own_final, loglik)
+    n_iter, run_s = len(own), statistics.median(runs_s)
+    timing = Timing(
+        compile_s=0.0,
+        first_call_s=math.nan,
+        run_s=run_s,
+        ms_per_iter=1e3 * run_s / max(n_iter, 1),
+        runs_s=runs_s,
+    )
+    return FitResult(
+        elbo=curve,
+        loglik=loglik,
+        params=params,
+        n_iter=n_iter,
+        timing=timing,
+        model="profiled",
+        strategy="pyplnmodels",
+        optimizer="rprop",
+        precision=str(pln._endog.dtype).removeprefix("torch."),
+        device=pln._endog.device.type,
+        extra={
+            "final_elbo_jit": own_final + shift,  # its own final ELBO, shifted: loglik by construction
+            "own_elbo_final": own_final,
+            "elbo_shift": shift,
+            "versions": {"pyPLNmodels": str(pp.__version__), "torch": str(torch.__version__)},
+            "fit_kwargs": dict(fit_kwargs),
+        },
+    )
+
+
+def pyplnmodels_versions() -> dict[str, str]:
+    """pyPLNmodels' and torch's versions as installed (without importing them)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for tag, dist in (("pyplnmodels_version", "pyPLNmodels"), ("torch_version", "torch")):
+        try:
+            out[tag] = version(dist)
+        except PackageNotFoundError:
+            out[tag] = ""
+    return out
+
+
+def pyplnmodels_uses_gpu() -> bool:
+    """pyPLNmodels puts its tensors on CUDA wherever torch sees it."""
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+PEERS: dict[str, Peer] = {
+    "pyplnmodels": Peer(
+        name="pyplnmodels",
+        label="pyPLNmodels",
+        pin=PYPLN_PIN,
+        call="Pln(Y, exog=X, offsets=O, add_const=False).fit()",
+        available=pyplnmodels_available,
+        fit=pyplnmodels_fit,
+        versions=pyplnmodels_versions,
+        uses_gpu=pyplnmodels_uses_gpu,
+        options={"tol": 1e-6, "optimizer": "torch.optim.Rprop(lr=0.01, step_sizes=(1e-10, 50))"},
+    ),
+}
+
+
+# ---------------------------------------------------------------- a peer's run in a sweep
+@dataclass(frozen=True)
+class PeerConfig(Config):
+    """The config a peer's run logs (params, ``config.yaml``): the sweep job's it stands beside (its
+    data set, where it is logged, the timed runs), with what the peer runs in plnexp's words; its
+    strategy is the peer's name and ``peer.*`` says the rest (:meth:`as_dict`)."""
+
+    peer: Peer | None = None
+
+    def as_dict(self) -> dict:
+        out = super().as_dict()
+        peer = self.peer
+        assert peer is not None  # made by peer_config
+        out["strategy"] = {"name": peer.name}
+        for key in ("n_iter_cap", "n_iter_requested", "init", "gradient", "seed", "first_call", "compile_cache"):
+            out.pop(key, None)  # settings of plnexp's fits that a peer has not
+        versions = {k.removesuffix("_version"): v for k, v in peer.versions().items()}
+        out["peer"] = {"name": peer.name, "package": peer.label, "call": peer.call, **peer.options, **versions}
+        return out
+
+    @property
+    def run_name(self) -> str:
+        """``pyplnmodels-oaks-f32-cpu``: the peer, data, precision and device."""
+        assert self.peer is not None
+        return f"{self.peer.name}-{self.dataset.label}-{self.precision.label}-{self.device.value}"
+
+
+def peer_config(peer: Peer, config: Config) -> PeerConfig:
+    """``config`` (a sweep job's) with what ``peer`` runs: its model, optimizer, precision and
+    iteration cap, one fit (no replicates), at least one warm-up fit; its device: the job's where the
+    peer uses a GPU here, else the CPU."""
+    fields_of = {f: getattr(config, f) for f in Config.__dataclass_fields__}
+    return replace(
+        PeerConfig(**fields_of, peer=peer),
+        model=ModelName(peer.model),
+        optimizer=OptimizerSpec(peer.optimizer, peer.lr),
+        precision=PRECISIONS[peer.precision],
+        n_iter=peer.n_iter,
+        n_iter_requested=peer.n_iter,
+        replicates=1,
+        warmup=max(config.warmup, 1),
+        device=config.device if peer.uses_gpu() else Device("cpu"),
+    )
+
+
+def run_peer(peer: Peer, config: Config, parent, job_num: int, tags: dict | None = None) -> Outcome:
+    """Fit ``peer`` on ``config``'s data and log it as a child of ``parent`` (a
+    :class:`plnexp.tracking.Parent`), job number ``job_num``, tagged ``plnexp.peer=<name>``, through
+    the jobs' own code path (:class:`plnexp.runner.Outcome`, so the convergence metrics against the
+    data's best known ELBO apply; :func:`plnexp.tracking.pending.finish`). Its run is created RUNNING
+    first; an error of the fit makes it FAILED with the reason (returned, never raised); an interrupt
+    ends it KILLED and is raised. Timed with ``config.repeats`` fits after ``max(warmup, 1)``."""
+    from . import interrupts, provenance, runner, tracking
+    from .ranking import MIN_SPEEDUP_TAG
+
+    pc = peer_config(peer, config)
+    out = runner.Outcome(pc.run_name, (), pc)
+    cl = tracking.client(parent.uri)
+    tags = {
+        tracking.JOB_TAG: job_num,
+        PEER_TAG: peer.name,
+        provenance.REPLICATE_TAG: "0",
+        MIN_SPEEDUP_TAG: f"{config.report.min_speedup:g}",
+        **peer.versions(),
+        **(tags or {}),
+    }
+    with interrupts.deferred():
+        out.run_id = tracking.start_job(cl, parent.experiment_id, out, parent.run_id, tags)
+    try:
+        data = runner.load_data(config.dataset)
+        out.data_digest, out.data_shape = data.digest(), (data.n, data.p)
+        out.optimum = runner.best_known(config.dataset, peer.model)
+        out.result = peer.fit(data, warmup=pc.warmup, repeats=pc.repeats)
+    except KeyboardInterrupt as e:
+        stop = interrupts.as_interrupted(e)
+        out.status, out.reason = "KILLED", f"interrupted by {stop.name}"
+        out.stop()
+        with interrupts.deferred():
+            out.kept = str(tracking.pending.finish(cl, parent.uri, out.run_id, out) or "")
+        raise stop from None
+    except Exception as e:  # a peer's failure is its run's, never the sweep's
+        pending = interrupts.pending()
+        if pending is not None:  # a Ctrl-C that a library turned into another error
+            raise pending from e
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        out.status, out.reason = "FAILED", f"{type(e).__name__}: {first}".rstrip(": ")
+    out.stop()
+    with interrupts.deferred():
+        out.kept = str(tracking.pending.finish(cl, parent.uri, out.run_id, out) or "")
+    return out
