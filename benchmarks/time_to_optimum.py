@@ -22,7 +22,7 @@ With ``--while-loop`` (default on), strategy ``while_loop`` also runs (at most
 change |e_i - e_(i-1)| / |e_(i-1)| stays below ``--tol`` for ``--patience`` iterations in a row:
 its run_s is a measured time-to-stop, not an estimate.
 
-pyPLNmodels (issue #20; a benchmark-only extra, never a plnexp dependency), when it is installed:
+pyPLNmodels (issue #20; the optional extra ``.[peers]``, never a dependency of plnexp's fits), when it is installed:
 
 - its default fit on the same oaks data (counts, log offsets, intercept only; checked against
   ``plnexp.load_oaks()``): ``Pln.from_formula("endog ~ 1", data=load_oaks()).fit()``, median of

@@ -199,16 +199,25 @@ class Stop:
     gap: float  # relative to the optimum; NaN without one
     s: float
     stopped: bool = True  # False: the rule never fired, the curve ran to its end
+    resolution: float = 0.0  # the run's gap_resolution_rel: a smaller gap is rounding, not a result
 
     def text(self) -> str:
-        gap = f"gap {self.gap:.1e}" if math.isfinite(self.gap) else "gap -"
+        if math.isfinite(self.gap) and self.gap <= self.resolution:
+            gap = f"gap ≤ {self.resolution:.1e} (resolution)"
+        else:
+            gap = f"gap {self.gap:.1e}" if math.isfinite(self.gap) else "gap -"
         if not self.stopped:
             return f"no stop in {self.iters} it ({gap} at the end)"
         return f"{self.iters} it, {gap}, {_s(self.s)} s"
 
 
 def stops(
-    curve: np.ndarray, optimum: float, s_per_iter: float, tols: Sequence[float] = TOLS, patience: int = PATIENCE
+    curve: np.ndarray,
+    optimum: float,
+    s_per_iter: float,
+    tols: Sequence[float] = TOLS,
+    patience: int = PATIENCE,
+    resolution: float = 0.0,
 ) -> list[Stop]:
     """Per ``tol``, where :func:`plnexp.convergence.while_stop` stops on ``curve`` (k updates) and the
     relative gap to ``optimum`` there (``curve[k]``: the ELBO after k updates; the curve's last where it
@@ -218,7 +227,7 @@ def stops(
     for tol in tols:
         k = convergence.while_stop(curve, tol, patience)
         gap = float(gaps[min(k, len(curve) - 1)]) if len(curve) else math.nan
-        out.append(Stop(tol, k, gap, k * s_per_iter, k < len(curve)))
+        out.append(Stop(tol, k, gap, k * s_per_iter, k < len(curve), resolution))
     return out
 
 
@@ -400,7 +409,8 @@ def stop_table(report: Report) -> list[str]:
     for e in sorted(scans, key=lambda e: named[e.run_id]):
         n = e.m("n_iter_run")
         per = e.m("run_s") / n if n > 0 else math.nan
-        found = stops(e.curve, optimum(report, e.data)[0], per, TOLS, k)
+        res = e.m("gap_resolution_rel")
+        found = stops(e.curve, optimum(report, e.data)[0], per, TOLS, k, res if math.isfinite(res) else 0.0)
         lines.append("| " + " | ".join([named[e.run_id], *(s.text() for s in found)]) + " |")
     return lines
 
