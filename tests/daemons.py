@@ -354,7 +354,11 @@ default_permission = {default_permission}
 database_uri = sqlite:///{db}
 admin_username = {admin}
 authorization_function = mlflow.server.auth:authenticate_request_basic_auth
+auth_cache_ttl_seconds = 60
 """
+# auth_cache_ttl_seconds: a user's password checked once a minute, not at every request (MLflow's
+# option, off by default; one worker here, so no worker serves a changed password from its cache).
+# A sweep's job makes dozens of requests, each a PBKDF2 check of tens of ms otherwise.
 
 
 def _auth_env(folder: Path, admin_password: str, default_permission: str) -> dict[str, str]:
