@@ -743,7 +743,7 @@ def precision_table(report: Report) -> list[str]:
     """When the sweep varies the precision: one row per finished run, the float32 and float64 runs of
     one config side by side, with its final ELBO as the float64 ELBO at its final parameters
     (``loglik``: what the fit reached, whatever its precision), the compiled ELBO beside it
-    (``final_elbo``: the program's own value, which float32 rounding can put thousands of nats off),
+    (``final_elbo``: the program's own value, off from ``loglik`` by its precision's rounding),
     their difference, the float64 ELBO relative to the float64 run's of the same config, and the gap to
     the data set's optimum (``gap_final_rel``) where logged; the peer runs after. [] otherwise."""
     precisions = sorted({e.precision for e in report.grid})
@@ -949,8 +949,8 @@ def markdown(report: Report, images: list[str]) -> str:
         lines += [
             "Final ELBO per precision, each run after its last step: the float64 ELBO at the run's final "
             "parameters (what the fit reached, the same yardstick for every precision), the ELBO its compiled "
-            "program computed (in its own precision: float32 rounds it, by thousands of nats on large data), "
-            "their difference, the float64 ELBO relative to the float64 run's of the same config, and the gap "
+            "program computed (in its own precision), their difference (that precision's rounding: a float32 "
+            "run far from the float64 run on the float64 ELBO ended elsewhere), the float64 ELBO relative to the float64 run's of the same config, and the gap "
             "to the data set's optimum (see Convergence).",
             "",
             *precision,
