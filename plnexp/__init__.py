@@ -14,7 +14,7 @@ by :func:`plnexp.fit` while JAX has not started yet, or by ``plnexp.runtime.conf
 """
 
 from . import runtime
-from .data import Data, DataError, as_data, load_csv, load_oaks, replicate, simulate
+from .data import Data, DataError, as_data, load_anndata, load_csv, load_oaks, replicate, simulate, simulate_pca
 from .fitting import FitResult, NumericsError, fit, fit_replicates
 from .strategies import STRATEGIES
 
@@ -27,10 +27,12 @@ __all__ = [
     "as_data",
     "fit",
     "fit_replicates",
+    "load_anndata",
     "load_csv",
     "load_oaks",
     "replicate",
     "runtime",
     "simulate",
+    "simulate_pca",
 ]
 __version__ = "0.1.0"

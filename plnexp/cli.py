@@ -175,9 +175,9 @@ def _compose(overrides: list[str], hydra: bool = False):
 
 
 def _check_keys(parsed, overrides: list[str], cache: dict) -> None:
-    """Every plain ``key=value`` must name a key that exists (given this job's dataset and strategy
-    choices: the groups whose options differ in their keys)."""
-    groups = tuple(o for o, p in zip(overrides, parsed) if p.key_or_group in ("dataset", "strategy"))
+    """Every plain ``key=value`` must name a key that exists (given this job's dataset, strategy and
+    model choices: the groups whose options differ in their keys)."""
+    groups = tuple(o for o, p in zip(overrides, parsed) if p.key_or_group in ("dataset", "strategy", "model"))
     if groups not in cache:
         cache[groups] = _compose(list(groups))
     base = cache[groups]

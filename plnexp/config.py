@@ -21,12 +21,22 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
 from .data import OAKS_COVARIATES, Data
-from .model import MODELS
+from .model import PCA_NAME
 from .optim import OptimizerSpec
 from .paths import CONF_DIR, install_command, outputs_dir
 from .precision import PRECISIONS, Precision, precision as precision_named
 from .problem import GRADIENTS
-from .spec import DEVICES, INITS, FitSpec, TimingSpec, cache_choice, check_compile_cache, resolve_device
+from .spec import (
+    DEVICES,
+    INITS,
+    MODEL_NAMES,
+    FitSpec,
+    TimingSpec,
+    cache_choice,
+    check_compile_cache,
+    model_named,
+    resolve_device,
+)
 from .strategies import STRATEGIES, StrategySpec
 
 GROUPS = ("dataset", "optimizer", "strategy", "device", "precision", "model", "sweep")
@@ -65,7 +75,7 @@ def check_configs() -> None:
 
 # the members come from the registries at import time (one list of names each), which mypy cannot enumerate
 Device = Enum("Device", {k: k for k in DEVICES}, type=str)  # type: ignore[misc]  # members built from DEVICES
-ModelName = Enum("ModelName", {k: k for k in MODELS}, type=str)  # type: ignore[misc]  # members built from MODELS
+ModelName = Enum("ModelName", {k: k for k in MODEL_NAMES}, type=str)  # type: ignore[misc]  # members built from MODEL_NAMES
 Init = Enum("Init", {k: k for k in INITS}, type=str)  # type: ignore[misc]  # members built from INITS
 Gradient = Enum("Gradient", {k: k for k in GRADIENTS}, type=str)  # type: ignore[misc]  # members built from GRADIENTS
 
@@ -77,6 +87,22 @@ def _choice(key: str, value: Any, enum: type[_E]) -> _E:
         return enum(value)
     except ValueError:
         raise ConfigError(f"{key}={value!r}: allowed values are {', '.join(e.value for e in enum)}") from None
+
+
+def _model(value: Any) -> tuple[ModelName, int | None]:
+    """``model``: a name (full, profiled) or ``{name: pca, rank: q}`` -> (its name, pca's rank or None)."""
+    if not isinstance(value, dict):
+        if value == PCA_NAME:
+            raise ConfigError(f"model.rank: required for model={PCA_NAME}; allowed values are integers >= 1")
+        return _choice("model", value, ModelName), None
+    _keys("model", value, ("name", "rank"))
+    name = _choice("model.name", value.get("name"), ModelName)
+    if name.value != PCA_NAME:
+        raise ConfigError(f"model.rank: only model={PCA_NAME} has one; allowed keys for model={name.value} are none")
+    rank = value.get("rank")
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise ConfigError(f"model.rank={rank!r}: allowed values are integers >= 1 (at most the data set's p)")
+    return name, rank
 
 
 def _precision(value: Any) -> Precision:
@@ -256,8 +282,102 @@ class CsvData(DatasetSpec):
         return load_csv(self.counts, self.offsets, self.covariates, log_offsets=self.log_offsets)
 
 
-DATASETS = {cls.name: cls for cls in (OaksData, SyntheticData, CsvData)}
-Dataset = OaksData | SyntheticData | CsvData
+@dataclass(frozen=True)
+class AnndataData(DatasetSpec):
+    """Single-cell counts of an ``.h5ad`` file (:func:`plnexp.data.load_anndata`; the ``single-cell``
+    extra). The file, anndata and the keys' types are checked here; the layer and obs columns when
+    the file is read (before any run: a :class:`~plnexp.data.DataError` line naming the ones there are)."""
+
+    path: str
+    layer: str | None = None
+    covariates: tuple[str, ...] = ()
+    offsets: str = "library_size"
+    name: ClassVar[str] = "anndata"
+
+    def __post_init__(self):
+        super().__post_init__()
+        import importlib.util
+
+        path = self.path
+        if not isinstance(path, str) or Path(path).suffix != ".h5ad" or not Path(path).is_file():
+            raise ConfigError(f"dataset.path={path!r}: allowed values are paths of existing .h5ad files")
+        object.__setattr__(self, "path", str(Path(path).resolve()))
+        if importlib.util.find_spec("anndata") is None:
+            raise ConfigError(
+                "dataset=anndata: needs the anndata package, which is not installed; install plnexp's "
+                f"single-cell extra ({install_command('single-cell')})"
+            )
+        if self.layer is not None and (not isinstance(self.layer, str) or not self.layer):
+            raise ConfigError(f"dataset.layer={self.layer!r}: allowed values are null (X) or the name of a layer")
+        covariates = self.covariates if isinstance(self.covariates, (list, tuple)) else [self.covariates]
+        covariates = () if self.covariates is None else covariates
+        for c in covariates:
+            if not isinstance(c, str) or not c:
+                raise ConfigError(f"dataset.covariates={c!r}: allowed values are names of obs columns")
+        object.__setattr__(self, "covariates", tuple(covariates))
+        if not isinstance(self.offsets, str) or not self.offsets:
+            raise ConfigError(
+                f"dataset.offsets={self.offsets!r}: allowed values are library_size, none or the name of an "
+                "obs column of positive totals"
+            )
+
+    @property
+    def base_label(self) -> str:
+        layer = f"_{self.layer}" if self.layer else ""
+        return f"anndata_{Path(self.path).stem}{layer}"
+
+    @property
+    def label_tail(self) -> str:  # anndata_pbmc_x4+batch: the covariates after the replication, as oaks
+        return "+" + "+".join(self.covariates) if self.covariates else ""
+
+    def _load(self) -> Data:
+        """Raises :class:`~plnexp.data.DataError` (one line naming the file) for a bad file."""
+        from .data import load_anndata
+
+        return load_anndata(self.path, self.layer, self.covariates, self.offsets)
+
+
+@dataclass(frozen=True)
+class SyntheticPcaData(DatasetSpec):
+    """Counts drawn from the low-rank PLN-PCA model (:func:`plnexp.data.simulate_pca`)."""
+
+    n: int = 2000
+    p: int = 200
+    q: int = 5
+    d: int = 1
+    zero_fraction: float | None = None
+    seed: int = 0
+    name: ClassVar[str] = "synthetic_pca"
+
+    def __post_init__(self):
+        super().__post_init__()
+        for key, low in (("n", 2), ("p", 1), ("q", 1), ("d", 1), ("seed", 0)):
+            _int(f"dataset.{key}", getattr(self, key), low)
+        if self.q > self.p:
+            raise ConfigError(f"dataset.q={self.q!r}: allowed values are integers from 1 to dataset.p={self.p}")
+        zf = self.zero_fraction
+        if zf is not None and (isinstance(zf, bool) or not isinstance(zf, (int, float)) or not 0 < zf < 1):
+            raise ConfigError(
+                f"dataset.zero_fraction={zf!r}: allowed values are null (as drawn) or numbers in (0, 1) "
+                "(the fraction of zero counts: 0.8 to 0.95 in single-cell data)"
+            )
+        if zf is not None:
+            object.__setattr__(self, "zero_fraction", float(zf))
+
+    @property
+    def base_label(self) -> str:
+        from .data import pca_name
+
+        return pca_name(self.n, self.p, self.q, self.d, self.zero_fraction, self.seed)
+
+    def _load(self) -> Data:
+        from .data import simulate_pca
+
+        return simulate_pca(self.n, self.p, self.q, self.zero_fraction, self.d, self.seed)
+
+
+DATASETS = {cls.name: cls for cls in (OaksData, SyntheticData, CsvData, AnndataData, SyntheticPcaData)}
+Dataset = OaksData | SyntheticData | CsvData | AnndataData | SyntheticPcaData
 
 
 # ---------------------------------------------------------------- the report's settings
@@ -347,6 +467,7 @@ class Config:
     optimizer: OptimizerSpec
     strategy: StrategySpec
     model: ModelName = ModelName("full")
+    rank: int | None = None  # model.rank: pca's q (None for the other models); see as_dict
     device: Device = Device("cpu")
     precision: Precision = PRECISIONS["float32"]
     n_iter: int = 1000  # after the cap
@@ -392,7 +513,7 @@ class Config:
         :func:`plnexp.spec.cache_choice` (None, auto: the cache in ``<outputs>/jax_cache``, one compile)."""
         cache, warm = cache_choice(self.compile_cache, self.strategy, outputs_dir() / "jax_cache")
         return FitSpec(
-            MODELS[self.model.value],
+            model_named(self.model.value, self.rank),
             self.optimizer,
             self.strategy,
             self.precision,
@@ -417,7 +538,7 @@ class Config:
     def replicate_datasets(self) -> list[Dataset]:
         """The data set of each replicate: K synthetic data sets from seeds ``dataset.seed + k``; one
         data set shared by every replicate otherwise (they differ by their initial seed)."""
-        if self.replicates > 1 and isinstance(self.dataset, SyntheticData):
+        if self.replicates > 1 and isinstance(self.dataset, (SyntheticData, SyntheticPcaData)):
             from dataclasses import replace
 
             return [replace(self.dataset, seed=self.dataset.seed + k) for k in range(self.replicates)]
@@ -433,8 +554,11 @@ class Config:
             "optimizer": {"name": self.optimizer.name, "lr": self.optimizer.lr},
             "strategy": self.strategy.as_dict(),
         }
+        # model: its name (full, profiled: as before pca existed, so their hashes and params stay),
+        # or {name: pca, rank: q}
+        out["model"] = {"name": PCA_NAME, "rank": self.rank} if self.rank is not None else self.model.value
         for f in fields(self):
-            if f.name not in out and f.name != "report":  # the report's settings: not the fit's
+            if f.name not in out and f.name not in ("report", "rank"):  # report: not the fit's; rank: in model
                 v = getattr(self, f.name)
                 out[f.name] = v.value if isinstance(v, Enum) else v.name if isinstance(v, Precision) else v
         return out
@@ -450,7 +574,10 @@ def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-REQUIRED = {"dataset.counts": "paths of existing CSV files (dataset=csv needs one)"}
+REQUIRED = {
+    "dataset.counts": "paths of existing CSV files (dataset=csv needs one)",
+    "dataset.path": "paths of existing .h5ad files (dataset=anndata needs one)",
+}
 TOP_KEYS = (
     "dataset",
     "optimizer",
@@ -531,6 +658,10 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     replicates = _int("replicates", node.get("replicates", 1), 1)
+    model, rank = _model(node.get("model"))
+    p = getattr(dataset, "p", None)  # known without loading for the simulated data sets
+    if rank is not None and isinstance(p, int) and rank > p:
+        raise ConfigError(f"model.rank={rank}: allowed values are integers from 1 to dataset.p={p}")
     try:
         # the name as given (None where missing): OptimizerSpec checks it against its registry
         optimizer = OptimizerSpec(cast(str, opt.get("name")), opt.get("lr"))
@@ -541,6 +672,7 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
             replicates,
             optimizer.name,
             str(node.get("gradient")),
+            model.value,
         )
     except ValueError as e:
         raise ConfigError(str(e)) from None
@@ -566,7 +698,8 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
         dataset=dataset,
         optimizer=optimizer,
         strategy=strategy,
-        model=_choice("model", node.get("model"), ModelName),
+        model=model,
+        rank=rank,
         device=device,
         precision=_precision(node.get("precision")),
         n_iter=min(n_iter, caps.get(strategy.name, n_iter)),

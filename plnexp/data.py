@@ -1,9 +1,9 @@
-"""Data sets: counts in memory (:func:`as_data`), the shipped oaks data, CSV files, and simulation
-from the PLN generative model.
+"""Data sets: counts in memory (:func:`as_data`), the shipped oaks data, CSV files, AnnData files
+(single-cell counts), and simulation from the PLN generative model (full or low-rank).
 
 A :class:`Data` holds host (numpy, float64) arrays; :meth:`Data.to_device` casts and places them
 for a fit. Offsets are always stored on the log scale. Every way in (:func:`as_data`,
-:func:`load_csv`, :func:`load_oaks`, :func:`simulate`) checks the values with the same functions
+:func:`load_csv`, :func:`load_oaks`, :func:`load_anndata`, :func:`simulate`) checks the values with the same functions
 (:func:`check_counts`, :func:`check_offsets`, :func:`check_full_rank`): a problem is one
 :class:`DataError` line naming the argument or file, the row and column, and what is allowed.
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -244,15 +244,22 @@ def check_full_rank(X: np.ndarray, names: Sequence[str], source: str | Path | No
 
 
 def design_matrix(
-    table: Mapping[str, np.ndarray | Sequence[str]], columns: Sequence[str], n: int
+    table: Mapping[str, np.ndarray | Sequence[str]],
+    columns: Sequence[str],
+    n: int,
+    categorical: Collection[str] = (),
 ) -> tuple[np.ndarray, tuple[str, ...]]:
-    """Intercept + the named columns; text columns become one-hot with the first level dropped."""
+    """Intercept + the named columns; text columns, and those named in ``categorical`` (whatever
+    their values look like: an AnnData category ``"1", "2"``), become one-hot with the first level
+    (sorted as text) dropped."""
     blocks, names = [np.ones((n, 1))], ["intercept"]
     for col in columns:
         if col not in table:
             raise DataError(f"covariate {col!r}: not in the covariates table; allowed: {sorted(table)}")
         values = np.asarray(table[col])
         try:
+            if col in categorical:
+                raise TypeError(col)
             blocks.append(values.astype(np.float64).reshape(n, 1))
             names.append(col)
         except (TypeError, ValueError):  # categorical (TypeError: an object column that float() refuses)
@@ -480,3 +487,273 @@ def simulate(n: int = 2000, p: int = 50, d: int = 2, seed: int = 0) -> Data:
     warn_empty_columns(Y, f"simulate(n={n}, p={p}, d={d}, seed={seed})")
     names = ("intercept",) + tuple(f"x{k}" for k in range(1, d))
     return Data(Y, O, X, f"synthetic_n{n}_p{p}_d{d}_s{seed}", names, {"B": B, "Sigma": Sigma})
+
+
+# ---------------------------------------------------------------- single-cell counts (AnnData)
+ANNDATA_OFFSETS = ("library_size", "none")  # else the name of an obs column of positive totals
+BLOCK_ENTRIES = 1 << 22  # entries per block of rows when densifying or drawing (32 MiB of float64)
+
+
+def _anndata_module():
+    """The ``anndata`` package (the ``single-cell`` extra); one :class:`DataError` line if absent."""
+    try:
+        import anndata
+    except ImportError:
+        from .paths import install_command
+
+        raise DataError(
+            "AnnData counts need the anndata package, which is not installed; install plnexp's single-cell "
+            f"extra ({install_command('single-cell')})"
+        ) from None
+    return anndata
+
+
+def _read_h5ad(path: Path, anndata):
+    """The AnnData of an ``.h5ad`` file, read whole; a missing or unreadable file is one line."""
+    if not path.is_file():
+        raise DataError(f"AnnData file {path}: not found; allowed values are paths of existing .h5ad files")
+    if path.suffix != ".h5ad":
+        raise DataError(f"AnnData file {path}: not an .h5ad file (suffix {path.suffix!r}); allowed are .h5ad files")
+    try:
+        return anndata.read_h5ad(path)
+    except Exception as e:  # noqa: BLE001 - h5py/anndata raise many kinds for a broken file: one line
+        first = (str(e).splitlines() or [type(e).__name__])[0]
+        raise DataError(f"AnnData file {path}: not a readable .h5ad file ({first})") from None
+
+
+def _dense_counts(matrix, where: str) -> np.ndarray:
+    """The count matrix (cells x genes) as one dense float64 array. A scipy sparse matrix (CSR, or
+    CSC converted to CSR once: a copy of its nnz) is densified block of rows by block of rows into
+    that array, so the peak is the sparse matrix + n*p*8 bytes + one block, never a second dense
+    copy in the stored dtype."""
+    from scipy import sparse
+
+    if matrix is None:
+        raise DataError(f"{where}: no count matrix (X is empty); allowed are AnnData with counts in X or a layer")
+    if sparse.issparse(matrix):
+        csr = sparse.csr_matrix(matrix)
+        if csr.dtype.kind not in "biuf":
+            raise DataError(f"{where}: counts of dtype {csr.dtype}; allowed values are {COUNTS_ALLOWED}")
+        n, p = csr.shape
+        Y = np.empty((n, p), dtype=np.float64)
+        step = max(1, BLOCK_ENTRIES // max(p, 1))
+        for a in range(0, n, step):
+            Y[a : a + step] = csr[a : a + step].toarray()
+        return Y
+    return _floats(np.asarray(matrix), where, COUNTS_ALLOWED)
+
+
+def _obs_column(adata, column: str, where: str, what: str, also: str = ""):
+    """The ``obs`` column ``column`` (a pandas Series), or one line naming the columns there are
+    (after ``also``: the values allowed besides them)."""
+    if column not in adata.obs.columns:
+        allowed = ", ".join(map(str, adata.obs.columns)) or "none (obs has no columns)"
+        raise DataError(f"{where}: {what} {column!r} is not an obs column; allowed values are {also}{allowed}")
+    return adata.obs[column]
+
+
+def _anndata_covariates(adata, covariates: Sequence[str], where: str) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Intercept + the named obs columns: numeric (and boolean) ones as they are, categorical and
+    text ones one-hot with the first level (sorted as text) dropped (:func:`design_matrix`)."""
+    n = adata.n_obs
+    table: dict[str, np.ndarray] = {}
+    categorical = []
+    for col in covariates:
+        series = _obs_column(adata, col, where, "covariate")
+        missing = np.flatnonzero(series.isna().to_numpy())
+        if missing.size:
+            raise DataError(
+                f"{where}: covariate {col!r} is missing at row {missing[0] + 1} (cell {adata.obs_names[missing[0]]!r}); "
+                f"allowed values are {COVARIATES_ALLOWED}"
+            )
+        if series.dtype.kind in "biuf":
+            table[col] = series.to_numpy(dtype=np.float64)
+        else:  # categorical, text: the levels as text
+            table[col] = series.astype(str).to_numpy()
+            categorical.append(col)
+    X, names = design_matrix(table, list(covariates), n, categorical)
+    _check_finite(X, f"{where}: covariates", COVARIATES_ALLOWED)
+    return X, names
+
+
+def _anndata_offsets(adata, Y: np.ndarray, offsets: str, where: str) -> np.ndarray:
+    """Log offsets (n, p): the log library size (each cell's total count), none, or the log of the
+    positive totals in an obs column, the same for each cell's p counts."""
+    if offsets == "none":
+        return np.zeros_like(Y)
+    if offsets == "library_size":
+        totals = Y.sum(axis=1)
+        empty = np.flatnonzero(totals == 0)
+        if empty.size:
+            r = int(empty[0])
+            raise DataError(
+                f"{where}: cell {adata.obs_names[r]!r} (row {r + 1}) has no counts, so its library size is 0 and "
+                f"its log offset -inf; allowed with offsets=library_size are cells with at least one count "
+                f"(drop the {empty.size} empty cell(s), or offsets=none or an obs column of totals)"
+            )
+    else:
+        series = _obs_column(adata, offsets, where, "offsets", f"{', '.join(ANNDATA_OFFSETS)} or the obs columns: ")
+        allowed = f"finite numbers > 0 (each cell's total, logged here), or {', '.join(ANNDATA_OFFSETS)}"
+        label = f"{where}: offsets column {offsets!r}"
+        if series.dtype.kind not in "biuf":
+            raise DataError(f"{label}: values of type {series.dtype}; allowed values are {allowed}")
+        totals = series.to_numpy(dtype=np.float64)
+        bad = np.flatnonzero(~np.isfinite(totals) | (totals <= 0))
+        if bad.size:
+            r = int(bad[0])
+            raise DataError(f"{label}: value {totals[r]:g} at row {r + 1}; allowed values are {allowed}")
+    return np.repeat(np.log(totals).reshape(-1, 1), Y.shape[1], axis=1)
+
+
+def load_anndata(
+    source,
+    layer: str | None = None,
+    covariates: Sequence[str] = (),
+    offsets: str = "library_size",
+    *,
+    name: str | None = None,
+) -> Data:
+    """Counts of an AnnData (single-cell data: rows are cells, columns genes), with covariates and
+    offsets from its ``obs`` table. Needs the ``anndata`` package (the ``single-cell`` extra).
+
+    Args:
+        source: the path of an ``.h5ad`` file (read whole), or an ``anndata.AnnData``.
+        layer: the layer holding the counts (``adata.layers[layer]``); None: ``adata.X``. Dense or
+            scipy sparse (CSR, CSC): a sparse matrix is densified block of rows by block of rows into
+            one float64 ``n x p`` array (peak: the sparse matrix + ``n*p*8`` bytes; the fit needs
+            the dense counts, and the offsets are another ``n*p*8`` bytes).
+        covariates: names of ``obs`` columns: numeric ones as they are, categorical and text ones
+            one-hot with their first level (sorted as text) dropped; an intercept is always added.
+        offsets: ``"library_size"``: the log of each cell's total count, the same for its p genes;
+            ``"none"``; else the name of an ``obs`` column holding each cell's positive total (logged
+            here). The two words win over obs columns of the same name.
+        name: the data set's name; default the file's stem (``"anndata"`` for an object).
+
+    Returns:
+        The :class:`Data`, ``columns`` the genes (``var_names``).
+
+    Raises:
+        DataError: anndata not installed (the install command); a missing, non-``.h5ad`` or unreadable
+            file; a layer or obs column that is not there (the ones that are); a count that is not a
+            non-negative integer, a cell without counts under ``library_size``, a non-positive total,
+            a missing covariate, linearly dependent covariates: one line naming the file, the layer
+            or column and the row.
+    """
+    anndata = _anndata_module()
+    if isinstance(source, anndata.AnnData):
+        adata, where, default_name = source, "AnnData", "anndata"
+    elif isinstance(source, (str, Path)):
+        path = Path(source)
+        adata, where, default_name = _read_h5ad(path, anndata), f"AnnData file {path}", path.stem
+    else:
+        raise TypeError(f"source: got a {type(source).__name__}; allowed are a path of an .h5ad file or an AnnData")
+    if layer is None:
+        matrix, counts = adata.X, f"{where} (X)"
+    elif layer not in adata.layers:
+        allowed = ", ".join(map(str, adata.layers.keys())) or "none (the file has no layers; layer=null reads X)"
+        raise DataError(f"{where}: no layer {layer!r}; allowed values are {allowed}")
+    else:
+        matrix, counts = adata.layers[layer], f"{where} (layer {layer!r})"
+    Y = _dense_counts(matrix, counts)
+    try:
+        Y = check_counts(Y)
+    except DataError as e:
+        raise DataError(f"{counts}: {e}") from None
+    columns = tuple(map(str, adata.var_names))
+    warn_empty_columns(Y, counts, columns)
+    O = _anndata_offsets(adata, Y, offsets, where if offsets not in ANNDATA_OFFSETS else counts)
+    X, names = _anndata_covariates(adata, tuple(covariates), where)
+    check_full_rank(X, names, where)
+    return Data(Y, O, X, name or default_name, names, columns=columns)
+
+
+# ---------------------------------------------------------------- low-rank synthetic counts (PLN-PCA)
+def _pca_latent_block(seed: np.random.SeedSequence, eta0: np.ndarray, C: np.ndarray):
+    """One block of rows: its latent means ``eta0 + M C^T`` (M ~ N(0, I_q)) and the uniforms that
+    decide its zeros, both drawn from the block's own seed (so that they can be drawn again)."""
+    rng = np.random.default_rng(seed)
+    M = rng.standard_normal((eta0.shape[0], C.shape[1]))
+    return rng, eta0 + M @ C.T, rng.random(eta0.shape)
+
+
+def _zero_threshold(gaps: np.ndarray, zero_fraction: float) -> float:
+    """The intercept shift ``delta`` that leaves ``round(zero_fraction * N)`` of the ``N`` gaps
+    above it: a count is zero iff its gap ``log(-log U) - eta`` exceeds ``delta`` (see
+    :func:`simulate_pca`). The gaps are partitioned in place."""
+    N = gaps.size
+    k = min(max(int(round((1 - zero_fraction) * N)), 1), N - 1)  # gaps at or below delta
+    gaps.partition((k - 1, k))
+    return (float(gaps[k - 1]) + float(gaps[k])) / 2
+
+
+def simulate_pca(
+    n: int = 2000, p: int = 200, q: int = 5, zero_fraction: float | None = None, d: int = 1, seed: int = 0
+) -> Data:
+    """Draw from the PLN-PCA model: Y ~ Poisson(exp(O + XB + W)), W = M C^T of rank q.
+
+    The documented, seeded choice (numpy ``SeedSequence(seed)``: the parameters from its first
+    child, each block of rows from one child of its own, so that memory stays at a few blocks of
+    ``2**22`` entries beyond the returned arrays, for n*p up to ~1e8):
+    X = [1, N(0,1) columns] (n, d); B_kj ~ N(0, 0.5^2) with intercept row 1 + N(0, 0.5^2);
+    C_jk ~ N(0, 1/q) (p, q), so Sigma = C C^T has rank q and a diagonal near 1; M ~ N(0, I_q) (n, q);
+    offsets O = log(total) with total ~ U(50, 150)/100 per row, as :func:`simulate`.
+
+    A count is zero iff its uniform U < exp(-lambda) (probability exp(-lambda): the Poisson law), i.e.
+    iff its gap log(-log U) - log(lambda) exceeds 0; a non-zero count is drawn from the zero-truncated
+    Poisson law (1 + Poisson(lambda - t), t the first arrival of the process conditioned to come
+    before 1). ``zero_fraction`` in (0, 1) (real single-cell counts: 80-95% zeros): the intercept row
+    is shifted by the one delta (a quantile of the gaps: deterministic, no draw repeated) that leaves
+    that fraction of the gaps above it, so the counts' zero fraction is the target to within
+    1/(n*p) (the gaps are kept in float32 for this: 4 bytes per count).
+    The truth is kept in ``data.truth`` ({'B': ... (shifted), 'C': ..., 'Sigma': C C^T}).
+    """
+    for key, value, low in (("n", n, 2), ("p", p, 1), ("q", q, 1), ("d", d, 1)):
+        if isinstance(value, bool) or int(value) != value or value < low:
+            raise DataError(f"simulate_pca: {key}={value!r} must be an integer >= {low}")
+    if q > p:
+        raise DataError(f"simulate_pca: q={q!r} must be an integer <= p={p} (the rank of Sigma = C C^T, p x p)")
+    if zero_fraction is not None and not (isinstance(zero_fraction, (int, float)) and 0 < zero_fraction < 1):
+        raise DataError(f"simulate_pca: zero_fraction={zero_fraction!r} must be null or a number in (0, 1)")
+    n, p, q, d = int(n), int(p), int(q), int(d)
+    step = max(1, BLOCK_ENTRIES // p)
+    params, *blocks = np.random.SeedSequence(seed).spawn(1 + -(-n // step))
+    rng = np.random.default_rng(params)
+    X = np.hstack([np.ones((n, 1)), rng.standard_normal((n, d - 1))])
+    B = rng.normal(scale=0.5, size=(d, p))
+    B[0] += 1.0
+    C = rng.normal(scale=np.sqrt(1.0 / q), size=(p, q))
+    log_totals = np.log(rng.uniform(0.5, 1.5, size=(n, 1)))
+    rows = [slice(a, min(a + step, n)) for a in range(0, n, step)]
+    eta0 = lambda r: log_totals[r] + X[r] @ B  # the latent mean before W (and before the shift delta)
+
+    delta = 0.0
+    if zero_fraction is not None:
+        gaps = np.empty((n, p), dtype=np.float32)
+        for r, s in zip(rows, blocks):
+            _, eta, U = _pca_latent_block(s, eta0(r), C)
+            with np.errstate(divide="ignore"):
+                gaps[r] = np.log(-np.log(U)) - eta
+        delta = _zero_threshold(gaps.reshape(-1), float(zero_fraction))
+        del gaps
+    Y = np.zeros((n, p), dtype=np.float64)
+    for r, s in zip(rows, blocks):
+        rng, eta, U = _pca_latent_block(s, eta0(r), C)
+        with np.errstate(divide="ignore"):  # U = 0: an infinite gap, a zero
+            gap = (np.log(-np.log(U)) - eta).astype(np.float32)  # as the threshold was found
+        nonzero = gap <= np.float64(delta)
+        lam = np.exp(eta[nonzero] + delta)
+        t = -np.log1p(rng.random(lam.shape) * np.expm1(-lam))  # the first arrival, given one before 1
+        Y[r][nonzero] = 1.0 + rng.poisson(np.maximum(lam - t, 0.0))
+    B[0] += delta  # the truth: the intercept as drawn from
+    O = log_totals * np.ones((1, p))
+    label = f"simulate_pca(n={n}, p={p}, q={q}, zero_fraction={zero_fraction}, d={d}, seed={seed})"
+    warn_empty_columns(Y, label)
+    names = ("intercept",) + tuple(f"x{k}" for k in range(1, d))
+    return Data(Y, O, X, pca_name(n, p, q, d, zero_fraction, seed), names, {"B": B, "C": C, "Sigma": C @ C.T})
+
+
+def pca_name(n: int, p: int, q: int, d: int, zero_fraction: float | None, seed: int) -> str:
+    """``synthetic_pca_n2000_p200_q5_s0`` (``_d2`` after q for d > 1, ``_zf0.9`` for a zero fraction):
+    the name of :func:`simulate_pca`'s data and of ``dataset=synthetic_pca``'s label."""
+    extra = (f"_d{d}" if d > 1 else "") + (f"_zf{zero_fraction:g}" if zero_fraction is not None else "")
+    return f"synthetic_pca_n{n}_p{p}_q{q}{extra}_s{seed}"

@@ -18,7 +18,7 @@ from functools import lru_cache
 import jax
 import numpy as np
 
-from . import reference, runtime, strategies, timing
+from . import runtime, strategies, timing
 from .data import Data, as_data
 from .model import Model
 from .optim import OptimizerSpec
@@ -38,6 +38,7 @@ __all__ = [
     "resolve_device",
     "make_problem",
     "check_against_host",
+    "check_rank",
 ]
 
 
@@ -48,7 +49,9 @@ class NumericsError(RuntimeError):
 @dataclass(frozen=True)
 class FitResult:
     """A finished fit. ``elbo[i]``: ELBO (with the exact log y!) before update i; NaN past
-    ``n_iter``. ``params``: B (d, p), M (n, p, centred residual), S (n, p), Sigma (p, p)."""
+    ``n_iter``. ``params`` (float64): B (d, p), M (n, p, centred residual), S (n, p), Sigma (p, p);
+    for ``model="pca"`` of rank q: B (d, p), C (p, q), M (n, q), S (n, q), the latent mean being
+    O + XB + MC'."""
 
     elbo: np.ndarray
     loglik: float
@@ -88,6 +91,7 @@ def fit(
     offsets=None,
     covariates=None,
     lr: float | None = None,
+    rank: int | None = None,
     init: str = "seed",
     gradient: str = "analytic",
     repeats: int = 1,
@@ -101,6 +105,10 @@ def fit(
     **options,
 ) -> FitResult:
     """Fit a PLN model by variational inference and time it.
+
+    ``model``: ``"profiled"``, ``"full"`` (one PLN, two parametrisations) or ``"pca"``, the PLN-PCA
+    of rank ``rank`` (an integer from 1 to p; see :mod:`plnexp.model`), whose ``params`` are B, C,
+    M, S.
 
     ``options``: the strategy's own options (``unroll`` for scan_unrolled, ``tol`` and ``patience``
     for while_loop, ``mode`` for torch_compile: ``plnexp.STRATEGIES[name].options``); those of other
@@ -150,6 +158,7 @@ def fit(
         device,
         strategy,
         lr=lr,
+        rank=rank,
         init=init,
         gradient=gradient,
         repeats=repeats,
@@ -207,11 +216,13 @@ def run_all(
     datas = list(data) if isinstance(data, (list, tuple)) else [data]
     if len(datas) not in (1, spec.replicates):
         raise ValueError(f"replicates={spec.replicates}: got {len(datas)} data sets (give 1 or {spec.replicates})")
+    for d in datas:
+        check_rank(spec.model, d.p)
     problem = make_problem(spec.model, spec.optimizer, spec.gradient)
     dtype = spec.precision.dtype
     dev = resolve_device(spec.device)
     # whether this strategy's compiles go through JAX's cache is decided once, by spec.cache_choice
-    spec.strategy.check(spec.timing.compile_cache_dir is not None, dev.platform, spec.replicates)
+    spec.strategy.check(spec.timing.compile_cache_dir is not None, dev.platform, spec.replicates, model=spec.model.name)
     t = spec.timing
     # a folder that cannot be written: one warning, and the fit runs without the cache
     cache_dir = timing.usable_cache_dir(t.compile_cache_dir)
@@ -253,13 +264,12 @@ def run_all(
         for replicate, (one, first) in enumerate(zip(program.unbatch(out, arrays), starts)):
             d = datas[replicate] if len(datas) > 1 else datas[0]
             log_fact = d.log_factorial
-            start = reference.elbo(d.Y, d.O, d.X, first.B, problem.model.centred_m(first, d), first.S, first.Sigma)
+            model = problem.model
+            start = model.host_elbo(model.params(first, d), d)
             curve = np.asarray(one.elbo, dtype=np.float64)
             check_against_host(curve[0] - log_fact, start, spec.precision, "initial state", d.Y.size)
-            pln = _host(one.state.pln)
-            centred_m = np.asarray(problem.model.centred_m(pln, d), dtype=np.float64)
-            params = {"B": pln.B, "M": centred_m, "S": pln.S, "Sigma": pln.Sigma}
-            loglik = reference.elbo(d.Y, d.O, d.X, pln.B, centred_m, pln.S, pln.Sigma)
+            params = _host(model.params(_host(one.state.pln), d))
+            loglik = model.host_elbo(params, d)
             final = float(one.final_elbo) - log_fact
             check_against_host(final, loglik, spec.precision, "final state", d.Y.size)
             results.append(
@@ -279,6 +289,12 @@ def run_all(
                 )
             )
     return results
+
+
+def check_rank(model: Model, p: int) -> None:
+    """One-line ValueError where a PLN-PCA model's rank exceeds the data's p."""
+    if model.rank > p:
+        raise ValueError(f"rank={model.rank}: allowed values are integers from 1 to p={p} (the data's variables)")
 
 
 def check_against_host(jitted: float, host: float, precision: Precision, where: str, size: int) -> None:

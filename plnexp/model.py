@@ -23,7 +23,7 @@ ELBO); :mod:`plnexp.reference` adds it on the host in float64.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
+from functools import partial, cache
 from typing import TYPE_CHECKING, NamedTuple
 from collections.abc import Callable
 
@@ -31,6 +31,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import cho_solve
+
+from . import reference
 
 if TYPE_CHECKING:
     from .data import Data
@@ -246,6 +248,15 @@ def _complete_profiled(params: Params, data: Arrays) -> PLNState:
     return PLNState(B, M, S, Sigma, _inverse_spd(Sigma))
 
 
+def _pln_params(centred_m: Callable[[PLNState, Arrays | Data], jax.Array]) -> Callable[[PLNState, Data], dict]:
+    """What a fit of ``full`` or ``profiled`` reports: B, M (the centred residual), S, Sigma."""
+    return lambda s, data: {"B": s.B, "M": centred_m(s, data), "S": s.S, "Sigma": s.Sigma}
+
+
+def _pln_host_elbo(params: dict, data: Data) -> float:
+    return reference.elbo(data.Y, data.O, data.X, params["B"], params["M"], params["S"], params["Sigma"])
+
+
 @dataclass(frozen=True)
 class Model:
     """A PLN parametrisation as plain functions (pure, jit-able).
@@ -256,7 +267,11 @@ class Model:
       a complete ``state`` whose free part is ``params`` (what every fit step has);
     - ``complete(params, data)``: the full :class:`PLNState`, closed forms filled in;
     - ``centred_m(state, data)``: M as the centred residual W (the reporting convention); it reads
-      ``data.X`` only, so the host's :class:`~plnexp.data.Data` does as well.
+      ``data.X`` only, so the host's :class:`~plnexp.data.Data` does as well;
+    - ``params(state, data)``: what a :class:`~plnexp.fitting.FitResult` reports, by name (B, centred
+      M, S, Sigma for ``full`` and ``profiled``; B, C, M, S for ``pca``), arrays of the state's kind;
+    - ``host_elbo(params, data)``: the ELBO (exact log y!) at those params, by :mod:`plnexp.reference`
+      in float64 on the host: what every compiled ELBO is checked against.
     """
 
     name: str
@@ -265,10 +280,21 @@ class Model:
     value_and_grad: Callable[[Params, PLNState, Arrays], tuple[jax.Array, Params]]
     complete: Callable[[Params, Arrays], PLNState]
     centred_m: Callable[[PLNState, Arrays | Data], jax.Array]
+    params: Callable[[PLNState, Data], dict]
+    host_elbo: Callable[[dict, Data], float]
+    rank: int = 0  # the latent dimension q of ``pca``; 0: the models whose latent is p-dimensional
 
     def state_elbo(self, state: PLNState, data: Arrays) -> jax.Array:
         """Partial ELBO at a complete state (what the host reference re-computes)."""
         return self.elbo(self.free(state), state, data)
+
+
+def _full_centred_m(s: PLNState, data: Arrays | Data) -> jax.Array:
+    return s.M
+
+
+def _profiled_centred_m(s: PLNState, data: Arrays | Data) -> jax.Array:
+    return s.M - data.X @ s.B
 
 
 FULL = Model(
@@ -277,7 +303,9 @@ FULL = Model(
     elbo=full_elbo,
     value_and_grad=full_value_and_grad,
     complete=_complete_full,
-    centred_m=lambda s, data: s.M,
+    centred_m=_full_centred_m,
+    params=_pln_params(_full_centred_m),
+    host_elbo=_pln_host_elbo,
 )
 PROFILED = Model(
     name="profiled",
@@ -285,9 +313,118 @@ PROFILED = Model(
     elbo=profiled_elbo,
     value_and_grad=profiled_value_and_grad,
     complete=_complete_profiled,
-    centred_m=lambda s, data: s.M - data.X @ s.B,
+    centred_m=_profiled_centred_m,
+    params=_pln_params(_profiled_centred_m),
+    host_elbo=_pln_host_elbo,
 )
 MODELS: dict[str, Model] = {m.name: m for m in (FULL, PROFILED)}
+
+
+# --- PLN-PCA ------------------------------------------------------------------------------------
+# Chiquet, Mariadassou and Robin's variational Poisson PCA: Z = O + XB + W C', W_i ~ N(0, I_q),
+# q(W_i) = N(M_i, diag(S_i^2)) with M, S (n, q) and C (p, q). Its state is a PLNState whose fields
+# mean: B (d, p), M (n, q), S (n, q), Sigma := C (p, q), Omega := an empty (0,) placeholder (no
+# closed form: every parameter is free). The strategies carry the fields by name, whatever they hold.
+PCA_NAME = "pca"
+PCA_INIT_C = 0.1  # init="seed": C = PCA_INIT_C times the first q columns of the p x p identity
+
+
+def _pca_exp(data: Arrays, B, C, M, S) -> tuple[jax.Array, jax.Array]:
+    """(Z, A): Z = O + XB + MC', A = exp(Z + S^2 (C o C)'/2), zero on padding rows. The variance
+    term is an (n, q) x (q, p) product: no n x p x q tensor."""
+    Z = data.O + data.X @ B + M @ C.T
+    return Z, _data_rows(data.rows, jnp.exp(Z + 0.5 * (S * S) @ (C * C).T))
+
+
+def _pca_prior(data: Arrays, M, S) -> jax.Array:
+    """-KL(q(W) || N(0, I)) summed: -1/2 sum_ik (M^2 + S^2 - log S^2 - 1)."""
+    per_entry = _data_rows(data.rows, M * M + S * S - 2.0 * jnp.log(jnp.abs(S)) - 1.0)
+    return -0.5 * _total(data.rows, jnp.sum(per_entry))
+
+
+def pca_elbo(params: Params, state: PLNState, data: Arrays) -> jax.Array:
+    """Partial ELBO (no log y!) of PLN-PCA at (B, C, M, S):
+    sum_ij [Y Z - A] - 1/2 sum_ik (M^2 + S^2 - log S^2 - 1) (see :func:`_pca_exp`)."""
+    del state  # every parameter is free
+    B, C, M, S = params["B"], params["C"], params["M"], params["S"]
+    Z, A = _pca_exp(data, B, C, M, S)
+    return _total(data.rows, jnp.sum(data.Y * Z - A)) + _pca_prior(data, M, S)
+
+
+def pca_value_and_grad(params: Params, state: PLNState, data: Arrays) -> tuple[jax.Array, Params]:
+    """:func:`pca_elbo` and its gradient in closed form (no autodiff). With R = Y - A:
+    dB = X'R, dC = R'M - (A'S^2) o C, dM = RC - M, dS = 1/S - S - S o (A (C o C))."""
+    del state
+    B, C, M, S = params["B"], params["C"], params["M"], params["S"]
+    rows = data.rows
+    Z, A = _pca_exp(data, B, C, M, S)
+    value = _total(rows, jnp.sum(data.Y * Z - A)) + _pca_prior(data, M, S)
+    R = data.Y - A  # zero on padding rows (Y = 0 there)
+    grads = {
+        "B": _total(rows, data.X.T @ R),
+        "C": _total(rows, R.T @ M) - _total(rows, A.T @ (S * S)) * C,
+        "M": _data_rows(rows, R @ C - M),
+        "S": _data_rows(rows, 1.0 / S - S - S * (A @ (C * C))),
+    }
+    return value, grads
+
+
+def _pca_complete(params: Params, data: Arrays) -> PLNState:
+    B, C = params["B"], params["C"]
+    return PLNState(B, params["M"], params["S"], C, jnp.zeros((0,), C.dtype))
+
+
+def _pca_params(state: PLNState, data: Data) -> dict:
+    """What a PLN-PCA fit reports: B (d, p), C (p, q), M (n, q), S (n, q); the latent mean is O + XB + MC'."""
+    return {"B": state.B, "C": state.Sigma, "M": state.M, "S": state.S}
+
+
+def _pca_host_elbo(params: dict, data: Data) -> float:
+    return reference.pca_elbo(data.Y, data.O, data.X, params["B"], params["C"], params["M"], params["S"])
+
+
+@cache
+def pca_model(rank: int) -> Model:
+    """The PLN-PCA :class:`Model` of rank ``rank`` (q), one object per rank (the fits' caches key on it)."""
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise ValueError(f"rank={rank!r}: allowed values are integers >= 1 (at most the data's p)")
+    return Model(
+        name=PCA_NAME,
+        free=lambda s: {"B": s.B, "C": s.Sigma, "M": s.M, "S": s.S},
+        elbo=pca_elbo,
+        value_and_grad=pca_value_and_grad,
+        complete=_pca_complete,
+        centred_m=lambda s, data: s.M,
+        params=_pca_params,
+        host_elbo=_pca_host_elbo,
+        rank=rank,
+    )
+
+
+def _pca_init(data: Arrays, rank: int, init: str, noise: jax.Array | None) -> PLNState:
+    """The PLN-PCA initial state (see :func:`init_state`)."""
+    n, p = data.Y.shape
+    d = data.X.shape[1]
+    dtype = data.Y.dtype
+    if init == "seed":
+        B = jnp.zeros((d, p), dtype)
+        C = PCA_INIT_C * jnp.eye(p, rank, dtype=dtype)
+        M = jnp.zeros((n, rank), dtype)
+    else:
+        Z = jnp.log1p(data.Y) - data.O
+        B = closed_form_b(data.X, Z, data.rows)
+        R = _data_rows(data.rows, Z - data.X @ B)
+        # the top-q right singular vectors V and values of R from the eigen-decomposition of R'R
+        # (p x p: a sum over rows); M C' = R V V' with M'M / n = I (M_i's prior is N(0, I))
+        eigenvalues, vectors = jnp.linalg.eigh(_total(data.rows, R.T @ R))
+        V, lam = vectors[:, ::-1][:, :rank], eigenvalues[::-1][:rank]
+        scale = jnp.sqrt(jnp.maximum(lam, jnp.finfo(dtype).tiny) / _n(data.rows, R))
+        C = V * scale
+        M = (R @ V) / scale
+        if noise is not None:
+            M = M + noise
+    S = jnp.full((n, rank), 1.0 if init == "seed" else 0.5, dtype)
+    return _pca_complete({"B": B, "C": C, "M": M, "S": S}, data)
 
 
 INIT_NOISE = 0.5  # init="random": the standard deviation of the noise added to the data init's M
@@ -296,6 +433,11 @@ INIT_NOISE = 0.5  # init="random": the standard deviation of the noise added to 
 def init_state(model: Model, data: Arrays, init: str, seed: int = 0) -> PLNState:
     """Initial state. ``seed``: M = 0, S = 1, B = 0 (the tutorial's; Sigma = I follows).
     ``data``: M from log(Y + 1) - O (least-squares B for the full model), S = 0.5.
+    PLN-PCA (rank q): M = 0 with C = 0 is a saddle (every gradient of M and C vanishes), so
+    ``seed`` is B = 0, M = 0, S = 1 and C = :data:`PCA_INIT_C` times the first q columns of the
+    identity (dM = (Y - A) C is then not 0); ``data`` is B by least squares on log(Y + 1) - O, C and
+    M from the top-q singular vectors of the residual R (M C' = R's rank-q truncation, M'M / n = I),
+    S = 0.5; ``random`` adds the noise to that M (n x q).
     ``random``: the ``data`` init with N(0, INIT_NOISE^2) noise added to M, drawn on the host by
     ``numpy.random.default_rng(seed)`` row after row (so that a fit's data rows get the same noise
     whatever padding follows them; padding rows get none). ``seed`` is used by ``random`` only.
@@ -307,7 +449,8 @@ def init_state(model: Model, data: Arrays, init: str, seed: int = 0) -> PLNState
         raise ValueError(f"init={init!r}: allowed values are 'seed', 'data', 'random'")
     noise: np.ndarray | jax.Array | None = None
     if init == "random":
-        noise = INIT_NOISE * np.random.default_rng(seed).standard_normal(data.Y.shape)
+        width = model.rank or data.Y.shape[1]  # M's columns: q for pca
+        noise = INIT_NOISE * np.random.default_rng(seed).standard_normal((data.Y.shape[0], width))
         if data.rows is not None:
             noise = noise * np.asarray(data.rows.weight)
         noise = jnp.asarray(noise, data.Y.dtype)
@@ -316,6 +459,8 @@ def init_state(model: Model, data: Arrays, init: str, seed: int = 0) -> PLNState
 
 @partial(jax.jit, static_argnums=(0, 1))
 def _init(model: Model, init: str, data: Arrays, noise: jax.Array | None) -> PLNState:
+    if model.rank:
+        return _pca_init(data, model.rank, init, noise)
     n, p = data.Y.shape
     d = data.X.shape[1]
     dtype = data.Y.dtype

@@ -16,6 +16,10 @@ its closed form), in this order:
   largest entry of the ELBO's gradient at its end, kept with the value), then cached atomically
   with the fit's settings.
 
+PLN-PCA (``model=pca``) has no best known ELBO yet: its optimum is not the PLN's (another
+variational family, a rank-q Sigma), so :func:`family` and :func:`for_dataset` give None for it and
+a pca run has no convergence metrics, rather than being scored against the PLN optimum.
+
 Replicated rows (``dataset.replication=r``): the optimum of the data before replication, times r
 (the optimal M and S repeat with the rows; Sigma is the same). The fit is made on the data before
 replication, so oaks x100's optimum costs nothing and a large replicated set costs one small fit.
@@ -55,8 +59,9 @@ FIT: dict[str, Any] = {
 # near 0: 1/S^2); on oaks 4e-3 after 2,000 iterations and still after 20,000, the ELBO then
 # constant to 1e-12 relative (adam's, 0.5 nats short after 2,000, has 0.6).
 STATIONARY = 1e-2
-# The families of models sharing an optimum (one ELBO, parametrised differently).
-FAMILY = {"full": "pln", "profiled": "pln"}
+# The families of models sharing an optimum (one ELBO, parametrised differently); a model mapped
+# to None has no best known ELBO (pca: see the module's docstring).
+FAMILY: dict[str, str | None] = {"full": "pln", "profiled": "pln", "pca": None}
 # Shipped data: name -> (its digest, plnexp.data.Data.digest; the model family; the ELBO with the
 # exact log y!). oaks: the FIT above run 20,000 iterations (the ELBO constant to 1e-12 relative from
 # 2,000 on; max |gradient| 4.3e-3); PLNmodels' published -32028.47 uses Ramanujan's log y!.
@@ -84,7 +89,8 @@ class Optimum:
         return out
 
 
-def family(model: str) -> str:
+def family(model: str) -> str | None:
+    """The family of models sharing ``model``'s optimum; None where none is known (pca)."""
     return FAMILY.get(model, model)
 
 
@@ -153,6 +159,10 @@ def best_known(base: Data, model: str, replication: int = 1, given: float | None
     if given is not None:
         return Optimum(float(given), "given")
     fam = family(model)
+    if fam is None:
+        raise ValueError(
+            f"model={model}: has no best known ELBO; allowed models are {', '.join(k for k, v in FAMILY.items() if v)}"
+        )
     digest = base.digest()
     for ship_digest, ship_family, elbo in SHIPPED.values():
         if ship_digest == digest and ship_family == fam:
@@ -194,7 +204,10 @@ def best_known(base: Data, model: str, replication: int = 1, given: float | None
 def for_dataset(spec, model: str, load=None) -> Optimum | None:
     """The best known ELBO of the data set ``spec`` (a :class:`plnexp.config.DatasetSpec`) as fitted
     (its replication included). ``load``: how the data before replication is loaded (the runner's
-    cached loader), ``spec.load`` by default. ``dataset.optimum=false``: None (no convergence metrics)."""
+    cached loader), ``spec.load`` by default. ``dataset.optimum=false``, or a model without a family
+    (pca): None (no convergence metrics)."""
+    if family(model) is None:
+        return None
     given = getattr(spec, "optimum", None)
     if given is False:
         return None

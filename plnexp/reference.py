@@ -64,3 +64,26 @@ def elbo_gradient_max(Y, O, X, B, M, S, Sigma, *, rows: int = 8192) -> float:
         gB += part
         worst = max(worst, float(np.abs(gM).max()), float(np.abs(gS).max()))
     return max(worst, float(np.abs(gB).max()))
+
+
+def pca_elbo(Y, O, X, B, C, M, S, *, log_factorial: bool = True, rows: int = 8192) -> float:
+    """ELBO of PLN-PCA at (B (d, p), C (p, q), M (n, q), S (n, q)) in float64; with the exact log(y!)
+    unless told otherwise:
+
+        sum_ij [Y Z - exp(Z + S^2 (C o C)'/2) - log Y!] - 1/2 sum_ik (M^2 + S^2 - log S^2 - 1),
+
+    Z = O + XB + MC'. Converted to float64 ``rows`` rows at a time, as :func:`elbo`.
+    """
+    B, C = np.asarray(B, dtype=np.float64), np.asarray(C, dtype=np.float64)
+    Y, O, X, M, S = (np.asarray(a) for a in (Y, O, X, M, S))
+    C2 = C * C
+    total = 0.0
+    for start in range(0, M.shape[0], rows):
+        block = slice(start, min(start + rows, M.shape[0]))
+        y, o, x, m, s = (np.asarray(a[block], dtype=np.float64) for a in (Y, O, X, M, S))
+        z = o + x @ B + m @ C.T
+        s2 = s * s
+        total += np.sum(y * z - np.exp(z + 0.5 * s2 @ C2.T)) - 0.5 * np.sum(m * m + s2 - np.log(s2) - 1.0)
+        if log_factorial:
+            total -= float(np.sum(gammaln(y + 1.0)))
+    return float(total)

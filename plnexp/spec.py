@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .model import MODELS, Model
+from .model import MODELS, PCA_NAME, Model, pca_model
 from .optim import OptimizerSpec
 from .precision import PRECISIONS, Precision, precision as precision_named
 from .problem import GRADIENTS
@@ -19,6 +19,25 @@ from .strategies import StrategySpec, all_option_names
 
 DEVICES = ("cpu", "gpu", "auto")
 INITS = ("seed", "data", "random")
+MODEL_NAMES = (*MODELS, PCA_NAME)
+
+
+def model_named(name: str, rank: int | None = None) -> Model:
+    """The :class:`Model` of ``name`` (``rank``: pca's q, needed by pca only); one-line ValueError
+    naming ``model`` or ``rank`` and their allowed values."""
+    if name not in MODEL_NAMES:
+        raise ValueError(f"model={name!r}: allowed values are {', '.join(MODEL_NAMES)}")
+    if name != PCA_NAME:
+        if rank is not None:
+            raise ValueError(
+                f"rank={rank!r} with model={name}: only model={PCA_NAME} has a rank; allowed values are None"
+            )
+        return MODELS[name]
+    if rank is None:
+        raise ValueError(f"rank=None: model={PCA_NAME} needs one; allowed values are integers from 1 to the data's p")
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise ValueError(f"rank={rank!r}: allowed values are integers from 1 to the data's p")
+    return pca_model(rank)
 
 
 def resolve_device(name: str):
@@ -147,15 +166,15 @@ def parse(
     time_budget_s: float = 0.0,
     seed: int = 0,
     replicates: int = 1,
+    rank: int | None = None,
     **options,
 ) -> FitSpec:
     """:func:`plnexp.fit`'s strings -> a :class:`FitSpec` (one-line ValueError on a bad choice).
 
-    ``options``: strategy options (``unroll``, ``tol``, ``patience``, ``mode``). Those of other
-    strategies are ignored, so that one call can loop over strategies; a name no strategy has is an
-    error."""
-    if model not in MODELS:
-        raise ValueError(f"model={model!r}: allowed values are {', '.join(MODELS)}")
+    ``rank``: the q of ``model="pca"`` (and of no other model). ``options``: strategy options
+    (``unroll``, ``tol``, ``patience``, ``mode``). Those of other strategies are ignored, so that
+    one call can loop over strategies; a name no strategy has is an error."""
+    the_model = model_named(model, rank)
     prec = precision_named(precision)
     check_compile_cache(compile_cache, "True, False, None (auto: the cache on, one compile)")
     known = all_option_names()
@@ -165,10 +184,10 @@ def parse(
             f"fit() got an unexpected keyword argument {unknown[0]!r} (strategy options are {', '.join(known)})"
         )
     spec = StrategySpec.of(strategy, **{k: v for k, v in options.items() if strategy in known[k]})
-    spec.check(compile_cache, optimizer=optimizer, gradient=gradient)
+    spec.check(compile_cache, optimizer=optimizer, gradient=gradient, model=model)
     cache_dir, warm = cache_choice(compile_cache, spec, compile_cache_dir)
     return FitSpec(
-        MODELS[model],
+        the_model,
         OptimizerSpec(optimizer, lr),
         spec,
         prec,

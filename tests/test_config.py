@@ -26,20 +26,22 @@ def sweep_jobs(sweep: str) -> tuple[cli.Job, ...]:
 def test_groups_cover_the_registries():
     from plnexp import STRATEGIES
     from plnexp.fitting import DEVICES, PRECISIONS
-    from plnexp.model import MODELS
     from plnexp.optim import OPTIMIZERS
+    from plnexp.spec import MODEL_NAMES
 
     assert set(C.group_options("strategy")) == set(STRATEGIES)
     assert set(C.group_options("optimizer")) == set(OPTIMIZERS)
     assert set(C.group_options("precision")) == set(PRECISIONS)
     assert set(C.group_options("device")) == set(DEVICES)
-    assert set(C.group_options("model")) == set(MODELS)
-    assert {"oaks", "synthetic", "csv"} <= set(C.group_options("dataset"))
+    assert set(C.group_options("model")) == set(MODEL_NAMES)
+    assert {"oaks", "synthetic", "csv", "anndata", "synthetic_pca"} <= set(C.group_options("dataset"))
     assert {"default", "seed", "scaling", "precision", "optimizers"} <= set(C.group_options("sweep"))
 
 
 @pytest.mark.parametrize("group,option", GROUP_OPTIONS)
-def test_every_group_option_composes_and_loads(group, option):
+def test_every_group_option_composes_and_loads(group, option, tmp_path):
+    import importlib.util
+
     from plnexp.strategies import TORCH_STRATEGIES, torch_loops
 
     if group == "strategy" and option in TORCH_STRATEGIES and not torch_loops.torch_available():
@@ -49,6 +51,11 @@ def test_every_group_option_composes_and_loads(group, option):
     overrides = [f"{group}={option}"]
     if (group, option) == ("dataset", "csv"):
         overrides.append(f"dataset.counts={resources.files('plnexp.datasets') / 'oaks' / 'counts.csv'}")
+    if (group, option) == ("dataset", "anndata"):
+        if importlib.util.find_spec("anndata") is None:
+            pytest.skip("anndata not installed: pip install -e '.[single-cell]' (test_anndata checks the line)")
+        (tmp_path / "cells.h5ad").write_bytes(b"")  # the config checks the path; the file is read by the data check
+        overrides.append(f"dataset.path={tmp_path / 'cells.h5ad'}")
     (job,) = cli.plan(overrides, multirun=False, check_device=False)
     cfg = job.config
     assert isinstance(cfg, C.Config)

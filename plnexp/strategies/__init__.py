@@ -120,7 +120,9 @@ class Strategy:
     ``check_fit(name, optimizer, gradient)`` likewise for the optimizer and gradient it is asked to
     run. ``batches``: its fit is one function of (state, data) that ``replicates=K`` can ``vmap``
     (a :class:`SingleProgram`). ``jax_cache``: JAX's persistent compilation cache serves its compiles
-    (``compile_cache``; False for the PyTorch baselines, which compile outside JAX)."""
+    (``compile_cache``; False for the PyTorch baselines, which compile outside JAX). ``models``: the
+    models it runs (None: every model; the step of ``scan_fused`` and of the torch baselines is
+    written for the PLN state of ``full`` and ``profiled``)."""
 
     name: str
     options: type
@@ -130,11 +132,14 @@ class Strategy:
     batches: bool = False
     check_fit: Callable[[str, str, str], None] | None = None
     jax_cache: bool = True
+    models: tuple[str, ...] | None = None
 
     @property
     def defaults(self):
         return self.options()
 
+
+PLN_MODELS = ("full", "profiled")  # the models whose state is the p-dimensional PLN's (not pca)
 
 STRATEGIES: dict[str, Strategy] = {
     s.name: s
@@ -163,6 +168,7 @@ STRATEGIES: dict[str, Strategy] = {
             fused.check,
             lambda spec, platform: fused.check_device(spec.name, platform),
             check_fit=fused.check_fit,
+            models=PLN_MODELS,
         ),
         Strategy(
             "torch_eager",
@@ -171,6 +177,7 @@ STRATEGIES: dict[str, Strategy] = {
             check_torch,
             lambda spec, platform: check_torch_device(spec.name, platform),
             jax_cache=False,
+            models=PLN_MODELS,
         ),
         Strategy(
             "torch_compile",
@@ -179,6 +186,7 @@ STRATEGIES: dict[str, Strategy] = {
             check_torch,
             lambda spec, platform: check_torch_device(spec.name, platform),
             jax_cache=False,
+            models=PLN_MODELS,
         ),
     )
 }
@@ -231,11 +239,17 @@ class StrategySpec:
         replicates: int = 1,
         optimizer: str | None = None,
         gradient: str | None = None,
+        model: str | None = None,
     ) -> None:
         """One-line ValueError where this strategy cannot run here (torch missing, a device torch
         does not see, an option it has not, replicates it cannot batch, an optimizer or gradient
-        its kernel does not compute)."""
+        its kernel does not compute, a model its step is not written for)."""
         entry = self.entry
+        if model is not None and entry.models is not None and model not in entry.models:
+            raise ValueError(
+                f"strategy={self.name} with model={model}: its step is written for the PLN state of "
+                f"{' and '.join(entry.models)}; allowed models are {', '.join(entry.models)}"
+            )
         if replicates > 1 and not entry.batches:
             batching = ", ".join(s.name for s in STRATEGIES.values() if s.batches)
             raise ValueError(

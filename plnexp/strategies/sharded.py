@@ -20,7 +20,7 @@ Sigma divides by the number of data rows. One device gives scan's program on one
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import cast
+from typing import Any, cast
 from collections.abc import Sequence
 
 import jax
@@ -56,12 +56,16 @@ def state_specs(problem: Problem, state: FitState) -> FitState:
     state for them) split by rows, the rest (B, Sigma, Omega, step counts) replicated. The
     optimizer's leaves are told apart by shape, on an abstract state whose row count is unlike
     any other dimension."""
-    d, p = state.pln.B.shape
-    n = max(state.pln.M.shape[0], d, p) + 1
-    sds = lambda shape: jax.ShapeDtypeStruct(shape, state.pln.M.dtype)
+    pln = state.pln
+    n = max(pln.M.shape[0], *pln.B.shape, *pln.M.shape[1:], *pln.Sigma.shape) + 1
+    sds: Any = lambda shape: jax.ShapeDtypeStruct(shape, pln.M.dtype)  # stands in for arrays
     # trees shaped like a state or the data, holding abstract shapes or partition specs where the
-    # NamedTuples' fields are annotated for arrays: hence the ignores below
-    params = problem.model.free(PLNState(sds((d, p)), sds((n, p)), sds((n, p)), None, None))  # type: ignore[arg-type]  # abstract shapes (free reads B, M, S only)
+    # NamedTuples' fields are annotated for arrays: hence the ignores below. Every field keeps its
+    # shape (Sigma holds C (p, q) for pca, which free reads) but M and S, given n rows.
+    rows_of = lambda a: sds((n, *a.shape[1:]))
+    params = problem.model.free(
+        PLNState(sds(pln.B.shape), rows_of(pln.M), rows_of(pln.S), sds(pln.Sigma.shape), sds(pln.Omega.shape))
+    )
     opt = jax.eval_shape(problem.tx.init, params)
     by_rows = lambda x: P(AXIS) if len(x.shape) >= 1 and x.shape[0] == n else P()
     return FitState(PLNState(P(), P(AXIS), P(AXIS), P(), P()), jax.tree.map(by_rows, opt))  # type: ignore[arg-type]  # partition specs, not arrays
