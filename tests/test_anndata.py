@@ -228,6 +228,7 @@ def test_synthetic_pca_bad_values_are_one_line(extra, message):
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
+@pytest.mark.slow  # imports anndata and plans: in CI
 @needs_anndata
 def test_anndata_config_round_trip_label_and_bad_values(tmp_path):
     from scipy import sparse

@@ -65,6 +65,7 @@ def test_while_stop_on_a_hand_made_curve():
     assert cv.while_stop(c, 1e-9, 10) == len(c)
 
 
+@pytest.mark.slow  # two compiled while_loop fits: in CI
 @pytest.mark.parametrize("tol", [1e-6, 1e-9])
 def test_while_stop_predicts_the_compiled_while_loop(tol):
     data = plnexp.load_oaks()

@@ -36,6 +36,7 @@ def own_cache(monkeypatch, tmp_path):
     return tmp_path / "cache" / optimum.CACHE_FILE
 
 
+@pytest.mark.slow  # a 1,000-iteration float64 fit: in CI
 def test_a_float64_fit_reaches_the_shipped_oaks_optimum_within_1e_7():
     # rprop first gets within 1e-7 at iteration 834 (docs/concepts/convergence.md); a float64 fit of
     # 1,000 iterations, scored by the float64 host ELBO at its parameters (exact log y!)

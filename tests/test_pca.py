@@ -139,6 +139,7 @@ def test_fit_increases_the_elbo_and_reports_pca_params(small, scan_fit):
     assert res.loglik == host
 
 
+@pytest.mark.slow  # a fit per case: in CI; the fast subset keeps the numerics
 @pytest.mark.parametrize("strategy", RUNS)
 def test_every_strategy_is_scans_fit(small, scan_fit, strategy):
     got = plnexp.fit(small, strategy=strategy, **KW)
@@ -150,12 +151,14 @@ def test_every_strategy_is_scans_fit(small, scan_fit, strategy):
         assert got.params[name].shape == scan_fit.params[name].shape
 
 
+@pytest.mark.slow  # a fit per case: in CI; the fast subset keeps the numerics
 def test_replicates_are_scans_fit(small, scan_fit):
     got = plnexp.fit_replicates(small, 2, strategy="fori_loop", **KW)
     for one in got:
         assert np.max(np.abs(one.elbo - scan_fit.elbo)) <= 1e-9 * np.max(np.abs(scan_fit.elbo))
 
 
+@pytest.mark.slow  # a fit per case: in CI; the fast subset keeps the numerics
 @pytest.mark.parametrize("precision", ["float32", "float64"])
 @pytest.mark.parametrize("optimizer", ["adam", "radam_clip", "rprop", "sgd"])
 def test_every_optimizer_and_precision_fits(small, optimizer, precision):
@@ -165,6 +168,7 @@ def test_every_optimizer_and_precision_fits(small, optimizer, precision):
     assert np.all(np.isfinite(res.elbo)) and res.elbo[-1] > res.elbo[0]
 
 
+@pytest.mark.slow  # a fit per case: in CI; the fast subset keeps the numerics
 def test_autodiff_gradient_fits_as_the_analytic_one(small, scan_fit):
     got = plnexp.fit(small, strategy="scan", gradient="autodiff", **KW)
     assert np.max(np.abs(got.elbo - scan_fit.elbo)) <= 1e-9 * np.max(np.abs(scan_fit.elbo))
@@ -221,6 +225,7 @@ def test_full_rank_with_a_diagonal_c_is_the_full_models_elbo(small):
     assert pca == pytest.approx(full, rel=1e-12)
 
 
+@pytest.mark.slow  # a fit per case: in CI; the fast subset keeps the numerics
 def test_full_rank_reaches_the_full_models_optimum():
     """q = p on simulate(n=200, p=5), float64 rprop from the data init: pca's optimum against the
     full model's. They are not one number: both bound the same likelihood (Sigma = CC' of full rank)
