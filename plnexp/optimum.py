@@ -31,7 +31,7 @@ import json
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -216,7 +216,3 @@ def for_dataset(spec, model: str, load=None) -> Optimum | None:
     base_spec = replace(spec, replication=1)
     base = (load or (lambda s: s.load()))(base_spec)
     return best_known(base, model, spec.replication)
-
-
-def as_dict(o: Optimum) -> dict:
-    return asdict(o)

@@ -259,8 +259,7 @@ class Summary:
     def n_failed(self) -> int:
         """The runs that did not finish (including those left RUNNING, see :attr:`n_running`), the
         peers' left out: a peer that fails changes neither the sweep's status nor its exit code."""
-        peers = self._peer_rows()
-        return len(self.rows) - len(peers) - (self.count("FINISHED") - sum(r.status == "FINISHED" for r in peers))
+        return sum(r.status != "FINISHED" for j, r in zip(self._job_of(), self.rows) if j <= self.total)
 
     @property
     def n_running(self) -> int:
@@ -487,6 +486,35 @@ class Task:
         print(f" {text}" if here else f"{label} {text}", flush=True)
         return None if here else f"{label} {text}"
 
+    def _ran_the_grid(self) -> bool:
+        """Whether this process ran every job of a sweep's grid (Hydra's basic launcher; not a
+        rerun's given jobs): what the control job and the peers need (:meth:`control`, :meth:`peers`)."""
+        record = self.record
+        return (
+            record is not None
+            and not record.jobs
+            and record.pid == os.getpid()
+            and sorted(self.grid) == list(range(record.total))
+        )
+
+    def _extra(self, kind: str, name: str, run):
+        """Run one job beyond the grid (the control job, a peer's fit: ``run()`` returns its outcome)
+        with its line: ``KILLED`` and raised on an interrupt; a store that fails under it is one
+        ``FAILED`` line on stderr and None (the sweep goes on)."""
+        try:
+            return run()
+        except KeyboardInterrupt:
+            print(" KILLED", flush=True)
+            raise
+        except Exception as e:  # the store failed under us: say so (the sweep closes as usual)
+            pending = interrupts.pending()
+            if pending is not None:
+                raise pending from e
+            first = redact_text(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+            print(" FAILED", flush=True)
+            print(f"plnexp: error: {kind} {name}: {type(e).__name__}: {first}", file=sys.stderr, flush=True)
+            return None
+
     def control(self) -> None:
         """After the grid, the sweep's control job (see the module docstring): its reference job's
         config once more, as job number ``total``, tagged as the control. Nothing unless this process
@@ -497,7 +525,7 @@ class Task:
         from .ranking import CONTROL_OF_TAG, CONTROL_TAG
 
         record = self.record
-        if record is None or record.jobs or record.pid != os.getpid() or sorted(self.grid) != list(range(record.total)):
+        if record is None or not self._ran_the_grid():
             return
         ref = control_reference([self.grid[i].config for i in range(record.total)])
         if ref is None:
@@ -508,26 +536,20 @@ class Task:
             print(f"[control] {name}: skipped (job {ref + 1}, {job.name}, did not finish)", flush=True)
             return
         print(f"[control] {name} (job {ref + 1} again: the report's A/A pair) ...", end="", flush=True)
-        try:
-            outcome = runner.run_job(
+        outcome = self._extra(
+            "job",
+            name,
+            lambda: runner.run_job(
                 job.config,
                 job.overrides,
                 name,
                 parent=record.parent,
                 job_num=record.total,
                 tags={CONTROL_TAG: "true", CONTROL_OF_TAG: str(ref)},
-            )
-        except KeyboardInterrupt:
-            print(" KILLED", flush=True)
-            raise
-        except Exception as e:  # the store failed under us: say so (the sweep closes as usual)
-            pending = interrupts.pending()
-            if pending is not None:
-                raise pending from e
+            ),
+        )
+        if outcome is None:
             self.failed += 1
-            first = redact_text(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
-            print(" FAILED", flush=True)
-            print(f"plnexp: error: job {name}: {type(e).__name__}: {first}", file=sys.stderr, flush=True)
             return
         self.failed += outcome.status != "FINISHED"
         word = "done" if outcome.status == "FINISHED" else outcome.status
@@ -548,10 +570,10 @@ class Task:
         from . import peers as P
 
         record = self.record
-        if record is None or record.jobs or record.pid != os.getpid() or sorted(self.grid) != list(range(record.total)):
+        if record is None or not self._ran_the_grid():
             return
         configs = [self.grid[i].config for i in range(record.total)]
-        names = getattr(configs[0].report, "peers", ())
+        names = configs[0].report.peers
         first: dict = {}  # data set -> its first job
         for i, c in enumerate(configs):
             first.setdefault(c.dataset, i)
@@ -574,18 +596,9 @@ class Task:
         config = self.grid[ref].config
         name = P.peer_config(peer, config).run_name
         print(f"[peer] {name} (the default fit of {peer.label} on job {ref + 1}'s data) ...", end="", flush=True)
-        try:
-            outcome = P.run_peer(peer, config, self.record.parent, num)
-        except KeyboardInterrupt:
-            print(" KILLED", flush=True)
-            raise
-        except Exception as e:  # the store failed under us: say so (the sweep goes on)
-            pending = interrupts.pending()
-            if pending is not None:
-                raise pending from e
-            first = redact_text(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
-            print(" FAILED", flush=True)
-            print(f"plnexp: error: peer {name}: {type(e).__name__}: {first}", file=sys.stderr, flush=True)
+        record = self.record
+        outcome = self._extra("peer", name, lambda: P.run_peer(peer, config, record.parent, num))
+        if outcome is None:
             return
         word = "done" if outcome.status == "FINISHED" else outcome.status
         word += " (pending: kept locally)" if outcome.kept else ""
