@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
 from .data import OAKS_COVARIATES, Data
-from .model import PCA_NAME
+from .model import PCA_NAME, check_block_rows
 from .optim import OptimizerSpec
 from .paths import CONF_DIR, install_command, outputs_dir
 from .precision import PRECISIONS, Precision, precision as precision_named
@@ -89,20 +89,25 @@ def _choice(key: str, value: Any, enum: type[_E]) -> _E:
         raise ConfigError(f"{key}={value!r}: allowed values are {', '.join(e.value for e in enum)}") from None
 
 
-def _model(value: Any) -> tuple[ModelName, int | None]:
-    """``model``: a name (full, profiled) or ``{name: pca, rank: q}`` -> (its name, pca's rank or None)."""
+def _model(value: Any) -> tuple[ModelName, int | None, int | None]:
+    """``model``: a name (full, profiled) or ``{name: pca, rank: q, block_rows: b or null}`` -> (its
+    name, pca's rank or None, pca's rows per block or None)."""
     if not isinstance(value, dict):
         if value == PCA_NAME:
             raise ConfigError(f"model.rank: required for model={PCA_NAME}; allowed values are integers >= 1")
-        return _choice("model", value, ModelName), None
-    _keys("model", value, ("name", "rank"))
+        return _choice("model", value, ModelName), None, None
+    _keys("model", value, ("name", "rank", "block_rows"))
     name = _choice("model.name", value.get("name"), ModelName)
     if name.value != PCA_NAME:
         raise ConfigError(f"model.rank: only model={PCA_NAME} has one; allowed keys for model={name.value} are none")
     rank = value.get("rank")
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
         raise ConfigError(f"model.rank={rank!r}: allowed values are integers >= 1 (at most the data set's p)")
-    return name, rank
+    try:
+        block_rows = check_block_rows(value.get("block_rows"), "model.block_rows", "null")
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return name, rank, block_rows
 
 
 def _precision(value: Any) -> Precision:
@@ -468,6 +473,7 @@ class Config:
     strategy: StrategySpec
     model: ModelName = ModelName("full")
     rank: int | None = None  # model.rank: pca's q (None for the other models); see as_dict
+    block_rows: int | None = None  # model.block_rows: pca's rows per block in a step (None: no blocks)
     device: Device = Device("cpu")
     precision: Precision = PRECISIONS["float32"]
     n_iter: int = 1000  # after the cap
@@ -513,7 +519,7 @@ class Config:
         :func:`plnexp.spec.cache_choice` (None, auto: the cache in ``<outputs>/jax_cache``, one compile)."""
         cache, warm = cache_choice(self.compile_cache, self.strategy, outputs_dir() / "jax_cache")
         return FitSpec(
-            model_named(self.model.value, self.rank),
+            model_named(self.model.value, self.rank, self.block_rows),
             self.optimizer,
             self.strategy,
             self.precision,
@@ -555,10 +561,12 @@ class Config:
             "strategy": self.strategy.as_dict(),
         }
         # model: its name (full, profiled: as before pca existed, so their hashes and params stay),
-        # or {name: pca, rank: q}
-        out["model"] = {"name": PCA_NAME, "rank": self.rank} if self.rank is not None else self.model.value
+        # or {name: pca, rank: q} (with block_rows: b where set, so that a fit without keeps its hash)
+        blocks = {} if self.block_rows is None else {"block_rows": self.block_rows}
+        out["model"] = {"name": PCA_NAME, "rank": self.rank, **blocks} if self.rank is not None else self.model.value
         for f in fields(self):
-            if f.name not in out and f.name not in ("report", "rank"):  # report: not the fit's; rank: in model
+            # report: not the fit's; rank, block_rows: in model
+            if f.name not in out and f.name not in ("report", "rank", "block_rows"):
                 v = getattr(self, f.name)
                 out[f.name] = v.value if isinstance(v, Enum) else v.name if isinstance(v, Precision) else v
         return out
@@ -658,7 +666,7 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     replicates = _int("replicates", node.get("replicates", 1), 1)
-    model, rank = _model(node.get("model"))
+    model, rank, block_rows = _model(node.get("model"))
     p = getattr(dataset, "p", None)  # known without loading for the simulated data sets
     if rank is not None and isinstance(p, int) and rank > p:
         raise ConfigError(f"model.rank={rank}: allowed values are integers from 1 to dataset.p={p}")
@@ -700,6 +708,7 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
         strategy=strategy,
         model=model,
         rank=rank,
+        block_rows=block_rows,
         device=device,
         precision=_precision(node.get("precision")),
         n_iter=min(n_iter, caps.get(strategy.name, n_iter)),

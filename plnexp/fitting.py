@@ -92,6 +92,7 @@ def fit(
     covariates=None,
     lr: float | None = None,
     rank: int | None = None,
+    block_rows: int | None = None,
     init: str = "seed",
     gradient: str = "analytic",
     repeats: int = 1,
@@ -108,7 +109,9 @@ def fit(
 
     ``model``: ``"profiled"``, ``"full"`` (one PLN, two parametrisations) or ``"pca"``, the PLN-PCA
     of rank ``rank`` (an integer from 1 to p; see :mod:`plnexp.model`), whose ``params`` are B, C,
-    M, S.
+    M, S. ``block_rows`` (pca only): each step walks the rows in blocks of that many, so that its
+    temporaries are a few ``block_rows x p`` arrays instead of ``n x p`` ones (same result; None,
+    the default: every row at once; see docs/concepts/memory.md).
 
     ``options``: the strategy's own options (``unroll`` for scan_unrolled, ``tol`` and ``patience``
     for while_loop, ``mode`` for torch_compile: ``plnexp.STRATEGIES[name].options``); those of other
@@ -159,6 +162,7 @@ def fit(
         strategy,
         lr=lr,
         rank=rank,
+        block_rows=block_rows,
         init=init,
         gradient=gradient,
         repeats=repeats,

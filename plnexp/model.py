@@ -283,6 +283,7 @@ class Model:
     params: Callable[[PLNState, Data], dict]
     host_elbo: Callable[[dict, Data], float]
     rank: int = 0  # the latent dimension q of ``pca``; 0: the models whose latent is p-dimensional
+    block_rows: int | None = None  # ``pca``: rows per block inside a step (None: every row at once)
 
     def state_elbo(self, state: PLNState, data: Arrays) -> jax.Array:
         """Partial ELBO at a complete state (what the host reference re-computes)."""
@@ -325,48 +326,163 @@ MODELS: dict[str, Model] = {m.name: m for m in (FULL, PROFILED)}
 # q(W_i) = N(M_i, diag(S_i^2)) with M, S (n, q) and C (p, q). Its state is a PLNState whose fields
 # mean: B (d, p), M (n, q), S (n, q), Sigma := C (p, q), Omega := an empty (0,) placeholder (no
 # closed form: every parameter is free). The strategies carry the fields by name, whatever they hold.
+# ``pca_model(q, block_rows=b)`` walks the rows in blocks of b inside each step: O(b p) temporaries
+# instead of O(n p), same value and gradient (docs/concepts/memory.md).
 PCA_NAME = "pca"
 PCA_INIT_C = 0.1  # init="seed": C = PCA_INIT_C times the first q columns of the p x p identity
 
 
-def _pca_exp(data: Arrays, B, C, M, S) -> tuple[jax.Array, jax.Array]:
-    """(Z, A): Z = O + XB + MC', A = exp(Z + S^2 (C o C)'/2), zero on padding rows. The variance
-    term is an (n, q) x (q, p) product: no n x p x q tensor."""
-    Z = data.O + data.X @ B + M @ C.T
-    return Z, _data_rows(data.rows, jnp.exp(Z + 0.5 * (S * S) @ (C * C).T))
+def _weighted(w: jax.Array | None, x: jax.Array) -> jax.Array:
+    """``x`` (b, .) with each row times its weight ``w`` (b, 1); None: every weight is 1."""
+    return x if w is None else x * w
 
 
-def _pca_prior(data: Arrays, M, S) -> jax.Array:
-    """-KL(q(W) || N(0, I)) summed: -1/2 sum_ik (M^2 + S^2 - log S^2 - 1)."""
-    per_entry = _data_rows(data.rows, M * M + S * S - 2.0 * jnp.log(jnp.abs(S)) - 1.0)
-    return -0.5 * _total(data.rows, jnp.sum(per_entry))
+def _pca_exponent(O, X, B, C, M, S) -> jax.Array:
+    """Z + S^2 (C o C)'/2 = O + XB + MC' + S^2 (C o C)'/2 for a block of rows, its two (b, q) x (q, p)
+    products as one (b, 2q) x (2q, p) product: one b x p array before the exp, no b x p x q tensor."""
+    return O + X @ B + jnp.concatenate([M, 0.5 * (S * S)], axis=1) @ jnp.concatenate([C, C * C], axis=1).T
 
 
-def pca_elbo(params: Params, state: PLNState, data: Arrays) -> jax.Array:
+def _pca_block_elbo(Y, O, X, B, C, M, S, count: jax.Array | None) -> jax.Array:
+    """The partial ELBO's share of a block of rows: sum_ij [Y Z - A] - 1/2 sum_ik (M^2 + S^2 - log S^2 - 1)
+    with Z = O + XB + MC' and A = exp(Z + S^2 (C o C)'/2). ``count`` (b, 1): each row's weight in the
+    sums (0: a padding row or, in a clamped last block, a row an earlier block counted); None: every
+    row counts once."""
+    Z = O + X @ B + M @ C.T
+    A = jnp.exp(Z + 0.5 * (S * S) @ (C * C).T)
+    prior = M * M + S * S - 2.0 * jnp.log(jnp.abs(S)) - 1.0
+    if count is None:
+        return jnp.sum(Y * Z - A) - 0.5 * jnp.sum(prior)
+    per_row = jnp.sum(Y * Z - A, axis=1, keepdims=True) - 0.5 * jnp.sum(prior, axis=1, keepdims=True)
+    return jnp.sum(per_row * count)
+
+
+def _pca_block_value_and_grad(Y, O, X, B, C, M, S, count: jax.Array | None, keep: jax.Array | None):
+    """:func:`_pca_block_elbo` and its gradient for a block of rows: (value, dB, dC) as the block's
+    shares of sums over rows, and the block's own rows of dM, dS. With R = Y - A:
+    dB = X'R, dC = R'M - (A'S^2) o C, dM = RC - M, dS = 1/S - S - S o (A (C o C)).
+
+    Written out, as XLA:CPU compiles it with plnexp's flags (measured, docs/concepts/memory.md): the
+    exponent's one product and A over it, O + XB, Y o (O + XB) (a row sum's operand: XLA:CPU writes
+    out every reduction's operand under the safety flag) and R over them; 2 rows x p arrays alive
+    at once without blocks, 4 with (the block's rows of Y and O are copied out too). Z itself is
+    never written: sum(Y o Z) = sum(Y o (O + XB)) + sum(M o YC) with YC = RC + AC, two products the
+    gradient needs anyway. The row weights ``count`` multiply the (b, d) and (b, q) sides of the
+    products, never a (b, p) array; ``keep`` (b, 1) zeroes dM, dS on padding rows (None: none)."""
+    S2, C2 = S * S, C * C
+    A = jnp.exp(_pca_exponent(O, X, B, C, M, S))
+    R = Y - A
+    q = C.shape[1]
+    AC = A @ jnp.concatenate([C, C2], axis=1)  # A C and A (C o C), (b, 2q)
+    RC = R @ C
+    yz_fixed = jnp.sum(Y * (O + X @ B), axis=1, keepdims=True)  # sum_j Y (O + XB)
+    per_row = (
+        yz_fixed
+        + jnp.sum(M * (RC + AC[:, :q]) - 0.5 * (M * M + S2 - 2.0 * jnp.log(jnp.abs(S)) - 1.0), axis=1, keepdims=True)
+        - jnp.sum(A, axis=1, keepdims=True)
+    )
+    value = jnp.sum(per_row) if count is None else jnp.sum(per_row * count)
+    dB = _weighted(count, X).T @ R
+    dC = R.T @ _weighted(count, M) - (A.T @ _weighted(count, S2)) * C
+    dM = _weighted(keep, RC - M)
+    dS = _weighted(keep, 1.0 / S - S - S * AC[:, q:])
+    return value, dB, dC, dM, dS
+
+
+def _row_blocks(data: Arrays, block_rows: int, body, init, checkpoint: bool = False):
+    """``lax.fori_loop`` over the rows of ``data`` in ceil(n / b) blocks of b = ``block_rows`` rows:
+    ``body(start, take, count, keep, carry) -> carry`` for each, where ``take(a)`` is a's rows
+    [start, start + b) (a ``dynamic_slice``: no copy nor padding of Y, O), ``keep`` the block's
+    padding weights (None without padding) and ``count`` its weights in sums over rows. The last
+    block is clamped to end at row n: its rows an earlier block already counted have a ``count``
+    of 0 (when b divides n, ``count`` is ``keep``). ``checkpoint``: the body is rematerialised in
+    reverse-mode autodiff, so that the backward pass keeps no b x p array per block."""
+    n = data.Y.shape[0]
+    b = block_rows
+    blocks = -(-n // b)
+    weight = None if data.rows is None else data.rows.weight
+
+    def step(k, carry):
+        lo = k * b
+        start = jnp.minimum(lo, n - b)
+
+        def take(a):
+            return jax.lax.dynamic_slice_in_dim(a, start, b, axis=0)
+
+        keep = None if weight is None else take(weight)
+        count = keep
+        if n % b:  # the clamped last block: rows below lo were counted by the block before
+            fresh = (start + jnp.arange(b) >= lo)[:, None].astype(data.Y.dtype)
+            count = fresh if keep is None else fresh * keep
+        return body(start, take, count, keep, carry)
+
+    return jax.lax.fori_loop(0, blocks, jax.checkpoint(step) if checkpoint else step, init)
+
+
+def _own_sums(rows: Rows | None, zeros):
+    """Zeros (replicated: a constant, B's or C's shape) to start sums over this device's rows: under
+    ``shard_map`` they vary over the rows' axis (each device's sums are its own until :func:`_total`),
+    as a loop's carry must say."""
+    if rows is None or rows.axis is None:
+        return zeros
+    return jax.lax.pcast(zeros, (rows.axis,), to="varying")
+
+
+def _blocks_of(block_rows: int | None, n: int) -> int | None:
+    """The block size that runs: None (one block: every row at once) when there is none or it is >= n."""
+    return None if block_rows is None or block_rows >= n else block_rows
+
+
+def pca_elbo(params: Params, state: PLNState, data: Arrays, block_rows: int | None = None) -> jax.Array:
     """Partial ELBO (no log y!) of PLN-PCA at (B, C, M, S):
-    sum_ij [Y Z - A] - 1/2 sum_ik (M^2 + S^2 - log S^2 - 1) (see :func:`_pca_exp`)."""
+    sum_ij [Y Z - A] - 1/2 sum_ik (M^2 + S^2 - log S^2 - 1) (see :func:`_pca_block_elbo`).
+    ``block_rows``: sum over blocks of that many rows (see :func:`_row_blocks`; rematerialised under
+    autodiff, so ``gradient=autodiff`` keeps O(b p) memory too); None: every row at once."""
     del state  # every parameter is free
     B, C, M, S = params["B"], params["C"], params["M"], params["S"]
-    Z, A = _pca_exp(data, B, C, M, S)
-    return _total(data.rows, jnp.sum(data.Y * Z - A)) + _pca_prior(data, M, S)
+    weight = None if data.rows is None else data.rows.weight
+    b = _blocks_of(block_rows, data.Y.shape[0])
+    if b is None:
+        value = _pca_block_elbo(data.Y, data.O, data.X, B, C, M, S, weight)
+    else:
+
+        def body(start, take, count, keep, total):
+            return total + _pca_block_elbo(take(data.Y), take(data.O), take(data.X), B, C, take(M), take(S), count)
+
+        value = _row_blocks(data, b, body, _own_sums(data.rows, jnp.zeros((), data.Y.dtype)), checkpoint=True)
+    return _total(data.rows, value)
 
 
-def pca_value_and_grad(params: Params, state: PLNState, data: Arrays) -> tuple[jax.Array, Params]:
+def pca_value_and_grad(
+    params: Params, state: PLNState, data: Arrays, block_rows: int | None = None
+) -> tuple[jax.Array, Params]:
     """:func:`pca_elbo` and its gradient in closed form (no autodiff). With R = Y - A:
-    dB = X'R, dC = R'M - (A'S^2) o C, dM = RC - M, dS = 1/S - S - S o (A (C o C))."""
+    dB = X'R, dC = R'M - (A'S^2) o C, dM = RC - M, dS = 1/S - S - S o (A (C o C)).
+
+    ``block_rows`` = b: the rows go in blocks of b inside one ``lax.fori_loop`` (:func:`_row_blocks`):
+    value, dB and dC accumulate, dM and dS are written block by block, so that the step's b x p
+    temporaries replace its n x p ones (docs/concepts/memory.md). None: every row at once."""
     del state
     B, C, M, S = params["B"], params["C"], params["M"], params["S"]
     rows = data.rows
-    Z, A = _pca_exp(data, B, C, M, S)
-    value = _total(rows, jnp.sum(data.Y * Z - A)) + _pca_prior(data, M, S)
-    R = data.Y - A  # zero on padding rows (Y = 0 there)
-    grads = {
-        "B": _total(rows, data.X.T @ R),
-        "C": _total(rows, R.T @ M) - _total(rows, A.T @ (S * S)) * C,
-        "M": _data_rows(rows, R @ C - M),
-        "S": _data_rows(rows, 1.0 / S - S - S * (A @ (C * C))),
-    }
-    return value, grads
+    weight = None if rows is None else rows.weight
+    b = _blocks_of(block_rows, data.Y.shape[0])
+    if b is None:
+        value, dB, dC, dM, dS = _pca_block_value_and_grad(data.Y, data.O, data.X, B, C, M, S, weight, weight)
+    else:
+
+        def body(start, take, count, keep, carry):
+            value, dB, dC, dM, dS = carry
+            v, gB, gC, gM, gS = _pca_block_value_and_grad(
+                take(data.Y), take(data.O), take(data.X), B, C, take(M), take(S), count, keep
+            )
+            put = partial(jax.lax.dynamic_update_slice_in_dim, start_index=start, axis=0)
+            return value + v, dB + gB, dC + gC, put(dM, gM), put(dS, gS)
+
+        sums = _own_sums(rows, (jnp.zeros((), data.Y.dtype), jnp.zeros_like(B), jnp.zeros_like(C)))
+        init = (*sums, jnp.zeros_like(M), jnp.zeros_like(S))  # dM, dS: M's and S's rows (a device's own)
+        value, dB, dC, dM, dS = _row_blocks(data, b, body, init)
+    return _total(rows, value), {"B": _total(rows, dB), "C": _total(rows, dC), "M": dM, "S": dS}
 
 
 def _pca_complete(params: Params, data: Arrays) -> PLNState:
@@ -383,21 +499,39 @@ def _pca_host_elbo(params: dict, data: Data) -> float:
     return reference.pca_elbo(data.Y, data.O, data.X, params["B"], params["C"], params["M"], params["S"])
 
 
-@cache
-def pca_model(rank: int) -> Model:
-    """The PLN-PCA :class:`Model` of rank ``rank`` (q), one object per rank (the fits' caches key on it)."""
+def pca_model(rank: int, block_rows: int | None = None) -> Model:
+    """The PLN-PCA :class:`Model` of rank ``rank`` (q), one object per (rank, block_rows) (the fits'
+    caches key on it). ``block_rows``: the rows in blocks of that many inside every step
+    (:func:`pca_value_and_grad`; memory O(b p) instead of O(n p), docs/concepts/memory.md); None
+    (the default): every row at once."""
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
         raise ValueError(f"rank={rank!r}: allowed values are integers >= 1 (at most the data's p)")
+    return _pca_model(rank, check_block_rows(block_rows))
+
+
+def check_block_rows(block_rows, key: str = "block_rows", none: str = "None") -> int | None:
+    """``block_rows``: None or an integer >= 1; a one-line ValueError naming ``key`` otherwise
+    (``none``: how the message spells None, ``null`` for a config)."""
+    if block_rows is not None and (isinstance(block_rows, bool) or not isinstance(block_rows, int) or block_rows < 1):
+        raise ValueError(
+            f"{key}={block_rows!r}: allowed values are integers >= 1 (rows per block) or {none} (no blocks)"
+        )
+    return block_rows
+
+
+@cache
+def _pca_model(rank: int, block_rows: int | None) -> Model:
     return Model(
         name=PCA_NAME,
         free=lambda s: {"B": s.B, "C": s.Sigma, "M": s.M, "S": s.S},
-        elbo=pca_elbo,
-        value_and_grad=pca_value_and_grad,
+        elbo=partial(pca_elbo, block_rows=block_rows),
+        value_and_grad=partial(pca_value_and_grad, block_rows=block_rows),
         complete=_pca_complete,
         centred_m=lambda s, data: s.M,
         params=_pca_params,
         host_elbo=_pca_host_elbo,
         rank=rank,
+        block_rows=block_rows,
     )
 
 

@@ -676,10 +676,11 @@ def summary_lines(report: Report) -> list[str]:
     """The terminal summary: per group, the fastest strategy beyond the noise or those tied within
     it (:func:`ranking.headline`), and whether the curves agree; then contention and failures."""
     lines = [headline(report, group) for group in report.groups]
-    from . import convergence_report, tradeoffs  # the presets' headlines, what they measured
+    from . import convergence_report, rank_report, tradeoffs  # the presets' headlines, what they measured
 
     lines += tradeoffs.lines(report)
     lines += convergence_report.lines(report)
+    lines += rank_report.lines(report)  # the rank BIC and ICL pick (PLN-PCA runs of 2+ ranks)
     if report.contended:
         lines.append(
             f"timings contended in {len(report.contended)} of {len(report.entries)} runs (see the report's "
@@ -860,10 +861,11 @@ def figures(report: Report, folder: Path) -> list[str]:
             series, label, f"ms per iteration against the data size ({report.experiment})", folder / "scaling.png"
         )
         names.append("scaling.png")
-    from . import convergence_report, tradeoffs  # the presets' own figures
+    from . import convergence_report, rank_report, tradeoffs  # the presets' own figures
 
     names += tradeoffs.figures(report, folder)
     names += convergence_report.figures(report, folder)
+    names += rank_report.figures(report, folder)
     return names
 
 
@@ -956,9 +958,10 @@ def markdown(report: Report, images: list[str]) -> str:
             *precision,
             "",
         ]
-    from . import convergence_report  # the gaps to the optimum, time to ε, while_loop's rule
+    from . import convergence_report, rank_report  # the gaps to the optimum, time to ε, while_loop's rule; ranks
 
     lines += convergence_report.markdown(report)
+    lines += rank_report.markdown(report)
     extra = notes(report)
     if extra:
         lines += ["Notes:", "", *[f"- {n}" for n in extra], ""]

@@ -75,6 +75,11 @@ class Outcome:
         if r is not None:
             out.update(r.timing.as_metrics())
             out.update(n_iter_run=float(r.n_iter), final_elbo=r.extra.get("final_elbo_jit", np.nan), loglik=r.loglik)
+            if "B" in r.params and "S" in r.params:  # n_params, bic, icl (plnexp.criteria: PLNmodels' conventions)
+                from .criteria import criteria
+
+                n, p = self.data_shape or (np.shape(r.params["S"])[0], np.shape(r.params["B"])[1])
+                out.update(criteria(self.config.model.value, r.loglik, r.params, n, p, self.config.rank))
             k = self.config.replicates
             if k > 1 and "run_s" in out:  # one fit of a batch: its share of the batch's run time
                 out.update(batch_run_s=out["run_s"], replicates=float(k))

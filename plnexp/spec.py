@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .model import MODELS, PCA_NAME, Model, pca_model
+from .model import MODELS, PCA_NAME, Model, check_block_rows, pca_model
 from .optim import OptimizerSpec
 from .precision import PRECISIONS, Precision, precision as precision_named
 from .problem import GRADIENTS
@@ -22,22 +22,24 @@ INITS = ("seed", "data", "random")
 MODEL_NAMES = (*MODELS, PCA_NAME)
 
 
-def model_named(name: str, rank: int | None = None) -> Model:
-    """The :class:`Model` of ``name`` (``rank``: pca's q, needed by pca only); one-line ValueError
-    naming ``model`` or ``rank`` and their allowed values."""
+def model_named(name: str, rank: int | None = None, block_rows: int | None = None) -> Model:
+    """The :class:`Model` of ``name`` (``rank``: pca's q, needed by pca only; ``block_rows``: pca's
+    rows per block inside a step, None: every row at once); one-line ValueError naming ``model``,
+    ``rank`` or ``block_rows`` and their allowed values."""
     if name not in MODEL_NAMES:
         raise ValueError(f"model={name!r}: allowed values are {', '.join(MODEL_NAMES)}")
     if name != PCA_NAME:
-        if rank is not None:
-            raise ValueError(
-                f"rank={rank!r} with model={name}: only model={PCA_NAME} has a rank; allowed values are None"
-            )
+        for key, value in (("rank", rank), ("block_rows", block_rows)):
+            if value is not None:
+                raise ValueError(
+                    f"{key}={value!r} with model={name}: only model={PCA_NAME} has a {key}; allowed values are None"
+                )
         return MODELS[name]
     if rank is None:
         raise ValueError(f"rank=None: model={PCA_NAME} needs one; allowed values are integers from 1 to the data's p")
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
         raise ValueError(f"rank={rank!r}: allowed values are integers from 1 to the data's p")
-    return pca_model(rank)
+    return pca_model(rank, check_block_rows(block_rows))
 
 
 def resolve_device(name: str):
@@ -167,14 +169,16 @@ def parse(
     seed: int = 0,
     replicates: int = 1,
     rank: int | None = None,
+    block_rows: int | None = None,
     **options,
 ) -> FitSpec:
     """:func:`plnexp.fit`'s strings -> a :class:`FitSpec` (one-line ValueError on a bad choice).
 
-    ``rank``: the q of ``model="pca"`` (and of no other model). ``options``: strategy options
+    ``rank``: the q of ``model="pca"`` (and of no other model); ``block_rows``: its rows per block
+    inside a step (None: every row at once; see docs/concepts/memory.md). ``options``: strategy options
     (``unroll``, ``tol``, ``patience``, ``mode``). Those of other strategies are ignored, so that
     one call can loop over strategies; a name no strategy has is an error."""
-    the_model = model_named(model, rank)
+    the_model = model_named(model, rank, block_rows)
     prec = precision_named(precision)
     check_compile_cache(compile_cache, "True, False, None (auto: the cache on, one compile)")
     known = all_option_names()
