@@ -31,6 +31,22 @@ TESTS = Path(__file__).parent
 PLUGINS = TESTS / "plugins"  # the blocking strategy, as an installed plugin would be (plnexp_test_strategies.py)
 sys.path.insert(0, str(TESTS))  # tests/reference_np.py: independent float64 numpy maths
 
+# XLA's LLVM backend at -O0 for the suite (and the processes it starts, which inherit XLA_FLAGS): it
+# compiles ~2.7x faster (measured 2026-11-26, 32 fits of 4 strategies x 2 models x 2 precisions on
+# oaks and simulated data: 13.8 s of backend compile against 37-44 s) and compiling is most of the
+# suite's CPU (65% of test_strategies, test_fused, test_replicates and test_model); the whole suite
+# took 484 s against 612-682 s. XLA's HLO passes (fusion, layout: where jaxlib 0.10.2's miscompile
+# lives, see plnexp.runtime) run as for users; LLVM's instruction selection and vectorisation do
+# not, so float rounding differs within the per-dtype tolerances. The users' own setting is
+# covered by tests/test_users_xla.py, in a process without this flag, and by every fit's own check
+# of its compiled ELBO against the float64 host reference. PLNEXP_TEST_XLA_OPT=default runs the
+# whole suite at the users' setting; a flag of that name already in XLA_FLAGS is kept.
+XLA_O0 = "--xla_backend_optimization_level=0"
+if os.environ.get("PLNEXP_TEST_XLA_OPT", "") != "default" and "--xla_backend_optimization_level" not in (
+    os.environ.get("XLA_FLAGS", "")
+):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {XLA_O0}".strip()
+
 import plnexp  # noqa: E402 - first of plnexp's imports (changes nothing in the process)
 
 # the suite runs as plnexp's command line does: its process settings (XLA flags, LAPACK threads)
