@@ -118,6 +118,28 @@ def test_initial_state_is_not_a_saddle(small, init):
         np.testing.assert_allclose(M.T @ M / small.n, np.eye(RANK), atol=1e-10)
 
 
+def test_data_init_beyond_eigh_max_p_is_the_eigendecomposition(monkeypatch):
+    """Above p = EIGH_MAX_P the data init takes R's top-q singular vectors by subspace iteration
+    instead of an eigendecomposition of the p x p R'R: the same vectors and values (float64: values
+    to 1e-12 relative, the subspaces' distance below 1e-10), on counts with d = 2 covariates."""
+    data = plnexp.simulate_pca(n=300, p=80, q=3, d=2, seed=3)
+    with jax.enable_x64(True):
+        Z = jnp.log1p(jnp.asarray(data.Y)) - jnp.asarray(data.O)
+        X = jnp.asarray(data.X)
+        R = Z - X @ jnp.linalg.lstsq(X, Z)[0]
+        monkeypatch.setattr(pm, "EIGH_MAX_P", 10**9)
+        V0, lam0 = (np.asarray(a) for a in pm._top_right_singular(R, None, 3))
+        monkeypatch.setattr(pm, "EIGH_MAX_P", 0)
+        V, lam = (np.asarray(a) for a in pm._top_right_singular(R, None, 3))
+    Rn = np.asarray(R)
+    w, U = np.linalg.eigh(Rn.T @ Rn)  # NumPy's, independently
+    np.testing.assert_allclose(lam0, w[::-1][:3], rtol=1e-12)
+    np.testing.assert_allclose(lam, w[::-1][:3], rtol=1e-12)
+    top = U[:, ::-1][:, :3]
+    assert np.linalg.norm(top - V0 @ (V0.T @ top)) < 1e-10
+    assert np.linalg.norm(top - V @ (V.T @ top)) < 1e-10
+
+
 def test_random_init_draws_q_columns_of_noise(small):
     model = pm.pca_model(RANK)
     with jax.enable_x64(True):
