@@ -2,10 +2,15 @@
 (single-cell counts), and simulation from the PLN generative model (full or low-rank).
 
 A :class:`Data` holds host (numpy, float64) arrays; :meth:`Data.to_device` casts and places them
-for a fit. Offsets are always stored on the log scale. Every way in (:func:`as_data`,
-:func:`load_csv`, :func:`load_oaks`, :func:`load_anndata`, :func:`simulate`) checks the values with the same functions
-(:func:`check_counts`, :func:`check_offsets`, :func:`check_full_rank`): a problem is one
-:class:`DataError` line naming the argument or file, the row and column, and what is allowed.
+for a fit. Offsets are always stored on the log scale. Large data sets stay lean on the host (see
+docs/concepts/memory.md): offsets that are one per row are an ``(n, p)`` read-only view of their
+``(n, 1)`` column (:func:`row_offsets`), and :func:`simulate_pca` and :func:`load_anndata` (sparse
+counts) keep :data:`COMPACT_ENTRIES` or more counts in float32 when exact (below 2**24); plnexp
+reads them a block of rows at a time, in float64, so the numbers are those of float64 arrays.
+Every way in (:func:`as_data`, :func:`load_csv`, :func:`load_oaks`, :func:`load_anndata`,
+:func:`simulate`) checks the values with the same functions (:func:`check_counts`,
+:func:`check_offsets`, :func:`check_full_rank`): a problem is one :class:`DataError` line naming the
+argument or file, the row and column, and what is allowed.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import warnings
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 from importlib import resources
 from pathlib import Path
 from collections.abc import Collection, Mapping, Sequence
@@ -21,6 +26,55 @@ from collections.abc import Collection, Mapping, Sequence
 import numpy as np
 
 OAKS_COVARIATES = ("tree", "orientation", "distTOground")
+BLOCK_ENTRIES = 1 << 22  # entries per block of rows when densifying, drawing, checking or hashing (32 MiB of float64)
+COMPACT_ENTRIES = (
+    1 << 26
+)  # from this many counts on, simulate_pca and sparse load_anndata keep them in float32 (if exact)
+FLOAT32_EXACT = 1 << 24  # every integer below this is exact in float32
+
+
+def row_blocks(n: int, p: int) -> list[slice]:
+    """Consecutive slices of ``max(1, BLOCK_ENTRIES // p)`` rows covering ``n`` rows: the blocks in
+    which an ``(n, p)`` array is read without an ``n x p`` transient."""
+    step = max(1, BLOCK_ENTRIES // max(int(p), 1))
+    return [slice(a, min(a + step, n)) for a in range(0, n, step)]
+
+
+def row_offsets(column, p: int) -> np.ndarray:
+    """Offsets that are one per row, ``(n,)`` or ``(n, 1)``, as the ``(n, p)`` float64 array they
+    stand for, without its memory: a read-only view whose columns all share the one column's values
+    (stride 0). Every reader of ``Data.O`` sees an ``(n, p)`` array of those values."""
+    column = np.asarray(column, dtype=np.float64).reshape(-1, 1)
+    return np.broadcast_to(column, (column.shape[0], int(p)))
+
+
+def _row_column(a: np.ndarray) -> np.ndarray | None:
+    """The ``(n, 1)`` column of an ``(n, p)`` view made by :func:`row_offsets` (its columns share
+    their memory), else None."""
+    if a.ndim == 2 and a.shape[1] > 1 and a.strides[1] == 0:
+        return a[:, :1]
+    return None
+
+
+def _aligned_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
+    """An uninitialised array whose data start on a 64-byte boundary: JAX's CPU client then takes it
+    without a copy (``jax.device_put`` aliases it), where numpy's own 16-byte alignment costs a copy."""
+    dtype = np.dtype(dtype)
+    size = int(np.prod(shape)) * dtype.itemsize
+    raw = np.empty(size + 64, dtype=np.uint8)
+    start = -raw.ctypes.data % 64
+    return raw[start : start + size].view(dtype).reshape(shape)
+
+
+def _as_host(a: np.ndarray, dtype) -> np.ndarray:
+    """``a`` in ``dtype``: itself when it has it, else a 64-byte aligned copy converted a block of rows
+    at a time (no transient beyond the copy)."""
+    if a.dtype == dtype:
+        return a
+    out = _aligned_empty(a.shape, dtype)
+    for r in row_blocks(*a.shape) if a.ndim == 2 else [slice(None)]:
+        out[r] = a[r]
+    return out
 
 
 class DataError(ValueError):
@@ -35,7 +89,11 @@ def warn_empty_columns(Y: np.ndarray, source: str, columns: Sequence[str] | None
     """Warn, in one line naming them, about count columns that are zero in every row (common in
     microbiome tables): the fit drives their mean to -inf (B, M grow without bound) so their
     estimates mean nothing. Returns their 0-based indices."""
-    empty = [int(j) for j in np.flatnonzero(~(np.asarray(Y) != 0).any(axis=0))]
+    Y = np.asarray(Y)
+    seen = np.zeros(Y.shape[1], dtype=bool)
+    for r in row_blocks(*Y.shape):  # no n x p boolean transient
+        seen |= (Y[r] != 0).any(axis=0)
+    empty = [int(j) for j in np.flatnonzero(~seen)]
     if empty:
         names = [f"{columns[j]!r}" if columns is not None else f"{j + 1}" for j in empty]
         shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
@@ -59,8 +117,11 @@ class Data:
     calls :func:`as_data` itself. Constructing ``Data`` by hand skips those checks.
 
     Attributes:
-        Y: counts, ``(n, p)`` float64 holding non-negative integers.
-        O: offsets on the log scale, ``(n, p)`` float64 (zeros: no offsets).
+        Y: counts, ``(n, p)`` float64 holding non-negative integers (float32 for a data set of
+            :data:`COMPACT_ENTRIES` counts or more from :func:`simulate_pca` or a sparse AnnData,
+            all below 2**24, so exact: read it as float64 a block of rows at a time, as plnexp does).
+        O: offsets on the log scale, ``(n, p)`` float64 (zeros: no offsets); one offset per row
+            is a read-only view of its column (:func:`row_offsets`): ``(n, p)`` all the same.
         X: covariates, the design matrix ``(n, d)`` float64, intercept first.
         name: the data set's name (run names and reports).
         covariate_names: the names of ``X``'s columns (``"intercept"`` first; a categorical
@@ -92,26 +153,56 @@ class Data:
 
     @cached_property
     def log_factorial(self) -> float:
-        """sum_ij log(Y_ij!) in float64, computed once per data set (the fit's constant)."""
+        """sum_ij log(Y_ij!) in float64, computed once per data set (the fit's constant), a block of
+        rows at a time."""
         from .reference import log_factorial_sum
 
         return log_factorial_sum(self.Y)
 
     def digest(self) -> str:
-        """sha256 of Y, O and X (float64 bytes): identifies the data a run was fitted on."""
+        """sha256 of Y, O and X (float64 bytes, row-major, each after its shape): identifies the data a
+        run was fitted on. Hashed a block of rows at a time: the same bytes in the same order as the
+        whole arrays' (so the digest does not depend on how the arrays are stored), no n x p copy."""
         h = hashlib.sha256()
         for a in (self.Y, self.O, self.X):
             h.update(str(a.shape).encode())
-            h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
+            for r in row_blocks(*a.shape):
+                h.update(np.ascontiguousarray(a[r], dtype=np.float64).reshape(-1).data)
         return h.hexdigest()
 
     def to_device(self, dtype, device):
-        """The arrays as :class:`plnexp.model.Arrays` of ``dtype``, committed to ``device``."""
+        """The arrays as :class:`plnexp.model.Arrays` of ``dtype``, committed to ``device``, without a
+        second n x p copy on the host: an array of another dtype is converted a block of rows at a
+        time into one buffer that JAX's CPU client takes as it is (64-byte aligned); offsets that are
+        one per row go as their column and are broadcast on the device. The values are those of
+        ``jax.device_put(np.asarray(a, dtype), device)``."""
         import jax
 
         from .model import Arrays
 
-        return Arrays(*(jax.device_put(np.asarray(a, dtype=dtype), device) for a in (self.Y, self.O, self.X)))
+        dtype = np.dtype(dtype)
+
+        def put(a: np.ndarray):
+            column = _row_column(a)
+            if column is not None:
+                return _broadcast_columns(jax.device_put(_as_host(column, dtype), device), a.shape[1])
+            return jax.device_put(_as_host(a, dtype), device)
+
+        return Arrays(*(put(np.asarray(a)) for a in (self.Y, self.O, self.X)))
+
+
+@cache
+def _broadcaster():
+    import jax
+    import jax.numpy as jnp
+
+    return jax.jit(lambda column, p: jnp.broadcast_to(column, (column.shape[0], p)), static_argnums=1)
+
+
+def _broadcast_columns(column, p: int):
+    """The ``(n, 1)`` device array ``column`` as the ``(n, p)`` one whose columns all equal it, made
+    on its device (where it stays committed)."""
+    return _broadcaster()(column, int(p))
 
 
 def replicate(data: Data, times: int) -> Data:
@@ -179,10 +270,21 @@ def _read_csv(path: Path, what: str) -> tuple[list[str], np.ndarray]:
     return header, np.asarray(rows, dtype=np.float64)
 
 
+def _first_bad(a: np.ndarray, bad) -> tuple[int, int] | None:
+    """(row, column) of the first entry of the 2-d ``a``, in row-major order, where ``bad(block)``
+    is True; None if none. A block of rows at a time: no n x p transient."""
+    for rows in row_blocks(*a.shape):
+        found = np.argwhere(bad(a[rows]))
+        if found.size:
+            r, c = found[0]
+            return int(r) + rows.start, int(c)
+    return None
+
+
 def _check_finite(a: np.ndarray, label: str, allowed: str) -> None:
-    bad = ~np.isfinite(a)
-    if bad.any():
-        r, c = np.argwhere(bad)[0]
+    where = _first_bad(a, lambda block: ~np.isfinite(block))
+    if where is not None:
+        r, c = where
         kind = "missing (NaN)" if np.isnan(a[r, c]) else "infinite"
         raise DataError(f"{label}: {kind} value at row {r + 1}, column {c + 1}; allowed values are {allowed}")
 
@@ -191,24 +293,24 @@ COUNTS_ALLOWED = "non-negative integers"
 COVARIATES_ALLOWED = "finite numbers or text categories"
 
 
-def check_counts(Y: np.ndarray, source: str | Path | None = None) -> np.ndarray:
+def check_counts(Y: np.ndarray, source: str | Path | None = None, *, keep_float32: bool = False) -> np.ndarray:
     """Counts must be a non-empty 2-d table of finite non-negative integers; returns them as
-    float64. ``source``: the file they were read from (None: the ``counts`` argument)."""
+    float64 (float32 counts as they are with ``keep_float32``). ``source``: the file they were read
+    from (None: the ``counts`` argument). Checked a block of rows at a time (no n x p transient)."""
     label = _label("counts", source)
-    Y = np.asarray(Y, dtype=np.float64)
+    Y = np.asarray(Y)
+    if not (keep_float32 and Y.dtype == np.float32):
+        Y = np.asarray(Y, dtype=np.float64)
     if Y.ndim != 2 or Y.size == 0:
         raise DataError(f"{label}: must be a non-empty 2-d table (n samples x p variables), got shape {Y.shape}")
     _check_finite(Y, label, COUNTS_ALLOWED)
-    if (Y < 0).any():
-        r, c = np.argwhere(Y < 0)[0]
-        raise DataError(
-            f"{label}: negative count {Y[r, c]:g} at row {r + 1}, column {c + 1}; allowed values are {COUNTS_ALLOWED}"
-        )
-    if (Y != np.round(Y)).any():
-        r, c = np.argwhere(Y != np.round(Y))[0]
-        raise DataError(
-            f"{label}: non-integer count {Y[r, c]:g} at row {r + 1}, column {c + 1}; allowed values are {COUNTS_ALLOWED}"
-        )
+    for what, bad in (("negative", lambda y: y < 0), ("non-integer", lambda y: y != np.round(y))):
+        where = _first_bad(Y, bad)
+        if where is not None:
+            r, c = where
+            raise DataError(
+                f"{label}: {what} count {Y[r, c]:g} at row {r + 1}, column {c + 1}; allowed values are {COUNTS_ALLOWED}"
+            )
     return Y
 
 
@@ -389,8 +491,8 @@ def _offsets_argument(offsets, shape: tuple[int, int], log_scale: bool) -> np.nd
     values, _ = _table(offsets, "offsets")
     O = _floats(values, "offsets", "finite numbers")
     if O.shape in ((n,), (n, 1)):  # one offset per row (a sample's total): the same for its p counts
-        O = np.repeat(O.reshape(n, 1), p, axis=1)
-    elif O.shape != (n, p):
+        return row_offsets(check_offsets(np.array(O.reshape(n, 1)), None, log_scale), p)
+    if O.shape != (n, p):
         raise DataError(
             f"offsets: shape {O.shape} does not match counts {(n, p)}; allowed shapes are {(n, p)}, ({n},) or ({n}, 1)"
         )
@@ -451,7 +553,11 @@ def as_data(counts, offsets=None, covariates=None, *, log_offsets: bool = False,
     values, columns = _table(counts, "counts")
     Y = check_counts(_floats(values, "counts", COUNTS_ALLOWED))
     warn_empty_columns(Y, "the DataFrame" if columns is not None else "the array", columns)
-    O = np.zeros_like(Y) if offsets is None else _offsets_argument(offsets, Y.shape, log_offsets)
+    O = (
+        row_offsets(np.zeros(Y.shape[0]), Y.shape[1])
+        if offsets is None
+        else _offsets_argument(offsets, Y.shape, log_offsets)
+    )
     X, names = (
         (np.ones((Y.shape[0], 1)), ("intercept",))
         if covariates is None
@@ -491,7 +597,6 @@ def simulate(n: int = 2000, p: int = 50, d: int = 2, seed: int = 0) -> Data:
 
 # ---------------------------------------------------------------- single-cell counts (AnnData)
 ANNDATA_OFFSETS = ("library_size", "none")  # else the name of an obs column of positive totals
-BLOCK_ENTRIES = 1 << 22  # entries per block of rows when densifying or drawing (32 MiB of float64)
 
 
 def _anndata_module():
@@ -521,10 +626,22 @@ def _read_h5ad(path: Path, anndata):
         raise DataError(f"AnnData file {path}: not a readable .h5ad file ({first})") from None
 
 
+def _exact_in_float32(values: np.ndarray) -> bool:
+    """Whether ``values`` are all counts (finite non-negative integers) below 2**24, so that float32
+    holds them exactly and :func:`check_counts` has nothing to say about them."""
+    if values.size == 0:
+        return True
+    if values.dtype.kind == "f" and not (np.isfinite(values).all() and np.array_equal(values, np.round(values))):
+        return False
+    return bool(values.min() >= 0 and values.max() < FLOAT32_EXACT)
+
+
 def _dense_counts(matrix, where: str) -> np.ndarray:
-    """The count matrix (cells x genes) as one dense float64 array. A scipy sparse matrix (CSR, or
-    CSC converted to CSR once: a copy of its nnz) is densified block of rows by block of rows into
-    that array, so the peak is the sparse matrix + n*p*8 bytes + one block, never a second dense
+    """The count matrix (cells x genes) as one dense array: float64, or float32 (64-byte aligned) for
+    a sparse matrix of :data:`COMPACT_ENTRIES` entries or more whose values are all counts below
+    2**24 (exact in float32: the same numbers, half the memory). A scipy sparse matrix (CSR, or CSC
+    converted to CSR once: a copy of its nnz) is densified block of rows by block of rows into that
+    array, so the peak is the sparse matrix + n*p*8 (or 4) bytes + one block, never a second dense
     copy in the stored dtype."""
     from scipy import sparse
 
@@ -535,7 +652,10 @@ def _dense_counts(matrix, where: str) -> np.ndarray:
         if csr.dtype.kind not in "biuf":
             raise DataError(f"{where}: counts of dtype {csr.dtype}; allowed values are {COUNTS_ALLOWED}")
         n, p = csr.shape
-        Y = np.empty((n, p), dtype=np.float64)
+        if n * p >= COMPACT_ENTRIES and _exact_in_float32(csr.data):
+            Y = _aligned_empty((n, p), np.float32)
+        else:
+            Y = np.empty((n, p), dtype=np.float64)
         step = max(1, BLOCK_ENTRIES // max(p, 1))
         for a in range(0, n, step):
             Y[a : a + step] = csr[a : a + step].toarray()
@@ -578,11 +698,12 @@ def _anndata_covariates(adata, covariates: Sequence[str], where: str) -> tuple[n
 
 def _anndata_offsets(adata, Y: np.ndarray, offsets: str, where: str) -> np.ndarray:
     """Log offsets (n, p): the log library size (each cell's total count), none, or the log of the
-    positive totals in an obs column, the same for each cell's p counts."""
+    positive totals in an obs column, the same for each cell's p counts (:func:`row_offsets`: a view
+    of the (n, 1) column)."""
     if offsets == "none":
-        return np.zeros_like(Y)
+        return row_offsets(np.zeros(Y.shape[0]), Y.shape[1])
     if offsets == "library_size":
-        totals = Y.sum(axis=1)
+        totals = Y.sum(axis=1, dtype=np.float64)  # integers: exact in any order, float32 counts too
         empty = np.flatnonzero(totals == 0)
         if empty.size:
             r = int(empty[0])
@@ -602,7 +723,7 @@ def _anndata_offsets(adata, Y: np.ndarray, offsets: str, where: str) -> np.ndarr
         if bad.size:
             r = int(bad[0])
             raise DataError(f"{label}: value {totals[r]:g} at row {r + 1}; allowed values are {allowed}")
-    return np.repeat(np.log(totals).reshape(-1, 1), Y.shape[1], axis=1)
+    return row_offsets(np.log(totals), Y.shape[1])
 
 
 def load_anndata(
@@ -656,7 +777,7 @@ def load_anndata(
         matrix, counts = adata.layers[layer], f"{where} (layer {layer!r})"
     Y = _dense_counts(matrix, counts)
     try:
-        Y = check_counts(Y)
+        Y = check_counts(Y, keep_float32=True)
     except DataError as e:
         raise DataError(f"{counts}: {e}") from None
     columns = tuple(map(str, adata.var_names))
@@ -705,7 +826,11 @@ def simulate_pca(
     is shifted by the one delta (a quantile of the gaps: deterministic, no draw repeated) that leaves
     that fraction of the gaps above it, so the counts' zero fraction is the target to within
     1/(n*p) (the gaps are kept in float32 for this: 4 bytes per count).
-    The truth is kept in ``data.truth`` ({'B': ... (shifted), 'C': ..., 'Sigma': C C^T}).
+    The truth is kept in ``data.truth`` ({'B': ... (shifted), 'C': ...}; ``data.truth['Sigma']``
+    gives C C^T, computed when read: :class:`LowRankTruth`). Offsets are a view of their column
+    (:func:`row_offsets`); from :data:`COMPACT_ENTRIES` counts on, ``Y`` is float32 (exact below
+    2**24, which every count of realistic parameters is; else float64), 64-byte aligned, so that a
+    float32 fit on the CPU reads it in place: 4 bytes per count on the host in all.
     """
     for key, value, low in (("n", n, 2), ("p", p, 1), ("q", q, 1), ("d", d, 1)):
         if isinstance(value, bool) or int(value) != value or value < low:
@@ -735,7 +860,9 @@ def simulate_pca(
                 gaps[r] = np.log(-np.log(U)) - eta
         delta = _zero_threshold(gaps.reshape(-1), float(zero_fraction))
         del gaps
-    Y = np.zeros((n, p), dtype=np.float64)
+    # float32 counts for a large data set (exact below 2**24; float64 again if a count is not)
+    compact = n * p >= COMPACT_ENTRIES
+    Y = _aligned_empty((n, p), np.float32) if compact else np.zeros((n, p), dtype=np.float64)
     for r, s in zip(rows, blocks):
         rng, eta, U = _pca_latent_block(s, eta0(r), C)
         with np.errstate(divide="ignore"):  # U = 0: an infinite gap, a zero
@@ -743,13 +870,35 @@ def simulate_pca(
         nonzero = gap <= np.float64(delta)
         lam = np.exp(eta[nonzero] + delta)
         t = -np.log1p(rng.random(lam.shape) * np.expm1(-lam))  # the first arrival, given one before 1
-        Y[r][nonzero] = 1.0 + rng.poisson(np.maximum(lam - t, 0.0))
+        counts = 1.0 + rng.poisson(np.maximum(lam - t, 0.0))
+        if Y.dtype == np.float32 and counts.size and counts.max() >= FLOAT32_EXACT:
+            Y = Y.astype(np.float64)  # the rows so far are exact: float64 from here on
+        if compact:
+            Y[r] = 0.0  # _aligned_empty: not zeroed
+        Y[r][nonzero] = counts
     B[0] += delta  # the truth: the intercept as drawn from
-    O = log_totals * np.ones((1, p))
     label = f"simulate_pca(n={n}, p={p}, q={q}, zero_fraction={zero_fraction}, d={d}, seed={seed})"
     warn_empty_columns(Y, label)
     names = ("intercept",) + tuple(f"x{k}" for k in range(1, d))
-    return Data(Y, O, X, pca_name(n, p, q, d, zero_fraction, seed), names, {"B": B, "C": C, "Sigma": C @ C.T})
+    truth = LowRankTruth(B=B, C=C)
+    return Data(Y, row_offsets(log_totals, p), X, pca_name(n, p, q, d, zero_fraction, seed), names, truth)
+
+
+class LowRankTruth(dict):
+    """:func:`simulate_pca`'s truth: ``B`` and ``C`` kept; ``Sigma`` = C C^T made each time it is
+    read (``truth["Sigma"]``), never kept: p x p float64 is 3.2 GB at p = 20,000."""
+
+    def __missing__(self, key):
+        if key == "Sigma":
+            C = self["C"]
+            return C @ C.T
+        raise KeyError(key)
+
+    def __contains__(self, key) -> bool:
+        return key == "Sigma" or super().__contains__(key)
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
 
 
 def pca_name(n: int, p: int, q: int, d: int, zero_fraction: float | None, seed: int) -> str:

@@ -185,9 +185,13 @@ def pyplnmodels_fit(data: Data, *, warmup: int = 1, repeats: int = 1, **fit_kwar
 
     pp = import_pyplnmodels()
 
+    # its own (n, p) float64 arrays: plnexp's may be float32 (large simulated counts) or a view of
+    # one column (offsets one per row, plnexp.data.row_offsets); no copy when they are not
+    Y, O = (np.ascontiguousarray(a, dtype=np.float64) for a in (data.Y, data.O))
+
     def model():
         with _quiet():
-            return pp.Pln(data.Y, exog=data.X, offsets=data.O, add_const=False)
+            return pp.Pln(Y, exog=data.X, offsets=O, add_const=False)
 
     def one_fit():
         pln = model()

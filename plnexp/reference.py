@@ -9,20 +9,40 @@ import numpy as np
 from scipy.special import gammaln
 
 
+BLOCK_ENTRIES = 1 << 22  # the host checks read their arrays in blocks of about this many entries
+ROWS = 8192  # and of at most this many rows
+
+
+def block_rows(p: int, rows: int | None = None) -> int:
+    """Rows per block for arrays of ``p`` columns: ``rows`` if given, else ``BLOCK_ENTRIES // p``
+    capped at :data:`ROWS` (so ``ROWS`` for p <= 512): each float64 block array is at most 32 MiB."""
+    return rows if rows is not None else min(ROWS, max(1, BLOCK_ENTRIES // max(int(p), 1)))
+
+
 def log_factorial_sum(Y: np.ndarray) -> float:
-    """sum_ij log(Y_ij!) with the exact log-gamma, in float64 on the host."""
-    return float(np.sum(gammaln(np.asarray(Y, dtype=np.float64) + 1.0)))
+    """sum_ij log(Y_ij!) with the exact log-gamma, in float64 on the host, ``BLOCK_ENTRIES // p``
+    rows at a time (one block, the whole sum at once, up to that many rows: no n x p transient)."""
+    Y = np.asarray(Y)
+    if Y.ndim != 2:
+        return float(np.sum(gammaln(np.asarray(Y, dtype=np.float64) + 1.0)))
+    step = max(1, BLOCK_ENTRIES // max(Y.shape[1], 1))
+    total = 0.0
+    for start in range(0, Y.shape[0], step):
+        total += float(np.sum(gammaln(np.asarray(Y[start : start + step], dtype=np.float64) + 1.0)))
+    return total
 
 
-def elbo(Y, O, X, B, M, S, Sigma, *, log_factorial: bool = True, rows: int = 8192) -> float:
+def elbo(Y, O, X, B, M, S, Sigma, *, log_factorial: bool = True, rows: int | None = None) -> float:
     """ELBO at (B, centred M, S, Sigma) in float64; with the exact log(y!) unless told otherwise.
 
     Inputs may be any dtype (float32 device arrays included): they are converted to float64
-    ``rows`` rows at a time, so the host memory stays O(rows x p) however large n is.
+    ``rows`` rows at a time (default :func:`block_rows`), so the host memory stays O(rows x p)
+    however large n is.
     """
     B, Sigma = np.asarray(B, dtype=np.float64), np.asarray(Sigma, dtype=np.float64)
     Y, O, X, M, S = (np.asarray(a) for a in (Y, O, X, M, S))  # host views, dtype kept
     n, p = M.shape
+    rows = block_rows(p, rows)
     poisson, second_moment, log_fact = 0.0, np.zeros((p, p)), 0.0
     for start in range(0, n, rows):
         block = slice(start, min(start + rows, n))
@@ -48,7 +68,7 @@ def block_gradients(y, o, x, m, s, B, Omega) -> tuple[np.ndarray, np.ndarray, np
     return x.T @ (y - a), y - a - m @ Omega, 1.0 / s - s * a - s * np.diag(Omega)
 
 
-def elbo_gradient_max(Y, O, X, B, M, S, Sigma, *, rows: int = 8192) -> float:
+def elbo_gradient_max(Y, O, X, B, M, S, Sigma, *, rows: int | None = None) -> float:
     """The largest entry of the ELBO's gradient in (B, centred M, S), Sigma held at the closed form
     (M'M + diag(sum S^2)) / n, in float64 on the host, ``rows`` rows at a time: 0 at a stationary
     point. With Z = O + XB + M, A = exp(Z + S^2/2) and Omega = Sigma^-1:
@@ -57,6 +77,7 @@ def elbo_gradient_max(Y, O, X, B, M, S, Sigma, *, rows: int = 8192) -> float:
     B = np.asarray(B, dtype=np.float64)
     Omega = np.linalg.inv(np.asarray(Sigma, dtype=np.float64))
     n = np.shape(M)[0]
+    rows = block_rows(np.shape(Y)[1], rows)
     worst, gB = 0.0, np.zeros_like(B)
     for start in range(0, n, rows):
         block = slice(start, min(start + rows, n))
@@ -66,7 +87,7 @@ def elbo_gradient_max(Y, O, X, B, M, S, Sigma, *, rows: int = 8192) -> float:
     return max(worst, float(np.abs(gB).max()))
 
 
-def pca_elbo(Y, O, X, B, C, M, S, *, log_factorial: bool = True, rows: int = 8192) -> float:
+def pca_elbo(Y, O, X, B, C, M, S, *, log_factorial: bool = True, rows: int | None = None) -> float:
     """ELBO of PLN-PCA at (B (d, p), C (p, q), M (n, q), S (n, q)) in float64; with the exact log(y!)
     unless told otherwise:
 
@@ -77,6 +98,7 @@ def pca_elbo(Y, O, X, B, C, M, S, *, log_factorial: bool = True, rows: int = 819
     B, C = np.asarray(B, dtype=np.float64), np.asarray(C, dtype=np.float64)
     Y, O, X, M, S = (np.asarray(a) for a in (Y, O, X, M, S))
     C2 = C * C
+    rows = block_rows(C.shape[0], rows)
     total = 0.0
     for start in range(0, M.shape[0], rows):
         block = slice(start, min(start + rows, M.shape[0]))
