@@ -1,0 +1,317 @@
+"""PLN-PCA: plnexp against pyPLNmodels' ``PlnPCA`` on the same synthetic counts (issue #34).
+
+For each size n x p (``--sizes``), counts are drawn once from the PLN-PCA model
+(``plnexp.simulate_pca(n, p, q=--rank, zero_fraction=--zero-fraction, seed=--seed)``: intercept
+only, offsets the log of a per-row total, single-cell-like zeros) and written to a temporary
+``.npz``; each fit then runs in a fresh process of its own, so that its peak memory (``ru_maxrss``
+of that process: imports, data and fit) is its own:
+
+- **pyPLNmodels**: ``PlnPCA(Y, exog=X, offsets=O, add_const=False, rank=q).fit()``, its default fit
+  (Rprop, lr 0.01, at most 400 iterations, its own stopping rule), in PyTorch float32 on the CPU.
+  ``fit_s``: the wall clock of ``fit()`` alone. Its fitted B, C, M, S are scored on plnexp's ELBO
+  (``plnexp.reference.pca_elbo``: float64, exact log y!): ``elbo``. Where its projected time (its
+  initialisation plus 400 times its per-iteration time, both from two short fits of 1 and
+  1 + ``--probe-iter`` iterations) exceeds ``--peer-max-s``, only those probes run and the row says so.
+- **plnexp**: ``plnexp.fit(data, model="pca", rank=q, optimizer=--optimizer, lr=--lr,
+  strategy=--strategy, precision=--precision, n_iter=--n-iter, init=--init, compile_cache=False)``
+  (init "data": B by least squares on log(1 + Y) - O, C and M from the residual's top-q singular
+  vectors; pyPLNmodels' init is of the same kind), timed as every plnexp fit is (cold AOT compile apart,
+  then a steady run, ``block_until_ready``). ``to_target_s``: the steady seconds to reach
+  pyPLNmodels' final ELBO, ``run_s x k / n_iter`` with k the first iteration whose ELBO is at or
+  above it (the compiled ELBO curve; the row also gives the compiled-against-float64 error at the
+  end, which must be far smaller than the margin); ``+compile`` adds the compile. ``elbo``: the
+  float64 ELBO at plnexp's final parameters.
+
+Ratios, side by side in one run: ``x_peer`` = pyPLNmodels' fit_s over plnexp's to_target_s (plnexp
+steady), ``x_peer_cold`` = over plnexp's compile + its initial state's first call (``init``, in
+the note: pyPLNmodels' own initialisation is part of its fit_s) + to_target_s: what a user waits
+for. Sizes where pyPLNmodels did not run have no target: plnexp's row then gives its time to the
+ELBO it reaches with pyPLNmodels' relative standing measured at the largest size where both ran
+(``target rel``, said in the row).
+
+    .venv/bin/python benchmarks/pca.py --n-iter 1000                           # 2,000 x 1,000 and 5,000 x 2,000
+    .venv/bin/python benchmarks/pca.py --n-iter 1000 --sizes 2000x1000,5000x2000,20000x14000  # the issue's sizes
+    .venv/bin/python benchmarks/pca.py --sizes 300x100 --n-iter 100              # smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _header import machine_header
+
+PEER_MAXITER = 400  # pyPLNmodels' default maxiter
+
+
+def _peak_gb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # kB on Linux
+
+
+def _load(path: str):
+    z = np.load(path)
+    return z["Y"], z["O"], z["X"]
+
+
+def child_peer(args) -> dict:
+    """pyPLNmodels' default PlnPCA fit (or a probe of ``--probe-iter`` iterations), scored on plnexp's ELBO."""
+    import torch
+
+    from plnexp import peers, reference
+
+    Y, O, X = _load(args.file)
+    pp = peers.import_pyplnmodels()
+    with peers._quiet():
+        model = pp.PlnPCA(Y, exog=X, offsets=O, add_const=False, rank=args.rank)
+    kwargs = {"maxiter": args.probe_iter, "tol": 0.0} if args.probe else {}
+    t0 = time.perf_counter()
+    with peers._quiet():
+        model.fit(**kwargs)
+    fit_s = time.perf_counter() - t0
+    n_iter = len(model._elbo_criterion_monitor.elbo_list)
+    with torch.no_grad():
+        B = model.coef.double().numpy()
+        C = model.components.double().numpy()
+        M = model.latent_mean.detach().double().numpy()
+        S = model.latent_sqrt_variance.detach().double().numpy()
+    elbo = reference.pca_elbo(Y, O, X, B, C, M, S)
+    return {"fit_s": fit_s, "n_iter": n_iter, "elbo": elbo, "peak_gb": _peak_gb(), "probe": bool(args.probe)}
+
+
+def child_plnexp(args) -> dict:
+    """plnexp's PLN-PCA fit, timed; the first iteration at or above ``--target`` (if given)."""
+    import jax
+
+    import plnexp
+    from plnexp.strategies import base
+
+    init_s = []
+    init_state = base.init_state
+
+    def timed_init(*a, **k):  # the initial state's wall clock (its first call: compiles included)
+        t0 = time.perf_counter()
+        state = jax.block_until_ready(init_state(*a, **k))
+        init_s.append(time.perf_counter() - t0)
+        return state
+
+    base.init_state = timed_init
+    Y, O, X = _load(args.file)
+    data = plnexp.as_data(Y, offsets=O, log_offsets=True)  # X: the intercept, which as_data adds
+    assert data.X.shape == X.shape and np.array_equal(data.X, X)
+    res = plnexp.fit(
+        data,
+        model="pca",
+        rank=args.rank,
+        optimizer=args.optimizer,
+        lr=args.lr,
+        strategy=args.strategy,
+        precision=args.precision,
+        n_iter=args.n_iter,
+        block_rows=args.block_rows or None,
+        init=args.init,
+        compile_cache=False,  # a cold compile, as a first fit of this shape pays
+    )
+    t = res.timing
+    curve = np.asarray(res.elbo[: res.n_iter], dtype=float)
+    out = {
+        "compile_s": t.compile_s,
+        "init_s": init_s[0] if init_s else float("nan"),
+        "run_s": t.run_s,
+        "ms_per_iter": t.ms_per_iter,
+        "n_iter": res.n_iter,
+        "elbo": res.loglik,
+        "jit_error": abs(res.extra.get("final_elbo_jit", np.nan) - res.loglik),
+        "curve_max": float(np.nanmax(curve)),
+        "peak_gb": _peak_gb(),
+        "curve": curve.tolist(),
+    }
+    return out
+
+
+def first_at(curve: list[float], target: float) -> int | None:
+    """The first iteration k (updates done) whose ELBO is at or above ``target``."""
+    hits = np.flatnonzero(np.asarray(curve) >= target)
+    return int(hits[0]) if len(hits) else None
+
+
+def _child(kind: str, args, file: str, extra: list[str]) -> dict:
+    cmd = [sys.executable, __file__, "--child", kind, "--file", file, "--rank", str(args.rank), *extra]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{kind} child failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _sizes(text: str) -> list[tuple[int, int]]:
+    out = []
+    for part in text.split(","):
+        n, p = part.lower().split("x")
+        out.append((int(n), int(p)))
+    return out
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="2000x1000,5000x2000", help="n x p, comma-separated")
+    ap.add_argument("--rank", type=int, default=5)
+    ap.add_argument("--zero-fraction", type=float, default=0.9)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--optimizer", default="rprop")
+    ap.add_argument("--lr", type=float, default=None, help="plnexp's learning rate (default: the optimizer's)")
+    ap.add_argument("--strategy", default="scan")
+    ap.add_argument("--precision", default="float32")
+    ap.add_argument("--n-iter", type=int, default=400)
+    ap.add_argument("--init", default="data", help="plnexp's init: seed or data (see plnexp.model.init_state)")
+    ap.add_argument("--block-rows", type=int, default=0, help="plnexp's block_rows (0: every row at once)")
+    ap.add_argument("--peer-max-s", type=float, default=900.0, help="pyPLNmodels' full fit only where projected below")
+    ap.add_argument("--probe-iter", type=int, default=5)
+    ap.add_argument("--no-peer", action="store_true")
+    ap.add_argument(
+        "--target-rel",
+        type=float,
+        default=None,
+        help="where pyPLNmodels does not run: its relative standing below plnexp's final ELBO from an earlier run",
+    )
+    ap.add_argument("--child", choices=["peer", "plnexp"], help=argparse.SUPPRESS)
+    ap.add_argument("--file", help=argparse.SUPPRESS)
+    ap.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    if args.child:
+        result = child_peer(args) if args.child == "peer" else child_plnexp(args)
+        print(json.dumps(result))
+        return
+
+    import plnexp
+
+    print("\n".join(machine_header("PLN-PCA: plnexp against pyPLNmodels' PlnPCA", argv)))
+    print(
+        f"# rank {args.rank}, zero fraction {args.zero_fraction}, seed {args.seed}; plnexp: {args.strategy}, "
+        f"{args.optimizer} (lr {args.lr or 'default'}), {args.precision}, init {args.init}, {args.n_iter} iterations"
+        + (f", block_rows {args.block_rows}" if args.block_rows else "")
+    )
+    try:
+        from importlib.metadata import version
+
+        print(f"# pyPLNmodels {version('pyPLNmodels')}, torch {version('torch')}")
+    except Exception:  # noqa: BLE001 - not installed: plnexp's rows only
+        pass
+    from plnexp import peers
+
+    why = peers.pyplnmodels_available()
+    have_peer = not args.no_peer and why is None
+    if why:
+        print(f"# pyPLNmodels: {why}: plnexp's rows only")
+    header = (
+        f"{'n x p':>13} {'who':>11} {'iters':>6} {'compile_s':>9} {'s/iter':>8} {'to_target_s':>11} "
+        f"{'fit_s':>8} {'elbo (float64)':>17} {'peak_GB':>7} {'x_peer':>7} {'x_peer_cold':>11}  note"
+    )
+    rows = [header]
+    print(header, flush=True)
+    rel_standing = args.target_rel  # pyPLNmodels' final ELBO relative to plnexp's, at the largest size both ran
+    with tempfile.TemporaryDirectory() as tmp:
+        for n, p in _sizes(args.sizes):
+            data = plnexp.simulate_pca(n=n, p=p, q=args.rank, zero_fraction=args.zero_fraction, seed=args.seed)
+            file = os.path.join(tmp, f"{n}x{p}.npz")
+            np.savez(file, Y=data.Y.astype(np.float32), O=data.O, X=data.X)
+            zeros = float(np.mean(data.Y == 0))
+            del data
+            size = f"{n:,}x{p:,}"
+            peer = None
+            note_peer = ""
+            if have_peer:
+                # two probes, of 1 and 1 + --probe-iter iterations (each a fresh process, its own init
+                # included): their difference is the iterations' time alone
+                short = _child("peer", args, file, ["--probe", "--probe-iter", "1"])
+                probe = _child("peer", args, file, ["--probe", "--probe-iter", str(1 + args.probe_iter)])
+                per_iter = max(probe["fit_s"] - short["fit_s"], 0.0) / max(probe["n_iter"] - short["n_iter"], 1)
+                setup_s = max(short["fit_s"] - per_iter * short["n_iter"], 0.0)
+                projected = setup_s + per_iter * PEER_MAXITER
+                if projected <= args.peer_max_s:
+                    peer = _child("peer", args, file, [])
+                else:
+                    note_peer = (
+                        f"probes of 1 and {probe['n_iter']} iterations: its init {setup_s:.0f} s, then {per_iter:.2f} "
+                        f"s/iter: projected {projected / 60:.0f} min for its {PEER_MAXITER} (> --peer-max-s)"
+                    )
+                    line = (
+                        f"{size:>13} {'pyPLNmodels':>11} {'-':>6} {'-':>9} {per_iter:8.3f} {'-':>11} {'-':>8} "
+                        f"{'-':>17} {probe['peak_gb']:7.2f} {'':>7} {'':>11}  {note_peer}"
+                    )
+                    rows.append(line)
+                    print(line, flush=True)
+            mine = _child(
+                "plnexp",
+                args,
+                file,
+                [
+                    "--optimizer",
+                    args.optimizer,
+                    *(["--lr", str(args.lr)] if args.lr else []),
+                    "--strategy",
+                    args.strategy,
+                    "--precision",
+                    args.precision,
+                    "--n-iter",
+                    str(args.n_iter),
+                    "--block-rows",
+                    str(args.block_rows),
+                    "--init",
+                    args.init,
+                ],
+            )
+            s_iter = mine["run_s"] / mine["n_iter"]
+            if peer is not None:
+                target, target_note = peer["elbo"], "target: pyPLNmodels' final ELBO"
+                rel_standing = (mine["elbo"] - peer["elbo"]) / abs(mine["elbo"])
+            elif rel_standing is not None:
+                target = mine["elbo"] - rel_standing * abs(mine["elbo"])
+                target_note = (
+                    f"target rel {rel_standing:.2e} below plnexp's final (pyPLNmodels' standing at a smaller size)"
+                )
+            else:
+                target, target_note = None, "no target"
+            k = first_at(mine["curve"], target) if target is not None else None
+            to_target = s_iter * k if k is not None else float("nan")
+            margin = (mine["curve_max"] - target) if target is not None else float("nan")
+            note = (f"{target_note}; reached at iteration {k}" if k is not None else f"{target_note}; not reached") + (
+                f"; init {mine['init_s']:.2f} s; zeros {zeros:.0%}; compiled ELBO error {mine['jit_error']:.2g} "
+                f"(margin {margin:.3g})"
+            )
+            if peer is not None:
+                line = (
+                    f"{size:>13} {'pyPLNmodels':>11} {peer['n_iter']:6d} {'-':>9} "
+                    f"{peer['fit_s'] / peer['n_iter']:8.3f} {peer['fit_s']:11.2f} {peer['fit_s']:8.2f} "
+                    f"{peer['elbo']:17.2f} {peer['peak_gb']:7.2f} {'':>7} {'':>11}  its default fit"
+                )
+                rows.append(line)
+                print(line, flush=True)
+            x = peer["fit_s"] / to_target if peer is not None and k else float("nan")
+            x_cold = (
+                peer["fit_s"] / (to_target + mine["compile_s"] + mine["init_s"])
+                if peer is not None and k
+                else float("nan")
+            )
+            line = (
+                f"{size:>13} {'plnexp':>11} {mine['n_iter']:6d} {mine['compile_s']:9.2f} {s_iter:8.3f} "
+                f"{to_target:11.2f} {mine['run_s']:8.2f} {mine['elbo']:17.2f} {mine['peak_gb']:7.2f} "
+                f"{x:7.1f} {x_cold:11.1f}  {note}"
+            )
+            rows.append(line)
+            print(line, flush=True)
+            os.unlink(file)
+
+
+if __name__ == "__main__":
+    main()
