@@ -14,9 +14,9 @@ of that process: imports, data and fit) is its own:
   1 + ``--probe-iter`` iterations) exceeds ``--peer-max-s``, only those probes run and the row says so.
 - **plnexp**: ``plnexp.fit(data, model="pca", rank=q, optimizer=--optimizer, lr=--lr,
   strategy=--strategy, precision=--precision, n_iter=--n-iter, init=--init, compile_cache=False)``
-  (init "data": B by least squares on log(1 + Y) - O, C and M from the residual's top-q singular
-  vectors; pyPLNmodels' init is of the same kind), timed as every plnexp fit is (cold AOT compile apart,
-  then a steady run, ``block_until_ready``). ``to_target_s``: the steady seconds to reach
+  (init "data": C and M from the top-q singular vectors of log(1 + Y) - O less its regression on
+  X, B the Poisson regression of Y given them; pyPLNmodels' init is of the same kind), timed as
+  every plnexp fit is (cold AOT compile apart, then a steady run, ``block_until_ready``). ``to_target_s``: the steady seconds to reach
   pyPLNmodels' final ELBO, ``run_s x k / n_iter`` with k the first iteration whose ELBO is at or
   above it (the compiled ELBO curve; the row also gives the compiled-against-float64 error at the
   end, which must be far smaller than the margin); ``+compile`` adds the compile. ``elbo``: the

@@ -140,6 +140,30 @@ def test_data_init_beyond_eigh_max_p_is_the_eigendecomposition(monkeypatch):
     assert np.linalg.norm(top - V @ (V.T @ top)) < 1e-10
 
 
+def test_data_init_b_is_the_poisson_regression_given_the_latent_part():
+    """The data init's B: per column, the Poisson regression of Y on X with the offset
+    shift = O + MC' + S^2 (C o C)'/2 (so that exp(shift + XB) is the ELBO's A), against NumPy's own
+    Newton iterations run to convergence (float64, d = 2 covariates: 1e-8 relative after the
+    init's 6 steps); with d = 1 the closed form log(sum Y + 1/2) - log(sum exp(shift))."""
+    data = plnexp.simulate_pca(n=300, p=20, q=2, d=2, zero_fraction=0.8, seed=4)
+    with jax.enable_x64(True):
+        arrays = pm.Arrays(*(jnp.asarray(a) for a in (data.Y, data.O, data.X)))
+        state = pm.init_state(pm.pca_model(2), arrays, "data")
+        B, C, M, S = (np.asarray(a) for a in (state.B, state.Sigma, state.M, state.S))
+        shift = data.O + M @ C.T + 0.5 * (S * S) @ (C * C).T
+        one = np.asarray(pm._poisson_b(pm.Arrays(arrays.Y, arrays.O, arrays.X[:, :1]), jnp.asarray(shift)))
+    want = np.zeros_like(B)
+    for j in range(data.Y.shape[1]):
+        b = np.zeros(2)
+        for _ in range(50):
+            a = np.exp(shift[:, j] + data.X @ b)
+            b = b + np.linalg.solve(data.X.T @ (a[:, None] * data.X), data.X.T @ (data.Y[:, j] - a))
+        want[:, j] = b
+    np.testing.assert_allclose(B, want, rtol=1e-8, atol=1e-10)
+    closed = np.log((data.Y.sum(axis=0) + 0.5) / np.exp(shift).sum(axis=0))
+    np.testing.assert_allclose(one[0], closed, rtol=1e-12)
+
+
 def test_random_init_draws_q_columns_of_noise(small):
     model = pm.pca_model(RANK)
     with jax.enable_x64(True):
