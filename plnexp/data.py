@@ -25,19 +25,13 @@ from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 
+from .reference import BLOCK_ENTRIES, row_blocks  # the one block size of the host's n x p reads
+
 OAKS_COVARIATES = ("tree", "orientation", "distTOground")
-BLOCK_ENTRIES = 1 << 22  # entries per block of rows when densifying, drawing, checking or hashing (32 MiB of float64)
 COMPACT_ENTRIES = (
     1 << 26
 )  # from this many counts on, simulate_pca and sparse load_anndata keep them in float32 (if exact)
 FLOAT32_EXACT = 1 << 24  # every integer below this is exact in float32
-
-
-def row_blocks(n: int, p: int) -> list[slice]:
-    """Consecutive slices of ``max(1, BLOCK_ENTRIES // p)`` rows covering ``n`` rows: the blocks in
-    which an ``(n, p)`` array is read without an ``n x p`` transient."""
-    step = max(1, BLOCK_ENTRIES // max(int(p), 1))
-    return [slice(a, min(a + step, n)) for a in range(0, n, step)]
 
 
 def row_offsets(column, p: int) -> np.ndarray:
@@ -656,9 +650,8 @@ def _dense_counts(matrix, where: str) -> np.ndarray:
             Y = _aligned_empty((n, p), np.float32)
         else:
             Y = np.empty((n, p), dtype=np.float64)
-        step = max(1, BLOCK_ENTRIES // max(p, 1))
-        for a in range(0, n, step):
-            Y[a : a + step] = csr[a : a + step].toarray()
+        for r in row_blocks(n, p):
+            Y[r] = csr[r].toarray()
         return Y
     return _floats(np.asarray(matrix), where, COUNTS_ALLOWED)
 

@@ -19,17 +19,20 @@ def block_rows(p: int, rows: int | None = None) -> int:
     return rows if rows is not None else min(ROWS, max(1, BLOCK_ENTRIES // max(int(p), 1)))
 
 
+def row_blocks(n: int, p: int) -> list[slice]:
+    """Consecutive slices of ``max(1, BLOCK_ENTRIES // p)`` rows covering ``n`` rows: the blocks in
+    which plnexp reads an ``(n, p)`` host array without an ``n x p`` transient."""
+    step = max(1, BLOCK_ENTRIES // max(int(p), 1))
+    return [slice(a, min(a + step, n)) for a in range(0, n, step)]
+
+
 def log_factorial_sum(Y: np.ndarray) -> float:
-    """sum_ij log(Y_ij!) with the exact log-gamma, in float64 on the host, ``BLOCK_ENTRIES // p``
-    rows at a time (one block, the whole sum at once, up to that many rows: no n x p transient)."""
+    """sum_ij log(Y_ij!) with the exact log-gamma, in float64 on the host, a block of rows at a time
+    (:func:`row_blocks`: one block, the whole sum at once, up to ``BLOCK_ENTRIES`` entries)."""
     Y = np.asarray(Y)
     if Y.ndim != 2:
         return float(np.sum(gammaln(np.asarray(Y, dtype=np.float64) + 1.0)))
-    step = max(1, BLOCK_ENTRIES // max(Y.shape[1], 1))
-    total = 0.0
-    for start in range(0, Y.shape[0], step):
-        total += float(np.sum(gammaln(np.asarray(Y[start : start + step], dtype=np.float64) + 1.0)))
-    return total
+    return sum(float(np.sum(gammaln(np.asarray(Y[r], dtype=np.float64) + 1.0))) for r in row_blocks(*Y.shape))
 
 
 def elbo(Y, O, X, B, M, S, Sigma, *, log_factorial: bool = True, rows: int | None = None) -> float:

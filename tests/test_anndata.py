@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import plnexp
-from plnexp import DataError, cli
+from plnexp import DataError, cli, reference
 from plnexp import config as C
 from plnexp import data as D
 
@@ -97,7 +97,7 @@ def test_offsets_library_size_none_and_an_obs_column_and_sparse_blocks(monkeypat
     from scipy import sparse
 
     Y = counts()
-    monkeypatch.setattr(D, "BLOCK_ENTRIES", 2 * P)  # densified 2 rows at a time: 12 blocks
+    monkeypatch.setattr(reference, "BLOCK_ENTRIES", 2 * P)  # densified 2 rows at a time: 12 blocks
     np.testing.assert_array_equal(plnexp.load_anndata(adata(sparse.csc_matrix(Y))).Y, Y)
     ad = adata(Y)
     by_hand = np.log(Y.sum(axis=1))[:, None] * np.ones((1, P))

@@ -33,7 +33,7 @@ def whole_digest(data: plnexp.Data) -> str:
 def test_digest_by_blocks_is_the_whole_arrays_digest(monkeypatch):
     oaks = plnexp.load_oaks()
     assert oaks.digest() == whole_digest(oaks) == optimum.SHIPPED["oaks"][0]
-    monkeypatch.setattr(D, "BLOCK_ENTRIES", 7 * oaks.p)  # 7 rows a block: 17 blocks, the last one short
+    monkeypatch.setattr(reference, "BLOCK_ENTRIES", 7 * oaks.p)  # 7 rows a block: 17 blocks, the last one short
     assert oaks.digest() == whole_digest(oaks)
     fortran = plnexp.Data(np.asfortranarray(oaks.Y), oaks.O, oaks.X)  # not C-contiguous: the same bytes
     assert fortran.digest() == whole_digest(oaks)
@@ -90,7 +90,7 @@ def test_simulate_pca_counts_float32_cannot_hold_go_float64(monkeypatch):
 
 @pytest.mark.parametrize("precision", [np.float32, np.float64])
 def test_to_device_gives_the_values_of_a_plain_device_put(monkeypatch, precision):
-    monkeypatch.setattr(D, "BLOCK_ENTRIES", 5 * 114)  # the conversion in blocks of 5 rows
+    monkeypatch.setattr(reference, "BLOCK_ENTRIES", 5 * 114)  # the conversion in blocks of 5 rows
     monkeypatch.setattr(D, "COMPACT_ENTRIES", 1000)
     datasets = [
         plnexp.load_oaks(),
