@@ -7,7 +7,9 @@ only, offsets the log of a per-row total, single-cell-like zeros) and written to
 of that process: imports, data and fit) is its own:
 
 - **pyPLNmodels**: ``PlnPCA(Y, exog=X, offsets=O, add_const=False, rank=q).fit()``, its default fit
-  (Rprop, lr 0.01, at most 400 iterations, its own stopping rule), in PyTorch float32 on the CPU.
+  (Rprop, lr 0.01, at most 400 iterations, its own stopping rule), in PyTorch float32 on the CPU,
+  or on the GPU where torch sees one (``--device gpu`` puts plnexp there too; the rows then add
+  each fit's peak GPU memory).
   ``fit_s``: the wall clock of ``fit()`` alone. Its fitted B, C, M, S are scored on plnexp's ELBO
   (``plnexp.reference.pca_elbo``: float64, exact log y!): ``elbo``. Where its projected time (its
   initialisation plus 400 times its per-iteration time, both from two short fits of 1 and
@@ -59,9 +61,23 @@ def _peak_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # kB on Linux
 
 
-def _load(path: str):
+def _gpu_peak_gb_jax() -> float:
+    """JAX's peak device memory in GB where the fit ran on a GPU (NaN on the CPU)."""
+    import jax
+
+    dev = jax.devices()[0]
+    stats = dev.memory_stats() if dev.platform == "gpu" else None
+    return stats["peak_bytes_in_use"] / 1e9 if stats and "peak_bytes_in_use" in stats else float("nan")
+
+
+def _load(path: str, full_offsets: bool = False):
+    """Y, O, X of the file; O is the (n,) column where the offsets are one per row (plnexp's Data
+    keeps them so), or the (n, p) array pyPLNmodels takes with ``full_offsets``."""
     z = np.load(path)
-    return z["Y"], z["O"], z["X"]
+    Y, O, X = z["Y"], z["O"], z["X"]
+    if full_offsets and O.ndim == 1:
+        O = np.ascontiguousarray(np.broadcast_to(O[:, None], Y.shape))
+    return Y, O, X
 
 
 def child_peer(args) -> dict:
@@ -70,23 +86,34 @@ def child_peer(args) -> dict:
 
     from plnexp import peers, reference
 
-    Y, O, X = _load(args.file)
+    Y, O, X = _load(args.file, full_offsets=True)
     pp = peers.import_pyplnmodels()
     with peers._quiet():
         model = pp.PlnPCA(Y, exog=X, offsets=O, add_const=False, rank=args.rank)
     kwargs = {"maxiter": args.probe_iter, "tol": 0.0} if args.probe else {}
+    cuda = torch.cuda.is_available()  # pyPLNmodels fits on the GPU wherever torch sees one
     t0 = time.perf_counter()
     with peers._quiet():
         model.fit(**kwargs)
+    if cuda:
+        torch.cuda.synchronize()
     fit_s = time.perf_counter() - t0
     n_iter = len(model._elbo_criterion_monitor.elbo_list)
     with torch.no_grad():
-        B = model.coef.double().numpy()
-        C = model.components.double().numpy()
-        M = model.latent_mean.detach().double().numpy()
-        S = model.latent_sqrt_variance.detach().double().numpy()
+        B, C, M, S = (
+            t.detach().double().cpu().numpy()
+            for t in (model.coef, model.components, model.latent_mean, model.latent_sqrt_variance)
+        )
     elbo = reference.pca_elbo(Y, O, X, B, C, M, S)
-    return {"fit_s": fit_s, "n_iter": n_iter, "elbo": elbo, "peak_gb": _peak_gb(), "probe": bool(args.probe)}
+    gpu_gb = torch.cuda.max_memory_allocated() / 1e9 if cuda else float("nan")
+    return {
+        "fit_s": fit_s,
+        "n_iter": n_iter,
+        "elbo": elbo,
+        "peak_gb": _peak_gb(),
+        "gpu_peak_gb": gpu_gb,
+        "probe": bool(args.probe),
+    }
 
 
 def child_plnexp(args) -> dict:
@@ -120,6 +147,7 @@ def child_plnexp(args) -> dict:
         n_iter=args.n_iter,
         block_rows=args.block_rows or None,
         init=args.init,
+        device=args.device,
         compile_cache=False,  # a cold compile, as a first fit of this shape pays
     )
     t = res.timing
@@ -134,6 +162,7 @@ def child_plnexp(args) -> dict:
         "jit_error": abs(res.extra.get("final_elbo_jit", np.nan) - res.loglik),
         "curve_max": float(np.nanmax(curve)),
         "peak_gb": _peak_gb(),
+        "gpu_peak_gb": _gpu_peak_gb_jax(),
         "curve": curve.tolist(),
     }
     return out
@@ -143,6 +172,11 @@ def first_at(curve: list[float], target: float) -> int | None:
     """The first iteration k (updates done) whose ELBO is at or above ``target``."""
     hits = np.flatnonzero(np.asarray(curve) >= target)
     return int(hits[0]) if len(hits) else None
+
+
+def _gpu_note(result: dict) -> str:
+    gb = result.get("gpu_peak_gb", float("nan"))
+    return "" if np.isnan(gb) else f"; GPU peak {gb:.2f} GB"
 
 
 def _child(kind: str, args, file: str, extra: list[str]) -> dict:
@@ -171,6 +205,9 @@ def main(argv=None) -> None:
     ap.add_argument("--lr", type=float, default=None, help="plnexp's learning rate (default: the optimizer's)")
     ap.add_argument("--strategy", default="scan")
     ap.add_argument("--precision", default="float32")
+    ap.add_argument(
+        "--device", default="cpu", help="plnexp's device (cpu or gpu); pyPLNmodels takes the GPU where torch sees one"
+    )
     ap.add_argument("--n-iter", type=int, default=400)
     ap.add_argument("--init", default="data", help="plnexp's init: seed or data (see plnexp.model.init_state)")
     ap.add_argument("--block-rows", type=int, default=0, help="plnexp's block_rows (0: every row at once)")
@@ -224,7 +261,8 @@ def main(argv=None) -> None:
         for n, p in _sizes(args.sizes):
             data = plnexp.simulate_pca(n=n, p=p, q=args.rank, zero_fraction=args.zero_fraction, seed=args.seed)
             file = os.path.join(tmp, f"{n}x{p}.npz")
-            np.savez(file, Y=data.Y.astype(np.float32), O=data.O, X=data.X)
+            column = data.O[:, 0] if data.O.strides[1] == 0 else data.O  # per-row offsets: their column
+            np.savez(file, Y=data.Y.astype(np.float32), O=column, X=data.X)
             zeros = float(np.mean(data.Y == 0))
             del data
             size = f"{n:,}x{p:,}"
@@ -269,6 +307,8 @@ def main(argv=None) -> None:
                     str(args.block_rows),
                     "--init",
                     args.init,
+                    "--device",
+                    args.device,
                 ],
             )
             s_iter = mine["run_s"] / mine["n_iter"]
@@ -285,15 +325,19 @@ def main(argv=None) -> None:
             k = first_at(mine["curve"], target) if target is not None else None
             to_target = s_iter * k if k is not None else float("nan")
             margin = (mine["curve_max"] - target) if target is not None else float("nan")
-            note = (f"{target_note}; reached at iteration {k}" if k is not None else f"{target_note}; not reached") + (
-                f"; init {mine['init_s']:.2f} s; zeros {zeros:.0%}; compiled ELBO error {mine['jit_error']:.2g} "
-                f"(margin {margin:.3g})"
+            note = (
+                (f"{target_note}; reached at iteration {k}" if k is not None else f"{target_note}; not reached")
+                + (
+                    f"; init {mine['init_s']:.2f} s; zeros {zeros:.0%}; compiled ELBO error {mine['jit_error']:.2g} "
+                    f"(margin {margin:.3g})"
+                )
+                + _gpu_note(mine)
             )
             if peer is not None:
                 line = (
                     f"{size:>13} {'pyPLNmodels':>11} {peer['n_iter']:6d} {'-':>9} "
                     f"{peer['fit_s'] / peer['n_iter']:8.3f} {peer['fit_s']:11.2f} {peer['fit_s']:8.2f} "
-                    f"{peer['elbo']:17.2f} {peer['peak_gb']:7.2f} {'':>7} {'':>11}  its default fit"
+                    f"{peer['elbo']:17.2f} {peer['peak_gb']:7.2f} {'':>7} {'':>11}  its default fit{_gpu_note(peer)}"
                 )
                 rows.append(line)
                 print(line, flush=True)
