@@ -237,14 +237,16 @@ BYTES_LOG_RANGE = 10.0  # bytes spanning more than this ratio get a log axis
 UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))
 
 
-def _callouts(ax, labels: list[str], x, y, fontsize: float = 8) -> None:
+def _callouts(ax, labels: list[str], x, y, fontsize: float = 8, *, drawn: bool = False) -> None:
     """Each point's label in a column right of the axes, at its point's height where there is room,
     else moved just enough that no two labels overlap (in order of height: the leader lines do not
     cross), with a thin leader line to its point. No label covers a point or another label, however
-    close the points lie."""
+    close the points lie. ``drawn``: the figure was drawn since the axes got their final limits and
+    scales (one draw serves every panel of a figure: each costs a layout of the whole figure)."""
     if not labels:
         return
-    ax.figure.canvas.draw()  # the axes' final limits and scales
+    if not drawn:
+        ax.figure.canvas.draw()  # the axes' final limits and scales
     to_axes = ax.transAxes.inverted()
     desired = [to_axes.transform(ax.transData.transform((xi, yi)))[1] for xi, yi in zip(x, y)]
     order = sorted(range(len(labels)), key=lambda i: -desired[i])
@@ -283,6 +285,7 @@ def bytes_png(panels: list[BytesPanel], path: str | Path) -> Path:
     where known; a log x axis when the bytes span more than :data:`BYTES_LOG_RANGE`. The programs
     without the figure (no XLA program) are named under the title."""
     fig = _figure(10, 4.4 * len(panels) + 0.4)
+    callouts = []
     for ax, panel in zip(_grid(fig, len(panels), ncols=1), panels):
         labels = list(panel.points)
         raw = np.array([panel.points[k][0] for k in labels], dtype=float)
@@ -332,7 +335,10 @@ def bytes_png(panels: list[BytesPanel], path: str | Path) -> Path:
         ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3, which="major")
         ax.legend(fontsize=7, loc="best", frameon=True, framealpha=0.8)
-        _callouts(ax, labels, x, y)
+        callouts.append((ax, labels, x, y))
+    fig.canvas.draw()  # every panel's final limits and scales, in one layout
+    for ax, labels, x, y in callouts:
+        _callouts(ax, labels, x, y, drawn=True)
     fig.suptitle("ms per iteration against the bytes one iteration accesses, one point per program", fontsize=11)
     fig.savefig(path)
     return Path(path)

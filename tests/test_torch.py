@@ -318,9 +318,21 @@ def test_torch_eager_timing_compiles_nothing(small):
 @pytest.mark.slow
 @ONE_WORKER
 # one mode other than the default (which every other torch_compile test runs), with the cold first
-# call timed too: the option reaches torch.compile and both timings are measured
-@pytest.mark.parametrize("mode, first_call", [("max-autotune-no-cudagraphs", True)])
-def test_torch_compile_timing(mode, first_call, small):
+# call timed too: the option reaches torch.compile (seen there) and both timings are measured.
+# reduce-overhead: on the CPU, default's compile (its CUDA graphs are CUDA's); max-autotune-no-cudagraphs
+# compiled the same step in ~2x the CPU (15 against 7-10 s, 2026-11-26) and checked nothing more here
+@pytest.mark.parametrize("mode, first_call", [("reduce-overhead", True)])
+def test_torch_compile_timing(mode, first_call, small, monkeypatch):
+    import torch
+
+    modes = []
+    compile_ = torch.compile
+
+    def spy(*args, **kwargs):
+        modes.append(kwargs.get("mode"))
+        return compile_(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "compile", spy)
     res = plnexp.fit(
         small,
         model="full",
@@ -333,6 +345,7 @@ def test_torch_compile_timing(mode, first_call, small):
         repeats=2,
     )
     t = res.timing
+    assert mode in modes, modes  # the step's compile (the warm-up's own compile takes the default)
     assert t.compile_s > 0 and t.run_s > 0 and len(t.runs_s) == 2
     assert t.first_call_s > 0 if first_call else np.isnan(t.first_call_s)
     assert t.ms_per_iter == pytest.approx(1e3 * t.run_s / 20, rel=1e-12)
