@@ -4,7 +4,8 @@
 A :class:`Data` holds host (numpy, float64) arrays; :meth:`Data.to_device` casts and places them
 for a fit. Offsets are always stored on the log scale. Large data sets stay lean on the host (see
 docs/concepts/memory.md): offsets that are one per row are an ``(n, p)`` read-only view of their
-``(n, 1)`` column (:func:`row_offsets`), and :func:`simulate_pca` and :func:`load_anndata` (sparse
+``(n, 1)`` column (:func:`row_offsets`), and a fit's device gets that column alone
+(:func:`device_offsets`); :func:`simulate_pca` and :func:`load_anndata` (sparse
 counts) keep :data:`COMPACT_ENTRIES` or more counts in float32 when exact (below 2**24); plnexp
 reads them a block of rows at a time, in float64, so the numbers are those of float64 arrays.
 Every way in (:func:`as_data`, :func:`load_csv`, :func:`load_oaks`, :func:`load_anndata`,
@@ -18,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import warnings
 from dataclasses import dataclass, field
-from functools import cache, cached_property
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
 from collections.abc import Collection, Mapping, Sequence
@@ -48,6 +49,16 @@ def _row_column(a: np.ndarray) -> np.ndarray | None:
     if a.ndim == 2 and a.shape[1] > 1 and a.strides[1] == 0:
         return a[:, :1]
     return None
+
+
+def device_offsets(O: np.ndarray) -> np.ndarray:
+    """The offsets as a fit's device holds them: the ``(n, 1)`` column of offsets that are one per
+    row (a :func:`row_offsets` view), which every JAX computation broadcasts against the ``(n, p)``
+    arrays, else ``O`` itself ``(n, p)``. At single-cell scale that is one n x p array fewer on the
+    device, and fewer bytes each iteration reads (the values, and the sums over them, are the same)."""
+    O = np.asarray(O)
+    column = _row_column(O)
+    return O if column is None else column
 
 
 def _aligned_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
@@ -115,7 +126,8 @@ class Data:
             :data:`COMPACT_ENTRIES` counts or more from :func:`simulate_pca` or a sparse AnnData,
             all below 2**24, so exact: read it as float64 a block of rows at a time, as plnexp does).
         O: offsets on the log scale, ``(n, p)`` float64 (zeros: no offsets); one offset per row
-            is a read-only view of its column (:func:`row_offsets`): ``(n, p)`` all the same.
+            is a read-only view of its column (:func:`row_offsets`): ``(n, p)`` all the same (a
+            fit's device gets the ``(n, 1)`` column: :meth:`to_device`).
         X: covariates, the design matrix ``(n, d)`` float64, intercept first.
         name: the data set's name (run names and reports).
         covariate_names: the names of ``X``'s columns (``"intercept"`` first; a categorical
@@ -168,35 +180,20 @@ class Data:
         """The arrays as :class:`plnexp.model.Arrays` of ``dtype``, committed to ``device``, without a
         second n x p copy on the host: an array of another dtype is converted a block of rows at a
         time into one buffer that JAX's CPU client takes as it is (64-byte aligned); offsets that are
-        one per row go as their column and are broadcast on the device. The values are those of
-        ``jax.device_put(np.asarray(a, dtype), device)``."""
+        one per row go as their ``(n, 1)`` column (:func:`device_offsets`), which the fit's
+        computations broadcast. The values are those of ``jax.device_put(np.asarray(a, dtype),
+        device)`` (O's: its first column, for offsets one per row)."""
         import jax
 
         from .model import Arrays
 
         dtype = np.dtype(dtype)
-
-        def put(a: np.ndarray):
-            column = _row_column(a)
-            if column is not None:
-                return _broadcast_columns(jax.device_put(_as_host(column, dtype), device), a.shape[1])
-            return jax.device_put(_as_host(a, dtype), device)
-
-        return Arrays(*(put(np.asarray(a)) for a in (self.Y, self.O, self.X)))
-
-
-@cache
-def _broadcaster():
-    import jax
-    import jax.numpy as jnp
-
-    return jax.jit(lambda column, p: jnp.broadcast_to(column, (column.shape[0], p)), static_argnums=1)
-
-
-def _broadcast_columns(column, p: int):
-    """The ``(n, 1)`` device array ``column`` as the ``(n, p)`` one whose columns all equal it, made
-    on its device (where it stays committed)."""
-    return _broadcaster()(column, int(p))
+        return Arrays(
+            *(
+                jax.device_put(_as_host(a, dtype), device)
+                for a in (np.asarray(self.Y), device_offsets(self.O), np.asarray(self.X))
+            )
+        )
 
 
 def replicate(data: Data, times: int) -> Data:
@@ -206,9 +203,10 @@ def replicate(data: Data, times: int) -> Data:
     if times == 1:
         return data
     rep = lambda a: np.tile(a, (int(times), 1))
+    column = _row_column(np.asarray(data.O))  # offsets one per row stay a view of their column
     return Data(
         rep(data.Y),
-        rep(data.O),
+        rep(data.O) if column is None else row_offsets(rep(column), data.p),
         rep(data.X),
         f"{data.name}_x{times}",
         data.covariate_names,

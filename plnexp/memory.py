@@ -5,7 +5,10 @@ arguments (nothing of size n x p is allocated, so a 60,000 x 20,000 fit is measu
 machine): the model's value and gradient (``gradient=analytic``: the hand-written one;
 ``autodiff``: ``jax.value_and_grad`` of its ELBO), one whole step (value, gradient, optimizer update,
 closed forms) and the whole fit as ``strategy`` compiles it (its loop of ``n_iter`` steps and the
-final ELBO). Each gives ``compiled.memory_analysis()``'s argument, output, alias and temp bytes;
+final ELBO). The offsets are one per row by default (``offsets="row"``: O is the (n, 1) column a
+fit's device gets, as for ``simulate_pca``, ``load_anndata``'s library size or ``as_data(counts,
+offsets=(n,) totals)``); ``offsets="full"``: an (n, p) O (offsets given per entry). Each gives
+``compiled.memory_analysis()``'s argument, output, alias and temp bytes;
 :func:`report` writes them in units of one n x p array of the fit's dtype (and of one b x p array
 when the rows go in blocks of b). docs/concepts/memory.md reads them:
 
@@ -26,6 +29,7 @@ from typing import Any
 import numpy as np
 
 WHAT = ("value_and_grad", "step", "fit")
+OFFSETS = ("row", "full")  # O on the device: the (n, 1) column of offsets one per row, or (n, p)
 FIELDS = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes", "temp_size_in_bytes")
 
 
@@ -52,15 +56,18 @@ class Memory:
         return nbytes / ((self.n if rows is None else rows) * self.p * self.itemsize)
 
 
-def _shapes(model, n: int, p: int, d: int, dtype):
-    """(params, state, arrays) of a fit of ``model`` as ShapeDtypeStructs: nothing is allocated."""
+def _shapes(model, n: int, p: int, d: int, dtype, offsets: str = "row"):
+    """(params, state, arrays) of a fit of ``model`` as ShapeDtypeStructs: nothing is allocated.
+    ``offsets``: O's shape, (n, 1) for ``"row"`` (as :meth:`plnexp.data.Data.to_device` places
+    offsets one per row), (n, p) for ``"full"``."""
     import jax
     from jax import ShapeDtypeStruct as Shape
 
     from .model import Arrays
 
     # shapes where Arrays types arrays: jit lowers either alike
-    shapes: list[Any] = [Shape((n, p), dtype), Shape((n, p), dtype), Shape((n, d), dtype), Shape((), dtype)]
+    o_shape = (n, 1) if offsets == "row" else (n, p)
+    shapes: list[Any] = [Shape((n, p), dtype), Shape(o_shape, dtype), Shape((n, d), dtype), Shape((), dtype)]
     arrays = Arrays(*shapes)
     latent = model.rank or p
     params = {"B": Shape((d, p), dtype), "M": Shape((n, latent), dtype), "S": Shape((n, latent), dtype)}
@@ -86,11 +93,13 @@ def measure(
     strategy: str = "scan",
     n_iter: int = 10,
     what: tuple[str, ...] = WHAT,
+    offsets: str = "row",
 ) -> dict[str, Memory]:
     """XLA's memory analysis of ``what`` (:data:`WHAT`) for a fit of this size and choices (as
     :func:`plnexp.fit` takes them; ``rank`` and ``block_rows`` for ``model="pca"`` only), compiled
     from shapes on JAX's default device. ``fit``: the whole program of ``strategy`` (one whose fit
-    is one compiled function: scan and its carries, fori_loop, while_loop)."""
+    is one compiled function: scan and its carries, fori_loop, while_loop). ``offsets``
+    (:data:`OFFSETS`): O as the (n, 1) column of offsets one per row, or a full (n, p) array."""
     from . import runtime
 
     runtime.configure_or_warn()  # the fit's XLA flags, where JAX has not started yet
@@ -103,6 +112,8 @@ def measure(
     unknown = sorted(set(what) - set(WHAT))
     if unknown:
         raise ValueError(f"what={unknown[0]!r}: allowed values are {', '.join(WHAT)}")
+    if offsets not in OFFSETS:
+        raise ValueError(f"offsets={offsets!r}: allowed values are {', '.join(OFFSETS)}")
     spec = parse(
         model,
         optimizer,
@@ -119,7 +130,7 @@ def measure(
     problem = make_problem(spec.model, spec.optimizer, spec.gradient)
     out: dict[str, Memory] = {}
     with jax.enable_x64(dtype == np.float64):
-        params, state, arrays = _shapes(spec.model, n, p, d, dtype)
+        params, state, arrays = _shapes(spec.model, n, p, d, dtype, offsets)
         fit_state = jax.eval_shape(problem.init, state)
         functions = {
             "value_and_grad": (jax.jit(problem.loss_and_grad), (params, state, arrays)),
@@ -168,6 +179,9 @@ def main(argv=None) -> int:
     parser.add_argument("--strategy", default="scan")
     parser.add_argument("--n-iter", type=int, default=10)
     parser.add_argument("--what", default=",".join(WHAT), help=f"comma-separated, of {', '.join(WHAT)}")
+    parser.add_argument(
+        "--offsets", default="row", choices=OFFSETS, help="O on the device: row, the (n, 1) column; full, (n, p)"
+    )
     a = parser.parse_args(argv)
     found = measure(
         a.n,
@@ -182,11 +196,12 @@ def main(argv=None) -> int:
         strategy=a.strategy,
         n_iter=a.n_iter,
         what=tuple(w for w in a.what.split(",") if w),
+        offsets=a.offsets,
     )
     blocks = f", block_rows={a.block_rows}" if a.block_rows else ""
     print(
         f"# {a.model} n={a.n} p={a.p} d={a.d}{f' q={a.rank}' if a.model == 'pca' else ''}{blocks} {a.precision}"
-        f" {a.optimizer} gradient={a.gradient} strategy={a.strategy}: one n x p array = "
+        f" {a.optimizer} gradient={a.gradient} strategy={a.strategy} offsets={a.offsets}: one n x p array = "
         f"{a.n * a.p * np.dtype(a.precision).itemsize / 1e6:,.1f} MB"
     )
     print("\n".join(report(found)))

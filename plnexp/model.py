@@ -66,7 +66,9 @@ class Rows:
 
 
 class Arrays(NamedTuple):
-    """The data as device arrays: counts Y (n, p), log-offsets O (n, p), covariates X (n, d).
+    """The data as device arrays: counts Y (n, p), log-offsets O (n, p), or (n, 1) where the offsets
+    are one per row (:meth:`plnexp.data.Data.to_device`: every computation here broadcasts it against
+    the (n, p) arrays, so read p from Y, never from O), covariates X (n, d).
 
     ``log_factorial`` = sum log(Y!) (a float64 host constant cast to the fit's dtype); the ELBOs
     here leave it out, only the early-stopping rule uses it (relative change of the full ELBO).

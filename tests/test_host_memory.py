@@ -102,8 +102,43 @@ def test_to_device_gives_the_values_of_a_plain_device_put(monkeypatch, precision
             placed = data.to_device(precision, CPU)
             for got, a in zip(placed, (data.Y, data.O, data.X)):
                 want = jax.device_put(np.asarray(a, dtype=precision), CPU)
+                if a is data.O and a.strides[1] == 0:  # offsets one per row: their (n, 1) column
+                    want = want[:, :1]
                 assert got.shape == want.shape and got.dtype == want.dtype and got.committed
                 np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+            want_o = (data.n, 1) if data.O.strides[1] == 0 else (data.n, data.p)
+            assert placed.O.shape == want_o
+
+
+@pytest.mark.parametrize("model", ["pca", "full"])
+def test_per_row_offsets_reach_the_device_as_their_column_same_fit(monkeypatch, model):
+    """Offsets one per row go to the fit's device as their (n, 1) column (no n x p array there),
+    which every computation broadcasts: the ELBO curve is that of the same offsets given as a full
+    (n, p) array, placed as such (float64, rtol 1e-12: the same sums, in the same order)."""
+    from plnexp.strategies.base import OneDevice
+
+    rng = np.random.default_rng(5)
+    n, p = 60, 12
+    Y = rng.poisson(2.0, size=(n, p))
+    Y[:, 0] += 1  # no empty column
+    totals = rng.uniform(0.5, 2.0, n)
+    row = plnexp.as_data(Y, totals)
+    full = plnexp.as_data(Y, np.tile(totals[:, None], (1, p)))
+    placed = []
+    place = OneDevice.place
+
+    def recording(self, data, dtype, device):
+        arrays = place(self, data, dtype, device)
+        placed.append(arrays.O.shape)
+        return arrays
+
+    monkeypatch.setattr(OneDevice, "place", recording)
+    kwargs = dict(model=model, rank=3 if model == "pca" else None, n_iter=30, precision="float64", init="data")
+    got, want = (plnexp.fit(d, timed=False, **kwargs) for d in (row, full))
+    assert placed == [(n, 1), (n, p)]
+    assert got.elbo.shape == (30,) and np.all(np.isfinite(got.elbo))
+    np.testing.assert_allclose(got.elbo, want.elbo, rtol=1e-12)
+    assert got.loglik == pytest.approx(want.loglik, rel=1e-12)
 
 
 def test_float32_counts_go_to_the_cpu_without_a_copy(monkeypatch):

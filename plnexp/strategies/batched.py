@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..data import device_offsets
 from ..model import Arrays, init_state
 from ..problem import FitState, Output, Problem
 from .base import WHOLE_PROGRAM, Compiled, SingleProgram, aot_compile, compiled_program
@@ -43,15 +44,23 @@ class Batched:
         object.__setattr__(self, "_jitted", {})  # per "shares the data"
 
     def place(self, data: Sequence, dtype, device) -> Arrays:
-        """One data set for every replicate (placed once), or one per replicate stacked on axis 0."""
+        """One data set for every replicate (placed once), or one per replicate stacked on axis 0.
+        Offsets one per row in every data set stack as their (n, 1) columns
+        (:func:`~plnexp.data.device_offsets`); otherwise each data set's as (n, p)."""
         data = list(data)
         if len(data) == 1:
             return self.inner.place(data, dtype, device)
         if len(data) != self.replicates:
             raise ValueError(f"replicates={self.replicates}: got {len(data)} data sets")
-        stack = lambda name: jax.device_put(np.stack([np.asarray(getattr(d, name), dtype) for d in data]), device)
+        stack = lambda arrays: jax.device_put(np.stack([np.asarray(a, dtype) for a in arrays]), device)
+        offsets = [device_offsets(d.O) for d in data]
+        if len({o.shape for o in offsets}) > 1:  # some (n, 1), some (n, p): np.stack needs one shape
+            offsets = [np.broadcast_to(o, d.Y.shape) for o, d in zip(offsets, data)]
         return Arrays(
-            stack("Y"), stack("O"), stack("X"), jax.device_put(np.array([d.log_factorial for d in data], dtype), device)
+            stack([d.Y for d in data]),
+            stack(offsets),
+            stack([d.X for d in data]),
+            jax.device_put(np.array([d.log_factorial for d in data], dtype), device),
         )
 
     def _one(self, data: Arrays, k: int) -> Arrays:

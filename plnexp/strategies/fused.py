@@ -365,6 +365,10 @@ def fused_program(problem: Problem, n_iter: int) -> SingleProgram:
     def fit(state: FitState, data: Arrays) -> Output:
         if data.rows is not None:
             raise ValueError("strategy=scan_fused: the kernel fits all rows on one device (no padding rows)")
+        # The one consumer of a full (n, p) O: the kernel reads O[i, j] (pln_fused_step.cc checks its
+        # shape). Offsets one per row reach the device as an (n, 1) column (Data.to_device): broadcast
+        # here, once per fit, outside the loop (a loop-invariant operand of every step's call).
+        data = data._replace(O=jnp.broadcast_to(data.O, data.Y.shape))
         consts = {
             "sum_yo": jnp.sum(data.Y * data.O),
             "xty": data.X.T @ data.Y,

@@ -27,6 +27,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from ..data import device_offsets
 from ..model import Arrays, PLNState, Rows, init_state
 from ..problem import FitState, Output, Problem
 from .base import WHOLE_PROGRAM, Compiled, aot_compile, compiled_program
@@ -96,7 +97,8 @@ class RowSharded:
 
     # ------------------------------------------------------------ data and state
     def place(self, data: Sequence, dtype, device) -> Arrays:
-        """The data set's rows split across the mesh, padded to a multiple of the device count."""
+        """The data set's rows split across the mesh, padded to a multiple of the device count (O as
+        :func:`~plnexp.data.device_offsets` gives it: the (n, 1) column of offsets one per row)."""
         (one,) = data
         mesh = mesh_of(device.platform, self.devices)
         pad = -one.n % mesh.size
@@ -109,7 +111,7 @@ class RowSharded:
         weight = padded(np.ones(one.n))
         return Arrays(
             padded(one.Y),
-            padded(one.O),
+            padded(device_offsets(one.O)),
             padded(one.X),
             jax.device_put(dtype(one.log_factorial), same),
             Rows(weight, jax.device_put(dtype(one.n), same), AXIS if self.via == "shard_map" else None),
