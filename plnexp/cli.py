@@ -174,13 +174,9 @@ def _compose(overrides: list[str], hydra: bool = False):
         raise ConfigError(f"{msg}{detail}") from None
 
 
-def _check_keys(parsed, overrides: list[str], cache: dict) -> None:
-    """Every plain ``key=value`` must name a key that exists (given this job's dataset, strategy and
-    model choices: the groups whose options differ in their keys)."""
-    groups = tuple(o for o, p in zip(overrides, parsed) if p.key_or_group in ("dataset", "strategy", "model"))
-    if groups not in cache:
-        cache[groups] = _compose(list(groups))
-    base = cache[groups]
+def _check_keys(parsed, base) -> None:
+    """Every plain ``key=value`` must name a key that exists in ``base``, the job's config (or its
+    dataset, strategy and model choices alone: the groups whose options differ in their keys)."""
     for p in parsed:
         key = p.key_or_group
         if key in C.GROUPS or key.startswith(("hydra.", "hydra/")) or p.is_add() or p.is_delete() or p.is_force_add():
@@ -299,8 +295,19 @@ def plan(overrides: list[str], multirun: bool, *, check_device: bool = True) -> 
             grid = [overrides]
         jobs = []
         for job in grid:
-            _check_keys(_parse(job), job, cache)
-            jobs.append(Job(tuple(job), C.load(_compose(job), check_device=check_device)))
+            parsed = _parse(job)
+            try:
+                composed = _compose(job)
+            except ConfigError:
+                # which key is unknown, and the keys allowed there, from the job's group choices alone
+                # (composed once per choice): a clearer line than Hydra's, where that is the cause
+                groups = tuple(o for o, p in zip(job, parsed) if p.key_or_group in ("dataset", "strategy", "model"))
+                if groups not in cache:
+                    cache[groups] = _compose(list(groups))
+                _check_keys(parsed, cache[groups])
+                raise
+            _check_keys(parsed, composed)  # keys that Hydra's compose let through (a node not in struct mode)
+            jobs.append(Job(tuple(job), C.load(composed, check_device=check_device)))
     if multirun:
         for key in ("experiment", "tracking_uri"):  # a value set some other way than by its key (a group's file)
             values = list(dict.fromkeys("null" if (v := getattr(j.config, key)) is None else str(v) for j in jobs))
