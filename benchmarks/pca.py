@@ -231,6 +231,7 @@ def main(argv=None) -> None:
         return
 
     import plnexp
+    from plnexp.data import device_offsets
 
     print("\n".join(machine_header("PLN-PCA: plnexp against pyPLNmodels' PlnPCA", argv)))
     print(
@@ -261,8 +262,8 @@ def main(argv=None) -> None:
         for n, p in _sizes(args.sizes):
             data = plnexp.simulate_pca(n=n, p=p, q=args.rank, zero_fraction=args.zero_fraction, seed=args.seed)
             file = os.path.join(tmp, f"{n}x{p}.npz")
-            column = data.O[:, 0] if data.O.strides[1] == 0 else data.O  # per-row offsets: their column
-            np.savez(file, Y=data.Y.astype(np.float32), O=column, X=data.X)
+            O = device_offsets(data.O)  # per-row offsets: their (n, 1) column, as a fit's device gets them
+            np.savez(file, Y=data.Y.astype(np.float32), O=O[:, 0] if O.shape[1] == 1 else O, X=data.X)
             zeros = float(np.mean(data.Y == 0))
             del data
             size = f"{n:,}x{p:,}"
