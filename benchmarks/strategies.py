@@ -51,13 +51,12 @@ import numpy as np
 
 from plnexp import floor as machine_floor, runtime
 from plnexp.precision import PRECISIONS
+from plnexp.spec import model_named
 from plnexp.strategies import fused
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import tutorial  # noqa: E402 - benchmarks/tutorial.py, on sys.path as the script's folder
-
-STREAMED_ARRAYS = machine_floor.STREAMED_ARRAYS  # n x p arrays an iteration must read or write (plnexp.floor)
 
 
 def parse_args(argv=None):
@@ -128,11 +127,14 @@ def header(args, data) -> list[str]:
     ]
 
 
-def measure_floor(n: int, p: int, dtype) -> dict:
+def measure_floor(data, model: str, dtype) -> dict:
     """This machine's primitives at the fit's shapes, measured now (:mod:`plnexp.floor`, uncached): copy
-    bandwidth, n x p x p dot, and an exp pass printed beside them."""
-    f = machine_floor.measure(n, p, dtype)
+    bandwidth, the model's product (n x p x p for full and profiled), and an exp pass printed beside them."""
+    it = machine_floor.iteration(model_named(model), data)
+    f = machine_floor.measure(it, dtype)
+    n, p = data.n, data.p
     return {
+        "counts": it.describe(),
         "bandwidth_GBps": f.copy_GBps,
         "copy_MiB": f.copy_bytes / 2**20,
         "exp_pass_ms": machine_floor.measure_exp(n, p, dtype),
@@ -255,11 +257,11 @@ def main(argv=None) -> int:
         print(line, flush=True)
     precision = PRECISIONS[args.precision]
     with jax.enable_x64(precision.x64):
-        floor = measure_floor(data.n, data.p, precision.dtype)
+        floor = measure_floor(data, args.model, precision.dtype)
     print(
         f"# floor: copy {floor['bandwidth_GBps']:.1f} GB/s ({floor['copy_MiB']:.0f} MiB in place) -> "
-        f"{STREAMED_ARRAYS} n x p arrays {floor['stream_ms']:.2f} ms; dot n x p x p {floor['dot_ms']:.2f} ms ({floor['dot_GFLOPps']:.0f} GFLOP/s); "
-        f"exp pass {floor['exp_pass_ms']:.2f} ms; floor = stream + 2 dots = {floor['floor_ms']:.2f} ms/iter",
+        f"arrays {floor['stream_ms']:.2f} ms; dot n x p x p {floor['dot_ms']:.2f} ms ({floor['dot_GFLOPps']:.0f} GFLOP/s); "
+        f"exp pass {floor['exp_pass_ms']:.2f} ms; floor ({floor['counts']}) = {floor['floor_ms']:.2f} ms/iter",
         flush=True,
     )
 

@@ -1,20 +1,35 @@
 """This machine's floor for one iteration of the fit: how fast a hand-fused kernel could go at best.
 
-An iteration must stream :data:`STREAMED_ARRAYS` n x p arrays (read Y, O, M, S and the optimizer's
-two moments of each; write M, S and the moments) and do :data:`DOTS` n x p x p products (M Omega for
-the gradient, M'M for Sigma)::
+What one iteration must do at least is declared by its model (:class:`Work`, the ``work`` of each
+:class:`plnexp.model.Model`), and sized by the data (:class:`Iteration`, made by :func:`iteration`):
+with n rows, p counts per row and a latent of width q (p for ``full`` and ``profiled``, the rank for
+``pca``), an iteration streams the model's data arrays (Y and O, n x p, read) and its latent arrays
+(M, S and the optimizer's two moments of each, n x q, read and written), and does its n x p x q
+products::
 
-    floor_ms = STREAMED_ARRAYS * n * p * itemsize / copy bandwidth + DOTS * dot_ms
+    floor_ms = streamed bytes / copy bandwidth + dots * dot_ms
+    streamed bytes = (data_arrays * n p + 2 * latent_arrays * n q) * itemsize
+
+For each model:
+
+- ``full``, ``profiled`` (q = p): 2 data arrays + 6 latent arrays read and written = 14 n x p arrays,
+  and 2 n x p x p products (M Omega for the gradient, M'M for Sigma);
+- ``pca`` of rank q: 2 n x p data arrays + 12 n x q arrays (6 read and written), and 6 n x p x q
+  products (MC' and S^2 (C o C)' for the exponent, RC and A (C o C) for dM and dS, R'M and A'S^2
+  for dC).
+
+Offsets one per row (a log library size: :func:`plnexp.data.device_offsets` sends the device their
+(n, 1) column) are no n x p stream: such an iteration reads one n x p array fewer and the n offsets.
 
 Both parts are measured on the fit's own device and dtype (:func:`measure_copy`,
 :func:`measure_dot`), each as the fastest of a few calls of a compiled loop (so that a tiny shape
 times its work, not one dispatch):
 
-- the copy bandwidth of an in-place pass over a buffer the size of the fit's working set (the 8
-  distinct n x p arrays above, rounded up to a power of two between 1 MiB and 256 MiB: a fit whose
-  arrays stay in cache is held to the cache's bandwidth, a large one to memory's). Measured once per
-  machine, device, dtype and buffer size;
-- one n x p times p x p product: measured once per machine, device, dtype and (n, p).
+- the copy bandwidth of an in-place pass over a buffer the size of the fit's working set (its
+  distinct arrays: the data and latent arrays above, rounded up to a power of two between 1 MiB and
+  256 MiB: a fit whose arrays stay in cache is held to the cache's bandwidth, a large one to
+  memory's). Measured once per machine, device, dtype and buffer size;
+- one n x p times p x q product: measured once per machine, device, dtype and (n, p, q).
 
 Measured values are cached per machine (:func:`cached`) in a JSON file of the user's cache folder
 (``$PLNEXP_FLOOR_CACHE``, else ``$XDG_CACHE_HOME/plnexp``, else ``~/.cache/plnexp``), one file per
@@ -22,7 +37,7 @@ machine identity (host, CPU model, usable cores, jax/jaxlib versions, XLA_FLAGS,
 replaced atomically: parallel jobs never leave a half-written file; an unreadable or corrupt one is
 measured again, never an error. A job logs the floor of the machine that ran it
 (:func:`run_metrics`, called by :mod:`plnexp.runner` before the fit), and the report divides the
-job's ms/iter by it (``× floor``).
+job's ms/iter by it (``× floor``) and XLA's bytes per iteration by its streamed bytes.
 
 No module-level device or dtype state: every function takes the shape, dtype and device it measures.
 """
@@ -38,67 +53,169 @@ import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .metrics import FLOOR
 
+if TYPE_CHECKING:
+    from .data import Data
+    from .model import Model
+
 log = logging.getLogger(__name__)
 
-STREAMED_ARRAYS = 14  # n x p arrays an iteration must read or write (see the module docstring)
-DOTS = 2  # n x p x p products per iteration
-WORKING_SET_ARRAYS = 8  # distinct n x p arrays an iteration touches: Y, O, M, S, 4 moments
 MIN_COPY_BYTES, MAX_COPY_BYTES = 2**20, 2**28  # the copy buffer's bounds (1 MiB, 256 MiB)
 COPY_TRAFFIC = 2**28  # bytes one timed copy call passes over (in loops over a smaller buffer)
-DOT_FLOPS = 2e8  # flops one timed dot call does at least (up to MAX_LOOP products)
+DOT_FLOPS = 2e8  # flops one timed dot call does at least (up to MAX_LOOP pairs of products)
 MAX_LOOP = 256
 CACHE_ENV = "PLNEXP_FLOOR_CACHE"
 CACHE_FORMAT = 1
-METRICS = tuple(m.key for m in FLOOR)  # what a run logs: floor_ms_per_iter, floor_copy_GBps, floor_dot_ms
+# what a run logs: floor_ms_per_iter, floor_copy_GBps, floor_dot_ms, floor_bytes_per_iter
+METRICS = tuple(m.key for m in FLOOR)
+LEGACY_STREAMED_ARRAYS = 14  # what the floor counted before it knew the model: the full model's n x p arrays
+
+
+@dataclass(frozen=True)
+class Work:
+    """What one iteration of a model must do at least, whatever the data's shape (each
+    :class:`plnexp.model.Model` declares its own): ``data_arrays`` n x p arrays read (Y, O),
+    ``latent_arrays`` n x q arrays read and written (M, S and the optimizer's two moments of each) and
+    ``dots`` n x p x q products, q the model's latent width."""
+
+    data_arrays: int
+    latent_arrays: int
+    dots: int
+
+    def __post_init__(self):
+        for key in ("data_arrays", "latent_arrays", "dots"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{key}={value!r}: allowed values are integers >= 0")
+
+
+@dataclass(frozen=True)
+class Iteration:
+    """One fit's iteration as the floor counts it: the model's :class:`Work` at the data's n rows and
+    p columns, a latent of width ``q``, and whether the offsets are one per row (``row_offsets``: O
+    is read as its (n, 1) column, one n x p data array fewer)."""
+
+    n: int
+    p: int
+    q: int
+    work: Work
+    row_offsets: bool = False
+
+    def __post_init__(self):
+        for key in ("n", "p", "q"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{key}={value!r}: allowed values are integers >= 1")
+        if self.row_offsets and self.work.data_arrays < 1:
+            raise ValueError("row_offsets=True: the model's work reads no offsets (data_arrays=0)")
+
+    @property
+    def wide_arrays(self) -> int:
+        """The n x p arrays read: the model's data arrays, less O when its offsets are one per row."""
+        return self.work.data_arrays - int(self.row_offsets)
+
+    @property
+    def _column(self) -> int:
+        return self.n if self.row_offsets else 0  # the (n, 1) offsets, read once
+
+    def streamed_elements(self) -> int:
+        """Entries one iteration must read or write at least: the n x p arrays read, the n x q ones
+        read and written, the n offsets of a per-row O."""
+        return self.wide_arrays * self.n * self.p + 2 * self.work.latent_arrays * self.n * self.q + self._column
+
+    def working_set_elements(self) -> int:
+        """Entries of the distinct arrays an iteration touches (each once)."""
+        return self.wide_arrays * self.n * self.p + self.work.latent_arrays * self.n * self.q + self._column
+
+    def stream_bytes(self, itemsize: int) -> int:
+        return self.streamed_elements() * itemsize
+
+    @property
+    def dot_shape(self) -> tuple[int, int, int]:
+        """(n, p, q): the product the floor counts, an n x p times p x q one (flops 2 n p q)."""
+        return self.n, self.p, self.q
+
+    def describe(self) -> str:
+        """The count in words, e.g. ``14 n x p arrays + 2 n x p x p products``."""
+        if self.q == self.p:
+            arrays = f"{self.wide_arrays + 2 * self.work.latent_arrays} n x p arrays"
+            dots = "n x p x p"
+        else:
+            arrays = f"{self.wide_arrays} n x p + {2 * self.work.latent_arrays} n x q arrays (q={self.q})"
+            dots = "n x p x q"
+        column = " + the n offsets" if self.row_offsets else ""
+        return f"{arrays}{column} + {self.work.dots} {dots} products"
+
+
+def iteration(model: Model, data: Data) -> Iteration:
+    """The :class:`Iteration` of a fit of ``model`` to ``data``: the model's declared work, its
+    latent width (``model.rank``, or p where it is 0), and whether the data's offsets reach the device
+    as a column (:func:`plnexp.data.device_offsets`)."""
+    from .data import device_offsets
+
+    n, p = int(data.n), int(data.p)
+    row_offsets = p > 1 and np.shape(device_offsets(data.O))[1] == 1
+    return Iteration(n, p, int(model.rank) or p, model.work, row_offsets)
 
 
 @dataclass(frozen=True)
 class Floor:
-    """The floor of an (n, p) iteration in ``dtype`` and its measured parts."""
+    """The floor of one :class:`Iteration` in ``dtype`` and its measured parts."""
 
-    n: int
-    p: int
+    iteration: Iteration
     dtype: str  # numpy name: float32, float64
     copy_GBps: float  # in-place copy bandwidth (bytes read + written per second / 1e9)
     copy_bytes: int  # the buffer it was measured on
-    dot_ms: float  # one n x p times p x p product
+    dot_ms: float  # one n x p times p x q product
+
+    @property
+    def n(self) -> int:
+        return self.iteration.n
+
+    @property
+    def p(self) -> int:
+        return self.iteration.p
+
+    @property
+    def stream_bytes(self) -> int:
+        return self.iteration.stream_bytes(np.dtype(self.dtype).itemsize)
 
     @property
     def stream_ms(self) -> float:
-        return stream_ms(self.n, self.p, np.dtype(self.dtype).itemsize, self.copy_GBps)
+        return stream_ms(self.iteration, np.dtype(self.dtype).itemsize, self.copy_GBps)
 
     @property
     def ms_per_iter(self) -> float:
-        return floor_ms(self.n, self.p, np.dtype(self.dtype).itemsize, self.copy_GBps, self.dot_ms)
+        return floor_ms(self.iteration, np.dtype(self.dtype).itemsize, self.copy_GBps, self.dot_ms)
 
     @property
     def dot_GFLOPps(self) -> float:
-        return 2 * self.n * self.p * self.p / (self.dot_ms / 1e3) / 1e9
+        n, p, q = self.iteration.dot_shape
+        return 2 * n * p * q / (self.dot_ms / 1e3) / 1e9
 
     def metrics(self) -> dict[str, float]:
-        return dict(zip(METRICS, (self.ms_per_iter, self.copy_GBps, self.dot_ms)))
+        return dict(zip(METRICS, (self.ms_per_iter, self.copy_GBps, self.dot_ms, float(self.stream_bytes))))
 
 
 # ---------------------------------------------------------------- the arithmetic
-def stream_ms(n: int, p: int, itemsize: int, copy_GBps: float) -> float:
-    """Milliseconds to stream the iteration's n x p arrays once at ``copy_GBps``."""
-    return 1e3 * STREAMED_ARRAYS * n * p * itemsize / (copy_GBps * 1e9)
+def stream_ms(it: Iteration, itemsize: int, copy_GBps: float) -> float:
+    """Milliseconds to stream the iteration's arrays once at ``copy_GBps``."""
+    return 1e3 * it.stream_bytes(itemsize) / (copy_GBps * 1e9)
 
 
-def floor_ms(n: int, p: int, itemsize: int, copy_GBps: float, dot_ms: float) -> float:
-    """The floor of one iteration, in ms: the streamed arrays plus the products."""
-    return stream_ms(n, p, itemsize, copy_GBps) + DOTS * dot_ms
+def floor_ms(it: Iteration, itemsize: int, copy_GBps: float, dot_ms: float) -> float:
+    """The floor of one iteration, in ms: the streamed arrays plus the model's products."""
+    return stream_ms(it, itemsize, copy_GBps) + it.work.dots * dot_ms
 
 
-def copy_bytes(n: int, p: int, itemsize: int) -> int:
-    """The copy buffer for an (n, p) fit: its working set rounded up to a power of two, within
-    [1 MiB, 256 MiB]."""
-    want = WORKING_SET_ARRAYS * n * p * itemsize
+def copy_bytes(it: Iteration, itemsize: int) -> int:
+    """The copy buffer for a fit: its working set rounded up to a power of two, within [1 MiB, 256 MiB]."""
+    want = it.working_set_elements() * itemsize
     return int(min(max(2 ** math.ceil(math.log2(max(want, 1))), MIN_COPY_BYTES), MAX_COPY_BYTES))
 
 
@@ -156,19 +273,21 @@ def measure_copy(nbytes: int, dtype, device=None) -> float:
     return 2 * rows * 1024 * dtype.itemsize * passes / seconds / 1e9
 
 
-def measure_dot(n: int, p: int, dtype, device=None) -> float:
-    """Milliseconds of one (n, p) times (p, p) product (a chain of them in one call: M <- M W, W = I,
-    which the product cannot tell from any other W)."""
+def measure_dot(n: int, p: int, k: int, dtype, device=None) -> float:
+    """Milliseconds of one (n, p) times (p, k) product: pairs of products chained in one call,
+    M <- (M W) W' with W the first k columns of the p x p identity (a projection: M stays bounded,
+    and the products cannot tell W from any other), the second an (n, k) times (k, p) product of the
+    same flops (a fit of rank k does products of both orientations; k = p: two n x p x p ones)."""
     import jax
     import jax.numpy as jnp
 
     dtype, dev = np.dtype(dtype), _device(device)
-    count = int(min(max(math.ceil(DOT_FLOPS / (2 * n * p * p)), 1), MAX_LOOP))
+    count = int(min(max(math.ceil(DOT_FLOPS / (4 * n * p * k)), 1), MAX_LOOP))
     with jax.enable_x64(dtype == np.float64):
         m = jnp.ones((n, p), dtype, device=dev)
-        w = jnp.eye(p, dtype=dtype, device=dev)
-        seconds = _fastest(_loop(lambda a, b: a @ b, count), m, w)
-    return 1e3 * seconds / count
+        w = jnp.eye(p, k, dtype=dtype, device=dev)
+        seconds = _fastest(_loop(lambda a, b: (a @ b) @ b.T, count), m, w)
+    return 1e3 * seconds / (2 * count)
 
 
 def measure_exp(n: int, p: int, dtype, device=None) -> float:
@@ -185,11 +304,11 @@ def measure_exp(n: int, p: int, dtype, device=None) -> float:
     return 1e3 * seconds / count
 
 
-def measure(n: int, p: int, dtype, device=None) -> Floor:
-    """The floor measured now, uncached (the benchmark's)."""
+def measure(it: Iteration, dtype, device=None) -> Floor:
+    """The floor of ``it`` measured now, uncached (the benchmark's)."""
     dtype = np.dtype(dtype)
-    size = copy_bytes(n, p, dtype.itemsize)
-    return Floor(n, p, dtype.name, measure_copy(size, dtype, device), size, measure_dot(n, p, dtype, device))
+    size = copy_bytes(it, dtype.itemsize)
+    return Floor(it, dtype.name, measure_copy(size, dtype, device), size, measure_dot(*it.dot_shape, dtype, device))
 
 
 # ---------------------------------------------------------------- the per-machine cache
@@ -262,21 +381,23 @@ def _write(path: Path, ident: dict, entries: dict) -> None:
     write_atomic(path, json.dumps({"format": CACHE_FORMAT, "machine": ident, **now}, indent=1, sort_keys=True))
 
 
-def cached(n: int, p: int, dtype, device=None, folder: Path | None = None) -> Floor:
-    """The floor of an (n, p) fit in ``dtype`` on ``device`` (None: JAX's default; or 'cpu', 'gpu',
-    'auto'), each part measured only when this machine's cache file lacks it. A cache that cannot
-    be written is skipped (the measurement is returned all the same)."""
+def cached(it: Iteration, dtype, device=None, folder: Path | None = None) -> Floor:
+    """The floor of the iteration ``it`` in ``dtype`` on ``device`` (None: JAX's default; or 'cpu',
+    'gpu', 'auto'), each part measured only when this machine's cache file lacks it: the copy keyed
+    by dtype and buffer size, the product by dtype and its shape (n, p, q). A cache that cannot be
+    written is skipped (the measurement is returned all the same)."""
     dtype, dev = np.dtype(dtype), _device(device)
     ident = identity(dev)
     path = cache_file(ident, folder)
     entries = _read(path, ident)
-    size = copy_bytes(n, p, dtype.itemsize)
-    copy_key, dot_key = f"{dtype.name}/{size}", f"{dtype.name}/{n}x{p}"
+    size = copy_bytes(it, dtype.itemsize)
+    n, p, k = it.dot_shape
+    copy_key, dot_key = f"{dtype.name}/{size}", f"{dtype.name}/{n}x{p}x{k}"
     new: dict = {"copy": {}, "dot": {}}
     if copy_key not in entries["copy"]:
         new["copy"][copy_key] = measure_copy(size, dtype, dev)
     if dot_key not in entries["dot"]:
-        new["dot"][dot_key] = measure_dot(n, p, dtype, dev)
+        new["dot"][dot_key] = measure_dot(n, p, k, dtype, dev)
     if new["copy"] or new["dot"]:
         try:
             _write(path, ident, new)
@@ -284,14 +405,14 @@ def cached(n: int, p: int, dtype, device=None, folder: Path | None = None) -> Fl
             log.warning("floor cache not written (%s: %s); measured values used all the same", path, e)
     copy = new["copy"].get(copy_key, entries["copy"].get(copy_key))
     dot = new["dot"].get(dot_key, entries["dot"].get(dot_key))
-    return Floor(n, p, dtype.name, float(copy), size, float(dot))
+    return Floor(it, dtype.name, float(copy), size, float(dot))
 
 
-def run_metrics(n: int, p: int, dtype, device=None) -> dict[str, float]:
+def run_metrics(it: Iteration, dtype, device=None) -> dict[str, float]:
     """What a job logs: :meth:`Floor.metrics` of :func:`cached`, or NaN for each (logged as not
     measured) when measuring fails for any reason: a job never fails for its floor."""
     try:
-        return cached(n, p, dtype, device).metrics()
+        return cached(it, dtype, device).metrics()
     except Exception as e:  # noqa: BLE001 - the floor is a reading aid, never a reason to fail a run
         log.warning("floor not measured (%s: %s)", type(e).__name__, str(e).splitlines()[0] if str(e) else "")
         return dict.fromkeys(METRICS, float("nan"))

@@ -61,8 +61,9 @@ FLOOR: tuple[Metric, ...] = (
         "floor",
         "floor ms/iter",
         "{:.3f}",
-        "the machine's floor for one iteration: "
-        "14 n x p arrays at floor_copy_GBps + 2 n x p x p products of floor_dot_ms",
+        "the machine's floor for one iteration: floor_bytes_per_iter at floor_copy_GBps + the model's "
+        "n x p x q products of floor_dot_ms (full, profiled: 14 n x p arrays, 2 products, q = p; "
+        "pca: 2 n x p + 12 n x q arrays, 6 products; offsets one per row: one n x p array fewer)",
         False,
         False,
     ),
@@ -75,7 +76,24 @@ FLOOR: tuple[Metric, ...] = (
         False,
         False,
     ),
-    Metric("floor_dot_ms", "dot_ms", "dot ms", "{:.3f}", "one n x p times p x p product", False, False),
+    Metric(
+        "floor_dot_ms",
+        "dot_ms",
+        "dot ms",
+        "{:.3f}",
+        "one n x p times p x q product (q: the model's latent width, p for full and profiled)",
+        False,
+        False,
+    ),
+    Metric(
+        "floor_bytes_per_iter",
+        "floor_bytes",
+        "floor bytes/iter",
+        "{:.0f}",
+        "the bytes one iteration must read or write at least (the floor's streamed arrays)",
+        False,
+        False,
+    ),
 )
 # compile_s in parts, and what XLA made of the program (plnexp.strategies.base.xla_metrics, counted
 # as plnexp.xla_stats says): logged by every job with a compiled XLA program (none for eager and the

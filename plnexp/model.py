@@ -33,6 +33,7 @@ import numpy as np
 from jax.scipy.linalg import cho_solve
 
 from . import reference
+from .floor import Work
 
 if TYPE_CHECKING:
     from .data import Data
@@ -273,7 +274,9 @@ class Model:
     - ``params(state, data)``: what a :class:`~plnexp.fitting.FitResult` reports, by name (B, centred
       M, S, Sigma for ``full`` and ``profiled``; B, C, M, S for ``pca``), arrays of the state's kind;
     - ``host_elbo(params, data)``: the ELBO (exact log y!) at those params, by :mod:`plnexp.reference`
-      in float64 on the host: what every compiled ELBO is checked against.
+      in float64 on the host: what every compiled ELBO is checked against;
+    - ``work``: the least traffic and products of one iteration, in n x p data arrays, n x q latent
+      arrays (q: ``rank``, or p where it is 0) and n x p x q products (:class:`plnexp.floor.Work`).
     """
 
     name: str
@@ -284,12 +287,19 @@ class Model:
     centred_m: Callable[[PLNState, Arrays | Data], jax.Array]
     params: Callable[[PLNState, Data], dict]
     host_elbo: Callable[[dict, Data], float]
+    work: Work  # what one iteration must do at least (plnexp.floor: the machine's floor for the fit)
     rank: int = 0  # the latent dimension q of ``pca``; 0: the models whose latent is p-dimensional
     block_rows: int | None = None  # ``pca``: rows per block inside a step (None: every row at once)
 
     def state_elbo(self, state: PLNState, data: Arrays) -> jax.Array:
         """Partial ELBO at a complete state (what the host reference re-computes)."""
         return self.elbo(self.free(state), state, data)
+
+
+# One iteration of full or profiled, at least: read Y, O (n x p); read and write M, S and the
+# optimizer's two moments of each (n x p); two n x p x p products (M Omega for the gradient, M'M for
+# Sigma). X'A and XB are n x d x p: d is small, not counted.
+PLN_WORK = Work(data_arrays=2, latent_arrays=6, dots=2)
 
 
 def _full_centred_m(s: PLNState, data: Arrays | Data) -> jax.Array:
@@ -309,6 +319,7 @@ FULL = Model(
     centred_m=_full_centred_m,
     params=_pln_params(_full_centred_m),
     host_elbo=_pln_host_elbo,
+    work=PLN_WORK,
 )
 PROFILED = Model(
     name="profiled",
@@ -319,6 +330,7 @@ PROFILED = Model(
     centred_m=_profiled_centred_m,
     params=_pln_params(_profiled_centred_m),
     host_elbo=_pln_host_elbo,
+    work=PLN_WORK,
 )
 MODELS: dict[str, Model] = {m.name: m for m in (FULL, PROFILED)}
 
@@ -332,6 +344,10 @@ MODELS: dict[str, Model] = {m.name: m for m in (FULL, PROFILED)}
 # instead of O(n p), same value and gradient (docs/concepts/memory.md).
 PCA_NAME = "pca"
 PCA_INIT_C = 0.1  # init="seed": C = PCA_INIT_C times the first q columns of the p x p identity
+# One iteration, at least: read Y, O (n x p); read and write M, S and their two moments each (n x q);
+# six n x p x q products: MC' and S^2 (C o C)' for the exponent, RC and A (C o C) for dM and dS,
+# R'M and A'S^2 for dC (pca_value_and_grad does one more, AC, for its value).
+PCA_WORK = Work(data_arrays=2, latent_arrays=6, dots=6)
 
 
 def _weighted(w: jax.Array | None, x: jax.Array) -> jax.Array:
@@ -532,6 +548,7 @@ def _pca_model(rank: int, block_rows: int | None) -> Model:
         centred_m=lambda s, data: s.M,
         params=_pca_params,
         host_elbo=_pca_host_elbo,
+        work=PCA_WORK,
         rank=rank,
         block_rows=block_rows,
     )

@@ -313,7 +313,13 @@ def bytes_png(panels: list[BytesPanel], path: str | Path) -> Path:
             label="median ms/iter, whiskers: IQR (range below 5 runs)",
         )
         if np.isfinite(floor_b):
-            ax.axvline(floor_b / size, ls="--", lw=1, color="tab:green", label="floor's bytes: 14 n×p arrays")
+            ax.axvline(
+                floor_b / size,
+                ls="--",
+                lw=1,
+                color="tab:green",
+                label="floor's bytes: the arrays an iteration must stream",
+            )
         if np.isfinite(panel.floor_ms) and panel.floor_ms > 0:
             ax.axhline(panel.floor_ms, ls=":", lw=1, color="tab:red", label="the machine's floor ms/iter")
         log = len(every) > 1 and every.max() / every.min() > BYTES_LOG_RANGE

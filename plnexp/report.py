@@ -138,13 +138,18 @@ class Entry:
 
     @property
     def floor_bytes(self) -> float:
-        """The bytes one iteration must stream at least (the floor's :data:`plnexp.floor.STREAMED_ARRAYS`
-        n x p arrays of the run's precision); NaN where the shape or precision is unknown."""
+        """The bytes one iteration must stream at least: the run's logged ``floor_bytes_per_iter``
+        (:mod:`plnexp.floor`: its model's arrays at its data's shape); for a run older than that
+        metric, what the floor counted then (:data:`plnexp.floor.LEGACY_STREAMED_ARRAYS` n x p arrays
+        of the run's precision); NaN where the shape or precision is unknown."""
+        logged = self.m("floor_bytes_per_iter")
+        if np.isfinite(logged) and logged > 0:
+            return logged
         try:
             itemsize = np.dtype(self.precision).itemsize
         except TypeError:
             return np.nan
-        return float(floor.STREAMED_ARRAYS * self.n * self.p * itemsize) if self.n and self.p else np.nan
+        return float(floor.LEGACY_STREAMED_ARRAYS * self.n * self.p * itemsize) if self.n and self.p else np.nan
 
     @property
     def bytes_x_floor(self) -> float:
@@ -921,8 +926,10 @@ def markdown(report: Report, images: list[str]) -> str:
         "a ratio whose intervals overlap ('ms/iter interval': the interquartile range of the timed runs, their "
         "range below 5 runs) is noise, not a result. 'program' names the strategies of the group whose "
         "compiled programs are identical (one hlo_fingerprint). '× floor' is the run's ms/iter over the floor "
-        "of the machine that ran it (logged by the run: 14 n×p arrays at its copy bandwidth plus two n×p×p "
-        "products; 1 would be a hand-fused kernel at the machine's limits). The last column is the largest relative difference of the run's ELBO curve to "
+        "of the machine that ran it (logged by the run: the arrays its model must stream at its copy bandwidth "
+        "plus its products: 14 n×p arrays and two n×p×p products for full and profiled, 2 n×p and 12 n×q arrays "
+        "and six n×p×q products for pca of rank q, one n×p array fewer for offsets one per row; 1 would be a "
+        "hand-fused kernel at the machine's limits). The last column is the largest relative difference of the run's ELBO curve to "
         "`scan`'s.",
         "",
         f"A strategy is named fastest only when its interval lies below the next one's, its lead is at least "
@@ -940,8 +947,8 @@ def markdown(report: Report, images: list[str]) -> str:
         lines += [
             "Compiled programs, one row per program (hlo_fingerprint), fastest first: what XLA says of each "
             "(bytes and flops per iteration from its cost analysis, peak memory from its memory analysis; the "
-            "median over the program's runs); 'bytes/iter ÷ floor bytes' is its bytes over the 14 n×p arrays "
-            "an iteration must stream at least; compile time split into trace, lower and XLA's compile. "
+            "median over the program's runs); 'bytes/iter ÷ floor bytes' is its bytes over the bytes an "
+            "iteration must stream at least (the floor's arrays, as the run logged them); compile time split into trace, lower and XLA's compile. "
             f"'{DASH}': not logged (eager and PyTorch have no XLA program; runs older than these figures).",
             "",
             *compiled,

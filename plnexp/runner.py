@@ -204,8 +204,10 @@ def execute_all(config: Config, outcomes: list[Outcome]) -> list[Outcome]:
     """Fit the job's ``config.replicates`` fits in one program, filling one outcome per replicate.
 
     A replicate whose ELBO is not finite is FAILED alone; an error of the program fails them all.
-    Before the fit (never while it is timed), this machine's floor for one fit of the data's shape
-    (:func:`plnexp.floor.run_metrics`: cached per machine; NaN, never an error, when not measured)."""
+    Before the fit (never while it is timed), this machine's floor for one iteration of the model on
+    the data (:func:`plnexp.floor.iteration`: its shape, the model's declared work, offsets one per
+    row or not; :func:`plnexp.floor.run_metrics`: cached per machine; NaN, never an error, when not
+    measured)."""
     from . import floor
     from .fitting import run_all
 
@@ -216,13 +218,14 @@ def execute_all(config: Config, outcomes: list[Outcome]) -> list[Outcome]:
             data = datas[k] if len(datas) > 1 else datas[0]
             out.data_digest, out.data_shape = data.digest(), (data.n, data.p)
             out.optimum = best_known(specs[k] if len(specs) > 1 else specs[0], config.model.value)
-        measured = floor.run_metrics(datas[0].n, datas[0].p, config.precision.dtype, config.device.value)
+        spec = config.fit_spec()
+        measured = floor.run_metrics(floor.iteration(spec.model, datas[0]), config.precision.dtype, config.device.value)
         stop = interrupts.pending()
         if stop is not None:  # a Ctrl-C while measuring, which the floor's guard took for a failure
             raise stop
         for out in outcomes:
             out.floor = measured
-        results = run_all(datas, config.fit_spec(), owns_process=True)  # a job: plnexp owns the process
+        results = run_all(datas, spec, owns_process=True)  # a job: plnexp owns the process
         for out, result in zip(outcomes, results):
             out.result = result
             bad = np.flatnonzero(~np.isfinite(result.elbo[: result.n_iter]))

@@ -14,6 +14,7 @@ from conftest import store_client
 
 from plnexp import cli, floor, plots, provenance, ranking, report, runner, sweep, tracking
 from plnexp.fitting import FitResult
+from plnexp.model import PLN_WORK
 from plnexp.timing import Timing
 
 # (strategy, n rows) -> (compile_s, ms_per_iter, iterations run)
@@ -60,7 +61,8 @@ def fake_execute(cfg, overrides=(), name=None, output_dir="", outcome=None):
     outcome.data_digest, outcome.data_shape = "abc", (n, cfg.dataset.p)
     if n in KNOWN_FLOOR:
         copy_GBps, dot_ms = KNOWN_FLOOR[n]
-        outcome.floor = floor.Floor(n, cfg.dataset.p, "float32", copy_GBps, 2**20, dot_ms).metrics()
+        it = floor.Iteration(n, cfg.dataset.p, cfg.dataset.p, PLN_WORK)  # the full model's
+        outcome.floor = floor.Floor(it, "float32", copy_GBps, 2**20, dot_ms).metrics()
     outcome.stop()
     return outcome
 
