@@ -6,12 +6,13 @@ only, offsets the log of a per-row total, single-cell-like zeros) and written to
 ``.npz``; each fit then runs in a fresh process of its own, so that its peak memory (``ru_maxrss``
 of that process: imports, data and fit) is its own:
 
-- **pyPLNmodels**: ``PlnPCA(Y, exog=X, offsets=O, add_const=False, rank=q).fit()``, its default fit
+- **pyPLNmodels**: ``PlnPCA(Y, exog=X, offsets=O, rank=q, add_const=False).fit()``, its default fit
   (Rprop, lr 0.01, at most 400 iterations, its own stopping rule), in PyTorch float32 on the CPU,
   or on the GPU where torch sees one (``--device gpu`` puts plnexp there too; the rows then add
   each fit's peak GPU memory).
   ``fit_s``: the wall clock of ``fit()`` alone. Its fitted B, C, M, S are scored on plnexp's ELBO
-  (``plnexp.reference.pca_elbo``: float64, exact log y!): ``elbo``. Where its projected time (its
+  (``plnexp.peers.score_plnpca``: ``plnexp.reference.pca_elbo``, float64, exact log y!, as a sweep's
+  ``report.peers=[pyplnmodels]`` run of model=pca is scored): ``elbo``. Where its projected time (its
   initialisation plus 400 times its per-iteration time, both from two short fits of 1 and
   1 + ``--probe-iter`` iterations) exceeds ``--peer-max-s``, only those probes run and the row says so.
 - **plnexp**: ``plnexp.fit(data, model="pca", rank=q, optimizer=--optimizer, lr=--lr,
@@ -84,7 +85,7 @@ def child_peer(args) -> dict:
     """pyPLNmodels' default PlnPCA fit (or a probe of ``--probe-iter`` iterations), scored on plnexp's ELBO."""
     import torch
 
-    from plnexp import peers, reference
+    from plnexp import peers
 
     Y, O, X = _load(args.file, full_offsets=True)
     pp = peers.import_pyplnmodels()
@@ -99,12 +100,7 @@ def child_peer(args) -> dict:
         torch.cuda.synchronize()
     fit_s = time.perf_counter() - t0
     n_iter = len(model._elbo_criterion_monitor.elbo_list)
-    with torch.no_grad():
-        B, C, M, S = (
-            t.detach().double().cpu().numpy()
-            for t in (model.coef, model.components, model.latent_mean, model.latent_sqrt_variance)
-        )
-    elbo = reference.pca_elbo(Y, O, X, B, C, M, S)
+    elbo, _ = peers.score_plnpca(Y, O, X, model)  # plnexp's exact PCA ELBO, as a sweep's pca peer run is scored
     gpu_gb = torch.cuda.max_memory_allocated() / 1e9 if cuda else float("nan")
     return {
         "fit_s": fit_s,

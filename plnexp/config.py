@@ -702,6 +702,14 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
     if not isinstance(rep, dict):
         raise ConfigError(f"report={rep!r}: allowed values are maps with the keys {', '.join(REPORT_KEYS)}")
     _keys("report", rep, REPORT_KEYS)
+    report = ReportSpec(**rep)
+    if report.peers:  # each peer follows the job's model: one it does not fit is refused before any run
+        from .peers import PEERS, model_error
+
+        for name in report.peers:
+            why = model_error(PEERS[name], model.value)
+            if why is not None:
+                raise ConfigError(why)
     return Config(
         dataset=dataset,
         optimizer=optimizer,
@@ -725,5 +733,5 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
         experiment=experiment,
         tracking_uri=uri,
         n_iter_cap=dict(caps),
-        report=ReportSpec(**rep),
+        report=report,
     )

@@ -2,17 +2,23 @@
 
 A sweep with ``report.peers=[pyplnmodels]`` fits each peer's default fit on the sweep's data after
 its grid, in the same process, and logs it as one more run of the sweep (:meth:`plnexp.sweep.Task.peers`):
-a row of the same table, a curve of the same plot. One entry today:
+a row of the same table, a curve of the same plot. A peer follows the job's model (:attr:`Peer.fits`,
+:func:`following`): one peer run per data set and model it fits there. One entry today:
 
-- ``pyplnmodels``: pyPLNmodels' default fit of the PLN model (``Pln(Y, exog=X, offsets=O,
-  add_const=False).fit()``: its Rprop, lr 0.01, at most 400 iterations, its stopping criterion
-  tol 1e-6), in PyTorch, float32, on the device it picks. Installed by the ``peers`` extra.
+- ``pyplnmodels``: pyPLNmodels' default fit (its Rprop, lr 0.01, at most 400 iterations, its
+  stopping criterion tol 1e-6), in PyTorch, float32, on the device it picks, of the job's model:
+  ``model=full`` or ``profiled``: ``Pln(Y, exog=X, offsets=O, add_const=False).fit()`` (the PLN
+  model, B and Sigma in closed form: plnexp's ``profiled``); ``model=pca`` of rank q:
+  ``PlnPCA(Y, exog=X, offsets=O, rank=q, add_const=False).fit()``. Installed by the ``peers`` extra.
+  ``python -m plnexp sweep sweep=pca_rank 'report.peers=[pyplnmodels]'``: one PlnPCA run per rank.
 
 What a peer's fit returns is a :class:`plnexp.fitting.FitResult`, scored on plnexp's ELBO:
 
-- ``loglik``: the float64 host ELBO with the exact log y! (:func:`plnexp.reference.elbo`) at the
-  peer's fitted variational parameters, with B and Sigma in their closed forms from M and S, as
-  pyPLNmodels computes them (:func:`closed_forms`).
+- ``loglik``: the float64 host ELBO with the exact log y! at the peer's fitted parameters. PLN
+  (:func:`score`): :func:`plnexp.reference.elbo` at its variational parameters, with B and Sigma in
+  their closed forms from M and S, as pyPLNmodels computes them (:func:`closed_forms`). PLN-PCA
+  (:func:`score_plnpca`, also what ``benchmarks/pca.py`` scores PlnPCA with):
+  :func:`plnexp.reference.pca_elbo` at its fitted B, C, M and S as they are.
 - ``elbo``: the peer's own ELBO per iteration (before each update, as plnexp's curve), shifted by one
   constant: ``loglik`` minus its own ELBO at the same final parameters (:func:`shifted_curve`). Its
   own ELBO differs from plnexp's by terms that do not depend on the parameters (Stirling's log y!,
@@ -45,6 +51,7 @@ from . import reference
 from .config import Config, Device, ModelName
 from .data import Data
 from .fitting import FitResult
+from .model import PCA_NAME
 from .optim import OptimizerSpec
 from .precision import PRECISIONS
 from .timing import Timing
@@ -60,24 +67,61 @@ class PeerError(RuntimeError):
 
 
 @dataclass(frozen=True)
+class PeerFit:
+    """What a peer fits for a job's model: its class and its call, as its users write them (``{rank}``
+    in the call: the job's ``model.rank``), and plnexp's name for the model it fits."""
+
+    cls: str
+    call: str
+    model: str
+
+
+@dataclass(frozen=True)
 class Peer:
     """A package fitting the same model: how to tell it is there, what it runs (in plnexp's words,
-    for its run's params) and its default fit."""
+    for its run's params) and its default fit. ``cls``, ``call``, ``model``, ``rank``: what it runs
+    for a job's model (:func:`following`; as registered: its fit of the full and profiled models)."""
 
     name: str  # the registry key: report.peers, the run's tag and name
     label: str  # as its users spell it
     pin: str  # what the ``peers`` extra installs (the version measured here)
     call: str  # the fit it runs, as its users write it
     available: Callable[[], str | None]  # None where it can run, else why not (one line)
-    fit: Callable[..., FitResult]  # fit(data, *, warmup, repeats) -> the scored, timed fit
+    fit: Callable[..., FitResult]  # fit(data, *, warmup, repeats[, rank]) -> the scored, timed fit
     versions: Callable[[], dict[str, str]]  # the packages it runs on -> their versions (its run's tags)
     uses_gpu: Callable[[], bool]  # whether its fit runs on a GPU here
     model: str = "profiled"  # plnexp's name for the model it fits
+    cls: str = ""  # the class it fits with (pyPLNmodels' Pln, PlnPCA)
+    rank: int | None = None  # PLN-PCA's q where it fits model=pca (passed to fit as rank=), else None
+    fits: dict[str, PeerFit] = field(default_factory=dict)  # a job's model -> what it fits for it
     optimizer: str = "rprop"
     lr: float = 0.01
     precision: str = "float32"
     n_iter: int = 400  # its iteration cap (it may stop earlier: n_iter_run)
     options: dict = field(default_factory=dict)  # its other settings, logged as params peer.<key>
+
+
+def model_error(peer: Peer, model: str) -> str | None:
+    """None where ``peer`` follows a job of ``model``, else the one line saying which models it does."""
+    if model in peer.fits:
+        return None
+    return (
+        f"model={model} with report.peers=[{peer.name}]: allowed values are {', '.join(peer.fits) or 'none'} "
+        f"(the models {peer.label} fits as a peer)"
+    )
+
+
+def following(peer: Peer, model: str, rank: int | None = None) -> Peer:
+    """``peer`` as it runs beside a job of ``model`` (pca's ``rank``): its class, call and model
+    for it (:attr:`Peer.fits`). A model it does not fit, or pca without a rank: :class:`PeerError`."""
+    why = model_error(peer, model)
+    if why is not None:
+        raise PeerError(why)
+    f = peer.fits[model]
+    if f.model == PCA_NAME and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 1):
+        raise PeerError(f"model.rank={rank!r} with report.peers=[{peer.name}]: allowed values are integers >= 1")
+    rank = rank if f.model == PCA_NAME else None
+    return replace(peer, cls=f.cls, call=f.call.format(rank=rank), model=f.model, rank=rank)
 
 
 def install_hint() -> str:
@@ -107,6 +151,37 @@ def score(data: Data, M, S) -> tuple[float, dict]:
     return loglik, {"B": B, "M": centred, "S": S, "Sigma": Sigma}
 
 
+def pca_score(Y, O, X, B, C, M, S) -> tuple[float, dict]:
+    """plnexp's PCA ELBO (float64, exact log y!: :func:`plnexp.reference.pca_elbo`) on counts ``Y``,
+    log offsets ``O`` ((n, p), or plnexp's per-row view of them) and covariates ``X`` at a PLN-PCA
+    fit's B (d, p), C (p, q), M (n, q) and S (n, q) as they are (nothing in closed form), and those
+    parameters in float64 as a :class:`~plnexp.fitting.FitResult` of model=pca holds them."""
+    params = {k: np.asarray(v, dtype=np.float64) for k, v in (("B", B), ("C", C), ("M", M), ("S", S))}
+    loglik = reference.pca_elbo(Y, O, X, params["B"], params["C"], params["M"], params["S"])
+    return loglik, params
+
+
+def plnpca_parameters(model) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A fitted pyPLNmodels ``PlnPCA``'s B (``coef``), C (``components``), M (``latent_mean``) and S
+    (``latent_sqrt_variance``), in float64 on the host."""
+    import torch
+
+    with torch.no_grad():
+        B, C, M, S = (
+            t.detach().cpu().double().numpy()
+            for t in (model.coef, model.components, model.latent_mean, model.latent_sqrt_variance)
+        )
+    return B, C, M, S
+
+
+def score_plnpca(Y, O, X, model) -> tuple[float, dict]:
+    """A pyPLNmodels ``PlnPCA`` fitted on counts ``Y``, log offsets ``O`` and covariates ``X``
+    (``add_const=False``: X as it is) scored on plnexp's exact PCA ELBO: :func:`pca_score` at
+    :func:`plnpca_parameters`. The one place that scores PlnPCA (:func:`pyplnmodels_fit`,
+    ``benchmarks/pca.py``)."""
+    return pca_score(Y, O, X, *plnpca_parameters(model))
+
+
 def shifted_curve(own: np.ndarray, own_final: float, exact_final: float) -> tuple[np.ndarray, float]:
     """A peer's own ELBO curve on plnexp's scale: shifted by ``exact_final - own_final``, both at the
     same final parameters. Returns the curve (float64) and the shift."""
@@ -116,6 +191,7 @@ def shifted_curve(own: np.ndarray, own_final: float, exact_final: float) -> tupl
 
 # ---------------------------------------------------------------- pyPLNmodels
 PYPLN_PIN = "pyPLNmodels==1.0.10"
+PYPLN_TORCH_SEED = 0  # torch's seed at the start of each of its fits (PlnPCA's init is random: pyplnmodels_fit)
 
 
 def _pkg_resources_stand_in() -> types.ModuleType:
@@ -175,12 +251,20 @@ def _quiet():
         yield
 
 
-def pyplnmodels_fit(data: Data, *, warmup: int = 1, repeats: int = 1, **fit_kwargs) -> FitResult:
-    """pyPLNmodels' default fit (``fit_kwargs``: passed to ``Pln.fit``, e.g. ``maxiter`` in tests)
+def pyplnmodels_fit(
+    data: Data, *, warmup: int = 1, repeats: int = 1, rank: int | None = None, **fit_kwargs
+) -> FitResult:
+    """pyPLNmodels' default fit (``fit_kwargs``: passed to its ``fit``, e.g. ``maxiter`` in tests)
     on ``data``: its counts, log offsets and covariates as they are (``add_const=False``: X holds
-    the intercept). Timed and scored as the module docstring says; the result is the last timed fit's
-    (its fits are deterministic: the same start, no randomness). A fit whose counts pyPLNmodels
-    changed (it drops all-zero columns) or whose ELBO is not finite raises :class:`PeerError`."""
+    the intercept). ``rank`` None: ``Pln`` (scored by :func:`score`, model profiled); ``rank`` q:
+    ``PlnPCA(..., rank=q)`` (scored by :func:`score_plnpca`, model pca). Timed and scored as the
+    module docstring says; the result is the last timed fit's (its fits are deterministic: the same
+    start: torch seeded with :data:`PYPLN_TORCH_SEED` before each, as PlnPCA's start is drawn at
+    random). A rank outside 1..p raises :class:`PeerError` before anything is imported;
+    a fit whose counts pyPLNmodels changed (it drops all-zero columns) or whose ELBO is not finite
+    raises :class:`PeerError`."""
+    if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= data.p):
+        raise PeerError(f"model.rank={rank!r}: allowed values are integers from 1 to the data's p={data.p}")
     import torch
 
     pp = import_pyplnmodels()
@@ -191,19 +275,26 @@ def pyplnmodels_fit(data: Data, *, warmup: int = 1, repeats: int = 1, **fit_kwar
 
     def model():
         with _quiet():
-            return pp.Pln(Y, exog=data.X, offsets=O, add_const=False)
+            if rank is None:
+                return pp.Pln(Y, exog=data.X, offsets=O, add_const=False)
+            return pp.PlnPCA(Y, exog=data.X, offsets=O, rank=rank, add_const=False)
 
     def one_fit():
-        pln = model()
-        if tuple(pln._endog.shape) != data.Y.shape:
-            raise PeerError(
-                f"pyPLNmodels fitted counts of shape {tuple(pln._endog.shape)}, not the data's {data.Y.shape} "
-                "(it drops all-zero columns): not the same data"
-            )
-        with _quiet():
-            t0 = time.perf_counter()
-            pln.fit(**fit_kwargs)
-            return pln, time.perf_counter() - t0
+        # PlnPCA's start draws from torch's global RNG (its coef's Poisson-regression start, its M):
+        # each fit from the same seed, so that its fits are deterministic as Pln's; the caller's RNG
+        # state is left as it was
+        with torch.random.fork_rng():
+            torch.manual_seed(PYPLN_TORCH_SEED)
+            pln = model()
+            if tuple(pln._endog.shape) != data.Y.shape:
+                raise PeerError(
+                    f"pyPLNmodels fitted counts of shape {tuple(pln._endog.shape)}, not the data's {data.Y.shape} "
+                    "(it drops all-zero columns): not the same data"
+                )
+            with _quiet():
+                t0 = time.perf_counter()
+                pln.fit(**fit_kwargs)
+                return pln, time.perf_counter() - t0
 
     for _ in range(warmup):
         one_fit()
@@ -214,9 +305,14 @@ def pyplnmodels_fit(data: Data, *, warmup: int = 1, repeats: int = 1, **fit_kwar
         own_final = float(pln.compute_elbo())  # at the final parameters (its list stops before the last update)
     if not (np.isfinite(own).all() and math.isfinite(own_final)):
         raise PeerError("pyPLNmodels' ELBO is not finite")
-    loglik, params = score(
-        data, pln.latent_mean.detach().cpu().double().numpy(), pln.latent_sqrt_variance.detach().cpu().double().numpy()
-    )
+    if rank is None:
+        loglik, params = score(
+            data,
+            pln.latent_mean.detach().cpu().double().numpy(),
+            pln.latent_sqrt_variance.detach().cpu().double().numpy(),
+        )
+    else:
+        loglik, params = score_plnpca(data.Y, data.O, data.X, pln)
     curve, shift = shifted_curve(own, own_final, loglik)
     n_iter, run_s = len(own), statistics.median(runs_s)
     timing = Timing(
@@ -232,7 +328,7 @@ def pyplnmodels_fit(data: Data, *, warmup: int = 1, repeats: int = 1, **fit_kwar
         params=params,
         n_iter=n_iter,
         timing=timing,
-        model="profiled",
+        model="profiled" if rank is None else PCA_NAME,
         strategy="pyplnmodels",
         optimizer="rprop",
         precision=str(pln._endog.dtype).removeprefix("torch."),
@@ -243,6 +339,7 @@ def pyplnmodels_fit(data: Data, *, warmup: int = 1, repeats: int = 1, **fit_kwar
             "elbo_shift": shift,
             "versions": {"pyPLNmodels": str(pp.__version__), "torch": str(torch.__version__)},
             "fit_kwargs": dict(fit_kwargs),
+            "class": type(pln).__name__,
         },
     )
 
@@ -267,17 +364,32 @@ def pyplnmodels_uses_gpu() -> bool:
     return bool(torch.cuda.is_available())
 
 
+# Pln's closed forms of B and Sigma make it plnexp's profiled model; it stands beside full too (same optimum)
+_PLN = PeerFit("Pln", "Pln(Y, exog=X, offsets=O, add_const=False).fit()", "profiled")
+
 PEERS: dict[str, Peer] = {
     "pyplnmodels": Peer(
         name="pyplnmodels",
         label="pyPLNmodels",
         pin=PYPLN_PIN,
-        call="Pln(Y, exog=X, offsets=O, add_const=False).fit()",
+        call=_PLN.call,
         available=pyplnmodels_available,
         fit=pyplnmodels_fit,
         versions=pyplnmodels_versions,
         uses_gpu=pyplnmodels_uses_gpu,
-        options={"tol": 1e-6, "optimizer": "torch.optim.Rprop(lr=0.01, step_sizes=(1e-10, 50))"},
+        model=_PLN.model,
+        cls=_PLN.cls,
+        # its default fit is the same for both classes: Rprop, lr 0.01, maxiter 400, tol 1e-6
+        options={
+            "tol": 1e-6,
+            "optimizer": "torch.optim.Rprop(lr=0.01, step_sizes=(1e-10, 50))",
+            "torch_seed": PYPLN_TORCH_SEED,
+        },
+        fits={
+            "full": _PLN,
+            "profiled": _PLN,
+            PCA_NAME: PeerFit("PlnPCA", "PlnPCA(Y, exog=X, offsets=O, rank={rank}, add_const=False).fit()", PCA_NAME),
+        },
     ),
 }
 
@@ -299,24 +411,38 @@ class PeerConfig(Config):
         for key in ("n_iter_cap", "n_iter_requested", "init", "gradient", "seed", "first_call", "compile_cache"):
             out.pop(key, None)  # settings of plnexp's fits that a peer has not
         versions = {k.removesuffix("_version"): v for k, v in peer.versions().items()}
-        out["peer"] = {"name": peer.name, "package": peer.label, "call": peer.call, **peer.options, **versions}
+        out["peer"] = {
+            "name": peer.name,
+            "package": peer.label,
+            "class": peer.cls,
+            "call": peer.call,
+            **peer.options,
+            **versions,
+        }
         return out
 
     @property
     def run_name(self) -> str:
-        """``pyplnmodels-oaks-f32-cpu``: the peer, data, precision and device."""
+        """``pyplnmodels-oaks-f32-cpu``: the peer, data, precision and device; then ``-pca-rank3``
+        where it fits PLN-PCA (as a job's name ends with its ``model=pca model.rank=3``)."""
         assert self.peer is not None
-        return f"{self.peer.name}-{self.dataset.label}-{self.precision.label}-{self.device.value}"
+        rank = f"-{PCA_NAME}-rank{self.peer.rank}" if self.peer.rank is not None else ""
+        return f"{self.peer.name}-{self.dataset.label}-{self.precision.label}-{self.device.value}{rank}"
 
 
 def peer_config(peer: Peer, config: Config) -> PeerConfig:
-    """``config`` (a sweep job's) with what ``peer`` runs: its model, optimizer, precision and
-    iteration cap, one fit (no replicates), at least one warm-up fit; its device: the job's where the
-    peer uses a GPU here, else the CPU."""
+    """``config`` (a sweep job's) with what ``peer`` runs beside it (:func:`following` the job's
+    model: its ``peer``): its model (pca's rank the job's), optimizer, precision and iteration cap,
+    one fit (no replicates), at least one warm-up fit; its device: the job's where the peer uses a
+    GPU here, else the CPU. A model the peer does not fit: :class:`PeerError` (the config refuses it
+    first: :func:`plnexp.config.load`)."""
+    peer = following(peer, config.model.value, config.rank)
     fields_of = {f: getattr(config, f) for f in Config.__dataclass_fields__}
     return replace(
         PeerConfig(**fields_of, peer=peer),
         model=ModelName(peer.model),
+        rank=peer.rank,
+        block_rows=None,
         optimizer=OptimizerSpec(peer.optimizer, peer.lr),
         precision=PRECISIONS[peer.precision],
         n_iter=peer.n_iter,
@@ -338,6 +464,8 @@ def run_peer(peer: Peer, config: Config, parent, job_num: int, tags: dict | None
     from .ranking import MIN_SPEEDUP_TAG
 
     pc = peer_config(peer, config)
+    assert pc.peer is not None  # the peer as it follows the job's model (its class, call, rank)
+    peer = pc.peer
     out = runner.Outcome(pc.run_name, (), pc)
     cl = tracking.client(parent.uri)
     tags = {
@@ -354,7 +482,8 @@ def run_peer(peer: Peer, config: Config, parent, job_num: int, tags: dict | None
         data = runner.load_data(config.dataset)
         out.data_digest, out.data_shape = data.digest(), (data.n, data.p)
         out.optimum = runner.best_known(config.dataset, peer.model)
-        out.result = peer.fit(data, warmup=pc.warmup, repeats=pc.repeats)
+        rank = {"rank": peer.rank} if peer.rank is not None else {}  # PLN-PCA's q (a Pln fit takes none)
+        out.result = peer.fit(data, warmup=pc.warmup, repeats=pc.repeats, **rank)
     except KeyboardInterrupt as e:
         stop = interrupts.as_interrupted(e)
         out.status, out.reason = "KILLED", f"interrupted by {stop.name}"

@@ -34,9 +34,10 @@ possibly an earlier sweep's run. ``report.control=false`` turns it off.
 
 The **peers** (:meth:`Task.peers`, ``report.peers``: other packages' fits of the same model,
 :mod:`plnexp.peers`): after the control job, on the same condition, each peer's default fit on each
-data set of the grid, one more child run each (job numbers from ``total + 1``, tagged
-``plnexp.peer=<name>``). A peer is a guest: not installed, it is one line and no run; failed, its run
-is FAILED; neither changes the sweep's status, its count of failed runs nor its exit code.
+data set of the grid, of the model the jobs fit there (PLN-PCA: one per rank), one more child run
+each (job numbers from ``total + 1``, tagged ``plnexp.peer=<name>``). A peer is a guest: not
+installed, it is one line and no run; failed, its run is FAILED; neither changes the sweep's status,
+its count of failed runs nor its exit code.
 """
 
 from __future__ import annotations
@@ -560,7 +561,9 @@ class Task:
     def peers(self) -> None:
         """After the grid and its control job, the sweep's peers (``report.peers``: other packages'
         fits of the same model, :mod:`plnexp.peers`): each peer's default fit once per data set of the
-        grid (in job order: a grid over one data set has one peer run per peer), in this process, logged
+        grid and model it fits there (:func:`plnexp.peers.following`: pyPLNmodels' Pln for full and
+        profiled alike, its PlnPCA once per rank), in job order (a grid over one data set and the PLN
+        model has one peer run per peer; ``sweep=pca_rank`` one per rank), in this process, logged
         as one more child run (job numbers from ``total + 1``, past the control job's; tagged
         ``plnexp.peer=<name>``; scored and timed as :mod:`plnexp.peers` says). Nothing unless this
         process ran every job of the grid (as :meth:`control`: the peer is then timed in the same
@@ -574,9 +577,6 @@ class Task:
             return
         configs = [self.grid[i].config for i in range(record.total)]
         names = configs[0].report.peers
-        first: dict = {}  # data set -> its first job
-        for i, c in enumerate(configs):
-            first.setdefault(c.dataset, i)
         num = record.total + 1
         for name in names:
             peer = P.PEERS[name]
@@ -584,6 +584,10 @@ class Task:
             if why is not None:
                 print(f"[peer] {name}: {why}: its row is left out", flush=True)
                 continue
+            first: dict = {}  # (data set, what the peer fits beside the job) -> its first job
+            for i, c in enumerate(configs):
+                fits = P.following(peer, c.model.value, c.rank)
+                first.setdefault((c.dataset, fits.cls, fits.rank), i)
             for i in first.values():
                 self._peer(peer, i, num)
                 num += 1

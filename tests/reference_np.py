@@ -37,3 +37,21 @@ def profiled_elbo_and_grad(Y, O, X, M_full, S):
     grad_M = Y - A - R @ Omega  # envelope theorem: B and Sigma are at their optima
     grad_S = -A * S + 1.0 / S - S * np.diag(Omega)
     return value, grad_M, grad_S
+
+
+def pca_elbo_np(Y, O, X, B, C, M, S):
+    """ELBO of PLN-PCA at (B (d, p), C (p, q), M (n, q), S (n, q)) with the exact log(y!), float64:
+    each row's latent W_i ~ N(M_i, diag(S_i^2)) against its N(0, I) prior, Z_i = O_i + X_i B + C W_i.
+    Written per row from the Gaussian moments (E exp(Z_ij) = exp(mean_ij + var_ij / 2), var_ij the
+    variance of (C W_i)_j) and the KL divergence of two Gaussians: independent of plnexp.reference."""
+    Y, O, X, B, C, M, S = (np.asarray(a, np.float64) for a in (Y, O, X, B, C, M, S))
+    total = 0.0
+    for i in range(Y.shape[0]):
+        cov_w = np.diag(S[i] ** 2)
+        mean = O[i] + X[i] @ B + C @ M[i]
+        var = np.diag(C @ cov_w @ C.T)  # the variance of each coordinate of C W_i
+        total += np.sum(Y[i] * mean - np.exp(mean + var / 2) - gammaln(Y[i] + 1))
+        q = len(M[i])
+        kl = 0.5 * (np.trace(cov_w) + M[i] @ M[i] - q - np.linalg.slogdet(cov_w)[1])
+        total -= kl
+    return float(total)

@@ -1,8 +1,10 @@
 """Peers (plnexp.peers): a peer's fit scored on plnexp's exact ELBO, its curve shifted onto it, its run
 logged as one more child of a sweep, and a peer that is not installed or fails leaving the sweep be.
 
-The scoring is checked against the tests' own float64 ELBO (tests/reference_np.py, not
-plnexp.reference). The tests of the real pyPLNmodels fit need the ``peers`` extra (CI installs it)
+The scoring is checked against the tests' own float64 ELBOs (tests/reference_np.py, not
+plnexp.reference), the PLN's and PLN-PCA's. A peer follows the job's model: pyPLNmodels' Pln beside
+model=full or profiled, its PlnPCA of the job's rank beside model=pca; a model it does not fit is a
+one-line ConfigError before any run. The tests of the real pyPLNmodels fit need the ``peers`` extra (CI installs it)
 and skip without it, saying so."""
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from conftest import store_client
-from reference_np import elbo_np, profiled_closed_forms
+from reference_np import elbo_np, pca_elbo_np, profiled_closed_forms
 
 import plnexp
-from plnexp import peers, tracking
+from plnexp import cli, peers, tracking
+from plnexp.config import ConfigError
 from plnexp.fitting import FitResult
 from plnexp.timing import Timing
 from plnexp.sweep import GridJob, SweepRecord, Task
@@ -33,6 +36,13 @@ NEEDS_PYPLN = pytest.mark.skipif(
 
 def tiny(n: int = 30, p: int = 4, seed: int = 3) -> plnexp.Data:
     return plnexp.simulate(n=n, p=p, d=2, seed=seed)
+
+
+def tiny_pca(n: int = 40, p: int = 6, q: int = 2, seed: int = 3) -> plnexp.Data:
+    return plnexp.simulate_pca(n=n, p=p, q=q, seed=seed)
+
+
+PCA_JOB = ("dataset=synthetic_pca", "dataset.n=40", "dataset.p=6", "dataset.q=2", "model=pca", "model.rank=2")
 
 
 def test_shifted_curve_moves_the_whole_curve_by_one_constant():
@@ -151,6 +161,129 @@ def test_a_peer_that_fails_is_a_failed_run_and_one_line(tiny_config, outputs, mo
     assert run.data.tags["plnexp.job"] == "2"  # the grid's 1 job, the control's 1
 
 
+# ---------------------------------------------------------------- the peer follows the job's model
+def test_pca_score_is_the_exact_pca_elbo_at_the_parameters_as_they_are():
+    """pca_score(): plnexp's float64 PCA ELBO with the exact log y! at B, C, M, S unchanged, against the
+    tests' own per-row ELBO (tests/reference_np.py), to 1e-10; the per-row offsets' view as plnexp keeps it."""
+    data = tiny_pca()
+    rng = np.random.default_rng(1)
+    B = rng.normal(size=(data.X.shape[1], data.p))
+    C = 0.3 * rng.normal(size=(data.p, 2))
+    M = rng.normal(size=(data.n, 2))
+    S = rng.uniform(0.2, 0.8, size=(data.n, 2))
+    loglik, params = peers.pca_score(data.Y, data.O, data.X, B, C, M, S)
+    assert loglik == pytest.approx(pca_elbo_np(data.Y, data.O, data.X, B, C, M, S), rel=1e-10)
+    assert sorted(params) == ["B", "C", "M", "S"] and all(v.dtype == np.float64 for v in params.values())
+    np.testing.assert_array_equal(params["C"], C)
+
+
+def test_the_peer_follows_the_jobs_model():
+    """Pln beside full and profiled (plnexp's profiled model), PlnPCA of the job's rank beside pca:
+    its class, the call as its users write it, plnexp's model and the rank."""
+    peer = peers.PEERS["pyplnmodels"]
+    for model in ("full", "profiled"):
+        pln = peers.following(peer, model)
+        assert (pln.cls, pln.model, pln.rank) == ("Pln", "profiled", None)
+        assert pln.call == "Pln(Y, exog=X, offsets=O, add_const=False).fit()" == peer.call
+    pca = peers.following(peer, "pca", 2)
+    assert (pca.cls, pca.model, pca.rank) == ("PlnPCA", "pca", 2)
+    assert pca.call == "PlnPCA(Y, exog=X, offsets=O, rank=2, add_const=False).fit()"
+    assert peers.following(pca, "full") == peers.following(peer, "full")  # from the job's model alone
+
+
+def _fits_no_pca(monkeypatch) -> peers.Peer:
+    """pyPLNmodels' peer as if it fitted the PLN model only (every model plnexp has is one it fits)."""
+    peer = peers.PEERS["pyplnmodels"]
+    narrow = replace(peer, fits={k: v for k, v in peer.fits.items() if k != "pca"})
+    monkeypatch.setitem(peers.PEERS, "pyplnmodels", narrow)
+    return narrow
+
+
+def test_a_model_the_peer_cannot_fit_is_one_line_before_any_run(monkeypatch, outputs):
+    """At config validation (cli.plan: before any job of a sweep runs), naming the field and the models
+    the peer fits; following() says the same as PeerError; without the peer the job is valid."""
+    narrow = _fits_no_pca(monkeypatch)
+    want = "model=pca with report.peers=[pyplnmodels]: allowed values are full, profiled (the models pyPLNmodels fits as a peer)"
+    with pytest.raises(ConfigError) as e:
+        cli.plan([*PCA_JOB, "report.peers=[pyplnmodels]"], multirun=False)
+    assert str(e.value) == want
+    with pytest.raises(peers.PeerError) as e2:
+        peers.following(narrow, "pca", 2)
+    assert str(e2.value) == want
+    (job,) = cli.plan(list(PCA_JOB), multirun=False)
+    assert job.config.report.peers == ()
+
+
+def test_a_rank_outside_the_data_is_one_line_before_pyplnmodels_is_imported(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pyPLNmodels", None)  # an import would fail otherwise
+    for rank in (0, 7, True):
+        with pytest.raises(
+            peers.PeerError, match=r"^model\.rank=.*: allowed values are integers from 1 to the data's p=6$"
+        ):
+            peers.pyplnmodels_fit(tiny_pca(), rank=rank)
+
+
+def fake_pca_fit(data, *, warmup, repeats, rank):
+    """A FitResult of model=pca as the peer returns it (no pyPLNmodels): scored by pca_score."""
+    rng = np.random.default_rng(0)
+    B, C = np.zeros((data.X.shape[1], data.p)), 0.1 * rng.normal(size=(data.p, rank))
+    loglik, params = peers.pca_score(data.Y, data.O, data.X, B, C, np.zeros((data.n, rank)), np.ones((data.n, rank)))
+    timing = Timing(compile_s=0.0, first_call_s=np.nan, run_s=0.02, ms_per_iter=2.0, runs_s=(0.02,) * repeats)
+    curve = np.linspace(loglik - 50.0, loglik, 10)
+    return FitResult(
+        curve, loglik, params, 10, timing, "pca", "fake", "rprop", "float32", "cpu", {"final_elbo_jit": loglik}
+    )
+
+
+def test_a_pca_peer_run_is_logged_with_its_class_call_and_rank(outputs):
+    """Beside a model=pca job (rank 2, block_rows 20): the fit gets rank=2; the run says PlnPCA and its
+    call in its params, model pca of rank 2 without the job's blocks, its name ends as a job's does
+    (-pca-rank2), and it has the criteria of a pca run (n_params of rank 2) but no convergence metrics."""
+    (job,) = cli.plan([*PCA_JOB, "model.block_rows=20", "n_iter=3"], multirun=False)
+    seen = []
+
+    def fit(data, *, warmup, repeats, rank):
+        seen.append(rank)
+        return fake_pca_fit(data, warmup=warmup, repeats=repeats, rank=rank)
+
+    parent = _parent(outputs, "peer-pca")
+    out = peers.run_peer(fake_peer(fit), job.config, parent, job_num=3)
+    assert out.status == "FINISHED", out.reason
+    assert seen == [2]
+    run = store_client(outputs).get_run(out.run_id)
+    params, metrics = run.data.params, run.data.metrics
+    assert run.info.run_name == "pyplnmodels-synthetic_pca_n40_p6_q2_s0-f32-cpu-pca-rank2"
+    assert params["peer.class"] == "PlnPCA"
+    assert params["peer.call"] == "PlnPCA(Y, exog=X, offsets=O, rank=2, add_const=False).fit()"
+    assert params["model.name"] == "pca" and params["model.rank"] == "2" and "model.block_rows" not in params
+    assert run.data.tags[peers.PEER_TAG] == "pyplnmodels"
+    assert metrics["n_params"] == 6 * (1 + 2) - 1 and "bic" in metrics and "icl" in metrics
+    assert "optimum_elbo" not in metrics  # pca has no best known ELBO (plnexp.optimum)
+
+
+def test_the_pln_peer_run_says_its_class_too(tiny_config, outputs):
+    out = peers.run_peer(fake_peer(fake_fit), tiny_config, _parent(outputs, "peer-pln"), job_num=2)
+    params = store_client(outputs).get_run(out.run_id).data.params
+    assert params["peer.class"] == "Pln" and params["peer.call"] == "Pln(Y, exog=X, offsets=O, add_const=False).fit()"
+
+
+def test_one_peer_run_per_data_set_and_what_the_peer_fits_there(monkeypatch, outputs):
+    """A grid of model=full, profiled and pca of ranks 1 and 2 on one data set: one Pln run (full and
+    profiled alike) and one PlnPCA run per rank, in job order."""
+    monkeypatch.setitem(peers.PEERS, "pyplnmodels", fake_peer(fake_fit))
+    base = ("dataset=synthetic_pca", "dataset.n=40", "dataset.p=6", "dataset.q=2", "report.peers=[pyplnmodels]")
+    configs = [
+        cli.plan([*base, *extra], multirun=False)[0].config
+        for extra in ((), ("model=profiled",), ("model=pca", "model.rank=1"), ("model=pca", "model.rank=2"))
+    ]
+    task = _task(configs[0], total=len(configs))
+    task.grid = {i: GridJob(c, (), f"job{i}", "FINISHED") for i, c in enumerate(configs)}
+    ran = []
+    monkeypatch.setattr(Task, "_peer", lambda self, peer, ref, num: ran.append((peer.name, ref, num)))
+    task.peers()
+    assert ran == [("pyplnmodels", 0, 5), ("pyplnmodels", 2, 6), ("pyplnmodels", 3, 7)]
+
+
 # ---------------------------------------------------------------- the real pyPLNmodels
 @NEEDS_PYPLN
 @pytest.mark.slow  # importing torch and pyPLNmodels: 4-6 s
@@ -208,3 +341,63 @@ def test_a_sweep_with_a_peer_logs_its_run(outputs, plnexp_main, monkeypatch, tmp
     assert m["loglik"] < 0 and m["final_elbo"] == pytest.approx(m["loglik"], rel=1e-12)
     assert "optimum_elbo" in m and "gap_final_rel" in m  # the jobs' convergence metrics apply
     assert sorted(h.step for h in cl.get_metric_history(run.info.run_id, "elbo")) == list(range(20))
+
+
+@NEEDS_PYPLN
+@pytest.mark.slow  # importing torch and pyPLNmodels: 4-6 s
+def test_plnpca_fit_is_scored_on_the_exact_pca_elbo_and_its_curve_shifted_onto_it():
+    """PlnPCA(rank=2) on 40 x 6 counts of rank 2: its loglik is the tests' own per-row PCA ELBO at its
+    fitted B, C, M, S (1e-10: both float64 at the same parameters), as is score_plnpca's on a fitted
+    model (what benchmarks/pca.py calls); its shifted curve after k updates is the exact ELBO of a
+    k-iteration fit (its random start seeded alike: its fits are deterministic), to its float32
+    rounding (1e-6 of the ELBO)."""
+    data = tiny_pca()
+    res = peers.pyplnmodels_fit(data, warmup=0, repeats=1, rank=2, maxiter=30, tol=0.0)
+    p = res.params
+    assert res.model == "pca" and res.extra["class"] == "PlnPCA" and res.n_iter == 30 and len(res.elbo) == 30
+    assert p["B"].shape == (1, 6) and p["C"].shape == (6, 2) and p["M"].shape == p["S"].shape == (40, 2)
+    assert res.loglik == pytest.approx(pca_elbo_np(data.Y, data.O, data.X, p["B"], p["C"], p["M"], p["S"]), rel=1e-10)
+    assert res.extra["final_elbo_jit"] == pytest.approx(res.loglik, rel=1e-12) and res.extra["elbo_shift"] != 0
+    short = peers.pyplnmodels_fit(data, warmup=0, rank=2, maxiter=12, tol=0.0)
+    assert res.elbo[12] == pytest.approx(short.loglik, rel=1e-6)
+
+    pp = peers.import_pyplnmodels()  # a PlnPCA fitted here, unseeded, as benchmarks/pca.py fits it
+    Y, O = (np.ascontiguousarray(a, dtype=np.float64) for a in (data.Y, data.O))
+    with peers._quiet():
+        model = pp.PlnPCA(Y, exog=data.X, offsets=O, rank=2, add_const=False).fit(maxiter=5)
+    B, C, M, S = peers.plnpca_parameters(model)
+    assert B.dtype == np.float64 and C.shape == (6, 2)
+    assert peers.score_plnpca(Y, O, data.X, model)[0] == pytest.approx(pca_elbo_np(Y, O, data.X, B, C, M, S), rel=1e-10)
+
+
+@NEEDS_PYPLN
+@pytest.mark.slow
+def test_a_pca_sweep_with_the_peer_logs_plnpca_per_rank(outputs, plnexp_main, monkeypatch, tmp_path):
+    """A real sweep of model=pca over ranks 1 and 2 with report.peers=[pyplnmodels] (its fits capped at
+    20 iterations here): one PlnPCA run per rank, each with its class, call and rank in its params."""
+    capped = replace(peers.PEERS["pyplnmodels"], fit=functools.partial(peers.pyplnmodels_fit, maxiter=20))
+    monkeypatch.setitem(peers.PEERS, "pyplnmodels", capped)
+    ran = plnexp_main(
+        "sweep",
+        *PCA_JOB[:-1],
+        "model.rank=1,2",
+        "strategy=scan",
+        "n_iter=5",
+        "repeats=1",
+        "time_budget_s=0",
+        "report.peers=[pyplnmodels]",
+        "experiment=pca-peers",
+        cwd=tmp_path,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert "2/2 jobs + 2 peer runs, 0 failed" in ran.stdout
+    cl = store_client(outputs)
+    exp = cl.get_experiment_by_name("pca-peers")
+    runs = [r for r in cl.search_runs([exp.experiment_id]) if r.data.tags.get(peers.PEER_TAG) == "pyplnmodels"]
+    by_rank = {r.data.params["model.rank"]: r for r in runs}
+    assert sorted(by_rank) == ["1", "2"]
+    for q, run in by_rank.items():
+        assert run.info.status == "FINISHED" and run.info.run_name.endswith(f"-pca-rank{q}")
+        assert run.data.params["peer.class"] == "PlnPCA"
+        assert run.data.params["peer.call"] == f"PlnPCA(Y, exog=X, offsets=O, rank={q}, add_const=False).fit()"
+        assert run.data.metrics["n_iter_run"] == 20 and run.data.metrics["loglik"] < 0
