@@ -31,21 +31,26 @@ TESTS = Path(__file__).parent
 PLUGINS = TESTS / "plugins"  # the blocking strategy, as an installed plugin would be (plnexp_test_strategies.py)
 sys.path.insert(0, str(TESTS))  # tests/reference_np.py: independent float64 numpy maths
 
-# XLA's LLVM backend at -O0 for the suite (and the processes it starts, which inherit XLA_FLAGS): it
-# compiles ~2.7x faster (measured 2026-11-26, 32 fits of 4 strategies x 2 models x 2 precisions on
-# oaks and simulated data: 13.8 s of backend compile against 37-44 s) and compiling is most of the
-# suite's CPU (65% of test_strategies, test_fused, test_replicates and test_model); the whole suite
-# took 484 s against 612-682 s. XLA's HLO passes (fusion, layout: where jaxlib 0.10.2's miscompile
-# lives, see plnexp.runtime) run as for users; LLVM's instruction selection and vectorisation do
-# not, so float rounding differs within the per-dtype tolerances. The users' own setting is
-# covered by tests/test_users_xla.py, in a process without this flag, and by every fit's own check
-# of its compiled ELBO against the float64 host reference. PLNEXP_TEST_XLA_OPT=default runs the
-# whole suite at the users' setting; a flag of that name already in XLA_FLAGS is kept.
-XLA_O0 = "--xla_backend_optimization_level=0"
-if os.environ.get("PLNEXP_TEST_XLA_OPT", "") != "default" and "--xla_backend_optimization_level" not in (
-    os.environ.get("XLA_FLAGS", "")
-):
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {XLA_O0}".strip()
+# XLA's CPU code generation set for compile speed in the suite (and the processes it starts, which
+# inherit XLA_FLAGS), :data:`TEST_XLA_FLAGS`; compiling is most of the suite's CPU:
+# - LLVM at -O0: ~2.7x faster compiles (measured 2026-11-26, 32 fits of 4 strategies x 2 models x 2
+#   precisions on oaks and simulated data: 13.8 s of backend compile against 37-44 s); the whole
+#   suite took 484 s against 612-682 s;
+# - XLA's classic elemental emitters for the fused kernels instead of its MLIR fusion emitters: on
+#   top of -O0, another ~3x (measured 2026-11-26 with a jax.monitoring counter over 401 tests of the
+#   15 compile-heaviest files: 225 s of backend compile in 1,867 programs against 70 s in 1,795, the
+#   fit's own program 0.52 s against 0.15 s on average; the files' CPU 533 s against 372 s).
+# XLA's HLO passes (fusion, layout: where jaxlib 0.10.2's miscompile lives, see plnexp.runtime) run
+# as for users; what differs is how the fused kernels become machine code, so float rounding differs
+# within the per-dtype tolerances. The users' own setting is covered by tests/test_users_xla.py, in
+# a process without these flags, and by every fit's own check of its compiled ELBO against the
+# float64 host reference. PLNEXP_TEST_XLA_OPT=default runs the whole suite at the users' setting; a
+# flag of one of these names already in XLA_FLAGS is kept.
+TEST_XLA_FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")
+if os.environ.get("PLNEXP_TEST_XLA_OPT", "") != "default":
+    _present = {f.split("=", 1)[0] for f in os.environ.get("XLA_FLAGS", "").split()}
+    _added = [f for f in TEST_XLA_FLAGS if f.split("=", 1)[0] not in _present]
+    os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *_added]).strip()
 
 import plnexp  # noqa: E402 - first of plnexp's imports (changes nothing in the process)
 
