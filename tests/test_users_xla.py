@@ -91,7 +91,7 @@ _SCRIPT = textwrap.dedent(
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_each_model_and_precision_at_the_users_xla_level_equals_scan_at_o0_and_the_reference():
+def test_each_model_and_precision_at_the_users_xla_settings_equals_scan_at_the_suites_and_the_reference():
     env = dict(os.environ, PLNEXP_TEST_XLA_OPT="default")
     env["XLA_FLAGS"] = " ".join(f for f in os.environ.get("XLA_FLAGS", "").split() if f not in TEST_XLA_FLAGS)
     script = _SCRIPT.format(tests=str(TESTS))
