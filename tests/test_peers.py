@@ -305,14 +305,20 @@ def test_pyplnmodels_fit_is_scored_and_its_curve_shifted_onto_the_exact_elbo():
     assert np.all(np.diff(res.elbo) > -1e-3 * abs(res.loglik))  # and it climbs
 
 
+@pytest.fixture
+def capped_pyplnmodels(monkeypatch):
+    """pyPLNmodels' peer in this process's registry with its fits capped at 20 iterations."""
+    capped = replace(peers.PEERS["pyplnmodels"], fit=functools.partial(peers.pyplnmodels_fit, maxiter=20))
+    monkeypatch.setitem(peers.PEERS, "pyplnmodels", capped)
+    return capped
+
+
 @NEEDS_PYPLN
 @pytest.mark.slow
-def test_a_sweep_with_a_peer_logs_its_run(outputs, plnexp_main, monkeypatch, tmp_path):
+def test_a_sweep_with_a_peer_logs_its_run(outputs, plnexp_main, capped_pyplnmodels, tmp_path):
     """A real sweep in this process with report.peers=[pyplnmodels] (its fit capped at 20 iterations
     here): the peer's run is a child of the sweep, after the control job, with its metrics, its curve,
     the convergence metrics of the jobs and its tag; the sweep's count leaves it apart."""
-    capped = replace(peers.PEERS["pyplnmodels"], fit=functools.partial(peers.pyplnmodels_fit, maxiter=20))
-    monkeypatch.setitem(peers.PEERS, "pyplnmodels", capped)
     ran = plnexp_main(
         "sweep",
         "dataset=synthetic",
@@ -372,11 +378,9 @@ def test_plnpca_fit_is_scored_on_the_exact_pca_elbo_and_its_curve_shifted_onto_i
 
 @NEEDS_PYPLN
 @pytest.mark.slow
-def test_a_pca_sweep_with_the_peer_logs_plnpca_per_rank(outputs, plnexp_main, monkeypatch, tmp_path):
+def test_a_pca_sweep_with_the_peer_logs_plnpca_per_rank(outputs, plnexp_main, capped_pyplnmodels, tmp_path):
     """A real sweep of model=pca over ranks 1 and 2 with report.peers=[pyplnmodels] (its fits capped at
     20 iterations here): one PlnPCA run per rank, each with its class, call and rank in its params."""
-    capped = replace(peers.PEERS["pyplnmodels"], fit=functools.partial(peers.pyplnmodels_fit, maxiter=20))
-    monkeypatch.setitem(peers.PEERS, "pyplnmodels", capped)
     ran = plnexp_main(
         "sweep",
         *PCA_JOB[:-1],
