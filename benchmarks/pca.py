@@ -15,6 +15,7 @@ of that process: imports, data and fit) is its own:
   ``report.peers=[pyplnmodels]`` run of model=pca is scored): ``elbo``. Where its projected time (its
   initialisation plus 400 times its per-iteration time, both from two short fits of 1 and
   1 + ``--probe-iter`` iterations) exceeds ``--peer-max-s``, only those probes run and the row says so.
+  With ``--no-peer``, ``--peer-elbo`` gives its final ELBO from an earlier run as the target.
 - **plnexp**: ``plnexp.fit(data, model="pca", rank=q, optimizer=--optimizer, lr=--lr,
   strategy=--strategy, precision=--precision, n_iter=--n-iter, init=--init, compile_cache=False)``
   (init "data": C and M from the top-q singular vectors of log(1 + Y) - O less its regression on
@@ -216,6 +217,12 @@ def main(argv=None) -> None:
         default=None,
         help="where pyPLNmodels does not run: its relative standing below plnexp's final ELBO from an earlier run",
     )
+    ap.add_argument(
+        "--peer-elbo",
+        default=None,
+        help="where pyPLNmodels does not run (--no-peer): its final ELBO from an earlier run, one per size, "
+        "comma-separated (e.g. -631293.72,-3133033.92): the target",
+    )
     ap.add_argument("--child", choices=["peer", "plnexp"], help=argparse.SUPPRESS)
     ap.add_argument("--file", help=argparse.SUPPRESS)
     ap.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
@@ -254,8 +261,12 @@ def main(argv=None) -> None:
     rows = [header]
     print(header, flush=True)
     rel_standing = args.target_rel  # pyPLNmodels' final ELBO relative to plnexp's, at the largest size both ran
+    sizes = _sizes(args.sizes)
+    given = [float(v) for v in args.peer_elbo.split(",")] if args.peer_elbo else [None] * len(sizes)
+    if len(given) != len(sizes):
+        raise SystemExit(f"--peer-elbo: {len(given)} values for {len(sizes)} sizes")
     with tempfile.TemporaryDirectory() as tmp:
-        for n, p in _sizes(args.sizes):
+        for (n, p), peer_elbo in zip(sizes, given):
             data = plnexp.simulate_pca(n=n, p=p, q=args.rank, zero_fraction=args.zero_fraction, seed=args.seed)
             file = os.path.join(tmp, f"{n}x{p}.npz")
             O = device_offsets(data.O)  # per-row offsets: their (n, 1) column, as a fit's device gets them
@@ -312,6 +323,8 @@ def main(argv=None) -> None:
             if peer is not None:
                 target, target_note = peer["elbo"], "target: pyPLNmodels' final ELBO"
                 rel_standing = (mine["elbo"] - peer["elbo"]) / abs(mine["elbo"])
+            elif peer_elbo is not None:
+                target, target_note = peer_elbo, "target: pyPLNmodels' final ELBO from an earlier run (--peer-elbo)"
             elif rel_standing is not None:
                 target = mine["elbo"] - rel_standing * abs(mine["elbo"])
                 target_note = (
