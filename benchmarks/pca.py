@@ -7,7 +7,8 @@ only, offsets the log of a per-row total, single-cell-like zeros) and written to
 of that process: imports, data and fit) is its own:
 
 - **pyPLNmodels**: ``PlnPCA(Y, exog=X, offsets=O, rank=q, add_const=False).fit()``, its default fit
-  (Rprop, lr 0.01, at most 400 iterations, its own stopping rule), in PyTorch float32 on the CPU,
+  (Rprop, lr 0.01, at most 400 iterations, its own stopping rule; its random start from the sweep
+  peer's torch seed: ``plnexp.peers.seeded_pyplnmodels``), in PyTorch float32 on the CPU,
   or on the GPU where torch sees one (``--device gpu`` puts plnexp there too; the rows then add
   each fit's peak GPU memory).
   ``fit_s``: the wall clock of ``fit()`` alone. Its fitted B, C, M, S are scored on plnexp's ELBO
@@ -89,17 +90,15 @@ def child_peer(args) -> dict:
     from plnexp import peers
 
     Y, O, X = _load(args.file, full_offsets=True)
-    pp = peers.import_pyplnmodels()
-    with peers._quiet():
-        model = pp.PlnPCA(Y, exog=X, offsets=O, add_const=False, rank=args.rank)
     kwargs = {"maxiter": args.probe_iter, "tol": 0.0} if args.probe else {}
     cuda = torch.cuda.is_available()  # pyPLNmodels fits on the GPU wherever torch sees one
-    t0 = time.perf_counter()
-    with peers._quiet():
-        model.fit(**kwargs)
-    if cuda:
-        torch.cuda.synchronize()
-    fit_s = time.perf_counter() - t0
+    with peers.seeded_pyplnmodels(Y, O, X, rank=args.rank) as model:  # from the sweep peer's seed
+        t0 = time.perf_counter()
+        with peers._quiet():
+            model.fit(**kwargs)
+        if cuda:
+            torch.cuda.synchronize()
+        fit_s = time.perf_counter() - t0
     n_iter = len(model._elbo_criterion_monitor.elbo_list)
     elbo, _ = peers.score_plnpca(Y, O, X, model)  # plnexp's exact PCA ELBO, as a sweep's pca peer run is scored
     gpu_gb = torch.cuda.max_memory_allocated() / 1e9 if cuda else float("nan")
@@ -227,6 +226,8 @@ def main(argv=None) -> None:
     ap.add_argument("--file", help=argparse.SUPPRESS)
     ap.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.peer_elbo and not args.no_peer:
+        ap.error("--peer-elbo: only with --no-peer (where pyPLNmodels runs, its own final ELBO is the target)")
 
     if args.child:
         result = child_peer(args) if args.child == "peer" else child_plnexp(args)

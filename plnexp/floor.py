@@ -1,6 +1,6 @@
 """This machine's floor for one iteration of the fit: how fast a hand-fused kernel could go at best.
 
-What one iteration must do at least is declared by its model (:class:`Work`, the ``work`` of each
+What one iteration must do at least is declared by its model (:class:`plnexp.model.Work`, the ``work`` of each
 :class:`plnexp.model.Model`), and sized by the data (:class:`Iteration`, made by :func:`iteration`):
 with n rows, p counts per row and a latent of width q (p for ``full`` and ``profiled``, the rank for
 ``pca``), an iteration streams the model's data arrays (Y and O, n x p, read) and its latent arrays
@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .metrics import FLOOR
+from .model import Work
 
 if TYPE_CHECKING:
     from .data import Data
@@ -70,28 +71,10 @@ COPY_TRAFFIC = 2**28  # bytes one timed copy call passes over (in loops over a s
 DOT_FLOPS = 2e8  # flops one timed dot call does at least (up to MAX_LOOP pairs of products)
 MAX_LOOP = 256
 CACHE_ENV = "PLNEXP_FLOOR_CACHE"
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 2: measure_dot times pairs of products (format 1's dot_ms are not read)
 # what a run logs: floor_ms_per_iter, floor_copy_GBps, floor_dot_ms, floor_bytes_per_iter
 METRICS = tuple(m.key for m in FLOOR)
 LEGACY_STREAMED_ARRAYS = 14  # what the floor counted before it knew the model: the full model's n x p arrays
-
-
-@dataclass(frozen=True)
-class Work:
-    """What one iteration of a model must do at least, whatever the data's shape (each
-    :class:`plnexp.model.Model` declares its own): ``data_arrays`` n x p arrays read (Y, O),
-    ``latent_arrays`` n x q arrays read and written (M, S and the optimizer's two moments of each) and
-    ``dots`` n x p x q products, q the model's latent width."""
-
-    data_arrays: int
-    latent_arrays: int
-    dots: int
-
-    def __post_init__(self):
-        for key in ("data_arrays", "latent_arrays", "dots"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{key}={value!r}: allowed values are integers >= 0")
 
 
 @dataclass(frozen=True)
@@ -174,14 +157,6 @@ class Floor:
     dot_ms: float  # one n x p times p x q product
 
     @property
-    def n(self) -> int:
-        return self.iteration.n
-
-    @property
-    def p(self) -> int:
-        return self.iteration.p
-
-    @property
     def stream_bytes(self) -> int:
         return self.iteration.stream_bytes(np.dtype(self.dtype).itemsize)
 
@@ -199,7 +174,12 @@ class Floor:
         return 2 * n * p * q / (self.dot_ms / 1e3) / 1e9
 
     def metrics(self) -> dict[str, float]:
-        return dict(zip(METRICS, (self.ms_per_iter, self.copy_GBps, self.dot_ms, float(self.stream_bytes))))
+        return {
+            "floor_ms_per_iter": self.ms_per_iter,
+            "floor_copy_GBps": self.copy_GBps,
+            "floor_dot_ms": self.dot_ms,
+            "floor_bytes_per_iter": float(self.stream_bytes),
+        }
 
 
 # ---------------------------------------------------------------- the arithmetic
@@ -409,10 +389,13 @@ def cached(it: Iteration, dtype, device=None, folder: Path | None = None) -> Flo
 
 
 def run_metrics(it: Iteration, dtype, device=None) -> dict[str, float]:
-    """What a job logs: :meth:`Floor.metrics` of :func:`cached`, or NaN for each (logged as not
-    measured) when measuring fails for any reason: a job never fails for its floor."""
+    """What a job logs: :meth:`Floor.metrics` of :func:`cached`; when measuring fails for any reason,
+    NaN for each measured one (logged as not measured) and the streamed bytes all the same (counted,
+    not measured): a job never fails for its floor."""
     try:
         return cached(it, dtype, device).metrics()
     except Exception as e:  # noqa: BLE001 - the floor is a reading aid, never a reason to fail a run
         log.warning("floor not measured (%s: %s)", type(e).__name__, str(e).splitlines()[0] if str(e) else "")
-        return dict.fromkeys(METRICS, float("nan"))
+        out = dict.fromkeys(METRICS, float("nan"))
+        out["floor_bytes_per_iter"] = float(it.stream_bytes(np.dtype(dtype).itemsize))
+        return out

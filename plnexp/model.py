@@ -33,7 +33,6 @@ import numpy as np
 from jax.scipy.linalg import cho_solve
 
 from . import reference
-from .floor import Work
 
 if TYPE_CHECKING:
     from .data import Data
@@ -276,7 +275,7 @@ class Model:
     - ``host_elbo(params, data)``: the ELBO (exact log y!) at those params, by :mod:`plnexp.reference`
       in float64 on the host: what every compiled ELBO is checked against;
     - ``work``: the least traffic and products of one iteration, in n x p data arrays, n x q latent
-      arrays (q: ``rank``, or p where it is 0) and n x p x q products (:class:`plnexp.floor.Work`).
+      arrays (q: ``rank``, or p where it is 0) and n x p x q products (:class:`Work`).
     """
 
     name: str
@@ -294,6 +293,24 @@ class Model:
     def state_elbo(self, state: PLNState, data: Arrays) -> jax.Array:
         """Partial ELBO at a complete state (what the host reference re-computes)."""
         return self.elbo(self.free(state), state, data)
+
+
+@dataclass(frozen=True)
+class Work:
+    """What one iteration of a model must do at least, whatever the data's shape (each
+    :class:`plnexp.model.Model` declares its own): ``data_arrays`` n x p arrays read (Y, O),
+    ``latent_arrays`` n x q arrays read and written (M, S and the optimizer's two moments of each) and
+    ``dots`` n x p x q products, q the model's latent width."""
+
+    data_arrays: int
+    latent_arrays: int
+    dots: int
+
+    def __post_init__(self):
+        for key in ("data_arrays", "latent_arrays", "dots"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{key}={value!r}: allowed values are integers >= 0")
 
 
 # One iteration of full or profiled, at least: read Y, O (n x p); read and write M, S and the

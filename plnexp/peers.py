@@ -113,13 +113,11 @@ def model_error(peer: Peer, model: str) -> str | None:
 
 def following(peer: Peer, model: str, rank: int | None = None) -> Peer:
     """``peer`` as it runs beside a job of ``model`` (pca's ``rank``): its class, call and model
-    for it (:attr:`Peer.fits`). A model it does not fit, or pca without a rank: :class:`PeerError`."""
+    for it (:attr:`Peer.fits`). A model it does not fit: :class:`PeerError`."""
     why = model_error(peer, model)
     if why is not None:
         raise PeerError(why)
-    f = peer.fits[model]
-    if f.model == PCA_NAME and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 1):
-        raise PeerError(f"model.rank={rank!r} with report.peers=[{peer.name}]: allowed values are integers >= 1")
+    f = peer.fits[model]  # pca's rank: an integer >= 1, as the config checked it (plnexp.config._model)
     rank = rank if f.model == PCA_NAME else None
     return replace(peer, cls=f.cls, call=f.call.format(rank=rank), model=f.model, rank=rank)
 
@@ -191,7 +189,7 @@ def shifted_curve(own: np.ndarray, own_final: float, exact_final: float) -> tupl
 
 # ---------------------------------------------------------------- pyPLNmodels
 PYPLN_PIN = "pyPLNmodels==1.0.10"
-PYPLN_TORCH_SEED = 0  # torch's seed at the start of each of its fits (PlnPCA's init is random: pyplnmodels_fit)
+PYPLN_TORCH_SEED = 0  # torch's seed at the start of each of its fits (PlnPCA's init is random: seeded_pyplnmodels)
 
 
 def _pkg_resources_stand_in() -> types.ModuleType:
@@ -251,6 +249,27 @@ def _quiet():
         yield
 
 
+@contextlib.contextmanager
+def seeded_pyplnmodels(Y: np.ndarray, O: np.ndarray, X: np.ndarray, rank: int | None = None):
+    """pyPLNmodels' model of the counts ``Y``, offsets ``O`` (n x p) and covariates ``X``, as the peer
+    runs it: ``Pln`` (``rank`` None) or ``PlnPCA`` of rank ``rank``, ``add_const=False``; built
+    quietly, to be fitted inside the ``with``. There torch's global RNG is seeded with
+    :data:`PYPLN_TORCH_SEED` (PlnPCA's start draws from it: its coef's Poisson-regression start, its
+    M), so that every fit starts alike; the caller's RNG state is left as it was. The one place a
+    peer's model is built: :func:`pyplnmodels_fit` (a sweep's peer) and ``benchmarks/pca.py``."""
+    import torch
+
+    pp = import_pyplnmodels()
+    with torch.random.fork_rng():
+        torch.manual_seed(PYPLN_TORCH_SEED)
+        with _quiet():
+            if rank is None:
+                model = pp.Pln(Y, exog=X, offsets=O, add_const=False)
+            else:
+                model = pp.PlnPCA(Y, exog=X, offsets=O, rank=rank, add_const=False)
+        yield model
+
+
 def pyplnmodels_fit(
     data: Data, *, warmup: int = 1, repeats: int = 1, rank: int | None = None, **fit_kwargs
 ) -> FitResult:
@@ -264,7 +283,7 @@ def pyplnmodels_fit(
     a fit whose counts pyPLNmodels changed (it drops all-zero columns) or whose ELBO is not finite
     raises :class:`PeerError`."""
     if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= data.p):
-        raise PeerError(f"model.rank={rank!r}: allowed values are integers from 1 to the data's p={data.p}")
+        raise PeerError(f"rank={rank!r}: allowed values are integers from 1 to p={data.p} (the data's variables)")
     import torch
 
     pp = import_pyplnmodels()
@@ -273,19 +292,9 @@ def pyplnmodels_fit(
     # one column (offsets one per row, plnexp.data.row_offsets); no copy when they are not
     Y, O = (np.ascontiguousarray(a, dtype=np.float64) for a in (data.Y, data.O))
 
-    def model():
-        with _quiet():
-            if rank is None:
-                return pp.Pln(Y, exog=data.X, offsets=O, add_const=False)
-            return pp.PlnPCA(Y, exog=data.X, offsets=O, rank=rank, add_const=False)
-
     def one_fit():
-        # PlnPCA's start draws from torch's global RNG (its coef's Poisson-regression start, its M):
-        # each fit from the same seed, so that its fits are deterministic as Pln's; the caller's RNG
-        # state is left as it was
-        with torch.random.fork_rng():
-            torch.manual_seed(PYPLN_TORCH_SEED)
-            pln = model()
+        # each fit from the same seed (PlnPCA's start is random), so that its fits are deterministic as Pln's
+        with seeded_pyplnmodels(Y, O, data.X, rank) as pln:
             if tuple(pln._endog.shape) != data.Y.shape:
                 raise PeerError(
                     f"pyPLNmodels fitted counts of shape {tuple(pln._endog.shape)}, not the data's {data.Y.shape} "

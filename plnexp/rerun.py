@@ -277,16 +277,23 @@ def verdict(src: Source, env_same: bool, old: np.ndarray, new: np.ndarray, statu
 
 
 def timing_line(old: dict, new: dict) -> str:
+    """The rerun's times over the original's. The machine floors are compared only when both runs
+    counted the same bytes per iteration (``floor_bytes_per_iter``): runs logged before the floor knew
+    the model counted another iteration."""
+
     def ratio(key, unit, fmt):
         a, b = old.get(key), new.get(key)
         if not a or b is None or not np.isfinite(a) or not np.isfinite(b):
             return "-"
         return f"{b / a:.2f}x ({fmt.format(b)} vs {fmt.format(a)} {unit})"
 
+    floor = ratio("floor_ms_per_iter", "ms/iter", "{:.3f}")
+    counted = old.get("floor_bytes_per_iter"), new.get("floor_bytes_per_iter")
+    if floor != "-" and (counted[0] is None or counted[0] != counted[1]):
+        floor = "- (counted differently)"
     return (
         f"timing new/original: compile {ratio('compile_s', 's', '{:.3f}')}, steady "
-        f"{ratio('ms_per_iter', 'ms/iter', '{:.3f}')}, machine floor "
-        f"{ratio('floor_ms_per_iter', 'ms/iter', '{:.3f}')}"
+        f"{ratio('ms_per_iter', 'ms/iter', '{:.3f}')}, machine floor {floor}"
     )
 
 

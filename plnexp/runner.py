@@ -206,8 +206,8 @@ def execute_all(config: Config, outcomes: list[Outcome]) -> list[Outcome]:
     A replicate whose ELBO is not finite is FAILED alone; an error of the program fails them all.
     Before the fit (never while it is timed), this machine's floor for one iteration of the model on
     the data (:func:`plnexp.floor.iteration`: its shape, the model's declared work, offsets one per
-    row or not; :func:`plnexp.floor.run_metrics`: cached per machine; NaN, never an error, when not
-    measured)."""
+    row or not; :func:`plnexp.floor.run_metrics`: cached per machine; its measured parts NaN, never
+    an error, when not measured)."""
     from . import floor
     from .fitting import run_all
 

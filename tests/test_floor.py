@@ -16,7 +16,7 @@ from conftest import store_client
 
 from plnexp import floor, provenance, runner
 from plnexp.data import Data, row_offsets
-from plnexp.model import PCA_WORK, PLN_WORK
+from plnexp.model import PCA_WORK, PLN_WORK, Work
 from plnexp.spec import MODEL_NAMES, model_named
 
 
@@ -79,7 +79,8 @@ def test_the_floor_is_the_streamed_arrays_plus_two_products():
         "floor_bytes_per_iter": 14 * 11600 * 114 * 4,
     }
     assert f.dot_GFLOPps == pytest.approx(2 * 11600 * 114 * 114 / 1.7e-3 / 1e9)
-    assert (f.n, f.p) == (11600, 114) and full(11600, 114).describe() == "14 n x p arrays + 2 n x p x p products"
+    assert (f.iteration.n, f.iteration.p) == (11600, 114)
+    assert full(11600, 114).describe() == "14 n x p arrays + 2 n x p x p products"
 
 
 def test_the_pca_floor_counts_n_x_q_arrays_and_six_n_x_p_x_q_products():
@@ -143,7 +144,7 @@ def test_the_iteration_comes_from_the_models_declared_work_and_the_datas_offsets
     per_row = Data(Y, row_offsets(rng.normal(size=n), p), X, "per_row")
     for name in MODEL_NAMES:  # every model of the registry declares its work
         model = model_named(name, rank=2) if name == "pca" else model_named(name)
-        assert isinstance(model.work, floor.Work)
+        assert isinstance(model.work, Work)
         it = floor.iteration(model, dense)
         assert (it.n, it.p, it.q, it.work, it.row_offsets) == (n, p, model.rank or p, model.work, False)
         assert floor.iteration(model, per_row).row_offsets
@@ -157,7 +158,7 @@ def test_the_iteration_comes_from_the_models_declared_work_and_the_datas_offsets
     [
         ((0, 5, 5, PLN_WORK), "n=0"),
         ((30, 5, True, PLN_WORK), "q=True"),
-        ((30, 5, 5, floor.Work(0, 6, 2), True), "row_offsets"),
+        ((30, 5, 5, Work(0, 6, 2), True), "row_offsets"),
     ],
 )
 def test_a_bad_iteration_is_a_one_line_error(args, match):
@@ -208,8 +209,9 @@ def test_a_second_call_does_not_measure_again_and_parts_are_keyed_by_what_they_d
         "",
         "[]",
         "null",
-        '{"format": 1, "machine": {}, "copy": {}, "dot": {}}',
+        "FOREIGN_MACHINE",
         "BAD_VALUES",
+        "OLD_FORMAT",
     ],
 )
 def test_a_corrupt_or_foreign_cache_file_is_measured_again(counted, tmp_path, content):
@@ -220,10 +222,17 @@ def test_a_corrupt_or_foreign_cache_file_is_measured_again(counted, tmp_path, co
         data["copy"] = {k: -1.0 for k in data["copy"]}
         data["dot"] = {k: "fast" for k in data["dot"]}
         content = json.dumps(data)
+    if content == "OLD_FORMAT":  # this machine's file, written by an older plnexp (its products timed otherwise)
+        data = json.loads(path.read_text())
+        data["format"] = floor.CACHE_FORMAT - 1
+        content = json.dumps(data)
+    if content == "FOREIGN_MACHINE":  # the current format, another machine's
+        content = json.dumps({"format": floor.CACHE_FORMAT, "machine": {}, "copy": {}, "dot": {}})
     path.write_text(content)
     f = floor.cached(full(30, 5), np.float32)
     assert len(counted["copy"]) == 2 and len(counted["dot"]) == 2
     assert f.copy_GBps == 50.0 and json.loads(path.read_text())["copy"] == {"float32/1048576": 50.0}
+    assert json.loads(path.read_text())["format"] == floor.CACHE_FORMAT  # replaced
     floor.cached(full(30, 5), np.float32)  # whole again: read back
     assert len(counted["copy"]) == 2 and len(counted["dot"]) == 2
 
@@ -290,17 +299,26 @@ def test_a_real_measurement_at_a_tiny_shape(dtype, monkeypatch, tmp_path):
     )
 
 
-def test_run_metrics_are_nan_when_measuring_fails(monkeypatch, caplog):
+def test_run_metrics_are_nan_when_measuring_fails_but_the_bytes_are_counted(monkeypatch, caplog, tmp_path):
+    """The measured parts are NaN (not measured); the streamed bytes are arithmetic, logged all the
+    same (else the report would fall back to the legacy 14 n x p count, wrong for pca)."""
+
     def broken(*a, **k):
         raise RuntimeError("no such device\nsecond line")
 
+    monkeypatch.setenv(floor.CACHE_ENV, str(tmp_path))  # empty: measuring is attempted
     monkeypatch.setattr(floor, "measure_dot", broken)
     monkeypatch.setattr(floor, "measure_copy", broken)
+    timed = [k for k in floor.METRICS if k != "floor_bytes_per_iter"]
     with caplog.at_level(logging.WARNING, logger="plnexp.floor"):
         out = floor.run_metrics(full(30, 7), np.float32, "cpu")
-    assert set(out) == set(floor.METRICS) and all(math.isnan(v) for v in out.values())
+    assert set(out) == set(floor.METRICS) and all(math.isnan(out[k]) for k in timed)
+    assert out["floor_bytes_per_iter"] == 14 * 30 * 7 * 4  # the hand count: 14 n x p arrays of float32
     assert "floor not measured (RuntimeError: no such device)" in caplog.text
-    assert all(math.isnan(v) for v in floor.run_metrics(full(30, 7), np.float32, "tpu").values())  # a bad device name
+    pca = floor.run_metrics(floor.Iteration(30, 7, 2, PCA_WORK), np.float64, "cpu")
+    assert all(math.isnan(pca[k]) for k in timed) and pca["floor_bytes_per_iter"] == (2 * 30 * 7 + 12 * 30 * 2) * 8
+    bad_device = floor.run_metrics(full(30, 7), np.float32, "tpu")  # a bad device name
+    assert all(math.isnan(bad_device[k]) for k in timed) and bad_device["floor_bytes_per_iter"] == 14 * 30 * 7 * 4
 
 
 def test_a_job_logs_its_machines_floor_measured_before_the_fit(tiny_config, outputs, monkeypatch):
@@ -383,8 +401,8 @@ def test_a_pca_job_logs_the_pca_floor_below_the_full_models_at_the_same_shape(co
 
 
 def test_a_job_whose_floor_fails_finishes_without_it(tiny_config, outputs, monkeypatch):
-    """The fit runs and the job finishes; the floor is not logged (NaN: not measured). The fit is a
-    stand-in (this test is about the job around it, and stays fast)."""
+    """The fit runs and the job finishes; the floor's measured parts are not logged (NaN: not
+    measured), its bytes per iteration (counted) are. The fit is a stand-in (this test is about the job around it, and stays fast)."""
     import plnexp.fitting
 
     def broken(*a, **k):
@@ -396,4 +414,5 @@ def test_a_job_whose_floor_fails_finishes_without_it(tiny_config, outputs, monke
     job = runner.run_job(tiny_config, (), "unfloored")
     assert job.status == "FINISHED", job.reason
     metrics = store_client(outputs).get_run(job.run_id).data.metrics
-    assert metrics["ms_per_iter"] == 1.0 and not any(k.startswith("floor_") for k in metrics)
+    assert metrics["ms_per_iter"] == 1.0
+    assert [k for k in metrics if k.startswith("floor_")] == ["floor_bytes_per_iter"]  # counted, not measured

@@ -218,7 +218,7 @@ def test_a_rank_outside_the_data_is_one_line_before_pyplnmodels_is_imported(monk
     monkeypatch.setitem(sys.modules, "pyPLNmodels", None)  # an import would fail otherwise
     for rank in (0, 7, True):
         with pytest.raises(
-            peers.PeerError, match=r"^model\.rank=.*: allowed values are integers from 1 to the data's p=6$"
+            peers.PeerError, match=r"^rank=.*: allowed values are integers from 1 to p=6 \(the data's variables\)$"
         ):
             peers.pyplnmodels_fit(tiny_pca(), rank=rank)
 
@@ -367,13 +367,14 @@ def test_plnpca_fit_is_scored_on_the_exact_pca_elbo_and_its_curve_shifted_onto_i
     short = peers.pyplnmodels_fit(data, warmup=0, rank=2, maxiter=12, tol=0.0)
     assert res.elbo[12] == pytest.approx(short.loglik, rel=1e-6)
 
-    pp = peers.import_pyplnmodels()  # a PlnPCA fitted here, unseeded, as benchmarks/pca.py fits it
+    # a PlnPCA fitted here as benchmarks/pca.py fits it (seeded_pyplnmodels): the sweep peer's start, its fit
     Y, O = (np.ascontiguousarray(a, dtype=np.float64) for a in (data.Y, data.O))
-    with peers._quiet():
-        model = pp.PlnPCA(Y, exog=data.X, offsets=O, rank=2, add_const=False).fit(maxiter=5)
+    with peers.seeded_pyplnmodels(Y, O, data.X, rank=2) as model, peers._quiet():
+        model.fit(maxiter=12, tol=0.0)
     B, C, M, S = peers.plnpca_parameters(model)
     assert B.dtype == np.float64 and C.shape == (6, 2)
     assert peers.score_plnpca(Y, O, data.X, model)[0] == pytest.approx(pca_elbo_np(Y, O, data.X, B, C, M, S), rel=1e-10)
+    assert peers.score_plnpca(Y, O, data.X, model)[0] == pytest.approx(short.loglik, rel=1e-12)  # one seed, one fit
 
 
 @NEEDS_PYPLN

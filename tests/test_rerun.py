@@ -107,13 +107,22 @@ def test_verdict_rules():
 
 
 def test_timing_line_says_how_the_machine_floor_moved():
-    old = {"compile_s": 1.0, "ms_per_iter": 2.0, "floor_ms_per_iter": 0.5}
-    new = {"compile_s": 1.5, "ms_per_iter": 3.0, "floor_ms_per_iter": 1.0}
+    old = {"compile_s": 1.0, "ms_per_iter": 2.0, "floor_ms_per_iter": 0.5, "floor_bytes_per_iter": 4800.0}
+    new = {"compile_s": 1.5, "ms_per_iter": 3.0, "floor_ms_per_iter": 1.0, "floor_bytes_per_iter": 4800.0}
     assert rerun.timing_line(old, new) == (
         "timing new/original: compile 1.50x (1.500 vs 1.000 s), steady 1.50x "
         "(3.000 vs 2.000 ms/iter), machine floor 2.00x (1.000 vs 0.500 ms/iter)"
     )
     assert rerun.timing_line({"ms_per_iter": 2.0}, new).endswith("machine floor -")  # an original older than it
+    # floors that counted different iterations are not compared: an original logged before the floor
+    # knew the model (no floor_bytes_per_iter), or another count of bytes
+    legacy = {k: v for k, v in old.items() if k != "floor_bytes_per_iter"}
+    assert rerun.timing_line(legacy, new).endswith("machine floor - (counted differently)")
+    assert rerun.timing_line(old, {**new, "floor_bytes_per_iter": 2400.0}).endswith(
+        "machine floor - (counted differently)"
+    )
+    unmeasured = {**new, "floor_ms_per_iter": float("nan")}  # the rerun's floor not measured, its bytes counted
+    assert rerun.timing_line(old, unmeasured).endswith("machine floor -")
 
 
 def test_rerun_on_the_same_machine_is_bit_for_bit(outputs, capsys):
