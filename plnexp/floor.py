@@ -4,16 +4,18 @@ What one iteration must do at least is declared by its model (:class:`plnexp.mod
 :class:`plnexp.model.Model`), and sized by the data (:class:`Iteration`, made by :func:`iteration`):
 with n rows, p counts per row and a latent of width q (p for ``full`` and ``profiled``, the rank for
 ``pca``), an iteration streams the model's data arrays (Y and O, n x p, read) and its latent arrays
-(M, S and the optimizer's two moments of each, n x q, read and written), and does its n x p x q
-products::
+(M, S and the optimizer's two moments of each, n x q, read and written), does its n x p x q
+products and its p x p factorizations::
 
-    floor_ms = streamed bytes / copy bandwidth + dots * dot_ms
+    floor_ms = streamed bytes / copy bandwidth + dots * dot_ms + factorizations * factor_ms
     streamed bytes = (data_arrays * n p + 2 * latent_arrays * n q) * itemsize
 
 For each model:
 
 - ``full``, ``profiled`` (q = p): 2 data arrays + 6 latent arrays read and written = 14 n x p arrays,
-  and 2 n x p x p products (M Omega for the gradient, M'M for Sigma);
+  2 n x p x p products (M Omega for the gradient, M'M for Sigma), and Sigma's Cholesky factor with
+  the inverse Omega it gives: independent of n, it is most of the floor at oaks' 116 rows (p = 114)
+  and nothing at 10^6;
 - ``pca`` of rank q: 2 n x p data arrays + 12 n x q arrays (6 read and written), and 6 n x p x q
   products (MC' and S^2 (C o C)' for the exponent, RC and A (C o C) for dM and dS, R'M and A'S^2
   for dC).
@@ -21,15 +23,17 @@ For each model:
 Offsets one per row (a log library size: :func:`plnexp.data.device_offsets` sends the device their
 (n, 1) column) are no n x p stream: such an iteration reads one n x p array fewer and the n offsets.
 
-Both parts are measured on the fit's own device and dtype (:func:`measure_copy`,
-:func:`measure_dot`), each as the fastest of a few calls of a compiled loop (so that a tiny shape
+The parts are measured on the fit's own device and dtype (:func:`measure_copy`,
+:func:`measure_dot`, :func:`measure_factor`), each as the fastest of a few calls of a compiled loop (so that a tiny shape
 times its work, not one dispatch):
 
 - the copy bandwidth of an in-place pass over a buffer the size of the fit's working set (its
   distinct arrays: the data and latent arrays above, rounded up to a power of two between 1 MiB and
   256 MiB: a fit whose arrays stay in cache is held to the cache's bandwidth, a large one to
   memory's). Measured once per machine, device, dtype and buffer size;
-- one n x p times p x q product: measured once per machine, device, dtype and (n, p, q).
+- one n x p times p x q product: measured once per machine, device, dtype and (n, p, q);
+- one p x p Cholesky factor and inverse, as the model computes it (:func:`plnexp.model._inverse_spd`:
+  XLA's own factorization, no faster one being at hand): once per machine, device, dtype and p.
 
 Measured values are cached per machine (:func:`cached`) in a JSON file of the user's cache folder
 (``$PLNEXP_FLOOR_CACHE``, else ``$XDG_CACHE_HOME/plnexp``, else ``~/.cache/plnexp``), one file per
@@ -72,8 +76,9 @@ DOT_FLOPS = 2e8  # flops one timed dot call does at least (up to MAX_LOOP pairs 
 MAX_LOOP = 256
 CACHE_ENV = "PLNEXP_FLOOR_CACHE"
 CACHE_FORMAT = 2  # 2: measure_dot times pairs of products (format 1's dot_ms are not read)
-# what a run logs: floor_ms_per_iter, floor_copy_GBps, floor_dot_ms, floor_bytes_per_iter
+# what a run logs: floor_ms_per_iter, floor_copy_GBps, floor_dot_ms, floor_factor_ms, floor_bytes_per_iter
 METRICS = tuple(m.key for m in FLOOR)
+PARTS = ("copy", "dot", "factor")  # what the cache file holds, each keyed by what it depends on
 LEGACY_STREAMED_ARRAYS = 14  # what the floor counted before it knew the model: the full model's n x p arrays
 
 
@@ -124,7 +129,7 @@ class Iteration:
         return self.n, self.p, self.q
 
     def describe(self) -> str:
-        """The count in words, e.g. ``14 n x p arrays + 2 n x p x p products``."""
+        """The count in words, e.g. ``14 n x p arrays + 2 n x p x p products + 1 p x p Cholesky and inverse``."""
         if self.q == self.p:
             arrays = f"{self.wide_arrays + 2 * self.work.latent_arrays} n x p arrays"
             dots = "n x p x p"
@@ -132,7 +137,8 @@ class Iteration:
             arrays = f"{self.wide_arrays} n x p + {2 * self.work.latent_arrays} n x q arrays (q={self.q})"
             dots = "n x p x q"
         column = " + the n offsets" if self.row_offsets else ""
-        return f"{arrays}{column} + {self.work.dots} {dots} products"
+        factor = f" + {self.work.factorizations} p x p Cholesky and inverse" if self.work.factorizations else ""
+        return f"{arrays}{column} + {self.work.dots} {dots} products{factor}"
 
 
 def iteration(model: Model, data: Data) -> Iteration:
@@ -155,6 +161,7 @@ class Floor:
     copy_GBps: float  # in-place copy bandwidth (bytes read + written per second / 1e9)
     copy_bytes: int  # the buffer it was measured on
     dot_ms: float  # one n x p times p x q product
+    factor_ms: float = 0.0  # one p x p Cholesky factor and inverse (0: the model does none)
 
     @property
     def stream_bytes(self) -> int:
@@ -166,7 +173,7 @@ class Floor:
 
     @property
     def ms_per_iter(self) -> float:
-        return floor_ms(self.iteration, np.dtype(self.dtype).itemsize, self.copy_GBps, self.dot_ms)
+        return floor_ms(self.iteration, np.dtype(self.dtype).itemsize, self.copy_GBps, self.dot_ms, self.factor_ms)
 
     @property
     def dot_GFLOPps(self) -> float:
@@ -178,6 +185,7 @@ class Floor:
             "floor_ms_per_iter": self.ms_per_iter,
             "floor_copy_GBps": self.copy_GBps,
             "floor_dot_ms": self.dot_ms,
+            "floor_factor_ms": self.factor_ms,
             "floor_bytes_per_iter": float(self.stream_bytes),
         }
 
@@ -188,9 +196,9 @@ def stream_ms(it: Iteration, itemsize: int, copy_GBps: float) -> float:
     return 1e3 * it.stream_bytes(itemsize) / (copy_GBps * 1e9)
 
 
-def floor_ms(it: Iteration, itemsize: int, copy_GBps: float, dot_ms: float) -> float:
-    """The floor of one iteration, in ms: the streamed arrays plus the model's products."""
-    return stream_ms(it, itemsize, copy_GBps) + it.work.dots * dot_ms
+def floor_ms(it: Iteration, itemsize: int, copy_GBps: float, dot_ms: float, factor_ms: float = 0.0) -> float:
+    """The floor of one iteration, in ms: the streamed arrays plus the model's products and factorizations."""
+    return stream_ms(it, itemsize, copy_GBps) + it.work.dots * dot_ms + it.work.factorizations * factor_ms
 
 
 def copy_bytes(it: Iteration, itemsize: int) -> int:
@@ -270,6 +278,23 @@ def measure_dot(n: int, p: int, k: int, dtype, device=None) -> float:
     return 1e3 * seconds / (2 * count)
 
 
+def measure_factor(p: int, dtype, device=None) -> float:
+    """Milliseconds of one p x p Cholesky factor and the inverse it gives, as the full model computes
+    Omega (:func:`plnexp.model._inverse_spd`), chained in one call: X <- X^-1 from 2 I (X stays 2 I
+    or I / 2; the factorization's work does not depend on the values)."""
+    import jax
+    import jax.numpy as jnp
+
+    from .model import _inverse_spd
+
+    dtype, dev = np.dtype(dtype), _device(device)
+    count = int(min(max(math.ceil(DOT_FLOPS / (2 * p**3)), 1), MAX_LOOP))
+    with jax.enable_x64(dtype == np.float64):
+        x = 2 * jnp.eye(p, dtype=dtype, device=dev)
+        seconds = _fastest(_loop(_inverse_spd, count), x)
+    return 1e3 * seconds / count
+
+
 def measure_exp(n: int, p: int, dtype, device=None) -> float:
     """Milliseconds of one in-place ``exp`` pass over an n x p array (printed by the benchmark beside
     the floor: transcendentals, not bytes, bound the elementwise work on some CPUs; not in the floor)."""
@@ -288,7 +313,10 @@ def measure(it: Iteration, dtype, device=None) -> Floor:
     """The floor of ``it`` measured now, uncached (the benchmark's)."""
     dtype = np.dtype(dtype)
     size = copy_bytes(it, dtype.itemsize)
-    return Floor(it, dtype.name, measure_copy(size, dtype, device), size, measure_dot(*it.dot_shape, dtype, device))
+    factor = measure_factor(it.p, dtype, device) if it.work.factorizations else 0.0
+    return Floor(
+        it, dtype.name, measure_copy(size, dtype, device), size, measure_dot(*it.dot_shape, dtype, device), factor
+    )
 
 
 # ---------------------------------------------------------------- the per-machine cache
@@ -330,9 +358,9 @@ def cache_file(ident: dict[str, str], folder: Path | None = None) -> Path:
 
 
 def _read(path: Path, ident: dict) -> dict:
-    """The file's entries ({"copy": {...}, "dot": {...}}); empty when missing, unreadable, corrupt,
-    of another format or of another machine."""
-    empty: dict[str, dict] = {"copy": {}, "dot": {}}
+    """The file's entries ({"copy": {...}, "dot": {...}, "factor": {...}}); empty when missing,
+    unreadable, corrupt, of another format or of another machine."""
+    empty: dict[str, dict] = {part: {} for part in PARTS}
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -340,7 +368,7 @@ def _read(path: Path, ident: dict) -> dict:
     if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT or data.get("machine") != ident:
         return empty
     out = {}
-    for part in ("copy", "dot"):
+    for part in PARTS:
         entries = data.get(part)
         out[part] = {k: v for k, v in entries.items() if _valid(v)} if isinstance(entries, dict) else {}
     return out
@@ -356,7 +384,7 @@ def _write(path: Path, ident: dict, entries: dict) -> None:
     from .paths import write_atomic
 
     now = _read(path, ident)
-    for part in ("copy", "dot"):
+    for part in PARTS:
         now[part].update(entries[part])
     write_atomic(path, json.dumps({"format": CACHE_FORMAT, "machine": ident, **now}, indent=1, sort_keys=True))
 
@@ -364,28 +392,32 @@ def _write(path: Path, ident: dict, entries: dict) -> None:
 def cached(it: Iteration, dtype, device=None, folder: Path | None = None) -> Floor:
     """The floor of the iteration ``it`` in ``dtype`` on ``device`` (None: JAX's default; or 'cpu',
     'gpu', 'auto'), each part measured only when this machine's cache file lacks it: the copy keyed
-    by dtype and buffer size, the product by dtype and its shape (n, p, q). A cache that cannot be
-    written is skipped (the measurement is returned all the same)."""
+    by dtype and buffer size, the product by dtype and its shape (n, p, q), the factorization (only
+    for a model that does one) by dtype and p. A cache that cannot be written is skipped (the
+    measurement is returned all the same)."""
     dtype, dev = np.dtype(dtype), _device(device)
     ident = identity(dev)
     path = cache_file(ident, folder)
     entries = _read(path, ident)
     size = copy_bytes(it, dtype.itemsize)
     n, p, k = it.dot_shape
-    copy_key, dot_key = f"{dtype.name}/{size}", f"{dtype.name}/{n}x{p}x{k}"
-    new: dict = {"copy": {}, "dot": {}}
+    copy_key, dot_key, factor_key = f"{dtype.name}/{size}", f"{dtype.name}/{n}x{p}x{k}", f"{dtype.name}/{p}"
+    new: dict = {part: {} for part in PARTS}
     if copy_key not in entries["copy"]:
         new["copy"][copy_key] = measure_copy(size, dtype, dev)
     if dot_key not in entries["dot"]:
         new["dot"][dot_key] = measure_dot(n, p, k, dtype, dev)
-    if new["copy"] or new["dot"]:
+    if it.work.factorizations and factor_key not in entries["factor"]:
+        new["factor"][factor_key] = measure_factor(p, dtype, dev)
+    if any(new.values()):
         try:
             _write(path, ident, new)
         except OSError as e:
             log.warning("floor cache not written (%s: %s); measured values used all the same", path, e)
     copy = new["copy"].get(copy_key, entries["copy"].get(copy_key))
     dot = new["dot"].get(dot_key, entries["dot"].get(dot_key))
-    return Floor(it, dtype.name, float(copy), size, float(dot))
+    factor = new["factor"].get(factor_key, entries["factor"].get(factor_key)) if it.work.factorizations else 0.0
+    return Floor(it, dtype.name, float(copy), size, float(dot), float(factor))
 
 
 def run_metrics(it: Iteration, dtype, device=None) -> dict[str, float]:

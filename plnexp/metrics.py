@@ -62,8 +62,9 @@ FLOOR: tuple[Metric, ...] = (
         "floor ms/iter",
         "{:.3f}",
         "the machine's floor for one iteration: floor_bytes_per_iter at floor_copy_GBps + the model's "
-        "n x p x q products of floor_dot_ms (full, profiled: 14 n x p arrays, 2 products, q = p; "
-        "pca: 2 n x p + 12 n x q arrays, 6 products; offsets one per row: one n x p array fewer)",
+        "n x p x q products of floor_dot_ms + its p x p factorizations of floor_factor_ms (full, profiled: "
+        "14 n x p arrays, 2 products, q = p, 1 factorization; pca: 2 n x p + 12 n x q arrays, 6 products; "
+        "offsets one per row: one n x p array fewer)",
         False,
         False,
     ),
@@ -82,6 +83,15 @@ FLOOR: tuple[Metric, ...] = (
         "dot ms",
         "{:.3f}",
         "one n x p times p x q product (q: the model's latent width, p for full and profiled)",
+        False,
+        False,
+    ),
+    Metric(
+        "floor_factor_ms",
+        "factor_ms",
+        "factor ms",
+        "{:.3f}",
+        "one p x p Cholesky factor and the inverse it gives (Sigma's, for Omega); 0 for pca, which does none",
         False,
         False,
     ),

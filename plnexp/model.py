@@ -299,15 +299,17 @@ class Model:
 class Work:
     """What one iteration of a model must do at least, whatever the data's shape (each
     :class:`plnexp.model.Model` declares its own): ``data_arrays`` n x p arrays read (Y, O),
-    ``latent_arrays`` n x q arrays read and written (M, S and the optimizer's two moments of each) and
-    ``dots`` n x p x q products, q the model's latent width."""
+    ``latent_arrays`` n x q arrays read and written (M, S and the optimizer's two moments of each),
+    ``dots`` n x p x q products, q the model's latent width, and ``factorizations`` p x p Cholesky
+    factors with the inverse they give (Sigma's, for the closed-form Omega: :func:`_inverse_spd`)."""
 
     data_arrays: int
     latent_arrays: int
     dots: int
+    factorizations: int = 0
 
     def __post_init__(self):
-        for key in ("data_arrays", "latent_arrays", "dots"):
+        for key in ("data_arrays", "latent_arrays", "dots", "factorizations"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{key}={value!r}: allowed values are integers >= 0")
@@ -315,8 +317,9 @@ class Work:
 
 # One iteration of full or profiled, at least: read Y, O (n x p); read and write M, S and the
 # optimizer's two moments of each (n x p); two n x p x p products (M Omega for the gradient, M'M for
-# Sigma). X'A and XB are n x d x p: d is small, not counted.
-PLN_WORK = Work(data_arrays=2, latent_arrays=6, dots=2)
+# Sigma); Sigma's Cholesky factor and the Omega it gives (p x p: what the floor's n-independent part
+# is at small n). X'A and XB are n x d x p: d is small, not counted.
+PLN_WORK = Work(data_arrays=2, latent_arrays=6, dots=2, factorizations=1)
 
 
 def _full_centred_m(s: PLNState, data: Arrays | Data) -> jax.Array:

@@ -927,7 +927,8 @@ def markdown(report: Report, images: list[str]) -> str:
         "range below 5 runs) is noise, not a result. 'program' names the strategies of the group whose "
         "compiled programs are identical (one hlo_fingerprint). '× floor' is the run's ms/iter over the floor "
         "of the machine that ran it (logged by the run: the arrays its model must stream at its copy bandwidth "
-        "plus its products: 14 n×p arrays and two n×p×p products for full and profiled, 2 n×p and 12 n×q arrays "
+        "plus its products and factorizations: 14 n×p arrays, two n×p×p products and Sigma's p×p Cholesky "
+        "factor and inverse for full and profiled, 2 n×p and 12 n×q arrays "
         "and six n×p×q products for pca of rank q, one n×p array fewer for offsets one per row; 1 would be a "
         "hand-fused kernel at the machine's limits). The last column is the largest relative difference of the run's ELBO curve to "
         "`scan`'s.",

@@ -20,11 +20,11 @@ from plnexp.model import PCA_WORK, PLN_WORK, Work
 from plnexp.spec import MODEL_NAMES, model_named
 
 
-def independent_floor(n: int, p: int, itemsize: int, copy_GBps: float, dot_ms: float) -> float:
+def independent_floor(n: int, p: int, itemsize: int, copy_GBps: float, dot_ms: float, factor_ms: float = 0.0) -> float:
     """The full model: 14 n x p arrays read or written at the copy bandwidth, plus two n x p x p
-    products, in ms."""
+    products and one p x p Cholesky factor with its inverse, in ms."""
     seconds_streaming = 14 * n * p * itemsize / (copy_GBps * 1e9)
-    return 1e3 * seconds_streaming + 2 * dot_ms
+    return 1e3 * seconds_streaming + 2 * dot_ms + factor_ms
 
 
 def independent_pca_floor(n: int, p: int, q: int, itemsize: int, copy_GBps: float, dot_ms: float) -> float:
@@ -46,11 +46,16 @@ def stub_dot_ms(n: int, p: int, k: int) -> float:
     return 0.001 * n * p * k / 1e3
 
 
+def stub_factor_ms(p: int) -> float:
+    """The stand-in factorization's milliseconds: 1 ms per 1e6 p^3."""
+    return 0.001 * p**3 / 1e3
+
+
 @pytest.fixture
 def counted(monkeypatch, tmp_path):
     """The measurements replaced by counters returning fixed values; the cache in tmp_path."""
     monkeypatch.setenv(floor.CACHE_ENV, str(tmp_path / "cache"))
-    calls = {"copy": [], "dot": []}
+    calls = {"copy": [], "dot": [], "factor": []}
 
     def copy(nbytes, dtype, device=None):
         calls["copy"].append((nbytes, np.dtype(dtype).name))
@@ -60,27 +65,37 @@ def counted(monkeypatch, tmp_path):
         calls["dot"].append((n, p, k, np.dtype(dtype).name))
         return stub_dot_ms(n, p, k)
 
+    def factor(p, dtype, device=None):
+        calls["factor"].append((p, np.dtype(dtype).name))
+        return stub_factor_ms(p)
+
     monkeypatch.setattr(floor, "measure_copy", copy)
     monkeypatch.setattr(floor, "measure_dot", dot)
+    monkeypatch.setattr(floor, "measure_factor", factor)
     return calls
 
 
-def test_the_floor_is_the_streamed_arrays_plus_two_products():
-    for n, p, itemsize, bw, dot in [(11600, 114, 4, 51.0, 1.7), (30, 5, 8, 200.0, 1e-3), (10**6, 2000, 4, 12.5, 900.0)]:
-        assert floor.floor_ms(full(n, p), itemsize, bw, dot) == pytest.approx(
-            independent_floor(n, p, itemsize, bw, dot), rel=1e-12
+def test_the_floor_is_the_streamed_arrays_plus_two_products_and_a_factorization():
+    for n, p, itemsize, bw, dot, factor in [
+        (11600, 114, 4, 51.0, 1.7, 0.16),
+        (30, 5, 8, 200.0, 1e-3, 2e-3),
+        (10**6, 2000, 4, 12.5, 900.0, 40.0),
+    ]:
+        assert floor.floor_ms(full(n, p), itemsize, bw, dot, factor) == pytest.approx(
+            independent_floor(n, p, itemsize, bw, dot, factor), rel=1e-12
         )
-    f = floor.Floor(full(11600, 114), "float32", 51.0, 2**26, 1.7)
-    assert f.ms_per_iter == pytest.approx(independent_floor(11600, 114, 4, 51.0, 1.7), rel=1e-12)
+    f = floor.Floor(full(11600, 114), "float32", 51.0, 2**26, 1.7, 0.16)
+    assert f.ms_per_iter == pytest.approx(independent_floor(11600, 114, 4, 51.0, 1.7, 0.16), rel=1e-12)
     assert f.metrics() == {
         "floor_ms_per_iter": f.ms_per_iter,
         "floor_copy_GBps": 51.0,
         "floor_dot_ms": 1.7,
+        "floor_factor_ms": 0.16,
         "floor_bytes_per_iter": 14 * 11600 * 114 * 4,
     }
     assert f.dot_GFLOPps == pytest.approx(2 * 11600 * 114 * 114 / 1.7e-3 / 1e9)
     assert (f.iteration.n, f.iteration.p) == (11600, 114)
-    assert full(11600, 114).describe() == "14 n x p arrays + 2 n x p x p products"
+    assert full(11600, 114).describe() == "14 n x p arrays + 2 n x p x p products + 1 p x p Cholesky and inverse"
 
 
 def test_the_pca_floor_counts_n_x_q_arrays_and_six_n_x_p_x_q_products():
@@ -116,7 +131,9 @@ def test_the_pca_floor_measures_its_own_product_from_the_cache(counted):
     assert f.copy_bytes == floor.copy_bytes(floor.Iteration(n, p, q, PCA_WORK), 4) == 2**20
     g = floor.cached(full(n, p), np.float32)  # the full model at the same shape: its own product, the same copy
     assert counted["dot"][-1] == (n, p, p, "float32") and len(counted["copy"]) == 1
-    assert g.ms_per_iter == pytest.approx(independent_floor(n, p, 4, 50.0, stub_dot_ms(n, p, p)), rel=1e-12)
+    assert g.ms_per_iter == pytest.approx(
+        independent_floor(n, p, 4, 50.0, stub_dot_ms(n, p, p), stub_factor_ms(p)), rel=1e-12
+    )
     assert f.ms_per_iter < g.ms_per_iter
 
 
@@ -133,7 +150,9 @@ def test_offsets_one_per_row_are_one_n_x_p_stream_fewer():
     # the full model with offsets one per row, by hand: 13 n x p arrays and the column
     expected = 1e3 * (13 * n * p + n) * 4 / (bw * 1e9) + 2 * dot
     assert floor.floor_ms(full(n, p, row_offsets=True), 4, bw, dot) == pytest.approx(expected, rel=1e-12)
-    assert full(n, p, True).describe() == "13 n x p arrays + the n offsets + 2 n x p x p products"
+    assert full(n, p, True).describe() == (
+        "13 n x p arrays + the n offsets + 2 n x p x p products + 1 p x p Cholesky and inverse"
+    )
 
 
 def test_the_iteration_comes_from_the_models_declared_work_and_the_datas_offsets():
@@ -182,16 +201,18 @@ def test_the_copy_buffer_is_the_working_set_within_bounds():
 
 def test_a_second_call_does_not_measure_again_and_parts_are_keyed_by_what_they_depend_on(counted, tmp_path):
     first = floor.cached(full(30, 5), np.float32)
-    assert counted == {"copy": [(2**20, "float32")], "dot": [(30, 5, 5, "float32")]}
+    assert counted == {"copy": [(2**20, "float32")], "dot": [(30, 5, 5, "float32")], "factor": [(5, "float32")]}
     assert floor.cached(full(30, 5), np.float32) == first  # from the file: nothing measured
-    assert len(counted["copy"]) == 1 and len(counted["dot"]) == 1
-    floor.cached(full(40, 5), "float32")  # another shape: its own product, the same 1 MiB copy buffer
+    assert len(counted["copy"]) == 1 and len(counted["dot"]) == 1 and len(counted["factor"]) == 1
+    floor.cached(full(40, 5), "float32")  # another n: its own product; the same copy buffer and p x p factor
     assert counted["copy"] == [(2**20, "float32")] and counted["dot"][-1] == (40, 5, 5, "float32")
+    assert counted["factor"] == [(5, "float32")]
     floor.cached(full(30, 5), np.float64)  # another dtype: both parts
     assert counted["copy"][-1] == (2**20, "float64") and counted["dot"][-1] == (30, 5, 5, "float64")
     assert len(counted["copy"]) == 2 and len(counted["dot"]) == 3
     floor.cached(floor.Iteration(30, 5, 2, PCA_WORK), np.float32)  # another product shape (n, p, q): its own
     assert counted["dot"][-1] == (30, 5, 2, "float32") and len(counted["copy"]) == 2
+    assert counted["factor"] == [(5, "float32"), (5, "float64")]  # pca factors nothing
     floor.cached(full(30, 5, row_offsets=True), np.float32)  # the same product and buffer: nothing new
     assert len(counted["dot"]) == 4 and len(counted["copy"]) == 2
     # one file for this machine, naming it and holding every part measured
@@ -199,7 +220,10 @@ def test_a_second_call_does_not_measure_again_and_parts_are_keyed_by_what_they_d
     data = json.loads(path.read_text())
     assert data["machine"] == floor.identity() and data["machine"]["host"] and data["machine"]["jax"]
     assert set(data["dot"]) == {"float32/30x5x5", "float32/40x5x5", "float64/30x5x5", "float32/30x5x2"}
-    assert first.ms_per_iter == pytest.approx(independent_floor(30, 5, 4, 50.0, stub_dot_ms(30, 5, 5)))
+    assert set(data["factor"]) == {"float32/5", "float64/5"}
+    assert first.ms_per_iter == pytest.approx(
+        independent_floor(30, 5, 4, 50.0, stub_dot_ms(30, 5, 5), stub_factor_ms(5))
+    )
 
 
 @pytest.mark.parametrize(
@@ -290,10 +314,12 @@ def test_a_real_measurement_at_a_tiny_shape(dtype, monkeypatch, tmp_path):
     monkeypatch.setenv(floor.CACHE_ENV, str(tmp_path))
     f = floor.cached(full(20, 4), dtype, "cpu")
     assert f.dtype == np.dtype(dtype).name and f.copy_bytes == 2**20
-    assert 0.1 < f.copy_GBps < 1e4 and 0 < f.dot_ms < 10
-    assert f.ms_per_iter == pytest.approx(independent_floor(20, 4, np.dtype(dtype).itemsize, f.copy_GBps, f.dot_ms))
+    assert 0.1 < f.copy_GBps < 1e4 and 0 < f.dot_ms < 10 and 0 < f.factor_ms < 10
+    assert f.ms_per_iter == pytest.approx(
+        independent_floor(20, 4, np.dtype(dtype).itemsize, f.copy_GBps, f.dot_ms, f.factor_ms)
+    )
     g = floor.cached(floor.Iteration(20, 4, 2, PCA_WORK), dtype, "cpu")  # an n x p times p x q product
-    assert g.copy_GBps == f.copy_GBps and 0 < g.dot_ms < 10
+    assert g.copy_GBps == f.copy_GBps and 0 < g.dot_ms < 10 and g.factor_ms == 0.0
     assert g.ms_per_iter == pytest.approx(
         independent_pca_floor(20, 4, 2, np.dtype(dtype).itemsize, g.copy_GBps, g.dot_ms)
     )
@@ -339,7 +365,7 @@ def test_a_job_logs_its_machines_floor_measured_before_the_fit(tiny_config, outp
     n, p = int(t["data_n"]), int(t["data_p"])
     assert (n, p) == (30, 5)
     assert m["floor_ms_per_iter"] == pytest.approx(
-        independent_floor(n, p, 4, m["floor_copy_GBps"], m["floor_dot_ms"]), rel=1e-9
+        independent_floor(n, p, 4, m["floor_copy_GBps"], m["floor_dot_ms"], m["floor_factor_ms"]), rel=1e-9
     )
     assert m["floor_ms_per_iter"] == pytest.approx(floor.cached(full(n, p), np.float32, "cpu").ms_per_iter, rel=1e-12)
     assert m["floor_bytes_per_iter"] == 14 * n * p * 4
@@ -393,7 +419,10 @@ def test_a_pca_job_logs_the_pca_floor_below_the_full_models_at_the_same_shape(co
     full_m, pca_m = logged["model=full"], logged["model=pca"]
     assert full_m["floor_copy_GBps"] == pca_m["floor_copy_GBps"] == 50.0  # the same cached copy
     assert (full_m["floor_dot_ms"], pca_m["floor_dot_ms"]) == (stub_dot_ms(n, p, p), stub_dot_ms(n, p, q))
-    assert full_m["floor_ms_per_iter"] == pytest.approx(independent_floor(n, p, 4, 50.0, stub_dot_ms(n, p, p)))
+    assert full_m["floor_ms_per_iter"] == pytest.approx(
+        independent_floor(n, p, 4, 50.0, stub_dot_ms(n, p, p), stub_factor_ms(p))
+    )
+    assert (full_m["floor_factor_ms"], pca_m["floor_factor_ms"]) == (stub_factor_ms(p), 0.0)
     assert pca_m["floor_ms_per_iter"] == pytest.approx(independent_pca_floor(n, p, q, 4, 50.0, stub_dot_ms(n, p, q)))
     assert pca_m["floor_ms_per_iter"] < full_m["floor_ms_per_iter"]
     assert pca_m["floor_bytes_per_iter"] == (2 * n * p + 12 * n * q) * 4 < full_m["floor_bytes_per_iter"]
