@@ -73,6 +73,7 @@ def _shapes(model, n: int, p: int, d: int, dtype, offsets: str = "row"):
     params = {"B": Shape((d, p), dtype), "M": Shape((n, latent), dtype), "S": Shape((n, latent), dtype)}
     if model.rank:
         params["C"] = Shape((p, model.rank), dtype)
+        params["R"] = Shape((model.rank, model.rank), dtype)
     elif model.name == "profiled":
         del params["B"]
     state = jax.eval_shape(model.complete, params, arrays)

@@ -358,8 +358,19 @@ MODELS: dict[str, Model] = {m.name: m for m in (FULL, PROFILED)}
 # --- PLN-PCA ------------------------------------------------------------------------------------
 # Chiquet, Mariadassou and Robin's variational Poisson PCA: Z = O + XB + W C', W_i ~ N(0, I_q),
 # q(W_i) = N(M_i, diag(S_i^2)) with M, S (n, q) and C (p, q). Its state is a PLNState whose fields
-# mean: B (d, p), M (n, q), S (n, q), Sigma := C (p, q), Omega := an empty (0,) placeholder (no
-# closed form: every parameter is free). The strategies carry the fields by name, whatever they hold.
+# mean: B (d, p), M (n, q), S (n, q), Sigma := C (p, q), Omega := R (q, q), the rotation of the latent
+# axes (no closed form: every parameter is free). The strategies carry the fields by name, whatever
+# they hold.
+#
+# The rotation. The ELBO sees the latent axes through (C Q, M Q) for Q orthogonal, the Cayley
+# transform of W = R - R' (:func:`_rotation`):
+# their product M C' is the same for every Q, and the prior's |M|^2 too, so Q moves the ELBO only
+# through the diagonal S, S^2 ((CQ) o (CQ))'. That direction is nearly flat for the steps on C and M
+# (each coordinate of C and M must move in concert to rotate them), and a fit that follows it by
+# those steps alone crept along it for thousands of iterations: 11.6 nats short of pyPLNmodels' final
+# ELBO after 1,000 iterations at 5,000 x 2,000, where the same optimizer with R among its parameters
+# (R = 0 at the start: Q = I) passed it at iteration 385 (docs/results.md). The fit reports C Q and
+# M Q as its C and M.
 # ``pca_model(q, block_rows=b)`` walks the rows in blocks of b inside each step: O(b p) temporaries
 # instead of O(n p), same value and gradient (docs/concepts/memory.md).
 PCA_NAME = "pca"
@@ -373,6 +384,23 @@ PCA_WORK = Work(data_arrays=2, latent_arrays=6, dots=6)
 def _weighted(w: jax.Array | None, x: jax.Array) -> jax.Array:
     """``x`` (b, .) with each row times its weight ``w`` (b, 1); None: every weight is 1."""
     return x if w is None else x * w
+
+
+def _rotation(R: jax.Array) -> jax.Array:
+    """Q = (I - W)^-1 (I + W), W = R - R' (q, q): the Cayley transform of the skew W, orthogonal for
+    any R (every rotation but those turning an axis by pi); Q = I at R = 0. One q x q solve, where
+    the matrix exponential (the same rotations, 0.8 s more of compile at q = 5) takes a Pade
+    approximant per norm range and squarings in a loop, forward and backward."""
+    xp = jnp if isinstance(R, jax.Array) else np  # a host state's (float64, reported params): NumPy's
+    W = R - R.T
+    eye = xp.eye(R.shape[0], dtype=R.dtype)
+    return xp.linalg.solve(eye - W, eye + W)
+
+
+def _rotated(params: Params) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(C Q, M Q, Q): the C and M the ELBO sees, Q = :func:`_rotation` of ``params["R"]``."""
+    Q = _rotation(params["R"])
+    return params["C"] @ Q, params["M"] @ Q, Q
 
 
 def _pca_exponent(O, X, B, C, M, S) -> jax.Array:
@@ -396,9 +424,10 @@ def _pca_block_elbo(Y, O, X, B, C, M, S, count: jax.Array | None) -> jax.Array:
 
 
 def _pca_block_value_and_grad(Y, O, X, B, C, M, S, count: jax.Array | None, keep: jax.Array | None):
-    """:func:`_pca_block_elbo` and its gradient for a block of rows: (value, dB, dC) as the block's
-    shares of sums over rows, and the block's own rows of dM, dS. With R = Y - A:
-    dB = X'R, dC = R'M - (A'S^2) o C, dM = RC - M, dS = 1/S - S - S o (A (C o C)).
+    """:func:`_pca_block_elbo` and its gradient for a block of rows: (value, dB, R'M, A'S^2) as the
+    block's shares of sums over rows, and the block's own rows of dM, dS. With R = Y - A:
+    dB = X'R, dC = R'M - (A'S^2) o C, dM = RC - M, dS = 1/S - S - S o (A (C o C)); dC is returned
+    in its two parts, the second (through S^2 (C o C)' alone) being what the rotation sees.
 
     Written out, as XLA:CPU compiles it with plnexp's flags (measured, docs/concepts/memory.md): the
     exponent's one product and A over it, O + XB, Y o (O + XB) (a row sum's operand: XLA:CPU writes
@@ -421,10 +450,11 @@ def _pca_block_value_and_grad(Y, O, X, B, C, M, S, count: jax.Array | None, keep
     )
     value = jnp.sum(per_row) if count is None else jnp.sum(per_row * count)
     dB = _weighted(count, X).T @ R
-    dC = R.T @ _weighted(count, M) - (A.T @ _weighted(count, S2)) * C
+    RM = R.T @ _weighted(count, M)
+    AS2 = A.T @ _weighted(count, S2)
     dM = _weighted(keep, RC - M)
     dS = _weighted(keep, 1.0 / S - S - S * AC[:, q:])
-    return value, dB, dC, dM, dS
+    return value, dB, RM, AS2, dM, dS
 
 
 def _row_blocks(data: Arrays, block_rows: int, body, init, checkpoint: bool = False):
@@ -472,12 +502,13 @@ def _blocks_of(block_rows: int | None, n: int) -> int | None:
 
 
 def pca_elbo(params: Params, state: PLNState, data: Arrays, block_rows: int | None = None) -> jax.Array:
-    """Partial ELBO (no log y!) of PLN-PCA at (B, C, M, S):
+    """Partial ELBO (no log y!) of PLN-PCA at (B, C Q, M Q, S), Q the rotation of R (:func:`_rotation`):
     sum_ij [Y Z - A] - 1/2 sum_ik (M^2 + S^2 - log S^2 - 1) (see :func:`_pca_block_elbo`).
     ``block_rows``: sum over blocks of that many rows (see :func:`_row_blocks`; rematerialised under
     autodiff, so ``gradient=autodiff`` keeps O(b p) memory too); None: every row at once."""
     del state  # every parameter is free
-    B, C, M, S = params["B"], params["C"], params["M"], params["S"]
+    B, S = params["B"], params["S"]
+    C, M, _ = _rotated(params)
     weight = None if data.rows is None else data.rows.weight
     b = _blocks_of(block_rows, data.Y.shape[0])
     if b is None:
@@ -494,43 +525,59 @@ def pca_elbo(params: Params, state: PLNState, data: Arrays, block_rows: int | No
 def pca_value_and_grad(
     params: Params, state: PLNState, data: Arrays, block_rows: int | None = None
 ) -> tuple[jax.Array, Params]:
-    """:func:`pca_elbo` and its gradient in closed form (no autodiff). With R = Y - A:
-    dB = X'R, dC = R'M - (A'S^2) o C, dM = RC - M, dS = 1/S - S - S o (A (C o C)).
+    """:func:`pca_elbo` and its gradient in closed form (autodiff only for the q x q Cayley transform
+    of the rotation). At C~ = C Q, M~ = M Q, with R = Y - A: dB = X'R, dC~ = R'M~ - (A'S^2) o C~,
+    dM~ = RC~ - M~, dS = 1/S - S - S o (A (C~ o C~)); then dC = dC~ Q', dM = dM~ Q', and for the
+    rotation dQ = -C' ((A'S^2) o C~) through :func:`_rotation`. The rest of dC~ and dM~ adds C'R'M~ +
+    M'RC~ - M'M~ to dQ, symmetric times Q: nothing along a rotation, so it is left out (its two
+    large sums would cancel to rounding noise, which a sign-driven optimizer would follow).
 
     ``block_rows`` = b: the rows go in blocks of b inside one ``lax.fori_loop`` (:func:`_row_blocks`):
     value, dB and dC accumulate, dM and dS are written block by block, so that the step's b x p
     temporaries replace its n x p ones (docs/concepts/memory.md). None: every row at once."""
     del state
-    B, C, M, S = params["B"], params["C"], params["M"], params["S"]
+    B, S = params["B"], params["S"]
+    C, M, Q = _rotated(params)
     rows = data.rows
     weight = None if rows is None else rows.weight
     b = _blocks_of(block_rows, data.Y.shape[0])
     if b is None:
-        value, dB, dC, dM, dS = _pca_block_value_and_grad(data.Y, data.O, data.X, B, C, M, S, weight, weight)
+        value, dB, RM, AS2, dM, dS = _pca_block_value_and_grad(data.Y, data.O, data.X, B, C, M, S, weight, weight)
     else:
 
         def body(start, take, count, keep, carry):
-            value, dB, dC, dM, dS = carry
-            v, gB, gC, gM, gS = _pca_block_value_and_grad(
+            value, dB, RM, AS2, dM, dS = carry
+            v, gB, gRM, gAS2, gM, gS = _pca_block_value_and_grad(
                 take(data.Y), take(data.O), take(data.X), B, C, take(M), take(S), count, keep
             )
             put = partial(jax.lax.dynamic_update_slice_in_dim, start_index=start, axis=0)
-            return value + v, dB + gB, dC + gC, put(dM, gM), put(dS, gS)
+            return value + v, dB + gB, RM + gRM, AS2 + gAS2, put(dM, gM), put(dS, gS)
 
-        sums = _own_sums(rows, (jnp.zeros((), data.Y.dtype), jnp.zeros_like(B), jnp.zeros_like(C)))
-        init = (*sums, jnp.zeros_like(M), jnp.zeros_like(S))  # dM, dS: M's and S's rows (a device's own)
-        value, dB, dC, dM, dS = _row_blocks(data, b, body, init)
-    return _total(rows, value), {"B": _total(rows, dB), "C": _total(rows, dC), "M": dM, "S": dS}
+        zeros = (jnp.zeros((), data.Y.dtype), jnp.zeros_like(B), jnp.zeros_like(C), jnp.zeros_like(C))
+        init = (*_own_sums(rows, zeros), jnp.zeros_like(M), jnp.zeros_like(S))  # dM, dS: a device's own rows
+        value, dB, RM, AS2, dM, dS = _row_blocks(data, b, body, init)
+    AS2 = _total(rows, AS2)
+    dC = (_total(rows, RM) - AS2 * C) @ Q.T
+    # the rotation: dQ = -C'((A'S^2) o C~), through Q = _rotation(R). Only Q'dQ's skew part moves R
+    # (its symmetric part times Q gives nothing along a rotation), so Q times half of it goes back
+    # through the transform, written entry by entry, sum_j C~_jk C~_jl ((A'S^2)_jk - (A'S^2)_jl):
+    # exactly 0 where S is the same along the axes (the data init's S: no rotation, not rounding's).
+    skew = jnp.einsum("jk,jl,jkl->kl", C, C, AS2[:, :, None] - AS2[:, None, :])
+    _, rotation_vjp = jax.vjp(_rotation, params["R"])
+    (dR,) = rotation_vjp(Q @ (0.5 * skew))
+    grads = {"B": _total(rows, dB), "C": dC, "M": dM @ Q.T, "S": dS, "R": dR}
+    return _total(rows, value), grads
 
 
 def _pca_complete(params: Params, data: Arrays) -> PLNState:
-    B, C = params["B"], params["C"]
-    return PLNState(B, params["M"], params["S"], C, jnp.zeros((0,), C.dtype))
+    return PLNState(params["B"], params["M"], params["S"], params["C"], params["R"])
 
 
 def _pca_params(state: PLNState, data: Data) -> dict:
-    """What a PLN-PCA fit reports: B (d, p), C (p, q), M (n, q), S (n, q); the latent mean is O + XB + MC'."""
-    return {"B": state.B, "C": state.Sigma, "M": state.M, "S": state.S}
+    """What a PLN-PCA fit reports: B (d, p), C (p, q), M (n, q), S (n, q), C and M on the axes the
+    ELBO sees (rotated by the state's R: :func:`_rotated`); the latent mean is O + XB + MC'."""
+    C, M, _ = _rotated({"C": state.Sigma, "M": state.M, "R": state.Omega})
+    return {"B": state.B, "C": C, "M": M, "S": state.S}
 
 
 def _pca_host_elbo(params: dict, data: Data) -> float:
@@ -561,7 +608,7 @@ def check_block_rows(block_rows, key: str = "block_rows", none: str = "None") ->
 def _pca_model(rank: int, block_rows: int | None) -> Model:
     return Model(
         name=PCA_NAME,
-        free=lambda s: {"B": s.B, "C": s.Sigma, "M": s.M, "S": s.S},
+        free=lambda s: {"B": s.B, "C": s.Sigma, "M": s.M, "S": s.S, "R": s.Omega},
         elbo=partial(pca_elbo, block_rows=block_rows),
         value_and_grad=partial(pca_value_and_grad, block_rows=block_rows),
         complete=_pca_complete,
@@ -625,7 +672,8 @@ def _pca_init(data: Arrays, rank: int, init: str, noise: jax.Array | None) -> PL
     S = jnp.full((n, rank), 1.0 if init == "seed" else 0.5, dtype)
     if init != "seed":
         B = _poisson_b(data, data.O + M @ C.T + 0.5 * (S * S) @ (C * C).T)
-    return _pca_complete({"B": B, "C": C, "M": M, "S": S}, data)
+    R = jnp.zeros((rank, rank), dtype)  # the latent axes as the init found them
+    return _pca_complete({"B": B, "C": C, "M": M, "S": S, "R": R}, data)
 
 
 POISSON_B_STEPS = 6  # Newton steps of the data init's Poisson regression for B (from its intercept-only solution)

@@ -20,7 +20,10 @@ from plnexp import model as pm
 
 RANK = 3
 TOL = 1e-10
-KW = dict(model="pca", rank=RANK, optimizer="radam_clip", n_iter=20, precision="float64", timed=False)
+# adam: a smooth optimizer, so that fits summed in another order (blocks, devices) stay within 1e-9.
+# A sign-driven one (rprop, radam_clip's clip) steps by the sign of a gradient component, and where one
+# crosses 0, as the rotation R's does within a few iterations on data this small, rounding picks it.
+KW = dict(model="pca", rank=RANK, optimizer="adam", lr=1e-2, n_iter=20, precision="float64", timed=False)
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +38,7 @@ def _point(n, p, d, seed=0):
         "C": 0.4 * rng.normal(size=(p, RANK)),
         "M": rng.normal(size=(n, RANK)),
         "S": rng.uniform(0.2, 1.0, size=(n, RANK)),
+        "R": 0.5 * rng.normal(size=(RANK, RANK)),  # the latent axes' rotation (its gradient sums the blocks' too)
     }
 
 
@@ -61,7 +65,7 @@ def test_blocks_give_the_unblocked_value_and_gradient(odd, block_rows):
         (v, g), elbo, (va, ga) = _evaluate(pm.pca_model(RANK, block_rows), params, arrays)
     for value in (v, elbo, va):
         assert abs(float(value) - float(v0)) <= TOL * abs(float(v0))
-    for name in ("B", "C", "M", "S"):
+    for name in ("B", "C", "M", "S", "R"):
         assert _rel(g[name], g0[name]) <= TOL, (name, "analytic")
         assert _rel(ga[name], g0[name]) <= TOL, (name, "autodiff")
 
@@ -87,7 +91,7 @@ def test_blocks_skip_padding_rows(odd, block_rows):
     for value in (v, e, va):
         assert abs(float(value) - float(v0)) <= TOL * abs(float(v0))
     for grads in (g, ga):
-        for name in ("B", "C"):
+        for name in ("B", "C", "R"):
             assert _rel(grads[name], g0[name]) <= TOL, name
         for name in ("M", "S"):
             assert _rel(grads[name][: odd.n], g0[name]) <= TOL, name
