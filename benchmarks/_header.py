@@ -24,3 +24,15 @@ def machine_header(title: str, argv=None) -> list[str]:
         f"devices={[str(d) for d in jax.devices()]}",
         f"# XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}",
     ]
+
+
+def proc_status_kb(key: str) -> int | None:
+    """A field of /proc/self/status in kB (VmRSS, VmHWM...); None where there is none (not Linux)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None

@@ -35,7 +35,7 @@ import time
 import plnexp
 
 import jax
-from _header import machine_header  # benchmarks/, on sys.path as the script's folder
+from _header import machine_header, proc_status_kb  # benchmarks/, on sys.path as the script's folder
 import numpy as np
 
 from plnexp import floor, fitting, strategies
@@ -46,17 +46,6 @@ from plnexp.optim import OptimizerSpec
 REPLICATIONS = (1, 100, 400, 1724, 4310, 8621)
 TARGET_S = 1.5  # the shorter run's length at the floor
 MIN_ITER, MAX_ITER = 10, 5000
-
-
-def _status_kb(key: str) -> int | None:
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return None
 
 
 def _minflt() -> int:
@@ -79,7 +68,7 @@ def run_one(replication: int, names: list[str], repeats: int) -> dict:
     arrays = data.to_device(np.float32, jax.devices("cpu")[0])
     state = problem.init(init_state(model, arrays, "seed"))
     row: dict = {"replication": replication, "n": data.n, "p": data.p, "a": a, "b": b, **fl.metrics()}
-    rss_before = _status_kb("VmRSS") or 0
+    rss_before = proc_status_kb("VmRSS") or 0
     for name in names:
         programs = {
             k: strategies.build(problem, k, strategies.StrategySpec(name)).compile(state, arrays) for k in (a, b)
@@ -107,7 +96,7 @@ def run_one(replication: int, names: list[str], repeats: int) -> dict:
             ),
         }
         del programs
-    peak = _status_kb("VmHWM") or 0
+    peak = proc_status_kb("VmHWM") or 0
     row["peak_GB"] = peak / 2**20
     row["peak_bytes_per_row"] = 1024 * peak / data.n
     row["data_bytes_per_row"] = 1024 * max(peak - rss_before, 0) / data.n

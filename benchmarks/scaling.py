@@ -43,7 +43,7 @@ import time
 import plnexp
 
 import jax
-from _header import machine_header  # benchmarks/, on sys.path as the script's folder
+from _header import machine_header, proc_status_kb  # benchmarks/, on sys.path as the script's folder
 import numpy as np
 
 BIG_N, BIG_P = 1_000_000, 2000  # dropped by --skip-big
@@ -109,17 +109,6 @@ def parse_args(argv=None):
 
 
 # ---------------------------------------------------------------- child: one size
-def _proc_status_kb(key: str) -> int | None:
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return None
-
-
 def _reset_peak_rss() -> bool:
     """Reset this process's resident high-water mark (Linux >= 4.0: write 5 to clear_refs)."""
     try:
@@ -141,14 +130,14 @@ def _emit(**fields) -> None:
 def run_one(args) -> int:
     n, p = args.one
     jax.numpy.zeros(1).block_until_ready()  # start the backend: part of the baseline
-    rss_base = _proc_status_kb("VmRSS")
+    rss_base = proc_status_kb("VmRSS")
     _emit(stage="started", n=n, p=p, rss_base_mb=rss_base / 1024 if rss_base else None)
     t0 = time.perf_counter()
     data = plnexp.simulate(n, p, d=1, seed=args.seed)
     data_s = time.perf_counter() - t0
-    rss_data = _proc_status_kb("VmRSS")
+    rss_data = proc_status_kb("VmRSS")
     _emit(stage="data", data_s=data_s, rss_data_mb=rss_data / 1024 if rss_data else None, maxrss_mb=_maxrss_mb())
-    reset = _reset_peak_rss() and _proc_status_kb("VmHWM") is not None
+    reset = _reset_peak_rss() and proc_status_kb("VmHWM") is not None
     t0 = time.perf_counter()
     res = plnexp.fit(
         data,
@@ -167,7 +156,7 @@ def run_one(args) -> int:
     t = res.timing
     mem = next(iter(t.memory_analysis.values()), {}) if t.memory_analysis else {}
     cost = next(iter(t.cost_analysis.values()), {}) if t.cost_analysis else {}
-    fit_peak = _proc_status_kb("VmHWM") / 1024 if reset else _maxrss_mb()
+    fit_peak = proc_status_kb("VmHWM") / 1024 if reset else _maxrss_mb()
     _emit(
         stage="result",
         n=n,
