@@ -68,7 +68,6 @@ def run_one(replication: int, names: list[str], repeats: int) -> dict:
     arrays = data.to_device(np.float32, jax.devices("cpu")[0])
     state = problem.init(init_state(model, arrays, "seed"))
     row: dict = {"replication": replication, "n": data.n, "p": data.p, "a": a, "b": b, **fl.metrics()}
-    rss_before = proc_status_kb("VmRSS") or 0
     for name in names:
         programs = {
             k: strategies.build(problem, k, strategies.StrategySpec(name)).compile(state, arrays) for k in (a, b)
@@ -99,7 +98,6 @@ def run_one(replication: int, names: list[str], repeats: int) -> dict:
     peak = proc_status_kb("VmHWM") or 0
     row["peak_GB"] = peak / 2**20
     row["peak_bytes_per_row"] = 1024 * peak / data.n
-    row["data_bytes_per_row"] = 1024 * max(peak - rss_before, 0) / data.n
     return row
 
 
