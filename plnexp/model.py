@@ -377,7 +377,8 @@ PCA_NAME = "pca"
 PCA_INIT_C = 0.1  # init="seed": C = PCA_INIT_C times the first q columns of the p x p identity
 # One iteration, at least: read Y, O (n x p); read and write M, S and their two moments each (n x q);
 # six n x p x q products: MC' and S^2 (C o C)' for the exponent, RC and A (C o C) for dM and dS,
-# R'M and A'S^2 for dC (pca_value_and_grad does one more, AC, for its value).
+# R'M and A'S^2 for dC (pca_value_and_grad does two more, as it never forms R = Y - A: AC and M'A,
+# taking RC = YC - AC and R'M = Y'M - A'M; see _pca_block_value_and_grad).
 PCA_WORK = Work(data_arrays=2, latent_arrays=6, dots=6)
 
 
@@ -409,18 +410,35 @@ def _pca_exponent(O, X, B, C, M, S) -> jax.Array:
     return O + X @ B + jnp.concatenate([M, 0.5 * (S * S)], axis=1) @ jnp.concatenate([C, C * C], axis=1).T
 
 
-def _pca_block_elbo(Y, O, X, B, C, M, S, count: jax.Array | None) -> jax.Array:
-    """The partial ELBO's share of a block of rows: sum_ij [Y Z - A] - 1/2 sum_ik (M^2 + S^2 - log S^2 - 1)
-    with Z = O + XB + MC' and A = exp(Z + S^2 (C o C)'/2). ``count`` (b, 1): each row's weight in the
-    sums (0: a padding row or, in a clamped last block, a row an earlier block counted); None: every
-    row counts once."""
-    Z = O + X @ B + M @ C.T
-    A = jnp.exp(Z + 0.5 * (S * S) @ (C * C).T)
+def _pca_rows(Y, O, X, B, C, M, S) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """A block of rows' partial ELBO, one per row (b, 1): sum_j [Y Z - A] - 1/2 sum_k (M^2 + S^2 -
+    log S^2 - 1) with Z = O + XB + MC' and A = exp(Z + S^2 (C o C)'/2); and A and YC, which the
+    gradient takes on from here.
+
+    Z is never written: sum_j Y Z = sum_j Y (O + XB) + sum_k M (YC), and with per-row offsets (O of
+    shape (b, 1)) sum_j Y (O + XB) is O sum_j Y + sum_k X (Y B')_k, from the one product
+    Y [C, B', 1]: A is then the only b x p array written (an (n, p) O adds Y o (O + XB), the operand
+    of a row sum, as XLA:CPU writes it out under plnexp's flags)."""
+    A = jnp.exp(_pca_exponent(O, X, B, C, M, S))
+    q, d = C.shape[1], X.shape[1]
+    if O.shape[1] == 1:
+        on_y = Y @ jnp.concatenate([C, B.T, jnp.ones((C.shape[0], 1), C.dtype)], axis=1)
+        YC = on_y[:, :q]
+        yz_fixed = jnp.sum(X * on_y[:, q : q + d], axis=1, keepdims=True) + O * on_y[:, q + d :]
+    else:
+        YC = Y @ C
+        yz_fixed = jnp.sum(Y * (O + X @ B), axis=1, keepdims=True)
     prior = M * M + S * S - 2.0 * jnp.log(jnp.abs(S)) - 1.0
-    if count is None:
-        return jnp.sum(Y * Z - A) - 0.5 * jnp.sum(prior)
-    per_row = jnp.sum(Y * Z - A, axis=1, keepdims=True) - 0.5 * jnp.sum(prior, axis=1, keepdims=True)
-    return jnp.sum(per_row * count)
+    per_row = yz_fixed + jnp.sum(M * YC - 0.5 * prior, axis=1, keepdims=True) - jnp.sum(A, axis=1, keepdims=True)
+    return per_row, A, YC
+
+
+def _pca_block_elbo(Y, O, X, B, C, M, S, count: jax.Array | None) -> jax.Array:
+    """The partial ELBO's share of a block of rows (:func:`_pca_rows`). ``count`` (b, 1): each row's
+    weight in the sums (0: a padding row or, in a clamped last block, a row an earlier block
+    counted); None: every row counts once."""
+    per_row, _, _ = _pca_rows(Y, O, X, B, C, M, S)
+    return jnp.sum(per_row) if count is None else jnp.sum(per_row * count)
 
 
 def _pca_block_value_and_grad(Y, O, X, B, C, M, S, count: jax.Array | None, keep: jax.Array | None):
@@ -429,30 +447,26 @@ def _pca_block_value_and_grad(Y, O, X, B, C, M, S, count: jax.Array | None, keep
     dB = X'R, dC = R'M - (A'S^2) o C, dM = RC - M, dS = 1/S - S - S o (A (C o C)); dC is returned
     in its two parts, the second (through S^2 (C o C)' alone) being what the rotation sees.
 
-    Written out, as XLA:CPU compiles it with plnexp's flags (measured, docs/concepts/memory.md): the
-    exponent's one product and A over it, O + XB, Y o (O + XB) (a row sum's operand: XLA:CPU writes
-    out every reduction's operand under the safety flag) and R over them; 2 rows x p arrays alive
-    at once without blocks, 4 with (the block's rows of Y and O are copied out too). Z itself is
-    never written: sum(Y o Z) = sum(Y o (O + XB)) + sum(M o YC) with YC = RC + AC, two products the
-    gradient needs anyway. The row weights ``count`` multiply the (b, d) and (b, q) sides of the
-    products, never a (b, p) array; ``keep`` (b, 1) zeroes dM, dS on padding rows (None: none)."""
-    S2, C2 = S * S, C * C
-    A = jnp.exp(_pca_exponent(O, X, B, C, M, S))
-    R = Y - A
-    q = C.shape[1]
-    AC = A @ jnp.concatenate([C, C2], axis=1)  # A C and A (C o C), (b, 2q)
-    RC = R @ C
-    yz_fixed = jnp.sum(Y * (O + X @ B), axis=1, keepdims=True)  # sum_j Y (O + XB)
-    per_row = (
-        yz_fixed
-        + jnp.sum(M * (RC + AC[:, :q]) - 0.5 * (M * M + S2 - 2.0 * jnp.log(jnp.abs(S)) - 1.0), axis=1, keepdims=True)
-        - jnp.sum(A, axis=1, keepdims=True)
-    )
+    R itself is never formed: every product of it is one of Y less the same of A, and the products
+    share their reads, five in all (the exponent's, Y [C, B', 1] in :func:`_pca_rows`, then
+    A [C, C o C], [X, M, S^2]' A and [X, M]' Y, the last two with their wide side out, as XLA:CPU
+    runs a skinny product twice as fast). Measured at 2,000 x 14,000 (q = 5, float32,
+    docs/results.md), against writing out R = Y - A and taking R C, X'R, R'M from it: 2.1x fewer
+    seconds a step. The float32 gradient's error against float64 grows by about 1.5x at a converged
+    point (differences of two sums), far below what moves the fit. The row weights ``count``
+    multiply the (b, d) and (b, q) sides of the products, never a (b, p) array; ``keep`` (b, 1)
+    zeroes dM, dS on padding rows (None: none)."""
+    per_row, A, YC = _pca_rows(Y, O, X, B, C, M, S)
     value = jnp.sum(per_row) if count is None else jnp.sum(per_row * count)
-    dB = _weighted(count, X).T @ R
-    RM = R.T @ _weighted(count, M)
-    AS2 = A.T @ _weighted(count, S2)
-    dM = _weighted(keep, RC - M)
+    q, d = C.shape[1], X.shape[1]
+    AC = A @ jnp.concatenate([C, C * C], axis=1)  # A C and A (C o C), (b, 2q)
+    XM = _weighted(count, jnp.concatenate([X, M], axis=1))
+    on_a = jnp.concatenate([XM, _weighted(count, S * S)], axis=1).T @ A  # (d + 2q, p): X'A, M'A, (S^2)'A
+    on_y = XM.T @ Y  # (d + q, p): X'Y, M'Y
+    dB = on_y[:d] - on_a[:d]
+    RM = (on_y[d:] - on_a[d : d + q]).T
+    AS2 = on_a[d + q :].T
+    dM = _weighted(keep, YC - AC[:, :q] - M)
     dS = _weighted(keep, 1.0 / S - S - S * AC[:, q:])
     return value, dB, RM, AS2, dM, dS
 

@@ -67,23 +67,28 @@ def _seen(params):
     return params["C"] @ Q, params["M"] @ Q
 
 
-def _arrays(data, dtype):
-    return pm.Arrays(*(jnp.asarray(a, dtype) for a in (data.Y, data.O, data.X)))
+def _arrays(data, dtype, offsets="full"):
+    """The device arrays; ``offsets="row"``: O as its (n, 1) column, as a fit's device gets per-row
+    offsets (the model then takes sum_j Y (O + XB) from a product; ``small``'s O is one per row)."""
+    O = data.O[:, :1] if offsets == "row" else data.O
+    assert offsets == "full" or np.array_equal(np.broadcast_to(O, data.O.shape), data.O)
+    return pm.Arrays(*(jnp.asarray(a, dtype) for a in (data.Y, O, data.X)))
 
 
-def _jitted_elbo(data, params, dtype) -> float:
+def _jitted_elbo(data, params, dtype, offsets="full") -> float:
     model = pm.pca_model(RANK)
     with jax.enable_x64(dtype == np.float64):
-        arrays = _arrays(data, dtype)
+        arrays = _arrays(data, dtype, offsets)
         q = {k: jnp.asarray(v, dtype) for k, v in params.items()}
         return float(jax.jit(model.elbo)(q, model.complete(q, arrays), arrays))
 
 
+@pytest.mark.parametrize("offsets", ["full", "row"])
 @pytest.mark.parametrize("precision", ["float64", "float32"])
-def test_elbo_matches_the_float64_reference(small, precision):
+def test_elbo_matches_the_float64_reference(small, precision, offsets):
     params = _point(small)
     prec = PRECISIONS[precision]
-    got = _jitted_elbo(small, params, prec.dtype) - small.log_factorial
+    got = _jitted_elbo(small, params, prec.dtype, offsets) - small.log_factorial
     C, M = _seen(params)
     want = reference.pca_elbo(small.Y, small.O, small.X, params["B"], C, M, params["S"])
     tol = 1e-12 * abs(want) if precision == "float64" else prec.check_tolerance(want, small.Y.size)
@@ -100,10 +105,11 @@ def test_reference_has_no_n_by_p_by_q_term_and_blocks_rows(small):
     assert partial - whole == pytest.approx(reference.log_factorial_sum(small.Y), rel=1e-13)
 
 
-def test_analytic_gradient_is_autodiffs(small):
+@pytest.mark.parametrize("offsets", ["full", "row"])
+def test_analytic_gradient_is_autodiffs(small, offsets):
     model = pm.pca_model(RANK)
     with jax.enable_x64(True):
-        arrays = _arrays(small, np.float64)
+        arrays = _arrays(small, np.float64, offsets)
         params = {k: jnp.asarray(v) for k, v in _point(small, 2).items()}
         state = model.complete(params, arrays)
         value, grads = jax.jit(model.value_and_grad)(params, state, arrays)
