@@ -451,7 +451,7 @@ def _pca_block_value_and_grad(Y, O, X, B, C, M, S, count: jax.Array | None, keep
     share their reads, five in all (the exponent's, Y [C, B', 1] in :func:`_pca_rows`, then
     A [C, C o C], [X, M, S^2]' A and [X, M]' Y, the last two with their wide side out, as XLA:CPU
     runs a skinny product twice as fast). Measured at 2,000 x 14,000 (q = 5, float32,
-    docs/results.md), against writing out R = Y - A and taking R C, X'R, R'M from it: 2.1x fewer
+    docs/results.md), against writing out R = Y - A and taking R C, X'R, R'M from it: 2.3x fewer
     seconds a step. The float32 gradient's error against float64 grows by about 1.5x at a converged
     point (differences of two sums), far below what moves the fit. The row weights ``count``
     multiply the (b, d) and (b, q) sides of the products, never a (b, p) array; ``keep`` (b, 1)
