@@ -8,7 +8,7 @@ cores busy (what a joblib sweep or a second SLURM job on the node does), and the
 tolerance flags in each case (drift; and level: the calibration over the best idle one, what the
 report compares across the jobs of one host).
 
-    .venv/bin/python benchmarks/calibration.py                 # ~1 min on 2 cores
+    .venv/bin/python benchmarks/calibration.py                 # a minute or so (docs/results.md)
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ side by side in one run.
 Both parts use ``plnexp.fit`` / ``plnexp.fit_replicates`` with ``timed=True``: AOT compile timed
 apart, ``--warmup`` untimed runs, then the median of ``--repeats`` steady runs.
 
-    .venv/bin/python benchmarks/devices.py                       # both parts (~5 min on 2 cores; n=1e6 needs ~12 GB)
+    .venv/bin/python benchmarks/devices.py                       # both parts (minutes; n=1e6 needs many GB: docs/results.md)
     .venv/bin/python benchmarks/devices.py --big-n 0 --ks 1,4    # a smoke test
 """
 

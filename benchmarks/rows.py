@@ -17,7 +17,7 @@ Data: oaks replicated (``plnexp.load_oaks(replication=r)``, p = 114, d = 1), flo
 optimizer ``radam_clip``. a = the iterations that take ~1.5 s at the floor, within [10, 5000]. Each
 size runs in a fresh process (``--one R``) so that sizes share no memory high-water mark.
 
-    .venv/bin/python benchmarks/rows.py                                 # oaks x1 .. 10^6 rows (~10 min, ~13 GB)
+    .venv/bin/python benchmarks/rows.py                                 # oaks x1 .. 10^6 rows (minutes, many GB: docs/results.md)
     .venv/bin/python benchmarks/rows.py --replications 1,100 --strategies scan_fused   # a smoke test
 """
 

@@ -23,7 +23,7 @@ The log-log slopes of ms/iter against n and p are fitted (numpy polyfit) over th
 above ``--fit-min-n`` / ``--fit-min-p`` (so per-iteration overhead does not dominate); the
 consecutive-point slopes are printed too.
 
-    .venv/bin/python benchmarks/scaling.py                      # the full run (n=1e6 needs ~20 GB, tens of minutes)
+    .venv/bin/python benchmarks/scaling.py                      # the full run (n=1e6 needs many GB and tens of minutes: docs/results.md)
     .venv/bin/python benchmarks/scaling.py --skip-big           # without n=1e6 and p=2000
     .venv/bin/python benchmarks/scaling.py --ns 1000,3000 --ps 20,40 --n-iter 5 --n-fixed 2000   # a smoke test
 """

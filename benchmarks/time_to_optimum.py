@@ -54,7 +54,7 @@ pyPLNmodels, whose torch requirement that satisfies:
 
 Usage:
 
-    .venv/bin/python benchmarks/time_to_optimum.py                       # the full run (~2 min on 2 cores)
+    .venv/bin/python benchmarks/time_to_optimum.py                       # the full run (minutes: docs/results.md)
     .venv/bin/python benchmarks/time_to_optimum.py --n-iter 50 --gap 50 --no-pypln --oneoff-runs 1  # a quick check
     .venv/bin/python benchmarks/time_to_optimum.py --precisions float64 --tol 1e-10 --json out.json
 """

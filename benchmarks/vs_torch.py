@@ -15,14 +15,14 @@ companion use):
   its compile_s = first call of the step minus a steady one, cold: TorchDynamo reset, Inductor's
   on-disk caches off, after a once-per-process warm-up that is printed apart);
 - with ``--tutorial``, the tutorial's own level-2 JAX scan (``tutorial.py``, defects included) in a
-  plain process, the figure behind the issue's 17.7 s.
+  plain process, the figure behind the issue's JAX time (``REFERENCE``).
 
 Ratios: ``x_scan`` = scan's ms/iter (same gradient) over the row's, ``x_best`` = the fastest JAX
 strategy's over the row's (above 1: the row is faster); ``compile_x`` = the row's compile_s over
 scan's; ``curve_rdiff`` = max |ELBO_row - ELBO_scan| / |ELBO_scan| (in float32 with radam_clip this
 grows with the iterations for any two differently fused programs: see tests/test_strategies.py).
 
-    .venv/bin/python benchmarks/vs_torch.py                                   # W1 (~15 min on 2 cores)
+    .venv/bin/python benchmarks/vs_torch.py                                   # W1 (many minutes: docs/results.md)
     .venv/bin/python benchmarks/vs_torch.py --n-iter 20 --replication 1 --repeats 1 --warmup 0  # smoke test
     .venv/bin/python benchmarks/vs_torch.py --gradients analytic --modes default,max-autotune-no-cudagraphs
 """

@@ -28,7 +28,8 @@ owns the process or where nothing has used JAX yet:
 2. **LAPACK threads.** On CPU, jaxlib runs Cholesky and triangular solves through SciPy's bundled
    OpenBLAS. A 114 x 114 factorisation gains nothing from threads, but OpenBLAS's idle worker
    then spins on one of the cores while XLA's own fusions and dots want both: on a 2-core machine
-   the whole PLN step ran about twice as slow. :func:`configure` sets that OpenBLAS to one thread
+   the whole PLN step ran much slower (docs/results.md, "Where the time goes, and other
+   figures"). :func:`configure` sets that OpenBLAS to one thread
    (:func:`set_lapack_threads`, at run time through its C API, so it works even if SciPy was
    imported first, and even after JAX started); call ``plnexp.runtime.set_lapack_threads(n)`` to
    undo it. NumPy's own OpenBLAS (a different library, ILP64) is left alone.
@@ -48,9 +49,10 @@ from types import FrameType
 
 CHECKED_JAXLIB = ("0.10.2",)
 SAFETY_FLAGS = ("--xla_cpu_experimental_ynn_fusion_type=-reduce",)
-# Measured with benchmarks/flags.py on W1 (scan, analytic gradient, 2-core x86 CPU): 9.68 -> 7.88
-# ms/iter together (multi-output fusion alone 1.15x; the others 1.01-1.03x alone). The last one
-# keeps the safety setting (-reduce) and also routes single dots to Eigen instead of YNN.
+# benchmarks/flags.py measures them on W1 (scan, analytic gradient); figures in docs/results.md,
+# "Where the time goes, and other figures". Multi-output fusion is the flag that matters most; the
+# others add a little each. The last one keeps the safety setting (-reduce) and also routes single
+# dots to Eigen instead of YNN.
 SPEED_FLAGS = (
     "--xla_backend_extra_options=xla_cpu_use_multi_output_fusion",
     "--xla_cpu_copy_insertion_use_region_analysis=true",

@@ -85,12 +85,14 @@ from .runtime import caller_stacklevel
 
 NAN = float("nan")
 MAX_RUNS = 30  # timed runs of one job at most, whatever the budget: enough for a steady IQR
-# The calibration workload (see calibrate): on the idle 2-core dev VM its before/after ratio stayed
-# within CALIBRATION_TOLERANCE (benchmarks/calibration.py measures it).
+# The calibration workload (see calibrate): on an idle machine its before/after ratio stays within
+# CALIBRATION_TOLERANCE (benchmarks/calibration.py measures it; docs/results.md, "Calibration and
+# contention").
 CALIBRATION_SIZE, CALIBRATION_PASSES, CALIBRATION_REPEATS = 1 << 16, 96, 3
 CALIBRATION_TOLERANCE = 0.25
 # How much slower than the host's fastest calibration of the sweep a job's may be: looser, since it
-# compares calibrations minutes apart (an idle default sweep on the dev VM spread them by up to 27%).
+# compares calibrations minutes apart, which spread more even in an idle default sweep (docs/results.md,
+# "Calibration and contention").
 CALIBRATION_LEVEL_TOLERANCE = 0.5
 # jax 0.10.2 records this event (jax/_src/compiler.py) once per XLA compilation served by the cache
 CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
@@ -133,11 +135,12 @@ class Spread:
 
 
 def calibrate(clock=time.perf_counter) -> float:
-    """Seconds of a fixed host workload, the best of :data:`CALIBRATION_REPEATS` timings (about
-    15 ms each on the idle 2-core dev VM): :data:`CALIBRATION_PASSES` passes of NumPy element-wise
-    arithmetic over :data:`CALIBRATION_SIZE` float64 values. Single-threaded on purpose: a multi-
-    threaded workload (BLAS) also measures how soon XLA's own worker threads, still spinning after
-    the fit, let go of the cores, which moved it by ±50% on an idle machine."""
+    """Seconds of a fixed host workload, the best of :data:`CALIBRATION_REPEATS` timings (a few
+    milliseconds each: docs/results.md, "Calibration and contention"): :data:`CALIBRATION_PASSES`
+    passes of NumPy element-wise arithmetic over :data:`CALIBRATION_SIZE` float64 values.
+    Single-threaded on purpose: a multi-threaded workload (BLAS) also measures how soon XLA's own
+    worker threads, still spinning after the fit, let go of the cores, which moved it far beyond the
+    tolerance on an idle machine (same section)."""
     x0 = np.linspace(0.0, 1.0, CALIBRATION_SIZE)
     best = math.inf
     for _ in range(CALIBRATION_REPEATS):
@@ -154,7 +157,8 @@ class ProgramStats:
     """What one cold compile says of its program: ``compile_s`` in three parts (NaN where they do
     not apply: eager, torch) and what XLA made of it (``xla``: xla_instructions, xla_fusions,
     xla_flops_per_iter, xla_bytes_per_iter, peak_bytes; worked out on first use by ``analyse``,
-    since parsing the HLO and costing the loop alone take ~0.02-0.15 s that only a logged run needs),
+    since parsing the HLO and costing the loop take time that only a logged run needs: docs/results.md,
+    "Where the time goes, and other figures"),
     and the optimized HLO as logged (``hlo``: one function's text, or each after a header line)."""
 
     trace_s: float = NAN

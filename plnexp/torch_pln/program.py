@@ -3,7 +3,7 @@ by op, ``torch_compile`` runs ``torch.compile`` of the whole step; both loop in 
 
 A Program takes and returns what the JAX strategies do: the JAX :class:`~plnexp.problem.FitState`
 made by ``Problem.init`` (parameters, closed forms and optax's optimizer state) and the data's
-:class:`~plnexp.model.Arrays`, and returns an :class:`~plnexp.problem.Output` of JAX arrays. The
+:class:`~plnexp.arrays.Arrays`, and returns an :class:`~plnexp.problem.Output` of JAX arrays. The
 conversions are DLPack views (no copy; the step never writes into its inputs), made once at the
 start of a run and once at its end, never inside the loop. Device and dtype are the arrays': a
 JAX array on a GPU becomes a CUDA tensor.
@@ -123,7 +123,8 @@ def row_major(t: torch.Tensor) -> torch.Tensor:
 def row_major_tree(tree):
     """:func:`row_major` on every tensor of a state: NamedTuples (FitState, PLNState, optax's
     states), tuples and dicts, rebuilt with the same types. Plain Python, which TorchDynamo traces
-    (``jax.tree.map`` it cannot); ~20 us a step in ``torch_eager``."""
+    (``jax.tree.map`` it cannot); a small cost a step in ``torch_eager`` (docs/results.md, "PyTorch
+    baselines")."""
     if isinstance(tree, torch.Tensor):
         return row_major(tree)
     if isinstance(tree, dict):
