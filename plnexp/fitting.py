@@ -46,7 +46,7 @@ class NumericsError(RuntimeError):
     """The compiled ELBO disagrees with the float64 host reference: a compiler or numerics bug."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)  # __repr__: one line, below
 class FitResult:
     """A finished fit. ``elbo[i]``: ELBO (with the exact log y!) before update i; NaN past
     ``n_iter``. ``params`` (float64): B (d, p), M (n, p, centred residual), S (n, p), Sigma (p, p);
@@ -65,6 +65,20 @@ class FitResult:
     device: str
     extra: dict = field(default_factory=dict)
     replicate: int = 0  # its place in the program's batch (runs are identified by config hash and replicate)
+
+    def __repr__(self) -> str:
+        """One line (the curve and the parameters are never printed: they are n x p arrays): the
+        model, strategy and optimizer, the iterations run of those asked for (``len(elbo)``), the
+        final ELBO (``loglik``), the precision and device, and the time per iteration when timed:
+        ``FitResult(profiled, scan, rprop, 1000/1000 iterations, ELBO -1.23457e+04, float32, cpu,
+        0.0312 ms/iter)``."""
+        ms = self.timing.ms_per_iter
+        timed = f", {ms:.3g} ms/iter" if np.isfinite(ms) else ""
+        batch = f", replicate {self.replicate}" if self.replicate else ""
+        return (
+            f"{type(self).__name__}({self.model}, {self.strategy}, {self.optimizer}, {self.n_iter}/{len(self.elbo)} "
+            f"iterations, ELBO {self.loglik:.6g}, {self.precision}, {self.device}{timed}{batch})"
+        )
 
 
 @lru_cache(maxsize=32)
@@ -148,8 +162,8 @@ def fit(
     Raises:
         TypeError: ``data`` is none of the above (a list, a file name, ...): one line naming what
             is accepted.
-        plnexp.DataError: a value that cannot be fitted (a negative, non-integer or missing count,
-            a shape that does not match the counts'): one line naming the argument, row and column.
+        plnexp.DataError: a value that cannot be fitted (a negative, non-integer, missing or too
+            large count, a shape that does not match the counts'): one line naming the argument, row and column.
         ValueError: a bad choice: one line naming the argument and its allowed values.
         NumericsError: the compiled ELBO disagrees with the float64 host reference.
     """

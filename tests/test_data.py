@@ -2,6 +2,7 @@
 (plnexp.as_data: NumPy arrays and pandas DataFrames, checked by the CSV loader's own checks),
 simulation."""
 
+import re
 from importlib import resources
 
 import numpy as np
@@ -281,6 +282,34 @@ def test_as_data_bad_values_are_one_line_naming_the_argument(counts, kwargs, mes
     with pytest.raises(DataError, match=f"^{message}") as err:
         plnexp.as_data(np.asarray(counts) if isinstance(counts, list) else counts, **kwargs)
     assert "\n" not in str(err.value)
+
+
+def test_counts_too_large_for_float32_are_one_line_naming_the_largest(tmp_path):
+    """A count of 1e40 overflows float32 (a failed fit, its optimum cached): refused before the fit, in
+    one line naming the argument (or file), the largest count, its place and the allowed range."""
+    from plnexp.data import COUNTS_MAX
+
+    counts = np.array([[1.0, 2.0], [1e40, 3.0], [5.0, 1e30]])
+    largest, allowed = (
+        re.escape(f"{1e40:g}"),
+        re.escape(f"allowed values are non-negative integers up to {COUNTS_MAX:.3g}"),
+    )
+    with pytest.raises(
+        DataError, match=rf"^counts: too large count {largest} at row 2, column 1 \(the largest\); {allowed}"
+    ) as err:
+        plnexp.as_data(counts)
+    assert "\n" not in str(err.value)
+    path = _write(tmp_path / "counts.csv", "a,b\n1,2\n3,1e40\n")
+    with pytest.raises(
+        DataError, match=rf"^counts file .*counts.csv: too large count {largest} at row 2, column 2"
+    ) as err:
+        plnexp.load_csv(path)
+    assert "\n" not in str(err.value)
+    with pytest.raises(DataError, match="too large count"):
+        plnexp.as_data(np.array([[0.0, np.nextafter(COUNTS_MAX, np.inf)]]))
+    # ordinary large counts (deep sequencing), up to the bound itself, are accepted as they are
+    big = np.array([[1e6, 0.0], [2.0, 123456789.0], [7.0, np.floor(COUNTS_MAX)]])
+    np.testing.assert_array_equal(plnexp.as_data(big).Y, big)
 
 
 @pytest.mark.parametrize(
