@@ -35,7 +35,7 @@ import numpy as np
 from . import convergence, plots, ranking
 
 if TYPE_CHECKING:
-    from .report import Entry, Report
+    from .report_entries import Entry, Report
 
 PRESET = "convergence"  # the sweep file whose report has the headline (conf/sweep/convergence.yaml)
 TOLS = (1e-4, 1e-6, 1e-8, 1e-10)  # the while_loop tolerances judged on scan's curves

@@ -113,7 +113,7 @@ def warn_empty_columns(Y: np.ndarray, source: str, columns: Sequence[str] | None
     return empty
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)  # __repr__: one line, below
 class Data:
     """A data set ready to fit: n samples, p count variables, d covariates (intercept included).
 
@@ -144,6 +144,16 @@ class Data:
     covariate_names: tuple[str, ...] = ("intercept",)
     truth: dict | None = field(default=None, repr=False)  # simulate(): the true B and Sigma
     columns: tuple[str, ...] | None = None
+
+    def __repr__(self) -> str:
+        """One line (the arrays' values are never printed: at single-cell scale they are gigabytes):
+        the name, the shape, the covariates, the counts' dtype, and whether a simulation's truth is
+        kept: ``Data('oaks', n=116 x p=114, d=1 covariate, float64)``."""
+        extras = ", simulated (truth kept)" if self.truth is not None else ""
+        return (
+            f"{type(self).__name__}({self.name!r}, n={self.n} x p={self.p}, d={self.d} covariate"
+            f"{'s' if self.d != 1 else ''}, {np.asarray(self.Y).dtype}{extras})"
+        )
 
     @property
     def n(self) -> int:
@@ -177,7 +187,7 @@ class Data:
         return h.hexdigest()
 
     def to_device(self, dtype, device):
-        """The arrays as :class:`plnexp.model.Arrays` of ``dtype``, committed to ``device``, without a
+        """The arrays as :class:`plnexp.arrays.Arrays` of ``dtype``, committed to ``device``, without a
         second n x p copy on the host: an array of another dtype is converted a block of rows at a
         time into one buffer that JAX's CPU client takes as it is (64-byte aligned); offsets that are
         one per row go as their ``(n, 1)`` column (:func:`device_offsets`), which the fit's
@@ -185,7 +195,7 @@ class Data:
         device)`` (O's: its first column, for offsets one per row)."""
         import jax
 
-        from .model import Arrays
+        from .arrays import Arrays
 
         dtype = np.dtype(dtype)
         return Arrays(
@@ -282,13 +292,19 @@ def _check_finite(a: np.ndarray, label: str, allowed: str) -> None:
 
 
 COUNTS_ALLOWED = "non-negative integers"
+# The largest count a fit accepts, ~1.8e19 (log 44): products of two count-sized numbers (a squared
+# gradient (y - exp(m))^2 in adam's second moment, y * m summed over the n x p entries) must stay finite
+# in float32, the default precision, whose largest number is ~3.4e38 (a count of 1e40 is already inf
+# there). Real counts (reads, cells, individuals) are many orders of magnitude below it.
+COUNTS_MAX = float(np.finfo(np.float32).max) ** 0.5
 COVARIATES_ALLOWED = "finite numbers or text categories"
 
 
 def check_counts(Y: np.ndarray, source: str | Path | None = None, *, keep_float32: bool = False) -> np.ndarray:
-    """Counts must be a non-empty 2-d table of finite non-negative integers; returns them as
-    float64 (float32 counts as they are with ``keep_float32``). ``source``: the file they were read
-    from (None: the ``counts`` argument). Checked a block of rows at a time (no n x p transient)."""
+    """Counts must be a non-empty 2-d table of finite non-negative integers up to :data:`COUNTS_MAX`
+    (~1.8e19); returns them as float64 (float32 counts as they are with ``keep_float32``). ``source``:
+    the file they were read from (None: the ``counts`` argument). Checked a block of rows at a time
+    (no n x p transient)."""
     label = _label("counts", source)
     Y = np.asarray(Y)
     if not (keep_float32 and Y.dtype == np.float32):
@@ -303,6 +319,15 @@ def check_counts(Y: np.ndarray, source: str | Path | None = None, *, keep_float3
             raise DataError(
                 f"{label}: {what} count {Y[r, c]:g} at row {r + 1}, column {c + 1}; allowed values are {COUNTS_ALLOWED}"
             )
+    largest = max(float(Y[rows].max()) for rows in row_blocks(*Y.shape))
+    if largest > COUNTS_MAX:
+        where = _first_bad(Y, lambda y: y == largest)
+        assert where is not None  # the largest count is somewhere
+        r, c = where
+        raise DataError(
+            f"{label}: too large count {largest:g} at row {r + 1}, column {c + 1} (the largest); allowed values "
+            f"are {COUNTS_ALLOWED} up to {COUNTS_MAX:.3g} (larger ones overflow float32 arithmetic)"
+        )
     return Y
 
 
@@ -530,10 +555,10 @@ def as_data(counts, offsets=None, covariates=None, *, log_offsets: bool = False,
         TypeError: ``counts``, ``offsets`` or ``covariates`` of another type (a list, a string, ...),
             or offsets or covariates given with a :class:`Data` (it carries its own): one line
             naming what is accepted.
-        DataError: a value that cannot be fitted: a negative, non-integer, missing (NaN) or
-            infinite count, a non-positive offset, a shape that does not match the counts'
-            (``n x p``), linearly dependent covariates: one line naming the argument and, for a
-            value, its row and column.
+        DataError: a value that cannot be fitted: a negative, non-integer, missing (NaN),
+            infinite or too large (above :data:`COUNTS_MAX`, ~1.8e19) count, a non-positive offset,
+            a shape that does not match the counts' (``n x p``), linearly dependent covariates: one
+            line naming the argument and, for a value, its row and column.
     """
     if isinstance(counts, Data):
         if offsets is not None or covariates is not None:

@@ -33,53 +33,10 @@ import numpy as np
 from jax.scipy.linalg import cho_solve
 
 from . import reference
+from .arrays import Arrays, Rows
 
 if TYPE_CHECKING:
     from .data import Data
-
-
-@jax.tree_util.register_pytree_node_class
-@dataclass(frozen=True)
-class Rows:
-    """Which rows of the arrays are data, and where the rest of the rows are (a row-sharded fit).
-
-    - ``weight`` (n, 1): 1 for a data row, 0 for a padding row (rows added so that n splits evenly
-      across devices: Y = O = X = 0 and M = 0 there; they contribute nothing to any sum);
-    - ``n`` (): the number of data rows, over all devices (what Sigma = (M'M + D) / n divides by);
-    - ``axis``: under ``shard_map`` the mesh axis the rows are split over: every sum over rows
-      taken on a device's rows is then ``psum``-ed over it (None: the arrays hold every row, as
-      under ``jit`` with a ``NamedSharding``, where XLA inserts the reductions itself).
-
-    A pytree (``weight`` and ``n`` are leaves, ``axis`` static), so it travels inside :class:`Arrays`.
-    """
-
-    weight: jax.Array
-    n: jax.Array
-    axis: str | None = None
-
-    def tree_flatten(self):
-        return (self.weight, self.n), self.axis
-
-    @classmethod
-    def tree_unflatten(cls, axis, children):
-        return cls(*children, axis)
-
-
-class Arrays(NamedTuple):
-    """The data as device arrays: counts Y (n, p), log-offsets O (n, p), or (n, 1) where the offsets
-    are one per row (:meth:`plnexp.data.Data.to_device`: every computation here broadcasts it against
-    the (n, p) arrays, so read p from Y, never from O), covariates X (n, d).
-
-    ``log_factorial`` = sum log(Y!) (a float64 host constant cast to the fit's dtype); the ELBOs
-    here leave it out, only the early-stopping rule uses it (relative change of the full ELBO).
-    ``rows``: None when every row is data and on this device (every fit but a row-sharded one).
-    """
-
-    Y: jax.Array
-    O: jax.Array
-    X: jax.Array
-    log_factorial: jax.Array | float = 0.0
-    rows: Rows | None = None
 
 
 # The only quantities that mix rows: sums over rows (the ELBO's, M'M, sum S^2, X'M, X'(Y - A)) and
@@ -201,7 +158,8 @@ def _value_and_grad_given_omega(data: Arrays, M, B, M_res, S, Sigma, Omega, logd
         0.0 if B is None else jnp.sum(_total(rows, data.X.T @ data.Y) * B)
     )
     # Column sums, then the p-vector. The barrier stops XLA from merging the two into one full
-    # reduction, which XLA:CPU runs about 3x slower than the column sums (profiled on oaks x100).
+    # reduction, which XLA:CPU runs slower than the column sums (profiled on oaks x100; the figure is
+    # in docs/results.md, "Where the time goes, and other figures").
     per_column = jax.lax.optimization_barrier(jnp.sum(data.Y * M - A + _data_rows(rows, jnp.log(jnp.abs(S))), axis=0))
     trace = n * jnp.sum(Omega * Sigma)
     value = jnp.sum(_total(rows, per_column)) + yz_rest - 0.5 * n * logdet_sigma - 0.5 * trace + 0.5 * n * p
@@ -367,9 +325,10 @@ MODELS: dict[str, Model] = {m.name: m for m in (FULL, PROFILED)}
 # their product M C' is the same for every Q, and the prior's |M|^2 too, so Q moves the ELBO only
 # through the diagonal S, S^2 ((CQ) o (CQ))'. That direction is nearly flat for the steps on C and M
 # (each coordinate of C and M must move in concert to rotate them), and a fit that follows it by
-# those steps alone crept along it for thousands of iterations: 11.6 nats short of pyPLNmodels' final
+# those steps alone crept along it for thousands of iterations: still short of pyPLNmodels' final
 # ELBO after 1,000 iterations at 5,000 x 2,000, where the same optimizer with R among its parameters
-# (R = 0 at the start: Q = I) passed it at iteration 385 (docs/results.md). The fit reports C Q and
+# (R = 0 at the start: Q = I) passed it (docs/results.md, "PLN-PCA against pyPLNmodels' PlnPCA"
+# measures both). The fit reports C Q and
 # M Q as its C and M.
 # ``pca_model(q, block_rows=b)`` walks the rows in blocks of b inside each step: O(b p) temporaries
 # instead of O(n p), same value and gradient (docs/concepts/memory.md).
@@ -390,8 +349,9 @@ def _weighted(w: jax.Array | None, x: jax.Array) -> jax.Array:
 def _rotation(R: jax.Array) -> jax.Array:
     """Q = (I - W)^-1 (I + W), W = R - R' (q, q): the Cayley transform of the skew W, orthogonal for
     any R (every rotation but those turning an axis by pi); Q = I at R = 0. One q x q solve, where
-    the matrix exponential (the same rotations, 0.8 s more of compile at q = 5) takes a Pade
-    approximant per norm range and squarings in a loop, forward and backward."""
+    the matrix exponential (the same rotations, a longer compile: docs/results.md, "PLN-PCA against
+    pyPLNmodels' PlnPCA") takes a Pade approximant per norm range and squarings in a loop, forward
+    and backward."""
     xp = jnp if isinstance(R, jax.Array) else np  # a host state's (float64, reported params): NumPy's
     W = R - R.T
     eye = xp.eye(R.shape[0], dtype=R.dtype)
@@ -450,10 +410,10 @@ def _pca_block_value_and_grad(Y, O, X, B, C, M, S, count: jax.Array | None, keep
     R itself is never formed: every product of it is one of Y less the same of A, and the products
     share their reads, five in all (the exponent's, Y [C, B', 1] in :func:`_pca_rows`, then
     A [C, C o C], [X, M, S^2]' A and [X, M]' Y, the last two with their wide side out, as XLA:CPU
-    runs a skinny product twice as fast). Measured at 2,000 x 14,000 (q = 5, float32,
-    docs/results.md), against writing out R = Y - A and taking R C, X'R, R'M from it: 2.3x fewer
-    seconds a step. The float32 gradient's error against float64 grows by about 1.5x at a converged
-    point (differences of two sums), far below what moves the fit. The row weights ``count``
+    runs a skinny product faster that way). Against writing out R = Y - A and taking R C, X'R, R'M
+    from it, this takes fewer seconds a step; the float32 gradient's error against float64 grows a
+    little at a converged point (differences of two sums), far below what moves the fit: both
+    measured in docs/results.md, "PLN-PCA against pyPLNmodels' PlnPCA" ("The step"). The row weights ``count``
     multiply the (b, d) and (b, q) sides of the products, never a (b, p) array; ``keep`` (b, 1)
     zeroes dM, dS on padding rows (None: none)."""
     per_row, A, YC = _pca_rows(Y, O, X, B, C, M, S)
@@ -698,8 +658,8 @@ def _poisson_b(data: Arrays, shift: jax.Array) -> jax.Array:
     time: the data init's B given its latent part (``shift`` = O + MC' + S^2 (C o C)'/2, so that
     exp(shift + XB) is the ELBO's A). Least squares on log(1 + Y) - O puts B far above it where
     counts are mostly zero (log(1 + 0) = 0 against a log rate of -3 at 90% zeros: A then starts
-    tens of times too large), and measured on PLN-PCA counts with 90% zeros (rank 5, rprop, float32)
-    this B takes the fit to pyPLNmodels' final ELBO in 329 iterations instead of 550 at 2,000 x 1,000.
+    tens of times too large); on PLN-PCA counts with 90% zeros this B takes the fit to pyPLNmodels'
+    final ELBO in fewer iterations (docs/results.md, "PLN-PCA against pyPLNmodels' PlnPCA").
     From the intercept-only solution log((sum_i Y_ij + 1/2) / sum_i exp(shift_ij)) (X's first column
     is the intercept; the 1/2 keeps an all-zero column finite), :data:`POISSON_B_STEPS` Newton steps
     (p systems of d x d) take in the other covariates; with d = 1 they change nothing."""
@@ -734,7 +694,8 @@ def init_state(model: Model, data: Arrays, init: str, seed: int = 0) -> PLNState
     whatever padding follows them; padding rows get none). ``seed`` is used by ``random`` only.
 
     One compiled program (:func:`_init`), not op by op: eagerly, each of its ~30 operations was a
-    compile of its own, 1.2 s of a one-off oaks fit's 2.5 s.
+    compile of its own, a large share of a one-off oaks fit (docs/results.md, "A one-off fit against
+    pyPLNmodels").
     """
     if init not in ("seed", "data", "random"):
         raise ValueError(f"init={init!r}: allowed values are 'seed', 'data', 'random'")

@@ -30,7 +30,7 @@ import numpy as np
 from . import plots
 
 if TYPE_CHECKING:
-    from .report import Entry, Report
+    from .report_entries import Entry, Report
 
 PRESET = "pca_rank"  # the sweep file whose report this is (conf/sweep/pca_rank.yaml)
 PCA = "pca"
@@ -194,7 +194,7 @@ def _varying(report: Report, keys: list[tuple]) -> list[int]:
 
 
 def _label(report: Report, e: Entry, key: tuple, varying: list[int]) -> str:
-    from .report import SHORT
+    from .report_entries import SHORT
 
     names = ["device", "precision", *(k for k in report.extra_keys if k != RANK_KEY)]
     extra = [f"{SHORT.get(names[i - 1], names[i - 1])}={key[i]}" for i in varying]

@@ -594,14 +594,14 @@ class Task:
 
     def _peer(self, peer, ref: int, num: int) -> None:
         """One peer's run on the data of job ``ref``, as job number ``num`` (:meth:`peers`)."""
-        from . import peers as P
+        from . import peer_runs
 
         assert self.record is not None
         config = self.grid[ref].config
-        name = P.peer_config(peer, config).run_name
+        name = peer_runs.peer_config(peer, config).run_name
         print(f"[peer] {name} (the default fit of {peer.label} on job {ref + 1}'s data) ...", end="", flush=True)
         record = self.record
-        outcome = self._extra("peer", name, lambda: P.run_peer(peer, config, record.parent, num))
+        outcome = self._extra("peer", name, lambda: peer_runs.run_peer(peer, config, record.parent, num))
         if outcome is None:
             return
         word = "done" if outcome.status == "FINISHED" else outcome.status

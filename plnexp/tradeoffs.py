@@ -36,7 +36,7 @@ import numpy as np
 from . import ranking
 
 if TYPE_CHECKING:
-    from .report import Entry, Report
+    from .report_entries import Entry, Report
 
 CONTROL_TAG = "plnexp.control"  # = plnexp.ranking.CONTROL_TAG: a sweep's control job ("true")
 FIT_ITERS = 1000  # the fit length the unroll break-even is stated for

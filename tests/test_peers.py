@@ -22,7 +22,7 @@ from conftest import store_client
 from reference_np import elbo_np, pca_elbo_np, profiled_closed_forms
 
 import plnexp
-from plnexp import cli, peers, tracking
+from plnexp import cli, peer_runs, peers, tracking
 from plnexp.config import ConfigError
 from plnexp.fitting import FitResult
 from plnexp.timing import Timing
@@ -120,7 +120,7 @@ def _parent(outputs, name: str) -> tracking.Parent:
 
 def test_run_peer_logs_a_child_run_through_the_jobs_path(tiny_config, outputs):
     parent = _parent(outputs, "peer-run")
-    out = peers.run_peer(fake_peer(fake_fit), tiny_config, parent, job_num=7)
+    out = peer_runs.run_peer(fake_peer(fake_fit), tiny_config, parent, job_num=7)
     assert out.status == "FINISHED", out.reason
     run = store_client(outputs).get_run(out.run_id)
     tags, metrics, params = run.data.tags, run.data.metrics, run.data.params
@@ -247,7 +247,7 @@ def test_a_pca_peer_run_is_logged_with_its_class_call_and_rank(outputs):
         return fake_pca_fit(data, warmup=warmup, repeats=repeats, rank=rank)
 
     parent = _parent(outputs, "peer-pca")
-    out = peers.run_peer(fake_peer(fit), job.config, parent, job_num=3)
+    out = peer_runs.run_peer(fake_peer(fit), job.config, parent, job_num=3)
     assert out.status == "FINISHED", out.reason
     assert seen == [2]
     run = store_client(outputs).get_run(out.run_id)
@@ -262,7 +262,7 @@ def test_a_pca_peer_run_is_logged_with_its_class_call_and_rank(outputs):
 
 
 def test_the_pln_peer_run_says_its_class_too(tiny_config, outputs):
-    out = peers.run_peer(fake_peer(fake_fit), tiny_config, _parent(outputs, "peer-pln"), job_num=2)
+    out = peer_runs.run_peer(fake_peer(fake_fit), tiny_config, _parent(outputs, "peer-pln"), job_num=2)
     params = store_client(outputs).get_run(out.run_id).data.params
     assert params["peer.class"] == "Pln" and params["peer.call"] == "Pln(Y, exog=X, offsets=O, add_const=False).fit()"
 

@@ -13,7 +13,7 @@ Two ways to write it, an option of the strategy (``strategy.via``):
   ``psum``-ed over the mesh axis explicitly (``Rows.axis``).
 
 n need not divide by the device count: the arrays are padded with rows that contribute nothing
-(Y = O = X = 0, weight 0, M = 0 kept there by a zero gradient; see :class:`plnexp.model.Rows`), and
+(Y = O = X = 0, weight 0, M = 0 kept there by a zero gradient; see :class:`plnexp.arrays.Rows`), and
 Sigma divides by the number of data rows. One device gives scan's program on one device's rows.
 """
 
