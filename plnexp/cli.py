@@ -1,7 +1,8 @@
 """From command-line overrides to validated jobs, before any work: the sweep grid is expanded the
 way Hydra's basic sweeper does it, and every job's config is composed (Hydra compose API) and
-loaded into a frozen :class:`~plnexp.config.Config`. Any problem is one :class:`ConfigError` line.
-Then :func:`check_data` loads each distinct data set of the grid once (a :class:`DataError` line)
+loaded into a frozen :class:`~plnexp.config.Config`, and the fit it runs built (:func:`check_fit`).
+Any problem is one :class:`ConfigError` line. Then :func:`check_data` loads each distinct data set of
+the grid once (a :class:`DataError` line) and checks each job's PLN-PCA rank against its data's p,
 and :func:`check_outputs` makes sure the outputs folder can be written.
 """
 
@@ -24,6 +25,7 @@ from omegaconf import OmegaConf
 from . import config as C
 from .config import ConfigError
 from .paths import install_command
+from .spec import check_rank
 
 
 @dataclass(frozen=True)
@@ -307,7 +309,9 @@ def plan(overrides: list[str], multirun: bool, *, check_device: bool = True) -> 
                 _check_keys(parsed, cache[groups])
                 raise
             _check_keys(parsed, composed)  # keys that Hydra's compose let through (a node not in struct mode)
-            jobs.append(Job(tuple(job), C.load(composed, check_device=check_device)))
+            config = C.load(composed, check_device=check_device)
+            check_fit(config)
+            jobs.append(Job(tuple(job), config))
     if multirun:
         for key in ("experiment", "tracking_uri"):  # a value set some other way than by its key (a group's file)
             values = list(dict.fromkeys("null" if (v := getattr(j.config, key)) is None else str(v) for j in jobs))
@@ -341,13 +345,30 @@ def group_value(group: str, option: str):
         return _compose([f"{group}={option}"])[group]
 
 
+def check_fit(config: C.Config) -> None:
+    """The fit a job runs, as :func:`plnexp.fitting.run` will get it (:meth:`~plnexp.config.Config.fit_spec`,
+    whose checks go beyond the config's: ``n_iter`` within the loops' int32 counter): one
+    :class:`ConfigError` line before any run, not a FAILED run."""
+    try:
+        config.fit_spec()
+    except ValueError as e:
+        raise ConfigError(str(e).splitlines()[0]) from None
+
+
 def check_data(jobs: list[Job]) -> None:
     """Load and check each distinct data set of the jobs once (kept for the jobs of this process);
-    a bad file raises :class:`~plnexp.data.DataError` naming the file and what is allowed."""
+    a bad file raises :class:`~plnexp.data.DataError` naming the file and what is allowed. Then each
+    job against its data: a PLN-PCA ``model.rank`` above the data's p is a :class:`ConfigError` line
+    (a file's p is known only once it is read)."""
     from .runner import load_data
 
-    for dataset in dict.fromkeys(j.config.dataset for j in jobs):
-        load_data(dataset)
+    p = {dataset: load_data(dataset).p for dataset in dict.fromkeys(j.config.dataset for j in jobs)}
+    for job in jobs:
+        if job.config.rank is not None:
+            try:
+                check_rank(job.config.rank, p[job.config.dataset], "model.rank")
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
 
 
 def check_outputs() -> Path:

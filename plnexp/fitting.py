@@ -107,7 +107,7 @@ def fit(
     lr: float | None = None,
     rank: int | None = None,
     block_rows: int | None = None,
-    init: str = "seed",
+    init: str | None = None,
     gradient: str = "analytic",
     repeats: int = 1,
     warmup: int = 0,
@@ -134,7 +134,9 @@ def fit(
     ``timed=True`` (see :mod:`plnexp.timing`) costs one cold AOT compile and one run by default;
     ``first_call=True`` adds a cold plain call, ``warmup``/``repeats`` add runs (median and spread of
     at least ``repeats``, more while they took less than ``time_budget_s`` seconds, after ``warmup``).
-    ``timed=False`` makes one plain call. ``seed``: the noise of ``init="random"``.
+    ``timed=False`` makes one plain call. ``init``: the start, ``"seed"`` (the tutorial's),
+    ``"data"`` or ``"random"``; None: ``"data"`` for ``model="pca"`` (the start that serves PCA),
+    ``"seed"`` otherwise. ``seed``: the noise of ``init="random"``.
     By default (``compile_cache=None``) the fit's compile goes through JAX's persistent compilation
     cache in ``compile_cache_dir`` (default ``<outputs>/jax_cache``, see
     :func:`plnexp.paths.outputs_dir`): the first process writes the program, a later one reads it

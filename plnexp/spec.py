@@ -20,6 +20,31 @@ from .strategies import StrategySpec, all_option_names
 DEVICES = ("cpu", "gpu", "auto")
 INITS = ("seed", "data", "random")
 MODEL_NAMES = (*MODELS, PCA_NAME)
+N_ITER_MAX = 2**31 - 1
+"""The most iterations a fit runs (int32's maximum): every strategy returns its count of iterations
+as an int32 (``jnp.asarray(n_iter, jnp.int32)``) and ``while_loop`` counts up to ``n_iter`` in an
+int32; nothing is tighter (the ELBO curve has ``n_iter`` entries, and XLA's shapes are int64)."""
+
+
+def default_init(model: Model) -> str:
+    """The initial state a fit of ``model`` starts from when none is named (``init=None``): ``"data"``
+    for PLN-PCA (C and M from the data's top-q singular vectors: a far better start than the
+    tutorial's), ``"seed"`` (the tutorial's, the timing study's) for the others."""
+    return "data" if model.name == PCA_NAME else "seed"
+
+
+def check_n_iter(value, key: str = "n_iter") -> int:
+    """``n_iter``: an integer from 1 to :data:`N_ITER_MAX`; a one-line ValueError naming ``key`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= N_ITER_MAX:
+        raise ValueError(f"{key}={value!r}: allowed values are integers from 1 to {N_ITER_MAX}")
+    return value
+
+
+def check_rank(rank: int, p: int, key: str = "rank") -> None:
+    """A PLN-PCA rank above the data's p: one-line ValueError naming ``key`` (``model.rank`` on the
+    command line) and the allowed values."""
+    if rank > p:
+        raise ValueError(f"{key}={rank}: allowed values are integers from 1 to the data's p ({p})")
 
 
 def model_named(name: str, rank: int | None = None, block_rows: int | None = None) -> Model:
@@ -118,7 +143,8 @@ def cache_choice(
 class FitSpec:
     """One fit: the model, optimizer, strategy (with its options), precision, device, number of
     iterations, initialisation, gradient and timing protocol; ``replicates`` fits of it in one
-    program (``vmap``), replicate k from seed ``seed + k``. Validated on construction."""
+    program (``vmap``), replicate k from seed ``seed + k``. Validated on construction; ``init=None``:
+    the model's default (:func:`default_init`: ``"data"`` for pca, ``"seed"`` otherwise)."""
 
     model: Model
     optimizer: OptimizerSpec
@@ -126,15 +152,16 @@ class FitSpec:
     precision: Precision = PRECISIONS["float32"]
     device: str = "cpu"
     n_iter: int = 1000
-    init: str = "seed"
+    init: str = None  # type: ignore[assignment]  # None: default_init(model), set in __post_init__
     gradient: str = "analytic"
     timing: TimingSpec = field(default_factory=TimingSpec)
     seed: int = 0
     replicates: int = 1
 
     def __post_init__(self):
-        if isinstance(self.n_iter, bool) or not isinstance(self.n_iter, int) or self.n_iter < 1:
-            raise ValueError(f"n_iter={self.n_iter!r}: must be an integer >= 1")
+        check_n_iter(self.n_iter)
+        if self.init is None:
+            object.__setattr__(self, "init", default_init(self.model))  # frozen: set once, here
         for key, low in (("seed", 0), ("replicates", 1)):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -158,7 +185,7 @@ def parse(
     strategy: str = "scan",
     *,
     lr: float | None = None,
-    init: str = "seed",
+    init: str | None = None,
     gradient: str = "analytic",
     repeats: int = 1,
     warmup: int = 0,
@@ -175,7 +202,9 @@ def parse(
     """:func:`plnexp.fit`'s strings -> a :class:`FitSpec` (one-line ValueError on a bad choice).
 
     ``rank``: the q of ``model="pca"`` (and of no other model); ``block_rows``: its rows per block
-    inside a step (None: every row at once; see docs/concepts/memory.md). ``options``: strategy options
+    inside a step (None: every row at once; see docs/concepts/memory.md). ``init``: the initial state,
+    one of :data:`INITS` (None: ``"data"`` for pca, ``"seed"`` otherwise: :func:`default_init`).
+    ``options``: strategy options
     (``unroll``, ``tol``, ``patience``, ``mode``). Those of other strategies are ignored, so that
     one call can loop over strategies; a name no strategy has is an error."""
     the_model = model_named(model, rank, block_rows)
@@ -197,7 +226,7 @@ def parse(
         prec,
         device,
         n_iter,
-        init,
+        default_init(the_model) if init is None else init,
         gradient,
         TimingSpec(repeats, warmup, first_call, cache_dir, time_budget_s, warm),
         seed,

@@ -8,6 +8,9 @@ import jax
 import numpy as np
 import pytest
 from conftest import plnexp_cli, store_client
+from daemons import free_port
+
+from plnexp.config import ConfigError
 
 N_CPU = len(jax.devices("cpu"))  # 1, or 2 with JAX_NUM_CPU_DEVICES=2 (.ci/run)
 TINY = ["dataset=synthetic", "dataset.n=30", "dataset.p=5", "repeats=1", "warmup=0", "time_budget_s=0"]
@@ -104,6 +107,34 @@ BAD_INPUT = [
     ("group option", ["run", "precision=float16"], {}, ["precision=float16", "allowed values are float32, float64"]),
     ("strategy typo", ["run", "strategy=scna"], {}, ["strategy=scna", "scan_unrolled"]),
     ("n_iter", ["run", "n_iter=-5"], {}, ["n_iter=-5", "integers >= 1"]),
+    # beyond the loops' int32 counter: refused before any run (it was a FAILED run: OverflowError)
+    (
+        "n_iter above int32",
+        ["run", "n_iter=2147483648", "dataset.replication=1"],
+        {},
+        ["plnexp: error: n_iter=2147483648: allowed values are integers from 1 to 2147483647"],
+    ),
+    ("n_iter=3e9", ["run", "n_iter=3e9"], {}, ["n_iter=3000000000.0: allowed values are integers"]),
+    ("n_iter=1e12", ["run", "n_iter=1e12"], {}, ["n_iter=1000000000000.0: allowed values are integers"]),
+    (
+        "n_iter above int32 in a sweep",
+        ["sweep", "sweep=null", "n_iter=5,2147483648", "dataset.replication=1"],
+        {},
+        ["n_iter=2147483648: allowed values are integers from 1 to 2147483647"],
+    ),
+    # a PLN-PCA rank above the data's p (oaks: 114), known once the data is read: before any run
+    (
+        "pca rank above p",
+        ["run", "model=pca", "model.rank=500", "dataset.replication=1"],
+        {},
+        ["plnexp: error: model.rank=500: allowed values are integers from 1 to the data's p (114)"],
+    ),
+    (
+        "pca rank above p in a sweep",
+        ["sweep", "sweep=null", "model=pca", "model.rank=1,3", "dataset=csv", "dataset.counts={counts}"],
+        {},
+        ["plnexp: error: model.rank=3: allowed values are integers from 1 to the data's p (2)"],
+    ),
     ("repeats=0", ["run", "repeats=0"], {}, ["repeats=0", "integers >= 1"]),
     ("lr=-1", ["run", "optimizer.lr=-1"], {}, ["optimizer.lr=-1", "number > 0"]),
     ("replication", ["run", "dataset.replication=0"], {}, ["dataset.replication=0", ">= 1"]),
@@ -234,6 +265,14 @@ BAD_INPUT = [
         ["sweep=default,seed: a sweep runs one sweep file", "python -m plnexp sweep sweep=default (then sweep=seed)"],
     ),
     ("report of an empty store", ["report"], {}, ["holds no sweep (no parent run)", "python -m plnexp sweep"]),
+    (
+        "ui port",
+        ["ui", "--port", "99999"],
+        {},
+        ["plnexp: error: --port 99999: allowed values are integers from 1 to 65535"],
+    ),
+    ("ui port=0", ["ui", "--port=0"], {}, ["--port 0: allowed values are integers from 1 to 65535"]),
+    ("ui port text", ["ui", "-p", "http"], {}, ["--port http: allowed values are integers from 1 to 65535"]),
     ("report argument", ["report", "--since", "1"], {}, ["--since: unknown argument", "--experiment, --run, --out"]),
 ]
 
@@ -298,6 +337,12 @@ def test_hydra_full_error_shows_the_exception(outputs, monkeypatch):
     "args,words",
     [
         ([], ["no command"]),
+        (["ui", "--port", "99999"], ["--port 99999: allowed values are integers from 1 to 65535"]),
+        pytest.param(
+            ["run", "n_iter=2147483648", "dataset.replication=1"],
+            ["n_iter=2147483648: allowed values are integers from 1 to 2147483647"],
+            marks=pytest.mark.slow,
+        ),
         pytest.param(
             ["run", "dataset=csv", "dataset.counts={negative}"],
             ["data error", "negative count"],
@@ -316,6 +361,84 @@ def test_bad_input_exit_code_of_the_real_command(outputs, bad_files, tmp_path, a
     assert len(err.splitlines()) == 1 and "Traceback" not in err, err
     assert all(w in err for w in words), err
     assert all_runs(outputs) == []
+
+
+@pytest.fixture
+def no_server(monkeypatch):
+    """``python -m plnexp ui`` may not start mlflow here: a test that reaches it fails."""
+    import subprocess
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"mlflow ui was started: {args}")
+
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+
+
+def test_ui_refuses_a_port_in_use_in_one_line(outputs, no_server, capsys):
+    import socket
+
+    from plnexp.__main__ import main
+
+    with socket.socket() as taken:  # another server on the port
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["ui", "--port", str(port), "--workers", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(f"plnexp: error: --port {port}: 127.0.0.1:{port} cannot be served: in use"), err
+    assert "allowed values are free ports, e.g. --port " in err
+
+
+def test_ui_checks_the_port_on_the_host_it_serves(no_server):
+    import socket
+
+    from plnexp.__main__ import check_port_free, ui_address
+
+    assert ui_address([]) == ("127.0.0.1", 5000)
+    assert ui_address(["--host", "0.0.0.0", "-p", "8080"]) == ("0.0.0.0", 8080)
+    assert ui_address(["--port=1", "--port", "65535"]) == ("127.0.0.1", 65535)  # the last, as mlflow takes it
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ConfigError, match=f"--port {port}: 0.0.0.0:{port} cannot be served"):
+            check_port_free("0.0.0.0", port)
+    check_port_free("127.0.0.1", port)  # free again once that server is gone
+
+
+def test_ui_whose_server_fails_exits_1_in_one_line(outputs, monkeypatch, capsys):
+    """mlflow ui ending with an error (a port taken meanwhile, a bad option): plnexp's exit is not 0."""
+    import subprocess
+    import sys
+
+    from plnexp.__main__ import main
+
+    started = []
+    real = subprocess.Popen
+
+    def failing(cmd, **kwargs):  # the command plnexp built, then a server that fails at once
+        started.append(cmd)
+        return real([sys.executable, "-c", "import sys; sys.exit(3)"], **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", failing)
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    assert main(["ui", "--port", str(free_port())]) == 1
+    (cmd,) = started
+    assert cmd[1:4] == ["-m", "mlflow", "ui"]
+    err = capsys.readouterr().err.strip()
+    assert err == "plnexp: error: mlflow ui exited with code 3 (its own output above says why)"
+
+
+@pytest.mark.slow  # a real mlflow ui process (~5 s of imports)
+def test_ui_with_an_option_mlflow_refuses_exits_1(outputs, tmp_path):
+    proc = plnexp_cli("ui", "--port", str(free_port()), "--no-such-option", cwd=tmp_path, timeout=120)
+    assert proc.returncode == 1
+    assert (
+        proc.stderr.strip().splitlines()[-1]
+        == "plnexp: error: mlflow ui exited with code 2 (its own output above says why)"
+    )
 
 
 def test_help_lists_config_groups(tmp_path, plnexp_main):
