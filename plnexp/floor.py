@@ -333,7 +333,7 @@ def identity(device=None) -> dict[str, str]:
     import jax
     import jaxlib
 
-    from .provenance import cpu_model
+    from .machine import cpu_model
 
     dev = _device(device)
     try:

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from .config import Config
+from .machine import cpu_model
 from .paths import CHECKOUT
 from .redact import redact
 from .strategies import NATIVE_STRATEGIES, TORCH_STRATEGIES, fused
@@ -269,18 +270,6 @@ def slurm_tags(environ=os.environ) -> dict[str, str]:
     if not environ.get("SLURM_JOB_ID"):
         return {}
     return {tag: environ[var] for tag, var in SLURM_VARIABLES.items() if environ.get(var)}
-
-
-def cpu_model() -> str:
-    """The host CPU's model name (Linux: /proc/cpuinfo), else what the platform module says."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "?"
 
 
 def run_tags(config: Config) -> dict[str, str]:
