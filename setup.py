@@ -34,7 +34,7 @@ from setuptools.command.build_py import build_py
 
 
 class BuildWithConf(build_py):
-    """A wheel carries the repository's top-level ``conf/`` as ``plnexp/conf`` (plnexp.paths finds it
+    """A wheel carries the repository's top-level ``conf/`` as ``plnexp/conf`` (plnexp.system.paths finds it
     there); an editable install reads ``conf/`` where it is, so the copy is made for wheels only."""
 
     def run(self):

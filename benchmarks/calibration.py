@@ -1,6 +1,6 @@
 """How much plnexp's calibration workload moves on this machine: idle, then with a competing process.
 
-A timed job runs the calibration (plnexp.timing.calibrate) just before and just after its timed
+A timed job runs the calibration (plnexp.measure.timing.calibrate) just before and just after its timed
 runs and is flagged contended when after/before - 1 leaves ±CALIBRATION_TOLERANCE. This prints the
 distribution of that ratio over ``--pairs`` before/after pairs separated by ``--gap`` seconds of a
 compiled scan fit (what a job does in between), first alone, then while a second process keeps the
@@ -39,7 +39,7 @@ def _burn(stop, period: float) -> None:
 
 def pairs(n: int, gap: float) -> tuple[np.ndarray, np.ndarray]:
     import plnexp
-    from plnexp.timing import calibrate
+    from plnexp.measure.timing import calibrate
 
     data = plnexp.load_oaks(10)
     out = []
@@ -72,7 +72,7 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=30)
     ap.add_argument("--gap", type=float, default=0.5, help="seconds of fits between before and after")
     args = ap.parse_args()
-    from plnexp.timing import CALIBRATION_TOLERANCE, calibrate
+    from plnexp.measure.timing import CALIBRATION_TOLERANCE, calibrate
 
     print("\n".join(machine_header("calibration workload: idle vs contended")))
     one = [calibrate() for _ in range(10)]

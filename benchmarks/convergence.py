@@ -25,7 +25,7 @@ GRID = [  # (model, optimizer, precision)
 
 
 def main(argv=None) -> None:
-    plnexp.runtime.configure()  # first: XLA_FLAGS and SciPy's OpenBLAS threads, before JAX starts its backend
+    plnexp.system.runtime.configure()  # first: XLA_FLAGS and SciPy's OpenBLAS threads, before JAX starts its backend
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n-iter", type=int, default=1000)
     args = ap.parse_args(argv)

@@ -146,7 +146,7 @@ def replicates(args) -> None:
 
 
 def main(argv=None) -> int:
-    plnexp.runtime.configure()  # first: XLA_FLAGS and SciPy's OpenBLAS threads, before JAX starts its backend
+    plnexp.system.runtime.configure()  # first: XLA_FLAGS and SciPy's OpenBLAS threads, before JAX starts its backend
     args = parse_args(argv)
     print("\n".join(machine_header("devices: scan_sharded and replicates", argv)))
     if len(jax.devices("cpu")) < 2:

@@ -7,7 +7,7 @@ fit goes through ``plnexp.fit``, whose float64 host check raises if a flag set m
 compiled ELBO wrong (the reason plnexp sets ``--xla_cpu_experimental_ynn_fusion_type=-reduce``).
 
 Workload: W1 (oaks x100, float32, full model, radam_clip, strategy scan), ``--n-iter``
-iterations. ``plnexp.runtime.SPEED_FLAGS`` is what this benchmark chose; the children run with
+iterations. ``plnexp.system.runtime.SPEED_FLAGS`` is what this benchmark chose; the children run with
 ``PLNEXP_SPEED_FLAGS=0`` so that only the safety flag and the configuration's own flags apply.
 
     .venv/bin/python benchmarks/flags.py                 # every configuration, 3 rounds

@@ -8,17 +8,17 @@ of that process: imports, data and fit) is its own:
 
 - **pyPLNmodels**: ``PlnPCA(Y, exog=X, offsets=O, rank=q, add_const=False).fit()``, its default fit
   (Rprop, lr 0.01, at most 400 iterations, its own stopping rule; its random start from the sweep
-  peer's torch seed: ``plnexp.peers.seeded_pyplnmodels``), in PyTorch float32 on the CPU,
+  peer's torch seed: ``plnexp.jobs.peers.seeded_pyplnmodels``), in PyTorch float32 on the CPU,
   or on the GPU where torch sees one (``--device gpu`` puts plnexp there too; the rows then add
   each fit's peak GPU memory).
   ``fit_s``: the wall clock of ``fit()`` alone. Its fitted B, C, M, S are scored on plnexp's ELBO
-  (``plnexp.peers.score_plnpca``: ``plnexp.reference.pca_elbo``, float64, exact log y!, as a sweep's
+  (``plnexp.jobs.peers.score_plnpca``: ``plnexp.core.reference.pca_elbo``, float64, exact log y!, as a sweep's
   ``report.peers=[pyplnmodels]`` run of model=pca is scored): ``elbo``. Where its projected time (its
   initialisation plus 400 times its per-iteration time, both from two short fits of 1 and
   1 + ``--probe-iter`` iterations) exceeds ``--peer-max-s``, only those probes run and the row says so.
   With ``--no-peer``, ``--peer-elbo`` gives its final ELBO from an earlier run as the target.
 - **plnexp**, one row per optimizer of ``--optimizer`` (default rprop and adam, each at its own
-  default lr: 0.01 and 0.1, chosen on oaks long before this benchmark, ``plnexp.optim.DEFAULT_LR``):
+  default lr: 0.01 and 0.1, chosen on oaks long before this benchmark, ``plnexp.core.optim.DEFAULT_LR``):
   ``plnexp.fit(data, model="pca", rank=q, optimizer=..., lr=--lr, strategy=--strategy, precision=--precision, n_iter=--n-iter, init=--init, compile_cache=False)``
   (init "data": C and M from the top-q singular vectors of log(1 + Y) - O less its regression on
   X, B the Poisson regression of Y given them; pyPLNmodels' init is of the same kind), timed as
@@ -88,7 +88,7 @@ def child_peer(args) -> dict:
     """pyPLNmodels' default PlnPCA fit (or a probe of ``--probe-iter`` iterations), scored on plnexp's ELBO."""
     import torch
 
-    from plnexp import peers
+    from plnexp.jobs import peers
 
     Y, O, X = _load(args.file, full_offsets=True)
     kwargs = {"maxiter": args.probe_iter, "tol": 0.0} if args.probe else {}
@@ -212,7 +212,7 @@ def main(argv=None) -> None:
         "--device", default="cpu", help="plnexp's device (cpu or gpu); pyPLNmodels takes the GPU where torch sees one"
     )
     ap.add_argument("--n-iter", type=int, default=400)
-    ap.add_argument("--init", default="data", help="plnexp's init: seed or data (see plnexp.model.init_state)")
+    ap.add_argument("--init", default="data", help="plnexp's init: seed or data (see plnexp.core.model.init_state)")
     ap.add_argument("--block-rows", type=int, default=0, help="plnexp's block_rows (0: every row at once)")
     ap.add_argument("--peer-max-s", type=float, default=900.0, help="pyPLNmodels' full fit only where projected below")
     ap.add_argument("--probe-iter", type=int, default=5)
@@ -245,7 +245,7 @@ def main(argv=None) -> None:
         return
 
     import plnexp
-    from plnexp.data import device_offsets
+    from plnexp.core.data import device_offsets
 
     print("\n".join(machine_header("PLN-PCA: plnexp against pyPLNmodels' PlnPCA", argv)))
     print(
@@ -259,7 +259,7 @@ def main(argv=None) -> None:
         print(f"# pyPLNmodels {version('pyPLNmodels')}, torch {version('torch')}")
     except Exception:  # noqa: BLE001 - not installed: plnexp's rows only
         pass
-    from plnexp import peers
+    from plnexp.jobs import peers
 
     why = peers.pyplnmodels_available()
     have_peer = not args.no_peer and why is None

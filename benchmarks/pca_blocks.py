@@ -35,7 +35,7 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args(argv)
-    plnexp.runtime.configure()  # first: XLA_FLAGS and SciPy's OpenBLAS threads, before JAX starts its backend
+    plnexp.system.runtime.configure()  # first: XLA_FLAGS and SciPy's OpenBLAS threads, before JAX starts its backend
     print("\n".join(machine_header("PLN-PCA row blocks", argv)))
     data = plnexp.simulate_pca(n=args.n, p=args.p, q=args.q, seed=0)
     blocks = [int(b) for b in args.blocks.split(",") if b.strip()]

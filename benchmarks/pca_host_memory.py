@@ -65,7 +65,7 @@ def main(argv=None) -> None:
     parser.add_argument("--block-rows", type=int, default=2000)
     parser.add_argument("--n-iter", type=int, default=3)
     args = parser.parse_args(argv)
-    plnexp.runtime.configure()  # XLA_FLAGS before JAX starts, as a fit would
+    plnexp.system.runtime.configure()  # XLA_FLAGS before JAX starts, as a fit would
     entries = args.n * args.p
     sampler = Sampler()
     sampler.stage("start", time.perf_counter(), entries)

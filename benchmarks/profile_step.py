@@ -27,14 +27,15 @@ import time
 # XLA reads XLA_FLAGS once, at its first computation: ask for per-operation trace events first.
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_xprof_traceme=true").strip()
 
-import plnexp  # main() adds plnexp's own flags (plnexp.runtime.configure)
+import plnexp  # main() adds plnexp's own flags (plnexp.system.runtime.configure)
 
 import jax
 
-from plnexp import fitting, strategies
-from plnexp.model import MODELS, init_state
-from plnexp.optim import OptimizerSpec
-from plnexp.precision import PRECISIONS
+from plnexp.fitting import engine as fitting
+from plnexp import strategies
+from plnexp.core.model import MODELS, init_state
+from plnexp.core.optim import OptimizerSpec
+from plnexp.core.precision import PRECISIONS
 
 
 def big_outputs(hlo_text: str, n: int, p: int) -> dict[str, int]:
@@ -47,7 +48,7 @@ def big_outputs(hlo_text: str, n: int, p: int) -> dict[str, int]:
 
 
 def main(argv=None) -> int:
-    plnexp.runtime.configure()  # first: XLA_FLAGS and SciPy's OpenBLAS threads, before JAX starts its backend
+    plnexp.system.runtime.configure()  # first: XLA_FLAGS and SciPy's OpenBLAS threads, before JAX starts its backend
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n-iter", type=int, default=50)
     ap.add_argument("--replication", type=int, default=100)

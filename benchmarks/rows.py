@@ -8,7 +8,7 @@ two lengths, a and b = 3a iterations, and times them alternately (``--repeats`` 
 every run ended by ``block_until_ready``, compile apart):
 
 - marginal ms/iter = (t_b - t_a) / (b - a): what one more iteration costs, against the floor
-  (:mod:`plnexp.floor`, measured in the same process) as ``x floor``;
+  (:mod:`plnexp.measure.floor`, measured in the same process) as ``x floor``;
 - fixed s per run = t_a - a x marginal;
 - ms/iter at a: what a sweep of a iterations would report (fixed cost included), against the floor;
 - minor page faults per timed run (``getrusage``), and the process's resident peak per row.
@@ -38,9 +38,11 @@ import jax
 from _header import machine_header, proc_status_kb  # benchmarks/, on sys.path as the script's folder
 import numpy as np
 
-from plnexp import floor, fitting, strategies
-from plnexp.model import MODELS, init_state
-from plnexp.optim import OptimizerSpec
+from plnexp.measure import floor
+from plnexp.fitting import engine as fitting
+from plnexp import strategies
+from plnexp.core.model import MODELS, init_state
+from plnexp.core.optim import OptimizerSpec
 
 # oaks x1, x100 (W1), x400, then ~2e5, ~5e5 and ~1e6 rows (116 rows each)
 REPLICATIONS = (1, 100, 400, 1724, 4310, 8621)
@@ -124,7 +126,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> int:
-    plnexp.runtime.configure()  # XLA_FLAGS and SciPy's threads, before JAX starts its backend
+    plnexp.system.runtime.configure()  # XLA_FLAGS and SciPy's threads, before JAX starts its backend
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     if args.one is not None:

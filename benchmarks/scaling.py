@@ -260,7 +260,7 @@ def slopes(rows: list[dict], key: str, minimum: int, value: str = "ms_per_iter")
 
 
 def main(argv=None) -> int:
-    plnexp.runtime.configure()  # first: XLA_FLAGS and SciPy's OpenBLAS threads, before JAX starts its backend
+    plnexp.system.runtime.configure()  # first: XLA_FLAGS and SciPy's OpenBLAS threads, before JAX starts its backend
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     if args.one:

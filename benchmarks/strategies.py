@@ -4,7 +4,7 @@ all measured side by side in one run.
 Default workload W1 (the tutorial's): oaks x100 (n=11600, p=114), float32, full model,
 radam_clip, 1000 iterations. Printed, in this order:
 
-1. **The floor** of this machine, measured now by ``plnexp.floor`` (the one definition, which every
+1. **The floor** of this machine, measured now by ``plnexp.measure.floor`` (the one definition, which every
    sweep's job logs too): an iteration must stream about 14 n x p arrays (read Y, O, M, S and the
    optimizer's two moments of each; write M, S and the moments) and do two n x p x p products (M
    Omega for the gradient, M'M for Sigma): ``floor = 14 n p bytes / bandwidth + 2 dot``, bandwidth
@@ -14,7 +14,7 @@ radam_clip, 1000 iterations. Printed, in this order:
    elementwise work on some CPUs.
 2. **The tutorial's level-2 scan** (``benchmarks/tutorial.py``, defects included), three ways:
    in a plain process (no plnexp import: its users' setting), and in this process with SciPy's
-   OpenBLAS at its default thread count and at one thread (what ``plnexp.runtime.configure()`` sets).
+   OpenBLAS at its default thread count and at one thread (what ``plnexp.system.runtime.configure()`` sets).
 3. **Each strategy** through ``plnexp.fit(..., timed=True)``: AOT compile apart, then the median
    of ``--repeats`` steady runs after ``--warmup``, each ended by ``block_until_ready``; the
    ``scan`` row is repeated with ``gradient=autodiff`` (the step before the analytic gradient).
@@ -49,9 +49,10 @@ import jax
 from _header import machine_header  # benchmarks/, on sys.path as the script's folder
 import numpy as np
 
-from plnexp import floor as machine_floor, runtime
-from plnexp.precision import PRECISIONS
-from plnexp.spec import model_named
+from plnexp.measure import floor as machine_floor
+from plnexp.system import runtime
+from plnexp.core.precision import PRECISIONS
+from plnexp.fitting.spec import model_named
 from plnexp.strategies import fused
 
 HERE = Path(__file__).resolve().parent
@@ -128,7 +129,7 @@ def header(args, data) -> list[str]:
 
 
 def measure_floor(data, model: str, dtype) -> dict:
-    """This machine's primitives at the fit's shapes, measured now (:mod:`plnexp.floor`, uncached): copy
+    """This machine's primitives at the fit's shapes, measured now (:mod:`plnexp.measure.floor`, uncached): copy
     bandwidth, the model's product (n x p x p for full and profiled), its p x p factorization, and an exp
     pass printed beside them."""
     it = machine_floor.iteration(model_named(model), data)

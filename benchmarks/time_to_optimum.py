@@ -28,7 +28,7 @@ pyPLNmodels (issue #20; the optional extra ``.[peers]``, never a dependency of p
   ``plnexp.load_oaks()``): ``Pln.from_formula("endog ~ 1", data=load_oaks()).fit()``, median of
   ``--repeats`` steady fits after ``--warmup`` in this process. Its own ELBO uses Stirling's
   approximation of log y! (and float32), so its gap is that of the float64 host ELBO (exact log y!,
-  ``plnexp.reference.elbo``) at its fitted parameters (B and Sigma in closed form from M and S,
+  ``plnexp.core.reference.elbo``) at its fitted parameters (B and Sigma in closed form from M and S,
   as pyPLNmodels computes them).
 - time to within ``--gap``: the first iteration k within the gap is found with one fit of
   ``fit(maxiter=--pypln-max-iter, tol=0)`` whose steps are checked with the host ELBO, then
@@ -80,7 +80,7 @@ import warnings
 ENV_BEFORE_PLNEXP = dict(os.environ)
 
 import plnexp  # noqa: E402 (first of the JAX side; main() applies its process settings)
-import plnexp.peers  # noqa: E402 (its pyPLNmodels import and scoring)
+import plnexp.jobs.peers  # noqa: E402 (its pyPLNmodels import and scoring)
 
 from _header import machine_header  # noqa: E402 (benchmarks/, on sys.path as the script's folder)
 import numpy as np  # noqa: E402 - after plnexp, as above
@@ -276,7 +276,7 @@ def timed_fit(data, args, precision, strategy, n_iter):
 
 # pyPLNmodels 1.0.x's data loaders import pkg_resources (gone from setuptools >= 81) for resource_stream
 # only: where it is missing, a stand-in with that one function. Source text, run in the children (this
-# process imports pyPLNmodels through plnexp.peers.import_pyplnmodels, which does the same).
+# process imports pyPLNmodels through plnexp.jobs.peers.import_pyplnmodels, which does the same).
 PKG_RESOURCES_SHIM = """\
 import os as _os, sys as _sys, types as _types
 try:
@@ -335,13 +335,13 @@ def pypln_available() -> bool:
 
 
 def import_pypln():
-    return plnexp.peers.import_pyplnmodels()  # with its pkg_resources stand-in where needed
+    return plnexp.jobs.peers.import_pyplnmodels()  # with its pkg_resources stand-in where needed
 
 
 def exact_elbo_of(M, S, data) -> float:
     """Float64 host ELBO (exact log y!) at pyPLNmodels' variational parameters M (uncentred: Z = O + M)
     and S, with B and Sigma in their closed forms, as pyPLNmodels' profiled ELBO takes them."""
-    return plnexp.peers.score(data, M, S)[0]
+    return plnexp.jobs.peers.score(data, M, S)[0]
 
 
 def pypln_exact_elbo(pln, data) -> float:
@@ -517,7 +517,7 @@ def fmt(x, spec, none="-"):
 
 
 def main(argv=None) -> int:
-    plnexp.runtime.configure()  # first: XLA_FLAGS and SciPy's OpenBLAS threads, before JAX starts its backend
+    plnexp.system.runtime.configure()  # first: XLA_FLAGS and SciPy's OpenBLAS threads, before JAX starts its backend
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     data = plnexp.load_oaks(replication=args.replication)

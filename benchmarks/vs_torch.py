@@ -162,16 +162,18 @@ def tutorial_row(args) -> dict:
 
 
 def main(argv=None) -> int:
-    plnexp.runtime.configure()  # first: XLA_FLAGS and SciPy's OpenBLAS threads, before JAX starts its backend
+    plnexp.system.runtime.configure()  # first: XLA_FLAGS and SciPy's OpenBLAS threads, before JAX starts its backend
     args = parse_args(argv)
     data = plnexp.load_oaks(replication=args.replication)
     lines = header(args, data)
     for line in lines:
         print(line, flush=True)
-    from plnexp.torch_pln.program import warm_up
+    from plnexp.strategies.torch_pln.program import warm_up
 
     device_type = (
-        "cuda" if args.device != "cpu" and plnexp.fitting.resolve_device(args.device).platform == "gpu" else "cpu"
+        "cuda"
+        if args.device != "cpu" and plnexp.fitting.engine.resolve_device(args.device).platform == "gpu"
+        else "cpu"
     )
     print(
         f"# torch.compile process warm-up (Inductor's imports and workers, one trivial kernel; not in any "

@@ -9,13 +9,13 @@ res = plnexp.fit(counts)  # counts in memory: a NumPy array or a pandas DataFram
 ```
 
 Importing plnexp changes nothing in the process (no environment variable, no JAX setting). Its
-process settings (XLA flags, LAPACK threads: :mod:`plnexp.runtime`) are applied by the command line,
+process settings (XLA flags, LAPACK threads: :mod:`plnexp.system.runtime`) are applied by the command line,
 by :func:`plnexp.fit` while JAX has not started yet, or by ``plnexp.runtime.configure()``.
 """
 
-from . import runtime
-from .data import Data, DataError, as_data, load_anndata, load_csv, load_oaks, replicate, simulate, simulate_pca
-from .fitting import FitResult, NumericsError, fit, fit_replicates
+from .system import runtime
+from .core.data import Data, DataError, as_data, load_anndata, load_csv, load_oaks, replicate, simulate, simulate_pca
+from .fitting.engine import FitResult, NumericsError, fit, fit_replicates
 from .strategies import STRATEGIES
 
 __all__ = [

@@ -1,13 +1,13 @@
 """``python -m plnexp run|sweep|report|rerun|compare|sync|ui|doctor [overrides]``: the command line.
 
 Every command checks its whole job list before any work: the sweep grid expanded and each job's
-config composed and loaded (:mod:`plnexp.cli`), each distinct data set loaded once, the outputs
+config composed and loaded (:mod:`plnexp.experiment.plan`), each distinct data set loaded once, the outputs
 folder written to, the MLflow store reached. A problem is one line on stderr naming the key, file
 or store and what is allowed, exit code 2, no run created (``HYDRA_FULL_ERROR=1`` shows the
 traceback). Then the fits' results kept locally when the store failed are sent
-(:mod:`plnexp.tracking.pending`; ``sync`` does only that), runs left RUNNING by dead processes are
+(:mod:`plnexp.store.pending`; ``sync`` does only that), runs left RUNNING by dead processes are
 marked FAILED (orphaned) and Hydra runs the job(s), the sweep's parent run owned by
-:mod:`plnexp.sweep`. Ctrl-C or SIGTERM: the running job is recorded KILLED, the sweep closed KILLED,
+:mod:`plnexp.experiment.sweep`. Ctrl-C or SIGTERM: the running job is recorded KILLED, the sweep closed KILLED,
 what finished summarised; exit 130 or 143.
 """
 
@@ -23,11 +23,16 @@ import sys
 import warnings
 from pathlib import Path
 
-from . import cli, interrupts, resume, runtime, sweep, tracking
-from . import config as C
-from .data import DataError, DataWarning
-from .redact import redact_text
-from .timing import CacheWarning
+from .experiment import plan as cli
+from .system import interrupts
+from .experiment import resume
+from .system import runtime
+from .experiment import sweep
+from . import store as tracking
+from .jobs import config as C
+from .core.data import DataError, DataWarning
+from .system.redact import redact_text
+from .measure.timing import CacheWarning
 
 USAGE_LINE = (
     "usage: python -m plnexp {run,sweep,report,rerun,compare,sync,ui,doctor} [--config-dir DIR] [overrides ...]; allowed "
@@ -241,7 +246,7 @@ def _first(e: BaseException) -> str:
 
 
 def _send_pending(uri: str) -> None:
-    """Send the fits' results kept locally for this store (:mod:`plnexp.tracking.pending`): before
+    """Send the fits' results kept locally for this store (:mod:`plnexp.store.pending`): before
     anything reads the store or sweeps up orphans, so such a run is neither marked FAILED nor fitted
     again by ``resume=true``. A store that still fails leaves them kept, with one line."""
     if not tracking.store_exists(uri) or not tracking.pending.waiting(uri):
@@ -268,7 +273,7 @@ SYNC_HELP = (
 
 
 def sync(args: list[str]) -> int:
-    """``plnexp sync``: send the results kept locally for the store (:mod:`plnexp.tracking.pending`),
+    """``plnexp sync``: send the results kept locally for the store (:mod:`plnexp.store.pending`),
     one line per run sent; exit 0 when all are sent; one line and exit 2 if the store cannot be
     reached, 1 if a write fails (the results stay kept)."""
     if args and args[0] in ("-h", "--help"):
@@ -358,8 +363,8 @@ def run(overrides: list[str], uri: str) -> int:
 
 
 def _report(uri: str, parent_id: str) -> int:
-    """The sweep's report (:mod:`plnexp.report`), printed after its summary; 0, or 1 if it failed."""
-    from . import report
+    """The sweep's report (:mod:`plnexp.report.summary`), printed after its summary; 0, or 1 if it failed."""
+    from .report import summary as report
 
     try:
         report.show(*report.build(uri, run_id=parent_id))
@@ -451,7 +456,7 @@ def _log_to_stderr() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .slurm import quiet_sacct
+    from .system.slurm import quiet_sacct
 
     # plnexp owns this process: its settings before anything starts JAX (a job in another process,
     # which a launcher starts, applies them itself: sweep.Task)
@@ -475,24 +480,24 @@ def _main(argv: list[str] | None = None) -> int:
     if args[0] == "sync":
         return sync(args[1:])
     if args[0] == "rerun":
-        from .rerun import main as rerun
-        from .rerun import store_override
+        from .experiment.rerun import main as rerun
+        from .experiment.rerun import store_override
 
         _send_pending(tracking.tracking_uri(store_override(args[1:])[0]))
         return rerun(args[1:])
     if args[0] == "report":
-        from .report import main as report
+        from .report.summary import main as report
 
         _send_pending(tracking.tracking_uri(None))
         return report(args[1:])
     if args[0] == "compare":
-        from .compare import main as compare
-        from .compare import store_of
+        from .report.compare import main as compare
+        from .report.compare import store_of
 
         _send_pending(tracking.tracking_uri(store_of(args[1:])))
         return compare(args[1:])
     if args[0] == "doctor":
-        from .doctor import main as doctor
+        from .cli.doctor import main as doctor
 
         return doctor(args[1:])
     command = args.pop(0) if args[0] in ("run", "sweep", "ui") else "run"

@@ -40,7 +40,7 @@ sys.path.insert(0, str(TESTS))  # tests/reference_np.py: independent float64 num
 #   top of -O0, another ~3x (measured 2026-11-26 with a jax.monitoring counter over 401 tests of the
 #   15 compile-heaviest files: 225 s of backend compile in 1,867 programs against 70 s in 1,795, the
 #   fit's own program 0.52 s against 0.15 s on average; the files' CPU 533 s against 372 s).
-# XLA's HLO passes (fusion, layout: where jaxlib 0.10.2's miscompile lives, see plnexp.runtime) run
+# XLA's HLO passes (fusion, layout: where jaxlib 0.10.2's miscompile lives, see plnexp.system.runtime) run
 # as for users; what differs is how the fused kernels become machine code, so float rounding differs
 # within the per-dtype tolerances. The users' own setting is covered by tests/test_users_xla.py, in
 # a process without these flags, and by every fit's own check of its compiled ELBO against the
@@ -279,7 +279,7 @@ def session_env(name: str, value: str):
 
 @pytest.fixture(scope="session", autouse=True)
 def floor_cache(tmp_path_factory):
-    """The floor's per-machine cache (plnexp.floor) and the best known ELBOs beside it (plnexp.optimum)
+    """The floor's per-machine cache (plnexp.measure.floor) and the best known ELBOs beside it (plnexp.fitting.optimum)
     in a folder of this session, shared by the xdist workers (their basetemps' common parent; both
     files are replaced atomically), for every test and the processes they start: the suite never
     writes to ~/.cache, measures each shape once and computes each data set's optimum once."""
@@ -314,7 +314,7 @@ def jax_caches_kept(request, monkeypatch):
     the same empty caches in a process that plnexp owns; here the jobs run inside pytest's worker,
     where that emptied every other test's compiled functions too (measured 2026-11-25: 8% of the CPU
     of the sweep-running test files). The fit's own program is still traced and compiled cold (a
-    fresh Program: plnexp.timing); what clearing does is tested where asserted (test_timing,
+    fresh Program: plnexp.measure.timing); what clearing does is tested where asserted (test_timing,
     test_strategies count the calls; test_compile_cache clears for real)."""
     if request.node.get_closest_marker("clears_caches") is None:
         import jax
@@ -425,7 +425,7 @@ def plnexp_cli(*args: str, cwd: Path, timeout: float = 300, env=None) -> subproc
 @pytest.fixture
 def tiny_config(outputs):
     """A valid config of a tiny synthetic fit (3 iterations), with a fresh store."""
-    from plnexp import cli
+    from plnexp.experiment import plan as cli
 
     (job,) = cli.plan(["dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=3"], multirun=False)
     return job.config

@@ -1,4 +1,4 @@
-"""Independent float64 numpy implementations used by the tests (not plnexp.reference)."""
+"""Independent float64 numpy implementations used by the tests (not plnexp.core.reference)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def pca_elbo_np(Y, O, X, B, C, M, S):
     """ELBO of PLN-PCA at (B (d, p), C (p, q), M (n, q), S (n, q)) with the exact log(y!), float64:
     each row's latent W_i ~ N(M_i, diag(S_i^2)) against its N(0, I) prior, Z_i = O_i + X_i B + C W_i.
     Written per row from the Gaussian moments (E exp(Z_ij) = exp(mean_ij + var_ij / 2), var_ij the
-    variance of (C W_i)_j) and the KL divergence of two Gaussians: independent of plnexp.reference."""
+    variance of (C W_i)_j) and the KL divergence of two Gaussians: independent of plnexp.core.reference."""
     Y, O, X, B, C, M, S = (np.asarray(a, np.float64) for a in (Y, O, X, B, C, M, S))
     total = 0.0
     for i in range(Y.shape[0]):

@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 
 import plnexp
-from plnexp import DataError, cli, reference
-from plnexp import config as C
-from plnexp import data as D
+from plnexp import DataError
+from plnexp.experiment import plan as cli
+from plnexp.core import reference
+from plnexp.jobs import config as C
+from plnexp.core import data as D
 
 needs_anndata = pytest.mark.skipif(
     importlib.util.find_spec("anndata") is None,

@@ -22,7 +22,7 @@ import pytest
 
 import daemons
 from conftest import session_env
-from plnexp import doctor
+from plnexp.cli import doctor
 
 # one xdist worker runs them all: the module's server is started once
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("auth"), pytest.mark.timeout(300)]

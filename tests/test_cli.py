@@ -10,7 +10,7 @@ import pytest
 from conftest import plnexp_cli, store_client
 from daemons import free_port
 
-from plnexp.config import ConfigError
+from plnexp.jobs.config import ConfigError
 
 N_CPU = len(jax.devices("cpu"))  # 1, or 2 with JAX_NUM_CPU_DEVICES=2 (.ci/run)
 TINY = ["dataset=synthetic", "dataset.n=30", "dataset.p=5", "repeats=1", "warmup=0", "time_budget_s=0"]
@@ -326,7 +326,7 @@ def test_bad_input_is_one_line_and_leaves_nothing(outputs, bad_files, monkeypatc
 
 def test_hydra_full_error_shows_the_exception(outputs, monkeypatch):
     from plnexp.__main__ import main
-    from plnexp.config import ConfigError
+    from plnexp.jobs.config import ConfigError
 
     monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
     with pytest.raises(ConfigError, match="repeats=0"):
@@ -492,8 +492,8 @@ def test_a_sweep_file_sweeping_the_experiment_is_refused(tmp_path, monkeypatch):
     with one more sweep file)."""
     import shutil
 
-    from plnexp import cli
-    from plnexp import config as C
+    from plnexp.experiment import plan as cli
+    from plnexp.jobs import config as C
 
     conf = tmp_path / "conf"
     shutil.copytree(C.CONF_DIR, conf)
@@ -515,7 +515,7 @@ def test_a_sweep_file_sweeping_the_experiment_is_refused(tmp_path, monkeypatch):
 def test_job_names_are_unique_within_a_sweep():
     """A key the name hides (the timing protocol: repeats) shows in every job's name where it alone
     tells jobs apart; names that differ already stay as they were."""
-    from plnexp import cli
+    from plnexp.experiment import plan as cli
 
     base = [*UNTIMED, "n_iter=3"]  # a plain multirun (the command line's sweep=null)
     jobs = cli.plan([*base, "strategy=scan,fori_loop", "repeats=1,2"], multirun=True, check_device=False)
@@ -536,7 +536,7 @@ def test_job_names_are_unique_within_a_sweep():
 def test_a_sweeps_runs_carry_the_names_apart(outputs, tmp_path, monkeypatch, plnexp_main):
     """The names the sweep's jobs give their runs (each job names itself, in whatever process runs
     it: the sweep's record tells it the keys to show), with a stand-in fit."""
-    from plnexp import runner
+    from plnexp.experiment import runner
 
     def finished(cfg, overrides=(), name=None, output_dir="", outcome=None):
         outcome.ended = outcome.started + 0.5

@@ -205,7 +205,7 @@ def _write(uri: str, exp: str, i: int, n: int) -> None:
     client of its own (as each sweep job has)."""
     from mlflow.entities import Metric, Param
 
-    from plnexp import tracking
+    from plnexp import store as tracking
 
     cl = tracking.client(uri)
     rid = cl.create_run(cl.get_experiment_by_name(exp).experiment_id, run_name=f"writer{i}").info.run_id
@@ -246,7 +246,7 @@ def test_eight_concurrent_writers_lose_nothing(server, tmp_path):
 def test_doctor_checks_the_postgres_backed_server(server):
     """``doctor`` against the team's server: reachable, a run written and deleted, an artifact
     uploaded through the server and read back."""
-    from plnexp import doctor
+    from plnexp.cli import doctor
 
     found = {c.name: c for c in doctor.store(server.uri)}
     assert [found[k].ok for k in ("store_reachable", "store_writable", "store_artifacts")] == [True] * 3, found
@@ -254,7 +254,7 @@ def test_doctor_checks_the_postgres_backed_server(server):
 
 
 def test_doctor_sees_the_cluster(cluster, monkeypatch):
-    from plnexp import doctor
+    from plnexp.cli import doctor
 
     monkeypatch.setenv("SLURM_CONF", cluster.env["SLURM_CONF"])
     [check] = doctor.slurm()

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from plnexp import xla_stats
-from plnexp.metrics import PROGRAM
-from plnexp.tracking import writes
+from plnexp.measure import xla_stats
+from plnexp.measure.metrics import PROGRAM
+from plnexp.store import writes
 
 # five tiny real runs made once for the module (~12 s): the full suite's; the fast subset keeps the
 # HLO counting and costing of tests/test_xla_stats.py

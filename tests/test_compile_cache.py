@@ -15,9 +15,11 @@ import pytest
 from conftest import spawn, store_client
 
 import plnexp
-from plnexp import cli, provenance, timing
-from plnexp import config as C
-from plnexp.spec import cache_choice
+from plnexp.experiment import plan as cli
+from plnexp.jobs import provenance
+from plnexp.measure import timing
+from plnexp.jobs import config as C
+from plnexp.fitting.spec import cache_choice
 from plnexp.strategies import STRATEGIES, StrategySpec
 
 # what a fresh cache does is the point here: each test's outputs get a jax_cache of their own (conftest)
@@ -311,7 +313,7 @@ def test_run_with_a_cache_that_cannot_be_written_warns_in_one_line(outputs, caps
 def test_a_rerun_of_a_run_compiles_cold(outputs, capsys):
     """rerun compares timings with the original's: compile_cache auto is off there (as in a sweep)."""
     from plnexp.__main__ import main
-    from plnexp.rerun import main as rerun
+    from plnexp.experiment.rerun import main as rerun
 
     assert main(["run", *TINY, "strategy=fori_loop", "experiment=orig"]) == 0
     (run,) = _runs(outputs, "orig")

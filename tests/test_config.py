@@ -10,8 +10,9 @@ from importlib import resources
 import numpy as np
 import pytest
 
-from plnexp import cli, provenance
-from plnexp import config as C
+from plnexp.experiment import plan as cli
+from plnexp.jobs import provenance
+from plnexp.jobs import config as C
 
 GROUP_OPTIONS = [(g, o) for g in C.GROUPS if g != "sweep" for o in C.group_options(g)]
 
@@ -25,9 +26,9 @@ def sweep_jobs(sweep: str) -> tuple[cli.Job, ...]:
 
 def test_groups_cover_the_registries():
     from plnexp import STRATEGIES
-    from plnexp.fitting import DEVICES, PRECISIONS
-    from plnexp.optim import OPTIMIZERS
-    from plnexp.spec import MODEL_NAMES
+    from plnexp.fitting.engine import DEVICES, PRECISIONS
+    from plnexp.core.optim import OPTIMIZERS
+    from plnexp.fitting.spec import MODEL_NAMES
 
     assert set(C.group_options("strategy")) == set(STRATEGIES)
     assert set(C.group_options("optimizer")) == set(OPTIMIZERS)
@@ -199,8 +200,8 @@ def test_load_rejects_a_cap_for_an_unknown_strategy():
 
 
 def test_flat_params_and_fit_spec():
-    from plnexp.model import MODELS
-    from plnexp.precision import PRECISIONS
+    from plnexp.core.model import MODELS
+    from plnexp.core.precision import PRECISIONS
 
     (job,) = cli.plan(["dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=5"], multirun=False)
     flat = C.flatten(job.config.as_dict())
@@ -301,7 +302,7 @@ def test_the_device_is_checked_before_launching_only_when_the_jobs_run_here():
 def test_a_users_own_config_folder_adds_its_sweep_files(tmp_path):
     """--config-dir DIR (hydra.searchpath=[file://DIR]): DIR's sweep files are sweep options beside
     plnexp's own; a folder that does not exist is one line."""
-    from plnexp import cli
+    from plnexp.experiment import plan as cli
     from plnexp.__main__ import config_dir_override
 
     (tmp_path / "sweep").mkdir()

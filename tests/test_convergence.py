@@ -1,4 +1,4 @@
-"""A run's convergence metrics (plnexp.convergence) on hand-made curves, while_loop's stopping rule
+"""A run's convergence metrics (plnexp.measure.convergence) on hand-made curves, while_loop's stopping rule
 against the compiled while_loop, and a logged run's metrics against its data's optimum."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import plnexp
-from plnexp import convergence as cv
+from plnexp.measure import convergence as cv
 
 OPT = -1000.0
 # relative gaps at iterations 0..8: within 1e-3 first at 2, 1e-5 at 4, 1e-7 at 6

@@ -1,4 +1,4 @@
-"""plnexp.convergence_report: the race to ε (a winner only beyond the spread, the minimum effect and
+"""plnexp.report.convergence_report: the race to ε (a winner only beyond the spread, the minimum effect and
 the noise; absent iterations said; the control and the peer never ranked), while_loop's rule judged on
 hand-made curves, the figure; then sweep=convergence run in this process at a tiny size."""
 
@@ -10,8 +10,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from plnexp import convergence, convergence_report as cr, report
-from plnexp.report import Entry, Report
+from plnexp.measure import convergence
+from plnexp.report import convergence_report as cr
+from plnexp.report import summary as report
+from plnexp.report.summary import Entry, Report
 
 N_ITER = 1000
 OPTIMUM = -1000.0

@@ -96,7 +96,7 @@ def test_rest_search_sees_the_sweep(served_sweep):
         for r in runs
         if any(t["key"] == "mlflow.parentRunId" and t["value"] == parent.info.run_id for t in r["data"].get("tags", []))
     ]
-    # the parent, its two jobs and its control job (scan's again, plnexp.sweep)
+    # the parent, its two jobs and its control job (scan's again, plnexp.experiment.sweep)
     assert len(runs) == 4 and len(children) == 3
     assert sum(any(t["key"] == "plnexp.control" for t in c["data"]["tags"]) for c in children) == 1
     assert all(any(m["key"] == "ms_per_iter" for m in c["data"]["metrics"]) for c in children)

@@ -184,7 +184,7 @@ def test_log_scale_offsets_must_be_finite(files, value, message):
 
 
 def test_empty_count_columns_are_named_in_one_warning_line(tmp_path, recwarn):
-    from plnexp.data import DataWarning
+    from plnexp.core.data import DataWarning
 
     counts = tmp_path / "counts.csv"
     counts.write_text("otu1,otu2,otu3,otu4\n1,0,2,0\n3,0,0,0\n0,0,5,0\n")
@@ -287,7 +287,7 @@ def test_as_data_bad_values_are_one_line_naming_the_argument(counts, kwargs, mes
 def test_counts_too_large_for_float32_are_one_line_naming_the_largest(tmp_path):
     """A count of 1e40 overflows float32 (a failed fit, its optimum cached): refused before the fit, in
     one line naming the argument (or file), the largest count, its place and the allowed range."""
-    from plnexp.data import COUNTS_MAX
+    from plnexp.core.data import COUNTS_MAX
 
     counts = np.array([[1.0, 2.0], [1e40, 3.0], [5.0, 1e30]])
     largest, allowed = (
@@ -341,7 +341,7 @@ def test_as_data_of_a_data_is_that_data():
 
 def test_as_data_warns_about_empty_columns_by_name():
     pd = pytest.importorskip("pandas")
-    from plnexp.data import DataWarning
+    from plnexp.core.data import DataWarning
 
     with pytest.warns(DataWarning, match=r"counts of the DataFrame: 1 of 2 column\(s\) .*\(column 'otu2'\)"):
         plnexp.as_data(pd.DataFrame({"otu1": [1, 2], "otu2": [0, 0]}))

@@ -62,7 +62,7 @@ def test_api_page_covers_the_package_exports():
         assert f"::: plnexp.{name}\n" in api or f"`plnexp.{name}`" in api, (
             f"plnexp.{name} is exported but not on docs/reference/api.md: add '::: plnexp.{name}'"
         )
-    assert "::: plnexp.runtime" in (DOCS / "reference" / "runtime.md").read_text()
+    assert "::: plnexp.system.runtime" in (DOCS / "reference" / "runtime.md").read_text()
 
 
 def _nav_pages(nav) -> list[str]:

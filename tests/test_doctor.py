@@ -9,8 +9,9 @@ from pathlib import Path
 import jax
 import pytest
 
-from plnexp import doctor, runtime
-from plnexp.model import MODELS
+from plnexp.cli import doctor
+from plnexp.system import runtime
+from plnexp.core.model import MODELS
 
 CPU = jax.devices("cpu")[0]
 
@@ -427,7 +428,7 @@ def test_slurm_check_asks_the_controller(monkeypatch, tmp_path):
 def test_slurm_client_without_the_cluster_extra_is_information(monkeypatch, tmp_path):
     import importlib.util
 
-    from plnexp import paths
+    from plnexp.system import paths
 
     for tool in ("sbatch", "squeue", "scancel"):
         (tmp_path / tool).write_text("#!/bin/sh\n")

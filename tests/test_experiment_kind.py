@@ -12,8 +12,9 @@ from types import SimpleNamespace
 
 from conftest import store_client
 
-from plnexp import tracking
-from plnexp.tracking import store, writes
+from plnexp import store as tracking
+from plnexp.store import backend as store
+from plnexp.store import writes
 
 TINY = ("dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=3")
 

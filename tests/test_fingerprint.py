@@ -1,4 +1,4 @@
-"""plnexp.fingerprint: the same XLA program gets the same fingerprint whatever its names and source
+"""plnexp.measure.fingerprint: the same XLA program gets the same fingerprint whatever its names and source
 lines; another program gets another. And which strategies compile to one program (on oaks, d=1)."""
 
 from __future__ import annotations
@@ -8,10 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from plnexp import fingerprint, strategies
-from plnexp.fitting import make_problem
-from plnexp.model import init_state
-from plnexp.spec import parse
+from plnexp.measure import fingerprint
+from plnexp import strategies
+from plnexp.fitting.engine import make_problem
+from plnexp.core.model import init_state
+from plnexp.fitting.spec import parse
 
 
 def _exe(fn, *args):

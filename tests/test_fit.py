@@ -7,8 +7,8 @@ import pytest
 from reference_np import profiled_elbo_and_grad
 
 import plnexp
-from plnexp.fitting import NumericsError, check_against_host
-from plnexp.precision import PRECISIONS
+from plnexp.fitting.engine import NumericsError, check_against_host
+from plnexp.core.precision import PRECISIONS
 
 
 # The issue's reference: a float64 L-BFGS on the same (profiled) ELBO, exact log-factorial, reaches
@@ -109,7 +109,7 @@ def test_all_zero_counts_fit_without_a_false_alarm(model, precision):
     """Counts that are all zero drive the ELBO to 0, where a purely relative host check failed on
     rounding alone (float64 profiled: relative error 4.9e-05 > 1e-9 at an ELBO of -2.9e-9). The fit
     must end, with a one-line warning about the empty columns, and its ELBO near 0 (the optimum)."""
-    from plnexp.data import Data, DataWarning, warn_empty_columns
+    from plnexp.core.data import Data, DataWarning, warn_empty_columns
 
     zeros = Data(np.zeros((20, 4)), np.zeros((20, 4)), np.ones((20, 1)), "zeros")
     with pytest.warns(DataWarning, match=r"4 of 4 column\(s\) have no counts at all \(columns 1, 2, 3, 4\)"):
@@ -128,7 +128,7 @@ def counts():
 
 
 def test_a_numpy_array_fits_as_the_same_counts_through_data(counts):
-    from plnexp.data import Data
+    from plnexp.core.data import Data
 
     as_array = plnexp.fit(counts, n_iter=5, timed=False)
     through_data = plnexp.fit(

@@ -1,4 +1,4 @@
-"""plnexp.floor: the machine's floor for one iteration, its per-machine cache, and the floor a job logs.
+"""plnexp.measure.floor: the machine's floor for one iteration, its per-machine cache, and the floor a job logs.
 
 The cache tests count measurements with stand-ins for the two measuring functions (keyed by what
 they measure); the real measurements run at tiny shapes (cheap), and the suite's cache is a folder
@@ -14,10 +14,12 @@ import numpy as np
 import pytest
 from conftest import store_client
 
-from plnexp import floor, provenance, runner
-from plnexp.data import Data, row_offsets
-from plnexp.model import PCA_WORK, PLN_WORK, Work
-from plnexp.spec import MODEL_NAMES, model_named
+from plnexp.measure import floor
+from plnexp.jobs import provenance
+from plnexp.experiment import runner
+from plnexp.core.data import Data, row_offsets
+from plnexp.core.model import PCA_WORK, PLN_WORK, Work
+from plnexp.fitting.spec import MODEL_NAMES, model_named
 
 
 def independent_floor(n: int, p: int, itemsize: int, copy_GBps: float, dot_ms: float, factor_ms: float = 0.0) -> float:
@@ -285,7 +287,7 @@ def test_the_cache_is_replaced_atomically_and_a_failed_write_leaves_the_old_file
 
     monkeypatch.setattr(floor.os, "fsync", broken)
     before = path.read_text()
-    with caplog.at_level(logging.WARNING, logger="plnexp.floor"):
+    with caplog.at_level(logging.WARNING, logger="plnexp.measure.floor"):
         f = floor.cached(full(32, 5), np.float32)  # measured and returned all the same
     assert f.dot_ms == stub_dot_ms(32, 5, 5) and "floor cache not written" in caplog.text
     assert path.read_text() == before  # the old file, whole
@@ -336,7 +338,7 @@ def test_run_metrics_are_nan_when_measuring_fails_but_the_bytes_are_counted(monk
     monkeypatch.setattr(floor, "measure_dot", broken)
     monkeypatch.setattr(floor, "measure_copy", broken)
     timed = [k for k in floor.METRICS if k != "floor_bytes_per_iter"]
-    with caplog.at_level(logging.WARNING, logger="plnexp.floor"):
+    with caplog.at_level(logging.WARNING, logger="plnexp.measure.floor"):
         out = floor.run_metrics(full(30, 7), np.float32, "cpu")
     assert set(out) == set(floor.METRICS) and all(math.isnan(out[k]) for k in timed)
     assert out["floor_bytes_per_iter"] == 14 * 30 * 7 * 4  # the hand count: 14 n x p arrays of float32
@@ -350,14 +352,14 @@ def test_run_metrics_are_nan_when_measuring_fails_but_the_bytes_are_counted(monk
 def test_a_job_logs_its_machines_floor_measured_before_the_fit(tiny_config, outputs, monkeypatch):
     """The floor a run logs is this process's cached floor for the data's shape, measured before the
     fit runs, and its arithmetic holds on the logged parts."""
-    import plnexp.fitting
+    import plnexp.fitting.engine
 
     order = []
-    real_metrics, real_run_all = floor.run_metrics, plnexp.fitting.run_all
+    real_metrics, real_run_all = floor.run_metrics, plnexp.fitting.engine.run_all
     monkeypatch.setattr(floor, "run_metrics", lambda *a: order.append("floor") or real_metrics(*a))
-    # (the job's fit owns its process; the fit computing the data's best known ELBO, plnexp.optimum, not)
+    # (the job's fit owns its process; the fit computing the data's best known ELBO, plnexp.fitting.optimum, not)
     fits = lambda *a, **k: order.append("fit" if k.get("owns_process") else "optimum") or real_run_all(*a, **k)
-    monkeypatch.setattr(plnexp.fitting, "run_all", fits)
+    monkeypatch.setattr(plnexp.fitting.engine, "run_all", fits)
     job = runner.run_job(tiny_config, (), "floored")
     assert job.status == "FINISHED" and [o for o in order if o != "optimum"] == ["floor", "fit"]
     run = store_client(outputs).get_run(job.run_id)
@@ -376,8 +378,8 @@ def test_a_job_logs_its_machines_floor_measured_before_the_fit(tiny_config, outp
 
 def stand_in_fit(datas, spec, **k):
     """A fit's result without fitting (the tests about the job around it stay fast)."""
-    from plnexp.fitting import FitResult
-    from plnexp.timing import Timing
+    from plnexp.fitting.engine import FitResult
+    from plnexp.measure.timing import Timing
 
     curve = -np.arange(10.0, 13.0)[::-1]
     timing = Timing(compile_s=0.5, first_call_s=float("nan"), run_s=0.003, ms_per_iter=1.0, runs_s=(0.003,))
@@ -403,10 +405,10 @@ def test_a_pca_job_logs_the_pca_floor_below_the_full_models_at_the_same_shape(co
     2 logs its own floor (2 n x p + 12 n x q arrays, six n x p x 2 products), smaller than the full
     model's (14 n x p arrays, two n x p x p products). The fits are stand-ins: the floor is measured
     before them."""
-    import plnexp.fitting
-    from plnexp import cli
+    import plnexp.fitting.engine
+    from plnexp.experiment import plan as cli
 
-    monkeypatch.setattr(plnexp.fitting, "run_all", stand_in_fit)
+    monkeypatch.setattr(plnexp.fitting.engine, "run_all", stand_in_fit)
     monkeypatch.setattr(runner, "best_known", lambda *a: None)
     logged = {}
     for model in (["model=full"], ["model=pca", "model.rank=2"]):
@@ -432,14 +434,14 @@ def test_a_pca_job_logs_the_pca_floor_below_the_full_models_at_the_same_shape(co
 def test_a_job_whose_floor_fails_finishes_without_it(tiny_config, outputs, monkeypatch):
     """The fit runs and the job finishes; the floor's measured parts are not logged (NaN: not
     measured), its bytes per iteration (counted) are. The fit is a stand-in (this test is about the job around it, and stays fast)."""
-    import plnexp.fitting
+    import plnexp.fitting.engine
 
     def broken(*a, **k):
         raise MemoryError("out of memory")
 
     monkeypatch.setattr(floor, "measure_dot", broken)
     monkeypatch.setenv(floor.CACHE_ENV, str(outputs / "empty_floor_cache"))
-    monkeypatch.setattr(plnexp.fitting, "run_all", stand_in_fit)
+    monkeypatch.setattr(plnexp.fitting.engine, "run_all", stand_in_fit)
     job = runner.run_job(tiny_config, (), "unfloored")
     assert job.status == "FINISHED", job.reason
     metrics = store_client(outputs).get_run(job.run_id).data.metrics

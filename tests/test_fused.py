@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 
 import plnexp
-from plnexp.data import simulate
+from plnexp.core.data import simulate
 from plnexp.strategies import StrategySpec, fused
 
 pytestmark = pytest.mark.native
@@ -138,7 +138,7 @@ def test_refuses_what_the_kernel_does_not_compute():
 
 
 def test_rules_name_registry_optimizers():
-    from plnexp.optim import OPTIMIZERS as REGISTRY
+    from plnexp.core.optim import OPTIMIZERS as REGISTRY
 
     assert set(fused.RULES) <= set(REGISTRY)
 

@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 import plnexp
-from plnexp import data as D
-from plnexp import optimum, reference
+from plnexp.core import data as D
+from plnexp.fitting import optimum
+from plnexp.core import reference
 
 CPU = jax.devices("cpu")[0]
 

@@ -1,4 +1,4 @@
-"""plnexp.interrupts in-process: signals become Interrupted, deferred sections, the helper thread
+"""plnexp.system.interrupts in-process: signals become Interrupted, deferred sections, the helper thread
 that stops a process whose main thread is stuck in compiled code."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from plnexp import interrupts
+from plnexp.system import interrupts
 
 
 @pytest.fixture(autouse=True)

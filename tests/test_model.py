@@ -12,8 +12,8 @@ import pytest
 from jax.test_util import check_grads
 from reference_np import elbo_np, profiled_closed_forms, profiled_elbo_and_grad
 
-from plnexp import model as pm
-from plnexp import reference
+from plnexp.core import model as pm
+from plnexp.core import reference
 
 RTOL = {np.float64: 1e-10, np.float32: 2e-5}
 

@@ -17,10 +17,10 @@ import pytest
 from conftest import store_client
 
 import plnexp
-from plnexp.fitting import make_problem
-from plnexp.model import MODELS
-from plnexp.optim import OptimizerSpec
-from plnexp.spec import resolve_device
+from plnexp.fitting.engine import make_problem
+from plnexp.core.model import MODELS
+from plnexp.core.optim import OptimizerSpec
+from plnexp.core.device import resolve_device
 from plnexp.strategies import RowSharded
 
 pytestmark = pytest.mark.multidevice

@@ -1,4 +1,4 @@
-"""The best known ELBO of a data set (plnexp.optimum): shipped for oaks, r times oaks's for oaks x r,
+"""The best known ELBO of a data set (plnexp.fitting.optimum): shipped for oaks, r times oaks's for oaks x r,
 computed once by a float64 fit and read back from its cache otherwise, or given."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 import plnexp
-from plnexp import optimum, reference
-from plnexp.config import ConfigError, OaksData, SyntheticData
+from plnexp.fitting import optimum
+from plnexp.core import reference
+from plnexp.jobs.config import ConfigError, OaksData, SyntheticData
 
 SMALL = SyntheticData(n=60, p=6, d=2, seed=3)
 
@@ -54,7 +55,7 @@ def test_oaks_times_r_is_r_times_oaks(counted):
     assert optimum.for_dataset(OaksData(replication=7), "full").elbo == 7 * optimum.SHIPPED["oaks"][2]
     assert counted == []  # shipped: no fit
     # why: the ELBO of the rows stacked r times, at the parameters stacked likewise (Sigma the same), is
-    # r times the ELBO (float64 host reference, independent of plnexp.optimum)
+    # r times the ELBO (float64 host reference, independent of plnexp.fitting.optimum)
     rng = np.random.default_rng(0)
     n, p = oaks.Y.shape
     B, M, S = rng.normal(size=(1, p)) * 0.1, rng.normal(size=(n, p)) * 0.3, np.full((n, p), 0.4)
@@ -71,7 +72,7 @@ def test_covariates_change_the_data_so_oaks_with_tree_is_not_the_shipped_optimum
 
 
 def test_a_synthetic_optimum_is_computed_once_checked_and_read_back(counted, own_cache, caplog):
-    with caplog.at_level(logging.INFO, logger="plnexp.optimum"):
+    with caplog.at_level(logging.INFO, logger="plnexp.fitting.optimum"):
         first = optimum.for_dataset(SMALL, "full")
     assert counted == [SMALL.label] and first.source == "computed"
     assert "computing it once" in caplog.text and "max |gradient|" in caplog.text

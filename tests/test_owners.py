@@ -1,4 +1,4 @@
-"""plnexp.tracking.owners: who owns a RUNNING run (the Owner protocol, LocalProcess), and what the
+"""plnexp.store.owners: who owns a RUNNING run (the Owner protocol, LocalProcess), and what the
 orphan sweep-up and closing a sweep do with runs whose owner is alive, dead, or elsewhere."""
 
 from __future__ import annotations
@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 from conftest import end, spawn, store_client
 
-from plnexp import runner, sweep, tracking
-from plnexp.tracking import owners
-from plnexp.tracking.owners import BOOT_TAG, HOST_TAG, PID_TAG, START_TAG, LocalProcess, Owner
+from plnexp.experiment import runner
+from plnexp.experiment import sweep
+from plnexp import store as tracking
+from plnexp.store import owners
+from plnexp.store.owners import BOOT_TAG, HOST_TAG, PID_TAG, START_TAG, LocalProcess, Owner
 
 
 @pytest.fixture

@@ -25,13 +25,13 @@ import pytest
 from conftest import end, run_process, spawn, store_client
 from daemons import free_port
 
-from plnexp.paths import REPO
+from plnexp.system.paths import REPO
 
 UV = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
 
 
 def test_outputs_go_to_the_current_folder_unless_told(tmp_path, monkeypatch):
-    from plnexp import paths
+    from plnexp.system import paths
 
     monkeypatch.delenv("PLNEXP_OUTPUTS", raising=False)
     monkeypatch.chdir(tmp_path)
@@ -111,7 +111,9 @@ def test_run_a_sweep_and_the_dashboard_from_another_folder_write_there_only(inst
     env.update(PYTHONPYCACHEPREFIX=str(tmp_path / "pycache"), PYTHONDONTWRITEBYTECODE="")
     python, plnexp = str(venv / "bin" / "python"), str(venv / "bin" / "plnexp")
 
-    where = run_process([python, "-c", "import plnexp.paths as p; print(p.CONF_DIR, p.CHECKOUT)"], cwd=work, env=env)
+    where = run_process(
+        [python, "-c", "import plnexp.system.paths as p; print(p.CONF_DIR, p.CHECKOUT)"], cwd=work, env=env
+    )
     assert where.returncode == 0, where.stderr
     conf, checkout = where.stdout.split()
     assert Path(conf).parent.parent.name == "site-packages" and checkout == "None", "the installed package's configs"
@@ -153,7 +155,7 @@ def test_run_a_sweep_and_the_dashboard_from_another_folder_write_there_only(inst
 
 @pytest.mark.parametrize("args", [["--help"], ["sweep"], ["run", "n_iter=3"], ["rerun", "latest"]])
 def test_an_install_without_its_configs_says_so_in_one_line(monkeypatch, capsys, args, tmp_path):
-    from plnexp import config
+    from plnexp.jobs import config
     from plnexp.__main__ import main
 
     monkeypatch.setattr(config, "CONF_DIR", tmp_path / "conf")  # as a wheel built without conf/ had it
@@ -166,7 +168,7 @@ def test_an_install_without_its_configs_says_so_in_one_line(monkeypatch, capsys,
 
 
 def test_a_group_without_options_never_lists_nothing(monkeypatch, tmp_path):
-    from plnexp import config
+    from plnexp.jobs import config
 
     (tmp_path / "conf" / "sweep").mkdir(parents=True)
     monkeypatch.setattr(config, "CONF_DIR", tmp_path / "conf")

@@ -1,8 +1,8 @@
 """PLN-PCA (``model="pca"``, rank q): its ELBO against the float64 host reference, its analytic
 gradient against autodiff, its initial states, and its fit in every strategy that runs it.
 
-Tolerances: the jitted float64 ELBO vs :func:`plnexp.reference.pca_elbo` 1e-12 relative (only the
-summation order differs); float32 within :meth:`plnexp.precision.Precision.check_tolerance` (what
+Tolerances: the jitted float64 ELBO vs :func:`plnexp.core.reference.pca_elbo` 1e-12 relative (only the
+summation order differs); float32 within :meth:`plnexp.core.precision.Precision.check_tolerance` (what
 every fit is checked with). Analytic vs autodiff gradient, float64: 1e-9 relative per parameter
 (measured <= 1e-15). Strategies vs scan's curve, float64 with adam: 1e-9 (as in
 tests/test_strategies.py; measured <= 2e-13, eager's op-by-op sums the furthest). Rank q = p vs the
@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 import plnexp
-from plnexp import model as pm
-from plnexp import reference
-from plnexp.precision import PRECISIONS
+from plnexp.core import model as pm
+from plnexp.core import reference
+from plnexp.core.precision import PRECISIONS
 from plnexp.strategies import STRATEGIES
 
 RANK = 3
@@ -28,7 +28,7 @@ N_ITER = 30
 # within 1e-9. A sign-driven one (rprop, radam_clip's clip) steps by the sign of a gradient component,
 # and where one crosses 0, as the rotation R's does within a few iterations on data this small,
 # rounding picks it (test_every_optimizer_and_precision_fits runs them all). init="seed", named: pca's
-# default is "data" (plnexp.spec.default_init), already near the fit, where the ELBO gains less and the
+# default is "data" (plnexp.fitting.spec.default_init), already near the fit, where the ELBO gains less and the
 # fits of two strategies drift apart by more than 1e-9 within 30 adam steps (rounding of the rotation)
 KW = dict(
     model="pca", rank=RANK, optimizer="adam", lr=1e-2, n_iter=N_ITER, precision="float64", init="seed", timed=False
@@ -344,8 +344,8 @@ def test_config_model_pca_with_its_rank():
     the plain name, so their config hash and logged params are unchanged); bad ranks are one line."""
     from hydra import compose, initialize_config_dir
 
-    from plnexp import config as C
-    from plnexp.paths import CONF_DIR
+    from plnexp.jobs import config as C
+    from plnexp.system.paths import CONF_DIR
 
     def load(*overrides):
         with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
@@ -353,7 +353,7 @@ def test_config_model_pca_with_its_rank():
 
     cfg = load("model=pca", "model.rank=3")
     assert cfg.as_dict()["model"] == {"name": "pca", "rank": 3} and C.load(C.loadable(cfg)) == cfg
-    assert cfg.fit_spec().model is plnexp.model.pca_model(3)
+    assert cfg.fit_spec().model is plnexp.core.model.pca_model(3)
     assert load("model=full").as_dict()["model"] == "full" and "rank" not in load().as_dict()
     for overrides, words in [
         (("model=pca", "model.rank=0"), "model.rank=0: allowed values are integers >= 1"),
@@ -365,8 +365,8 @@ def test_config_model_pca_with_its_rank():
 
 
 def test_pca_has_no_best_known_elbo():
-    from plnexp import optimum
-    from plnexp.config import SyntheticData
+    from plnexp.fitting import optimum
+    from plnexp.jobs.config import SyntheticData
 
     assert optimum.family("pca") is None and optimum.family("full") == optimum.family("profiled") == "pln"
     assert optimum.for_dataset(SyntheticData(n=20, p=4), "pca") is None  # nothing fitted nor loaded

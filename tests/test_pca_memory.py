@@ -1,6 +1,6 @@
 """PLN-PCA's rows in blocks (``block_rows``, issue #34 "Memory that scales"): the blocked value and
 gradient are the unblocked ones, padding rows included; XLA's temp memory with blocks is O(b p), not
-O(n p) (compile only, from shapes: :mod:`plnexp.memory`); the option's way in from ``plnexp.fit`` and
+O(n p) (compile only, from shapes: :mod:`plnexp.fitting.memory`); the option's way in from ``plnexp.fit`` and
 from the config.
 
 Tolerances: blocked vs unblocked, float64, 1e-10 relative per parameter (measured <= 1e-15: only the
@@ -15,15 +15,15 @@ import numpy as np
 import pytest
 
 import plnexp
-from plnexp import memory
-from plnexp import model as pm
+from plnexp.fitting import memory
+from plnexp.core import model as pm
 
 RANK = 3
 TOL = 1e-10
 # adam: a smooth optimizer, so that fits summed in another order (blocks, devices) stay within 1e-9.
 # A sign-driven one (rprop, radam_clip's clip) steps by the sign of a gradient component, and where one
 # crosses 0, as the rotation R's does within a few iterations on data this small, rounding picks it.
-# init="seed", named: from pca's default start (init="data": plnexp.spec.default_init) such fits drift
+# init="seed", named: from pca's default start (init="data": plnexp.fitting.spec.default_init) such fits drift
 # apart by ~2e-9 within 20 adam steps (tests/test_pca.py's KW says the same)
 KW = dict(model="pca", rank=RANK, optimizer="adam", lr=1e-2, n_iter=20, precision="float64", init="seed", timed=False)
 
@@ -165,8 +165,8 @@ def test_config_model_block_rows():
     a fit without keeps its config hash); a bad value is one line naming model.block_rows."""
     from hydra import compose, initialize_config_dir
 
-    from plnexp import config as C
-    from plnexp.paths import CONF_DIR
+    from plnexp.jobs import config as C
+    from plnexp.system.paths import CONF_DIR
 
     def load(*overrides):
         with initialize_config_dir(str(CONF_DIR), version_base="1.3"):

@@ -1,5 +1,5 @@
-"""Rank selection for PLN-PCA (#34): plnexp.criteria against hand computations and pyPLNmodels' own
-numbers, plnexp.rank_report on hand-made runs (picks, the edge of the grid, what it ignores), then
+"""Rank selection for PLN-PCA (#34): plnexp.measure.criteria against hand computations and pyPLNmodels' own
+numbers, plnexp.report.rank_report on hand-made runs (picks, the edge of the grid, what it ignores), then
 sweep=pca_rank run in this process at its tiny size, picking the simulated rank 3."""
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from plnexp import criteria, rank_report as rr
-from plnexp.report import Entry, Report
+from plnexp.measure import criteria
+from plnexp.report import rank_report as rr
+from plnexp.report.summary import Entry, Report
 
 
-# ---------------------------------------------------------------- plnexp.criteria
+# ---------------------------------------------------------------- plnexp.measure.criteria
 def test_the_criteria_follow_plnmodels_formulas():
     # numbers of free parameters: p d + p (p + 1)/2 (PLN), p (d + q) - q (q - 1)/2 (PLN-PCA)
     assert criteria.n_params("full", p=114, d=1) == criteria.n_params("profiled", p=114, d=1) == 114 + 114 * 115 // 2
@@ -51,7 +52,8 @@ def test_the_criteria_agree_with_pyplnmodels_own_numbers():
     of parameters, the BIC its BIC's negative (it writes BIC smaller-is-better). Its ICL is its BIC
     minus an entropy that sums the variances S^2 where the entropy has their logs (pyPLNmodels 1.0.x,
     calculations/entropies.py): not comparable, asserted as such so that a fix there shows here."""
-    from plnexp import peers, simulate_pca
+    from plnexp import simulate_pca
+    from plnexp.jobs import peers
 
     why = peers.pyplnmodels_available()
     if why is not None:
@@ -72,13 +74,15 @@ def test_the_criteria_agree_with_pyplnmodels_own_numbers():
     S = pca._latent_sqrt_variance.detach().double().numpy()
     assert S.shape == (n, 2)
     theirs = 0.5 * float(np.sum(S**2)) + S.size / 2 * math.log(2 * math.pi) + S.size / 2
-    assert pca.ICL == pytest.approx(pca.BIC - theirs, rel=1e-6), "pyPLNmodels changed its ICL: see plnexp.criteria"
+    assert pca.ICL == pytest.approx(pca.BIC - theirs, rel=1e-6), (
+        "pyPLNmodels changed its ICL: see plnexp.measure.criteria"
+    )
     ours = criteria.icl(loglik, k, n, S)
     assert ours == pytest.approx(criteria.bic(loglik, k, n) - criteria.entropy(S), rel=1e-12)
     assert ours != pytest.approx(-pca.ICL, rel=1e-3)
 
 
-# ---------------------------------------------------------------- plnexp.rank_report on hand-made runs
+# ---------------------------------------------------------------- plnexp.report.rank_report on hand-made runs
 N, P = 200, 30
 
 

@@ -1,8 +1,8 @@
-"""Peers (plnexp.peers): a peer's fit scored on plnexp's exact ELBO, its curve shifted onto it, its run
+"""Peers (plnexp.jobs.peers): a peer's fit scored on plnexp's exact ELBO, its curve shifted onto it, its run
 logged as one more child of a sweep, and a peer that is not installed or fails leaving the sweep be.
 
 The scoring is checked against the tests' own float64 ELBOs (tests/reference_np.py, not
-plnexp.reference), the PLN's and PLN-PCA's. A peer follows the job's model: pyPLNmodels' Pln beside
+plnexp.core.reference), the PLN's and PLN-PCA's. A peer follows the job's model: pyPLNmodels' Pln beside
 model=full or profiled, its PlnPCA of the job's rank beside model=pca; a model it does not fit is a
 one-line ConfigError before any run. The tests of the real pyPLNmodels fit need the ``peers`` extra (CI installs it)
 and skip without it, saying so."""
@@ -22,11 +22,14 @@ from conftest import store_client
 from reference_np import elbo_np, pca_elbo_np, profiled_closed_forms
 
 import plnexp
-from plnexp import cli, peer_runs, peers, tracking
-from plnexp.config import ConfigError
-from plnexp.fitting import FitResult
-from plnexp.timing import Timing
-from plnexp.sweep import GridJob, SweepRecord, Task
+from plnexp.experiment import plan as cli
+from plnexp.experiment import peer_runs
+from plnexp.jobs import peers
+from plnexp import store as tracking
+from plnexp.jobs.config import ConfigError
+from plnexp.fitting.engine import FitResult
+from plnexp.measure.timing import Timing
+from plnexp.experiment.sweep import GridJob, SweepRecord, Task
 
 NEEDS_PYPLN = pytest.mark.skipif(
     importlib.util.find_spec("pyPLNmodels") is None,
@@ -258,7 +261,7 @@ def test_a_pca_peer_run_is_logged_with_its_class_call_and_rank(outputs):
     assert params["model.name"] == "pca" and params["model.rank"] == "2" and "model.block_rows" not in params
     assert run.data.tags[peers.PEER_TAG] == "pyplnmodels"
     assert metrics["n_params"] == 6 * (1 + 2) - 1 and "bic" in metrics and "icl" in metrics
-    assert "optimum_elbo" not in metrics  # pca has no best known ELBO (plnexp.optimum)
+    assert "optimum_elbo" not in metrics  # pca has no best known ELBO (plnexp.fitting.optimum)
 
 
 def test_the_pln_peer_run_says_its_class_too(tiny_config, outputs):

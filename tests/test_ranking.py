@@ -1,4 +1,4 @@
-"""plnexp.ranking: a strategy is called fastest only beyond the noise and the minimum effect, never
+"""plnexp.jobs.ranking: a strategy is called fastest only beyond the noise and the minimum effect, never
 against its own program, never without a noise estimate, and never on contended timings. Entries are
 built by hand (no fit, no timing)."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from plnexp import ranking
-from plnexp.report import Entry
-from plnexp.timing import CALIBRATION_LEVEL_TOLERANCE, CALIBRATION_TOLERANCE
+from plnexp.jobs import ranking
+from plnexp.report.summary import Entry
+from plnexp.measure.timing import CALIBRATION_LEVEL_TOLERANCE, CALIBRATION_TOLERANCE
 
 N_ITER = 100
 

@@ -12,7 +12,7 @@ import pytest
 from conftest import store_client
 
 import plnexp
-from plnexp import runner
+from plnexp.experiment import runner
 
 RTOL = 1e-9
 N_ITER = 50
@@ -83,7 +83,8 @@ def test_scan_sharded_on_one_device_is_scan(model, via, small):
 def test_a_diverged_replicate_fails_alone(monkeypatch, small):
     """The runner's verdict per replicate: a non-finite ELBO fails that run only (the divergence is
     planted in replicate 1's returned curve; the fits themselves are real)."""
-    from plnexp import cli, fitting
+    from plnexp.experiment import plan as cli
+    from plnexp.fitting import engine as fitting
 
     real = fitting.run_all
 

@@ -1,4 +1,4 @@
-"""plnexp.report on a store whose runs are known: each job's fit is faked (chosen timings and ELBO
+"""plnexp.report.summary on a store whose runs are known: each job's fit is faked (chosen timings and ELBO
 curves) and logged through the real runner and tracking code; the report is then read back from
 the store and checked against the logged numbers, recomputed here independently."""
 
@@ -12,10 +12,18 @@ import numpy as np
 import pytest
 from conftest import store_client
 
-from plnexp import cli, floor, plots, provenance, ranking, report, runner, sweep, tracking
-from plnexp.fitting import FitResult
-from plnexp.model import PLN_WORK
-from plnexp.timing import Timing
+from plnexp.experiment import plan as cli
+from plnexp.measure import floor
+from plnexp.measure import plots
+from plnexp.jobs import provenance
+from plnexp.jobs import ranking
+from plnexp.report import summary as report
+from plnexp.experiment import runner
+from plnexp.experiment import sweep
+from plnexp import store as tracking
+from plnexp.fitting.engine import FitResult
+from plnexp.core.model import PLN_WORK
+from plnexp.measure.timing import Timing
 
 # (strategy, n rows) -> (compile_s, ms_per_iter, iterations run)
 KNOWN = {
@@ -26,7 +34,7 @@ KNOWN = {
     ("scan", 60): (1.3, 4.0, 8),
     ("fori_loop", 60): (1.4, 5.0, 8),
 }
-# the floor the n=30 jobs log (copy GB/s, dot ms: plnexp.floor's parts); the n=60 ones log none (older runs)
+# the floor the n=30 jobs log (copy GB/s, dot ms: plnexp.measure.floor's parts); the n=60 ones log none (older runs)
 KNOWN_FLOOR = {30: (0.0105, 0.3)}
 
 
@@ -76,7 +84,7 @@ def job_config(strategy: str, n: int):
 
 def fake_sweep(tmp_path, monkeypatch, keys, name="sw", tags=None, control=None):
     """A closed sweep of the jobs ``keys`` ((strategy, n) pairs); returns its record. ``control``: one
-    of the keys, run again after the grid as the sweep's control job (as plnexp.sweep.Task.control
+    of the keys, run again after the grid as the sweep's control job (as plnexp.experiment.sweep.Task.control
     tags it): the same fake timings, an A/A pair 0% apart."""
     monkeypatch.setattr(runner, "execute", fake_execute)
     uri = tracking.check_store()
@@ -479,7 +487,7 @@ def test_the_summary_counts_the_whole_grid(outputs, tmp_path, monkeypatch):
 
 
 def test_scaling_slopes_use_the_sizes_every_strategy_has():
-    from plnexp import plots
+    from plnexp.measure import plots
 
     # scan: y = n exactly (slope 1); eager: y = n^2 at 10 and 100 but failed at 1000 (missing)
     series = {"scan": ([10, 100, 1000], [10.0, 100.0, 1000.0]), "eager": ([10, 100], [100.0, 10000.0])}
@@ -493,7 +501,7 @@ def test_scaling_slopes_use_the_sizes_every_strategy_has():
 
 def test_the_iqr_column_says_where_it_is_a_range():
     # timing.Spread: quartiles from 5 runs on, the whole range below; the table says which
-    from plnexp.report import Entry, _iqr_cell
+    from plnexp.report.summary import Entry, _iqr_cell
 
     def entry(runs_s):
         lo, hi = min(runs_s), max(runs_s)

@@ -11,8 +11,14 @@ import numpy as np
 import pytest
 from conftest import store_client, waiting
 
-from plnexp import cli, provenance, rerun, resume, runner, sweep, tracking
-from plnexp import config as C
+from plnexp.experiment import plan as cli
+from plnexp.jobs import provenance
+from plnexp.experiment import rerun
+from plnexp.experiment import resume
+from plnexp.experiment import runner
+from plnexp.experiment import sweep
+from plnexp import store as tracking
+from plnexp.jobs import config as C
 from plnexp.__main__ import main
 
 TINY = ["dataset=synthetic", "dataset.n=50", "dataset.p=5", "n_iter=5", "strategy=scan", "experiment=rr"]
@@ -463,7 +469,9 @@ def test_a_rerun_with_overrides_is_named_as_its_config(outputs, capsys):
 def test_runs_are_identified_by_config_hash_and_replicate():
     from types import SimpleNamespace
 
-    from plnexp import cli, provenance, resume
+    from plnexp.experiment import plan as cli
+    from plnexp.jobs import provenance
+    from plnexp.experiment import resume
 
     (job,) = cli.plan(["dataset=synthetic", "dataset.n=30", "dataset.p=3", "n_iter=5"], multirun=False)
     h = provenance.config_hash(job.config)

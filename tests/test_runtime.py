@@ -1,4 +1,4 @@
-"""plnexp.runtime: XLA flags only for a checked jaxlib, never over the user's; SciPy's OpenBLAS threads;
+"""plnexp.system.runtime: XLA flags only for a checked jaxlib, never over the user's; SciPy's OpenBLAS threads;
 applied only when asked (configure, the command line, a fit before JAX starts), never by ``import plnexp``."""
 
 import json
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from conftest import spawn
 
-from plnexp import runtime
+from plnexp.system import runtime
 
 
 def test_flags_added_for_the_checked_jaxlib_only():
@@ -149,7 +149,7 @@ import json, os, warnings
 warnings.simplefilter("error")  # a SettingsWarning would end the process
 import plnexp
 res = plnexp.fit(plnexp.simulate(n=20, p=4, d=1).Y, n_iter=3, timed=False, compile_cache=False)
-print(json.dumps({"flags": os.environ.get("XLA_FLAGS", ""), "threads": plnexp.runtime.lapack_threads()}))
+print(json.dumps({"flags": os.environ.get("XLA_FLAGS", ""), "threads": plnexp.system.runtime.lapack_threads()}))
 """
     got = _python(code, OPENBLAS_NUM_THREADS="2")
     assert got["flags"].split() == list(runtime.plnexp_flags()) and got["threads"] in ([1], [])

@@ -1,4 +1,4 @@
-"""No secret leaves the process (plnexp.redact): the redaction rules on their own, then what plnexp
+"""No secret leaves the process (plnexp.system.redact): the redaction rules on their own, then what plnexp
 writes and prints with a password in its command line: MLflow params, tags, notes and artifacts,
 Hydra's saved configs, the sweep's record, reports, one-line errors. The end-to-end tests run into a
 real PostgreSQL 15 store (tests/daemons.py, started by them on 127.0.0.1 and stopped by PID) and
@@ -20,10 +20,11 @@ import yaml
 from omegaconf import OmegaConf
 
 import daemons
-from plnexp import sweep, tracking
-from plnexp.config import ConfigError
-from plnexp.hydra_callbacks import redact_file
-from plnexp.redact import MASK, is_redacted, redact, redact_text, secret_name, unredacted
+from plnexp.experiment import sweep
+from plnexp import store as tracking
+from plnexp.jobs.config import ConfigError
+from plnexp.experiment.hydra_callbacks import redact_file
+from plnexp.system.redact import MASK, is_redacted, redact, redact_text, secret_name, unredacted
 
 TINY = ("dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=3", "repeats=1", "warmup=0", "time_budget_s=0")
 

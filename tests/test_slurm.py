@@ -1,4 +1,4 @@
-"""plnexp.slurm without a cluster: squeue's answers parsed, the driver's wait over fake submitit jobs
+"""plnexp.system.slurm without a cluster: squeue's answers parsed, the driver's wait over fake submitit jobs
 and a fake clock, the reasons a signal gets inside a job. (The real cluster: tests/test_cluster.py.)"""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from plnexp import slurm
+from plnexp.system import slurm
 
 
 def answer(stdout="", stderr="", code=0):
@@ -172,7 +172,7 @@ def test_submitits_sacct_warnings_are_said_once_and_its_other_messages_pass(capl
     finally:
         logger.removeHandler(handler)
     assert [r.getMessage() for r in seen] == ["Submitted job triggered an exception"]
-    said = [r for r in caplog.records if r.name == "plnexp.slurm" and "sacct is not usable" in r.getMessage()]
+    said = [r for r in caplog.records if r.name == "plnexp.system.slurm" and "sacct is not usable" in r.getMessage()]
     assert len(said) == 1 and said[0].levelname == "WARNING"
 
 
@@ -209,7 +209,7 @@ def scheduler(tmp_path, monkeypatch):
 
 
 def test_a_slurm_job_owns_the_runs_of_its_processes(monkeypatch):
-    from plnexp.tracking import owners
+    from plnexp.store import owners
 
     env = {"SLURM_JOB_ID": "21", "SLURM_ARRAY_JOB_ID": "20", "SLURM_ARRAY_TASK_ID": "1", "SLURM_CLUSTER_NAME": "c1"}
     job = owners.SlurmJob.here(env)
@@ -227,7 +227,7 @@ def test_a_slurm_job_owns_the_runs_of_its_processes(monkeypatch):
 
 
 def test_alive_asks_the_scheduler(scheduler, monkeypatch):
-    from plnexp.tracking.owners import SlurmJob
+    from plnexp.store.owners import SlurmJob
 
     assert SlurmJob("7_0").alive() is True
     cancelled = SlurmJob("7_1")
@@ -245,7 +245,7 @@ def test_alive_asks_the_scheduler(scheduler, monkeypatch):
 
 
 def test_no_squeue_here_means_cannot_tell(monkeypatch, tmp_path):
-    from plnexp.tracking.owners import SlurmJob
+    from plnexp.store.owners import SlurmJob
 
     monkeypatch.setenv("PATH", str(tmp_path))  # nothing there
     assert SlurmJob("7_1").alive() is None
@@ -254,8 +254,10 @@ def test_no_squeue_here_means_cannot_tell(monkeypatch, tmp_path):
 def test_sweep_up_marks_the_runs_of_ended_slurm_jobs_failed_and_leaves_the_others(scheduler, outputs, monkeypatch):
     from conftest import store_client
 
-    from plnexp import cli, runner, tracking
-    from plnexp.tracking.owners import LocalProcess, SlurmJob
+    from plnexp.experiment import plan as cli
+    from plnexp.experiment import runner
+    from plnexp import store as tracking
+    from plnexp.store.owners import LocalProcess, SlurmJob
 
     (job,) = cli.plan(["dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=3"], multirun=False)
     uri = tracking.check_store()
@@ -286,7 +288,7 @@ def test_sweep_up_marks_the_runs_of_ended_slurm_jobs_failed_and_leaves_the_other
 
 
 def test_slurm_tags_of_a_job():
-    from plnexp import provenance
+    from plnexp.jobs import provenance
 
     env = {
         "SLURM_JOB_ID": "21",
@@ -313,7 +315,9 @@ def test_a_job_stopped_by_slurm_records_its_run_killed_with_the_reason(outputs, 
     run KILLED, the reason naming the job; the owner tags are the job's."""
     from conftest import store_client
 
-    from plnexp import cli, interrupts, runner
+    from plnexp.experiment import plan as cli
+    from plnexp.system import interrupts
+    from plnexp.experiment import runner
 
     for k, v in {"SLURM_JOB_ID": "52", "SLURM_ARRAY_JOB_ID": "50", "SLURM_ARRAY_TASK_ID": "2"}.items():
         monkeypatch.setenv(k, v)

@@ -1,4 +1,4 @@
-"""A SLURM job as the owner of its runs (plnexp.tracking.owners.SlurmJob), without a cluster: fake
+"""A SLURM job as the owner of its runs (plnexp.store.owners.SlurmJob), without a cluster: fake
 ``squeue``, ``sacct``, ``scancel`` and ``scontrol`` first on PATH, answering from files the tests write.
 What the orphan sweep-up and the closing of a sweep do with the runs of jobs that run, ended, or
 cannot be asked about; and the ``slurm_*`` provenance tags of a run logged inside a job."""
@@ -13,9 +13,12 @@ from types import SimpleNamespace
 import pytest
 from conftest import store_client
 
-from plnexp import provenance, runner, sweep, tracking
-from plnexp.tracking import owners
-from plnexp.tracking.owners import HOST_TAG, PID_TAG, SLURM_CLUSTER_TAG, SLURM_JOB_TAG, LocalProcess, SlurmJob
+from plnexp.jobs import provenance
+from plnexp.experiment import runner
+from plnexp.experiment import sweep
+from plnexp import store as tracking
+from plnexp.store import owners
+from plnexp.store.owners import HOST_TAG, PID_TAG, SLURM_CLUSTER_TAG, SLURM_JOB_TAG, LocalProcess, SlurmJob
 
 # Each fake logs its command line to $FAKE_LOG.
 # squeue -h -r --states=all -o %i|%T -j <ids>: the lines "id|STATE" of $FAKE_QUEUE whose id is one of

@@ -1,13 +1,13 @@
-"""plnexp.spec: what one fit is, checked when it is built (before any work), and the defaults that
+"""plnexp.fitting.spec: what one fit is, checked when it is built (before any work), and the defaults that
 depend on the model."""
 
 from __future__ import annotations
 
 import pytest
 
-from plnexp import spec
-from plnexp.model import MODELS, pca_model
-from plnexp.optim import OptimizerSpec
+from plnexp.fitting import spec
+from plnexp.core.model import MODELS, pca_model
+from plnexp.core.optim import OptimizerSpec
 from plnexp.strategies import StrategySpec
 
 

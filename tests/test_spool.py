@@ -1,5 +1,5 @@
 """A fit's outcome is never lost: the store's writes after a fit are retried, and a result the store
-still does not take is kept in ``<outputs>/pending/<run_id>.json`` (:mod:`plnexp.tracking.pending`)
+still does not take is kept in ``<outputs>/pending/<run_id>.json`` (:mod:`plnexp.store.pending`)
 until ``plnexp sync`` or the next command on the store sends it. In process, tiny fits, a real
 (copied) sqlite store whose MLflow client is made to fail."""
 
@@ -11,9 +11,10 @@ import mlflow
 import pytest
 from conftest import store_client
 
-from plnexp import config as C
-from plnexp import runner, tracking
-from plnexp.tracking import store as store_module
+from plnexp.jobs import config as C
+from plnexp.experiment import runner
+from plnexp import store as tracking
+from plnexp.store import backend as store_module
 
 TINY = ["dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=3", "strategy=scan", "experiment=spool"]
 
@@ -191,7 +192,7 @@ def test_a_sweep_sends_a_kept_result_when_it_closes(outputs, plnexp_main, fast_r
 
 def test_every_param_is_logged(outputs, plnexp_main, monkeypatch):
     """No cut at 100 params: MLflow's client splits a large batch itself."""
-    from plnexp.tracking import writes
+    from plnexp.store import writes
 
     many = {f"extra.key{i:03d}": i for i in range(120)}
     monkeypatch.setattr(writes, "flatten", lambda d: {**C.flatten(d), **many})

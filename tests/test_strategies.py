@@ -37,11 +37,11 @@ import optax
 import pytest
 
 import plnexp
-from plnexp import timing
-from plnexp.fitting import make_problem
-from plnexp.model import MODELS, Arrays, PLNState, full_elbo, init_state, profiled_elbo
-from plnexp.optim import OptimizerSpec
-from plnexp.problem import FitState
+from plnexp.measure import timing
+from plnexp.fitting.engine import make_problem
+from plnexp.core.model import MODELS, Arrays, PLNState, full_elbo, init_state, profiled_elbo
+from plnexp.core.optim import OptimizerSpec
+from plnexp.core.problem import FitState
 from plnexp.strategies import NATIVE_STRATEGIES, TORCH_STRATEGIES, StrategySpec, build, torch_loops
 from plnexp.strategies.scans import CONTAINERS, FIELDS, DataclassCarry, NamedTupleCarry, PytreeCarry
 
@@ -302,7 +302,7 @@ def _random_fit_state(rng) -> FitState:
     n, p, d = (int(v) for v in rng.integers(1, 9, size=3))
     arr = lambda *shape: rng.standard_normal(shape).astype([np.float32, np.float64][int(rng.integers(2))])
     pln = PLNState(arr(d, p), arr(n, p), arr(n, p), arr(p, p), arr(p, p))
-    tx = [optax.adam(1e-2), optax.rprop(1e-2), plnexp.optim.radam_clip()][int(rng.integers(3))]
+    tx = [optax.adam(1e-2), optax.rprop(1e-2), plnexp.core.optim.radam_clip()][int(rng.integers(3))]
     params = {"B": pln.B, "M": pln.M, "S": pln.S}
     opt_state = jax.tree_util.tree_map(
         lambda a: (

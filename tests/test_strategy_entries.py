@@ -11,8 +11,11 @@ import numpy as np
 import pytest
 
 import plnexp
-from plnexp import cli, fitting, provenance, strategies
-from plnexp import config as C
+from plnexp.experiment import plan as cli
+from plnexp.fitting import engine as fitting
+from plnexp.jobs import provenance
+from plnexp import strategies
+from plnexp.jobs import config as C
 from plnexp.strategies import STRATEGIES, Strategy, StrategySpec, option
 from plnexp.strategies.scans import scan_program
 

@@ -1,4 +1,4 @@
-"""plnexp.timing's protocol: what each switch costs (counted on a fake Program: no timing
+"""plnexp.measure.timing's protocol: what each switch costs (counted on a fake Program: no timing
 assertions, these machines are noisy), cold compiles without clearing the caller's caches, and the
 persistent compilation cache switch (tiny real fits)."""
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import plnexp
-from plnexp import timing
+from plnexp.measure import timing
 from plnexp.strategies.base import Compiled
 
 N_RUN = 4

@@ -35,11 +35,12 @@ import numpy as np
 import pytest
 
 import plnexp
-from plnexp import cli, runner
-from plnexp import config as C
-from plnexp.fitting import make_problem
-from plnexp.model import MODELS, init_state
-from plnexp.optim import OptimizerSpec
+from plnexp.experiment import plan as cli
+from plnexp.experiment import runner
+from plnexp.jobs import config as C
+from plnexp.fitting.engine import make_problem
+from plnexp.core.model import MODELS, init_state
+from plnexp.core.optim import OptimizerSpec
 from plnexp.strategies import StrategySpec, build, torch_loops
 
 NO_TORCH = "PyTorch not installed: pip install -e '.[torch]'"
@@ -206,7 +207,7 @@ def test_the_step_returns_its_state_row_major_on_oaks(model, oaks):
     solve's column-major B passed Tensor.contiguous() and recompiled the step at its second call)."""
     import torch
 
-    from plnexp.torch_pln import program as tp
+    from plnexp.strategies.torch_pln import program as tp
 
     with jax.enable_x64(True):
         problem = make_problem(MODELS[model], OptimizerSpec("radam_clip"), "analytic")
@@ -248,7 +249,7 @@ def test_a_recompile_in_a_run_is_one_plnexp_line(small, outputs, monkeypatch):
     RecompileError. TorchDynamo with its ``eager`` backend (guards, no Inductor compile): cheap."""
     import torch
 
-    from plnexp.torch_pln import program
+    from plnexp.strategies.torch_pln import program
 
     def flaky(state, data):
         B = state.pln.B.mT.contiguous().mT  # d = 2: strides (1, 2), not (p, 1)

@@ -1,4 +1,4 @@
-"""plnexp.tracking and the runner's sweep bookkeeping against a real (copied) sqlite store; the
+"""plnexp.store and the runner's sweep bookkeeping against a real (copied) sqlite store; the
 fit is faked so that these tests run no JAX program."""
 
 from __future__ import annotations
@@ -12,10 +12,14 @@ import numpy as np
 import pytest
 from conftest import store_client
 
-from plnexp import cli, interrupts, runner, sweep, tracking
-from plnexp import config as C
-from plnexp.fitting import FitResult
-from plnexp.timing import Timing
+from plnexp.experiment import plan as cli
+from plnexp.system import interrupts
+from plnexp.experiment import runner
+from plnexp.experiment import sweep
+from plnexp import store as tracking
+from plnexp.jobs import config as C
+from plnexp.fitting.engine import FitResult
+from plnexp.measure.timing import Timing
 
 N_ITER = 7
 
@@ -128,12 +132,12 @@ def test_failed_fit_without_result(outputs, config):
 
 
 def test_execute_reports_failure_instead_of_raising(config, monkeypatch):
-    import plnexp.fitting
+    import plnexp.fitting.engine
 
     def boom(*a, **k):
-        raise plnexp.fitting.NumericsError("compiled ELBO disagrees")
+        raise plnexp.fitting.engine.NumericsError("compiled ELBO disagrees")
 
-    monkeypatch.setattr(plnexp.fitting, "run_all", boom)
+    monkeypatch.setattr(plnexp.fitting.engine, "run_all", boom)
     out = runner.execute(config)
     assert out.status == "FAILED" and out.reason == "NumericsError: compiled ELBO disagrees"
 
@@ -266,7 +270,7 @@ def test_sqlite_store_in_an_unwritable_place(tmp_path):
 
 
 def test_elbo_png(tmp_path):
-    from plnexp.plots import elbo_png
+    from plnexp.measure.plots import elbo_png
 
     path = elbo_png(np.linspace(-10, -1, 50), "t", tmp_path / "c.png")
     assert path.read_bytes()[:4] == b"\x89PNG"

@@ -1,4 +1,4 @@
-"""plnexp.tradeoffs: the headlines of sweep=unroll, sweep=dispatch and sweep=loop. Each headline
+"""plnexp.report.tradeoffs: the headlines of sweep=unroll, sweep=dispatch and sweep=loop. Each headline
 function on entries built by hand (known slopes, break-even, threshold crossing, a cost within the
 noise), then each preset run in this process at a tiny size, its report naming what it measures."""
 
@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from plnexp import tradeoffs
-from plnexp.report import Entry
+from plnexp.report import tradeoffs
+from plnexp.report.summary import Entry
 
 N_ITER = 1000
 

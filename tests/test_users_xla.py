@@ -8,7 +8,7 @@ data with d = 2 covariates or on oaks (d = 1), each model on both and each preci
 fits, the JAX loop strategies whose programs differ from scan's (the carries compile to scan's
 program, ``test_fingerprint``) taking turns.
 Each fit checks its compiled ELBO against the float64 host reference at its first and last
-iteration (``plnexp.fitting.check_against_host``: a ``NumericsError`` fails it); here each curve
+iteration (``plnexp.fitting.engine.check_against_host``: a ``NumericsError`` fails it); here each curve
 must also equal scan's fit of the same case compiled with the suite's flags in this process, at the tolerances
 of test_strategies.py (the two levels sum in other orders: float64 1e-9, float32 1e-5), and the
 float64 final ELBOs of the full and profiled fits the independent NumPy reference

@@ -1,4 +1,4 @@
-"""What XLA made of a program (plnexp.xla_stats, plnexp.strategies.base): the HLO counts on a module
+"""What XLA made of a program (plnexp.measure.xla_stats, plnexp.strategies.base): the HLO counts on a module
 written by hand, XLA's cost per iteration against hand counts, compile time in three parts.
 
 Hand counts: ``c * 2 + 1`` over N float32 values is 2N flops per step and, as one fused pass, 4N bytes
@@ -16,8 +16,8 @@ import jax.numpy as jnp
 import pytest
 
 import plnexp
-from plnexp import xla_stats
-from plnexp.metrics import PROGRAM
+from plnexp.measure import xla_stats
+from plnexp.measure.metrics import PROGRAM
 from plnexp.strategies.base import XLA_METRICS, AotResult, aot_compile, peak_bytes, xla_metrics
 
 N = 4096

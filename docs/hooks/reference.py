@@ -207,7 +207,7 @@ def top_level_section(conf: Path) -> list[str]:
 
 
 def groups_section(conf: Path) -> list[str]:
-    from plnexp.optim import DEFAULT_LR
+    from plnexp.core.optim import DEFAULT_LR
 
     defaults = _defaults(conf)
     lines = [
@@ -251,7 +251,7 @@ def groups_section(conf: Path) -> list[str]:
             ]
         if group == "optimizer":
             lines += [
-                "`lr: null` takes the optimizer's default learning rate (`plnexp.optim.DEFAULT_LR`): "
+                "`lr: null` takes the optimizer's default learning rate (`plnexp.core.optim.DEFAULT_LR`): "
                 + ", ".join(
                     f"`{k}` {v if v is not None else 'none (its steps are clipped at 0.1)'}"
                     for k, v in DEFAULT_LR.items()

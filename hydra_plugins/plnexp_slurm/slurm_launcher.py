@@ -1,5 +1,5 @@
 """``hydra/launcher=slurm`` (``conf/hydra/launcher/slurm.yaml``): Hydra's submitit SLURM launcher,
-with plnexp's wait for the jobs (:func:`plnexp.slurm.wait`) in place of submitit's.
+with plnexp's wait for the jobs (:func:`plnexp.system.slurm.wait`) in place of submitit's.
 
 Jobs are submitted exactly as ``hydra/launcher=submitit_slurm`` submits them (one job array, the
 same parameters); then the driver prints one line per job as it ends, learns from ``squeue`` (not
@@ -43,8 +43,8 @@ if _SubmititSlurm is not None:
 
         def launch(self, job_overrides, initial_job_idx):
             from hydra.core.singleton import Singleton
-            from plnexp import slurm
-            from plnexp.redact import redact_text
+            from plnexp.system import slurm
+            from plnexp.system.redact import redact_text
 
             assert self.config is not None
             sweep_dir = Path(str(self.config.hydra.sweep.dir))
@@ -99,7 +99,7 @@ if _SubmititSlurm is not None:
         )
 
     def _total(sweep_dir: Path, fallback: int) -> int:
-        from plnexp.sweep import read_record
+        from plnexp.experiment.sweep import read_record
 
         record = read_record(sweep_dir)
         return record.total if record is not None else fallback

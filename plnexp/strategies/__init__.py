@@ -7,7 +7,7 @@ holds only the entry's options), validation, hashing and run names all iterate o
 fields: adding a strategy with a new option touches its entry, its yaml and its tests only.
 
 Every strategy runs the same maths and optimizer (``Problem.step``) and returns the same
-:class:`~plnexp.problem.Output`; they differ only in how JAX traces and compiles the loop. The
+:class:`~plnexp.core.problem.Output`; they differ only in how JAX traces and compiles the loop. The
 PyTorch baselines (``torch_eager``, ``torch_compile``: :mod:`.torch_loops`) run the same maths and
 optimizer formulas written in torch, from the same initial state, and return the same Output.
 """
@@ -20,7 +20,7 @@ from functools import lru_cache
 from typing import Any, cast
 from collections.abc import Callable
 
-from ..problem import Problem
+from ..core.problem import Problem
 from .base import Compiled, Program, SingleProgram
 from . import fused
 from .batched import Batched
@@ -307,7 +307,7 @@ def load_plugins() -> None:
 
 def make(problem: Problem, n_iter: int, spec: StrategySpec, replicates: int = 1) -> Program:
     """A new Program for this (problem, n_iter, strategy, replicates), never seen by JAX (the cold
-    compiles of plnexp.timing); ``replicates > 1``: the strategy's fit ``vmap``-ed over that many
+    compiles of plnexp.measure.timing); ``replicates > 1``: the strategy's fit ``vmap``-ed over that many
     fits (:mod:`.batched`)."""
     spec.check(replicates=replicates)
     program = spec.entry.build(problem, n_iter, spec.options)

@@ -1,4 +1,4 @@
-"""What a JIT strategy is: something that turns a :class:`~plnexp.problem.Problem` into a Program.
+"""What a JIT strategy is: something that turns a :class:`~plnexp.core.problem.Problem` into a Program.
 
 A Program offers two ways to run the same fit:
 
@@ -7,7 +7,7 @@ A Program offers two ways to run the same fit:
   executes without any further tracing or compiling, with the compile time measured apart: in
   three parts, tracing (``jitted.trace``), lowering (``traced.lower()``) and XLA's compilation
   (``lowered.compile()``), and what XLA made of the program (:func:`xla_metrics`, read from the
-  optimized HLO by :mod:`plnexp.xla_stats`).
+  optimized HLO by :mod:`plnexp.measure.xla_stats`).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from collections.abc import Callable, Sequence
 import jax
 from jax.extend import core as jax_core
 
-from .. import xla_stats
-from ..timing import ProgramStats
-from ..model import Arrays, init_state
-from ..problem import FitState, Output, Problem
+from ..measure import xla_stats
+from ..measure.timing import ProgramStats
+from ..core.model import Arrays, init_state
+from ..core.problem import FitState, Output, Problem
 
 NAN = float("nan")
 # what a compiled program logs besides its compile times (see xla_metrics)
@@ -152,7 +152,7 @@ def loop_steps(jaxpr) -> Steps | None:
 
 
 def per_iteration(hlo: str, steps: Steps | None, whole: dict) -> dict:
-    """XLA's "flops" and "bytes accessed" of one iteration of a program (see :mod:`plnexp.xla_stats`),
+    """XLA's "flops" and "bytes accessed" of one iteration of a program (see :mod:`plnexp.measure.xla_stats`),
     with ``counted``, how: one call of a function without a loop; one trip of the loop's body and
     condition over the steps it runs; without a loop left in the HLO, the whole program over its
     steps. ``whole``: the program's own cost analysis (:func:`_cost`)."""
@@ -231,7 +231,7 @@ def peak_bytes(memory: dict) -> float:
 
 def xla_metrics(aot: dict[str, AotResult]) -> dict[str, float]:
     """What XLA made of a program of one or more compiled functions (one call of each per iteration):
-    ``xla_instructions`` and ``xla_fusions`` (:func:`plnexp.xla_stats.stats`), summed over the
+    ``xla_instructions`` and ``xla_fusions`` (:func:`plnexp.measure.xla_stats.stats`), summed over the
     functions; ``xla_flops_per_iter`` and ``xla_bytes_per_iter`` (:func:`per_iteration`), summed;
     ``peak_bytes`` (:func:`peak_bytes`), the largest. A figure XLA did not give is left out."""
     out: dict[str, float] = {}

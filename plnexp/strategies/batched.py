@@ -17,9 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..data import device_offsets
-from ..model import Arrays, init_state
-from ..problem import FitState, Output, Problem
+from ..core.data import device_offsets
+from ..core.model import Arrays, init_state
+from ..core.problem import FitState, Output, Problem
 from .base import WHOLE_PROGRAM, Compiled, SingleProgram, aot_compile, compiled_program
 
 
@@ -46,7 +46,7 @@ class Batched:
     def place(self, data: Sequence, dtype, device) -> Arrays:
         """One data set for every replicate (placed once), or one per replicate stacked on axis 0.
         Offsets one per row in every data set stack as their (n, 1) columns
-        (:func:`~plnexp.data.device_offsets`); otherwise each data set's as (n, p)."""
+        (:func:`~plnexp.core.data.device_offsets`); otherwise each data set's as (n, p)."""
         data = list(data)
         if len(data) == 1:
             return self.inner.place(data, dtype, device)

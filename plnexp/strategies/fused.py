@@ -38,8 +38,8 @@ import numpy as np
 import optax
 from jax.scipy.linalg import cho_solve
 
-from ..model import FULL, Arrays, PLNState, _logdet_from_cholesky
-from ..problem import FitState, Output, Problem, analytic
+from ..core.model import FULL, Arrays, PLNState, _logdet_from_cholesky
+from ..core.problem import FitState, Output, Problem, analytic
 from .base import SingleProgram
 
 LIBRARY = "_pln_fused"  # plnexp/_pln_fused<extension suffix>, built by setup.py
@@ -218,7 +218,7 @@ class Rule:
     coefficients: Callable
 
 
-# Keys: the names of plnexp.optim.OPTIMIZERS. Every optimizer of the registry is elementwise today;
+# Keys: the names of plnexp.core.optim.OPTIMIZERS. Every optimizer of the registry is elementwise today;
 # one added without an entry here is refused by scan_fused in one line.
 RULES: dict[str, Rule] = {
     "sgd": Rule(0, 0, _sgd),
@@ -357,7 +357,7 @@ def fused_step(
 
 def fused_program(problem: Problem, n_iter: int) -> SingleProgram:
     """The ``scan`` strategy's loop around :func:`fused_step`."""
-    assert problem.optimizer is not None  # made by plnexp.fitting.make_problem, which names it
+    assert problem.optimizer is not None  # made by plnexp.fitting.engine.make_problem, which names it
     check_fit("scan_fused", problem.optimizer.name, "analytic" if problem.gradient is analytic else "autodiff")
     rule = RULES[problem.optimizer.name]
     code_path = isa()  # when the program is made (see the module's doc)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..problem import FitState, Output, Problem, relative_change
+from ..core.problem import FitState, Output, Problem, relative_change
 from .base import SingleProgram
 
 

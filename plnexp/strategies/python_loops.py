@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import jax
 import jax.numpy as jnp
 
-from ..problem import FitState, Output, Problem
+from ..core.problem import FitState, Output, Problem
 from .base import Compiled, OneDevice, aot_compile, compiled_program
 
 

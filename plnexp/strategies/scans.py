@@ -20,8 +20,8 @@ import jax
 import jax.numpy as jnp
 from jax.tree_util import register_pytree_node_class
 
-from ..model import PLNState
-from ..problem import FitState, Output, Problem
+from ..core.model import PLNState
+from ..core.problem import FitState, Output, Problem
 from .base import SingleProgram
 
 FIELDS = ("B", "M", "S", "Sigma", "Omega", "opt_state")

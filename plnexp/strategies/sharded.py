@@ -2,7 +2,7 @@
 
 A PLN fit is data-parallel by rows: Y, O, X, M, S and the optimizer's per-row state split by rows;
 the only quantities that mix rows are sums over rows (the ELBO's, M'M, sum S^2, X'M, X'(Y - A)),
-which :mod:`plnexp.model` takes in one place (``_total``). The p x p closed forms (Sigma, Omega, B)
+which :mod:`plnexp.core.model` takes in one place (``_total``). The p x p closed forms (Sigma, Omega, B)
 are then computed on every device from the reduced statistics (replicated).
 
 Two ways to write it, an option of the strategy (``strategy.via``):
@@ -13,7 +13,7 @@ Two ways to write it, an option of the strategy (``strategy.via``):
   ``psum``-ed over the mesh axis explicitly (``Rows.axis``).
 
 n need not divide by the device count: the arrays are padded with rows that contribute nothing
-(Y = O = X = 0, weight 0, M = 0 kept there by a zero gradient; see :class:`plnexp.arrays.Rows`), and
+(Y = O = X = 0, weight 0, M = 0 kept there by a zero gradient; see :class:`plnexp.core.arrays.Rows`), and
 Sigma divides by the number of data rows. One device gives scan's program on one device's rows.
 """
 
@@ -27,9 +27,9 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from ..data import device_offsets
-from ..model import Arrays, PLNState, Rows, init_state
-from ..problem import FitState, Output, Problem
+from ..core.data import device_offsets
+from ..core.model import Arrays, PLNState, Rows, init_state
+from ..core.problem import FitState, Output, Problem
 from .base import WHOLE_PROGRAM, Compiled, aot_compile, compiled_program
 
 AXIS = "rows"
@@ -98,7 +98,7 @@ class RowSharded:
     # ------------------------------------------------------------ data and state
     def place(self, data: Sequence, dtype, device) -> Arrays:
         """The data set's rows split across the mesh, padded to a multiple of the device count (O as
-        :func:`~plnexp.data.device_offsets` gives it: the (n, 1) column of offsets one per row)."""
+        :func:`~plnexp.core.data.device_offsets` gives it: the (n, 1) column of offsets one per row)."""
         (one,) = data
         mesh = mesh_of(device.platform, self.devices)
         pad = -one.n % mesh.size

@@ -1,7 +1,7 @@
 """The PyTorch baselines in the strategy registry: ``torch_eager`` and ``torch_compile``.
 
 Torch is an optional extra (``pip install -e ".[torch]"``): this module never imports it. The
-builders import :mod:`plnexp.torch_pln.program` when a torch strategy is built, and
+builders import :mod:`plnexp.strategies.torch_pln.program` when a torch strategy is built, and
 :func:`check` refuses a torch strategy in one line when torch is not installed, so that a job
 asking for one fails when its config is loaded, before any work.
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from ..paths import install_command
+from ..system.paths import install_command
 
 TORCH_REQUIREMENT = "torch==2.13.0"
 # torch.compile's modes (torch._inductor.list_mode_options() in torch 2.13, less its experimental "lite")
@@ -54,6 +54,6 @@ def check_device(name: str, platform: str) -> None:
 
 
 def torch_program(problem, n_iter: int, compiled: bool, mode: str = "default"):
-    from ..torch_pln.program import TorchProgram  # imports torch
+    from .torch_pln.program import TorchProgram  # imports torch
 
     return TorchProgram(problem, n_iter, compiled, mode)

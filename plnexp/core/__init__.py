@@ -1,0 +1,1 @@
+"""The PLN model's numerics and data: pure functions and frozen values (model, data, reference ELBOs, optimizers, precisions, the problem a strategy solves). Imports neither Hydra nor MLflow."""

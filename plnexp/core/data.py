@@ -1,0 +1,924 @@
+"""Data sets: counts in memory (:func:`as_data`), the shipped oaks data, CSV files, AnnData files
+(single-cell counts), and simulation from the PLN generative model (full or low-rank).
+
+A :class:`Data` holds host (numpy, float64) arrays; :meth:`Data.to_device` casts and places them
+for a fit. Offsets are always stored on the log scale. Large data sets stay lean on the host (see
+docs/concepts/memory.md): offsets that are one per row are an ``(n, p)`` read-only view of their
+``(n, 1)`` column (:func:`row_offsets`), and a fit's device gets that column alone
+(:func:`device_offsets`); :func:`simulate_pca` and :func:`load_anndata` (sparse
+counts) keep :data:`COMPACT_ENTRIES` or more counts in float32 when exact (below 2**24); plnexp
+reads them a block of rows at a time, in float64, so the numbers are those of float64 arrays.
+Every way in (:func:`as_data`, :func:`load_csv`, :func:`load_oaks`, :func:`load_anndata`,
+:func:`simulate`) checks the values with the same functions (:func:`check_counts`,
+:func:`check_offsets`, :func:`check_full_rank`): a problem is one :class:`DataError` line naming the
+argument or file, the row and column, and what is allowed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import warnings
+from dataclasses import dataclass, field
+from functools import cached_property
+from importlib import resources
+from pathlib import Path
+from collections.abc import Collection, Mapping, Sequence
+
+import numpy as np
+
+from .reference import BLOCK_ENTRIES, row_blocks  # the one block size of the host's n x p reads
+
+OAKS_COVARIATES = ("tree", "orientation", "distTOground")
+COMPACT_ENTRIES = (
+    1 << 26
+)  # from this many counts on, simulate_pca and sparse load_anndata keep them in float32 (if exact)
+FLOAT32_EXACT = 1 << 24  # every integer below this is exact in float32
+
+
+def row_offsets(column, p: int) -> np.ndarray:
+    """Offsets that are one per row, ``(n,)`` or ``(n, 1)``, as the ``(n, p)`` float64 array they
+    stand for, without its memory: a read-only view whose columns all share the one column's values
+    (stride 0). Every reader of ``Data.O`` sees an ``(n, p)`` array of those values."""
+    column = np.asarray(column, dtype=np.float64).reshape(-1, 1)
+    return np.broadcast_to(column, (column.shape[0], int(p)))
+
+
+def _row_column(a: np.ndarray) -> np.ndarray | None:
+    """The ``(n, 1)`` column of an ``(n, p)`` view made by :func:`row_offsets` (its columns share
+    their memory), else None."""
+    if a.ndim == 2 and a.shape[1] > 1 and a.strides[1] == 0:
+        return a[:, :1]
+    return None
+
+
+def device_offsets(O: np.ndarray) -> np.ndarray:
+    """The offsets as a fit's device holds them: the ``(n, 1)`` column of offsets that are one per
+    row (a :func:`row_offsets` view), which every JAX computation broadcasts against the ``(n, p)``
+    arrays, else ``O`` itself ``(n, p)``. At single-cell scale that is one n x p array fewer on the
+    device, and fewer bytes each iteration reads (the values, and the sums over them, are the same)."""
+    O = np.asarray(O)
+    column = _row_column(O)
+    return O if column is None else column
+
+
+def _aligned_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
+    """An uninitialised array whose data start on a 64-byte boundary: JAX's CPU client then takes it
+    without a copy (``jax.device_put`` aliases it), where numpy's own 16-byte alignment costs a copy."""
+    dtype = np.dtype(dtype)
+    size = int(np.prod(shape)) * dtype.itemsize
+    raw = np.empty(size + 64, dtype=np.uint8)
+    start = -raw.ctypes.data % 64
+    return raw[start : start + size].view(dtype).reshape(shape)
+
+
+def _as_host(a: np.ndarray, dtype) -> np.ndarray:
+    """``a`` in ``dtype``: itself when it has it, else a 64-byte aligned copy converted a block of rows
+    at a time (no transient beyond the copy)."""
+    if a.dtype == dtype:
+        return a
+    out = _aligned_empty(a.shape, dtype)
+    for r in row_blocks(*a.shape) if a.ndim == 2 else [slice(None)]:
+        out[r] = a[r]
+    return out
+
+
+class DataError(ValueError):
+    """A data file or array that cannot be fitted; the message names the file and the problem."""
+
+
+class DataWarning(UserWarning):
+    """Data that can be fitted but not meaningfully in part (one line naming the columns)."""
+
+
+def warn_empty_columns(Y: np.ndarray, source: str, columns: Sequence[str] | None = None) -> list[int]:
+    """Warn, in one line naming them, about count columns that are zero in every row (common in
+    microbiome tables): the fit drives their mean to -inf (B, M grow without bound) so their
+    estimates mean nothing. Returns their 0-based indices."""
+    Y = np.asarray(Y)
+    seen = np.zeros(Y.shape[1], dtype=bool)
+    for r in row_blocks(*Y.shape):  # no n x p boolean transient
+        seen |= (Y[r] != 0).any(axis=0)
+    empty = [int(j) for j in np.flatnonzero(~seen)]
+    if empty:
+        names = [f"{columns[j]!r}" if columns is not None else f"{j + 1}" for j in empty]
+        shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+        warnings.warn(
+            DataWarning(
+                f"counts of {source}: {len(empty)} of {Y.shape[1]} column(s) have no counts at all (column"
+                f"{'s' if len(empty) > 1 else ''} {shown}): their means diverge to -inf during the fit and their "
+                f"estimates mean nothing; drop them for a meaningful fit"
+            ),
+            stacklevel=3,
+        )
+    return empty
+
+
+@dataclass(frozen=True, eq=False, repr=False)  # __repr__: one line, below
+class Data:
+    """A data set ready to fit: n samples, p count variables, d covariates (intercept included).
+
+    Build one with :func:`as_data` (counts in memory), :func:`load_csv`, :func:`load_oaks` or
+    :func:`simulate`, which check the values; :func:`plnexp.fit` also accepts the counts directly and
+    calls :func:`as_data` itself. Constructing ``Data`` by hand skips those checks.
+
+    Attributes:
+        Y: counts, ``(n, p)`` float64 holding non-negative integers (float32 for a data set of
+            :data:`COMPACT_ENTRIES` counts or more from :func:`simulate_pca` or a sparse AnnData,
+            all below 2**24, so exact: read it as float64 a block of rows at a time, as plnexp does).
+        O: offsets on the log scale, ``(n, p)`` float64 (zeros: no offsets); one offset per row
+            is a read-only view of its column (:func:`row_offsets`): ``(n, p)`` all the same (a
+            fit's device gets the ``(n, 1)`` column: :meth:`to_device`).
+        X: covariates, the design matrix ``(n, d)`` float64, intercept first.
+        name: the data set's name (run names and reports).
+        covariate_names: the names of ``X``'s columns (``"intercept"`` first; a categorical
+            column's levels as ``"column=level"``).
+        truth: the true ``B`` and ``Sigma`` of simulated data (:func:`simulate`), else None.
+        columns: the names of the ``p`` count variables (a DataFrame's columns, a CSV header), or
+            None when they have none (a NumPy array).
+    """
+
+    Y: np.ndarray
+    O: np.ndarray
+    X: np.ndarray
+    name: str = "data"
+    covariate_names: tuple[str, ...] = ("intercept",)
+    truth: dict | None = field(default=None, repr=False)  # simulate(): the true B and Sigma
+    columns: tuple[str, ...] | None = None
+
+    def __repr__(self) -> str:
+        """One line (the arrays' values are never printed: at single-cell scale they are gigabytes):
+        the name, the shape, the covariates, the counts' dtype, and whether a simulation's truth is
+        kept: ``Data('oaks', n=116 x p=114, d=1 covariate, float64)``."""
+        extras = ", simulated (truth kept)" if self.truth is not None else ""
+        return (
+            f"{type(self).__name__}({self.name!r}, n={self.n} x p={self.p}, d={self.d} covariate"
+            f"{'s' if self.d != 1 else ''}, {np.asarray(self.Y).dtype}{extras})"
+        )
+
+    @property
+    def n(self) -> int:
+        return self.Y.shape[0]
+
+    @property
+    def p(self) -> int:
+        return self.Y.shape[1]
+
+    @property
+    def d(self) -> int:
+        return self.X.shape[1]
+
+    @cached_property
+    def log_factorial(self) -> float:
+        """sum_ij log(Y_ij!) in float64, computed once per data set (the fit's constant), a block of
+        rows at a time."""
+        from .reference import log_factorial_sum
+
+        return log_factorial_sum(self.Y)
+
+    def digest(self) -> str:
+        """sha256 of Y, O and X (float64 bytes, row-major, each after its shape): identifies the data a
+        run was fitted on. Hashed a block of rows at a time: the same bytes in the same order as the
+        whole arrays' (so the digest does not depend on how the arrays are stored), no n x p copy."""
+        h = hashlib.sha256()
+        for a in (self.Y, self.O, self.X):
+            h.update(str(a.shape).encode())
+            for r in row_blocks(*a.shape):
+                h.update(np.ascontiguousarray(a[r], dtype=np.float64).reshape(-1).data)
+        return h.hexdigest()
+
+    def to_device(self, dtype, device):
+        """The arrays as :class:`plnexp.core.arrays.Arrays` of ``dtype``, committed to ``device``, without a
+        second n x p copy on the host: an array of another dtype is converted a block of rows at a
+        time into one buffer that JAX's CPU client takes as it is (64-byte aligned); offsets that are
+        one per row go as their ``(n, 1)`` column (:func:`device_offsets`), which the fit's
+        computations broadcast. The values are those of ``jax.device_put(np.asarray(a, dtype),
+        device)`` (O's: its first column, for offsets one per row)."""
+        import jax
+
+        from .arrays import Arrays
+
+        dtype = np.dtype(dtype)
+        return Arrays(
+            *(
+                jax.device_put(_as_host(a, dtype), device)
+                for a in (np.asarray(self.Y), device_offsets(self.O), np.asarray(self.X))
+            )
+        )
+
+
+def replicate(data: Data, times: int) -> Data:
+    """Stack the rows ``times`` times (the seed's way of making oaks bigger)."""
+    if int(times) != times or times < 1:
+        raise DataError(f"replication={times!r}: must be an integer >= 1")
+    if times == 1:
+        return data
+    rep = lambda a: np.tile(a, (int(times), 1))
+    column = _row_column(np.asarray(data.O))  # offsets one per row stay a view of their column
+    return Data(
+        rep(data.Y),
+        rep(data.O) if column is None else row_offsets(rep(column), data.p),
+        rep(data.X),
+        f"{data.name}_x{times}",
+        data.covariate_names,
+        data.truth,
+        data.columns,
+    )
+
+
+# ---------------------------------------------------------------- validation helpers
+def _label(what: str, source) -> str:
+    """How a message names the values: ``counts file PATH`` for a file, ``counts`` for an argument."""
+    return what if source is None else f"{what} file {source}"
+
+
+NUMBERS_ALLOWED = "numbers (empty, NA or NaN for a missing value)"
+MISSING = ("", "NA", "nan", "NaN")
+
+
+def _number(cell: str) -> float:
+    return float(cell) if cell.strip() not in MISSING else np.nan
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        _number(cell)
+    except ValueError:
+        return False
+    return True
+
+
+def _read_csv(path: Path, what: str) -> tuple[list[str], np.ndarray]:
+    """Read a numeric CSV with a header row; one clear DataError for any problem."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{what} file {path}: not found")
+    lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
+    if len(lines) < 2:
+        raise DataError(f"{what} file {path}: empty (need a header row and at least one data row)")
+    header = [h.strip().strip('"') for h in lines[0].split(",")]
+    rows = []
+    for i, ln in enumerate(lines[1:], start=2):
+        cells = ln.split(",")
+        if len(cells) != len(header):
+            raise DataError(f"{what} file {path}: line {i} has {len(cells)} fields, header has {len(header)}")
+        try:
+            rows.append([_number(c) for c in cells])
+        except ValueError:  # which cell, counted as the value checks count (row 1: the first data row)
+            j = next(j for j, c in enumerate(cells) if not _is_number(c))
+            raise DataError(
+                f"{what} file {path}: non-numeric value {cells[j].strip()!r} at row {i - 1}, column {j + 1}; "
+                f"allowed values are {NUMBERS_ALLOWED}"
+            ) from None
+    return header, np.asarray(rows, dtype=np.float64)
+
+
+def _first_bad(a: np.ndarray, bad) -> tuple[int, int] | None:
+    """(row, column) of the first entry of the 2-d ``a``, in row-major order, where ``bad(block)``
+    is True; None if none. A block of rows at a time: no n x p transient."""
+    for rows in row_blocks(*a.shape):
+        found = np.argwhere(bad(a[rows]))
+        if found.size:
+            r, c = found[0]
+            return int(r) + rows.start, int(c)
+    return None
+
+
+def _check_finite(a: np.ndarray, label: str, allowed: str) -> None:
+    where = _first_bad(a, lambda block: ~np.isfinite(block))
+    if where is not None:
+        r, c = where
+        kind = "missing (NaN)" if np.isnan(a[r, c]) else "infinite"
+        raise DataError(f"{label}: {kind} value at row {r + 1}, column {c + 1}; allowed values are {allowed}")
+
+
+COUNTS_ALLOWED = "non-negative integers"
+# The largest count a fit accepts, ~1.8e19 (log 44): products of two count-sized numbers (a squared
+# gradient (y - exp(m))^2 in adam's second moment, y * m summed over the n x p entries) must stay finite
+# in float32, the default precision, whose largest number is ~3.4e38 (a count of 1e40 is already inf
+# there). Real counts (reads, cells, individuals) are many orders of magnitude below it.
+COUNTS_MAX = float(np.finfo(np.float32).max) ** 0.5
+COVARIATES_ALLOWED = "finite numbers or text categories"
+
+
+def check_counts(Y: np.ndarray, source: str | Path | None = None, *, keep_float32: bool = False) -> np.ndarray:
+    """Counts must be a non-empty 2-d table of finite non-negative integers up to :data:`COUNTS_MAX`
+    (~1.8e19); returns them as float64 (float32 counts as they are with ``keep_float32``). ``source``:
+    the file they were read from (None: the ``counts`` argument). Checked a block of rows at a time
+    (no n x p transient)."""
+    label = _label("counts", source)
+    Y = np.asarray(Y)
+    if not (keep_float32 and Y.dtype == np.float32):
+        Y = np.asarray(Y, dtype=np.float64)
+    if Y.ndim != 2 or Y.size == 0:
+        raise DataError(f"{label}: must be a non-empty 2-d table (n samples x p variables), got shape {Y.shape}")
+    _check_finite(Y, label, COUNTS_ALLOWED)
+    for what, bad in (("negative", lambda y: y < 0), ("non-integer", lambda y: y != np.round(y))):
+        where = _first_bad(Y, bad)
+        if where is not None:
+            r, c = where
+            raise DataError(
+                f"{label}: {what} count {Y[r, c]:g} at row {r + 1}, column {c + 1}; allowed values are {COUNTS_ALLOWED}"
+            )
+    largest = max(float(Y[rows].max()) for rows in row_blocks(*Y.shape))
+    if largest > COUNTS_MAX:
+        where = _first_bad(Y, lambda y: y == largest)
+        assert where is not None  # the largest count is somewhere
+        r, c = where
+        raise DataError(
+            f"{label}: too large count {largest:g} at row {r + 1}, column {c + 1} (the largest); allowed values "
+            f"are {COUNTS_ALLOWED} up to {COUNTS_MAX:.3g} (larger ones overflow float32 arithmetic)"
+        )
+    return Y
+
+
+def check_offsets(O: np.ndarray, source: str | Path | None, log_scale: bool) -> np.ndarray:
+    """Raw offsets (totals) must be finite and > 0, log-scale ones finite; returns them on the log
+    scale. ``source``: the file they were read from (None: the ``offsets`` argument)."""
+    label = _label("offsets", source)
+    if log_scale:
+        _check_finite(O, label, "finite numbers (log scale, log_offsets=true)")
+        return O
+    allowed = "finite numbers > 0 (raw totals; log_offsets=true for offsets already on the log scale)"
+    _check_finite(O, label, allowed)
+    if (O <= 0).any():
+        r, c = np.argwhere(O <= 0)[0]
+        raise DataError(f"{label}: offset {O[r, c]:g} at row {r + 1}, column {c + 1}; allowed values are {allowed}")
+    return np.log(O)
+
+
+def check_full_rank(X: np.ndarray, names: Sequence[str], source: str | Path | None) -> None:
+    """The design matrix (intercept first) must have linearly independent columns. ``source``: the
+    covariates file (None: the ``covariates`` argument)."""
+    if np.linalg.matrix_rank(X) == X.shape[1]:
+        return
+    for j in range(1, X.shape[1] + 1):
+        if np.linalg.matrix_rank(X[:, :j]) < j:
+            break
+    what = "the intercept" if j == 2 else "the intercept and the columns before it"
+    raise DataError(
+        f"{_label('covariates', source)}: column {names[j - 1]!r} is a linear combination of {what} "
+        f"(e.g. constant, or a copy), so the design matrix {tuple(names)} is rank-deficient; "
+        f"allowed values are linearly independent columns"
+    )
+
+
+def design_matrix(
+    table: Mapping[str, np.ndarray | Sequence[str]],
+    columns: Sequence[str],
+    n: int,
+    categorical: Collection[str] = (),
+) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Intercept + the named columns; text columns, and those named in ``categorical`` (whatever
+    their values look like: an AnnData category ``"1", "2"``), become one-hot with the first level
+    (sorted as text) dropped."""
+    blocks, names = [np.ones((n, 1))], ["intercept"]
+    for col in columns:
+        if col not in table:
+            raise DataError(f"covariate {col!r}: not in the covariates table; allowed: {sorted(table)}")
+        values = np.asarray(table[col])
+        try:
+            if col in categorical:
+                raise TypeError(col)
+            blocks.append(values.astype(np.float64).reshape(n, 1))
+            names.append(col)
+        except (TypeError, ValueError):  # categorical (TypeError: an object column that float() refuses)
+            levels = sorted(set(values.tolist()), key=str)
+            for level in levels[1:]:
+                blocks.append((values == level).astype(np.float64).reshape(n, 1))
+                names.append(f"{col}={level}")
+    return np.hstack(blocks), tuple(names)
+
+
+# ---------------------------------------------------------------- loaders
+def _oaks_dir():
+    return resources.files("plnexp.datasets") / "oaks"
+
+
+def _read_text_table(path) -> dict[str, np.ndarray]:
+    lines = [ln.split(",") for ln in Path(path).read_text().splitlines() if ln.strip()]
+    header = [h.strip().strip('"') for h in lines[0]]
+    cols = list(zip(*lines[1:]))
+    return {h: np.asarray([c.strip().strip('"') for c in col]) for h, col in zip(header, cols)}
+
+
+def load_oaks(replication: int = 1, covariates: Sequence[str] = ()) -> Data:
+    """The oaks powdery-mildew data (116 x 114), MIT licence: see plnexp/datasets/oaks/LICENSE.
+
+    Offsets are the raw read totals shipped with the data, logged here once. ``covariates``:
+    any of 'tree', 'orientation' (categorical, one-hot, first level dropped), 'distTOground'.
+    """
+    folder = _oaks_dir()
+    header, Y = _read_csv(folder / "counts.csv", "counts")
+    _, totals = _read_csv(folder / "offsets.csv", "offsets")
+    X, names = design_matrix(_read_text_table(folder / "covariates.csv"), covariates, Y.shape[0])
+    warn_empty_columns(Y, "oaks")
+    data = Data(check_counts(Y, folder / "counts.csv"), np.log(totals), X, "oaks", names, columns=tuple(header))
+    return replicate(data, replication)
+
+
+def load_csv(
+    counts,
+    offsets=None,
+    covariates=None,
+    *,
+    log_offsets: bool = False,
+    covariate_columns: Sequence[str] | None = None,
+    name: str | None = None,
+) -> Data:
+    """Load counts (header + integer rows), optional offsets and covariates from CSV files.
+
+    ``offsets`` are raw positive totals (logged here) unless ``log_offsets=True``. Covariates:
+    all columns of the file (text columns one-hot encoded) unless ``covariate_columns`` names
+    some; an intercept is always added. Any problem raises :class:`DataError` naming the file.
+    """
+    header, Y = _read_csv(counts, "counts")
+    Y = check_counts(Y, str(counts))
+    warn_empty_columns(Y, f"file {counts}", header)
+    n, p = Y.shape
+    if offsets is None:
+        O = np.zeros_like(Y)
+    else:
+        _, O = _read_csv(offsets, "offsets")
+        if O.shape != Y.shape:
+            raise DataError(f"offsets file {offsets}: shape {O.shape} does not match counts {Y.shape}")
+        O = check_offsets(O, offsets, log_offsets)
+    names: tuple[str, ...]
+    if covariates is None:
+        X, names = np.ones((n, 1)), ("intercept",)
+    else:
+        path = Path(covariates)
+        if not path.is_file():
+            raise DataError(f"covariates file {path}: not found")
+        table = _read_text_table(path) if path.stat().st_size else {}
+        if not table or len(next(iter(table.values()))) == 0:
+            raise DataError(f"covariates file {path}: empty (need a header row and at least one data row)")
+        rows = len(next(iter(table.values())))
+        if rows != n:
+            raise DataError(f"covariates file {path}: {rows} rows, counts have {n}")
+        X, names = design_matrix(table, covariate_columns if covariate_columns is not None else list(table), n)
+        _check_finite(X, _label("covariates", path), COVARIATES_ALLOWED)
+    check_full_rank(X, names, covariates)
+    return Data(Y, O, X, name or Path(counts).stem, names, columns=tuple(header))
+
+
+# ---------------------------------------------------------------- counts in memory
+ACCEPTED = {
+    "counts": "a NumPy array (n samples x p variables), a pandas DataFrame or a plnexp.Data",
+    "offsets": "a NumPy array ((n, p), or (n,) for one offset per row) or a pandas DataFrame or Series",
+    "covariates": "a NumPy array ((n, d), or (n,) for one covariate) or a pandas DataFrame or Series",
+}
+
+
+def _table(value, what: str) -> tuple[np.ndarray, tuple[str, ...] | None]:
+    """(the values, their column names or None) of a NumPy array or a pandas object; else one
+    TypeError line. pandas is found by what its objects have (``to_numpy``; ``columns`` for a
+    DataFrame), never imported: plnexp does not depend on it."""
+    if isinstance(value, np.ndarray):
+        return value, None
+    if hasattr(value, "to_numpy") and not isinstance(value, (str, bytes)):
+        if hasattr(value, "columns"):  # a DataFrame
+            return np.asarray(value.to_numpy()), tuple(str(c) for c in value.columns)
+        name = getattr(value, "name", None)  # a Series: its name, if any, names its one column
+        return np.asarray(value.to_numpy()), (str(name),) if name is not None else None
+    raise TypeError(
+        f"{what}: got a {type(value).__name__}; allowed are {ACCEPTED[what]} (np.asarray(...) converts other arrays)"
+    )
+
+
+def _floats(values: np.ndarray, label: str, allowed: str) -> np.ndarray:
+    """``values`` as float64; a value that is not a number is one DataError line naming its place."""
+    if values.dtype.kind == "c":
+        raise DataError(f"{label}: complex values (dtype {values.dtype}); allowed values are {allowed}")
+    try:
+        return np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):  # which value: only on this error path
+        for index in np.ndindex(values.shape):
+            try:
+                float(values[index])
+            except (TypeError, ValueError):
+                place = f"row {index[0] + 1}" + (f", column {index[1] + 1}" if len(index) > 1 else "")
+                raise DataError(
+                    f"{label}: non-numeric value {values[index]!r} at {place}; allowed values are {allowed}"
+                ) from None
+        raise  # not reached: some value failed the conversion above
+
+
+def _offsets_argument(offsets, shape: tuple[int, int], log_scale: bool) -> np.ndarray:
+    n, p = shape
+    values, _ = _table(offsets, "offsets")
+    O = _floats(values, "offsets", "finite numbers")
+    if O.shape in ((n,), (n, 1)):  # one offset per row (a sample's total): the same for its p counts
+        return row_offsets(check_offsets(np.array(O.reshape(n, 1)), None, log_scale), p)
+    if O.shape != (n, p):
+        raise DataError(
+            f"offsets: shape {O.shape} does not match counts {(n, p)}; allowed shapes are {(n, p)}, ({n},) or ({n}, 1)"
+        )
+    return check_offsets(np.array(O), None, log_scale)
+
+
+def _covariates_argument(covariates, n: int) -> tuple[np.ndarray, tuple[str, ...]]:
+    values, names = _table(covariates, "covariates")
+    if values.ndim == 1:
+        values = values.reshape(-1, 1)
+    if values.ndim != 2:
+        raise DataError(f"covariates: must be (n, d) or (n,), got shape {values.shape}")
+    if values.shape[0] != n:
+        raise DataError(f"covariates: {values.shape[0]} rows, counts have {n}")
+    names = names or tuple(f"x{j + 1}" for j in range(values.shape[1]))
+    X, design = design_matrix(dict(zip(names, values.T)), names, n)
+    _check_finite(X, "covariates", COVARIATES_ALLOWED)
+    return X, design
+
+
+def as_data(counts, offsets=None, covariates=None, *, log_offsets: bool = False, name: str | None = None) -> Data:
+    """A checked :class:`Data` from counts in memory (what :func:`plnexp.fit` calls on its data).
+
+    Args:
+        counts: an ``(n, p)`` NumPy array of non-negative integer counts (any numeric dtype: integers,
+            or floats holding integers), or a pandas DataFrame of them, whose column names are kept
+            (``Data.columns``), or a :class:`Data`, returned as it is.
+        offsets: None (no offsets), or raw positive totals: an ``(n, p)`` array, or an ``(n,)``
+            array or Series with one total per row (e.g. a sample's sequencing depth), the same for
+            its p counts. Logged here, unless ``log_offsets=True`` (offsets already on the log
+            scale), as :func:`load_csv` does.
+        covariates: None (an intercept only), or an ``(n, d)`` array or DataFrame, or an ``(n,)``
+            array or Series. An intercept column is always added first, as :func:`load_csv` does (so
+            do not include one); text columns become one-hot columns, their first level dropped.
+            Columns are named after the DataFrame's (``x1, x2, ...`` for an array).
+        log_offsets: the offsets are already on the log scale.
+        name: the data set's name (default ``"data"``).
+
+    Returns:
+        The :class:`Data`. Columns of counts that are all zero give one :class:`DataWarning` line.
+
+    Raises:
+        TypeError: ``counts``, ``offsets`` or ``covariates`` of another type (a list, a string, ...),
+            or offsets or covariates given with a :class:`Data` (it carries its own): one line
+            naming what is accepted.
+        DataError: a value that cannot be fitted: a negative, non-integer, missing (NaN),
+            infinite or too large (above :data:`COUNTS_MAX`, ~1.8e19) count, a non-positive offset,
+            a shape that does not match the counts' (``n x p``), linearly dependent covariates: one
+            line naming the argument and, for a value, its row and column.
+    """
+    if isinstance(counts, Data):
+        if offsets is not None or covariates is not None:
+            raise TypeError(
+                "offsets, covariates: a plnexp.Data carries its own; allowed with counts given as a NumPy "
+                "array or a pandas DataFrame"
+            )
+        return counts
+    values, columns = _table(counts, "counts")
+    Y = check_counts(_floats(values, "counts", COUNTS_ALLOWED))
+    warn_empty_columns(Y, "the DataFrame" if columns is not None else "the array", columns)
+    O = (
+        row_offsets(np.zeros(Y.shape[0]), Y.shape[1])
+        if offsets is None
+        else _offsets_argument(offsets, Y.shape, log_offsets)
+    )
+    X, names = (
+        (np.ones((Y.shape[0], 1)), ("intercept",))
+        if covariates is None
+        else _covariates_argument(covariates, Y.shape[0])
+    )
+    check_full_rank(X, names, None)
+    return Data(Y, O, X, name or "data", names, columns=columns)
+
+
+def simulate(n: int = 2000, p: int = 50, d: int = 2, seed: int = 0) -> Data:
+    """Draw from the PLN model: Y ~ Poisson(exp(O + XB + W)), W ~ N(0, Sigma).
+
+    The documented, seeded choice (numpy ``default_rng(seed)``):
+    X = [1, N(0,1) columns] (n, d); B_kj ~ N(0, 0.5^2) with intercept row 1 + N(0, 0.5^2) so counts
+    are O(e); Sigma = D^1/2 C D^1/2 with a banded correlation C_jk = 0.6^|j-k| and variances
+    D_j ~ U(0.2, 0.6); offsets O = log(total) with total ~ U(50, 150)/100 per row (log-scale ~0).
+    The truth is kept in ``data.truth`` ({'B': ..., 'Sigma': ...}).
+    """
+    for key, value, low in (("n", n, 2), ("p", p, 1), ("d", d, 1)):
+        if int(value) != value or value < low:
+            raise DataError(f"simulate: {key}={value!r} must be an integer >= {low}")
+    rng = np.random.default_rng(seed)
+    X = np.hstack([np.ones((n, 1)), rng.normal(size=(n, d - 1))])
+    B = rng.normal(scale=0.5, size=(d, p))
+    B[0] += 1.0
+    idx = np.arange(p)
+    corr = 0.6 ** np.abs(idx[:, None] - idx[None, :])
+    sd = np.sqrt(rng.uniform(0.2, 0.6, size=p))
+    Sigma = corr * sd[:, None] * sd[None, :]
+    W = rng.multivariate_normal(np.zeros(p), Sigma, size=n, method="cholesky")
+    O = np.log(rng.uniform(0.5, 1.5, size=(n, 1))) * np.ones((1, p))
+    Y = rng.poisson(np.exp(O + X @ B + W)).astype(np.float64)
+    warn_empty_columns(Y, f"simulate(n={n}, p={p}, d={d}, seed={seed})")
+    names = ("intercept",) + tuple(f"x{k}" for k in range(1, d))
+    return Data(Y, O, X, f"synthetic_n{n}_p{p}_d{d}_s{seed}", names, {"B": B, "Sigma": Sigma})
+
+
+# ---------------------------------------------------------------- single-cell counts (AnnData)
+ANNDATA_OFFSETS = ("library_size", "none")  # else the name of an obs column of positive totals
+
+
+def _anndata_module():
+    """The ``anndata`` package (the ``single-cell`` extra); one :class:`DataError` line if absent."""
+    try:
+        import anndata
+    except ImportError:
+        from ..system.paths import install_command
+
+        raise DataError(
+            "AnnData counts need the anndata package, which is not installed; install plnexp's single-cell "
+            f"extra ({install_command('single-cell')})"
+        ) from None
+    return anndata
+
+
+def _read_h5ad(path: Path, anndata):
+    """The AnnData of an ``.h5ad`` file, read whole; a missing or unreadable file is one line."""
+    if not path.is_file():
+        raise DataError(f"AnnData file {path}: not found; allowed values are paths of existing .h5ad files")
+    if path.suffix != ".h5ad":
+        raise DataError(f"AnnData file {path}: not an .h5ad file (suffix {path.suffix!r}); allowed are .h5ad files")
+    try:
+        return anndata.read_h5ad(path)
+    except Exception as e:  # noqa: BLE001 - h5py/anndata raise many kinds for a broken file: one line
+        first = (str(e).splitlines() or [type(e).__name__])[0]
+        raise DataError(f"AnnData file {path}: not a readable .h5ad file ({first})") from None
+
+
+def _exact_in_float32(values: np.ndarray) -> bool:
+    """Whether ``values`` are all counts (finite non-negative integers) below 2**24, so that float32
+    holds them exactly and :func:`check_counts` has nothing to say about them."""
+    if values.size == 0:
+        return True
+    if values.dtype.kind == "f" and not (np.isfinite(values).all() and np.array_equal(values, np.round(values))):
+        return False
+    return bool(values.min() >= 0 and values.max() < FLOAT32_EXACT)
+
+
+def _dense_counts(matrix, where: str) -> np.ndarray:
+    """The count matrix (cells x genes) as one dense array: float64, or float32 (64-byte aligned) for
+    a sparse matrix of :data:`COMPACT_ENTRIES` entries or more whose values are all counts below
+    2**24 (exact in float32: the same numbers, half the memory). A scipy sparse matrix (CSR, or CSC
+    converted to CSR once: a copy of its nnz) is densified block of rows by block of rows into that
+    array, so the peak is the sparse matrix + n*p*8 (or 4) bytes + one block, never a second dense
+    copy in the stored dtype."""
+    from scipy import sparse
+
+    if matrix is None:
+        raise DataError(f"{where}: no count matrix (X is empty); allowed are AnnData with counts in X or a layer")
+    if sparse.issparse(matrix):
+        csr = sparse.csr_matrix(matrix)
+        if csr.dtype.kind not in "biuf":
+            raise DataError(f"{where}: counts of dtype {csr.dtype}; allowed values are {COUNTS_ALLOWED}")
+        n, p = csr.shape
+        if n * p >= COMPACT_ENTRIES and _exact_in_float32(csr.data):
+            Y = _aligned_empty((n, p), np.float32)
+        else:
+            Y = np.empty((n, p), dtype=np.float64)
+        for r in row_blocks(n, p):
+            Y[r] = csr[r].toarray()
+        return Y
+    return _floats(np.asarray(matrix), where, COUNTS_ALLOWED)
+
+
+def _obs_column(adata, column: str, where: str, what: str, also: str = ""):
+    """The ``obs`` column ``column`` (a pandas Series), or one line naming the columns there are
+    (after ``also``: the values allowed besides them)."""
+    if column not in adata.obs.columns:
+        allowed = ", ".join(map(str, adata.obs.columns)) or "none (obs has no columns)"
+        raise DataError(f"{where}: {what} {column!r} is not an obs column; allowed values are {also}{allowed}")
+    return adata.obs[column]
+
+
+def _anndata_covariates(adata, covariates: Sequence[str], where: str) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Intercept + the named obs columns: numeric (and boolean) ones as they are, categorical and
+    text ones one-hot with the first level (sorted as text) dropped (:func:`design_matrix`)."""
+    n = adata.n_obs
+    table: dict[str, np.ndarray] = {}
+    categorical = []
+    for col in covariates:
+        series = _obs_column(adata, col, where, "covariate")
+        missing = np.flatnonzero(series.isna().to_numpy())
+        if missing.size:
+            raise DataError(
+                f"{where}: covariate {col!r} is missing at row {missing[0] + 1} (cell {adata.obs_names[missing[0]]!r}); "
+                f"allowed values are {COVARIATES_ALLOWED}"
+            )
+        if series.dtype.kind in "biuf":
+            table[col] = series.to_numpy(dtype=np.float64)
+        else:  # categorical, text: the levels as text
+            table[col] = series.astype(str).to_numpy()
+            categorical.append(col)
+    X, names = design_matrix(table, list(covariates), n, categorical)
+    _check_finite(X, f"{where}: covariates", COVARIATES_ALLOWED)
+    return X, names
+
+
+def _anndata_offsets(adata, Y: np.ndarray, offsets: str, where: str) -> np.ndarray:
+    """Log offsets (n, p): the log library size (each cell's total count), none, or the log of the
+    positive totals in an obs column, the same for each cell's p counts (:func:`row_offsets`: a view
+    of the (n, 1) column)."""
+    if offsets == "none":
+        return row_offsets(np.zeros(Y.shape[0]), Y.shape[1])
+    if offsets == "library_size":
+        totals = Y.sum(axis=1, dtype=np.float64)  # integers: exact in any order, float32 counts too
+        empty = np.flatnonzero(totals == 0)
+        if empty.size:
+            r = int(empty[0])
+            raise DataError(
+                f"{where}: cell {adata.obs_names[r]!r} (row {r + 1}) has no counts, so its library size is 0 and "
+                f"its log offset -inf; allowed with offsets=library_size are cells with at least one count "
+                f"(drop the {empty.size} empty cell(s), or offsets=none or an obs column of totals)"
+            )
+    else:
+        series = _obs_column(adata, offsets, where, "offsets", f"{', '.join(ANNDATA_OFFSETS)} or the obs columns: ")
+        allowed = f"finite numbers > 0 (each cell's total, logged here), or {', '.join(ANNDATA_OFFSETS)}"
+        label = f"{where}: offsets column {offsets!r}"
+        if series.dtype.kind not in "biuf":
+            raise DataError(f"{label}: values of type {series.dtype}; allowed values are {allowed}")
+        totals = series.to_numpy(dtype=np.float64)
+        bad = np.flatnonzero(~np.isfinite(totals) | (totals <= 0))
+        if bad.size:
+            r = int(bad[0])
+            raise DataError(f"{label}: value {totals[r]:g} at row {r + 1}; allowed values are {allowed}")
+    return row_offsets(np.log(totals), Y.shape[1])
+
+
+def load_anndata(
+    source,
+    layer: str | None = None,
+    covariates: Sequence[str] = (),
+    offsets: str = "library_size",
+    *,
+    name: str | None = None,
+) -> Data:
+    """Counts of an AnnData (single-cell data: rows are cells, columns genes), with covariates and
+    offsets from its ``obs`` table. Needs the ``anndata`` package (the ``single-cell`` extra).
+
+    Args:
+        source: the path of an ``.h5ad`` file (read whole), or an ``anndata.AnnData``.
+        layer: the layer holding the counts (``adata.layers[layer]``); None: ``adata.X``. Dense or
+            scipy sparse (CSR, CSC): a sparse matrix is densified block of rows by block of rows into
+            one float64 ``n x p`` array (peak: the sparse matrix + ``n*p*8`` bytes; the fit needs
+            the dense counts, and the offsets are another ``n*p*8`` bytes).
+        covariates: names of ``obs`` columns: numeric ones as they are, categorical and text ones
+            one-hot with their first level (sorted as text) dropped; an intercept is always added.
+        offsets: ``"library_size"``: the log of each cell's total count, the same for its p genes;
+            ``"none"``; else the name of an ``obs`` column holding each cell's positive total (logged
+            here). The two words win over obs columns of the same name.
+        name: the data set's name; default the file's stem (``"anndata"`` for an object).
+
+    Returns:
+        The :class:`Data`, ``columns`` the genes (``var_names``).
+
+    Raises:
+        DataError: anndata not installed (the install command); a missing, non-``.h5ad`` or unreadable
+            file; a layer or obs column that is not there (the ones that are); a count that is not a
+            non-negative integer, a cell without counts under ``library_size``, a non-positive total,
+            a missing covariate, linearly dependent covariates: one line naming the file, the layer
+            or column and the row.
+    """
+    anndata = _anndata_module()
+    if isinstance(source, anndata.AnnData):
+        adata, where, default_name = source, "AnnData", "anndata"
+    elif isinstance(source, (str, Path)):
+        path = Path(source)
+        adata, where, default_name = _read_h5ad(path, anndata), f"AnnData file {path}", path.stem
+    else:
+        raise TypeError(f"source: got a {type(source).__name__}; allowed are a path of an .h5ad file or an AnnData")
+    if layer is None:
+        matrix, counts = adata.X, f"{where} (X)"
+    elif layer not in adata.layers:
+        allowed = ", ".join(map(str, adata.layers.keys())) or "none (the file has no layers; layer=null reads X)"
+        raise DataError(f"{where}: no layer {layer!r}; allowed values are {allowed}")
+    else:
+        matrix, counts = adata.layers[layer], f"{where} (layer {layer!r})"
+    Y = _dense_counts(matrix, counts)
+    try:
+        Y = check_counts(Y, keep_float32=True)
+    except DataError as e:
+        raise DataError(f"{counts}: {e}") from None
+    columns = tuple(map(str, adata.var_names))
+    warn_empty_columns(Y, counts, columns)
+    O = _anndata_offsets(adata, Y, offsets, where if offsets not in ANNDATA_OFFSETS else counts)
+    X, names = _anndata_covariates(adata, tuple(covariates), where)
+    check_full_rank(X, names, where)
+    return Data(Y, O, X, name or default_name, names, columns=columns)
+
+
+# ---------------------------------------------------------------- low-rank synthetic counts (PLN-PCA)
+def _pca_latent_block(seed: np.random.SeedSequence, eta0: np.ndarray, C: np.ndarray):
+    """One block of rows: its latent means ``eta0 + M C^T`` (M ~ N(0, I_q)) and the uniforms that
+    decide its zeros, both drawn from the block's own seed (so that they can be drawn again)."""
+    rng = np.random.default_rng(seed)
+    M = rng.standard_normal((eta0.shape[0], C.shape[1]))
+    return rng, eta0 + M @ C.T, rng.random(eta0.shape)
+
+
+def _zero_threshold(gaps: np.ndarray, zero_fraction: float) -> float:
+    """The intercept shift ``delta`` that leaves ``round(zero_fraction * N)`` of the ``N`` gaps
+    above it: a count is zero iff its gap ``log(-log U) - eta`` exceeds ``delta`` (see
+    :func:`simulate_pca`). The gaps are partitioned in place."""
+    N = gaps.size
+    k = min(max(int(round((1 - zero_fraction) * N)), 1), N - 1)  # gaps at or below delta
+    gaps.partition((k - 1, k))
+    return (float(gaps[k - 1]) + float(gaps[k])) / 2
+
+
+def simulate_pca(
+    n: int = 2000, p: int = 200, q: int = 5, zero_fraction: float | None = None, d: int = 1, seed: int = 0
+) -> Data:
+    """Draw from the PLN-PCA model: Y ~ Poisson(exp(O + XB + W)), W = M C^T of rank q.
+
+    The documented, seeded choice (numpy ``SeedSequence(seed)``: the parameters from its first
+    child, each block of rows from one child of its own, so that memory stays at a few blocks of
+    ``2**22`` entries beyond the returned arrays, for n*p up to ~1e8):
+    X = [1, N(0,1) columns] (n, d); B_kj ~ N(0, 0.5^2) with intercept row 1 + N(0, 0.5^2);
+    C_jk ~ N(0, 1/q) (p, q), so Sigma = C C^T has rank q and a diagonal near 1; M ~ N(0, I_q) (n, q);
+    offsets O = log(total) with total ~ U(50, 150)/100 per row, as :func:`simulate`.
+
+    A count is zero iff its uniform U < exp(-lambda) (probability exp(-lambda): the Poisson law), i.e.
+    iff its gap log(-log U) - log(lambda) exceeds 0; a non-zero count is drawn from the zero-truncated
+    Poisson law (1 + Poisson(lambda - t), t the first arrival of the process conditioned to come
+    before 1). ``zero_fraction`` in (0, 1) (real single-cell counts: 80-95% zeros): the intercept row
+    is shifted by the one delta (a quantile of the gaps: deterministic, no draw repeated) that leaves
+    that fraction of the gaps above it, so the counts' zero fraction is the target to within
+    1/(n*p) (the gaps are kept in float32 for this: 4 bytes per count).
+    The truth is kept in ``data.truth`` ({'B': ... (shifted), 'C': ...}; ``data.truth['Sigma']``
+    gives C C^T, computed when read: :class:`LowRankTruth`). Offsets are a view of their column
+    (:func:`row_offsets`); from :data:`COMPACT_ENTRIES` counts on, ``Y`` is float32 (exact below
+    2**24, which every count of realistic parameters is; else float64), 64-byte aligned, so that a
+    float32 fit on the CPU reads it in place: 4 bytes per count on the host in all.
+    """
+    for key, value, low in (("n", n, 2), ("p", p, 1), ("q", q, 1), ("d", d, 1)):
+        if isinstance(value, bool) or int(value) != value or value < low:
+            raise DataError(f"simulate_pca: {key}={value!r} must be an integer >= {low}")
+    if q > p:
+        raise DataError(f"simulate_pca: q={q!r} must be an integer <= p={p} (the rank of Sigma = C C^T, p x p)")
+    if zero_fraction is not None and not (isinstance(zero_fraction, (int, float)) and 0 < zero_fraction < 1):
+        raise DataError(f"simulate_pca: zero_fraction={zero_fraction!r} must be null or a number in (0, 1)")
+    n, p, q, d = int(n), int(p), int(q), int(d)
+    step = max(1, BLOCK_ENTRIES // p)
+    params, *blocks = np.random.SeedSequence(seed).spawn(1 + -(-n // step))
+    rng = np.random.default_rng(params)
+    X = np.hstack([np.ones((n, 1)), rng.standard_normal((n, d - 1))])
+    B = rng.normal(scale=0.5, size=(d, p))
+    B[0] += 1.0
+    C = rng.normal(scale=np.sqrt(1.0 / q), size=(p, q))
+    log_totals = np.log(rng.uniform(0.5, 1.5, size=(n, 1)))
+    rows = [slice(a, min(a + step, n)) for a in range(0, n, step)]
+    eta0 = lambda r: log_totals[r] + X[r] @ B  # the latent mean before W (and before the shift delta)
+
+    delta = 0.0
+    if zero_fraction is not None:
+        gaps = np.empty((n, p), dtype=np.float32)
+        for r, s in zip(rows, blocks):
+            _, eta, U = _pca_latent_block(s, eta0(r), C)
+            with np.errstate(divide="ignore"):
+                gaps[r] = np.log(-np.log(U)) - eta
+        delta = _zero_threshold(gaps.reshape(-1), float(zero_fraction))
+        del gaps
+    # float32 counts for a large data set (exact below 2**24; float64 again if a count is not)
+    compact = n * p >= COMPACT_ENTRIES
+    Y = _aligned_empty((n, p), np.float32) if compact else np.zeros((n, p), dtype=np.float64)
+    for r, s in zip(rows, blocks):
+        rng, eta, U = _pca_latent_block(s, eta0(r), C)
+        with np.errstate(divide="ignore"):  # U = 0: an infinite gap, a zero
+            gap = (np.log(-np.log(U)) - eta).astype(np.float32)  # as the threshold was found
+        nonzero = gap <= np.float64(delta)
+        lam = np.exp(eta[nonzero] + delta)
+        t = -np.log1p(rng.random(lam.shape) * np.expm1(-lam))  # the first arrival, given one before 1
+        counts = 1.0 + rng.poisson(np.maximum(lam - t, 0.0))
+        if Y.dtype == np.float32 and counts.size and counts.max() >= FLOAT32_EXACT:
+            Y = Y.astype(np.float64)  # the rows so far are exact: float64 from here on
+        if compact:
+            Y[r] = 0.0  # _aligned_empty: not zeroed
+        Y[r][nonzero] = counts
+    B[0] += delta  # the truth: the intercept as drawn from
+    label = f"simulate_pca(n={n}, p={p}, q={q}, zero_fraction={zero_fraction}, d={d}, seed={seed})"
+    warn_empty_columns(Y, label)
+    names = ("intercept",) + tuple(f"x{k}" for k in range(1, d))
+    truth = LowRankTruth(B=B, C=C)
+    return Data(Y, row_offsets(log_totals, p), X, pca_name(n, p, q, d, zero_fraction, seed), names, truth)
+
+
+class LowRankTruth(dict):
+    """:func:`simulate_pca`'s truth: ``B`` and ``C`` kept; ``Sigma`` = C C^T made each time it is
+    read (``truth["Sigma"]``), never kept: p x p float64 is 3.2 GB at p = 20,000."""
+
+    def __missing__(self, key):
+        if key == "Sigma":
+            C = self["C"]
+            return C @ C.T
+        raise KeyError(key)
+
+    def __contains__(self, key) -> bool:
+        return key == "Sigma" or super().__contains__(key)
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+
+def pca_name(n: int, p: int, q: int, d: int, zero_fraction: float | None, seed: int) -> str:
+    """``synthetic_pca_n2000_p200_q5_s0`` (``_d2`` after q for d > 1, ``_zf0.9`` for a zero fraction):
+    the name of :func:`simulate_pca`'s data and of ``dataset=synthetic_pca``'s label."""
+    extra = (f"_d{d}" if d > 1 else "") + (f"_zf{zero_fraction:g}" if zero_fraction is not None else "")
+    return f"synthetic_pca_n{n}_p{p}_q{q}{extra}_s{seed}"

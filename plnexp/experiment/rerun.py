@@ -1,0 +1,532 @@
+"""``python -m plnexp rerun RUN_ID [--strict] [overrides]``: run a logged run, or a whole sweep, again
+and say whether it reproduces.
+
+::
+
+    rerun RUN_ID [--strict] [overrides]
+      -> the run read back from the store: its resolved config artifact (config.yaml), never its
+         name; for a sweep's parent run, every child (and the children of the sweeps it resumed)
+      -> the overrides applied (group=option, key=value: device=gpu, precision=float64, n_iter=50)
+      -> every job validated, its data loaded (synthetic data regenerated from its seed, CSV files
+         hashed): any problem is one line, exit 2, nothing created
+      -> the environment recorded on the original compared with this one: one line per difference
+      -> a new run tagged rerun_of=RUN_ID in the original's experiment (a sweep: a new sweep whose
+         parent is tagged rerun_of=PARENT_RUN_ID, each child tagged with the child it reruns)
+      -> the ELBO curves compared (see :class:`Verdict`) and the timings (new/original)
+
+The store is ``tracking_uri=STORE`` on the command line, else ``$MLFLOW_TRACKING_URI``, else the local
+one under the outputs folder; never the run's logged ``tracking_uri``, which holds ``***`` in place of a
+password (:mod:`plnexp.system.redact`).
+
+Exit status: 0 reproduced; 1 a result that disagrees (see :meth:`Verdict.failed`) or a rerun that
+did not finish; 2 bad input; 130/143 interrupted.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
+from collections.abc import Iterable
+
+import numpy as np
+import yaml
+
+from ..jobs import config as C
+from ..system import interrupts
+from ..jobs import provenance
+from . import runner
+from .. import store as tracking
+from ..jobs.config import Config, ConfigError
+from ..core.data import DataError
+from ..core.precision import PRECISIONS
+from ..system.redact import redact_text
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
+    from omegaconf import DictConfig
+
+USAGE = "usage: python -m plnexp rerun RUN_ID [--strict] [tracking_uri=STORE] [overrides ...]"
+RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+FORBIDDEN = ("experiment", "tracking_uri", "sweep")  # a rerun goes where its original is
+
+
+@dataclass
+class Source:
+    """One run to rerun: the original (an MLflow run) and the config the rerun will use."""
+
+    run: Run
+    original: Config
+    config: Config
+
+    @property
+    def run_id(self) -> str:
+        return self.run.info.run_id
+
+    @property
+    def name(self) -> str:
+        return self.run.info.run_name
+
+    @property
+    def same_config(self) -> bool:
+        recorded = self.run.data.tags.get(provenance.HASH_TAG) or provenance.config_hash(self.original)
+        return recorded == provenance.config_hash(self.config)
+
+
+# ---------------------------------------------------------------- rebuilding a run's config
+def apply_overrides(node: dict, overrides: list[str]) -> DictConfig:
+    """``node`` (a logged config, loadable) with Hydra-style overrides applied: ``group=option``
+    replaces the group's key with what Hydra composes for that option (every group of ``conf/`` sets
+    the key named after it, whatever its package), ``key=value`` sets an existing key."""
+    from omegaconf import OmegaConf
+
+    from . import plan as cli
+
+    parsed = cli._parse(overrides)
+    cli._check_groups(parsed)
+    cfg = OmegaConf.create(node)
+    for text, p in zip(overrides, parsed):
+        key = p.key_or_group
+        if p.is_sweep_override():
+            raise ConfigError(f"{text}: a rerun takes one value per key; allowed forms are key=value, group=option")
+        if p.is_add() or p.is_delete() or p.is_force_add() or key.startswith(("hydra.", "hydra/")):
+            raise ConfigError(f"{text}: not allowed in a rerun; allowed forms are key=value, group=option")
+        if key.split(".")[0] in FORBIDDEN:
+            raise ConfigError(
+                f"{text}: a rerun goes to the original's experiment and store; allowed overrides are the other keys"
+            )
+        if key in C.GROUPS:  # the option's value of its key, as Hydra composes it, replaces the logged one
+            cfg[key] = cli.group_value(key, p.get_value_element_as_str())
+            continue
+        parent, _, leaf = key.rpartition(".")
+        where = OmegaConf.select(cfg, parent) if parent else cfg
+        if not (OmegaConf.is_dict(where) and leaf in where):
+            # a config's keys are strings (a DictConfig's keys() is typed for every key type omegaconf allows)
+            allowed = ", ".join(cast(Iterable[str], where.keys())) if OmegaConf.is_dict(where) else "none"
+            raise ConfigError(f"{key}: unknown key; allowed keys{' under ' + parent if parent else ''} are {allowed}")
+        OmegaConf.update(cfg, key, p.value(), merge=False)
+    return cfg
+
+
+def logged_node(uri: str, run) -> dict:
+    """The loadable config of a logged run, from its ``config.yaml`` artifact; one line if missing
+    or made by an incompatible plnexp."""
+    rid = run.info.run_id
+    fmt = run.data.tags.get(provenance.FORMAT_TAG)
+    if fmt is not None and fmt != provenance.PROVENANCE_VERSION:
+        raise ConfigError(
+            f"run {rid}: logged by plnexp {run.data.tags.get(provenance.VERSION_TAG, '?')} in "
+            f"provenance format {fmt}; allowed values are runs of format "
+            f"{provenance.PROVENANCE_VERSION} (plnexp {provenance.package_version()})"
+        )
+    text = tracking.read_artifact(uri, rid, "config.yaml")
+    if text is None:
+        raise ConfigError(
+            f"run {rid} ({run.info.run_name}): its config artifact config.yaml is missing; allowed "
+            f"values are runs logged by plnexp with their resolved config"
+        )
+    try:
+        node = yaml.safe_load(text)
+        if not isinstance(node, dict):
+            raise ValueError("not a mapping")
+        node = dict(node)
+        if "n_iter_requested" in node:  # the resolved n_iter is re-derived from the request and the caps
+            node["n_iter"] = node.pop("n_iter_requested")
+        node = provenance.migrate_node(node)
+        C.load(node, check_device=False)
+    except ConfigError as e:
+        if "existing CSV files" in str(e):  # the config is fine, its data files are gone
+            raise ConfigError(f"run {rid}: {e}") from None
+        raise ConfigError(
+            f"run {rid}: made by an incompatible older plnexp (its config.yaml does not load: "
+            f"{e}); allowed values are runs logged by plnexp {provenance.package_version()}"
+        ) from None
+    except (ValueError, TypeError, yaml.YAMLError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ConfigError(
+            f"run {rid}: made by an incompatible older plnexp (its config.yaml does not load: "
+            f"{first}); allowed values are runs logged by plnexp "
+            f"{provenance.package_version()}"
+        ) from None
+    return node
+
+
+def source(uri: str, run, overrides: list[str], experiment: str) -> Source:
+    node = logged_node(uri, run)
+    original = C.load(node, check_device=False)
+    node = {**node, "experiment": experiment, "tracking_uri": uri}
+    return Source(run, original, C.load(apply_overrides(node, overrides)))
+
+
+def find(uri: str, run_id: str):
+    if not RUN_ID.match(run_id):
+        raise ConfigError(
+            f"run id {run_id!r}: malformed; allowed values are MLflow run ids (32 hexadecimal characters)"
+        )
+    run = tracking.find_run(uri, run_id)
+    if run is None or run.info.lifecycle_stage == "deleted":
+        raise ConfigError(
+            f"run {run_id}: not found in the store {uri}; allowed values are ids of runs in this "
+            f"store (MLFLOW_TRACKING_URI or PLNEXP_OUTPUTS selects another)"
+        )
+    return run
+
+
+def originals(uri: str, run) -> list:
+    """The runs a rerun of ``run`` repeats: ``[run]``, or for a sweep's parent the runs of the sweep
+    (its children and the FINISHED children of the sweeps it resumed: :func:`tracking.sweep_runs`)."""
+    runs = tracking.sweep_runs(uri, run)
+    # a job of replicates=K is K runs of one program: it reruns as one job, compared on replicate 0
+    return [r for r in runs if provenance.replicate(r.data.tags) == 0] or [run]
+
+
+def store_override(overrides: list[str]) -> tuple[str | None, list[str]]:
+    """``tracking_uri=URI`` on a rerun's command line: the store the run is in (and the rerun goes
+    to; the last one given wins), and the other overrides. Without it the store is
+    ``$MLFLOW_TRACKING_URI`` or the local one under the outputs folder: never the run's logged
+    ``tracking_uri``, which holds ``***`` in place of a password (:mod:`plnexp.system.redact`)."""
+    given = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0] == "tracking_uri"]
+    return (given[-1] if given else None), [o for o in overrides if o.split("=", 1)[0] != "tracking_uri"]
+
+
+def plan(run_id: str, overrides: list[str], store: str | None = None) -> tuple[str, Run, list[Source], dict[str, str]]:
+    """Everything before the first run exists: (store URI, original run, sources, data digests by
+    run id); ``store``: the ``tracking_uri=`` given (:func:`store_override`). Raises ConfigError,
+    DataError or StoreError (one line each; a URI holding ``***`` is refused by the store's check)."""
+    from . import plan as cli
+
+    cli.check_outputs()
+    uri = tracking.check_store(store)
+    runner.load_data.cache_clear()  # a CSV file may have changed since this process read it
+    find(uri, run_id)  # a malformed or unknown id fails before anything is written
+    orphans = tracking.sweep_up_orphans(uri)  # as every command does: runs of dead processes are FAILED
+    if orphans:
+        print(
+            f"plnexp: {len(orphans)} run(s) left RUNNING by processes of this host that no longer exist, "
+            f"marked FAILED (reason=orphaned)",
+            file=sys.stderr,
+            flush=True,
+        )
+    run = find(uri, run_id)
+    experiment = tracking.experiment_name(uri, run.info.experiment_id)
+    for r in [run, *tracking.sweep_children(uri, run)]:
+        if r.info.status == "RUNNING":
+            of = "" if r is run else f" ({r.info.run_name}) of sweep {run_id}"
+            raise ConfigError(
+                f"run {r.info.run_id}{of}: still RUNNING; allowed values are ended runs (FINISHED, FAILED, KILLED)"
+            )
+    sources = [source(uri, r, overrides, experiment) for r in originals(uri, run)]
+    digests = {s.run_id: runner.load_data(s.config.dataset).digest() for s in sources}
+    return uri, run, sources, digests
+
+
+# ---------------------------------------------------------------- comparing
+@dataclass(frozen=True)
+class Verdict:
+    """How a rerun's ELBO curve compares with its original's.
+
+    ``expect_identical`` (same config, same environment, CPU): the curves must be equal bit for bit.
+    Otherwise they must agree within the precision's ``curve_rtol`` (:mod:`plnexp.core.precision`) (the
+    looser of the two precisions) over the same number of iterations. A disagreement fails the
+    rerun when the config is the same (only the environment moved) or when ``strict`` is asked
+    for; a config changed by overrides is expected to give another curve.
+    """
+
+    identical: bool
+    max_rel: float
+    n_old: int
+    n_new: int
+    tol: float
+    precision: str
+    same_config: bool
+    expect_identical: bool
+    status_ok: bool = True  # the rerun FINISHED (or the original did not either)
+
+    @property
+    def within(self) -> bool:
+        return self.n_old == self.n_new and self.max_rel <= self.tol
+
+    @property
+    def agree(self) -> bool:
+        return self.status_ok and (self.identical if self.expect_identical else self.within)
+
+    def failed(self, strict: bool = False) -> bool:
+        return not self.agree and (self.same_config or strict or not self.status_ok)
+
+    def line(self) -> str:
+        if self.identical:
+            return f"ELBO curves: identical, bit for bit ({self.n_new} iterations)"
+        n = min(self.n_old, self.n_new)
+        lengths = "" if self.n_old == self.n_new else f"; lengths differ: {self.n_old} -> {self.n_new} iterations"
+        where = "within" if self.max_rel <= self.tol else "beyond"
+        text = (
+            f"ELBO curves: max relative difference {self.max_rel:.3g} over {n} iterations, {where} the "
+            f"{self.precision} tolerance {self.tol:g}{lengths}"
+        )
+        if self.expect_identical:
+            text += " (same config and environment on CPU: they must be identical)"
+        return text
+
+
+def verdict(src: Source, env_same: bool, old: np.ndarray, new: np.ndarray, status_ok: bool = True) -> Verdict:
+    identical, rel = provenance.curve_difference(old, new)
+    precisions = {src.original.precision.name, src.config.precision.name}
+    tol = max(PRECISIONS[p].curve_rtol for p in precisions)
+    precision = max(precisions, key=lambda p: PRECISIONS[p].curve_rtol)
+    expect = src.same_config and env_same and src.run.data.tags.get("platform") == "cpu"
+    return Verdict(identical, rel, len(old), len(new), tol, precision, src.same_config, expect, status_ok)
+
+
+def timing_line(old: dict, new: dict) -> str:
+    """The rerun's times over the original's. The machine floors are compared only when both runs
+    counted the same bytes per iteration (``floor_bytes_per_iter``): runs logged before the floor knew
+    the model counted another iteration."""
+
+    def ratio(key, unit, fmt):
+        a, b = old.get(key), new.get(key)
+        if not a or b is None or not np.isfinite(a) or not np.isfinite(b):
+            return "-"
+        return f"{b / a:.2f}x ({fmt.format(b)} vs {fmt.format(a)} {unit})"
+
+    floor = ratio("floor_ms_per_iter", "ms/iter", "{:.3f}")
+    counted = old.get("floor_bytes_per_iter"), new.get("floor_bytes_per_iter")
+    if floor != "-" and (counted[0] is None or counted[0] != counted[1]):
+        floor = "- (counted differently)"
+    return (
+        f"timing new/original: compile {ratio('compile_s', 's', '{:.3f}')}, steady "
+        f"{ratio('ms_per_iter', 'ms/iter', '{:.3f}')}, machine floor {floor}"
+    )
+
+
+def report_environment(src: Source, digest: str) -> list[str]:
+    """The lines printed before running: environment differences and changed data files."""
+    lines = provenance.changed_files(src.run.data.tags, src.config)
+    lines += provenance.differences(src.run.data.tags, provenance.environment(src.config, digest))
+    return lines
+
+
+def unfinished_ok(src: Source, outcome) -> bool:
+    """An original that did not finish has no result to compare: the rerun reproduces it if it
+    finishes, or fails the way the original did."""
+    return outcome.status in ("FINISHED", src.run.info.status)
+
+
+def compare(uri: str, src: Source, outcome, env_same: bool) -> tuple[Verdict | None, list[str]]:
+    """After the rerun: the verdict (None when the original has no finished result) and the lines."""
+    new_run = tracking.find_run(uri, outcome.run_id)
+    if src.run.info.status != "FINISHED":
+        return None, [f"the original run was {src.run.info.status}: no finished result to compare with"]
+    v = verdict(
+        src,
+        env_same,
+        tracking.read_curve(uri, src.run_id),
+        tracking.read_curve(uri, outcome.run_id),
+        status_ok=outcome.status == "FINISHED",
+    )
+    tracking.set_tags(
+        uri,
+        outcome.run_id,
+        {
+            "rerun.identical": str(v.identical).lower(),
+            "rerun.max_rel_diff": f"{v.max_rel:.3g}",
+            "rerun.within_tolerance": str(v.within).lower(),
+            "rerun.agrees": str(v.agree).lower(),
+        },
+    )
+    lines = [] if v.status_ok else [f"the rerun ended {outcome.status}: {outcome.reason}"]
+    lines.append(v.line())
+    lines.append(timing_line(dict(src.run.data.metrics), dict(new_run.data.metrics) if new_run else {}))
+    return v, lines
+
+
+# ---------------------------------------------------------------- the command
+def _fail(e: Exception) -> int:
+    import os
+
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        raise e
+    kind = (
+        "data error" if isinstance(e, DataError) else "store error" if isinstance(e, tracking.StoreError) else "error"
+    )
+    print(f"plnexp: {kind}: {redact_text(str(e))}", file=sys.stderr, flush=True)  # may name the store's URI
+    return 2
+
+
+def parse(args: list[str]) -> tuple[str, list[str], bool]:
+    strict = "--strict" in args
+    args = [a for a in args if a != "--strict"]
+    unknown = [a for a in args if a.startswith("-")]
+    if unknown:
+        raise ConfigError(f"unknown option {unknown[0]}; allowed options are --strict ({USAGE})")
+    if not args:
+        raise ConfigError(f"no run id; {USAGE}")
+    return args[0], args[1:], strict
+
+
+def job_entry(src: Source, overrides: list[str]):
+    """The rerun of ``src`` as a job the sweep's record gives whole (:class:`plnexp.experiment.sweep.JobEntry`):
+    its config, named as a job of that config is (precision=float64 gives ...-f64-...) when overrides
+    change it, else the original's name; tagged with the run it repeats."""
+    from .sweep import JobEntry
+
+    logged = tuple(filter(None, src.run.data.tags.get("overrides", "").split(" "))) + tuple(overrides)
+    name = src.config.job_name(logged) if overrides else src.name
+    return JobEntry(C.loadable(src.config), name, logged, {provenance.RERUN_TAG: src.run_id})
+
+
+def _rerun_one(uri: str, src: Source, overrides: list[str]):
+    """The rerun's outcome for the original's replicate (a job of ``replicates=K`` reruns all K, in
+    one program as they ran; the original is compared with its own replicate)."""
+    entry = job_entry(src, overrides)
+    # compared with the original's timings: compile_cache auto is off, the compile cold (a sweep's rerun: sweep.Task)
+    job = runner.run_job(src.config.as_study(), entry.overrides, entry.name, tags=entry.tags)
+    k = provenance.replicate(src.run.data.tags)
+    return job.batch[k] if k < len(job.batch) else job
+
+
+def _stop_line(stop, what: str) -> None:
+    print(f"plnexp: interrupted by {stop.name}: {what}", file=sys.stderr, flush=True)
+
+
+HELP = f"""{USAGE}
+
+Reruns the logged run RUN_ID (a sweep's parent: every child, as a new sweep) from its resolved config,
+with the overrides applied (group=option, key=value), as a new run tagged rerun_of=RUN_ID in the same
+experiment; prints every environment difference first, then compares the ELBO curves and timings.
+The store: tracking_uri=STORE, else MLFLOW_TRACKING_URI, else the local one (never the run's logged
+tracking_uri, which holds *** in place of a password).
+Exit 0 reproduced; 1 not reproduced (--strict: also when overrides moved the curve beyond the
+precision's tolerance); 2 bad input (nothing created)."""
+
+
+def main(args: list[str]) -> int:
+    if "-h" in args or "--help" in args:
+        print(HELP)
+        return 0
+    with interrupts.handled() as guard:  # nothing created yet: an interrupt is one line
+        try:
+            run_id, overrides, strict = parse(args)
+            store, overrides = store_override(overrides)
+            with interrupts.deferred():
+                uri, run, sources, digests = plan(run_id, overrides, store)
+        except (ConfigError, DataError, tracking.StoreError) as e:
+            return _fail(e)
+        except KeyboardInterrupt as e:
+            guard.stopping()
+            stop = interrupts.as_interrupted(e)
+            _stop_line(stop, "before any run started")
+            return stop.exit_code
+    is_sweep = len(sources) > 1 or sources[0].run is not run
+    envs = {}
+    for i, s in enumerate(sources):
+        lines = report_environment(s, digests[s.run_id])
+        envs[s.run_id] = not lines
+        head = f"[{i + 1}/{len(sources)}] " if is_sweep else "rerun of "
+        head += f"{s.name} (run {s.run_id})"
+        print(f"{head}: {'same environment' if not lines else f'{len(lines)} difference(s) from the original'}")
+        for line in lines:
+            print(f"  {line}")
+    sys.stdout.flush()
+    return (
+        _sweep(uri, run, sources, overrides, envs, strict)
+        if is_sweep
+        else _single(uri, sources[0], overrides, envs[sources[0].run_id], strict)
+    )
+
+
+def _single(uri: str, src: Source, overrides: list[str], env_same: bool, strict: bool) -> int:
+    force = lambda signum: tracking.end_process_runs(
+        uri,
+        "KILLED",
+        f"interrupted by {signal.Signals(signum).name} (twice: stopped inside a compiled fit)",
+        "interrupted",
+    )
+    with interrupts.handled(force) as guard:
+        try:
+            outcome = _rerun_one(uri, src, overrides)
+        except KeyboardInterrupt as e:
+            guard.stopping()
+            stop = interrupts.as_interrupted(e)
+            _stop_line(stop, "the rerun was recorded KILLED")
+            return stop.exit_code
+    print(f"{outcome.summary()}  (run {outcome.run_id}, rerun_of {src.run_id})", flush=True)
+    v, lines = compare(uri, src, outcome, env_same)
+    for line in lines:
+        print(line)
+    failed = not unfinished_ok(src, outcome) if v is None else v.failed(strict)
+    print(f"rerun {'FAILED to reproduce' if failed else 'ok'}: run {outcome.run_id}", flush=True)
+    return 1 if failed else 0
+
+
+def _sweep(uri: str, parent_run, sources: list[Source], overrides: list[str], envs: dict, strict: bool) -> int:
+    """A new sweep of the sources' jobs through Hydra's launcher (the one sweep path,
+    :func:`plnexp.experiment.sweep.session`), each job's config given by the record; then every new run is
+    compared with its original."""
+    from . import sweep
+
+    name = parent_run.data.tags.get("sweep", "sweep")
+    sweep_dir = sweep.new_sweep_dir()
+    entries = tuple(job_entry(s, overrides) for s in sources)
+    launch = lambda record: sweep.launch(
+        ["--multirun", sweep.entries_override(len(sources)), sweep.hydra_override(sweep_dir)],
+        sweep.Task(),
+        raise_errors=True,
+    )
+    end = sweep.session(
+        sweep_dir,
+        f"{name}-rerun",
+        tracking.experiment_name(uri, parent_run.info.experiment_id),
+        uri,
+        len(sources),
+        {provenance.RERUN_TAG: parent_run.info.run_id, "command": provenance.command_line()},
+        launch,
+        header=lambda record: (
+            f"rerun of sweep {name} (run {parent_run.info.run_id}): {len(sources)} jobs, parent run {record.parent_id}"
+        ),
+        entries=entries,
+    )
+    if end.stop is not None:
+        return end.stop.exit_code
+    if end.error is not None:
+        raise end.error
+    new = {
+        int(r.data.tags[tracking.JOB_TAG]): r
+        for r in tracking.sweep_children(uri, tracking.find_run(uri, end.record.parent_id))
+        if r.data.tags.get(tracking.JOB_TAG, "").isdigit() and provenance.replicate(r.data.tags) == 0
+    }
+    failures: list[str] = []
+    for i, src in enumerate(sources):
+        run = new.get(i)
+        if run is None:
+            failures.append(src.name)
+            print(f"[{i + 1}/{len(sources)}] {src.name}: no rerun was recorded")
+            continue
+        outcome = Rerun.of(run)
+        v, lines = compare(uri, src, outcome, envs[src.run_id])
+        bad = not unfinished_ok(src, outcome) if v is None else v.failed(strict)
+        failures.extend([src.name] if bad else [])
+        print(f"[{i + 1}/{len(sources)}] {src.name} (run {outcome.run_id}){' DISAGREES' if bad else ''}")
+        for line in lines:
+            print(f"  {line}")
+    n = len(sources)
+    print(
+        f"rerun {'FAILED to reproduce' if failures else 'ok'}: {n - len(failures)} of {n} jobs reproduced"
+        f"{': ' + ', '.join(failures) + ' did not' if failures else ''}; parent run {end.record.parent_id}",
+        flush=True,
+    )
+    return 1 if failures else 0
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """A rerun as recorded in the store (a job run by the launcher, perhaps in another process)."""
+
+    run_id: str
+    status: str
+    reason: str
+
+    @classmethod
+    def of(cls, run) -> Rerun:
+        return cls(run.info.run_id, run.info.status, run.data.tags.get("status_reason", ""))

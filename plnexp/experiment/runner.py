@@ -1,0 +1,392 @@
+"""Run one job: its run is created RUNNING in MLflow, then data -> plnexp.fit (timed), then the
+results are logged and the run ended with the job's status.
+
+A job never raises for a failed fit: the outcome is marked FAILED with the reason, logged, and the
+sweep goes on. An interrupt (Ctrl-C, SIGTERM) is the one exception that gets through: the run is
+first ended KILLED (with the fit's result if the fit had returned). The sweep around the jobs (its
+parent run) is :mod:`plnexp.experiment.sweep`'s business.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+import yaml
+
+from ..system import interrupts
+from ..jobs.config import Config
+from ..core.data import Data
+from ..system.redact import redact
+
+if TYPE_CHECKING:
+    from ..fitting.engine import FitResult
+    from ..fitting.optimum import Optimum
+
+log = logging.getLogger(__name__)
+
+
+@lru_cache(maxsize=4)
+def load_data(dataset) -> Data:
+    return dataset.load()
+
+
+# What a replicate's run reports as its share of its batch's run (the batch's divided by the number
+# of fits in it); ``batch_run_s`` keeps the batch's own. compile_s is the batch's.
+SHARED_TIMES = ("run_s", "run_s_iqr", "run_s_lo", "run_s_hi", "ms_per_iter")
+
+
+@dataclass
+class Outcome:
+    name: str
+    overrides: tuple[str, ...]
+    config: Config
+    status: str = "FINISHED"  # or FAILED, KILLED
+    reason: str = ""
+    result: FitResult | None = None  # when the fit returned
+    started: float = field(default_factory=time.time)  # epoch seconds, for MLflow
+    ended: float = 0.0
+    clock: float = field(default_factory=time.monotonic)  # durations: immune to wall-clock jumps
+    elapsed: float | None = None
+    data_digest: str = ""
+    data_shape: tuple[int, int] | None = None  # (n, p) of the data fitted
+    output_dir: str = ""
+    run_id: str = ""
+    replicate: int = 0  # its place in the job's batch of ``config.replicates`` fits
+    batch: list = field(default_factory=list, repr=False)  # run_job's result: every replicate's outcome
+    floor: dict = field(default_factory=dict)  # this machine's floor for the fit (plnexp.measure.floor.run_metrics)
+    kept: str = ""  # the file holding the result when the store did not take it (plnexp.store.pending)
+    optimum: Optimum | None = None  # the data's best known ELBO (plnexp.fitting.optimum): the convergence metrics
+
+    @property
+    def wall_s(self) -> float:
+        return self.elapsed if self.elapsed is not None else self.ended - self.started
+
+    def stop(self) -> None:
+        self.ended, self.elapsed = time.time(), time.monotonic() - self.clock
+
+    def metrics(self) -> dict[str, float]:
+        out = {"wall_s": self.wall_s, "n_iter": float(self.config.n_iter), **self.floor}
+        r = self.result
+        if r is not None:
+            out.update(r.timing.as_metrics())
+            out.update(n_iter_run=float(r.n_iter), final_elbo=r.extra.get("final_elbo_jit", np.nan), loglik=r.loglik)
+            if (
+                "B" in r.params and "S" in r.params
+            ):  # n_params, bic, icl (plnexp.measure.criteria: PLNmodels' conventions)
+                from ..measure.criteria import criteria
+
+                n, p = self.data_shape or (np.shape(r.params["S"])[0], np.shape(r.params["B"])[1])
+                out.update(criteria(self.config.model.value, r.loglik, r.params, n, p, self.config.rank))
+            k = self.config.replicates
+            if k > 1 and "run_s" in out:  # one fit of a batch: its share of the batch's run time
+                out.update(batch_run_s=out["run_s"], replicates=float(k))
+                for key in SHARED_TIMES:
+                    if key in out:
+                        out[key] /= k
+            if self.optimum is not None:
+                out.update(self.optimum.metrics())
+                out.update(self._convergence(out.get("run_s", np.nan)))
+        return out
+
+    def _resolution(self) -> float:
+        from ..measure import convergence
+
+        r, opt = self.result, self.optimum
+        assert r is not None and opt is not None
+        n, p = self.data_shape or r.params["S"].shape
+        return convergence.resolution(
+            self.config.precision.eps, n * p, opt.elbo, r.extra.get("final_elbo_jit", np.nan), r.loglik
+        )
+
+    def _convergence(self, run_s: float) -> dict[str, float]:
+        """The run's gap to its data's best known ELBO (:func:`plnexp.measure.convergence.run_metrics`)."""
+        from ..measure import convergence
+
+        r, opt = self.result, self.optimum
+        assert r is not None and opt is not None
+        n, p = self.data_shape or r.params["S"].shape
+        return convergence.run_metrics(
+            self.curve(),
+            opt.elbo,
+            r.loglik,
+            r.extra.get("final_elbo_jit", np.nan),
+            self.config.precision.eps,
+            n * p,
+            run_s,
+            r.n_iter,
+        )
+
+    def curve(self) -> np.ndarray:
+        """The ELBO per iteration actually run, cut at the first non-finite value."""
+        if self.result is None:
+            return np.zeros(0)
+        c = np.asarray(self.result.elbo[: self.result.n_iter], dtype=float)
+        bad = np.flatnonzero(~np.isfinite(c))
+        return c[: bad[0]] if len(bad) else c
+
+    def gap_curve(self) -> np.ndarray:
+        """``gap_rel_log10``: log10 of each ELBO's relative gap to the data's best known ELBO
+        (:func:`plnexp.measure.convergence.gap_curve`), no lower than the run's resolution; to the run's own
+        best where no optimum is known (``dataset.optimum=false``), no lower than the precision's
+        epsilon. A curve that MLflow's linear chart can show (the ELBO itself falls from ~-1e9 to
+        ~-1e5, flattening every curve), and on which a stalled run stays above the others."""
+        from ..measure import convergence
+
+        c = self.curve()
+        if not len(c):
+            return c
+        if self.optimum is not None and self.result is not None:
+            return convergence.gap_curve(c, self.optimum.elbo, self._resolution())
+        return convergence.gap_curve(c, float(c.max()), self.config.precision.eps)
+
+    def config_yaml(self) -> str:
+        """The resolved config as the run's ``config.yaml`` artifact holds it: credentials masked
+        (:mod:`plnexp.system.redact`; ``rerun`` takes the store from its own command, never from here)."""
+        return yaml.safe_dump(redact(self.config.as_dict()), sort_keys=False)
+
+    def note(self) -> str:
+        return f"`{' '.join(self.overrides) or '(defaults)'}` -> {self.status} {self.reason}".strip()
+
+    def shown_status(self) -> str:
+        """The status, ``pending`` added while the result is kept locally (not yet in the store)."""
+        return f"{self.status} (pending: kept locally)" if self.kept else self.status
+
+    def summary(self) -> str:
+        if self.result is None:
+            return f"{self.name} {self.shown_status()}: {self.reason}"
+        m = self.metrics()
+        g = lambda k, f: f.format(m[k]) if np.isfinite(m.get(k, np.nan)) else "-"
+        parts = [f"{self.result.n_iter} iter", f"compile {g('compile_s', '{:.2f}')} s"]
+        if "compile_warm_s" in m:
+            parts.append(f"cached compile {g('compile_warm_s', '{:.2f}')} s")
+        if "first_call_s" in m:
+            parts.append(f"first call {g('first_call_s', '{:.2f}')} s")
+        runs = int(m.get("n_runs", 1))
+        spread = f", {runs} runs, spread {g('run_s_iqr', '{:.3f}')} s" if runs > 1 else ""
+        parts += [
+            f"run {g('run_s', '{:.3f}')} s ({g('ms_per_iter', '{:.2f}')} ms/iter{spread})",
+            f"final ELBO {g('final_elbo', '{:.6g}')}",
+        ]
+        text = f"{self.name} {self.shown_status()}: " + ", ".join(parts)
+        return text + (f" [{self.reason}]" if self.reason else "")
+
+    def row(self) -> Row:
+        return Row(self.name, self.status, self.metrics(), self.wall_s)
+
+
+class Row(NamedTuple):
+    """One line of the summary table (from an Outcome, or from a run read back from MLflow)."""
+
+    name: str
+    status: str
+    metrics: dict
+    wall_s: float
+
+
+def execute(
+    config: Config, overrides=(), name: str | None = None, output_dir: str = "", outcome: Outcome | None = None
+) -> Outcome:
+    """Load the data and fit, filling ``outcome`` (a new one if None) as it goes; any failure but an
+    interrupt becomes a FAILED outcome with its reason. (One fit: ``replicates=1``.)"""
+    out = (
+        outcome
+        if outcome is not None
+        else Outcome(name or config.run_name, tuple(overrides), config, output_dir=output_dir)
+    )
+    execute_all(config, [out])
+    return out
+
+
+def execute_all(config: Config, outcomes: list[Outcome]) -> list[Outcome]:
+    """Fit the job's ``config.replicates`` fits in one program, filling one outcome per replicate.
+
+    A replicate whose ELBO is not finite is FAILED alone; an error of the program fails them all.
+    Before the fit (never while it is timed), this machine's floor for one iteration of the model on
+    the data (:func:`plnexp.measure.floor.iteration`: its shape, the model's declared work, offsets one per
+    row or not; :func:`plnexp.measure.floor.run_metrics`: cached per machine; its measured parts NaN, never
+    an error, when not measured)."""
+    from ..measure import floor
+    from ..fitting.engine import run_all
+
+    try:
+        datas = [load_data(ds) for ds in config.replicate_datasets()]
+        specs = config.replicate_datasets()
+        for k, out in enumerate(outcomes):
+            data = datas[k] if len(datas) > 1 else datas[0]
+            out.data_digest, out.data_shape = data.digest(), (data.n, data.p)
+            out.optimum = best_known(specs[k] if len(specs) > 1 else specs[0], config.model.value)
+        spec = config.fit_spec()
+        measured = floor.run_metrics(floor.iteration(spec.model, datas[0]), config.precision.dtype, config.device.value)
+        stop = interrupts.pending()
+        if stop is not None:  # a Ctrl-C while measuring, which the floor's guard took for a failure
+            raise stop
+        for out in outcomes:
+            out.floor = measured
+        results = run_all(datas, spec, owns_process=True)  # a job: plnexp owns the process
+        for out, result in zip(outcomes, results):
+            out.result = result
+            bad = np.flatnonzero(~np.isfinite(result.elbo[: result.n_iter]))
+            if len(bad) or not np.isfinite(result.extra.get("final_elbo_jit", np.nan)):
+                out.status = "FAILED"
+                at = int(bad[0]) if len(bad) else result.n_iter
+                out.reason = f"non-finite ELBO at iteration {at}"
+    except Exception as e:  # a job reports, never raises
+        stop = interrupts.pending()
+        if stop is not None:  # a Ctrl-C that a library turned into another error
+            raise stop from e
+        reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        for out in outcomes:
+            out.status, out.reason = "FAILED", reason
+        log.warning("%s failed: %s", outcomes[0].name, reason)
+    for out in outcomes:
+        out.stop()
+    return outcomes
+
+
+def best_known(dataset, model: str) -> Optimum | None:
+    """The data set's best known ELBO (:func:`plnexp.fitting.optimum.for_dataset`; computed once where none
+    is known, before the fit, never timed); None, with a warning, where it cannot be had: the job
+    runs on without its convergence metrics."""
+    from ..fitting import optimum
+
+    try:
+        return optimum.for_dataset(dataset, model, load=load_data)
+    except Exception as e:
+        if interrupts.pending() is not None:
+            raise
+        log.warning(
+            "plnexp: no best known ELBO for %s (%s: %s): no convergence metrics", dataset.label, type(e).__name__, e
+        )
+        return None
+
+
+def replicate_name(name: str, k: int, replicates: int) -> str:
+    """The run name of replicate ``k`` of a job (the job's own name when it is one fit)."""
+    return name if replicates == 1 else f"{name}-rep{k}"
+
+
+def combined(outcomes: list[Outcome]) -> Outcome:
+    """One outcome standing for a job's replicates (what the job's line and exit code report): the
+    first replicate's, FAILED with a count when some failed."""
+    first = outcomes[0]
+    if len(outcomes) == 1:
+        return first
+    failed = [o for o in outcomes if o.status != "FINISHED"]
+    if not failed:
+        return first
+    status = "KILLED" if any(o.status == "KILLED" for o in failed) else "FAILED"
+    reasons = sorted({o.reason for o in failed})
+    job = Outcome(
+        first.name,
+        first.overrides,
+        first.config,
+        status,
+        f"{len(failed)} of {len(outcomes)} replicates {status}: {'; '.join(reasons)}",
+        first.result,
+        first.started,
+        first.ended,
+        first.clock,
+        first.elapsed,
+        first.data_digest,
+        first.data_shape,
+        first.output_dir,
+        first.run_id,
+    )
+    return job
+
+
+def run_job(
+    config: Config,
+    overrides=(),
+    name: str | None = None,
+    output_dir: str = "",
+    *,
+    parent=None,
+    job_num: int | None = None,
+    tags: dict | None = None,
+) -> Outcome:
+    """Execute one job with its MLflow run(s): created RUNNING now, ended with the job's status; one
+    run per replicate (``config.replicates``, tagged ``replicate``), all fitted in one program.
+
+    ``parent`` (a :class:`plnexp.store.Parent`) makes the runs children of a sweep, in the sweep's
+    store and experiment; otherwise they go to the config's store and experiment. On an interrupt the
+    runs are ended KILLED and :class:`plnexp.system.interrupts.Interrupted` re-raised. The runs are created
+    with the provenance tags (:func:`plnexp.jobs.provenance.run_tags`), a sweep's job also with its
+    ``report.min_speedup`` (:data:`plnexp.jobs.ranking.MIN_SPEEDUP_TAG`), and ``tags``. Returns the job's
+    outcome (:func:`combined`), each replicate's in its ``batch``.
+    """
+    from ..jobs import provenance
+    from ..system import slurm
+    from .. import store as tracking
+    from ..jobs.ranking import MIN_SPEEDUP_TAG
+
+    uri = parent.uri if parent else tracking.tracking_uri(config.tracking_uri)
+    cl = tracking.client(uri)
+    base = name or config.run_name
+    k = config.replicates
+    outcomes = [
+        Outcome(replicate_name(base, i, k), tuple(overrides), config, output_dir=output_dir, replicate=i)
+        for i in range(k)
+    ]
+    tags = {
+        **provenance.run_tags(config),
+        **({tracking.JOB_TAG: job_num} if job_num is not None else {}),
+        # a sweep's job: the minimum effect its report ranks with (report.min_speedup, not a param:
+        # not part of the fit, see plnexp.jobs.config.ReportSpec)
+        **({MIN_SPEEDUP_TAG: f"{config.report.min_speedup:g}"} if parent is not None else {}),
+        **(tags or {}),
+    }
+    try:
+        with interrupts.deferred():
+            exp_id = parent.experiment_id if parent else tracking.experiment_id(cl, config.experiment)
+            for out in outcomes:
+                out.run_id = tracking.start_job(
+                    cl,
+                    exp_id,
+                    out,
+                    parent.run_id if parent else None,
+                    {**tags, provenance.REPLICATE_TAG: out.replicate},
+                )
+        if k == 1:
+            done = execute(config, overrides, name, output_dir, outcomes[0])
+            if done is not outcomes[0]:  # a stand-in execute (tests) may return its own
+                done.run_id, outcomes[0] = outcomes[0].run_id, done
+        else:
+            execute_all(config, outcomes)
+    except KeyboardInterrupt as e:
+        stop = interrupts.as_interrupted(e)
+        for out in outcomes:
+            out.status, out.reason = "KILLED", f"interrupted by {stop.name}{slurm.why(stop.signum)}"
+            out.stop()
+            if out.run_id:
+                with interrupts.deferred():
+                    out.kept = str(tracking.pending.finish(cl, uri, out.run_id, out) or "")
+        raise stop from None
+    with interrupts.deferred():
+        for out in outcomes:
+            out.kept = str(tracking.pending.finish(cl, uri, out.run_id, out) or "")
+    job = combined(outcomes)
+    job.kept = next((o.kept for o in outcomes if o.kept), "")
+    job.batch = outcomes
+    return job
+
+
+def summary_table(rows) -> str:
+    """One line per job (:class:`Row`, or anything with ``.row()``); a value not measured
+    (first_call off, no compile cache) or not finite is "-"."""
+    from ..measure.metrics import TERMINAL, cell
+
+    head = ("job", "status", *(m.short for m in TERMINAL), "wall_s")
+    lines = []
+    for r in rows:
+        r = r.row() if hasattr(r, "row") else r
+        values = {**r.metrics, "n_iter_run": r.metrics.get("n_iter_run", 0.0)}
+        lines.append((r.name, r.status, *(cell(m, values.get(m.key)) for m in TERMINAL), f"{r.wall_s:.1f}"))
+    widths = [max(len(str(r[i])) for r in [head, *lines]) for i in range(len(head))]
+    fmt = lambda r: "  ".join(str(c).ljust(w) if i < 2 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+    return "\n".join([fmt(head), "  ".join("-" * w for w in widths), *map(fmt, lines)])

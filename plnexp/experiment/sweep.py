@@ -1,0 +1,731 @@
+"""A sweep's life in MLflow, owned here, whatever Hydra launcher runs its jobs.
+
+::
+
+    python -m plnexp sweep [overrides]              (plnexp.__main__, one process: the driver)
+      -> cli.plan, check_data, tracking.check_store   every job validated, each data set loaded once,
+                                                      the store reached: still no run
+      -> open_sweep(sweep_dir, ...)                   the experiment and the parent run, created once,
+                                                      and the record <sweep_dir>/plnexp-sweep.json
+      -> launch(["--multirun", ..., hydra.sweep.dir=<sweep_dir>], Task())
+           Hydra runs the jobs: in the driver (basic launcher) or in other processes
+           (hydra/launcher=joblib, ...). Each job is one Task call, which reads the record from its
+           own config's ``hydra.sweep.dir`` and runs as a child of the parent (plnexp.experiment.runner.run_job).
+      -> close_sweep(record, status)                  after the last job, or on an interrupt
+                                                      (KILLED) or a crash (FAILED): children still
+                                                      RUNNING are ended (unless their owner is alive
+                                                      elsewhere), the summary is read back from
+                                                      MLflow, the parent closed.
+
+A job finds its parent only through the record file, never through this process's memory, so a job
+in another process (or, with a shared file system, on another machine) attaches to the same parent.
+
+The **control job** (:meth:`Task.control`): after the grid, the sweep's reference job
+(:func:`plnexp.experiment.plan.control_reference`: scan's, else the first) runs once more with the same config,
+named ``control-<its name>``, tagged ``plnexp.control=true`` and ``plnexp.control_of=<its job
+number>``, job number ``total`` (one past the grid). The report pairs it with its original as an A/A
+test of the between-job noise (:func:`plnexp.jobs.ranking.noise`) and never ranks it. It runs only where
+every job of the grid ran in the driver, one after the other (Hydra's basic launcher, the timing
+study's): with a launcher of other processes (joblib, SLURM) jobs run side by side or on other
+machines, their timings are contended or not comparable anyway, and the driver cannot tell when the
+last job ends relative to the others. Not in a rerun (its jobs are given whole), nor after an
+interrupt; in a resumed sweep it runs again (an earlier control is never reused), its original
+possibly an earlier sweep's run. ``report.control=false`` turns it off.
+
+The **peers** (:meth:`Task.peers`, ``report.peers``: other packages' fits of the same model,
+:mod:`plnexp.jobs.peers`): after the control job, on the same condition, each peer's default fit on each
+data set of the grid, of the model the jobs fit there (PLN-PCA: one per rank), one more child run
+each (job numbers from ``total + 1``, tagged ``plnexp.peer=<name>``). A peer is a guest: not
+installed, it is one line and no run; failed, its run is FAILED; neither changes the sweep's status,
+its count of failed runs nor its exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from ..system import interrupts
+from ..jobs import provenance
+from . import resume
+from . import runner
+from .. import store as tracking
+from ..jobs import config as C
+from ..system.redact import redact, redact_text, unredacted
+
+RECORD_NAME = "plnexp-sweep.json"
+
+
+@dataclass(frozen=True)
+class JobEntry:
+    """A job given whole by the driver (a rerun's: the logged config of the run it repeats, with the
+    rerun's overrides applied): Hydra's launcher runs job ``i`` of such a sweep from ``jobs[i]``."""
+
+    node: dict  # a loadable config (plnexp.jobs.config.load)
+    name: str
+    overrides: tuple = ()
+    tags: dict | None = None  # a dict once made
+
+    def __post_init__(self):
+        object.__setattr__(self, "overrides", tuple(self.overrides))
+        object.__setattr__(self, "tags", dict(self.tags or {}))
+
+
+def entries_override(n: int) -> str:
+    """The sweep that makes Hydra's launcher run ``n`` jobs given by the record (``JobEntry``)."""
+    return f"+plnexp_job=range(0,{n})"
+
+
+@dataclass(frozen=True)
+class SweepRecord:
+    """What every job of a sweep reads: where its parent run is, how many jobs, who drives it."""
+
+    uri: str
+    experiment_id: str
+    parent_id: str
+    name: str
+    total: int
+    host: str
+    pid: int
+    started: float  # time.time() when the sweep opened
+    clock: float = 0.0  # time.monotonic() then (one clock for the processes of a host)
+    reused: tuple = ()  # resume=true: plnexp.experiment.resume.Reused of the jobs that earlier runs answer
+    jobs: tuple = ()  # a rerun: the JobEntry of each job (its config comes from here, not from Hydra's)
+    named: tuple = ()  # keys every job's name shows although names hide them (plnexp.experiment.plan.Job.shown)
+
+    def __post_init__(self):  # read back from JSON: lists and dicts
+        object.__setattr__(
+            self, "reused", tuple(resume.Reused(*r[:4], tuple(r[4]) if len(r) > 4 else ()) for r in self.reused)
+        )
+        object.__setattr__(self, "jobs", tuple(j if isinstance(j, JobEntry) else JobEntry(**j) for j in self.jobs))
+        object.__setattr__(self, "named", tuple(self.named))
+
+    @property
+    def parent(self) -> tracking.Parent:
+        return tracking.Parent(self.uri, self.experiment_id, self.parent_id)
+
+
+def new_sweep_dir() -> Path:
+    """A fresh folder under ``<outputs>/multirun``, unique even for sweeps started in the same instant."""
+    root = C.outputs_dir() / "multirun"
+    root.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=time.strftime("%Y-%m-%d_%H-%M-%S-"), dir=root))
+
+
+def hydra_override(sweep_dir: Path) -> str:
+    """``hydra.sweep.dir='<path>'``, quoted for Hydra's override grammar."""
+    text = str(sweep_dir).replace("\\", "\\\\").replace("'", "\\'")
+    return f"hydra.sweep.dir='{text}'"
+
+
+# The real URIs of the stores of the sweeps this process wrote records of, by their redacted form:
+# the record, a file, holds the URI redacted, and a job in this process (Hydra's basic launcher)
+# finds the password here (see store_of)
+_OWN_STORES: dict[str, str] = {}
+
+
+def write_record(sweep_dir: Path, record: SweepRecord) -> Path:
+    """Write the record whole or not at all; a folder that already holds one is refused. Its
+    credentials are masked (:mod:`plnexp.system.redact`): the file outlives the process, and others read it."""
+    path = Path(sweep_dir) / RECORD_NAME
+    fd, tmp = tempfile.mkstemp(prefix=".plnexp-sweep-", dir=sweep_dir)
+    _OWN_STORES[redact_text(record.uri)] = record.uri
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(redact(asdict(record)), f, indent=1)
+        os.link(tmp, path)  # atomic, and fails if a record is there already
+    finally:
+        os.unlink(tmp)
+    return path
+
+
+def read_record(sweep_dir) -> SweepRecord | None:
+    """The record as written: its ``uri`` redacted where it had a password (:func:`store_of`)."""
+    path = Path(str(sweep_dir)) / RECORD_NAME
+    if not path.is_file():
+        return None
+    return SweepRecord(**json.loads(path.read_text()))
+
+
+def store_of(record: SweepRecord, configured: str | None) -> str:
+    """The URI of the sweep's store as a job reaches it. The record holds it redacted when it has a
+    password; the real one is the first that redacts to it of: the one this process wrote the record
+    with (the driver), the job's own ``tracking_uri`` (the sweep's overrides), ``$MLFLOW_TRACKING_URI``.
+    None of them: one :class:`~plnexp.jobs.config.ConfigError` line."""
+    uri = unredacted(record.uri, (_OWN_STORES.get(record.uri), configured, os.environ.get("MLFLOW_TRACKING_URI")))
+    if uri is None:
+        raise C.ConfigError(
+            f"the sweep's store {record.uri}: its password is not in this job's tracking_uri nor in "
+            "MLFLOW_TRACKING_URI; allowed values are the store's full URI, given with tracking_uri= or MLFLOW_TRACKING_URI"
+        )
+    return uri
+
+
+def open_sweep(
+    sweep_dir: Path,
+    name: str,
+    experiment: str,
+    uri: str,
+    total: int,
+    tags: dict,
+    reused: tuple = (),
+    jobs: tuple = (),
+    named: tuple = (),
+) -> SweepRecord:
+    """Create the experiment (once, before any job) and the parent run, and write the record
+    (``reused``: the jobs a resumed sweep does not run again, see :mod:`plnexp.experiment.resume`)."""
+    sweep_dir = Path(sweep_dir)
+    if (sweep_dir / RECORD_NAME).exists():
+        raise C.ConfigError(
+            f"hydra.sweep.dir={sweep_dir}: already holds a sweep ({RECORD_NAME}); "
+            "allowed values are new or empty folders"
+        )
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    tags = {"jobs": total, "git_commit": provenance.git_commit(), "sweep": name, "sweep_dir": str(sweep_dir), **tags}
+    parent = tracking.open_parent(uri, experiment, f"{name}-{time.strftime('%Y%m%d-%H%M%S')}", tags)
+    record = SweepRecord(
+        uri,
+        parent.experiment_id,
+        parent.run_id,
+        name,
+        total,
+        platform.node(),
+        os.getpid(),
+        time.time(),
+        time.monotonic(),
+        tuple(reused),
+        tuple(jobs),
+        tuple(named),
+    )
+    try:
+        write_record(sweep_dir, record)
+    except FileExistsError:
+        tracking.close_parent(parent, "FAILED", {"status_reason": "sweep folder taken by another sweep"})
+        raise C.ConfigError(
+            f"hydra.sweep.dir={sweep_dir}: already holds a sweep ({RECORD_NAME}); "
+            "allowed values are new or empty folders"
+        ) from None
+    return record
+
+
+@dataclass
+class Summary:
+    status: str
+    rows: list  # runner.Row, in job order: one per run (a job of ``replicates=K`` has K runs)
+    total: int  # jobs in the grid
+    wall_s: float
+    parent_id: str
+    reused: tuple = ()  # names of the rows a resumed sweep took from earlier runs (not fitted here)
+    jobs: tuple = ()  # the job number of each row (empty: one row per job)
+
+    def _job_of(self) -> list:
+        return list(self.jobs) if len(self.jobs) == len(self.rows) else list(range(len(self.rows)))
+
+    @property
+    def n_jobs(self) -> int:
+        """The jobs of the grid that ran (a job's replicates are one job; the control job is not one
+        of the grid: its job number is ``total``, see :meth:`Task.control`)."""
+        return len({j for j in self._job_of() if j < self.total})
+
+    @property
+    def n_control(self) -> int:
+        """The control job's runs: none, or one per replicate (``replicates``)."""
+        return sum(j == self.total for j in self._job_of())
+
+    @property
+    def n_peers(self) -> int:
+        """The peers' runs (job numbers past the control's: :meth:`Task.peers`)."""
+        return sum(j > self.total for j in self._job_of())
+
+    def _peer_rows(self) -> list:
+        return [r for j, r in zip(self._job_of(), self.rows) if j > self.total]
+
+    @property
+    def fit_s(self) -> float:
+        """Seconds in fits: a job's replicates share one program, so a job counts once (its longest run)."""
+        longest: dict = {}
+        for job, r in zip(self._job_of(), self.rows):
+            if r.name not in self.reused:
+                longest[job] = max(longest.get(job, 0.0), r.wall_s)
+        return sum(longest.values())
+
+    def count(self, status: str) -> int:
+        """Runs with this status."""
+        return sum(r.status == status for r in self.rows)
+
+    @property
+    def n_failed(self) -> int:
+        """The runs that did not finish (including those left RUNNING, see :attr:`n_running`), the
+        peers' left out: a peer that fails changes neither the sweep's status nor its exit code."""
+        return sum(r.status != "FINISHED" for j, r in zip(self._job_of(), self.rows) if j <= self.total)
+
+    @property
+    def n_running(self) -> int:
+        """Children left RUNNING when the sweep closed: their owner is alive elsewhere or cannot be
+        checked from here (:func:`plnexp.store.end_children`)."""
+        return self.count("RUNNING")
+
+    def _running_note(self) -> str:
+        n = self.n_running
+        return f"{n} left RUNNING (owner alive elsewhere or unknown)" if n else ""
+
+    def runs_note(self) -> str:
+        """`` (8 runs)`` when jobs have several runs (replicates), else nothing."""
+        return f" ({len(self.rows)} runs)" if len(self.rows) != self.n_jobs + self.n_control + self.n_peers else ""
+
+    def table(self) -> str:
+        return runner.summary_table(self.rows) if self.rows else "(no job ran)"
+
+    def footer(self) -> str:
+        fit_s = self.fit_s
+        outside = f" ({100 * (1 - fit_s / self.wall_s):.0f}% outside)" if 0 < fit_s <= self.wall_s else ""
+        earlier = {j for j, r in zip(self._job_of(), self.rows) if r.name in self.reused}
+        reused = f" ({len(earlier)} FINISHED earlier)" if earlier else ""
+        unit = " runs" if self.runs_note() else ""
+        control = " + the control job" if self.n_control else ""
+        peers = self._peer_rows()
+        if peers:
+            bad = [r for r in peers if r.status != "FINISHED"]
+            control += f" + {len(peers)} peer run{'s' if len(peers) > 1 else ''}"
+            control += f" ({len(bad)} {'/'.join(sorted({r.status for r in bad}))})" if bad else ""
+        failed = (
+            f"{self.n_failed - self.n_running}{unit} failed, {self._running_note()}"
+            if self.n_running
+            else f"{self.n_failed}{unit} failed"
+        )
+        return (
+            f"{self.n_jobs}/{self.total} jobs{control}{self.runs_note()}{reused}, {failed}; {self.wall_s:.1f} s in the "
+            f"sweep, {fit_s:.1f} s in fits{outside}; parent run {self.parent_id} {self.status}"
+        )
+
+    def show(self, signame: str | None = None) -> None:
+        """Print the table, then the footer (stdout) or, after an interrupt, one line on stderr."""
+        print(self.table(), flush=True)
+        if signame is not None:
+            print(self.interrupted_line(signame), file=sys.stderr, flush=True)
+        else:
+            print(self.footer(), flush=True)
+
+    def interrupted_line(self, signame: str) -> str:
+        left = self.total - self.n_jobs
+        running = f", {self._running_note()}" if self.n_running else ""
+        done = (
+            f"{self.count('FINISHED')} of {len(self.rows)} runs of {self.n_jobs} jobs finished"
+            if self.runs_note()
+            else f"{self.count('FINISHED')} of {self.total} jobs finished"
+        )
+        return (
+            f"plnexp: interrupted by {signame}: {done}, "
+            f"{self.count('KILLED')} killed, {self.count('FAILED')} failed, {left} not started{running}; "
+            f"parent run {self.parent_id} closed {self.status}"
+        )
+
+
+def close_sweep(record: SweepRecord, status: str = "FINISHED", reason: str = "") -> Summary:
+    """End the sweep: children still RUNNING are ended (KILLED on an interrupt, FAILED otherwise) when
+    their owner is this process or is gone (a dead local process); a child whose owner is alive
+    elsewhere, or cannot be checked from here, is left RUNNING and counted so. The summary table is
+    read back from MLflow and logged, and the parent closed with ``status`` (FAILED instead of
+    FINISHED when jobs are missing). Safe to call again: it re-reads the store. First, unless
+    interrupted, the results kept locally while the store failed (:mod:`plnexp.store.pending`)
+    are sent if it is back (else they stay kept, their runs ended FAILED here until sent)."""
+    if status != "KILLED":
+        try:
+            for line in tracking.pending.send_all(record.uri):
+                print(line, file=sys.stderr, flush=True)
+        except Exception:  # noqa: BLE001 - the store still fails: the results stay kept (the job's line said so)
+            pass
+    end_status = "KILLED" if status == "KILLED" else "FAILED"
+    why = reason or "the sweep ended while this job was running"
+    found = tracking.end_children(record.parent, end_status, why, "interrupted" if status == "KILLED" else "lost")
+    found = sorted(
+        found + resume.rows(record.uri, record.reused), key=lambda r: (r["job"], r.get("replicate", 0))
+    )  # the grid
+    rows = [runner.Row(r["name"], r["status"], r["metrics"], r["metrics"].get("wall_s", 0.0)) for r in found]
+    jobs = tuple(r["job"] for r in found)
+    if status == "FINISHED" and len({j for j in jobs if j < record.total}) < record.total:  # (the control: not counted)
+        status = "FAILED"
+    here = record.host == platform.node() and record.clock
+    wall = time.monotonic() - record.clock if here else time.time() - record.started
+    summary = Summary(
+        status,
+        rows,
+        record.total,
+        wall,
+        record.parent_id,
+        tuple(r["name"] for r in found if r.get("reason") == "reused"),
+        jobs,
+    )
+    tags = {
+        "n_done": summary.n_jobs,
+        "n_failed": summary.n_failed,
+        "wall_s": f"{summary.wall_s:.1f}",
+        "fit_s": f"{summary.fit_s:.1f}",
+    }
+    if summary.n_running:
+        tags["n_running"] = summary.n_running
+    if reason:
+        tags["status_reason"] = reason
+    tags["mlflow.note.content"] = (
+        f"**Sweep `{record.name}`** ({status}): {summary.n_jobs} of {record.total} jobs ran{summary.runs_note()}, "
+        f"{summary.n_failed} failed; each job is a child run (expand this run's + to see them). `python -m plnexp report --run "
+        f"{record.parent_id}` writes its table and plots and attaches them here (a sweep does it at its end)."
+    )
+    if status == "KILLED":
+        tags["reason"] = "interrupted"
+    tracking.close_parent(record.parent, status, tags, summary.table() + "\n" if rows else None)
+    return summary
+
+
+# ---------------------------------------------------------------- the Hydra job
+@dataclass
+class Task:
+    """The Hydra task function of ``run`` and ``sweep``: one job (typed config, run, log, one line).
+
+    Picklable, so that launchers running jobs in other processes can ship it. ``failed`` counts the
+    jobs of this process that did not finish (what ``run`` exits with); a sweep counts from MLflow.
+    """
+
+    failed: int = 0
+    # the jobs of the sweep this process ran, by job number (what the control job needs, Task.control)
+    grid: dict[int, GridJob] = field(default_factory=dict)
+    record: SweepRecord | None = None
+
+    def __call__(self, cfg) -> str | None:
+        """Run the job; returns its progress line when it ran in another process than the driver
+        (a cluster launcher prints it in the driver, :mod:`plnexp.system.slurm`)."""
+        from ..system import runtime
+        from ..system import slurm
+
+        # plnexp owns the process a job runs in (the driver, a joblib worker, a SLURM job): its
+        # settings before the job starts JAX (idempotent where the command line applied them)
+        runtime.configure()
+        if slurm.in_job() and interrupts.pending() is None and not interrupts.in_place():
+            with interrupts.handled(signals=slurm.JOB_SIGNALS):  # scancel, time limit, preemption
+                return self._job(cfg)
+        return self._job(cfg)
+
+    def _job(self, cfg) -> str | None:
+        from hydra.core.hydra_config import HydraConfig
+
+        from ..system import slurm
+        from hydra.types import RunMode
+
+        hc = HydraConfig.get()
+        record = read_record(hc.sweep.dir) if hc.mode == RunMode.MULTIRUN else None
+        num = int(hc.job.num) if record is not None else None
+        overrides = list(hc.overrides.task)
+        entry = record.jobs[num] if record is not None and num is not None and record.jobs else None
+        try:
+            config = C.load(entry.node if entry is not None else cfg)
+            if record is not None:  # the record's URI is redacted: the store as this job reaches it
+                record = replace(record, uri=store_of(record, config.tracking_uri))
+        except C.ConfigError as e:  # validated before launching: only a launcher of its own gets here
+            line = f"plnexp: error: {redact_text(str(e))}"
+            print(line, file=sys.stderr, flush=True)
+            self.failed += 1
+            return line
+        if hc.mode == RunMode.MULTIRUN:
+            config = config.as_study()  # compile_cache auto: off, every job compiles cold
+        if entry is not None:
+            overrides, name = list(entry.overrides), entry.name
+        else:
+            name = config.job_name(overrides, record.named if record is not None else ())
+        here = record is None or record.pid == os.getpid()  # in the driver: progress on one line
+        if record is not None and num is not None:
+            self.record, self.grid[num] = record, GridJob(config, tuple(overrides), name)
+        earlier = resume.reused_run(record, config) if record is not None else None
+        if earlier is not None:
+            assert record is not None and num is not None  # earlier: a run the record's resume found
+            self.grid[num] = replace(self.grid[num], status="FINISHED")
+            line = f"[{num + 1}/{record.total}] {name} FINISHED earlier (run {earlier}): skipped"
+            print(line, flush=True)
+            return None if here else line
+        label = f"[{num + 1}/{record.total}] {name}" if record is not None and num is not None else name
+        if record is not None and here:
+            print(f"{label} ...", end="", flush=True)
+        try:
+            outcome = runner.run_job(
+                config,
+                overrides,
+                name,
+                hc.runtime.output_dir,
+                parent=record.parent if record else None,
+                job_num=num,
+                tags=entry.tags if entry is not None else None,
+            )
+        except KeyboardInterrupt as e:
+            if record is not None:
+                print(" KILLED" if here else f"{label} KILLED", flush=True)
+            if not here and slurm.in_job():  # the run is recorded: the job ends normally, its line says why
+                stop = interrupts.as_interrupted(e)
+                return f"{label} KILLED (interrupted by {stop.name}{slurm.why(stop.signum)})"
+            raise
+        except Exception as e:  # the store failed under us: say so, go on
+            pending = interrupts.pending()
+            if pending is not None:  # a Ctrl-C that a library turned into another error
+                raise pending from e
+            self.failed += 1
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            first = redact_text(first)  # a store's error may quote its URI
+            print(f"{' ' if record is not None and here else ''}FAILED", flush=True)
+            print(f"plnexp: error: job {name}: {type(e).__name__}: {first}", file=sys.stderr, flush=True)
+            return None if here else f"{label} FAILED ({type(e).__name__}: {first})"
+        self.failed += outcome.status != "FINISHED"
+        if num in self.grid:
+            self.grid[num] = replace(self.grid[num], status=outcome.status)
+        if record is None:
+            print(f"{outcome.summary()}  (run {outcome.run_id}, experiment {config.experiment!r})", flush=True)
+            return None
+        word = "done" if outcome.status == "FINISHED" else outcome.status
+        word += " (pending: kept locally)" if getattr(outcome, "kept", "") else ""  # not in the store yet
+        extra = f" ({outcome.reason})" if outcome.reason else ""
+        logged = time.monotonic() - outcome.clock - outcome.wall_s
+        text = f"{word} {outcome.wall_s:.1f} s (+{logged:.1f} s logging){extra}"
+        print(f" {text}" if here else f"{label} {text}", flush=True)
+        return None if here else f"{label} {text}"
+
+    def _ran_the_grid(self) -> bool:
+        """Whether this process ran every job of a sweep's grid (Hydra's basic launcher; not a
+        rerun's given jobs): what the control job and the peers need (:meth:`control`, :meth:`peers`)."""
+        record = self.record
+        return (
+            record is not None
+            and not record.jobs
+            and record.pid == os.getpid()
+            and sorted(self.grid) == list(range(record.total))
+        )
+
+    def _extra(self, kind: str, name: str, run):
+        """Run one job beyond the grid (the control job, a peer's fit: ``run()`` returns its outcome)
+        with its line: ``KILLED`` and raised on an interrupt; a store that fails under it is one
+        ``FAILED`` line on stderr and None (the sweep goes on)."""
+        try:
+            return run()
+        except KeyboardInterrupt:
+            print(" KILLED", flush=True)
+            raise
+        except Exception as e:  # the store failed under us: say so (the sweep closes as usual)
+            pending = interrupts.pending()
+            if pending is not None:
+                raise pending from e
+            first = redact_text(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+            print(" FAILED", flush=True)
+            print(f"plnexp: error: {kind} {name}: {type(e).__name__}: {first}", file=sys.stderr, flush=True)
+            return None
+
+    def control(self) -> None:
+        """After the grid, the sweep's control job (see the module docstring): its reference job's
+        config once more, as job number ``total``, tagged as the control. Nothing unless this process
+        ran every job of a sweep's grid (Hydra's basic launcher; not a rerun's given jobs) and the
+        grid has a reference (:func:`plnexp.experiment.plan.control_reference`); skipped, saying so, when the
+        reference job did not finish. An interrupt is raised (the sweep closes KILLED)."""
+        from .plan import control_reference
+        from ..jobs.ranking import CONTROL_OF_TAG, CONTROL_TAG
+
+        record = self.record
+        if record is None or not self._ran_the_grid():
+            return
+        ref = control_reference([self.grid[i].config for i in range(record.total)])
+        if ref is None:
+            return
+        job = self.grid[ref]
+        name = f"control-{job.name}"
+        if job.status != "FINISHED":
+            print(f"[control] {name}: skipped (job {ref + 1}, {job.name}, did not finish)", flush=True)
+            return
+        print(f"[control] {name} (job {ref + 1} again: the report's A/A pair) ...", end="", flush=True)
+        outcome = self._extra(
+            "job",
+            name,
+            lambda: runner.run_job(
+                job.config,
+                job.overrides,
+                name,
+                parent=record.parent,
+                job_num=record.total,
+                tags={CONTROL_TAG: "true", CONTROL_OF_TAG: str(ref)},
+            ),
+        )
+        if outcome is None:
+            self.failed += 1
+            return
+        self.failed += outcome.status != "FINISHED"
+        word = "done" if outcome.status == "FINISHED" else outcome.status
+        word += " (pending: kept locally)" if outcome.kept else ""
+        extra = f" ({outcome.reason})" if outcome.reason else ""
+        print(f" {word} {outcome.wall_s:.1f} s{extra}", flush=True)
+
+    def peers(self) -> None:
+        """After the grid and its control job, the sweep's peers (``report.peers``: other packages'
+        fits of the same model, :mod:`plnexp.jobs.peers`): each peer's default fit once per data set of the
+        grid and model it fits there (:func:`plnexp.jobs.peers.following`: pyPLNmodels' Pln for full and
+        profiled alike, its PlnPCA once per rank), in job order (a grid over one data set and the PLN
+        model has one peer run per peer; ``sweep=pca_rank`` one per rank), in this process, logged
+        as one more child run (job numbers from ``total + 1``, past the control job's; tagged
+        ``plnexp.peer=<name>``; scored and timed as :mod:`plnexp.jobs.peers` says). Nothing unless this
+        process ran every job of the grid (as :meth:`control`: the peer is then timed in the same
+        process, after the jobs, not beside them). A peer not installed: one line, its row left out;
+        a peer's fit that fails: one line, its run FAILED; neither changes the sweep's status or exit
+        code. An interrupt is raised (the sweep closes KILLED)."""
+        from ..jobs import peers as P
+
+        record = self.record
+        if record is None or not self._ran_the_grid():
+            return
+        configs = [self.grid[i].config for i in range(record.total)]
+        names = configs[0].report.peers
+        num = record.total + 1
+        for name in names:
+            peer = P.PEERS[name]
+            why = peer.available()
+            if why is not None:
+                print(f"[peer] {name}: {why}: its row is left out", flush=True)
+                continue
+            first: dict = {}  # (data set, what the peer fits beside the job) -> its first job
+            for i, c in enumerate(configs):
+                fits = P.following(peer, c.model.value, c.rank)
+                first.setdefault((c.dataset, fits.cls, fits.rank), i)
+            for i in first.values():
+                self._peer(peer, i, num)
+                num += 1
+
+    def _peer(self, peer, ref: int, num: int) -> None:
+        """One peer's run on the data of job ``ref``, as job number ``num`` (:meth:`peers`)."""
+        from . import peer_runs
+
+        assert self.record is not None
+        config = self.grid[ref].config
+        name = peer_runs.peer_config(peer, config).run_name
+        print(f"[peer] {name} (the default fit of {peer.label} on job {ref + 1}'s data) ...", end="", flush=True)
+        record = self.record
+        outcome = self._extra("peer", name, lambda: peer_runs.run_peer(peer, config, record.parent, num))
+        if outcome is None:
+            return
+        word = "done" if outcome.status == "FINISHED" else outcome.status
+        word += " (pending: kept locally)" if outcome.kept else ""
+        r = outcome.result
+        what = f", {r.n_iter} iterations, run {r.timing.run_s:.3f} s, ELBO {r.loglik:.6g}" if r is not None else ""
+        extra = f" ({redact_text(outcome.reason)})" if outcome.reason else ""
+        print(f" {word} {outcome.wall_s:.1f} s{what}{extra}", flush=True)
+
+
+@dataclass(frozen=True)
+class GridJob:
+    """A job of the sweep as :class:`Task` ran it: what its control job would repeat."""
+
+    config: C.Config
+    overrides: tuple
+    name: str
+    status: str = "RUNNING"  # until it ends (FINISHED earlier: a resumed sweep's reused job)
+
+
+def launch(args: list[str], task: Task, *, raise_errors: bool = False) -> None:
+    """Hydra's command line on ``args`` (not the process's own), with ``task`` as the task function:
+    Hydra's public ``hydra.main`` entry point, given ``args`` as its ``sys.argv`` meanwhile.
+
+    ``raise_errors``: an error in Hydra's machinery (a launcher that fails, an interrupt that lands
+    inside Hydra's own code and turns into another error) reaches the caller as the exception,
+    instead of Hydra printing a traceback and exiting 1 (Hydra's HYDRA_FULL_ERROR, set meanwhile).
+    """
+    import hydra
+    from hydra.core.global_hydra import GlobalHydra
+
+    entry = hydra.main(config_path=str(C.CONF_DIR), config_name="config", version_base="1.3")(task)
+    previous = os.environ.get("HYDRA_FULL_ERROR")
+    argv = sys.argv
+    if raise_errors:
+        os.environ["HYDRA_FULL_ERROR"] = "1"
+    sys.argv = [argv[0] if argv else "plnexp", *args]
+    try:
+        entry()
+        task.control()  # after the grid: the sweep's control job, when this process ran the grid (Task.control)
+        task.peers()  # then the peers' fits (report.peers), on the same condition (Task.peers)
+    finally:
+        sys.argv = argv
+        GlobalHydra.instance().clear()  # so that a process can launch again (tests, Python callers)
+        if raise_errors:
+            if previous is None:
+                os.environ.pop("HYDRA_FULL_ERROR", None)
+            else:
+                os.environ["HYDRA_FULL_ERROR"] = previous
+
+
+def force_stop(record: SweepRecord | None, uri: str, signame: str) -> None:
+    """From the interrupt helper thread, when the main thread is stuck in a compiled fit: end this
+    process's RUNNING runs KILLED and close the sweep (the process exits right after)."""
+    reason = f"interrupted by {signame} (twice: stopped inside a compiled fit)"
+    tracking.end_process_runs(uri, "KILLED", reason, "interrupted")
+    if record is not None:
+        close_sweep(record, "KILLED", reason).show(signame)
+    else:
+        print(f"plnexp: interrupted by {signame}: {killed_line(uri)}", file=sys.stderr, flush=True)
+
+
+def killed_line(uri: str) -> str:
+    """What an interrupted single ``run`` says: its run id (the runs this process created)."""
+    ids = ", ".join(r.info.run_id for r in tracking.process_runs(uri))
+    return f"the run {ids} was recorded KILLED" if ids else "no run had been created"
+
+
+@dataclass
+class Ended:
+    """How a sweep session ended: its record and summary, and the interrupt or error that ended it."""
+
+    record: SweepRecord
+    summary: Summary
+    stop: interrupts.Interrupted | None = None
+    error: BaseException | None = None
+
+
+def session(
+    sweep_dir: Path,
+    name: str,
+    experiment: str,
+    uri: str,
+    total: int,
+    tags: dict,
+    jobs,
+    *,
+    header,
+    reused: tuple = (),
+    entries: tuple = (),
+    named: tuple = (),
+) -> Ended:
+    """A sweep's whole life, the one path of ``sweep``, ``sweep ... resume=true`` and ``rerun`` of a
+    sweep: open the parent (:func:`open_sweep`; a :class:`~plnexp.jobs.config.ConfigError` before anything
+    exists), print ``header(record)``, run ``jobs(record)`` (Hydra's launcher: :func:`launch`;
+    ``entries``: the jobs given whole, see :class:`JobEntry`),
+    then close it whatever happened (FINISHED; KILLED on Ctrl-C or SIGTERM; FAILED on an error of the
+    machinery) and show the summary. A second signal while a fit is stuck in compiled code ends the
+    process's runs and the sweep from the interrupt helper thread (:func:`force_stop`)."""
+    held: dict = {}
+    force = lambda signum: force_stop(held.get("record"), uri, signal.Signals(signum).name)
+    with interrupts.handled(force) as guard:
+        record = held["record"] = open_sweep(
+            sweep_dir, name, experiment, uri, total, tags, reused=reused, jobs=entries, named=named
+        )
+        print(header(record), flush=True)
+        status, reason, stop, error = "FAILED", "the sweep stopped on an error", None, None
+        try:
+            jobs(record)
+            status, reason = "FINISHED", ""
+        except BaseException as e:  # noqa: BLE001 - an interrupt, or an error of the machinery
+            stop = interrupts.stopped_by(e, guard)
+            if stop is None:
+                error = e
+                reason = f"the sweep stopped on an error: {type(e).__name__}"
+            else:
+                status, reason = "KILLED", f"interrupted by {stop.name}"
+        guard.stopping()
+        with interrupts.deferred():  # the parent never stays RUNNING
+            summary = close_sweep(record, status, reason)
+        summary.show(stop.name if stop is not None else None)
+    return Ended(record, summary, stop, error)

@@ -1,0 +1,334 @@
+"""``plnexp.fit``: a typed :class:`~plnexp.fitting.spec.FitSpec` -> run a strategy, check and package the result.
+
+:func:`run` takes the spec (what the command line builds from its config); :func:`fit` is the thin
+parser of strings (and of counts in memory: :func:`plnexp.core.data.as_data`) for Python users.
+
+A fit is a good citizen of the caller's process: it applies plnexp's process settings only while
+JAX has not started (:func:`plnexp.system.runtime.configure_or_warn`), never clears JAX's caches (a cold
+compile is one of functions built for it: :mod:`plnexp.measure.timing`), and leaves JAX's configuration
+(x64, the persistent compilation cache) as it found it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import jax
+import numpy as np
+
+from ..system import runtime
+from .. import strategies
+from ..measure import timing
+from ..core.data import Data, as_data
+from ..core.model import Model
+from ..core.optim import OptimizerSpec
+from ..core.precision import PRECISIONS, Precision
+from ..core.problem import GRADIENTS, Problem
+from ..core.device import DEVICES, resolve_device
+from .spec import INITS, FitSpec, parse
+
+__all__ = [
+    "DEVICES",
+    "INITS",
+    "PRECISIONS",
+    "FitResult",
+    "NumericsError",
+    "fit",
+    "run",
+    "run_all",
+    "resolve_device",
+    "make_problem",
+    "check_against_host",
+    "check_rank",
+]
+
+
+class NumericsError(RuntimeError):
+    """The compiled ELBO disagrees with the float64 host reference: a compiler or numerics bug."""
+
+
+@dataclass(frozen=True, repr=False)  # __repr__: one line, below
+class FitResult:
+    """A finished fit. ``elbo[i]``: ELBO (with the exact log y!) before update i; NaN past
+    ``n_iter``. ``params`` (float64): B (d, p), M (n, p, centred residual), S (n, p), Sigma (p, p);
+    for ``model="pca"`` of rank q: B (d, p), C (p, q), M (n, q), S (n, q), the latent mean being
+    O + XB + MC'."""
+
+    elbo: np.ndarray
+    loglik: float
+    params: dict
+    n_iter: int
+    timing: timing.Timing
+    model: str
+    strategy: str
+    optimizer: str
+    precision: str
+    device: str
+    extra: dict = field(default_factory=dict)
+    replicate: int = 0  # its place in the program's batch (runs are identified by config hash and replicate)
+
+    def __repr__(self) -> str:
+        """One line (the curve and the parameters are never printed: they are n x p arrays): the
+        model, strategy and optimizer, the iterations run of those asked for (``len(elbo)``), the
+        final ELBO (``loglik``), the precision and device, and the time per iteration when timed:
+        ``FitResult(profiled, scan, rprop, 1000/1000 iterations, ELBO -1.23457e+04, float32, cpu,
+        0.0312 ms/iter)``."""
+        ms = self.timing.ms_per_iter
+        timed = f", {ms:.3g} ms/iter" if np.isfinite(ms) else ""
+        batch = f", replicate {self.replicate}" if self.replicate else ""
+        return (
+            f"{type(self).__name__}({self.model}, {self.strategy}, {self.optimizer}, {self.n_iter}/{len(self.elbo)} "
+            f"iterations, ELBO {self.loglik:.6g}, {self.precision}, {self.device}{timed}{batch})"
+        )
+
+
+@lru_cache(maxsize=32)
+def make_problem(model: Model, optimizer: OptimizerSpec, gradient: str = "analytic") -> Problem:
+    """Cached so that equal choices give the *same* Problem (and jit caches hit across fits)."""
+    if gradient not in GRADIENTS:
+        raise ValueError(f"gradient={gradient!r}: allowed values are {', '.join(GRADIENTS)}")
+    return Problem(model, optimizer.make(), GRADIENTS[gradient], optimizer)
+
+
+def _host(tree):
+    return jax.tree_util.tree_map(lambda a: np.asarray(a, dtype=np.float64), tree)
+
+
+def fit(
+    data,
+    model: str = "profiled",
+    optimizer: str = "rprop",
+    n_iter: int = 1000,
+    precision: str = "float32",
+    device: str = "cpu",
+    strategy: str = "scan",
+    *,
+    offsets=None,
+    covariates=None,
+    lr: float | None = None,
+    rank: int | None = None,
+    block_rows: int | None = None,
+    init: str | None = None,
+    gradient: str = "analytic",
+    repeats: int = 1,
+    warmup: int = 0,
+    first_call: bool = False,
+    compile_cache: bool | None = None,
+    compile_cache_dir=None,
+    time_budget_s: float = 0.0,
+    seed: int = 0,
+    timed: bool = True,
+    **options,
+) -> FitResult:
+    """Fit a PLN model by variational inference and time it.
+
+    ``model``: ``"profiled"``, ``"full"`` (one PLN, two parametrisations) or ``"pca"``, the PLN-PCA
+    of rank ``rank`` (an integer from 1 to p; see :mod:`plnexp.core.model`), whose ``params`` are B, C,
+    M, S. ``block_rows`` (pca only): each step walks the rows in blocks of that many, so that its
+    temporaries are a few ``block_rows x p`` arrays instead of ``n x p`` ones (same result; None,
+    the default: every row at once; see docs/concepts/memory.md).
+
+    ``options``: the strategy's own options (``unroll`` for scan_unrolled, ``tol`` and ``patience``
+    for while_loop, ``mode`` for torch_compile: ``plnexp.STRATEGIES[name].options``); those of other
+    strategies are ignored. ``strategy="torch_eager"`` or ``"torch_compile"`` (needs the optional
+    extra ``.[torch]``) runs the same fit in PyTorch from the same initial state.
+    ``timed=True`` (see :mod:`plnexp.measure.timing`) costs one cold AOT compile and one run by default;
+    ``first_call=True`` adds a cold plain call, ``warmup``/``repeats`` add runs (median and spread of
+    at least ``repeats``, more while they took less than ``time_budget_s`` seconds, after ``warmup``).
+    ``timed=False`` makes one plain call. ``init``: the start, ``"seed"`` (the tutorial's),
+    ``"data"`` or ``"random"``; None: ``"data"`` for ``model="pca"`` (the start that serves PCA),
+    ``"seed"`` otherwise. ``seed``: the noise of ``init="random"``.
+    By default (``compile_cache=None``) the fit's compile goes through JAX's persistent compilation
+    cache in ``compile_cache_dir`` (default ``<outputs>/jax_cache``, see
+    :func:`plnexp.system.paths.outputs_dir`): the first process writes the program, a later one reads it
+    back instead of compiling (``res.timing.compile_cache_hits`` >= 1). ``compile_cache=True`` also
+    times a second compile served by it (``compile_warm_s``, the timing study's switch);
+    ``compile_cache=False`` keeps the cache off (a cold compile). A cache folder that cannot be
+    written is a one-line :class:`plnexp.measure.timing.CacheWarning`, and the fit runs without it.
+
+    The caller's process: the fit applies plnexp's process settings (:mod:`plnexp.system.runtime`) if
+    JAX has not started yet; if it has, it runs as the process is, with one
+    :class:`plnexp.system.runtime.SettingsWarning` (once per process) when settings are missing. It never
+    clears JAX's caches, and restores JAX's configuration (x64, the compilation cache) on return.
+
+    Args:
+        data: the counts: an ``(n, p)`` NumPy array of non-negative integers (samples in rows,
+            variables in columns), a pandas DataFrame of them (its column names are kept), or a
+            :class:`plnexp.Data` (from :func:`plnexp.load_oaks`, :func:`plnexp.load_csv`,
+            :func:`plnexp.simulate` or :func:`plnexp.as_data`, which converts the others).
+        offsets: with counts as an array or DataFrame: raw positive totals, ``(n, p)`` or one per
+            row ``(n,)``, logged here (for offsets already on the log scale, build the data with
+            ``plnexp.as_data(counts, offsets, log_offsets=True)``). Default: none.
+        covariates: with counts as an array or DataFrame: ``(n, d)`` covariates (text columns
+            one-hot); an intercept is always added. Default: the intercept only.
+
+    Raises:
+        TypeError: ``data`` is none of the above (a list, a file name, ...): one line naming what
+            is accepted.
+        plnexp.DataError: a value that cannot be fitted (a negative, non-integer, missing or too
+            large count, a shape that does not match the counts'): one line naming the argument, row and column.
+        ValueError: a bad choice: one line naming the argument and its allowed values.
+        NumericsError: the compiled ELBO disagrees with the float64 host reference.
+    """
+    spec = parse(
+        model,
+        optimizer,
+        n_iter,
+        precision,
+        device,
+        strategy,
+        lr=lr,
+        rank=rank,
+        block_rows=block_rows,
+        init=init,
+        gradient=gradient,
+        repeats=repeats,
+        warmup=warmup,
+        first_call=first_call,
+        compile_cache=compile_cache,
+        compile_cache_dir=compile_cache_dir,
+        time_budget_s=time_budget_s,
+        seed=seed,
+        **options,
+    )
+    return run(as_data(data, offsets, covariates), spec, timed=timed)
+
+
+def fit_replicates(
+    data, replicates: int, *, offsets=None, covariates=None, seed: int = 0, timed: bool = True, **kwargs
+) -> list[FitResult]:
+    """``replicates`` fits in one compiled program (``jax.vmap`` of the strategy's fit), one
+    :class:`FitResult` each: of one data set from the initial seeds ``seed, seed+1, ...`` (use
+    ``init="random"``, or they are all the same fit), or replicate k of ``data[k]`` (a list of
+    ``replicates`` data sets of one shape). Each data set is what :func:`fit` accepts (counts as an
+    array or DataFrame, with ``offsets`` and ``covariates`` shared by all, or a :class:`Data`).
+    Every other argument is :func:`fit`'s; the strategy must be one whose fit is one function
+    (``scan``, its carries, ``fori_loop``, ``while_loop``)."""
+    spec = parse(seed=seed, replicates=replicates, **kwargs)
+    if isinstance(data, (list, tuple)):
+        datas: Data | list[Data] = [as_data(d, offsets, covariates) for d in data]
+    else:
+        datas = as_data(data, offsets, covariates)
+    return run_all(datas, spec, timed=timed)
+
+
+def run(data: Data, spec: FitSpec, *, timed: bool = True, owns_process: bool = False) -> FitResult:
+    """The fit ``spec`` describes (one replicate; see :func:`run_all`)."""
+    if spec.replicates != 1:
+        raise ValueError(f"replicates={spec.replicates}: plnexp.fitting.engine.run is one fit; use run_all")
+    (result,) = run_all(data, spec, timed=timed, owns_process=owns_process)
+    return result
+
+
+def run_all(
+    data: Data | list[Data] | tuple[Data, ...], spec: FitSpec, *, timed: bool = True, owns_process: bool = False
+) -> list[FitResult]:
+    """The ``spec.replicates`` fits ``spec`` describes, in one program: on one data set ``data``
+    (replicate k from initial seed ``spec.seed + k``), or replicate k on ``data[k]``. Placed as the
+    strategy's program places them (on the spec's device, resolved here where it runs), timed together
+    (``timed=False``: one plain call), each checked against the float64 host reference. Returns one
+    :class:`FitResult` per replicate, with the batch's timing.
+
+    ``owns_process``: True only where plnexp owns the process (a job of its command line): the timed
+    measurement may then also clear JAX's in-memory caches (see :mod:`plnexp.measure.timing`); never in a
+    library call."""
+    # before anything starts JAX's backend (resolve_device does): see plnexp.system.runtime
+    runtime.configure_or_warn()
+    datas = list(data) if isinstance(data, (list, tuple)) else [data]
+    if len(datas) not in (1, spec.replicates):
+        raise ValueError(f"replicates={spec.replicates}: got {len(datas)} data sets (give 1 or {spec.replicates})")
+    for d in datas:
+        check_rank(spec.model, d.p)
+    problem = make_problem(spec.model, spec.optimizer, spec.gradient)
+    dtype = spec.precision.dtype
+    dev = resolve_device(spec.device)
+    # whether this strategy's compiles go through JAX's cache is decided once, by spec.cache_choice
+    spec.strategy.check(spec.timing.compile_cache_dir is not None, dev.platform, spec.replicates, model=spec.model.name)
+    t = spec.timing
+    # a folder that cannot be written: one warning, and the fit runs without the cache
+    cache_dir = timing.usable_cache_dir(t.compile_cache_dir)
+    seeds = [spec.seed + k for k in range(spec.replicates)]
+
+    # the cache also serves the initial state's program (the timed compile sets its own, see timing)
+    with jax.enable_x64(dtype == np.float64), timing.persistent_cache(cache_dir):
+        program = strategies.build(problem, spec.n_iter, spec.strategy, spec.replicates)
+        arrays = program.place(datas, dtype, dev)  # the program owns where its data goes
+        state = program.initial(problem, arrays, spec.init, seeds)
+        # the host reference converts to float64 a block of rows at a time: no n x p float64 copy
+        starts = [s.pln for s in program.split(state, arrays)]
+        if timed:
+
+            def fresh():
+                # make_problem and strategies.build are cached so that equal fits share compiled code;
+                # a cold compile needs functions JAX has never traced, so both are made anew (a fresh
+                # Problem too: the bound methods jit_per_function jits compare equal across equal Problems)
+                problem_now = make_problem.__wrapped__(spec.model, spec.optimizer, spec.gradient)
+                return strategies.make(problem_now, spec.n_iter, spec.strategy, spec.replicates)
+
+            out, times = timing.measure(
+                program,
+                state,
+                arrays,
+                repeats=t.repeats,
+                warmup=t.warmup,
+                budget_s=t.time_budget_s,
+                first_call=t.first_call,
+                compile_cache_dir=cache_dir,
+                warm_compile=t.warm_compile,
+                fresh=fresh,
+                owns_process=owns_process,
+            )
+        else:
+            out, times = timing.untimed(program, state, arrays, compile_cache_dir=cache_dir)
+        del state
+        results = []
+        for replicate, (one, first) in enumerate(zip(program.unbatch(out, arrays), starts)):
+            d = datas[replicate] if len(datas) > 1 else datas[0]
+            log_fact = d.log_factorial
+            model = problem.model
+            start = model.host_elbo(model.params(first, d), d)
+            curve = np.asarray(one.elbo, dtype=np.float64)
+            check_against_host(curve[0] - log_fact, start, spec.precision, "initial state", d.Y.size)
+            params = _host(model.params(_host(one.state.pln), d))
+            loglik = model.host_elbo(params, d)
+            final = float(one.final_elbo) - log_fact
+            check_against_host(final, loglik, spec.precision, "final state", d.Y.size)
+            results.append(
+                FitResult(
+                    curve - log_fact,
+                    loglik,
+                    params,
+                    int(one.n_run),
+                    times,
+                    spec.model.name,
+                    spec.strategy.name,
+                    spec.optimizer.name,
+                    spec.precision.name,
+                    str(dev),
+                    {"final_elbo_jit": final, "log_factorial": log_fact},
+                    replicate,
+                )
+            )
+    return results
+
+
+def check_rank(model: Model, p: int) -> None:
+    """One-line ValueError where a PLN-PCA model's rank exceeds the data's p."""
+    if model.rank > p:
+        raise ValueError(f"rank={model.rank}: allowed values are integers from 1 to p={p} (the data's variables)")
+
+
+def check_against_host(jitted: float, host: float, precision: Precision, where: str, size: int) -> None:
+    """Refuse to report an ELBO that the compiled code got wrong (see plnexp.system.runtime), beyond
+    :meth:`Precision.check_tolerance` for data of ``size`` = n*p entries."""
+    if not np.isfinite(jitted) or not np.isfinite(host):
+        return  # a diverged fit is reported as such by its caller, not as a compiler bug
+    tol = precision.check_tolerance(host, size)
+    if abs(jitted - host) > tol:
+        raise NumericsError(
+            f"compiled ELBO at the {where} is {jitted:.9g} but the float64 host reference gives {host:.9g} "
+            f"(error {abs(jitted - host):.2e} > {tol:.2e} = {precision.check_rtol:g} relative + the absolute "
+            f"floor of {size} entries); XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}"
+        )

@@ -1,0 +1,241 @@
+"""``python -m plnexp compare RUN_A RUN_B [tracking_uri=STORE]``: how two runs' compiled programs differ.
+
+Read from what each run logged, nothing compiled again: its optimized HLO (the ``program.hlo.txt``
+artifact, or ``program.hlo.txt.gz``), its metrics and its ``hlo_fingerprint`` tag. One short table,
+A beside B and their ratio B/A:
+
+- the instructions of the HLO and its fusions (counted as :mod:`plnexp.measure.xla_stats` says), the
+  functions (``jit_per_function`` has three) and the loops (trip count, instructions of the body);
+- XLA's flops and bytes of one iteration, the peak bytes, the compile time and its three parts;
+- the opcodes whose counts differ (fusions are opcode ``fusion``); the totals above;
+- whether the two are one program (same fingerprint).
+
+The store is ``tracking_uri=STORE``, else ``$MLFLOW_TRACKING_URI``, else the local one under the
+outputs folder. A malformed or unknown run id, or a run without the HLO artifact (``eager``, the
+PyTorch strategies, a failed run, a run logged before plnexp logged programs), is one line naming it;
+exit 2.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from dataclasses import dataclass
+
+from .. import store as tracking
+from ..measure import xla_stats
+from ..jobs.config import ConfigError
+from ..measure.metrics import PROGRAM, Metric
+from ..system.redact import redact_text
+
+USAGE = "usage: python -m plnexp compare RUN_A RUN_B [tracking_uri=STORE]"
+RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+HLO = tracking.writes.HLO_ARTIFACT
+HELP = f"""{USAGE}
+
+How the compiled programs of two logged runs differ, from their logged optimized HLO ({HLO}) and
+metrics (nothing is compiled again): instructions and fusions, functions and loops, flops and bytes
+per iteration, peak bytes, compile time in parts (trace, lower, XLA), the opcodes whose counts
+differ, and whether they are one program (hlo_fingerprint). The store: tracking_uri=STORE, else
+MLFLOW_TRACKING_URI, else the local one. Exit 0; 2 for a bad or unknown run id, or a run without
+{HLO} (eager, torch, a failed or older run)."""
+
+
+@dataclass(frozen=True)
+class Side:
+    """One run as compare reads it."""
+
+    run_id: str
+    name: str
+    params: dict[str, str]
+    metrics: dict[str, float]
+    fingerprint: str
+    functions: dict[str, xla_stats.Stats]
+
+    @property
+    def total(self) -> xla_stats.Stats:
+        parts = list(self.functions.values())
+        total = parts[0]
+        for s in parts[1:]:
+            total = total + s
+        return total
+
+    @property
+    def strategy(self) -> str:
+        name = self.params.get("strategy.name", "?")
+        options = [f"{k.split('.', 1)[1]}={v}" for k, v in sorted(self.params.items()) if k.startswith("strategy.")]
+        options = [o for o in options if not o.startswith("name=")]
+        return f"{name} ({', '.join(options)})" if options else name
+
+
+def parse(args: list[str]) -> tuple[str, str, str | None]:
+    """(RUN_A, RUN_B, the ``tracking_uri=`` given or None); ConfigError (one line) otherwise."""
+    store = [a.split("=", 1)[1] for a in args if a.startswith("tracking_uri=")]
+    rest = [a for a in args if not a.startswith("tracking_uri=")]
+    unknown = [a for a in rest if a.startswith("-")]
+    if unknown:
+        raise ConfigError(f"unknown option {unknown[0]}; {USAGE}")
+    if len(rest) != 2:
+        raise ConfigError(f"{len(rest)} run id(s) given, 2 needed; {USAGE}")
+    for rid in rest:
+        if not RUN_ID.match(rid):
+            raise ConfigError(
+                f"run id {rid!r}: malformed; allowed values are MLflow run ids (32 hexadecimal characters)"
+            )
+    return rest[0], rest[1], store[-1] if store else None
+
+
+def store_of(args: list[str]) -> str | None:
+    """The ``tracking_uri=`` of a compare command line, if any (the last one)."""
+    given = [a.split("=", 1)[1] for a in args if a.startswith("tracking_uri=")]
+    return given[-1] if given else None
+
+
+def read_hlo(uri: str, run_id: str) -> str | None:
+    """A run's logged optimized HLO (``program.hlo.txt``, or its ``.gz``), or None if it has none."""
+    return tracking.read_artifact(uri, run_id, HLO)
+
+
+def side(uri: str, run_id: str) -> Side:
+    """Run ``run_id`` of the store, read back; ConfigError (one line) if it is missing or has no HLO."""
+    run = tracking.find_run(uri, run_id)
+    if run is None or run.info.lifecycle_stage == "deleted":
+        raise ConfigError(
+            f"run {run_id}: not found in the store {uri}; allowed values are ids of runs in this store "
+            "(tracking_uri=, MLFLOW_TRACKING_URI or PLNEXP_OUTPUTS selects another)"
+        )
+    name = run.info.run_name or ""
+    text = read_hlo(uri, run_id)
+    if not text:
+        raise ConfigError(
+            f"run {run_id} ({name}): has no {HLO} artifact, so no compiled XLA program to compare "
+            "(eager and the PyTorch strategies have none, nor a failed run or one logged by an older plnexp); "
+            "allowed values are runs of a compiled JAX strategy"
+        )
+    try:
+        functions = {fn: xla_stats.stats(t) for fn, t in xla_stats.split_functions(text).items()}
+    except ValueError as e:
+        raise ConfigError(f"run {run_id} ({name}): its {HLO} does not read as HLO ({e})") from None
+    return Side(
+        run_id,
+        name,
+        dict(run.data.params),
+        {k: float(v) for k, v in run.data.metrics.items()},
+        run.data.tags.get(tracking.FINGERPRINT_TAG, ""),
+        functions,
+    )
+
+
+# ---------------------------------------------------------------- the table
+def _ratio(a: float | None, b: float | None) -> str:
+    if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)) or a == 0:
+        return ""
+    return f"{b / a:.2f}"
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return fmt.format(value) if value is not None and math.isfinite(value) else "-"
+
+
+def _loops(s: xla_stats.Stats) -> list[str]:
+    cells = []
+    for loop in s.loops:
+        trips = f"{loop.trip_count} trips" if loop.trip_count is not None else "? trips (a condition)"
+        nested = f", depth {loop.depth}" if loop.depth else ""
+        cells.append(f"{trips}, body {loop.body_instructions}{nested}")
+    return cells or ["none"]
+
+
+def rows(a: Side, b: Side) -> list[tuple[str, str, str, str]]:
+    """The table's rows: (what, A, B, B/A)."""
+    ta, tb = a.total, b.total
+    out: list[tuple[str, str, str, str]] = [("strategy", a.strategy, b.strategy, "")]
+    names_a, names_b = [n or "1" for n in a.functions], [n or "1" for n in b.functions]
+    if len(names_a) > 1 or len(names_b) > 1:
+        out.append(("functions", ", ".join(names_a), ", ".join(names_b), ""))
+    out.append(
+        ("HLO instructions", str(ta.instructions), str(tb.instructions), _ratio(ta.instructions, tb.instructions))
+    )
+    out.append(("fusions", str(ta.fusions), str(tb.fusions), _ratio(ta.fusions, tb.fusions)))
+    la, lb = _loops(ta), _loops(tb)
+    for i in range(max(len(la), len(lb))):
+        label = "loops" if i == 0 else ""
+        out.append((label, la[i] if i < len(la) else "", lb[i] if i < len(lb) else "", ""))
+    by_key: dict[str, Metric] = {m.key: m for m in PROGRAM}
+    for key in ("xla_flops_per_iter", "xla_bytes_per_iter", "peak_bytes"):
+        m = by_key[key]
+        va, vb = a.metrics.get(key), b.metrics.get(key)
+        out.append((m.header, _num(va, m.fmt), _num(vb, m.fmt), _ratio(va, vb)))
+    for key, label in (("compile_s", "compile s"), ("trace_s", "  trace s"), ("lower_s", "  lower s")):
+        va, vb = a.metrics.get(key), b.metrics.get(key)
+        out.append((label, _num(va, "{:.3f}"), _num(vb, "{:.3f}"), _ratio(va, vb)))
+    va, vb = a.metrics.get("xla_compile_s"), b.metrics.get("xla_compile_s")
+    out.append(("  XLA compile s", _num(va, "{:.3f}"), _num(vb, "{:.3f}"), _ratio(va, vb)))
+    return out
+
+
+def opcode_rows(a: Side, b: Side) -> list[tuple[str, str, str, str]]:
+    """The opcodes whose counts differ, largest difference first."""
+    oa, ob = a.total.opcodes, b.total.opcodes
+    differ = [op for op in set(oa) | set(ob) if oa.get(op, 0) != ob.get(op, 0)]
+    differ.sort(key=lambda op: (-abs(ob.get(op, 0) - oa.get(op, 0)), op))
+    return [(f"  {op}", str(oa.get(op, 0)), str(ob.get(op, 0)), _ratio(oa.get(op, 0), ob.get(op, 0))) for op in differ]
+
+
+def _table(lines: list[tuple[str, str, str, str] | str]) -> list[str]:
+    """Aligned rows (a plain string: a line of its own, outside the columns)."""
+    cells = [r for r in lines if not isinstance(r, str)]
+    widths = [max(len(r[i]) for r in cells) for i in range(4)]
+    out = []
+    for r in lines:
+        if isinstance(r, str):
+            out.append(r)
+            continue
+        row = [r[0].ljust(widths[0]), r[1].rjust(widths[1]), r[2].rjust(widths[2]), r[3].rjust(widths[3])]
+        out.append("  ".join(row).rstrip())
+    return out
+
+
+def render(a: Side, b: Side) -> str:
+    """The comparison as text (see the module's doc)."""
+    head = [
+        f"A: run {a.run_id} ({a.name})",
+        f"B: run {b.run_id} ({b.name})",
+        "",
+    ]
+    ops = opcode_rows(a, b)
+    table: list[tuple[str, str, str, str] | str] = [("", "A", "B", "B/A"), *rows(a, b)]
+    if ops:
+        table += [f"opcodes whose counts differ ({len(ops)} of {len(set(a.total.opcodes) | set(b.total.opcodes))}):"]
+        table += ops
+    else:
+        table += [f"opcodes: the same counts ({len(a.total.opcodes)} opcodes)"]
+    body = _table(table)
+    if a.fingerprint and a.fingerprint == b.fingerprint:
+        verdict = (
+            f"one program: the same optimized HLO (hlo_fingerprint {a.fingerprint}); their timings differ by noise only"
+        )
+    elif a.fingerprint and b.fingerprint:
+        verdict = f"two programs: hlo_fingerprint {a.fingerprint} vs {b.fingerprint}"
+    else:
+        verdict = "hlo_fingerprint: not logged on both runs"
+    return "\n".join([*head, *body, "", verdict])
+
+
+def main(args: list[str]) -> int:
+    if "-h" in args or "--help" in args:
+        print(HELP)
+        return 0
+    try:
+        run_a, run_b, store = parse(args)
+        uri = tracking.check_existing_store(
+            store, "no runs to compare (tracking_uri=, MLFLOW_TRACKING_URI or PLNEXP_OUTPUTS selects another)"
+        )
+        a, b = side(uri, run_a), side(uri, run_b)
+    except (ConfigError, tracking.StoreError) as e:
+        kind = "store error" if isinstance(e, tracking.StoreError) else "error"
+        print(f"plnexp: {kind}: {redact_text(str(e))}", file=sys.stderr, flush=True)
+        return 2
+    print(render(a, b), flush=True)
+    return 0

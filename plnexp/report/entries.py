@@ -1,0 +1,427 @@
+"""A sweep's runs as the reports read them: one :class:`Entry` per run, the :class:`Report` that
+groups them (by data, device, precision and every other config value that varies), and
+:func:`load`, which reads them back from MLflow. The reports (:mod:`plnexp.report.summary`, the presets'
+own: :mod:`plnexp.report.convergence_report`, :mod:`plnexp.report.rank_report`, :mod:`plnexp.report.tradeoffs`) all read
+this one form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..measure import floor
+from ..jobs import provenance
+from ..jobs import ranking
+from .. import store as tracking
+from ..jobs.config import ConfigError, min_speedup as check_min_speedup
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
+
+# params that do not define a comparison group: the strategy is what is compared; the data set is
+# named by its label (tag ``dataset``); n_iter may differ per strategy (caps), compared at a common length
+NOT_GROUPING = ("strategy.", "dataset.", "n_iter_cap")
+NOT_GROUPING_KEYS = {"experiment", "tracking_uri", "n_iter", "device", "precision"}
+SHORT = {"optimizer.name": "optimizer", "optimizer.lr": "lr", "n_iter_requested": "n_iter asked"}
+FILES = ("report.md", "report.csv", "elbo_curves.png", "timings.png", "bytes.png", "scaling.png", "convergence.png")
+PEER_TAG = "plnexp.peer"  # a run of another library's fit logged with the sweep (its name: "pyplnmodels"), never ranked
+# What XLA says of a run's compiled program (logged per compiled run; none for eager and PyTorch runs):
+# key -> the compiler table's header (CELLS: how its cells are written)
+COMPILER = {
+    "xla_instructions": "instructions",
+    "xla_fusions": "fusions",
+    "xla_bytes_per_iter": "bytes/iter",
+    "xla_flops_per_iter": "flops/iter",
+    "peak_bytes": "peak memory",
+    "compile_s": "compile s",
+    "trace_s": "trace s",
+    "lower_s": "lower s",
+    "xla_compile_s": "XLA compile s",
+}
+DIFFER = 1.5  # tied strategies whose compile time or peak memory differ by this factor or more: the headline says so
+DASH = "–"  # a value a run did not log (the compiler table)
+
+
+@dataclass
+class Entry:
+    """One run of the sweep, as the report reads it back from MLflow."""
+
+    run_id: str
+    name: str
+    status: str
+    reason: str
+    strategy: str
+    data: str  # the data set's label, e.g. oaks_x100
+    n: int | None
+    p: int | None
+    device: str
+    precision: str
+    params: dict
+    metrics: dict
+    curve: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    tags: dict = field(default_factory=dict)
+    extra: tuple = ()  # the values of the other grouping params, in Report.extra_keys order
+    # filled by compare()
+    speedup_eager: float = np.nan
+    speedup_scan: float = np.nan
+    vs_scan: float = np.nan  # max relative difference of the curve to scan's, at their common length
+    elbo_common: float = np.nan  # the ELBO after `common` iterations (when the group's lengths differ)
+
+    def m(self, key: str) -> float:
+        return float(self.metrics.get(key, np.nan))
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "FINISHED" and np.isfinite(self.m("ms_per_iter"))
+
+    @property
+    def x_floor(self) -> float:
+        """How many times this machine's floor the run's ms/iter is (1 = a hand-fused kernel's best);
+        NaN for a run that did not finish or logged no floor (runs older than the floor)."""
+        ms, floor = self.m("ms_per_iter"), self.m("floor_ms_per_iter")
+        return ms / floor if self.ok and np.isfinite(floor) and floor > 0 else np.nan
+
+    @property
+    def control(self) -> bool:
+        """The sweep's control job: its reference job run again (an A/A pair, never ranked)."""
+        return ranking.is_control(self)
+
+    @property
+    def peer(self) -> str:
+        """The library a peer run fitted with (its :data:`PEER_TAG`: ``pyplnmodels``), "" for plnexp's runs.
+        A peer is shown (a row, a curve), never ranked nor compared as a strategy."""
+        return self.tags.get(PEER_TAG, "")
+
+    @property
+    def label(self) -> str:
+        """The strategy as the table names the run: ``scan (control)`` for the control job, ``pyplnmodels
+        (peer)`` for a peer run."""
+        if self.peer:
+            return f"{self.peer} (peer)"
+        return f"{self.strategy} (control)" if self.control else self.strategy
+
+    @property
+    def floor_bytes(self) -> float:
+        """The bytes one iteration must stream at least: the run's logged ``floor_bytes_per_iter``
+        (:mod:`plnexp.measure.floor`: its model's arrays at its data's shape); for a run older than that
+        metric, what the floor counted then (:data:`plnexp.measure.floor.LEGACY_STREAMED_ARRAYS` n x p arrays
+        of the run's precision); NaN where the shape or precision is unknown."""
+        logged = self.m("floor_bytes_per_iter")
+        if np.isfinite(logged) and logged > 0:
+            return logged
+        try:
+            itemsize = np.dtype(self.precision).itemsize
+        except TypeError:
+            return np.nan
+        return float(floor.LEGACY_STREAMED_ARRAYS * self.n * self.p * itemsize) if self.n and self.p else np.nan
+
+    @property
+    def bytes_x_floor(self) -> float:
+        """XLA's bytes per iteration over :attr:`floor_bytes` (1: the program streams no more than a
+        hand-fused kernel must); NaN where either is missing."""
+        b, fb = self.m("xla_bytes_per_iter"), self.floor_bytes
+        return b / fb if np.isfinite(b) and np.isfinite(fb) and fb > 0 else np.nan
+
+    @property
+    def shape(self) -> str:
+        return f"{self.n}×{self.p}" if self.n else "?"
+
+    @property
+    def group(self) -> tuple:
+        return (self.data, self.device, self.precision, *self.extra)
+
+
+@dataclass
+class Report:
+    experiment: str
+    parent: Run  # the parent mlflow run
+    entries: list[Entry]  # one per job: a job of ``replicates=K`` is its replicate 0 (one program, one timing)
+    extra_keys: list[str]
+    common: dict = field(default_factory=dict)  # group -> common length, for groups whose lengths differ
+    others: list[Entry] = field(default_factory=list)  # replicates 1..K-1 of each job
+    min_speedup: float = ranking.MIN_SPEEDUP  # the minimum effect a winner needs (report.min_speedup)
+
+    @property
+    def grid(self) -> list[Entry]:
+        """The entries of the sweep's grid: every job but the control job and the peer runs."""
+        return [e for e in self.entries if not e.control and not e.peer]
+
+    @property
+    def peers(self) -> list[Entry]:
+        """The peer runs (:attr:`Entry.peer`): other libraries' fits, shown beside the grid."""
+        return [e for e in self.entries if e.peer]
+
+    @cached_property  # entries are fixed once loaded
+    def groups(self) -> dict[tuple, list[Entry]]:
+        """plnexp's runs by comparison group (:attr:`Entry.group`); the peer runs are in none."""
+        out: dict[tuple, list[Entry]] = {}
+        for e in self.entries:
+            if not e.peer:
+                out.setdefault(e.group, []).append(e)
+        return out
+
+    def group_label(self, group: tuple) -> str:
+        e = self.groups[group][0]
+        extra = [f"{SHORT.get(k, k)}={v}" for k, v in zip(self.extra_keys, e.extra)]
+        return ", ".join([f"{e.data} ({e.shape})", e.precision, e.device, *extra])
+
+    @property
+    def failed(self) -> list[Entry]:
+        """Every run that did not finish, a job's other replicates included."""
+        return [e for e in self.entries + self.others if e.status != "FINISHED"]
+
+    def main_group(self) -> tuple | None:
+        """The group the parent's summary metrics describe: the largest data with a finished run."""
+        ok = [g for g, es in self.groups.items() if any(e.ok for e in es)]
+        return max(ok, key=lambda g: (self.groups[g][0].n or 0, len(self.groups[g])), default=None)
+
+    def fastest(self, group: tuple) -> Entry | None:
+        """The finished run of the group with the lowest median ms/iter (a winner only if
+        :meth:`winner` says so)."""
+        return min(
+            (e for e in self.groups[group] if e.ok and not e.control), key=lambda e: e.m("ms_per_iter"), default=None
+        )
+
+    @cached_property
+    def contenders(self) -> dict[tuple, list]:
+        """Per group, its finished runs as :class:`ranking.Contender` (one per program), fastest first."""
+        return {g: ranking.contenders(es) for g, es in self.groups.items()}
+
+    def shared(self, group: tuple) -> list:
+        """The group's programs that several strategies compiled to."""
+        return [c for c in self.contenders[group] if len(c.names) > 1]
+
+    @cached_property
+    def contended(self) -> dict[str, list[str]]:
+        """Why each contended run's timings cannot be compared, by run id (:func:`ranking.contention`)."""
+        return ranking.contention(self.entries)
+
+    def ranked(self, group: tuple) -> ranking.Ranked:
+        """The group's headline and its winner beyond the noise ("" when there is none)."""
+        return ranking.rank(self.group_label(group), self.groups[group], self.contended, min_speedup=self.min_speedup)
+
+    def differences(self, group: tuple, tied: tuple) -> str:
+        """What still differs between tied contenders (labels ``tied``) by :data:`DIFFER` or more:
+        ``; they differ in compile time (scan_unrolled 2.3× scan's) and peak memory (...)``; ""."""
+        by_label = {c.label: c for c in self.contenders[group]}
+        members = {
+            label: [e for e in self.groups[group] if e.ok and not e.control and e.strategy in by_label[label].names]
+            for label in tied
+            if label in by_label
+        }
+        said = []
+        for key, what in (("compile_s", "compile time"), ("peak_bytes", "peak memory")):
+            values = {k: median([e.m(key) for e in es]) for k, es in members.items()}
+            values = {k: v for k, v in values.items() if np.isfinite(v) and v > 0}
+            if len(values) < 2:
+                continue
+            hi, lo = max(values, key=values.__getitem__), min(values, key=values.__getitem__)
+            if values[hi] / values[lo] >= DIFFER:
+                said.append(f"{what} ({hi} {values[hi] / values[lo]:.1f}× {lo}'s)")
+        return f"; they differ in {' and '.join(said)}" if said else ""
+
+    def program(self, e: Entry) -> str:
+        """The run's program group: the strategies of its group that compiled to its program
+        (``a = b = c``), the strategy alone when none shares it, "-" with no XLA program (eager, torch)."""
+        if not e.tags.get("hlo_fingerprint"):
+            return "-"
+        return next((" = ".join(c.names) for c in self.shared(e.group) if e.strategy in c.names), e.strategy)
+
+    def programs(self) -> list[str]:
+        """ "a = b = c: one compiled program (...)" for each set of strategies of a group that share one."""
+        out = []
+        for group in self.groups:
+            for c in self.shared(group):
+                out.append(
+                    f"{' = '.join(c.names)} on {self.group_label(group)}: one compiled program (same "
+                    f"optimized HLO, hlo_fingerprint); their timings differ by noise only"
+                )
+        return out
+
+
+# ---------------------------------------------------------------- reading the sweep back
+def median(values) -> float:
+    finite = [v for v in values if np.isfinite(v)]
+    return float(np.median(finite)) if finite else np.nan
+
+
+def int_or_none(text) -> int | None:
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def _entry(run, curve: np.ndarray) -> Entry:
+    p, t = run.data.params, run.data.tags
+    return Entry(
+        run.info.run_id,
+        run.info.run_name,
+        run.info.status,
+        t.get("status_reason", ""),
+        p.get("strategy.name", "?"),
+        t.get("dataset") or p.get("dataset.name", "?"),
+        int_or_none(t.get("data_n")),
+        int_or_none(t.get("data_p")),
+        p.get("device", "?"),
+        p.get("precision", "?"),
+        dict(p),
+        dict(run.data.metrics),
+        curve,
+        dict(t),
+    )
+
+
+def _label_strategies(entries: list[Entry]) -> list[Entry]:
+    """A strategy swept over its own options (``strategy.unroll=2,4,8``) is one row per value: the
+    options that vary among the runs of one strategy join its label (``scan_unrolled unroll=4``)."""
+    for name in {e.strategy for e in entries}:
+        runs = [e for e in entries if e.strategy == name]
+        keys = sorted({k for e in runs for k in e.params if k.startswith("strategy.") and k != "strategy.name"})
+        varying = [k for k in keys if len({e.params.get(k) for e in runs}) > 1]
+        for e in runs:
+            e.strategy = " ".join([name, *(f"{k.split('.', 1)[1]}={e.params.get(k)}" for k in varying)])
+    return entries
+
+
+def _grouping_keys(entries: list[Entry]) -> list[str]:
+    keys = sorted({k for e in entries for k in e.params})
+    varying = [
+        k
+        for k in keys
+        if not k.startswith(NOT_GROUPING) and k not in NOT_GROUPING_KEYS and len({e.params.get(k) for e in entries}) > 1
+    ]
+    # an optimizer's default learning rate follows the optimizer: no column of its own then
+    if (
+        "optimizer.lr" in varying
+        and "optimizer.name" in varying
+        and all(
+            len({e.params.get("optimizer.lr") for e in entries if e.params.get("optimizer.name") == o}) == 1
+            for o in {e.params.get("optimizer.name") for e in entries}
+        )
+    ):
+        varying.remove("optimizer.lr")
+    return varying
+
+
+def find_parent(uri: str, experiment: str | None, run_id: str | None):
+    """The sweep's parent run that the report is about; ConfigError (one line) when there is none."""
+    if run_id:
+        run = tracking.find_run(uri, run_id)
+        if run is None or run.info.lifecycle_stage == "deleted":
+            raise ConfigError(
+                f"--run {run_id}: not found in the store {uri}; allowed values are ids of sweeps' "
+                "parent runs (python -m plnexp report without --run takes the newest sweep)"
+            )
+        parent_id = run.data.tags.get("mlflow.parentRunId")
+        if parent_id:
+            raise ConfigError(
+                f"--run {run_id}: a job of the sweep whose parent run is {parent_id}; allowed values "
+                f"are ids of sweeps' parent runs (--run {parent_id})"
+            )
+        if not tracking.is_parent(run):
+            raise ConfigError(
+                f"--run {run_id}: a single run, not a sweep; allowed values are ids of sweeps' parent runs"
+            )
+        return run
+    if experiment is not None and tracking.find_experiment(uri, experiment) is None:
+        names = ", ".join(tracking.experiment_names(uri)) or "none: the store is empty"
+        raise ConfigError(
+            f"--experiment {experiment}: no such experiment in the store {uri}; allowed values are {names}"
+        )
+    run = tracking.latest_parent(uri, experiment)
+    if run is None:
+        where = f"experiment {experiment!r}" if experiment else f"the store {uri}"
+        raise ConfigError(f"{where} holds no sweep (no parent run); run `python -m plnexp sweep` first")
+    return run
+
+
+def sweep_runs(uri: str, parent) -> list:
+    """The sweep's runs (:func:`plnexp.store.sweep_runs`), its control jobs counted right: a
+    control job repeats its reference job's config (one config hash), so in a resumed sweep an
+    earlier sweep's control may have stood for that job's run, and this sweep's own control may
+    have hidden the earlier run of its reference job. An earlier sweep's control is left out, and
+    the earlier FINISHED runs of the resumed sweeps whose fit no other run answers are put back."""
+    runs = tracking.sweep_runs(uri, parent)
+    mine = parent.info.run_id
+    runs = [r for r in runs if not (_is_control(r) and r.data.tags.get("mlflow.parentRunId") != mine)]
+    have = {provenance.run_key(r.data.tags) for r in runs if not _is_control(r)}
+    earlier = []
+    for pid in filter(None, parent.data.tags.get(provenance.RESUMES_TAG, "").split(",")):
+        prev = tracking.find_run(uri, pid)
+        for r in tracking.sweep_children(uri, prev) if prev is not None else []:
+            key = provenance.run_key(r.data.tags)
+            if r.info.status == "FINISHED" and not _is_control(r) and key not in have:
+                earlier.append(r)
+                have.add(key)
+    if not earlier:
+        return runs
+    return sorted(runs + earlier, key=lambda r: int(r.data.tags.get(tracking.JOB_TAG, 0) or 0))
+
+
+def _is_control(run) -> bool:
+    return run.data.tags.get(ranking.CONTROL_TAG) == "true"
+
+
+def _min_speedup(entries: list[Entry]) -> float:
+    """The minimum effect the sweep's jobs were run with (their tag, ``report.min_speedup``), else
+    :data:`plnexp.jobs.ranking.MIN_SPEEDUP` (runs logged before it)."""
+    for e in entries:
+        text = e.tags.get(ranking.MIN_SPEEDUP_TAG)
+        if text:
+            try:
+                return check_min_speedup(text)
+            except ConfigError:
+                continue
+    return ranking.MIN_SPEEDUP
+
+
+def load(uri: str, parent, min_speedup: float | None = None) -> Report:
+    """The sweep's runs read back from the store, with their ELBO curves, compared; ranked with the
+    minimum effect ``min_speedup`` (None: the sweep's own ``report.min_speedup``)."""
+    runs = sweep_runs(uri, parent)
+    curves = tracking.read_curves(uri, [r.info.run_id for r in runs])
+    every = _label_strategies([_entry(r, curves[r.info.run_id]) for r in runs])
+    entries = [e for e in every if provenance.replicate(e.tags) == 0]  # a job's timing, and curve vs scan's
+    keys = _grouping_keys([e for e in entries if not e.peer])  # a peer's own params group nothing
+    for e in every:
+        e.extra = tuple(e.params.get(k, "") for k in keys)
+    report = Report(
+        tracking.experiment_name(uri, parent.info.experiment_id),
+        parent,
+        entries,
+        keys,
+        others=[e for e in every if provenance.replicate(e.tags) != 0],
+        min_speedup=min_speedup if min_speedup is not None else _min_speedup(entries),
+    )
+    compare(report)
+    return report
+
+
+def _ref(entries: list[Entry], strategy: str) -> Entry | None:
+    return next((e for e in entries if e.strategy == strategy and e.ok and not e.control), None)
+
+
+def compare(report: Report) -> None:
+    """Speed-ups over eager and scan, agreement with scan's curve, within each group."""
+    for group, entries in report.groups.items():
+        eager, scan = _ref(entries, "eager"), _ref(entries, "scan")
+        lengths = {len(e.curve) for e in entries if e.ok and len(e.curve)}
+        if len(lengths) > 1:
+            report.common[group] = min(lengths)
+        for e in entries:
+            if not e.ok:
+                continue
+            ms = e.m("ms_per_iter")
+            if eager is not None:
+                e.speedup_eager = eager.m("ms_per_iter") / ms
+            if scan is not None:
+                e.speedup_scan = scan.m("ms_per_iter") / ms
+                if len(e.curve) and len(scan.curve):  # over their common length
+                    e.vs_scan = provenance.curve_difference(scan.curve, e.curve)[1]
+            if group in report.common and len(e.curve):
+                e.elbo_common = float(e.curve[report.common[group] - 1])

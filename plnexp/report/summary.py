@@ -1,0 +1,726 @@
+"""``python -m plnexp report [--experiment NAME] [--run PARENT_ID] [--out DIR] [--min-speedup X]``: what a sweep shows.
+
+Reads a sweep's runs back from MLflow (never from a process's memory: the children of the parent
+run, and for a resumed sweep the runs it reused, see :func:`plnexp.store.sweep_runs`) and writes
+into ``<outputs>/reports/<experiment>/<parent run id>/`` (or ``--out``), whole or not at all:
+
+- ``report.md`` / ``report.csv``: one row per strategy x data size x device x precision (x every
+  other config value that varies across the sweep), with compile time, steady run time, ms per
+  iteration and its spread, the number of timed runs, the program's fingerprint, whether the
+  timings were contended, speed-up over ``eager`` and over ``scan`` in the same group, how many
+  times the floor of the machine that ran it its ms/iter is (``× floor``, :mod:`plnexp.measure.floor`), the final
+  ELBO and the largest relative difference of the run's ELBO curve to ``scan``'s (do the
+  strategies agree?); the sweep's control job (:mod:`plnexp.experiment.sweep`) is a row of its own, marked
+  ``(control)``, never ranked. Beside it, per group, the **compiled programs** (one row per
+  ``hlo_fingerprint``: the strategies that compiled to it, XLA's instructions and fusions, bytes
+  and flops per iteration, bytes per iteration over the floor's bytes, peak memory, compile time
+  split into trace, lower and XLA; "–" where a run logged none: eager, PyTorch, older runs). Its
+  summary says per group which strategy is fastest beyond the noise and the minimum effect
+  (``--min-speedup X``, else the sweep's ``report.min_speedup``), or which are tied within it and
+  what still differs between them beyond :data:`DIFFER` (compile time, peak memory)
+  (:mod:`plnexp.jobs.ranking`);
+- ``elbo_curves.png``, ``timings.png``, ``bytes.png`` (ms/iter against XLA's bytes per iteration,
+  one point per program, when the runs logged it) and, when the sweep varies the data size,
+  ``scaling.png``.
+
+The same files go to the parent run's artifacts (``report/``), with summary metrics on the parent
+(``best_ms_per_iter``, ``best_speedup_vs_scan``, ``best_speedup_vs_eager``, ``n_failed``) and a
+description. Runs that stopped at different lengths (a cap, an early stop) are compared at their
+common length, and the table says so.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import re
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from collections.abc import Callable
+
+import numpy as np
+
+from ..measure import plots
+from ..jobs import provenance
+from ..jobs import ranking
+from .. import store as tracking
+from ..jobs.config import ConfigError, min_speedup as check_min_speedup, outputs_dir
+from ..measure.metrics import REPORT, cell
+from ..system.redact import redact_text
+from .entries import COMPILER, DASH, SHORT, int_or_none, median
+from .entries import Entry as Entry, Report as Report, compare as compare, load as load  # re-exported
+from .entries import PEER_TAG as PEER_TAG, find_parent as find_parent, sweep_runs as sweep_runs
+
+
+# ---------------------------------------------------------------- the table
+def _iqr_ms(e: Entry) -> float:
+    """The width of a finished run's interval, in ms/iter (:func:`ranking.interval_ms`)."""
+    if not e.ok:
+        return np.nan
+    lo, hi, _ = ranking.interval_ms(e)
+    return hi - lo
+
+
+def _iqr_cell(e: Entry) -> str:
+    """The interval's width, said to be the range where fewer than 5 runs had no quartiles
+    (:class:`plnexp.measure.timing.Spread`)."""
+    width, runs = _iqr_ms(e), e.m("n_runs")
+    if not np.isfinite(width):
+        return "-"
+    if np.isfinite(runs) and runs < 5:
+        return f"{width:.2f} (range of {int(runs)})"
+    return f"{width:.2f}"
+
+
+def columns(report: Report) -> list[tuple[str, str, Callable[[Entry], object]]]:
+    """(header, csv name, cell function) per column; every number of a column in one format."""
+    f = lambda fmt, get: lambda e: "-" if not np.isfinite(get(e)) else fmt.format(get(e))
+    cols: list[tuple[str, str, Callable[[Entry], object]]] = [
+        ("strategy", "strategy", lambda e: e.label),
+        ("data", "data", lambda e: e.data),
+        ("n×p", "shape", lambda e: e.shape),
+        ("precision", "precision", lambda e: e.precision),
+        ("device", "device", lambda e: e.device),
+    ]
+    cols += [(SHORT.get(k, k), k, lambda e, i=i: e.extra[i]) for i, k in enumerate(report.extra_keys)]  # type: ignore[misc]  # mypy cannot infer a lambda with a default argument against Callable[[Entry], object]
+    cols += [("status", "status", lambda e: e.status)]
+    logged = {m.key: (m.header, m.key, lambda e, m=m: cell(m, e.m(m.key))) for m in REPORT}
+    cols += [logged[k] for k in ("n_iter_run", "compile_s", "run_s", "ms_per_iter")]
+    span = lambda e: ranking.interval_ms(e) if e.ok else (np.nan, np.nan, 0)
+    cols += [
+        (
+            "ms/iter interval",
+            "ms_per_iter_interval",
+            lambda e: "-" if not np.isfinite(span(e)[0]) else f"{span(e)[0]:.2f}–{span(e)[1]:.2f}",
+        ),
+        logged["n_runs"],
+        ("program", "program", lambda e: report.program(e)),
+        ("ms/iter IQR", "ms_per_iter_iqr", _iqr_cell),
+        ("timing", "timing", lambda e: "contended" if e.run_id in report.contended else "ok" if e.ok else "-"),
+    ]
+    cols += [
+        ("× eager", "speedup_vs_eager", f("{:.2f}", lambda e: e.speedup_eager)),
+        ("× scan", "speedup_vs_scan", f("{:.2f}", lambda e: e.speedup_scan)),
+        ("× floor", "x_floor", f("{:.2f}", lambda e: e.x_floor)),
+        logged["final_elbo"],
+    ]
+    if report.common:
+        cols.append(("ELBO at common length", "elbo_at_common_length", f("{:.1f}", lambda e: e.elbo_common)))
+    cols.append(("max rel. diff to scan", "max_rel_diff_to_scan", f("{:.1e}", lambda e: e.vs_scan)))
+    return cols
+
+
+def markdown_table(report: Report) -> str:
+    cols = columns(report)
+    right = lambda h: h not in ("strategy", "data", "precision", "device", "status", "optimizer")
+    lines = [
+        "| " + " | ".join(h for h, _, _ in cols) + " |",
+        "|" + "|".join("---:" if right(h) else "---" for h, _, _ in cols) + "|",
+    ]
+    lines += ["| " + " | ".join(str(get(e)) for _, _, get in cols) + " |" for e in report.entries]
+    return "\n".join(lines)
+
+
+def csv_text(report: Report) -> str:
+    """The table with full-precision numbers (empty cells where a value was not measured)."""
+    raw: dict[str, Callable[[Entry], object]] = {
+        **{m.key: (lambda e, k=m.key: e.m(k)) for m in REPORT},  # type: ignore[misc]  # mypy cannot infer a lambda with a default argument against Callable[[Entry], object]
+        "speedup_vs_eager": lambda e: e.speedup_eager,
+        "speedup_vs_scan": lambda e: e.speedup_scan,
+        "x_floor": lambda e: e.x_floor,
+        "elbo_at_common_length": lambda e: e.elbo_common,
+        "max_rel_diff_to_scan": lambda e: e.vs_scan,
+        "ms_per_iter_iqr": _iqr_ms,
+        "shape": lambda e: f"{e.n}x{e.p}" if e.n else "",
+    }
+    cols = columns(report)
+    # then what XLA said of the run's program (the compiler table's, per run; empty where not logged)
+    compiler: dict[str, Callable[[Entry], object]] = {
+        **{k: (lambda e, k=k: e.m(k)) for k in COMPILER if k != "compile_s"},  # type: ignore[misc]  # as above
+        "bytes_x_floor": lambda e: e.bytes_x_floor,
+    }
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(["run_id", *(name for _, name, _ in cols), *compiler])
+    for e in report.entries:
+        row: list[object] = [e.run_id]
+        values = [raw[name](e) if name in raw else get(e) for _, name, get in cols] + [g(e) for g in compiler.values()]
+        for v in values:
+            row.append("" if isinstance(v, float) and not np.isfinite(v) else repr(v) if isinstance(v, float) else v)
+        w.writerow(row)
+    return out.getvalue()
+
+
+# ---------------------------------------------------------------- the compiler table
+def _bytes(v: float) -> str:
+    if not np.isfinite(v):
+        return DASH
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if v >= size:
+            return f"{v / size:.1f} {unit}"
+    return f"{v:.0f} B"
+
+
+def _flops(v: float) -> str:
+    if not np.isfinite(v):
+        return DASH
+    for unit, size in (("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
+        if v >= size:
+            return f"{v / size:.2f} {unit}"
+    return f"{v:.0f} FLOP"
+
+
+def _number(fmt: str) -> Callable[[float], str]:
+    return lambda v: fmt.format(v) if np.isfinite(v) else DASH
+
+
+CELLS: dict[str, Callable[[float], str]] = {
+    "xla_instructions": _number("{:,.0f}"),
+    "xla_fusions": _number("{:,.0f}"),
+    "xla_bytes_per_iter": _bytes,
+    "xla_flops_per_iter": _flops,
+    "peak_bytes": _bytes,
+    "compile_s": _number("{:.3f}"),
+    "trace_s": _number("{:.3f}"),
+    "lower_s": _number("{:.3f}"),
+    "xla_compile_s": _number("{:.3f}"),
+}
+
+
+@dataclass(frozen=True)
+class Program:
+    """A row of the compiler table: one program of a group and what XLA said of it."""
+
+    program: str  # the hlo_fingerprint's first 8 characters; DASH without one (eager, PyTorch)
+    strategies: str  # the strategies that compiled to it (``a = b``)
+    ms_per_iter: float  # the contender's median ms/iter
+    values: dict  # each COMPILER metric: the median over the program's runs, NaN where none logged it
+    bytes_x_floor: float  # XLA's bytes per iteration over the floor's (Entry.bytes_x_floor)
+
+
+def compiler_rows(report: Report, group: tuple) -> list[Program]:
+    """One row per program of the group (a contender: its strategies share one ``hlo_fingerprint``,
+    or one strategy without one), fastest first; the control job left out."""
+    rows = []
+    for c in report.contenders[group]:
+        runs = [e for e in report.groups[group] if e.ok and not e.control and e.strategy in c.names]
+        rows.append(
+            Program(
+                (runs[0].tags.get("hlo_fingerprint", "") or "")[:8] or DASH,
+                c.label.removesuffix(" (one program)"),
+                c.ms,
+                {k: median([e.m(k) for e in runs]) for k in COMPILER},
+                median([e.bytes_x_floor for e in runs]),
+            )
+        )
+    return rows
+
+
+def compiler_table(report: Report) -> list[str]:
+    """The compiled programs of each group (:func:`compiler_rows`) as Markdown lines; [] when no run
+    logged any of XLA's figures (eager and PyTorch only, or runs older than them)."""
+    if not any(np.isfinite(e.m(k)) for e in report.entries for k in COMPILER if k != "compile_s"):
+        return []
+    keys = list(COMPILER)
+    head = ["program", "strategies", "ms/iter", *(COMPILER[k] for k in keys)]
+    head.insert(6, "bytes/iter ÷ floor bytes")
+    lines: list[str] = []
+    for group in report.groups:
+        rows = compiler_rows(report, group)
+        if not rows:
+            continue
+        lines += [
+            f"{report.group_label(group)}:",
+            "",
+            "| " + " | ".join(head) + " |",
+            "|---|---|" + "---:|" * (len(head) - 2),
+        ]
+        for r in rows:
+            cells = [r.program, r.strategies, f"{r.ms_per_iter:.2f}", *(CELLS[k](r.values[k]) for k in keys)]
+            cells.insert(6, f"{r.bytes_x_floor:.2f}" if np.isfinite(r.bytes_x_floor) else DASH)
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
+
+
+def notes(report: Report) -> list[str]:
+    lines = list(report.programs())
+    for e in report.entries:
+        if e.control:
+            o = ranking.original(e, report.groups[e.group]) if e.ok else None
+            if o is not None:
+                a, b = e.m("ms_per_iter"), o.m("ms_per_iter")
+                pair = f"{100 * (max(a, b) / min(a, b) - 1):.1f}% apart from {o.name}'s (an A/A pair of the noise estimate)"
+            else:
+                pair = "no A/A pair (it or the job it repeats did not finish)"
+            job = e.tags.get(ranking.CONTROL_OF_TAG, "")
+            which = f"job {int(job) + 1}" if job.isdigit() else "its reference job"
+            lines.append(f"{e.name}: the control job, {which} run again after the grid: {pair}")
+    for e in report.entries:
+        for why in report.contended.get(e.run_id, []):
+            lines.append(f"{e.name}: timings contended: {why}")
+    for group, k in report.common.items():
+        short = sorted({f"{e.strategy} ({len(e.curve)})" for e in report.groups[group] if e.ok})
+        lines.append(
+            f"{report.group_label(group)}: the runs stopped at different lengths ({', '.join(short)}); "
+            f"their curves and the 'ELBO at common length' column compare at iteration {k}."
+        )
+    for e in report.failed:
+        lines.append(f"{e.name}: {e.status}{' (' + e.reason + ')' if e.reason else ''}")
+    return lines
+
+
+def summary_lines(report: Report) -> list[str]:
+    """The terminal summary: per group, the fastest strategy beyond the noise or those tied within
+    it (:func:`ranking.headline`), and whether the curves agree; then contention and failures."""
+    lines = [headline(report, group) for group in report.groups]
+    from . import convergence_report
+    from . import rank_report
+    from . import tradeoffs  # the presets' headlines, what they measured
+
+    lines += tradeoffs.lines(report)
+    lines += convergence_report.lines(report)
+    lines += rank_report.lines(report)  # the rank BIC and ICL pick (PLN-PCA runs of 2+ ranks)
+    if report.contended:
+        lines.append(
+            f"timings contended in {len(report.contended)} of {len(report.entries)} runs (see the report's "
+            f"notes): do not compare them; {ranking.CLEAN}"
+        )
+    if report.others:
+        lines.append(replicates_line(report))
+    failed = report.failed
+    grid = report.grid
+    total = int_or_none(report.parent.data.tags.get("jobs")) or len(grid)
+    runs = report.entries + report.others
+    counts = [
+        f"{sum(e.status == s for e in runs)} {s.lower()}"
+        for s in ("FAILED", "KILLED", "RUNNING")
+        if any(e.status == s for e in runs)
+    ]
+    missing = max(total - len(grid), 0)
+    counts += [f"{missing} not started"] if missing else []
+    control = " + the control job" if any(e.control for e in report.entries) else ""
+    control += f" + {len(report.peers)} peer run{'s' if len(report.peers) > 1 else ''}" if report.peers else ""
+    done = (
+        f"{len(runs) - len(failed)} of {len(runs)} runs ({len(grid)} of {total} jobs{control}, "
+        f"{len(runs) // max(len(report.entries), 1)} replicates each) finished"
+        if report.others
+        else f"{sum(e.status == 'FINISHED' for e in grid)} of {total} jobs{control} finished"
+    )
+    lines.append(
+        done
+        + (f" ({', '.join(counts)})" if counts else "")
+        + (": " + ", ".join(f"{e.name} ({e.status})" for e in failed) if failed else "")
+    )
+    return lines
+
+
+def headline(report: Report, group: tuple) -> str:
+    """The group's line of the summary: its verdict (:meth:`Report.ranked`), what still differs
+    between tied strategies (:meth:`Report.differences`), whether the curves agree with scan's."""
+    ranked = report.ranked(group)
+    differ = report.differences(group, ranked.tied) if ranked.tied else ""
+    agree = [e.vs_scan for e in report.groups[group] if np.isfinite(e.vs_scan) and not e.control]
+    agreement = f"; curves within {max(agree):.1e} of scan's" if agree else ""
+    return ranked.line + differ + agreement
+
+
+def replicates_line(report: Report) -> str:
+    """A sweep of ``replicates=K``: what the ranking shows of it, and the spread of the replicates'
+    final ELBOs per job (their K initial states or data sets)."""
+    spans = []
+    for e in report.grid:
+        mine = [o for o in report.others if provenance.batch_key(o.tags) == provenance.batch_key(e.tags)]
+        finals = [x.m("final_elbo") for x in [e, *mine] if x.status == "FINISHED" and np.isfinite(x.m("final_elbo"))]
+        if finals:
+            spans.append(f"{e.strategy} {min(finals):.7g} to {max(finals):.7g} ({len(finals)} finished)")
+    return (
+        "replicates: each job's fits ran in one program; the ranking and the curve agreement above are "
+        "replicate 0's (its run_s the batch's share); final ELBO across replicates: " + "; ".join(spans)
+    )
+
+
+def precision_table(report: Report) -> list[str]:
+    """When the sweep varies the precision: one row per finished run, the float32 and float64 runs of
+    one config side by side, with its final ELBO as the float64 ELBO at its final parameters
+    (``loglik``: what the fit reached, whatever its precision), the compiled ELBO beside it
+    (``final_elbo``: the program's own value, off from ``loglik`` by its precision's rounding),
+    their difference, the float64 ELBO relative to the float64 run's of the same config, and the gap to
+    the data set's optimum (``gap_final_rel``) where logged; the peer runs after. [] otherwise."""
+    precisions = sorted({e.precision for e in report.grid})
+    if precisions != ["float32", "float64"]:
+        return []
+    runs = [e for e in report.grid if e.ok]
+    key = lambda e: (e.strategy, e.data, e.shape, e.device, *map(str, e.extra))
+    f64 = {key(e): e.m("loglik") for e in runs if e.precision == "float64"}
+    extra = [SHORT.get(k, k) for k in report.extra_keys]
+    head = ["strategy", "data", "n×p", "device", *extra, "precision"]
+    head += ["final ELBO (float64 at its parameters)", "compiled final ELBO", "compiled − float64 (nats)"]
+    head += ["vs the float64 run (rel.)", "gap to the optimum (rel.)"]
+    lines = ["| " + " | ".join(head) + " |", "|---|---|---:|---|" + "---|" * (len(extra) + 1) + "---:|" * 5]
+    nats = lambda x: f"{x:,.1f}" if np.isfinite(x) else "-"
+    rel = lambda x: f"{x:+.2e}" if np.isfinite(x) else "-"
+    for e in sorted(runs, key=lambda e: (key(e), e.precision)) + [e for e in report.peers if e.ok]:
+        loglik, compiled, base = e.m("loglik"), e.m("final_elbo"), f64.get(key(e), np.nan)
+        versus = (loglik - base) / abs(base) if e.precision != "float64" and not e.peer and base else np.nan
+        gap = e.m("gap_final_rel")
+        cells = [e.label, e.data, e.shape, e.device, *map(str, e.extra), e.precision]
+        cells += [nats(loglik), nats(compiled), nats(compiled - loglik), rel(versus)]
+        cells.append(f"{gap:.2e}" if np.isfinite(gap) else "not logged")
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+# ---------------------------------------------------------------- figures
+def _series_label(e: Entry, varying: list[int]) -> str:
+    parts = [e.strategy] + [str(e.group[i]) for i in varying]
+    return ", ".join(parts)
+
+
+def _varying_within(entries: list[Entry], skip: int = 1) -> list[int]:
+    """Indices of the group fields (past the first ``skip``) that differ among ``entries``."""
+    if not entries:
+        return []
+    return [i for i in range(skip, len(entries[0].group)) if len({e.group[i] for e in entries}) > 1]
+
+
+def figures(report: Report, folder: Path) -> list[str]:
+    """Write the report's PNGs into ``folder``; returns their names."""
+    ok = [e for e in report.grid if e.ok]  # the control job: not drawn (its original is)
+    if not ok:
+        return []
+    panels = []
+    for group, entries in report.groups.items():  # one panel per group: never two precisions or models
+        entries = [e for e in entries if e.ok and not e.control]
+        if not entries:
+            continue
+        varying = _varying_within(entries)
+        agree = [e.vs_scan for e in entries if np.isfinite(e.vs_scan)]
+        k = min(len(e.curve) for e in entries)
+        same = [e.strategy for e in entries if e.strategy != "scan" and e.vs_scan == 0.0]
+        note = f"all within {max(agree):.1e} (relative) of scan" if agree else ""
+        if same and len(same) == len(entries) - 1:
+            note = "every curve equals scan's bit for bit"
+        elif same:
+            note += f"; {len(same)} of {len(entries) - 1} bit for bit equal to scan (no line below)"
+        if len({len(e.curve) for e in entries}) > 1:
+            note = (note + "; " if note else "") + f"common length {k}"
+        # the float64 ELBO at the final parameters where logged: the compiled one rounds in its precision
+        finals = [e.m("loglik") for e in entries if np.isfinite(e.m("loglik"))] or [
+            e.m("final_elbo") for e in entries if np.isfinite(e.m("final_elbo"))
+        ]
+        panels.append(
+            plots.CurvePanel(
+                report.group_label(group),
+                {_series_label(e, varying): e.curve for e in entries},
+                note,
+                max(finals, default=np.nan),
+            )
+        )
+    plots.elbo_curves_png(panels, folder / "elbo_curves.png")
+    tpanels = []
+    for group, entries in report.groups.items():
+        entries = [e for e in entries if e.ok and not e.control]
+        if entries:
+            lengths = {int(e.m("n_iter_run")) for e in entries if np.isfinite(e.m("n_iter_run"))}
+            shared = report.shared(group)
+            letter = {n: chr(ord("A") + i) for i, c in enumerate(shared) for n in c.names}
+
+            def name(e, letter=letter):
+                return f"{e.strategy} (program {letter[e.strategy]})" if e.strategy in letter else e.strategy
+
+            programs = "".join(
+                f"\nprogram {chr(ord('A') + i)}: one compiled program for {', '.join(c.names)}"
+                for i, c in enumerate(shared)
+            )
+            tpanels.append(
+                plots.TimingPanel(
+                    report.group_label(group) + programs,
+                    {name(e): e.m("compile_s") for e in entries},
+                    {name(e): e.m("run_s") for e in entries},
+                    lengths.pop() if len(lengths) == 1 else None,
+                    {name(e): (e.m("run_s_lo"), e.m("run_s_hi")) for e in entries},
+                )
+            )
+    plots.timings_png(tpanels, folder / "timings.png")
+    names = ["elbo_curves.png", "timings.png"]
+    bpanels = [p for p in (bytes_panel(report, g) for g in report.groups) if p is not None]
+    if bpanels:
+        plots.bytes_png(bpanels, folder / "bytes.png")
+        names.append("bytes.png")
+    size = _size_axis(ok)
+    if size is not None:
+        label, get = size
+        series: dict[str, tuple[list, list]] = {}
+        rest = [i for i in _varying_within(ok) if i != 0]
+        for e in ok:
+            x, y = series.setdefault(_series_label(e, rest), ([], []))
+            x.append(get(e))
+            y.append(e.m("ms_per_iter"))
+        plots.scaling_png(
+            series, label, f"ms per iteration against the data size ({report.experiment})", folder / "scaling.png"
+        )
+        names.append("scaling.png")
+    from . import convergence_report
+    from . import rank_report
+    from . import tradeoffs  # the presets' own figures
+
+    names += tradeoffs.figures(report, folder)
+    names += convergence_report.figures(report, folder)
+    names += rank_report.figures(report, folder)
+    return names
+
+
+def bytes_panel(report: Report, group: tuple) -> plots.BytesPanel | None:
+    """The group's panel of ``bytes.png``: one point per program (:func:`compiler_rows`) that logged
+    XLA's bytes per iteration, at its median ms/iter with its interval; the floor's bytes and ms/iter
+    as lines; the programs without the figure named. None when no program of the group logged it."""
+    rows = compiler_rows(report, group)
+    points = {
+        r.strategies: (r.values["xla_bytes_per_iter"], r.ms_per_iter)
+        for r in rows
+        if np.isfinite(r.values["xla_bytes_per_iter"]) and r.values["xla_bytes_per_iter"] > 0
+    }
+    if not points:
+        return None
+    spans = {c.label.removesuffix(" (one program)"): (c.lo, c.hi) for c in report.contenders[group]}
+    runs = [e for e in report.groups[group] if e.ok and not e.control]
+    return plots.BytesPanel(
+        report.group_label(group),
+        points,
+        {k: spans[k] for k in points if k in spans},
+        median([e.floor_bytes for e in runs]),
+        median([e.m("floor_ms_per_iter") for e in runs]),
+        [r.strategies for r in rows if r.strategies not in points],
+    )
+
+
+def _size_axis(entries: list[Entry]):
+    """What the scaling plot puts on x: n if the sweep varies n, p if it varies p, n·p if both."""
+    if any(e.n is None for e in entries):
+        return None
+    ns, ps = {e.n for e in entries}, {e.p for e in entries}
+    if len(ns) > 1 and len(ps) > 1:
+        return "n·p (cells)", lambda e: e.n * e.p
+    if len(ns) > 1:
+        return "n (rows)", lambda e: e.n
+    if len(ps) > 1:
+        return "p (columns)", lambda e: e.p
+    return None
+
+
+# ---------------------------------------------------------------- writing
+def markdown(report: Report, images: list[str]) -> str:
+    p = report.parent
+    tags = p.data.tags
+    lines = [
+        f"# Sweep {tags.get('sweep', '?')} ({report.experiment})",
+        "",
+        f"Parent run `{p.info.run_id}` ({p.info.status}); command `python -m plnexp "
+        f"{tags.get('command', 'sweep')}`; {len(report.entries)} runs.",
+        "",
+        "Speed-ups compare median ms/iter with `eager` and `scan` on the same data, precision and device; "
+        "a ratio whose intervals overlap ('ms/iter interval': the interquartile range of the timed runs, their "
+        "range below 5 runs) is noise, not a result. 'program' names the strategies of the group whose "
+        "compiled programs are identical (one hlo_fingerprint). '× floor' is the run's ms/iter over the floor "
+        "of the machine that ran it (logged by the run: the arrays its model must stream at its copy bandwidth "
+        "plus its products and factorizations: 14 n×p arrays, two n×p×p products and Sigma's p×p Cholesky "
+        "factor and inverse for full and profiled, 2 n×p and 12 n×q arrays "
+        "and six n×p×q products for pca of rank q, one n×p array fewer for offsets one per row; 1 would be a "
+        "hand-fused kernel at the machine's limits). The last column is the largest relative difference of the run's ELBO curve to "
+        "`scan`'s.",
+        "",
+        f"A strategy is named fastest only when its interval lies below the next one's, its lead is at least "
+        f"the minimum effect {report.min_speedup:.2f}× (report.min_speedup; `python -m plnexp report "
+        "--min-speedup X` ranks again), and it exceeds the A/A noise between jobs: the largest relative "
+        "difference of the median ms/iter of two jobs of one program, or of the control job (marked "
+        "'(control)': the sweep's reference job run again at its end, never ranked) and its original, known "
+        "from 2 such pairs or the control's. Without it, no winner is named.",
+        "",
+        markdown_table(report),
+        "",
+    ]
+    compiled = compiler_table(report)
+    if compiled:
+        lines += [
+            "Compiled programs, one row per program (hlo_fingerprint), fastest first: what XLA says of each "
+            "(bytes and flops per iteration from its cost analysis, peak memory from its memory analysis; the "
+            "median over the program's runs); 'bytes/iter ÷ floor bytes' is its bytes over the bytes an "
+            "iteration must stream at least (the floor's arrays, as the run logged them); compile time split into trace, lower and XLA's compile. "
+            f"'{DASH}': not logged (eager and PyTorch have no XLA program; runs older than these figures).",
+            "",
+            *compiled,
+        ]
+    precision = precision_table(report)
+    if precision:
+        lines += [
+            "Final ELBO per precision, each run after its last step: the float64 ELBO at the run's final "
+            "parameters (what the fit reached, the same yardstick for every precision), the ELBO its compiled "
+            "program computed (in its own precision), their difference (that precision's rounding: a float32 "
+            "run far from the float64 run on the float64 ELBO ended elsewhere), the float64 ELBO relative to the float64 run's of the same config, and the gap "
+            "to the data set's optimum (see Convergence).",
+            "",
+            *precision,
+            "",
+        ]
+    from . import convergence_report
+    from . import rank_report  # the gaps to the optimum, time to ε, while_loop's rule; ranks
+
+    lines += convergence_report.markdown(report)
+    lines += rank_report.markdown(report)
+    extra = notes(report)
+    if extra:
+        lines += ["Notes:", "", *[f"- {n}" for n in extra], ""]
+    lines += ["Summary:", "", *[f"- {s}" for s in summary_lines(report)], ""]
+    lines += [f"![{name}]({name})" for name in images]
+    return "\n".join(lines) + "\n"
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name) or "_"
+
+
+def default_dir(report: Report) -> Path:
+    return outputs_dir() / "reports" / _safe(report.experiment) / report.parent.info.run_id
+
+
+def write(report: Report, out: Path) -> list[str]:
+    """Write the report's files into ``out`` whole or not at all: built in a temporary folder beside
+    it, then put in place of any earlier report there. Returns the file names."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        images = figures(report, tmp)
+        # credentials masked again: a run logged before plnexp masked them still holds them
+        (tmp / "report.md").write_text(redact_text(markdown(report, images)))
+        (tmp / "report.csv").write_text(redact_text(csv_text(report)))
+        old = None
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+            os.rename(out, old / "report")
+        os.rename(tmp, out)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return ["report.md", "report.csv", *images]
+
+
+def parent_metrics(report: Report, files: list[str]) -> tuple[dict, dict]:
+    """The parent run's summary metrics and tags (about :meth:`Report.main_group`); ``files``: the
+    report's files, named in the run's description."""
+    metrics = {"n_jobs": float(len(report.grid)), "n_failed": float(len(report.failed))}
+    tags = {}
+    group = report.main_group()
+    best = report.fastest(group) if group is not None else None
+    if best is not None:
+        metrics.update(
+            best_ms_per_iter=best.m("ms_per_iter"),
+            best_speedup_vs_scan=best.speedup_scan,
+            best_speedup_vs_eager=best.speedup_eager,
+        )
+        # only a winner beyond the noise (ranking.headline); "" when tied or contended
+        assert group is not None  # best is the fastest of it
+        tags["fastest_strategy"] = report.ranked(group).winner
+    lines = summary_lines(report)
+    note = (
+        f"**Sweep `{report.parent.data.tags.get('sweep', '?')}`**: {len(report.grid)} runs, one per job"
+        f"{', and the control job (its reference job again: an A/A pair)' if any(e.control for e in report.entries) else ''} "
+        f"(expand this run's + to see them, or sort by start time).\n\n"
+        + "\n".join(f"- {s}" for s in lines)
+        + "\n\nTo read it: compare `ms_per_iter` (steady time per iteration) and `compile_s` across the child "
+        "runs; the `gap_rel_log10` chart shows each run's convergence (log10 of its relative gap to the best known ELBO). "
+        "This run's artifacts hold the report: " + ", ".join(f"`report/{f}`" for f in files) + "."
+    )
+    tags["mlflow.note.content"] = note
+    return metrics, tags
+
+
+def build(
+    uri: str,
+    experiment: str | None = None,
+    run_id: str | None = None,
+    out: Path | None = None,
+    *,
+    attach: bool = True,
+    min_speedup: float | None = None,
+) -> tuple[Report, Path, list[str]]:
+    """Read, write, and (``attach``) log onto the parent run; returns the report, its folder, its files.
+    ``min_speedup``: the minimum effect a winner needs (None: the sweep's ``report.min_speedup``)."""
+    report = load(uri, find_parent(uri, experiment, run_id), min_speedup)
+    if not report.entries:
+        raise ConfigError(f"sweep {report.parent.info.run_id}: no run to report on (its jobs never started)")
+    folder = Path(out) if out is not None else default_dir(report)
+    files = write(report, folder)
+    if attach:
+        tracking.log_report(uri, report.parent.info.run_id, folder, *parent_metrics(report, files))
+    return report, folder, files
+
+
+def show(report: Report, folder: Path, files: list[str]) -> None:
+    for line in summary_lines(report):
+        print(redact_text(line), flush=True)
+    print(f"report: {folder} ({', '.join(files)}), also on parent run {report.parent.info.run_id}", flush=True)
+
+
+# ---------------------------------------------------------------- the command
+USAGE = "usage: python -m plnexp report [--experiment NAME] [--run PARENT_ID] [--out DIR] [--min-speedup X]"
+
+
+def parse(args: list[str]) -> dict:
+    """``--key value`` or ``--key=value`` for experiment, run, out, min-speedup (a number >= 1, the
+    minimum effect a winner needs: the sweep's ``report.min_speedup`` otherwise); ConfigError for
+    anything else."""
+    allowed = {"--experiment": "experiment", "--run": "run_id", "--out": "out", "--min-speedup": "min_speedup"}
+    out: dict[str, str | Path | float]
+    out, rest = {}, list(args)
+    while rest:
+        a = rest.pop(0)
+        key, eq, value = a.partition("=")
+        if key not in allowed:
+            raise ConfigError(f"{a}: unknown argument; allowed are {', '.join(allowed)} ({USAGE})")
+        if not eq:
+            if not rest or rest[0].startswith("--"):
+                raise ConfigError(f"{key}: needs a value ({USAGE})")
+            value = rest.pop(0)
+        if not value:
+            raise ConfigError(f"{key}: needs a value ({USAGE})")
+        out[allowed[key]] = value
+    if "out" in out:
+        out["out"] = Path(str(out["out"])).resolve()
+    if "min_speedup" in out:
+        out["min_speedup"] = check_min_speedup(out["min_speedup"], "--min-speedup")
+    return out
+
+
+def main(args: list[str]) -> int:
+    if args and args[0] in ("-h", "--help"):
+        print(f"{USAGE}\n\n" + __doc__.split("\n\n", 1)[1])
+        return 0
+    try:
+        opts = parse(args)
+        from ..experiment import plan as cli
+
+        cli.check_outputs()
+        uri = tracking.check_existing_store(
+            None,
+            "no sweep to report on; run `python -m plnexp sweep` first (MLFLOW_TRACKING_URI or "
+            "PLNEXP_OUTPUTS selects another)",
+        )
+        tracking.sweep_up_orphans(uri)
+        report, folder, files = build(uri, **opts)
+    except (ConfigError, tracking.StoreError) as e:
+        kind = "store error" if isinstance(e, tracking.StoreError) else "error"
+        print(f"plnexp: {kind}: {redact_text(str(e))}", file=sys.stderr, flush=True)
+        return 2
+    except OSError as e:
+        print(f"plnexp: error: cannot write the report ({e.strerror or e}: {e.filename})", file=sys.stderr, flush=True)
+        return 2
+    show(report, folder, files)
+    return 0

@@ -1,0 +1,167 @@
+"""MLflow: the store, one experiment per sweep name, a parent run per sweep, a child run per job.
+
+The only package that imports mlflow (lazily: ``python -m plnexp run`` pays for it only when it
+logs). Everything goes through :class:`mlflow.MlflowClient` (no fluent "active run" state), wrapped
+so that a call that meets ``database is locked`` (several processes writing one sqlite store) is
+retried. A job's run is created RUNNING when the job starts (tagged with its owner: the host and PID
+of the process, and inside a SLURM job the job's id and cluster) and written in a few short calls
+after the fit: params, metrics and the ELBO curve in ``log_batch`` calls, artifacts, then its status.
+:func:`sweep_up_orphans` marks FAILED the runs that an owner now gone left RUNNING (a dead process of
+this host, a SLURM job that ended), with that owner's reason.
+
+One module per responsibility; every name is re-exported here (``tracking.X``):
+
+- :mod:`.store`: the URI, the (retrying) client, the check and creation of a store, the tags that
+  make an experiment open on the study in MLflow's UI
+- :mod:`.writes`: experiments, parent runs, a job's run (with its data set as a dataset input),
+  reports and tags
+- :mod:`.owners`: who owns a RUNNING run (:class:`Owner`, :class:`LocalProcess`, :class:`SlurmJob`), and
+  whether it is alive
+- :mod:`.pending`: a fit's result that the store did not take, kept locally and sent later
+- :mod:`.running`: the runs left RUNNING, ended only by their owner or once it is gone
+- :mod:`.queries`: reading runs, curves, artifacts and experiments back
+"""
+
+from __future__ import annotations
+
+from . import owners
+from . import pending
+from . import queries
+from . import running
+from . import backend as store
+from . import writes
+from .owners import HOST_TAG, PID_TAG, SLURM_CLUSTER_TAG, SLURM_JOB_TAG, LocalProcess, Owner, SlurmJob, owner_of
+from .queries import (
+    children,
+    experiment_name,
+    experiment_names,
+    find_experiment,
+    find_run,
+    finished_runs,
+    is_parent,
+    latest_parent,
+    read_artifact,
+    read_curve,
+    read_curves,
+    sweep_children,
+    sweep_runs,
+)
+from .running import end_children, end_process_runs, end_running, may_end, process_runs, sweep_up_orphans
+from .backend import (
+    EXPERIMENT_KIND,
+    EXPERIMENT_KIND_TAG,
+    LOCKED,
+    PROBE_TIMEOUT_S,
+    AFTER_FIT_DELAYS_S,
+    RETRY_DELAYS_S,
+    SCHEMES,
+    StoreError,
+    _Retrying,
+    after_fit,
+    check_store,
+    client,
+    dress_experiment,
+    experiment_tags,
+    check_existing_store,
+    store_exists,
+    study_link,
+    tracking_uri,
+)
+from .writes import (
+    CURVE_KEY,
+    DATA_CONTEXT,
+    FINGERPRINT_TAG,
+    GAP_KEY,
+    JOB_TAG,
+    Parent,
+    close_parent,
+    dataset_inputs,
+    end_run,
+    experiment_id,
+    finish_job,
+    job_record,
+    log_dataset_inputs,
+    log_job,
+    log_report,
+    open_parent,
+    process_tags,
+    set_tags,
+    start_job,
+    start_parent,
+    write_record,
+)
+
+__all__ = [
+    "AFTER_FIT_DELAYS_S",
+    "CURVE_KEY",
+    "DATA_CONTEXT",
+    "EXPERIMENT_KIND",
+    "EXPERIMENT_KIND_TAG",
+    "FINGERPRINT_TAG",
+    "GAP_KEY",
+    "HOST_TAG",
+    "JOB_TAG",
+    "LOCKED",
+    "PID_TAG",
+    "PROBE_TIMEOUT_S",
+    "RETRY_DELAYS_S",
+    "SCHEMES",
+    "SLURM_CLUSTER_TAG",
+    "SLURM_JOB_TAG",
+    "LocalProcess",
+    "Owner",
+    "Parent",
+    "SlurmJob",
+    "StoreError",
+    "after_fit",
+    "check_store",
+    "children",
+    "client",
+    "close_parent",
+    "dataset_inputs",
+    "dress_experiment",
+    "end_children",
+    "end_process_runs",
+    "end_run",
+    "end_running",
+    "experiment_id",
+    "experiment_name",
+    "experiment_names",
+    "experiment_tags",
+    "find_experiment",
+    "find_run",
+    "finish_job",
+    "finished_runs",
+    "is_parent",
+    "job_record",
+    "latest_parent",
+    "log_dataset_inputs",
+    "log_job",
+    "log_report",
+    "may_end",
+    "open_parent",
+    "owner_of",
+    "owners",
+    "pending",
+    "process_runs",
+    "process_tags",
+    "queries",
+    "read_artifact",
+    "read_curve",
+    "read_curves",
+    "running",
+    "set_tags",
+    "start_job",
+    "start_parent",
+    "store",
+    "check_existing_store",
+    "store_exists",
+    "study_link",
+    "sweep_children",
+    "sweep_runs",
+    "sweep_up_orphans",
+    "tracking_uri",
+    "write_record",
+    "writes",
+    "_Retrying",  # (tests wrap a fake client in it)
+]

@@ -1,0 +1,389 @@
+"""The MLflow store: its URI (and where that came from), a client whose calls are retried while
+sqlite says ``database is locked``, the quick check (and whole-or-nothing creation) of a store
+before any fit, and the tags that make an experiment open on the study in MLflow's UI (its kind, a
+saved view of the runs table, a description linking to it: :func:`dress_experiment`).
+
+The only place mlflow's client is made (lazily: ``python -m plnexp run`` pays for the import only
+when it logs).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import json
+import logging
+import os
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+
+from ..jobs.config import ConfigError, outputs_dir
+from ..system.redact import MASK, is_redacted, redact_text
+
+log = logging.getLogger(__name__)
+PROBE_TIMEOUT_S = 3.0  # an http(s) store that does not answer in this long is unreachable
+SCHEMES = ("", "file", "sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks", "databricks-uc", "uc")
+LOCKED = ("database is locked", "database table is locked")
+RETRY_DELAYS_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0, 2.0, 2.0)
+# after a fit, the waits between tries of a store call that failed (then the result is kept locally:
+# plnexp.store.pending); tests shorten them
+AFTER_FIT_DELAYS_S = (0.5, 1.0, 2.0)
+
+
+class StoreError(RuntimeError):
+    """The MLflow store cannot be reached or written; one line naming its URI and where it came from
+    (its password masked: the line is printed, and may be logged)."""
+
+    def __init__(self, message: str):
+        super().__init__(redact_text(message))
+
+
+def tracking_uri(explicit: str | None = None) -> str:
+    """The config key, else ``$MLFLOW_TRACKING_URI``, else ``sqlite:///<outputs>/mlflow.db`` (absolute)."""
+    if explicit:
+        return explicit
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    return f"sqlite:///{outputs_dir() / 'mlflow.db'}"
+
+
+def _uri_source(explicit: str | None) -> str:
+    if explicit:
+        return f"tracking_uri={explicit}"
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return f"MLFLOW_TRACKING_URI={os.environ['MLFLOW_TRACKING_URI']}"
+    return f"the store {tracking_uri()}"
+
+
+def _quiet() -> None:
+    for name in ("mlflow", "alembic", "sqlalchemy", "urllib3"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    # a tracking server: MLflow prints two "View run ... at" lines on stdout per run it ends, between
+    # plnexp's own lines (the parent run's address is in the sweep's header line already)
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    # where tqdm is installed (pyPLNmodels brings it), MLflow draws an artifact-upload progress bar on
+    # stderr for every run: noise around plnexp's one-line errors and summaries
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+
+
+def _is_locked(e: BaseException | None) -> bool:
+    while e is not None:
+        if any(text in str(e) for text in LOCKED):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def _is_transient(e: BaseException) -> bool:
+    """Worth another try after a fit: any error but a tracking server's refusal of the request itself
+    (HTTP 4xx: bad credentials, a bad value), which the same call meets again."""
+    status = http_status(e)
+    return status is None or not 400 <= status < 500
+
+
+class _Retrying:
+    """An MlflowClient whose calls are retried (with backoff, ``delays``) on the errors ``retry_on``
+    accepts: by default when sqlite says the database is locked (:func:`client`); after a fit, on any
+    transient error (:func:`after_fit`)."""
+
+    def __init__(self, cl, delays=None, retry_on=_is_locked, what: str = "database is locked"):
+        self._cl = cl
+        self._delays = delays
+        self._retry_on = retry_on
+        self._what = what
+
+    def __getattr__(self, name):
+        attr = getattr(self._cl, name)
+        if not callable(attr):
+            return attr
+
+        @functools.wraps(attr)
+        def call(*args, **kwargs):
+            for delay in RETRY_DELAYS_S if self._delays is None else self._delays:
+                try:
+                    return attr(*args, **kwargs)
+                except Exception as e:  # only what retry_on accepts is retried
+                    if not self._retry_on(e):
+                        raise
+                    log.info("%s: %s, retrying in %.2f s", name, self._what, delay)
+                    time.sleep(delay)
+            return attr(*args, **kwargs)
+
+        return call
+
+
+def after_fit(cl) -> _Retrying:
+    """``cl`` with its calls retried on any transient error, a few seconds in all
+    (:data:`AFTER_FIT_DELAYS_S`): the writes of a fit's result, which a store's hiccup must not lose."""
+    return _Retrying(cl, AFTER_FIT_DELAYS_S, _is_transient, "the store failed")
+
+
+def plain_client(uri: str):
+    """An MlflowClient on ``uri`` as MLflow makes it, without plnexp's retries (:func:`client`): for
+    checks whose every call must be bounded by MLflow's own HTTP timeout (``plnexp doctor``)."""
+    from mlflow import MlflowClient
+
+    _quiet()
+    return MlflowClient(uri)
+
+
+@lru_cache(maxsize=4)
+def client(uri: str):
+    """An MlflowClient on ``uri`` (cached: the sqlite engine and its migrations are paid once)."""
+    from mlflow import MlflowClient
+
+    _quiet()  # after the import: mlflow sets its own logger levels when imported
+    return _Retrying(MlflowClient(tracking_uri=uri))
+
+
+# ---------------------------------------------------------------- the experiment in MLflow's UI
+# the experiment's kind, which MLflow's UI reads to choose its view where the UI's GenAI / Model
+# training switch is disabled (in 3.17 the switch is on and per browser: the study's link names the view)
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"  # the "Model training" view (runs, metrics), not GenAI's
+NOTE_TAG = "mlflow.note.content"  # an experiment's (or a run's) description, markdown
+STUDY_VIEW = "plnexp-study"  # the saved view's id: the runs page's viewStateShareKey
+STUDY_VIEW_TAG = f"mlflow.sharedViewState.{STUDY_VIEW}"  # where MLflow's UI keeps a saved view
+STUDY_VIEW_NAME = "plnexp study"  # its name in the runs page's Views menu
+# the study's columns, in this order after the run's name: ms/iter, its spread (the terminal's
+# spread_s: interquartile range of the timed runs, s), compile time, final ELBO; then the data set
+STUDY_METRICS = ("ms_per_iter", "run_s_iqr", "compile_s", "final_elbo")
+STUDY_COLUMNS = (*(f"metrics.`{k}`" for k in STUDY_METRICS), "attributes.`Dataset`")
+
+
+def study_link(experiment_id: str) -> str:
+    """The study's view of an experiment's runs, relative to the UI's root (a link in the
+    experiment's description): the "Model training" runs table, every job's run (a metric
+    ``ms_per_iter``: no sweep's parent, no failed job), fastest first, in the columns of
+    :data:`STUDY_COLUMNS`."""
+    return f"#/experiments/{experiment_id}/runs?workflowType=machine_learning&viewStateShareKey={STUDY_VIEW}"
+
+
+def study_view(created_ms: int) -> str:
+    """The value of :data:`STUDY_VIEW_TAG`: a saved view as MLflow's UI (3.x) stores one (a name, a
+    creation time, and the runs page's state as JSON: its columns, their order and widths, its
+    search and sort). It opens from the experiment's description (:func:`study_link`) or the runs
+    page's Views menu."""
+    state = {
+        "selectedColumns": list(STUDY_COLUMNS),
+        "columnOrder": ["attributes.`Run Name`", *STUDY_COLUMNS],
+        "columnWidths": {"attributes.`Run Name`": 280, **{c: 110 for c in STUDY_COLUMNS[:-1]}},
+        "searchFilter": "metrics.ms_per_iter > 0",
+        "orderByKey": "metrics.`ms_per_iter`",
+        "orderByAsc": True,
+    }
+    return json.dumps({"name": STUDY_VIEW_NAME, "createdAt": created_ms, "state": json.dumps(state)})
+
+
+def study_note(experiment_id: str) -> str:
+    """The experiment's description (what MLflow's UI shows above its runs, in either view): a link
+    to the study's view."""
+    return (
+        f"PLN fits timed under JIT strategies (plnexp). **[Open the study]({study_link(experiment_id)})**: "
+        "every job's ms/iter, its spread (run_s_iqr), compile_s and final ELBO, fastest first. A sweep's "
+        "report: its parent run's description and artifacts."
+    )
+
+
+def experiment_tags(experiment_id: str, have: dict[str, str] | None = None) -> dict[str, str]:
+    """The tags that make ``experiment_id`` open on the study in MLflow's UI, those missing from
+    ``have`` (its tags): the experiment kind, the saved study view and the description. A tag already
+    there is left as it is (a description of the user's own, a view the user changed)."""
+    have = have or {}
+    want = {
+        EXPERIMENT_KIND_TAG: EXPERIMENT_KIND,
+        STUDY_VIEW_TAG: study_view(int(time.time() * 1000)),
+        NOTE_TAG: study_note(experiment_id),
+    }
+    return {k: v for k, v in want.items() if k not in have}
+
+
+def dress_experiment(cl, experiment_id: str, have: dict[str, str] | None = None) -> None:
+    """Set the missing :func:`experiment_tags` of an experiment plnexp writes into (one call a tag,
+    only the first time). Never raises: an account that may write runs but not the experiment's
+    tags, or a client without the call, leaves the experiment as it is."""
+    for key, value in experiment_tags(experiment_id, have).items():
+        try:
+            cl.set_experiment_tag(experiment_id, key, value)
+        except Exception as e:  # noqa: BLE001 - the UI's presentation never fails a fit
+            log.debug("experiment %s: tag %s not set (%s)", experiment_id, key, _first_line(e))
+            return
+
+
+def _sqlite_path(uri: str) -> Path | None:
+    """The database file of ``sqlite:///relative/path`` or ``sqlite:////absolute/path``."""
+    rest = uri[len("sqlite://") :].split("?", 1)[0]
+    if not rest.startswith("/") or rest in ("/", "/:memory:"):
+        return None
+    return Path(rest[1:])
+
+
+@contextmanager
+def _dir_lock(folder: Path):
+    """An exclusive lock on a directory: two processes creating one sqlite store take turns."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _create_sqlite_store(path: Path) -> None:
+    """Create a sqlite store whole or not at all: MLflow's migrations (seconds) run on a temporary
+    file that is then linked into place, so an interrupt cannot leave a half-migrated store."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    _quiet()
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".creating", dir=path.parent)
+    os.close(fd)
+    os.chmod(tmp, 0o644)  # what sqlite would give a new file (mkstemp makes it private)
+    try:
+        store = SqlAlchemyStore(f"sqlite:///{tmp}", (outputs_dir() / "artifacts").as_uri())
+        store.engine.dispose()
+        os.link(tmp, path)  # fails if a store appeared meanwhile: then that one is used
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(tmp)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+AUTH_VARIABLES = "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD"
+# MLflow's answer (HTTP 403) to a request for a host name that its --allowed-hosts does not list
+INVALID_HOST = "Invalid Host header"
+HOST_REFUSED = (
+    "the server refuses requests addressed to this host name (HTTP 403: Invalid Host header): its "
+    "admin must list the name in mlflow server --allowed-hosts"
+)
+
+
+def http_status(e: BaseException | None) -> int | None:
+    """The HTTP status of the first MLflow client error in ``e``'s chain (401, 403, ...); None if none."""
+    from mlflow.exceptions import MlflowException
+
+    while e is not None:
+        if isinstance(e, MlflowException):
+            return e.get_http_status_code()
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def credentials() -> tuple[str | None, bool]:
+    """The username MLflow's client sends (``$MLFLOW_TRACKING_USERNAME``, else ``~/.mlflow/credentials``)
+    and whether it has a password to send with it; never the password itself."""
+    try:
+        from mlflow.utils.credentials import read_mlflow_creds
+
+        creds = read_mlflow_creds()
+        return creds.username or None, bool(creds.password)
+    except (ImportError, AttributeError):  # an MLflow without the helper: the variables it reads first
+        return os.environ.get("MLFLOW_TRACKING_USERNAME") or None, bool(os.environ.get("MLFLOW_TRACKING_PASSWORD"))
+
+
+def auth_refusal(e: BaseException, action: str = "read the server's experiments") -> str | None:
+    """What to do, in one line, when a tracking server refused the request with HTTP 401 (no or wrong
+    credentials) or 403 (an account without permission to ``action``, or a host name that the
+    server does not serve); None for any other error."""
+    status = http_status(e)
+    if status not in (401, 403):
+        return None
+    if status == 403 and INVALID_HOST in str(e):
+        return HOST_REFUSED
+    user, has_password = credentials()
+    if status == 403:
+        return (
+            f"the server accepted the credentials of {user or 'this client'} but refused to let it {action} "
+            f"(HTTP 403: permission denied): ask the server's admin to grant {user or 'the account'} that "
+            f"permission, or set {AUTH_VARIABLES} to an account that has it"
+        )
+    if user is None:
+        return (
+            f"the server requires authentication and no credentials are set (HTTP 401): set {AUTH_VARIABLES} "
+            "to an account that the server's admin created"
+        )
+    if not has_password:
+        return (
+            f"the server requires authentication; MLFLOW_TRACKING_USERNAME={user} is set but no password "
+            "(HTTP 401): set MLFLOW_TRACKING_PASSWORD too"
+        )
+    return (
+        f"the server refused the credentials of {user} (HTTP 401: unknown user or wrong password): check "
+        f"{AUTH_VARIABLES}, or ask the server's admin to create the account or reset its password"
+    )
+
+
+def store_exists(uri: str) -> bool:
+    """False for a sqlite store whose file does not exist yet (a server or other database: True)."""
+    path = _sqlite_path(uri) if uri.lower().startswith("sqlite:") else None
+    return path is None or path.exists()
+
+
+def check_existing_store(explicit: str | None, missing: str) -> str:
+    """:func:`check_store` for a command that only reads runs (``report``, ``compare``): a sqlite store
+    not created yet is one :class:`~plnexp.jobs.config.ConfigError` line, ``the store URI does not exist
+    yet: MISSING``, and is not created."""
+    uri = tracking_uri(explicit)
+    if not store_exists(uri):
+        raise ConfigError(f"the store {uri} does not exist yet: {missing}")
+    return check_store(explicit)
+
+
+def check_store(explicit: str | None = None, timeout: float = PROBE_TIMEOUT_S) -> str:
+    """Reach the store before any fit, in seconds; returns its URI or raises :class:`StoreError`.
+
+    An http(s) server gets a quick probe (MLflow's own client retries for minutes), and a server
+    that refuses the credentials (HTTP 401, or 403: :func:`auth_refusal`) one line naming the
+    variables that set them, ``MLFLOW_TRACKING_USERNAME`` and ``MLFLOW_TRACKING_PASSWORD``; a sqlite
+    store's folder must be writable, and the store is created there if it does not exist yet
+    (one process at a time, whole or not at all: see :func:`_create_sqlite_store`).
+    """
+    uri = tracking_uri(explicit)
+    where = _uri_source(explicit)
+    allowed = "allowed values are a running MLflow server's http(s) URL or sqlite:///PATH in a writable folder"
+    if is_redacted(uri):  # copied from a run's params or a command tag: plnexp never logs a password
+        raise StoreError(
+            f"{where}: holds {MASK} where its password was (a value copied from plnexp's logs, which never "
+            "hold one); allowed values are the store's full URI, given with tracking_uri= or MLFLOW_TRACKING_URI"
+        )
+    scheme = uri.split(":", 1)[0].lower() if ":" in uri else ""
+    if scheme not in SCHEMES:
+        raise StoreError(f"{where}: unsupported scheme {scheme!r}; {allowed}")
+    if scheme in ("http", "https"):
+        try:
+            urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout).close()
+        except urllib.error.HTTPError:
+            pass  # something answered: MLflow's own calls below tell whether it is a tracking server
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            reason = getattr(e, "reason", e)
+            raise StoreError(f"{where}: cannot reach the MLflow server ({reason}); {allowed}") from None
+    path = _sqlite_path(uri) if scheme == "sqlite" else None
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+                raise PermissionError("not writable")
+        except OSError as e:
+            raise StoreError(f"{where}: cannot write {path} ({e.strerror or e}); {allowed}") from None
+    try:
+        if path is not None:
+            with _dir_lock(path.parent):
+                if not path.exists():
+                    _create_sqlite_store(path)
+        client(uri).search_experiments(max_results=1)
+    except Exception as e:  # noqa: BLE001 - any failure here is one line
+        client.cache_clear()
+        refused = auth_refusal(e) if scheme in ("http", "https") else None
+        if refused:  # the server is there and answers: what it wants is credentials, or other ones
+            raise StoreError(f"{where}: {refused}") from None
+        raise StoreError(f"{where}: {_first_line(e)}; {allowed}") from None
+    return uri

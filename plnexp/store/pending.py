@@ -1,0 +1,106 @@
+"""A fit's result that the store did not take: kept locally, sent later.
+
+After a fit, :func:`finish` writes the job's run (:func:`~plnexp.store.writes.finish_job`'s
+writes, each call retried a few seconds: :func:`~plnexp.store.backend.after_fit`). If the store is
+still failing, everything those writes hold (:func:`~plnexp.store.writes.job_record`: params,
+metrics and curves, tags, text artifacts, status; credentials masked as in the store) is written
+atomically to ``<outputs>/pending/<run_id>.json``, with the store's URI (masked) and the run's id.
+
+:func:`send_all` sends the results kept for a store (the same writes, to the same run), removing
+each file once sent: ``plnexp sync``, and every command that uses the store, before it sweeps up
+orphans or reads a run, so a result kept locally is never marked FAILED nor fitted again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from ..jobs.config import outputs_dir
+from ..system.paths import write_atomic
+from ..system.redact import redact_text
+from . import writes
+from .backend import after_fit, client
+
+
+log = logging.getLogger(__name__)
+
+
+def folder() -> Path:
+    return outputs_dir() / "pending"
+
+
+def keep(uri: str, run_id: str, record: dict) -> Path:
+    """Write ``record`` for run ``run_id`` of store ``uri`` to ``<outputs>/pending/<run_id>.json``,
+    whole or not at all (a temporary file, then renamed into place)."""
+    target = folder() / f"{run_id}.json"
+    write_atomic(target, json.dumps({"store": redact_text(uri), "run_id": run_id, **record}))
+    return target
+
+
+def kept_line(run_id: str, path: Path, error: BaseException) -> str:
+    first = (str(error).strip().splitlines() or [""])[0]
+    why = redact_text(f"{type(error).__name__}: {first}" if first else type(error).__name__)
+    return (
+        f"the store failed after the fit of run {run_id} ({why}): its result is kept in {path}, "
+        "and sent by `python -m plnexp sync` or the next plnexp command on this store"
+    )
+
+
+def finish(cl, uri: str, run_id: str, job) -> Path | None:
+    """Write the job's run (retried); if the store still fails, keep its result locally and say so
+    in one warning line (plnexp's logger). Returns the file kept, or None when the store took everything."""
+    record = writes.job_record(job)
+    try:
+        writes.write_record(after_fit(cl), run_id, record)
+        return None
+    except Exception as e:  # noqa: BLE001 - the store's failure, whatever it is: the result is kept
+        path = keep(uri, run_id, record)
+        log.warning(kept_line(run_id, path, e))
+        return path
+
+
+def waiting(uri: str) -> list[Path]:
+    """The files of the results kept for the store ``uri``, oldest first."""
+    if not folder().is_dir():
+        return []
+    found = []
+    for path in folder().glob("*.json"):
+        try:
+            store = json.loads(path.read_text()).get("store")
+        except (OSError, ValueError):
+            continue
+        if store == redact_text(uri):
+            found.append(path)
+    return sorted(found, key=lambda p: p.stat().st_mtime)
+
+
+def send(uri: str, path: Path) -> str:
+    """Send one kept result to its run in ``uri`` (retried), then remove its file; returns the run id."""
+    data = json.loads(path.read_text())
+    cl = after_fit(client(uri))
+    if "reason" not in data["tags"] and cl.get_run(data["run_id"]).data.tags.get("reason"):
+        cl.delete_tag(data["run_id"], "reason")  # ended meanwhile (lost, orphaned): the result says how it ended
+    writes.write_record(cl, data["run_id"], data)
+    path.unlink()
+    return data["run_id"]
+
+
+def sent_line(run_id: str, path: Path, status: str) -> str:
+    return f"plnexp: sent the result of run {run_id} kept in {path} to the store ({status})"
+
+
+def send_all(uri: str) -> list[str]:
+    """Send every result kept for ``uri``; returns one line per run sent (:func:`sent_line`, for
+    the command to print). Then raises the store's first error, if any (those not sent stay kept)."""
+    sent, errors = [], []
+    for path in waiting(uri):
+        try:
+            status = json.loads(path.read_text()).get("status", "")
+            sent.append(sent_line(send(uri, path), path, status))
+        except Exception as e:  # noqa: BLE001 - this one stays kept; the others are still tried
+            errors.append(e)
+    if errors:
+        raise errors[0]
+    return sent

@@ -1,0 +1,127 @@
+"""Runs left RUNNING, and who may end them: only their :class:`~plnexp.store.owners.Owner`, or
+anyone once that owner is known to be gone (``alive()`` is False), with the owner's reason
+(:meth:`~plnexp.store.owners.Owner.end_reason`: ``orphaned`` for a dead local process, ``slurm job
+12_3 CANCELLED`` for an ended SLURM job). A run whose owner is alive, or cannot be checked from here
+(``alive()`` None: another host's process, a SLURM job whose scheduler cannot be asked), is never
+touched. Each distinct owner is asked once per call (one ``squeue`` per SLURM job, not per run)."""
+
+from __future__ import annotations
+
+from . import owners
+from .owners import Owner
+from .queries import _search_experiments, children
+from .backend import client
+from .writes import JOB_TAG, Parent
+
+
+def _runs_of(cl, owner: Owner | None = None, status: str | None = "RUNNING") -> list:
+    """The runs with ``status`` (None: any status) in every experiment; with ``owner``, only the
+    runs written with its tags."""
+    where = [f"attributes.status = '{status}'"] if status else []
+    where += [f"tags.`{k}` = '{v}'" for k, v in (owner.tags() if owner is not None else {}).items()]
+    return _search_experiments(cl, " and ".join(where))
+
+
+class _Asked:
+    """Each distinct owner asked once whether it is alive (one ``squeue`` per SLURM job, not per run)."""
+
+    def __init__(self) -> None:
+        self.seen: dict = {}
+
+    def gone(self, owner: Owner) -> Owner | None:
+        """The owner, asked (it then knows why it ended), if it is known to be gone; else None."""
+        # by its tags, not by equality: an older run's LocalProcess (host and PID only) equals every
+        # later process that got its PID, which may be gone while that one is alive, or the reverse
+        key = (type(owner).__name__, tuple(sorted(owner.tags().items())))
+        if key not in self.seen:
+            self.seen[key] = owner if owner.alive() is False else None
+        return self.seen[key]
+
+
+def may_end(run, me: Owner | None = None, asked: _Asked | None = None) -> bool:
+    """Whether this process may end ``run`` (RUNNING): its owner is this process (``me``, by default
+    :func:`~plnexp.store.owners.current`), or it is known to be gone (``alive()`` is False)."""
+    owner = owners.owner_of(run.data.tags)
+    if owner is None:
+        return False  # nobody named: cannot tell
+    return owner == (me if me is not None else owners.current()) or (asked or _Asked()).gone(owner) is not None
+
+
+def end_running(cl, runs, status: str, reason: str, code: str) -> list:
+    """End every run of ``runs`` still RUNNING with ``status``, tags ``reason=code`` and
+    ``status_reason=reason``; returns those runs. (It does not ask their owners: see :func:`may_end`.)"""
+    from mlflow.entities import RunTag
+
+    ended = []
+    for r in runs:
+        if r.info.status != "RUNNING":
+            continue
+        cl.log_batch(r.info.run_id, tags=[RunTag("reason", code), RunTag("status_reason", reason)])
+        cl.set_terminated(r.info.run_id, status)
+        ended.append(r)
+    return ended
+
+
+def end_children(parent: Parent, status: str, reason: str, code: str) -> list[dict]:
+    """End the parent's children still RUNNING that this process may end (:func:`may_end`: its own,
+    with ``status`` and ``reason``; those of owners known to be gone, FAILED with the owner's reason,
+    except a local process's when ``status`` is KILLED: the interrupt that ends the sweep ended it, a
+    joblib worker's Ctrl-C); a child whose owner is alive elsewhere, or cannot be checked from here,
+    stays RUNNING. Returns every child as a plain row: name, status, reason, metrics, job number."""
+    cl = client(parent.uri)
+    runs = children(cl, parent)
+    me, asked = owners.current(), _Asked()
+    mine = [r for r in runs if r.info.status == "RUNNING" and owners.owner_of(r.data.tags) == me]
+    ended = end_running(cl, mine, status, reason, code)
+    for r in runs:  # the children of owners that are gone
+        owner = owners.owner_of(r.data.tags)
+        gone = asked.gone(owner) if r.info.status == "RUNNING" and owner is not None and owner != me else None
+        if gone is None:
+            continue
+        if status == "KILLED" and isinstance(gone, owners.LocalProcess):  # the sweep's Ctrl-C ended it too
+            ended += end_running(cl, [r], status, reason, code)
+        else:  # they died on their own: FAILED, with their owner's reason (slurm job 12_3 CANCELLED)
+            ended += end_running(cl, [r], "FAILED", *reversed(gone.end_reason()))
+    if ended:
+        runs = children(cl, parent)
+    return [
+        {
+            "name": r.info.run_name,
+            "status": r.info.status,
+            "reason": r.data.tags.get("status_reason", ""),
+            "metrics": dict(r.data.metrics),
+            "job": int(r.data.tags.get(JOB_TAG, 0) or 0),
+            "replicate": int(r.data.tags.get("replicate", 0) or 0),
+        }
+        for r in runs
+    ]
+
+
+def process_runs(uri: str) -> list:
+    """The runs this process created (any status), in this store."""
+    return _runs_of(client(uri), owners.current(), status=None)
+
+
+def end_process_runs(uri: str, status: str, reason: str, code: str) -> list:
+    """End the runs this process left RUNNING (e.g. when it must exit without unwinding)."""
+    cl = client(uri)
+    return end_running(cl, _runs_of(cl, owners.current()), status, reason, code)
+
+
+def sweep_up_orphans(uri: str) -> list:
+    """Mark FAILED, with their owner's reason (tags ``reason``, ``status_reason``), the runs left
+    RUNNING by owners that are gone (``reason=orphaned``: a process of this host that no longer
+    exists, after a SIGKILL or a crash; ``reason=slurm job 12_3 CANCELLED``: a SLURM job that ended);
+    returns them as they are now (ended, with those tags). Runs whose owner cannot be checked from
+    here (another host's processes, a scheduler that does not answer) are left alone. Every command
+    calls it first (run, sweep, rerun, report)."""
+    cl = client(uri)
+    dead, asked = [], _Asked()
+    for r in _runs_of(cl):
+        owner = owners.owner_of(r.data.tags)
+        gone = asked.gone(owner) if owner is not None else None
+        if gone is not None:
+            code, why = gone.end_reason()
+            end_running(cl, [r], "FAILED", why, code)
+            dead.append(cl.get_run(r.info.run_id))
+    return dead

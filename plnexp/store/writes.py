@@ -1,0 +1,283 @@
+"""Writing runs: the experiment (got or created), a sweep's parent run, a job's run (created
+RUNNING when the job starts, tagged with its :mod:`owner <plnexp.store.owners>`, and written in a
+few short calls after the fit: params, metrics and the ELBO curve in ``log_batch`` calls, artifacts,
+then its status), a report attached to a parent, tags added later.
+
+Every param, tag, note and text written here passes through :mod:`plnexp.system.redact` first (a store is
+read by more people, for longer, than the process that writes to it): a password in a
+``tracking_uri``, an override or a command line is logged as ``***``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import tempfile
+import time
+from dataclasses import fields
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from ..jobs.config import Config, flatten, outputs_dir
+from ..jobs.provenance import environment_tags
+from ..system.redact import redact, redact_text
+from . import owners
+from .backend import client, dress_experiment
+
+CURVE_KEY = "elbo"  # the ELBO per iteration (step metric)
+GAP_KEY = "gap_rel_log10"  # log10 of the relative gap to the best known ELBO: what reads on MLflow's linear chart
+JOB_TAG = "plnexp.job"  # a sweep child's job number (its order in the sweep)
+FINGERPRINT_TAG = "hlo_fingerprint"  # of the compiled program (plnexp.measure.fingerprint): same value, same program
+HLO_ARTIFACT = "program.hlo.txt"  # the optimized HLO of a compiled run (several functions: a header line each)
+GZIP_OVER = 1 << 20  # bytes: a larger text artifact is written as NAME.gz
+
+
+def safe(values: dict) -> dict[str, str]:
+    """``values`` as MLflow holds them (strings), credentials masked (:func:`plnexp.system.redact.redact`)."""
+    return redact({k: str(v) for k, v in values.items()})
+
+
+class Parent(NamedTuple):
+    """Where a sweep's children go: the store, the experiment and the parent run."""
+
+    uri: str
+    experiment_id: str
+    run_id: str
+
+
+def experiment_id(cl, name: str) -> str:
+    """Get or create the experiment: in a local store (sqlite, a folder) with its artifacts under
+    ``<outputs>/artifacts/<name>``; on a tracking server where the server puts them (with
+    ``--serve-artifacts``: uploaded through it, so the cluster's nodes need no access to them).
+    Either way tagged to open on the study in MLflow's UI, where it is not yet
+    (:func:`~plnexp.store.backend.dress_experiment`)."""
+    exp = cl.get_experiment_by_name(name)
+    if exp is not None:
+        dress_experiment(cl, exp.experiment_id, getattr(exp, "tags", None))
+        return exp.experiment_id
+    server = str(cl.tracking_uri).startswith(("http://", "https://"))
+    location = None if server else (outputs_dir() / "artifacts" / name).as_uri()
+    try:
+        exp_id = cl.create_experiment(name, artifact_location=location)
+    except Exception:  # created meanwhile by another process
+        exp = cl.get_experiment_by_name(name)
+        if exp is None:
+            raise
+        exp_id = exp.experiment_id
+    dress_experiment(cl, exp_id)
+    return exp_id
+
+
+def process_tags() -> dict[str, str]:
+    """Who owns a RUNNING run (:func:`plnexp.store.owners.current`): lets
+    :func:`~plnexp.store.running.sweep_up_orphans` find the runs of dead owners."""
+    return owners.current().tags()
+
+
+def start_parent(cl, exp_id: str, name: str, tags: dict) -> str:
+    run = cl.create_run(exp_id, run_name=redact_text(name), tags=safe({**process_tags(), **tags}))
+    return run.info.run_id
+
+
+def end_run(cl, run_id: str, status: str = "FINISHED", tags: dict | None = None) -> None:
+    from mlflow.entities import RunTag
+
+    if tags:
+        cl.log_batch(run_id, tags=[RunTag(k, v) for k, v in safe(tags).items()])
+    cl.set_terminated(run_id, status)
+
+
+def open_parent(uri: str, experiment: str, name: str, tags: dict) -> Parent:
+    """Get or create the experiment and create a sweep's RUNNING parent run in it."""
+    cl = client(uri)
+    exp_id = experiment_id(cl, experiment)
+    return Parent(uri, exp_id, start_parent(cl, exp_id, name, tags))
+
+
+def close_parent(parent: Parent, status: str, tags: dict, summary: str | None = None) -> None:
+    """Log the summary table (``summary.txt``) and the tags, then end the parent run."""
+    cl = client(parent.uri)
+    if summary:
+        cl.log_text(parent.run_id, redact_text(summary), "summary.txt")
+    end_run(cl, parent.run_id, status, tags)
+
+
+def _metric(key: str, value: float, step: int = 0, ts: int | None = None):
+    from mlflow.entities import Metric
+
+    return Metric(key, float(value), ts or int(time.time() * 1000), step)
+
+
+def start_job(cl, exp_id: str, job, parent_id: str | None = None, tags: dict | None = None) -> str:
+    """Create the RUNNING run of a job that starts now (one call); returns its id.
+
+    ``job`` is a :class:`plnexp.experiment.runner.Outcome` (its name, overrides, config, start time).
+    """
+    cfg: Config = job.config
+    all_tags = {"mlflow.parentRunId": parent_id} if parent_id else {}
+    all_tags.update(environment_tags(cfg))
+    all_tags.update(process_tags())
+    all_tags.update({"overrides": " ".join(job.overrides), "dataset": cfg.dataset.label, **(tags or {})})
+    if job.output_dir:
+        all_tags["hydra_output_dir"] = job.output_dir
+    run = cl.create_run(exp_id, start_time=int(job.started * 1000), run_name=redact_text(job.name), tags=safe(all_tags))
+    return run.info.run_id
+
+
+DATA_CONTEXT = "training"  # the dataset input's mlflow.data.context tag (what MLflow shows beside its name)
+
+
+def dataset_inputs(job) -> list[dict]:
+    """The data a job fitted as its run's MLflow dataset input (the runs table's Dataset column,
+    and the drawer it opens), plain JSON-able values for :func:`job_record`: the name (the data set's
+    label and n×p), the digest (``data_digest``'s first 8 hex digits, MLflow's length; the tag keeps
+    it whole), the source (the config of the data set: plnexp's loader makes it) and the profile
+    (``n``, ``p``). None before the data loaded (a job that failed first): its digest is not known
+    until then, after the run is created, so the input is written with the job's result."""
+    if not job.data_digest or not job.data_shape:
+        return []
+    cfg: Config = job.config
+    specs = cfg.replicate_datasets()  # a synthetic data set per replicate, with its own seed
+    spec = specs[job.replicate] if 0 <= job.replicate < len(specs) else cfg.dataset
+    n, p = job.data_shape
+    source = {"dataset": spec.name}
+    for f in fields(spec):
+        value = getattr(spec, f.name)
+        source[f"dataset.{f.name}"] = ",".join(value) if isinstance(value, tuple) else value
+    return [
+        {
+            "name": redact_text(f"{spec.label} {n}×{p}"),
+            "digest": job.data_digest[:8],
+            "source_type": "code",
+            "source": json.dumps({"tags": safe(source)}),
+            "profile": json.dumps({"n": n, "p": p}),
+            "context": DATA_CONTEXT,
+        }
+    ]
+
+
+def log_dataset_inputs(cl, run_id: str, inputs: list[dict]) -> None:
+    """Log :func:`dataset_inputs` to the run (one call; none when empty). Sent again, the same input
+    is not doubled: MLflow keeps one per data set's name and digest."""
+    if not inputs:
+        return
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    datasets = [
+        DatasetInput(
+            Dataset(d["name"], d["digest"], d["source_type"], d["source"], profile=d.get("profile")),
+            [InputTag("mlflow.data.context", d["context"])],
+        )
+        for d in inputs
+    ]
+    cl.log_inputs(run_id, datasets=datasets)
+
+
+def job_record(job) -> dict:
+    """Everything :func:`finish_job` writes for ``job`` (a :class:`plnexp.experiment.runner.Outcome`), as plain
+    JSON-able values, credentials masked: params, tags, metrics (``[key, value, step, ts]``), the
+    text artifacts (the optimized HLO as ``program.hlo.txt``, compressed when written: see
+    :func:`write_record`), the data set (:func:`dataset_inputs`), the ELBO plot's title, the status
+    and end time. What a result kept locally (:mod:`plnexp.store.pending`) holds."""
+    cfg: Config = job.config
+    tags = {"status_reason": job.reason or "", "mlflow.note.content": job.note()}
+    if job.status == "KILLED":
+        tags["reason"] = "interrupted"
+    if job.result is not None:
+        tags["device"] = job.result.device
+        tags[FINGERPRINT_TAG] = job.result.timing.fingerprint  # "": no XLA program (eager, torch)
+    if job.data_digest:
+        tags["data_digest"] = job.data_digest
+    if job.data_shape:
+        tags["data_n"], tags["data_p"] = job.data_shape
+    if getattr(job, "optimum", None) is not None:
+        tags.update(job.optimum.tags())
+    now = int(time.time() * 1000)
+    metrics = [[k, float(v), 0, now] for k, v in job.metrics().items() if v is not None and np.isfinite(v)]
+    metrics += [[CURVE_KEY, float(v), i, now] for i, v in enumerate(job.curve())]
+    metrics += [[GAP_KEY, float(v), i, now] for i, v in enumerate(job.gap_curve())]
+    artifacts = {"config.yaml": job.config_yaml()}  # credentials masked (Outcome.config_yaml)
+    if job.result is not None:
+        analysis = {
+            "cost_analysis": job.result.timing.cost_analysis,
+            "memory_analysis": job.result.timing.memory_analysis,
+            "runs_s": list(job.result.timing.runs_s),
+        }
+        artifacts["analysis.json"] = json.dumps(redact(analysis), indent=1, default=str)
+        if job.result.timing.program.hlo:  # the optimized HLO (plnexp.measure.xla_stats reads it: plnexp compare)
+            artifacts[HLO_ARTIFACT] = redact_text(job.result.timing.program.hlo)
+    return {
+        "params": safe(flatten(cfg.as_dict())),
+        "tags": safe(tags),
+        "metrics": metrics,
+        "artifacts": artifacts,
+        "inputs": dataset_inputs(job),  # the data set (log_dataset_inputs)
+        "plot_title": f"{job.name}  ({job.status})",
+        "status": job.status,
+        "end_time": int((job.ended or time.time()) * 1000),
+    }
+
+
+def write_record(cl, run_id: str, record: dict) -> None:
+    """Write a :func:`job_record` to the run ``run_id``, then end it with the record's status. Every
+    param is logged (MLflow's client splits a large batch), metrics 1000 to a call; a text artifact
+    over :data:`GZIP_OVER` bytes is written gzip-compressed, its name ending ``.gz``."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    params = [Param(k, v) for k, v in record["params"].items()]
+    metrics = [Metric(k, v, ts, step) for k, v, step, ts in record["metrics"]]
+    cl.log_batch(run_id, metrics=metrics[:1000], params=params, tags=[RunTag(k, v) for k, v in record["tags"].items()])
+    for start in range(1000, len(metrics), 1000):
+        cl.log_batch(run_id, metrics=metrics[start : start + 1000])
+    log_dataset_inputs(cl, run_id, record.get("inputs", []))  # a record kept before inputs were: none
+    curve = [m.value for m in sorted((m for m in metrics if m.key == CURVE_KEY), key=lambda m: m.step)]
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        for name, text in record["artifacts"].items():
+            data = text.encode()
+            if len(data) > GZIP_OVER:
+                (tmp / f"{name}.gz").write_bytes(gzip.compress(data, mtime=0))
+            else:
+                (tmp / name).write_bytes(data)
+        if curve:
+            from ..measure.plots import elbo_png
+
+            elbo_png(np.asarray(curve), record["plot_title"], tmp / "elbo.png")
+        cl.log_artifacts(run_id, str(tmp))
+    cl.set_terminated(run_id, record["status"], end_time=record["end_time"])
+
+
+def finish_job(cl, run_id: str, job) -> None:
+    """Log a job's params, metrics, curve and artifacts, then end its run with the job's status."""
+    write_record(cl, run_id, job_record(job))
+
+
+def log_job(cl, exp_id: str, job, parent_id: str | None = None) -> str:
+    """Create the run of a job that has already ended and log everything; returns its id."""
+    run_id = start_job(cl, exp_id, job, parent_id)
+    finish_job(cl, run_id, job)
+    return run_id
+
+
+def log_report(uri: str, run_id: str, folder: Path, metrics: dict, tags: dict) -> None:
+    """Attach a report to a sweep's parent run: the files of ``folder`` under ``report/``, its
+    summary metrics and tags (a run can take them after it ended; a later report replaces them)."""
+    from mlflow.entities import RunTag
+
+    cl = client(uri)
+    now = int(time.time() * 1000)
+    cl.log_batch(
+        run_id,
+        metrics=[_metric(k, v, ts=now) for k, v in metrics.items() if np.isfinite(v)],
+        tags=[RunTag(k, v) for k, v in safe(tags).items()],
+    )
+    cl.log_artifacts(run_id, str(folder), "report")
+
+
+def set_tags(uri: str, run_id: str, tags: dict) -> None:
+    """Add tags to a run (e.g. a rerun's verdict, once it is known), in one call."""
+    from mlflow.entities import RunTag
+
+    client(uri).log_batch(run_id, tags=[RunTag(k, v) for k, v in safe(tags).items()])

@@ -1,7 +1,0 @@
-"""The PLN fit of :mod:`plnexp.model` / :mod:`plnexp.problem` written in PyTorch, for the baselines
-``torch_eager`` and ``torch_compile`` (:mod:`plnexp.strategies.torch_loops`).
-
-Importing this package does not import torch; its modules do (``model``: ELBOs, closed forms and
-gradients; ``optim``: optax's formulas; ``program``: the strategies' Programs). They are imported
-only when a torch strategy is built, so ``import plnexp`` and every JAX path work without torch.
-"""
