@@ -1,6 +1,9 @@
 """``python -m plnexp run|sweep|report|rerun|compare|sync|ui|doctor [overrides]``: the command line.
 
-Every command checks its whole job list before any work: the sweep grid expanded and each job's
+:mod:`plnexp.cli.parser` names the command (``--help`` lists them; overrides alone mean ``run``);
+``run`` and ``sweep`` hand their overrides and flags to Hydra, ``ui`` its options to mlflow ui, the
+others parse theirs with argparse (:class:`plnexp.system.commandline.Parser`: a bad command line is
+one line ``plnexp: error: WHAT; usage: ...``, exit 2). Every command checks its whole job list before any work: the sweep grid expanded and each job's
 config composed and loaded (:mod:`plnexp.experiment.plan`), each distinct data set loaded once, the outputs
 folder written to, the MLflow store reached. A problem is one line on stderr naming the key, file
 or store and what is allowed, exit code 2, no run created (``HYDRA_FULL_ERROR=1`` shows the
@@ -33,11 +36,12 @@ from .jobs import config as C
 from .core.data import DataError, DataWarning
 from .system.redact import redact_text
 from .measure.timing import CacheWarning
+from .cli import parser as front
+from .system.commandline import Parser, UsageError, fail
 
 USAGE_LINE = (
-    "usage: python -m plnexp {run,sweep,report,rerun,compare,sync,ui,doctor} [--config-dir DIR] [overrides ...]; allowed "
-    "commands are run, sweep, report, rerun, compare, sync, ui, doctor (python -m plnexp --help lists the config groups "
-    "and overrides)"
+    f"usage: {front.USAGE}; allowed commands are {front.ALLOWED} (python -m plnexp --help lists the commands, "
+    "python -m plnexp run --help the config groups and overrides)"
 )
 HYDRA_FLAGS = {
     "--help",
@@ -54,7 +58,6 @@ HYDRA_FLAGS = {
     "-sc",
     "--version",
 }
-ERROR_KINDS = ((C.ConfigError, "error"), (DataError, "data error"), (tracking.StoreError, "store error"))
 
 
 UI_HOST, UI_PORT = "127.0.0.1", 5000  # mlflow ui's defaults (plnexp names its host)
@@ -127,7 +130,7 @@ def ui(args: list[str]) -> int:
         if not any(a == "--help" for a in args):  # mlflow ui's help: nothing is served
             check_port_free(*ui_address(args))
     except C.ConfigError as e:
-        return _fail(e)
+        return fail(e)
     uri = tracking.tracking_uri(None)
     cmd = [
         sys.executable,
@@ -221,15 +224,6 @@ def config_dir_override(args: list[str]) -> list[str]:
     return out
 
 
-def _fail(e: Exception) -> int:
-    """One line on stderr for bad input (the traceback only with HYDRA_FULL_ERROR=1); exit code 2."""
-    if os.environ.get("HYDRA_FULL_ERROR") == "1":
-        raise e
-    kind = next(k for cls, k in ERROR_KINDS if isinstance(e, cls))
-    print(f"plnexp: {kind}: {redact_text(str(e))}", file=sys.stderr, flush=True)  # an override may hold a password
-    return 2
-
-
 def _check(overrides: list[str], multirun: bool):
     """Everything before the first run exists; returns the jobs and the store's URI. The device is
     checked here only when the jobs run on this machine (each job checks it again where it runs)."""
@@ -272,18 +266,27 @@ SYNC_HELP = (
 )
 
 
+def sync_parser() -> Parser:
+    p = Parser(SYNC_USAGE.removeprefix("usage: "), SYNC_HELP, unknown="unknown argument {arg}")
+    p.add_argument("settings", nargs="*", metavar="tracking_uri=URI", help="the store to send them to")
+    return p
+
+
 def sync(args: list[str]) -> int:
     """``plnexp sync``: send the results kept locally for the store (:mod:`plnexp.store.pending`),
     one line per run sent; exit 0 when all are sent; one line and exit 2 if the store cannot be
     reached, 1 if a write fails (the results stay kept)."""
-    if args and args[0] in ("-h", "--help"):
-        print(f"{SYNC_USAGE}\n\n{SYNC_HELP}")
-        return 0
-    given = [a.split("=", 1)[1] for a in args if a.startswith("tracking_uri=")]
-    other = [a for a in args if not a.startswith("tracking_uri=")]
-    if other:
-        print(f"plnexp: error: unknown argument {other[0]}; {SYNC_USAGE}", file=sys.stderr, flush=True)
-        return 2
+    p = sync_parser()
+    try:
+        ns = p.parse(args)
+        if ns is None:  # --help: printed
+            return 0
+        other = [a for a in ns.settings if not a.startswith("tracking_uri=")]
+        if other:
+            p.error(f"unknown argument {other[0]}")
+    except UsageError as e:
+        return fail(e)
+    given = [a.split("=", 1)[1] for a in ns.settings if a.startswith("tracking_uri=")]
     explicit = given[-1] if given else None
     folder = tracking.pending.folder()
     uri = tracking.tracking_uri(explicit)
@@ -296,7 +299,7 @@ def sync(args: list[str]) -> int:
         for line in tracking.pending.send_all(uri):
             print(line, flush=True)
     except (C.ConfigError, tracking.StoreError) as e:
-        return _fail(e)
+        return fail(e)
     except Exception as e:  # noqa: BLE001 - the store failed while sending: one line
         print(
             f"plnexp: store error: {redact_text(uri)}: cannot send the results kept in {folder} ({_first(e)}); "
@@ -420,7 +423,7 @@ def multirun(overrides: list[str], jobs: list, uri: str, resumed: bool = False, 
             named=jobs[0].shown,  # the keys that tell the grid's jobs apart (cli.plan)
         )
     except C.ConfigError as e:
-        return _fail(e)
+        return fail(e)
     if end.stop is not None:
         return end.stop.exit_code
     if end.error is not None:
@@ -468,45 +471,50 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if not args:
-        print(f"plnexp: error: no command; {USAGE_LINE}", file=sys.stderr)
-        return 2
-    if args[0] not in ("report", "doctor", "ui", "sync", "compare"):
+    given = list(sys.argv[1:] if argv is None else argv)
+    try:  # the command (python -m plnexp --help lists them); each parses its own arguments
+        command, args = front.command(given)
+    except UsageError as e:
+        if not given:  # no arguments at all: the commands, then the one error line
+            front.front_end().print_help()
+        return fail(e)
+    if command is None:  # --help
+        front.front_end().print_help()
+        return 0
+    if command in ("run", "sweep", "rerun"):
         try:  # before Hydra, whose own error here is a 35-line traceback
             C.check_configs()
         except C.ConfigError as e:
-            return _fail(e)
-    if args[0] == "sync":
-        return sync(args[1:])
-    if args[0] == "rerun":
+            return fail(e)
+    if command == "sync":
+        return sync(args)
+    if command == "rerun":
         from .experiment.rerun import main as rerun
         from .experiment.rerun import store_override
 
-        _send_pending(tracking.tracking_uri(store_override(args[1:])[0]))
-        return rerun(args[1:])
-    if args[0] == "report":
+        _send_pending(tracking.tracking_uri(store_override(args)[0]))
+        return rerun(args)
+    if command == "report":
         from .report.summary import main as report
 
         _send_pending(tracking.tracking_uri(None))
-        return report(args[1:])
-    if args[0] == "compare":
+        return report(args)
+    if command == "compare":
         from .report.compare import main as compare
         from .report.compare import store_of
 
-        _send_pending(tracking.tracking_uri(store_of(args[1:])))
-        return compare(args[1:])
-    if args[0] == "doctor":
+        _send_pending(tracking.tracking_uri(store_of(args)))
+        return compare(args)
+    if command == "doctor":
         from .cli.doctor import main as doctor
 
-        return doctor(args[1:])
-    command = args.pop(0) if args[0] in ("run", "sweep", "ui") else "run"
+        return doctor(args)
     if command == "ui":
         return ui(args)
     try:
         args = config_dir_override(args)
     except C.ConfigError as e:
-        return _fail(e)
+        return fail(e)
     if command == "sweep" and not any(a.startswith("sweep=") for a in args):
         args.insert(0, "sweep=default")
     if any(a.split("=")[0] in HYDRA_FLAGS for a in args):
@@ -533,7 +541,7 @@ def _main(argv: list[str] | None = None) -> int:
         if resumed and not is_multirun:
             raise C.ConfigError("resume=true: only for sweeps; allowed with python -m plnexp sweep or --multirun")
     except C.ConfigError as e:
-        return _fail(e)
+        return fail(e)
     with interrupts.handled() as guard:  # nothing to record yet: an interrupt is one line
         try:
             with interrupts.deferred():  # held until the checks end: never half-way through Hydra's code
@@ -541,7 +549,7 @@ def _main(argv: list[str] | None = None) -> int:
                 _send_pending(uri)  # before the sweep-up and resume's reading of the store
                 _sweep_up(uri)
         except (C.ConfigError, DataError, tracking.StoreError) as e:
-            return _fail(e)
+            return fail(e)
         except KeyboardInterrupt as e:
             guard.stopping()
             stop = interrupts.as_interrupted(e)
@@ -565,8 +573,9 @@ def exit_now(code: int) -> None:
 def _ran_fits_here() -> bool:
     """False when a process-pool launcher (joblib's loky) ran the jobs: its workers are gone, no XLA
     call runs here, and a normal exit lets loky clean up after itself."""
-    loky = sys.modules.get("joblib.externals.loky.reusable_executor")
-    return getattr(loky, "_executor", None) is None
+    from .system.executor_compat import loky_executor_running
+
+    return not loky_executor_running()
 
 
 if __name__ == "__main__":

@@ -441,12 +441,82 @@ def test_ui_with_an_option_mlflow_refuses_exits_1(outputs, tmp_path):
     )
 
 
-def test_help_lists_config_groups(tmp_path, plnexp_main):
-    proc = plnexp_main("--help", cwd=tmp_path)
+def test_run_help_lists_config_groups(tmp_path, plnexp_main):
+    proc = plnexp_main("run", "--help", cwd=tmp_path)  # Hydra's help
     assert proc.returncode == 0
     for group in ("dataset:", "optimizer:", "strategy:", "device:", "precision:", "model:", "sweep:"):
         assert group in proc.stdout
     assert "python -m plnexp ui [--port N]" in proc.stdout  # every command with its options
+    assert "python -m plnexp sync [tracking_uri=URI]" in proc.stdout
+
+
+COMMANDS = ("run", "sweep", "report", "rerun", "compare", "sync", "ui", "doctor")
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_lists_every_command(plnexp_main, flag):
+    from plnexp.cli.parser import COMMANDS as described
+
+    proc = plnexp_main(flag)
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert tuple(described) == COMMANDS
+    for name in COMMANDS:  # each command with its line
+        (line,) = [line for line in proc.stdout.splitlines() if line.startswith(f"    {name} ")]
+        assert described[name] in line, line
+    assert "run and sweep take Hydra overrides" in proc.stdout and "python -m plnexp run --help" in proc.stdout
+
+
+def test_no_arguments_lists_the_commands_then_one_error_line(plnexp_main):
+    proc = plnexp_main()
+    assert proc.returncode == 2
+    assert all(name in proc.stdout for name in COMMANDS)
+    (err,) = proc.stderr.strip().splitlines()
+    assert err.startswith("plnexp: error: no command; usage: python -m plnexp {run,sweep,")
+    assert f"allowed commands are {', '.join(COMMANDS)}" in err
+
+
+def test_an_unknown_command_is_one_line_and_exit_2(outputs, capsys):
+    from plnexp.__main__ import main
+
+    assert main(["frobnicate", "n_iter=5"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        "plnexp: error: unknown command 'frobnicate'; allowed commands are run, sweep, report, rerun, compare, "
+        "sync, ui, doctor\n"
+    )
+    assert all_runs(outputs) == [] and not (outputs / "runs").exists()
+
+
+def test_overrides_alone_mean_run():
+    from plnexp.cli.parser import command
+
+    assert command(["n_iter=5", "dataset.replication=1"]) == ("run", ["n_iter=5", "dataset.replication=1"])
+    assert command(["+extra=1"]) == ("run", ["+extra=1"])
+    assert command(["~peers"]) == ("run", ["~peers"])
+    assert command(["--multirun", "n_iter=5,6"]) == ("run", ["--multirun", "n_iter=5,6"])
+    assert command(["--cfg", "job"]) == ("run", ["--cfg", "job"])  # Hydra's flags: Hydra answers
+    assert command(["sweep", "sweep=seed"]) == ("sweep", ["sweep=seed"])
+    assert command(["--help"]) == (None, [])
+    with pytest.raises(ValueError, match="unknown command 'sweeep'; allowed commands are run, sweep"):
+        command(["sweeep"])
+
+
+@pytest.mark.parametrize("name", [c for c in COMMANDS if c not in ("run", "sweep", "ui")])
+def test_each_command_help_prints_its_usage(outputs, plnexp_main, name):
+    proc = plnexp_main(name, "--help")
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert proc.stdout.startswith(f"usage: python -m plnexp {name}")
+    assert "-h, --help" in proc.stdout
+
+
+def test_sync_parse_errors_are_one_line(outputs, plnexp_main):
+    proc = plnexp_main("sync", "frob=1")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == "plnexp: error: unknown argument frob=1; usage: python -m plnexp sync [tracking_uri=URI]\n"
+    proc = plnexp_main("sync", "--frob")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("plnexp: error: unknown argument --frob; usage: python -m plnexp sync")
 
 
 @pytest.mark.parametrize("launcher", ["slurm", "submitit_slurm"])

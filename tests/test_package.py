@@ -153,7 +153,7 @@ def test_run_a_sweep_and_the_dashboard_from_another_folder_write_there_only(inst
     assert _files(venv) == before, "nothing written into the venv (the installed package included)"
 
 
-@pytest.mark.parametrize("args", [["--help"], ["sweep"], ["run", "n_iter=3"], ["rerun", "latest"]])
+@pytest.mark.parametrize("args", [["run", "--help"], ["sweep"], ["run", "n_iter=3"], ["rerun", "latest"]])
 def test_an_install_without_its_configs_says_so_in_one_line(monkeypatch, capsys, args, tmp_path):
     from plnexp.jobs import config
     from plnexp.__main__ import main

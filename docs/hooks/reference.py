@@ -216,7 +216,7 @@ def groups_section(conf: Path) -> list[str]:
         "Each folder under `conf/` is a group; `GROUP=OPTION` picks one of its files (`sweep=NAME` a "
         "grid, `hydra/launcher=NAME` a launcher), and `GROUP.KEY=VALUE` sets one of its keys. A bad "
         "value fails before any work, in one line naming the key and the allowed values. "
-        "`python -m plnexp --help` lists the same groups.",
+        "`python -m plnexp run --help` lists the same groups.",
         "",
         "| group | default | options |",
         "|---|---|---|",

@@ -1,1 +1,1 @@
-"""The command line's own helpers (doctor); the entry point is :mod:`plnexp.__main__`."""
+"""The command line's own helpers (parser: which command a command line names; doctor); the entry point is :mod:`plnexp.__main__`."""

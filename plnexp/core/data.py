@@ -85,6 +85,8 @@ def _as_host(a: np.ndarray, dtype) -> np.ndarray:
 class DataError(ValueError):
     """A data file or array that cannot be fitted; the message names the file and the problem."""
 
+    kind = "data error"  # its one line: plnexp: data error: ... (plnexp.system.commandline.fail)
+
 
 class DataWarning(UserWarning):
     """Data that can be fitted but not meaningfully in part (one line naming the columns)."""

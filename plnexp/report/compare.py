@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 from dataclasses import dataclass
 
 from .. import store as tracking
 from ..measure import xla_stats
 from ..jobs.config import ConfigError
 from ..measure.metrics import PROGRAM, Metric
-from ..system.redact import redact_text
+from ..system.commandline import Parser, UsageError, fail
 
 USAGE = "usage: python -m plnexp compare RUN_A RUN_B [tracking_uri=STORE]"
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -69,15 +68,24 @@ class Side:
         return f"{name} ({', '.join(options)})" if options else name
 
 
-def parse(args: list[str]) -> tuple[str, str, str | None]:
-    """(RUN_A, RUN_B, the ``tracking_uri=`` given or None); ConfigError (one line) otherwise."""
-    store = [a.split("=", 1)[1] for a in args if a.startswith("tracking_uri=")]
-    rest = [a for a in args if not a.startswith("tracking_uri=")]
-    unknown = [a for a in rest if a.startswith("-")]
-    if unknown:
-        raise ConfigError(f"unknown option {unknown[0]}; {USAGE}")
+def parser() -> Parser:
+    """``compare``'s arguments (:mod:`plnexp.cli.parser` names the command)."""
+    p = Parser(USAGE.removeprefix("usage: "), HELP.split("\n\n", 1)[1], unknown="unknown option {arg}")
+    p.add_argument("runs", nargs="*", metavar="RUN_A RUN_B", help="the two runs (then tracking_uri=STORE)")
+    return p
+
+
+def parse(args: list[str]) -> tuple[str, str, str | None] | None:
+    """(RUN_A, RUN_B, the ``tracking_uri=`` given or None); None once ``--help`` is printed;
+    UsageError or ConfigError (one line) otherwise."""
+    p = parser()
+    ns = p.parse(args)
+    if ns is None:
+        return None
+    store = [a.split("=", 1)[1] for a in ns.runs if a.startswith("tracking_uri=")]
+    rest = [a for a in ns.runs if not a.startswith("tracking_uri=")]
     if len(rest) != 2:
-        raise ConfigError(f"{len(rest)} run id(s) given, 2 needed; {USAGE}")
+        p.error(f"{len(rest)} run id(s) given, 2 needed")
     for rid in rest:
         if not RUN_ID.match(rid):
             raise ConfigError(
@@ -224,18 +232,16 @@ def render(a: Side, b: Side) -> str:
 
 
 def main(args: list[str]) -> int:
-    if "-h" in args or "--help" in args:
-        print(HELP)
-        return 0
     try:
-        run_a, run_b, store = parse(args)
+        parsed = parse(args)
+        if parsed is None:  # --help: printed
+            return 0
+        run_a, run_b, store = parsed
         uri = tracking.check_existing_store(
             store, "no runs to compare (tracking_uri=, MLFLOW_TRACKING_URI or PLNEXP_OUTPUTS selects another)"
         )
         a, b = side(uri, run_a), side(uri, run_b)
-    except (ConfigError, tracking.StoreError) as e:
-        kind = "store error" if isinstance(e, tracking.StoreError) else "error"
-        print(f"plnexp: {kind}: {redact_text(str(e))}", file=sys.stderr, flush=True)
-        return 2
+    except (UsageError, ConfigError, tracking.StoreError) as e:
+        return fail(e)
     print(render(a, b), flush=True)
     return 0

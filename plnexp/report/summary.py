@@ -50,6 +50,7 @@ from ..jobs import ranking
 from .. import store as tracking
 from ..jobs.config import ConfigError, min_speedup as check_min_speedup, outputs_dir
 from ..measure.metrics import REPORT, cell
+from ..system.commandline import Parser, UsageError, fail
 from ..system.redact import redact_text
 from .entries import COMPILER, DASH, SHORT, int_or_none, median
 from .entries import Entry as Entry, Report as Report, compare as compare, load as load  # re-exported
@@ -673,25 +674,32 @@ def show(report: Report, folder: Path, files: list[str]) -> None:
 USAGE = "usage: python -m plnexp report [--experiment NAME] [--run PARENT_ID] [--out DIR] [--min-speedup X]"
 
 
-def parse(args: list[str]) -> dict:
+def parser() -> Parser:
+    """``report``'s arguments (:mod:`plnexp.cli.parser` names the command)."""
+    p = Parser(
+        USAGE.removeprefix("usage: "),
+        __doc__.split("\n\n", 1)[1],
+        unknown="{arg}: unknown argument; allowed are {allowed}",
+    )
+    p.add_argument("--experiment", metavar="NAME", help="the newest sweep of this experiment")
+    p.add_argument("--run", dest="run_id", metavar="PARENT_ID", help="this sweep (its parent run)")
+    p.add_argument("--out", metavar="DIR", help="the folder to write into")
+    p.add_argument("--min-speedup", dest="min_speedup", metavar="X", help="the minimum effect a winner needs (>= 1)")
+    return p
+
+
+def parse(args: list[str]) -> dict | None:
     """``--key value`` or ``--key=value`` for experiment, run, out, min-speedup (a number >= 1, the
-    minimum effect a winner needs: the sweep's ``report.min_speedup`` otherwise); ConfigError for
-    anything else."""
-    allowed = {"--experiment": "experiment", "--run": "run_id", "--out": "out", "--min-speedup": "min_speedup"}
-    out: dict[str, str | Path | float]
-    out, rest = {}, list(args)
-    while rest:
-        a = rest.pop(0)
-        key, eq, value = a.partition("=")
-        if key not in allowed:
-            raise ConfigError(f"{a}: unknown argument; allowed are {', '.join(allowed)} ({USAGE})")
-        if not eq:
-            if not rest or rest[0].startswith("--"):
-                raise ConfigError(f"{key}: needs a value ({USAGE})")
-            value = rest.pop(0)
-        if not value:
-            raise ConfigError(f"{key}: needs a value ({USAGE})")
-        out[allowed[key]] = value
+    minimum effect a winner needs: the sweep's ``report.min_speedup`` otherwise); None once ``--help``
+    is printed; UsageError (or ConfigError: a bad value) for anything else."""
+    p = parser()
+    ns = p.parse(args)
+    if ns is None:
+        return None
+    out: dict[str, str | Path | float] = {k: v for k, v in vars(ns).items() if v is not None}
+    empty = [p.options[dest] for dest, value in out.items() if value == ""]
+    if empty:
+        p.error(f"{empty[0]}: needs a value")
     if "out" in out:
         out["out"] = Path(str(out["out"])).resolve()
     if "min_speedup" in out:
@@ -700,11 +708,10 @@ def parse(args: list[str]) -> dict:
 
 
 def main(args: list[str]) -> int:
-    if args and args[0] in ("-h", "--help"):
-        print(f"{USAGE}\n\n" + __doc__.split("\n\n", 1)[1])
-        return 0
     try:
         opts = parse(args)
+        if opts is None:  # --help: printed
+            return 0
         from ..experiment import plan as cli
 
         cli.check_outputs()
@@ -715,10 +722,8 @@ def main(args: list[str]) -> int:
         )
         tracking.sweep_up_orphans(uri)
         report, folder, files = build(uri, **opts)
-    except (ConfigError, tracking.StoreError) as e:
-        kind = "store error" if isinstance(e, tracking.StoreError) else "error"
-        print(f"plnexp: {kind}: {redact_text(str(e))}", file=sys.stderr, flush=True)
-        return 2
+    except (UsageError, ConfigError, tracking.StoreError) as e:
+        return fail(e)
     except OSError as e:
         print(f"plnexp: error: cannot write the report ({e.strerror or e}: {e.filename})", file=sys.stderr, flush=True)
         return 2

@@ -1,1 +1,1 @@
-"""The process and the machine: paths, process settings (XLA flags, threads), secrets masking, SLURM's environment, interrupts. Imports nothing else of plnexp."""
+"""The process and the machine: paths, process settings (XLA flags, threads), secrets masking, SLURM's environment, interrupts, the command lines' parsing and one-line errors. Imports nothing else of plnexp."""
