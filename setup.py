@@ -45,12 +45,24 @@ class BuildWithConf(build_py):
             shutil.copytree("conf", target, ignore=shutil.ignore_patterns("__pycache__"))
 
 
+def _ffi_include_dir() -> str:
+    """The XLA FFI headers of the build environment's jax (pinned like the runtime one): its public
+    ``jax.ffi.include_dir()`` (jax 0.10.2 has it); with a jax that lacks it, jaxlib's ``include``
+    folder found by path (where jaxlib 0.10.2 ships them). ImportError where neither is importable."""
+    try:
+        import jax.ffi
+
+        return str(jax.ffi.include_dir())
+    except (ImportError, AttributeError):
+        import jaxlib
+
+        return str(Path(jaxlib.__file__).resolve().parent / "include")
+
+
 class BuildKernel(build_ext):
     def build_extension(self, ext):
         try:
-            import jaxlib  # the build environment's, pinned like the runtime one
-
-            ext.include_dirs.append(str(Path(jaxlib.__file__).resolve().parent / "include"))
+            ext.include_dirs.append(_ffi_include_dir())
         except ImportError as err:
             print(f"plnexp: the scan_fused kernel is not built: jaxlib not importable at build time ({err})")
             return

@@ -95,7 +95,7 @@ def child_peer(args) -> dict:
     cuda = torch.cuda.is_available()  # pyPLNmodels fits on the GPU wherever torch sees one
     with peers.seeded_pyplnmodels(Y, O, X, rank=args.rank) as model:  # from the sweep peer's seed
         t0 = time.perf_counter()
-        with peers._quiet():
+        with peers.quiet():
             model.fit(**kwargs)
         if cuda:
             torch.cuda.synchronize()

@@ -61,7 +61,7 @@ def test_the_criteria_agree_with_pyplnmodels_own_numbers():
     pp = peers.import_pyplnmodels()
     data = simulate_pca(n=80, p=10, q=2, seed=1)
     assert (data.Y.sum(axis=0) > 0).all()  # pyPLNmodels would drop an all-zero column
-    with peers._quiet():
+    with peers.quiet():
         pca = pp.PlnPCA(data.Y, exog=data.X, offsets=data.O, add_const=False, rank=2)
         pca.fit(maxiter=50)
         pln = pp.Pln(data.Y, exog=data.X, offsets=data.O, add_const=False)

@@ -42,7 +42,7 @@ if _SubmititSlurm is not None:
             return executor
 
         def launch(self, job_overrides, initial_job_idx):
-            from hydra.core.singleton import Singleton
+            from plnexp.experiment.hydra_compat import job_value, submitit_job_args
             from plnexp.system import slurm
             from plnexp.system.redact import redact_text
 
@@ -50,16 +50,7 @@ if _SubmititSlurm is not None:
             sweep_dir = Path(str(self.config.hydra.sweep.dir))
             sweep_dir.mkdir(parents=True, exist_ok=True)
             executor = self._executor()
-            args = [
-                (
-                    list(o),
-                    "hydra.sweep.dir",
-                    initial_job_idx + i,
-                    f"job_id_for_{initial_job_idx + i}",
-                    Singleton.get_state(),
-                )
-                for i, o in enumerate(job_overrides)
-            ]
+            args = submitit_job_args(job_overrides, initial_job_idx)  # before submitting: may refuse
             jobs = executor.map_array(self, *zip(*args))
             total = _total(sweep_dir, initial_job_idx + len(jobs))
             first = jobs[0].job_id.split("_")[0] if jobs else "?"
@@ -73,11 +64,11 @@ if _SubmititSlurm is not None:
             def on_end(e: slurm.JobEnd) -> None:
                 label = f"[{initial_job_idx + e.index + 1}/{total}]"
                 result = e.result
-                if result is not None and result.status == JobStatus.COMPLETED and result._return_value:
-                    print(result._return_value, flush=True)
+                if result is not None and result.status == JobStatus.COMPLETED and result.return_value:
+                    print(result.return_value, flush=True)
                     return
                 what = " ".join(filter_overrides(job_overrides[e.index])) or "(no overrides)"
-                why = e.error or (str(result._return_value) if result is not None else "")
+                why = e.error or (str(job_value(result)) if result is not None else "")
                 line = f"{label} {what}: slurm job {e.job} {e.state}{': ' + why if why else ''}"
                 print(redact_text(line), flush=True)  # the overrides may hold the store's password
 
@@ -88,15 +79,16 @@ if _SubmititSlurm is not None:
         """Every job as COMPLETED for Hydra's sweeper (which raises a FAILED job's error): the job's
         own status is in its MLflow run."""
         r = e.result if e.result is not None else JobReturn(overrides=list(overrides))
-        return JobReturn(
+        out = JobReturn(
             overrides=r.overrides,
             cfg=r.cfg,
             hydra_cfg=r.hydra_cfg,
             working_dir=r.working_dir,
             task_name=r.task_name,
             status=JobStatus.COMPLETED,
-            _return_value=r._return_value if r.status == JobStatus.COMPLETED else None,
         )
+        out.return_value = r.return_value if r.status == JobStatus.COMPLETED else None  # Hydra's public setter
+        return out
 
     def _total(sweep_dir: Path, fallback: int) -> int:
         from plnexp.experiment.sweep import read_record

@@ -70,11 +70,12 @@ class PLNState(NamedTuple):
 Params = dict  # the pytree the optimizer sees: {"B", "M", "S"} or {"M", "S"}
 
 
-def _logdet_from_cholesky(L: jax.Array) -> jax.Array:
+def logdet_from_cholesky(L: jax.Array) -> jax.Array:
+    """log det of the matrix whose lower Cholesky factor is ``L``: twice the sum of the logs of its diagonal."""
     return 2.0 * jnp.sum(jnp.log(jnp.diagonal(L)))
 
 
-def _inverse_spd(Sigma: jax.Array) -> jax.Array:
+def inverse_spd(Sigma: jax.Array) -> jax.Array:
     """Sigma^-1 through its Cholesky factor (no general-purpose inverse)."""
     L = jnp.linalg.cholesky(Sigma)
     return cho_solve((L, True), jnp.eye(Sigma.shape[0], dtype=Sigma.dtype))
@@ -104,7 +105,7 @@ def elbo_given_sigma(B, M, S, Sigma, data: Arrays) -> jax.Array:
     L = jnp.linalg.cholesky(Sigma)
     Omega = cho_solve((L, True), jnp.eye(p, dtype=Sigma.dtype))
     second_moment = _total(data.rows, M.T @ M + jnp.diag(jnp.sum(_data_rows(data.rows, S * S), axis=0)))
-    gauss = -0.5 * n * _logdet_from_cholesky(L) - 0.5 * jnp.sum(Omega * second_moment)
+    gauss = -0.5 * n * logdet_from_cholesky(L) - 0.5 * jnp.sum(Omega * second_moment)
     return _poisson_part(data, data.O + data.X @ B + M, S) + gauss + 0.5 * n * p
 
 
@@ -117,7 +118,7 @@ def full_elbo(params: Params, state: PLNState, data: Arrays) -> jax.Array:
     B, M, S = params["B"], params["M"], params["S"]
     rows = data.rows
     n, p = _n(rows, M), M.shape[1]
-    logdet_omega = -_logdet_from_cholesky(jnp.linalg.cholesky(state.Sigma))  # state is not differentiated
+    logdet_omega = -logdet_from_cholesky(jnp.linalg.cholesky(state.Sigma))  # state is not differentiated
     Omega = state.Omega
     trace = jnp.sum(Omega * _total(rows, M.T @ M)) + jnp.sum(
         jnp.diagonal(Omega) * _total(rows, jnp.sum(_data_rows(rows, S * S), axis=0))
@@ -136,7 +137,7 @@ def profiled_elbo(params: Params, state: PLNState, data: Arrays) -> jax.Array:
     n = _n(data.rows, M)
     R = M - data.X @ closed_form_b(data.X, M, data.rows)
     L = jnp.linalg.cholesky(closed_form_sigma(R, S, data.rows))
-    return _poisson_part(data, data.O + M, S) - 0.5 * n * _logdet_from_cholesky(L)
+    return _poisson_part(data, data.O + M, S) - 0.5 * n * logdet_from_cholesky(L)
 
 
 def _value_and_grad_given_omega(data: Arrays, M, B, M_res, S, Sigma, Omega, logdet_sigma):
@@ -175,7 +176,7 @@ def full_value_and_grad(params: Params, state: PLNState, data: Arrays) -> tuple[
     ``params`` (as :func:`_complete_full` makes it; every state of a fit is complete).
     """
     B, M, S = params["B"], params["M"], params["S"]
-    logdet_sigma = _logdet_from_cholesky(jnp.linalg.cholesky(state.Sigma))
+    logdet_sigma = logdet_from_cholesky(jnp.linalg.cholesky(state.Sigma))
     value, dM, dS, A = _value_and_grad_given_omega(data, M, B, M, S, state.Sigma, state.Omega, logdet_sigma)
     # X'(Y - A) as X'Y - X'A: X'Y is loop-invariant (XLA hoists it) and A is already in memory
     return value, {"B": _total(data.rows, data.X.T @ data.Y - data.X.T @ A), "M": dM, "S": dS}
@@ -191,21 +192,21 @@ def profiled_value_and_grad(params: Params, state: PLNState, data: Arrays) -> tu
     """
     M, S = params["M"], params["S"]
     R = M - data.X @ state.B
-    logdet_sigma = _logdet_from_cholesky(jnp.linalg.cholesky(state.Sigma))
+    logdet_sigma = logdet_from_cholesky(jnp.linalg.cholesky(state.Sigma))
     value, dM, dS, _ = _value_and_grad_given_omega(data, M, None, R, S, state.Sigma, state.Omega, logdet_sigma)
     return value, {"M": dM, "S": dS}
 
 
 def _complete_full(params: Params, data: Arrays) -> PLNState:
     Sigma = closed_form_sigma(params["M"], params["S"], data.rows)
-    return PLNState(params["B"], params["M"], params["S"], Sigma, _inverse_spd(Sigma))
+    return PLNState(params["B"], params["M"], params["S"], Sigma, inverse_spd(Sigma))
 
 
 def _complete_profiled(params: Params, data: Arrays) -> PLNState:
     M, S = params["M"], params["S"]
     B = closed_form_b(data.X, M, data.rows)
     Sigma = closed_form_sigma(M - data.X @ B, S, data.rows)
-    return PLNState(B, M, S, Sigma, _inverse_spd(Sigma))
+    return PLNState(B, M, S, Sigma, inverse_spd(Sigma))
 
 
 def _pln_params(centred_m: Callable[[PLNState, Arrays | Data], jax.Array]) -> Callable[[PLNState, Data], dict]:
@@ -259,7 +260,7 @@ class Work:
     :class:`plnexp.core.model.Model` declares its own): ``data_arrays`` n x p arrays read (Y, O),
     ``latent_arrays`` n x q arrays read and written (M, S and the optimizer's two moments of each),
     ``dots`` n x p x q products, q the model's latent width, and ``factorizations`` p x p Cholesky
-    factors with the inverse they give (Sigma's, for the closed-form Omega: :func:`_inverse_spd`)."""
+    factors with the inverse they give (Sigma's, for the closed-form Omega: :func:`inverse_spd`)."""
 
     data_arrays: int
     latent_arrays: int

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, NoReturn, cast
 
 from hydra import compose, initialize_config_dir
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
@@ -26,6 +25,7 @@ from ..jobs import config as C
 from ..jobs.config import ConfigError
 from ..system.paths import install_command
 from ..fitting.spec import check_rank
+from . import hydra_compat
 
 
 @dataclass(frozen=True)
@@ -70,15 +70,16 @@ def pop_switch(args: list[str], key: str, default: bool) -> tuple[list[str], boo
 FORMS = "key=value, group=option, key=a,b (a sweep), +key=value, ~key"
 
 
-def _parse(overrides: list[str]):
-    parser = OverridesParser.create()
+def parse(overrides: list[str]):
+    """``overrides`` parsed by Hydra's override grammar (its ``Override`` objects, in order); a bad one
+    is a :class:`ConfigError` naming it, in one line, with the allowed forms."""
     try:
-        return parser.parse_overrides(list(overrides))
+        return hydra_compat.parse_overrides(overrides)
     except HydraException as e:
         bad = overrides[0] if len(overrides) == 1 else " ".join(overrides)
         for o in overrides:
             try:
-                parser.parse_overrides([o])
+                hydra_compat.parse_overrides([o])
             except HydraException:
                 bad = o
                 break
@@ -142,7 +143,9 @@ def user_config_dirs(parsed) -> list[Path]:
     return dirs
 
 
-def _check_groups(parsed) -> None:
+def check_groups(parsed) -> None:
+    """Each ``group=option`` of ``parsed`` (from :func:`parse`) names an option that the group has, in
+    ``conf/`` or a user's config directory; else a :class:`ConfigError` in one line."""
     user_dirs = user_config_dirs(parsed)
     for o in parsed:
         group = o.key_or_group
@@ -271,8 +274,8 @@ def _distinct_names(jobs: list[Job]) -> list[Job]:
 def plan(overrides: list[str], multirun: bool, *, check_device: bool = True) -> list[Job]:
     """Validate the command line; returns the jobs (one for a run, the grid for a multirun)."""
     overrides = list(overrides)
-    parsed = _parse(overrides)
-    _check_groups(parsed)
+    parsed = parse(overrides)
+    check_groups(parsed)
     _check_launcher(parsed)
     sweeps = [o for o in parsed if o.is_sweep_override()]
     if sweeps and not multirun:
@@ -287,9 +290,9 @@ def plan(overrides: list[str], multirun: bool, *, check_device: bool = True) -> 
             # a DictConfig of the swept keys' values (to_container's return type covers lists and values too)
             params = cast(dict[str, Any], OmegaConf.to_container(params, resolve=False)) if params else {}
             grid_args = [f"{k}={v}" for k, v in params.items()] + overrides
-            grid = expand(_parse(grid_args))
+            grid = expand(parse(grid_args))
             for job in grid:
-                _check_groups(_parse(job))
+                check_groups(parse(job))
             sweep_file = next((v for k, v in map(_key_value, fixed) if k == "sweep"), "null")
             swept_by = "hydra.sweeper.params" if sweep_file == "null" else f"sweep={sweep_file}"
             _check_one_per_sweep(grid, overrides, swept_by)
@@ -297,7 +300,7 @@ def plan(overrides: list[str], multirun: bool, *, check_device: bool = True) -> 
             grid = [overrides]
         jobs = []
         for job in grid:
-            parsed = _parse(job)
+            parsed = parse(job)
             try:
                 composed = _compose(job)
             except ConfigError:

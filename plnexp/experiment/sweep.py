@@ -636,7 +636,8 @@ def launch(args: list[str], task: Task, *, raise_errors: bool = False) -> None:
     instead of Hydra printing a traceback and exiting 1 (Hydra's HYDRA_FULL_ERROR, set meanwhile).
     """
     import hydra
-    from hydra.core.global_hydra import GlobalHydra
+
+    from .hydra_compat import clear_global_hydra
 
     entry = hydra.main(config_path=str(C.CONF_DIR), config_name="config", version_base="1.3")(task)
     previous = os.environ.get("HYDRA_FULL_ERROR")
@@ -650,7 +651,7 @@ def launch(args: list[str], task: Task, *, raise_errors: bool = False) -> None:
         task.peers()  # then the peers' fits (report.peers), on the same condition (Task.peers)
     finally:
         sys.argv = argv
-        GlobalHydra.instance().clear()  # so that a process can launch again (tests, Python callers)
+        clear_global_hydra()  # so that a process can launch again (tests, Python callers)
         if raise_errors:
             if previous is None:
                 os.environ.pop("HYDRA_FULL_ERROR", None)

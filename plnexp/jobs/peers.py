@@ -234,7 +234,7 @@ def pyplnmodels_available() -> str | None:
 
 
 @contextlib.contextmanager
-def _quiet():
+def quiet():
     """pyPLNmodels' progress bar and messages ("Fitting a Pln model ...", its end of fit) kept off
     the sweep's output, and torch's warning on NumPy arrays that are not writable."""
     sink = io.StringIO()
@@ -256,7 +256,7 @@ def seeded_pyplnmodels(Y: np.ndarray, O: np.ndarray, X: np.ndarray, rank: int | 
     pp = import_pyplnmodels()
     with torch.random.fork_rng():
         torch.manual_seed(PYPLN_TORCH_SEED)
-        with _quiet():
+        with quiet():
             if rank is None:
                 model = pp.Pln(Y, exog=X, offsets=O, add_const=False)
             else:
@@ -294,7 +294,7 @@ def pyplnmodels_fit(
                     f"pyPLNmodels fitted counts of shape {tuple(pln._endog.shape)}, not the data's {data.Y.shape} "
                     "(it drops all-zero columns): not the same data"
                 )
-            with _quiet():
+            with quiet():
                 t0 = time.perf_counter()
                 pln.fit(**fit_kwargs)
                 return pln, time.perf_counter() - t0

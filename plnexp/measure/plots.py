@@ -16,7 +16,9 @@ LINESTYLES = ("-", "--", "-.", ":")
 LOG_RANGE = 30.0  # bars spanning more than this ratio get a log axis
 
 
-def _figure(width: float, height: float):
+def figure(width: float, height: float):
+    """A new Matplotlib figure of ``width`` x ``height`` inches (100 dpi, constrained layout) on its own Agg
+    canvas, outside pyplot: no global state, no GUI backend (the report's figures are drawn the same way)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -47,7 +49,7 @@ def _grid(fig, n: int, ncols: int = 2, **kw):
 def elbo_png(curve, title: str, path: str | Path) -> Path:
     """One run's ELBO curve against the iteration, saved as a PNG."""
     curve = np.asarray(curve, dtype=float)
-    fig = _figure(6, 3.5)
+    fig = figure(6, 3.5)
     ax = fig.add_subplot()
     ax.plot(np.arange(len(curve)), curve, lw=1.2)
     ax.set_xlabel("iteration")
@@ -98,7 +100,7 @@ def elbo_curves_png(panels: list[CurvePanel], path: str | Path, reference: str =
         r if r is not None and any(_differs(c, r) for c in cs.values() if c is not r) else None
         for r, cs in zip(refs, every)
     ]
-    fig = _figure(11 if ncols > 1 else 8, (5.2 if any(r is not None for r in refs) else 3.9) * nrows + 0.4)
+    fig = figure(11 if ncols > 1 else 8, (5.2 if any(r is not None for r in refs) else 3.9) * nrows + 0.4)
     subs = np.atleast_1d(fig.subfigures(nrows, ncols, squeeze=False).ravel())
     for sub in subs[len(panels) :]:
         sub.set_visible(False)
@@ -164,7 +166,7 @@ def timings_png(panels: list[TimingPanel], path: str | Path) -> Path:
     at each bar's end, the run time's interval as an error bar; a log axis when the times span more
     than :data:`LOG_RANGE`. Labels name the program group (``a = b``) where the caller joined them."""
     rows = max((len(p.run_s) for p in panels), default=1)
-    fig = _figure(11, (0.42 * rows + 1.4) * -(-len(panels) // 2) + 0.4)
+    fig = figure(11, (0.42 * rows + 1.4) * -(-len(panels) // 2) + 0.4)
     every = np.array([v for p in panels for v in [*p.compile_s.values(), *p.run_s.values()]], dtype=float)
     positive = every[np.isfinite(every) & (every > 0)]
     log = len(positive) > 0 and positive.max() / positive.min() > LOG_RANGE  # one scale for every panel
@@ -284,7 +286,7 @@ def bytes_png(panels: list[BytesPanel], path: str | Path) -> Path:
     one panel per comparison group; the floor's bytes (a vertical line) and ms/iter (a horizontal one)
     where known; a log x axis when the bytes span more than :data:`BYTES_LOG_RANGE`. The programs
     without the figure (no XLA program) are named under the title."""
-    fig = _figure(10, 4.4 * len(panels) + 0.4)
+    fig = figure(10, 4.4 * len(panels) + 0.4)
     callouts = []
     for ax, panel in zip(_grid(fig, len(panels), ncols=1), panels):
         labels = list(panel.points)
@@ -381,7 +383,7 @@ def scaling_png(series: dict[str, tuple[list, list]], xlabel: str, title: str, p
     """ms/iteration against the data size, log-log, one line per label. Each label's fitted slope
     (legend) is over the sizes every label has, so that slopes compare; a size another label has but
     this one lacks (a failed or missing run) is named in its legend entry and marked x on the axis."""
-    fig = _figure(8, 4.8)
+    fig = figure(8, 4.8)
     ax = fig.add_subplot()
     slopes, missing_of, (lo, hi) = common_slopes(series)
     span = f" over {lo:g}–{hi:g}" if any(missing_of.values()) and lo < hi else ""
@@ -467,7 +469,7 @@ def gaps_png(
     labels = {line.color_key: line.label for p in panels for line in p.lines}
     precisions = list(dict.fromkeys(line.precision for p in panels for line in p.lines if line.precision))
     legend_rows = -(-(len(labels) + len(precisions) + len(resolutions) + 1) // 3)
-    fig = _figure(11 if ncols > 1 else 8, 3.8 * nrows + 0.9 + 0.2 * legend_rows)
+    fig = figure(11 if ncols > 1 else 8, 3.8 * nrows + 0.9 + 0.2 * legend_rows)
     axes = _grid(fig, len(panels), ncols=ncols, sharex=True, sharey=True)
     xs = np.concatenate([line.x[np.isfinite(line.x)] for p in panels for line in p.lines] or [np.ones(1)])
     xs = xs[xs > 0]

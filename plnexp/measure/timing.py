@@ -77,10 +77,10 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.experimental.compilation_cache import compilation_cache as _jax_cache
 
 from . import fingerprint
 from ..core.problem import Output
+from ..system import jax_compat
 from ..system.runtime import caller_stacklevel
 
 NAN = float("nan")
@@ -94,8 +94,8 @@ CALIBRATION_TOLERANCE = 0.25
 # compares calibrations minutes apart, which spread more even in an idle default sweep (docs/results.md,
 # "Calibration and contention").
 CALIBRATION_LEVEL_TOLERANCE = 0.5
-# jax 0.10.2 records this event (jax/_src/compiler.py) once per XLA compilation served by the cache
-CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
+# the event JAX records once per XLA compilation served by the cache (plnexp.system.jax_compat)
+CACHE_HIT_EVENT = jax_compat.CACHE_HIT_EVENT
 _CACHE_OPTIONS = (
     "jax_compilation_cache_dir",
     "jax_enable_compilation_cache",
@@ -235,7 +235,7 @@ def _apply_cache_options(values: dict) -> None:
         if name in jax.config.values:  # min_entry_size_bytes may be missing from another jax
             jax.config.update(name, value)
     # JAX builds its cache object once, from the directory set at its first use: start over.
-    _jax_cache.reset_cache()
+    jax_compat.reset_compilation_cache()
 
 
 class CacheWarning(UserWarning):
@@ -316,7 +316,7 @@ def _cold(program, fresh: Callable[[], Any] | None, owns_process: bool):
 
 def _cold_compile(program, state, data):
     """``program.compile``; returns (Compiled, persistent-cache hits)."""
-    with _count_events(CACHE_HIT_EVENT) as hits:
+    with _count_events(jax_compat.cache_hit_event()) as hits:
         compiled = program.compile(state, data)
     return compiled, hits[0]
 
@@ -399,7 +399,7 @@ def untimed(program, state, data, *, compile_cache_dir: str | Path | None = None
     for tests and quick fits. The persistent
     compilation cache is used if ``compile_cache_dir`` is given (``compile_cache_hits``), off
     otherwise."""
-    with persistent_cache(compile_cache_dir), _count_events(CACHE_HIT_EVENT) as hits:
+    with persistent_cache(compile_cache_dir), _count_events(jax_compat.cache_hit_event()) as hits:
         out, seconds = _timed(program.call, state, data)
     return out, Timing(
         compile_s=NAN,

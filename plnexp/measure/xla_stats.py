@@ -47,6 +47,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+from ..system import jax_compat
+
 # one function of a program made of several (jit_per_function), in its logged artifact
 FUNCTION_HEADER = "# plnexp function: "
 
@@ -274,13 +276,12 @@ def loop_modules(text: str) -> tuple[Loop, list[str]] | None:
 
 def module_cost(text: str, client=None) -> dict[str, float]:
     """XLA's cost analysis ("flops", "bytes accessed", ...) of a module given as HLO text, by the
-    backend of ``client`` (default: JAX's default device's). Reaches into jaxlib (``_hlo`` and
-    ``_jax``, as of jax 0.10.2): raises where they are missing or the text does not parse."""
+    backend of ``client`` (default: JAX's default device's). Reaches into jaxlib's private modules
+    (:func:`plnexp.system.jax_compat.hlo_module_cost`): raises where the text does not parse."""
     import jax
-    from jaxlib import _hlo, _jax  # type: ignore[attr-defined]  # jaxlib's private modules
 
     client = client if client is not None else jax.devices()[0].client
-    cost = _jax.hlo_module_cost_analysis(client, _hlo.hlo_module_from_text(text))
+    cost = jax_compat.hlo_module_cost(text, client)
     return {k: float(v) for k, v in cost.items()}
 
 

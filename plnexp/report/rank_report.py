@@ -280,7 +280,7 @@ def draw(found: list[Selection], path: Path) -> Path:
     """Per selection, two panels against the rank: the ELBO, BIC and ICL as they are (the ELBO keeps
     rising with the rank; the penalised criteria turn down past the pick), and BIC and ICL below their
     best (symmetric-log axis: gaps of tens and of thousands of nats both readable); each pick ringed."""
-    fig = plots._figure(10, 3.6 * len(found))
+    fig = plots.figure(10, 3.6 * len(found))
     axes = fig.subplots(len(found), 2, squeeze=False)
     for (left, right), s in zip(axes, found):
         ranks = np.array(s.ranks)

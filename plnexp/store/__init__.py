@@ -56,7 +56,7 @@ from .backend import (
     RETRY_DELAYS_S,
     SCHEMES,
     StoreError,
-    _Retrying,
+    Retrying,
     after_fit,
     check_store,
     client,
@@ -163,5 +163,5 @@ __all__ = [
     "tracking_uri",
     "write_record",
     "writes",
-    "_Retrying",  # (tests wrap a fake client in it)
+    "Retrying",  # (tests wrap a fake client in it)
 ]

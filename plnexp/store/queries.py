@@ -25,7 +25,7 @@ def _search_all(cl, exp_ids: list[str], filter_string: str) -> list:
     return runs
 
 
-def _search_experiments(cl, filter_string: str) -> list:
+def search_experiments(cl, filter_string: str) -> list:
     """The runs of every experiment (deleted ones included) that match ``filter_string``."""
     from mlflow.entities import ViewType
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from . import owners
 from .owners import Owner
-from .queries import _search_experiments, children
+from .queries import search_experiments, children
 from .backend import client
 from .writes import JOB_TAG, Parent
 
@@ -19,7 +19,7 @@ def _runs_of(cl, owner: Owner | None = None, status: str | None = "RUNNING") -> 
     runs written with its tags."""
     where = [f"attributes.status = '{status}'"] if status else []
     where += [f"tags.`{k}` = '{v}'" for k, v in (owner.tags() if owner is not None else {}).items()]
-    return _search_experiments(cl, " and ".join(where))
+    return search_experiments(cl, " and ".join(where))
 
 
 class _Asked:

@@ -38,7 +38,7 @@ import numpy as np
 import optax
 from jax.scipy.linalg import cho_solve
 
-from ..core.model import FULL, Arrays, PLNState, _logdet_from_cholesky
+from ..core.model import FULL, Arrays, PLNState, logdet_from_cholesky
 from ..core.problem import FitState, Output, Problem, analytic
 from .base import SingleProgram
 
@@ -351,8 +351,8 @@ def fused_step(
         Sigma = (gram - xtc.T @ delta + jnp.diag(s2)) / n
     new_opt = _with_rows(small, [um, vm][: rule.slots], [us, vs][: rule.slots])
     chol = jnp.linalg.cholesky(Sigma)
-    Omega = cho_solve((chol, True), jnp.eye(p, dtype=dtype))  # model._inverse_spd, sharing its factor
-    return (FitState(PLNState(B, M, S, Sigma, Omega), new_opt), _logdet_from_cholesky(chol)), value
+    Omega = cho_solve((chol, True), jnp.eye(p, dtype=dtype))  # model.inverse_spd, sharing its factor
+    return (FitState(PLNState(B, M, S, Sigma, Omega), new_opt), logdet_from_cholesky(chol)), value
 
 
 def fused_program(problem: Problem, n_iter: int) -> SingleProgram:
@@ -378,7 +378,7 @@ def fused_program(problem: Problem, n_iter: int) -> SingleProgram:
         def body(carry, _):
             return fused_step(problem, rule, code_path, consts, *carry, data)
 
-        logdet0 = _logdet_from_cholesky(jnp.linalg.cholesky(state.pln.Sigma))
+        logdet0 = logdet_from_cholesky(jnp.linalg.cholesky(state.pln.Sigma))
         (final, _), curve = jax.lax.scan(body, (state, logdet0), None, length=n_iter)
         return Output(final, curve, jnp.asarray(n_iter, jnp.int32), problem.elbo(final, data))
 

@@ -47,6 +47,8 @@ from importlib import metadata
 from pathlib import Path
 from types import FrameType
 
+from . import jax_compat
+
 CHECKED_JAXLIB = ("0.10.2",)
 SAFETY_FLAGS = ("--xla_cpu_experimental_ynn_fusion_type=-reduce",)
 # benchmarks/flags.py measures them on W1 (scan, analytic gradient); figures in docs/results.md,
@@ -157,15 +159,8 @@ class SettingsWarning(UserWarning):
 
 def backend_started() -> bool:
     """Whether JAX has created its backends (and XLA has read ``XLA_FLAGS``), found without starting
-    them: :func:`jax._src.xla_bridge.backends_are_initialized` in jax 0.10.2; False while JAX is not
-    even imported."""
-    bridge = sys.modules.get("jax._src.xla_bridge")
-    if bridge is None:
-        return False
-    initialized = getattr(bridge, "backends_are_initialized", None)
-    if initialized is not None:
-        return bool(initialized())
-    return bool(getattr(bridge, "_backends", None))  # a jax without the function: its registry
+    them (:func:`plnexp.system.jax_compat.backends_initialized`); False while JAX is not even imported."""
+    return jax_compat.backends_initialized()
 
 
 def missing(environ=os.environ) -> list[str]:

@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass
 from collections.abc import Callable, Iterable, Sequence
 
+from .executor_compat import result_file
+
 # States of a job that has not ended (squeue's long names)
 ACTIVE = frozenset(
     {
@@ -165,7 +167,7 @@ def wait(
     try:
         while pending:
             for i, job in list(pending.items()):
-                if job.paths.result_pickle.exists():
+                if result_file(job).exists():
                     finish(i, _read(i, job, last_state.get(i, "COMPLETED")))
             if not pending:
                 break
@@ -180,7 +182,7 @@ def wait(
                     gone_since.pop(i, None)
                     continue
                 limit = grace_s if last_state[i] in ("COMPLETED", "ENDED") else min(grace_s, 5.0)
-                if now - gone_since.setdefault(i, now) >= limit and not job.paths.result_pickle.exists():
+                if now - gone_since.setdefault(i, now) >= limit and not result_file(job).exists():
                     finish(i, JobEnd(i, job.job_id, None, last_state[i], "no result"))
             if pending:
                 sleep(poll_s)

@@ -50,6 +50,7 @@ from ...core.model import Arrays
 from ...core.problem import GRADIENTS as JAX_GRADIENTS
 from ...core.problem import FitState, Output, Problem
 from ..base import Compiled, OneDevice
+from ..torch_compat import error_on_recompile
 from .model import GRADIENTS, MODELS, Arrays as TensorArrays, PLNState as TensorState
 from .optim import OPTIMIZERS, apply_updates
 
@@ -174,7 +175,7 @@ def cold_compile():
     every such compile, and one at the import of a module it loads, all about its own internals, are
     silenced."""
     torch.compiler.reset()
-    with torch._inductor.config.patch(force_disable_caches=True), warnings.catch_warnings():
+    with torch.compiler.config.patch(force_disable_caches=True), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*force disabled by torch.compiler.config.force_disable_caches")
         warnings.filterwarnings("ignore", message=".*torch._prims_common.check. is deprecated")
         warnings.filterwarnings("ignore", message=".*torch.jit.script_method. is deprecated")
@@ -200,10 +201,10 @@ def no_recompiles(where: Callable[[], str]):
     """A recompile of the step inside the block raises :class:`StepRecompiledError` (one line:
     ``where()`` it happened, the guard that failed, a plnexp bug) instead of being timed as a step.
     Entered once per run, not per step (``where`` is called only on a recompile)."""
-    with torch._dynamo.config.patch(error_on_recompile=True):
+    with error_on_recompile() as RecompileError:
         try:
             yield
-        except torch._dynamo.exc.RecompileError as e:
+        except RecompileError as e:
             raise StepRecompiledError(
                 f"torch_compile recompiled the step {where()} ({guard_failures(str(e))}): "
                 "a plnexp bug, please report it"
