@@ -353,6 +353,48 @@ def test_a_sweep_with_a_peer_logs_its_run(outputs, plnexp_main, capped_pyplnmode
 
 
 @NEEDS_PYPLN
+@pytest.mark.slow
+def test_a_sweep_with_a_peer_reruns_whole_and_reproduces(outputs, plnexp_main, capped_pyplnmodels, tmp_path):
+    """``rerun PARENT`` of a sweep with report.peers: its jobs, its control job and its peer's run
+    are rerun (the peer in this process, after the jobs, as a sweep runs it), each tagged with the
+    run it repeats, and every curve is the original's bit for bit (CPU, same config and environment)."""
+    ran = plnexp_main(
+        "sweep",
+        "dataset=synthetic",
+        "dataset.n=30",
+        "dataset.p=5",
+        "dataset.replication=1",
+        "strategy=scan,fori_loop",
+        "n_iter=5",
+        "warmup=0",
+        "report.peers=[pyplnmodels]",
+        "report=false",
+        "experiment=peers",
+        cwd=tmp_path,
+    )
+    assert ran.returncode == 0, ran.stderr
+    cl = store_client(outputs)
+    exp = cl.get_experiment_by_name("peers")
+    (parent,) = [r for r in cl.search_runs([exp.experiment_id]) if "mlflow.parentRunId" not in r.data.tags]
+    again = plnexp_main("rerun", parent.info.run_id, cwd=tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "rerun ok: 4 of 4 jobs reproduced" in again.stdout  # 2 jobs, the control job, the peer's run
+    runs = cl.search_runs([exp.experiment_id], "tags.rerun_of != ''")
+    reruns = {r.data.tags["rerun_of"]: r for r in runs if "mlflow.parentRunId" in r.data.tags}
+    originals = [
+        r for r in cl.search_runs([exp.experiment_id]) if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id
+    ]
+    assert sorted(reruns) == sorted(r.info.run_id for r in originals) and len(originals) == 4
+    (peer,) = [r for r in originals if r.data.tags.get(peers.PEER_TAG) == "pyplnmodels"]
+    new = reruns[peer.info.run_id]
+    assert new.data.tags[peers.PEER_TAG] == "pyplnmodels" and new.data.tags["rerun.identical"] == "true"
+    for r in originals:
+        assert reruns[r.info.run_id].data.tags["rerun.identical"] == "true", r.info.run_name
+    alone = plnexp_main("rerun", peer.info.run_id, cwd=tmp_path)  # the peer's run by itself: a run of its own
+    assert alone.returncode == 0 and "rerun ok" in alone.stdout, alone.stdout + alone.stderr
+
+
+@NEEDS_PYPLN
 @pytest.mark.slow  # importing torch and pyPLNmodels: 4-6 s
 def test_plnpca_fit_is_scored_on_the_exact_pca_elbo_and_its_curve_shifted_onto_it():
     """PlnPCA(rank=2) on 40 x 6 counts of rank 2: its loglik is the tests' own per-row PCA ELBO at its
@@ -372,7 +414,7 @@ def test_plnpca_fit_is_scored_on_the_exact_pca_elbo_and_its_curve_shifted_onto_i
 
     # a PlnPCA fitted here as benchmarks/pca.py fits it (seeded_pyplnmodels): the sweep peer's start, its fit
     Y, O = (np.ascontiguousarray(a, dtype=np.float64) for a in (data.Y, data.O))
-    with peers.seeded_pyplnmodels(Y, O, data.X, rank=2) as model, peers._quiet():
+    with peers.seeded_pyplnmodels(Y, O, data.X, rank=2) as model, peers.quiet():
         model.fit(maxiter=12, tol=0.0)
     B, C, M, S = peers.plnpca_parameters(model)
     assert B.dtype == np.float64 and C.shape == (6, 2)

@@ -15,6 +15,10 @@ from ..core.precision import PRECISIONS
 from .runner import Outcome
 
 
+# settings of plnexp's fits that a peer has not: its run's config leaves them out
+LEFT_OUT = ("n_iter_cap", "n_iter_requested", "init", "gradient", "seed", "first_call", "compile_cache")
+
+
 @dataclass(frozen=True)
 class PeerConfig(Config):
     """The config a peer's run logs (params, ``config.yaml``): the sweep job's it stands beside (its
@@ -28,8 +32,8 @@ class PeerConfig(Config):
         peer = self.peer
         assert peer is not None  # made by peer_config
         out["strategy"] = {"name": peer.name}
-        for key in ("n_iter_cap", "n_iter_requested", "init", "gradient", "seed", "first_call", "compile_cache"):
-            out.pop(key, None)  # settings of plnexp's fits that a peer has not
+        for key in LEFT_OUT:
+            out.pop(key, None)
         versions = {k.removesuffix("_version"): v for k, v in peer.versions().items()}
         out["peer"] = {
             "name": peer.name,

@@ -42,7 +42,7 @@ from .. import store as tracking
 from ..jobs.config import Config, ConfigError
 from ..core.data import DataError
 from ..core.precision import PRECISIONS
-from ..system.redact import redact_text
+from ..system.commandline import Parser, UsageError, fail
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -60,6 +60,7 @@ class Source:
     run: Run
     original: Config
     config: Config
+    peer: str | None = None  # a peer's run (tag plnexp.peer): the peer's name; its configs are the job's it followed
 
     @property
     def run_id(self) -> str:
@@ -70,9 +71,27 @@ class Source:
         return self.run.info.run_name
 
     @property
+    def logged_config(self) -> Config:
+        """The config the rerun logs: the job's, or for a peer's run what the peer runs beside it
+        (:func:`plnexp.experiment.peer_runs.peer_config`), as the original logged it."""
+        if self.peer is None:
+            return self.config
+        from ..jobs.peers import PEERS
+        from .peer_runs import peer_config
+
+        return peer_config(PEERS[self.peer], self.config)
+
+    @property
     def same_config(self) -> bool:
         recorded = self.run.data.tags.get(provenance.HASH_TAG) or provenance.config_hash(self.original)
-        return recorded == provenance.config_hash(self.config)
+        if self.peer is not None:  # the original's hash is its peer config's
+            from ..jobs.peers import PEERS
+            from .peer_runs import peer_config
+
+            recorded = self.run.data.tags.get(provenance.HASH_TAG) or provenance.config_hash(
+                peer_config(PEERS[self.peer], self.original)
+            )
+        return recorded == provenance.config_hash(self.logged_config)
 
 
 # ---------------------------------------------------------------- rebuilding a run's config
@@ -84,8 +103,8 @@ def apply_overrides(node: dict, overrides: list[str]) -> DictConfig:
 
     from . import plan as cli
 
-    parsed = cli._parse(overrides)
-    cli._check_groups(parsed)
+    parsed = cli.parse(overrides)
+    cli.check_groups(parsed)
     cfg = OmegaConf.create(node)
     for text, p in zip(overrides, parsed):
         key = p.key_or_group
@@ -135,6 +154,8 @@ def logged_node(uri: str, run) -> dict:
         if "n_iter_requested" in node:  # the resolved n_iter is re-derived from the request and the caps
             node["n_iter"] = node.pop("n_iter_requested")
         node = provenance.migrate_node(node)
+        if peer_of(run) is not None:
+            node = job_node_of_peer(node)
         C.load(node, check_device=False)
     except ConfigError as e:
         if "existing CSV files" in str(e):  # the config is fine, its data files are gone
@@ -153,11 +174,45 @@ def logged_node(uri: str, run) -> dict:
     return node
 
 
+def peer_of(run) -> str | None:
+    """The peer whose run ``run`` is (tag ``plnexp.peer``), else None. A peer the registry no longer
+    has: one line."""
+    from ..jobs.peers import PEER_TAG, PEERS
+
+    name = run.data.tags.get(PEER_TAG)
+    if name is not None and name not in PEERS:
+        raise ConfigError(
+            f"run {run.info.run_id}: a run of the peer {name!r}, which this plnexp does not have; "
+            f"allowed values are runs of plnexp's jobs and of the peers {', '.join(PEERS)}"
+        )
+    return name
+
+
+def job_node_of_peer(node: dict) -> dict:
+    """A peer run's logged config (:meth:`plnexp.experiment.peer_runs.PeerConfig.as_dict`) as the
+    config of a job the peer follows: without ``peer``, with a strategy of plnexp's (the peer's
+    config takes its model, optimizer, precision and iteration cap from the peer, never from the
+    job: :func:`~plnexp.experiment.peer_runs.peer_config`), the keys a peer run leaves out at
+    their defaults."""
+    from dataclasses import MISSING, fields
+
+    from .peer_runs import LEFT_OUT
+
+    node = {k: v for k, v in node.items() if k != "peer"}
+    node["strategy"] = {"name": "scan"}
+    for f in fields(Config):  # the keys a peer's run does not log (settings of plnexp's fits alone)
+        if f.name in LEFT_OUT and f.name not in node and f.name != "n_iter_requested":  # n_iter: the cap it ran
+            default = f.default_factory() if f.default_factory is not MISSING else f.default
+            if default is not MISSING:
+                node[f.name] = getattr(default, "value", default)
+    return node
+
+
 def source(uri: str, run, overrides: list[str], experiment: str) -> Source:
     node = logged_node(uri, run)
     original = C.load(node, check_device=False)
     node = {**node, "experiment": experiment, "tracking_uri": uri}
-    return Source(run, original, C.load(apply_overrides(node, overrides)))
+    return Source(run, original, C.load(apply_overrides(node, overrides)), peer_of(run))
 
 
 def find(uri: str, run_id: str):
@@ -342,27 +397,25 @@ def compare(uri: str, src: Source, outcome, env_same: bool) -> tuple[Verdict | N
 
 
 # ---------------------------------------------------------------- the command
-def _fail(e: Exception) -> int:
-    import os
-
-    if os.environ.get("HYDRA_FULL_ERROR") == "1":
-        raise e
-    kind = (
-        "data error" if isinstance(e, DataError) else "store error" if isinstance(e, tracking.StoreError) else "error"
-    )
-    print(f"plnexp: {kind}: {redact_text(str(e))}", file=sys.stderr, flush=True)  # may name the store's URI
-    return 2
+def parser() -> Parser:
+    """``rerun``'s arguments (:mod:`plnexp.cli.parser` names the command)."""
+    p = Parser(USAGE.removeprefix("usage: "), HELP.split("\n\n", 1)[1])
+    p.add_argument("run_id", nargs="?", metavar="RUN_ID", help="the run (or a sweep's parent run) to rerun")
+    p.add_argument("--strict", action="store_true", help="fail also when overrides move the curve beyond tolerance")
+    p.add_argument("overrides", nargs="*", help="tracking_uri=STORE, key=value, group=option")
+    return p
 
 
-def parse(args: list[str]) -> tuple[str, list[str], bool]:
-    strict = "--strict" in args
-    args = [a for a in args if a != "--strict"]
-    unknown = [a for a in args if a.startswith("-")]
-    if unknown:
-        raise ConfigError(f"unknown option {unknown[0]}; allowed options are --strict ({USAGE})")
-    if not args:
-        raise ConfigError(f"no run id; {USAGE}")
-    return args[0], args[1:], strict
+def parse(args: list[str]) -> tuple[str, list[str], bool] | None:
+    """(RUN_ID, the overrides, --strict); None once ``--help`` is printed; a UsageError (one line)
+    for anything else."""
+    p = parser()
+    ns = p.parse(args)
+    if ns is None:
+        return None
+    if ns.run_id is None:
+        p.error("no run id")
+    return ns.run_id, ns.overrides, ns.strict
 
 
 def job_entry(src: Source, overrides: list[str]):
@@ -379,11 +432,29 @@ def job_entry(src: Source, overrides: list[str]):
 def _rerun_one(uri: str, src: Source, overrides: list[str]):
     """The rerun's outcome for the original's replicate (a job of ``replicates=K`` reruns all K, in
     one program as they ran; the original is compared with its own replicate)."""
+    if src.peer is not None:
+        return _rerun_peer(uri, src, src.run.info.experiment_id, None, 0)
     entry = job_entry(src, overrides)
     # compared with the original's timings: compile_cache auto is off, the compile cold (a sweep's rerun: sweep.Task)
     job = runner.run_job(src.config.as_study(), entry.overrides, entry.name, tags=entry.tags)
     k = provenance.replicate(src.run.data.tags)
     return job.batch[k] if k < len(job.batch) else job
+
+
+def _rerun_peer(uri: str, src: Source, experiment_id: str, parent_id: str | None, num: int):
+    """The rerun of a peer's run: the peer's default fit on the data of the job it followed, logged
+    as job number ``num`` of ``parent_id`` (None: a run of its own), through the path of a sweep's
+    peers (:func:`plnexp.experiment.peer_runs.run_peer`). A peer not installed here: one line."""
+    from ..jobs.peers import PEERS
+    from .peer_runs import run_peer
+
+    assert src.peer is not None
+    peer = PEERS[src.peer]
+    why = peer.available()
+    if why is not None:
+        raise ConfigError(f"run {src.run_id}: a run of the peer {src.peer}, which is {why}")
+    parent = tracking.Parent(uri, experiment_id, parent_id)  # type: ignore[arg-type]  # None: no parent run
+    return run_peer(peer, src.config, parent, num, {provenance.RERUN_TAG: src.run_id})
 
 
 def _stop_line(stop, what: str) -> None:
@@ -402,17 +473,17 @@ precision's tolerance); 2 bad input (nothing created)."""
 
 
 def main(args: list[str]) -> int:
-    if "-h" in args or "--help" in args:
-        print(HELP)
-        return 0
     with interrupts.handled() as guard:  # nothing created yet: an interrupt is one line
         try:
-            run_id, overrides, strict = parse(args)
+            parsed = parse(args)
+            if parsed is None:  # --help: printed
+                return 0
+            run_id, overrides, strict = parsed
             store, overrides = store_override(overrides)
             with interrupts.deferred():
                 uri, run, sources, digests = plan(run_id, overrides, store)
-        except (ConfigError, DataError, tracking.StoreError) as e:
-            return _fail(e)
+        except (UsageError, ConfigError, DataError, tracking.StoreError) as e:
+            return fail(e)
         except KeyboardInterrupt as e:
             guard.stopping()
             stop = interrupts.as_interrupted(e)
@@ -468,18 +539,36 @@ def _sweep(uri: str, parent_run, sources: list[Source], overrides: list[str], en
 
     name = parent_run.data.tags.get("sweep", "sweep")
     sweep_dir = sweep.new_sweep_dir()
-    entries = tuple(job_entry(s, overrides) for s in sources)
-    launch = lambda record: sweep.launch(
-        ["--multirun", sweep.entries_override(len(sources)), sweep.hydra_override(sweep_dir)],
-        sweep.Task(),
-        raise_errors=True,
-    )
+    # the jobs (grid, control) through Hydra's launcher; then, as a sweep runs its peers, each peer's
+    # run in this process, numbered after the jobs (sources come in job order: peers last)
+    jobs = [s for s in sources if s.peer is None]
+    sources = jobs + [s for s in sources if s.peer is not None]
+    entries = tuple(job_entry(s, overrides) for s in jobs)
+
+    def launch(record) -> None:
+        if jobs:
+            sweep.launch(
+                ["--multirun", sweep.entries_override(len(jobs)), sweep.hydra_override(sweep_dir)],
+                sweep.Task(),
+                raise_errors=True,
+            )
+        from ..jobs.peers import PEERS
+
+        for num, s in enumerate(sources[len(jobs) :], start=len(jobs)):
+            assert s.peer is not None
+            why = PEERS[s.peer].available()
+            if why is not None:  # compared below as "no rerun was recorded"
+                print(f"[peer] {s.name}: {s.peer} is {why}: not rerun", flush=True)
+                continue
+            print(f"[peer] {s.name} (rerun of run {s.run_id}) ...", flush=True)
+            _rerun_peer(uri, s, record.parent.experiment_id, record.parent.run_id, num)
+
     end = sweep.session(
         sweep_dir,
         f"{name}-rerun",
         tracking.experiment_name(uri, parent_run.info.experiment_id),
         uri,
-        len(sources),
+        len(jobs),
         {provenance.RERUN_TAG: parent_run.info.run_id, "command": provenance.command_line()},
         launch,
         header=lambda record: (
