@@ -11,20 +11,21 @@ import pytest
 
 from plnexp.cli import doctor
 from plnexp.system import runtime
-from plnexp.core.model import MODELS
+from plnexp.core.model import MODELS, PCA_NAME
 
 CPU = jax.devices("cpu")[0]
+CHECKED = {m.name: m for m in doctor.checked_models()}  # full, profiled and pca (rank doctor.PCA_RANK)
 
 
 @pytest.mark.parametrize("precision", ["float32", "float64"])
-@pytest.mark.parametrize("model", list(MODELS))
+@pytest.mark.parametrize("model", list(CHECKED))
 def test_jitted_elbo_matches_host_reference_here(oaks, model, precision):
-    check = doctor.elbo_check(MODELS[model], CPU, precision, oaks)
+    check = doctor.elbo_check(CHECKED[model], CPU, precision, oaks)
     assert check.ok is True, check.detail
     assert check.name == f"elbo[{model},{precision},cpu:{CPU.id}]"
 
 
-@pytest.mark.parametrize("model", list(MODELS))
+@pytest.mark.parametrize("model", list(CHECKED))
 def test_wrong_jitted_value_fails_naming_model_device_dtype(oaks, model):
     # off by 1e-3 relative: ten times the float32 tolerance, far below the 13% of the known miscompile
     def perturbed(m, state, arrays):
@@ -32,7 +33,7 @@ def test_wrong_jitted_value_fails_naming_model_device_dtype(oaks, model):
         return value + 1e-3 * abs(float(value))
 
     check = doctor.elbo_check(
-        MODELS[model],
+        CHECKED[model],
         CPU,
         "float32",
         oaks,
@@ -43,6 +44,28 @@ def test_wrong_jitted_value_fails_naming_model_device_dtype(oaks, model):
     for word in (f"model {model}", f"cpu:{CPU.id}", "float32", "jitted state_elbo", "relative error"):
         assert word in check.detail, (word, check.detail)
     assert "\n" not in check.detail
+
+
+def test_the_pca_check_is_against_pca_elbo_at_the_rotated_axes(oaks):
+    """PLN-PCA at rank doctor.PCA_RANK is among the checked models; its host value is
+    reference.pca_elbo at (B, C Q, M Q, S), Q the Cayley transform of R - R' (by NumPy here), R not 0."""
+    import numpy as np
+
+    from plnexp.core import reference
+
+    assert list(CHECKED) == [*MODELS, PCA_NAME] and CHECKED[PCA_NAME].rank == doctor.PCA_RANK
+    params = doctor.random_params(CHECKED[PCA_NAME], oaks)
+    W = params["R"] - params["R"].T
+    assert np.abs(W).max() > 0.01  # a rotation: Q is not I
+    eye = np.eye(doctor.PCA_RANK)
+    Q = np.linalg.solve(eye - W, eye + W)
+    want = reference.pca_elbo(oaks.Y, oaks.O, oaks.X, params["B"], params["C"] @ Q, params["M"] @ Q, params["S"])
+    check = doctor.elbo_check(CHECKED[PCA_NAME], CPU, "float64", oaks)
+    assert check.ok is True and f"= {want:.4f} within" in check.detail, (want, check.detail)
+    wrong = doctor.elbo_check(
+        CHECKED[PCA_NAME], CPU, "float64", oaks, functions=[("state_elbo", lambda m, s, a: float("nan"))]
+    )
+    assert wrong.ok is False and f"model pca (rank {doctor.PCA_RANK}) on cpu:" in wrong.detail
 
 
 def test_nan_jitted_value_fails(oaks):
@@ -64,7 +87,7 @@ def test_numerics_covers_every_device_model_and_precision():
     for dev in doctor.all_devices():
         label = doctor.device_label(dev)
         assert f"miscompile_probe[{label}]" in names
-        for model in MODELS:
+        for model in CHECKED:
             for precision in ("float32", "float64"):
                 assert f"elbo[{model},{precision},{label}]" in names
 
@@ -215,6 +238,8 @@ def test_doctor_command_exits_0_with_a_line_per_check(outputs, tmp_path, plnexp_
         "miscompile_probe[cpu:0]",
         "elbo[full,float32,cpu:0]",
         "elbo[profiled,float64,cpu:0]",
+        "elbo[pca,float32,cpu:0]",
+        "elbo[pca,float64,cpu:0]",
     ):
         assert name in names, (name, out.stdout)
     assert int(lines[-1].split()[2]) == sum(line.startswith("ok") for line in lines[:-1])

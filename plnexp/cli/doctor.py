@@ -13,9 +13,9 @@ in the experiment ``plnexp-doctor``, an artifact uploaded to it and read back, w
 artifacts go through the server or straight to a path every node must see, and whether it requires
 authentication and accepts ``MLFLOW_TRACKING_USERNAME``/``MLFLOW_TRACKING_PASSWORD``); SLURM (the client
 and a controller that answers, for ``hydra/launcher=slurm``); and the numerics: on every JAX
-device, for each model and precision, the jitted partial ELBO (``model.state_elbo`` and the value
-of ``model.value_and_grad``) at a seeded random point on the shipped oaks data against the float64
-host reference (:mod:`plnexp.core.reference`) at the precision's tolerance
+device, for each model (full, profiled, and pca at rank 2) and precision, the jitted partial ELBO
+(``model.state_elbo`` and the value of ``model.value_and_grad``) at a seeded random point on the
+shipped oaks data against the float64 host reference (:mod:`plnexp.core.reference`) at the precision's tolerance
 (:meth:`plnexp.core.precision.Precision.check_tolerance`), plus the reduction that jaxlib 0.10.2's CPU
 backend is known to miscompile without plnexp's XLA flag.
 """
@@ -26,7 +26,6 @@ import json
 import os
 import platform
 import re
-import sys
 import tempfile
 import urllib.error
 import urllib.request
@@ -41,7 +40,8 @@ import numpy as np
 from ..core import reference
 from ..system import runtime
 from ..core.precision import PRECISIONS
-from ..core.model import MODELS, Arrays, Model, PLNState
+from ..core.model import MODELS, PCA_NAME, Arrays, Model, PLNState, pca_model
+from ..system.commandline import Parser, UsageError, fail
 from ..system.paths import install_command
 from ..system.redact import redact, redact_text
 
@@ -51,6 +51,7 @@ HTTP_TIMEOUT_S = 3.0
 # float32 rounding alone stays below 1e-6 (tests/test_model.py uses the same 2e-5).
 PROBE_RTOL = 2e-5
 SEED = 0
+PCA_RANK = 2  # the rank of the PLN-PCA whose ELBO is checked (oaks: p = 114)
 
 
 @dataclass(frozen=True)
@@ -560,8 +561,16 @@ JITTED: tuple[tuple[str, Callable], ...] = (
 )
 
 
+def checked_models() -> tuple[Model, ...]:
+    """The models whose ELBO the doctor checks: every one of :data:`MODELS`, and PLN-PCA at rank
+    :data:`PCA_RANK`."""
+    return (*MODELS.values(), pca_model(PCA_RANK))
+
+
 def random_params(model: Model, data, seed: int = SEED) -> dict:
-    """A seeded point near a plausible fit (the ``data`` init plus noise), as float64 numpy arrays."""
+    """A seeded point near a plausible fit (the ``data`` init plus noise), as float64 numpy arrays.
+    PLN-PCA: C and M from the top ``model.rank`` singular vectors of the residual of Z on X (as its
+    ``data`` init), plus noise, and a rotation R that is not 0 (the ELBO sees C Q and M Q)."""
     rng = np.random.default_rng(seed)
     n, p = data.Y.shape
     Z = np.log1p(data.Y) - data.O - 0.3 + 0.3 * rng.normal(size=(n, p))
@@ -569,6 +578,16 @@ def random_params(model: Model, data, seed: int = SEED) -> dict:
     if model.name == "profiled":
         return {"M": Z, "S": S}
     B = np.linalg.lstsq(data.X, Z, rcond=None)[0] + 0.2 * rng.normal(size=(data.X.shape[1], p))
+    if model.name == PCA_NAME:
+        q = model.rank
+        U, s, Vt = np.linalg.svd(Z - data.X @ B, full_matrices=False)
+        return {
+            "B": B,
+            "C": Vt[:q].T * (s[:q] / np.sqrt(n)) + 0.05 * rng.normal(size=(p, q)),
+            "M": U[:, :q] * np.sqrt(n) + 0.3 * rng.normal(size=(n, q)),
+            "S": S[:, :q],
+            "R": 0.3 * rng.normal(size=(q, q)),
+        }
     return {"B": B, "M": Z - data.X @ B, "S": S}
 
 
@@ -580,7 +599,9 @@ def elbo_check(
     functions: Iterable[tuple[str, Callable]] = JITTED,
     seed: int = SEED,
 ) -> Check:
-    """Each jitted ELBO of ``functions`` at a random complete state vs the float64 host reference."""
+    """Each jitted ELBO of ``functions`` at a random complete state vs the float64 host reference
+    (:func:`plnexp.core.reference.elbo`; PLN-PCA: :func:`plnexp.core.reference.pca_elbo` at the C and M
+    the ELBO sees, rotated by the state's R on the host in float64)."""
     import jax
 
     from .. import load_oaks
@@ -589,17 +610,22 @@ def elbo_check(
     prec = PRECISIONS[precision]
     dtype = prec.dtype
     name = f"elbo[{model.name},{precision},{device_label(device)}]"
-    where = f"model {model.name} on {device_label(device)} in {precision}"
+    rank = f" (rank {model.rank})" if model.name == PCA_NAME else ""
+    where = f"model {model.name}{rank} on {device_label(device)} in {precision}"
     with jax.enable_x64(dtype == np.float64):
         arrays = data.to_device(dtype, device)
         params = {k: jax.device_put(np.asarray(v, dtype), device) for k, v in random_params(model, data, seed).items()}
         state = jax.jit(model.complete)(params, arrays)
         centred: jax.Array | np.ndarray = model.centred_m(state, arrays)
         jitted = [(label, float(fn(model, state, arrays))) for label, fn in functions]
-        host_state = {k: np.asarray(getattr(state, k), np.float64) for k in ("B", "S", "Sigma")}
+        host_state = PLNState._make(np.asarray(a, np.float64) for a in state)  # float64 copies on the host
         centred = np.asarray(centred, np.float64)
     log_fact = reference.log_factorial_sum(data.Y)
-    host = reference.elbo(data.Y, data.O, data.X, host_state["B"], centred, host_state["S"], host_state["Sigma"])
+    if model.name == PCA_NAME:
+        seen = model.params(host_state, data)  # B, C Q, M Q, S: Q the rotation of R, by NumPy in float64
+        host = reference.pca_elbo(data.Y, data.O, data.X, seen["B"], seen["C"], seen["M"], seen["S"])
+    else:
+        host = reference.elbo(data.Y, data.O, data.X, host_state.B, centred, host_state.S, host_state.Sigma)
     rtol = prec.check_rtol
     tol = prec.check_tolerance(host, data.Y.size)
     for label, value in jitted:
@@ -656,7 +682,7 @@ def numerics() -> list[Check]:
     out = []
     for device in all_devices():
         out.append(stirling_probe(device, data))
-        out += [elbo_check(model, device, precision, data) for model in MODELS.values() for precision in precisions]
+        out += [elbo_check(model, device, precision, data) for model in checked_models() for precision in precisions]
     return out
 
 
@@ -746,16 +772,17 @@ def summary(found: list[Check]) -> str:
 
 def main(args: list[str]) -> int:
     """``python -m plnexp doctor [--json]``: 0 if every check passed, 1 if any failed, 2 on a bad option."""
-    unknown = [a for a in args if a not in ("--json", "-h", "--help")]
-    if unknown:
-        print(f"plnexp doctor: error: unknown option {unknown[0]} (allowed: --json)", file=sys.stderr)
-        return 2
-    if "-h" in args or "--help" in args:
-        print("usage: python -m plnexp doctor [--json]\n\n" + __doc__.split("\n\n")[1])
+    p = Parser("python -m plnexp doctor [--json]", __doc__.split("\n\n")[1])
+    p.add_argument("--json", action="store_true", help="the checks as a JSON list")
+    try:
+        ns = p.parse(args)
+    except UsageError as e:
+        return fail(e)
+    if ns is None:  # --help: printed
         return 0
     found = checks()
     # masked where printed: a check's detail names the store's URI, and the report is pasted into issues
-    if "--json" in args:
+    if ns.json:
         print(json.dumps([redact(asdict(c)) for c in found], indent=1))
     else:
         width = max(len(c.name) for c in found)

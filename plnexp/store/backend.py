@@ -23,10 +23,16 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..jobs.config import ConfigError, outputs_dir
+from ..system.paths import install_command
 from ..system.redact import MASK, is_redacted, redact_text
+from . import mlflow_compat
 
 log = logging.getLogger(__name__)
 PROBE_TIMEOUT_S = 3.0  # an http(s) store that does not answer in this long is unreachable
+# libpq's connect_timeout for a PostgreSQL store's one direct connection (:func:`_reach_postgres`):
+# MLflow's own engine retries an unreachable database for minutes, printing a warning at each try
+PG_CONNECT_TIMEOUT_S = 5
+POSTGRES_SCHEMES = ("postgresql", "postgresql+psycopg")
 SCHEMES = ("", "file", "sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks", "databricks-uc", "uc")
 LOCKED = ("database is locked", "database table is locked")
 RETRY_DELAYS_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0, 2.0, 2.0)
@@ -38,6 +44,8 @@ AFTER_FIT_DELAYS_S = (0.5, 1.0, 2.0)
 class StoreError(RuntimeError):
     """The MLflow store cannot be reached or written; one line naming its URI and where it came from
     (its password masked: the line is printed, and may be logged)."""
+
+    kind = "store error"  # its one line: plnexp: store error: ... (plnexp.system.commandline.fail)
 
     def __init__(self, message: str):
         super().__init__(redact_text(message))
@@ -86,7 +94,7 @@ def _is_transient(e: BaseException) -> bool:
     return status is None or not 400 <= status < 500
 
 
-class _Retrying:
+class Retrying:
     """An MlflowClient whose calls are retried (with backoff, ``delays``) on the errors ``retry_on``
     accepts: by default when sqlite says the database is locked (:func:`client`); after a fit, on any
     transient error (:func:`after_fit`)."""
@@ -117,10 +125,10 @@ class _Retrying:
         return call
 
 
-def after_fit(cl) -> _Retrying:
+def after_fit(cl) -> Retrying:
     """``cl`` with its calls retried on any transient error, a few seconds in all
     (:data:`AFTER_FIT_DELAYS_S`): the writes of a fit's result, which a store's hiccup must not lose."""
-    return _Retrying(cl, AFTER_FIT_DELAYS_S, _is_transient, "the store failed")
+    return Retrying(cl, AFTER_FIT_DELAYS_S, _is_transient, "the store failed")
 
 
 def plain_client(uri: str):
@@ -138,7 +146,7 @@ def client(uri: str):
     from mlflow import MlflowClient
 
     _quiet()  # after the import: mlflow sets its own logger levels when imported
-    return _Retrying(MlflowClient(tracking_uri=uri))
+    return Retrying(MlflowClient(tracking_uri=uri))
 
 
 # ---------------------------------------------------------------- the experiment in MLflow's UI
@@ -237,14 +245,12 @@ def _dir_lock(folder: Path):
 def _create_sqlite_store(path: Path) -> None:
     """Create a sqlite store whole or not at all: MLflow's migrations (seconds) run on a temporary
     file that is then linked into place, so an interrupt cannot leave a half-migrated store."""
-    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-
     _quiet()
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".creating", dir=path.parent)
     os.close(fd)
     os.chmod(tmp, 0o644)  # what sqlite would give a new file (mkstemp makes it private)
     try:
-        store = SqlAlchemyStore(f"sqlite:///{tmp}", (outputs_dir() / "artifacts").as_uri())
+        store = mlflow_compat.sqlalchemy_store(f"sqlite:///{tmp}", (outputs_dir() / "artifacts").as_uri())
         store.engine.dispose()
         os.link(tmp, path)  # fails if a store appeared meanwhile: then that one is used
     except FileExistsError:
@@ -281,13 +287,8 @@ def http_status(e: BaseException | None) -> int | None:
 def credentials() -> tuple[str | None, bool]:
     """The username MLflow's client sends (``$MLFLOW_TRACKING_USERNAME``, else ``~/.mlflow/credentials``)
     and whether it has a password to send with it; never the password itself."""
-    try:
-        from mlflow.utils.credentials import read_mlflow_creds
-
-        creds = read_mlflow_creds()
-        return creds.username or None, bool(creds.password)
-    except (ImportError, AttributeError):  # an MLflow without the helper: the variables it reads first
-        return os.environ.get("MLFLOW_TRACKING_USERNAME") or None, bool(os.environ.get("MLFLOW_TRACKING_PASSWORD"))
+    username, password = mlflow_compat.credentials()
+    return username or None, bool(password)
 
 
 def auth_refusal(e: BaseException, action: str = "read the server's experiments") -> str | None:
@@ -338,6 +339,71 @@ def check_existing_store(explicit: str | None, missing: str) -> str:
     return check_store(explicit)
 
 
+def _postgres_failure(text: str) -> tuple[str, str]:
+    """(what failed, libpq's reason) for a failed PostgreSQL connection, from libpq's message (its
+    connection errors carry no SQLSTATE): ``authentication`` (a wrong user or password, or no
+    pg_hba.conf line for this client), ``database`` (none of that name), else ``connection`` (the
+    host or port refused, unreachable, or silent past the timeout)."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    reason = (lines[0] if lines else text).rsplit(" failed: ", 1)[-1].removeprefix("FATAL:").strip()
+    lowered = text.lower()
+    if "authentication failed" in lowered or "pg_hba.conf" in lowered or "no password supplied" in lowered:
+        return "authentication", reason
+    if "role" in lowered and "does not exist" in lowered:
+        return "authentication", reason
+    if "database" in lowered and "does not exist" in lowered:
+        return "database", reason
+    return "connection", reason or "no answer"
+
+
+def _reach_postgres(uri: str, where: str, allowed: str) -> None:
+    """One direct connection to a ``postgresql://`` (or ``postgresql+psycopg://``) store with psycopg,
+    given up after :data:`PG_CONNECT_TIMEOUT_S`: a :class:`StoreError` line naming what failed
+    (authentication, connection or database) instead of MLflow's minutes of retries and warnings.
+    The line names the URI as the user gave it, its password masked (:class:`StoreError`)."""
+    try:
+        import psycopg
+    except ImportError:
+        raise StoreError(
+            f"{where}: cannot check the PostgreSQL store: psycopg is not installed (plnexp's cluster extra: "
+            f"{install_command('cluster')}); {allowed}"
+        ) from None
+    from sqlalchemy.engine import make_url  # MLflow's reading of the URI (a raw '/' in a password, say)
+
+    try:
+        url = make_url(uri)
+    except Exception as e:  # noqa: BLE001 - a URI SQLAlchemy cannot read: one line
+        raise StoreError(f"{where}: not a PostgreSQL URI ({_first_line(e)}); {allowed}") from None
+    known = {d.keyword.decode() for d in psycopg.pq.Conninfo.get_defaults()}  # libpq's own query keys
+    args = {k: v for k, v in url.query.items() if k in known and isinstance(v, str)}
+    for key, value in (
+        ("host", url.host),
+        ("port", url.port),
+        ("user", url.username),
+        ("password", url.password),
+        ("dbname", url.database),
+    ):
+        if value is not None:
+            args[key] = str(value)
+    args["connect_timeout"] = str(PG_CONNECT_TIMEOUT_S)
+    at = f"{url.host or 'the local socket'}" + (f":{url.port}" if url.port else "")
+    try:
+        psycopg.connect(psycopg.conninfo.make_conninfo(**args)).close()
+    except psycopg.Error as e:
+        what, reason = _postgres_failure(str(e))
+        if what == "authentication":
+            advice = f"the server at {at} refused user {url.username or '(default)'}: wrong user or password"
+        elif what == "database":
+            advice = f"the server at {at} has no database {url.database or '(default)'}: create it or fix the URI"
+        else:
+            advice = (
+                f"cannot connect to {at} within {PG_CONNECT_TIMEOUT_S} s: wrong host or port, or no PostgreSQL "
+                "server accepting TCP/IP connections there"
+            )
+        failed = "database missing" if what == "database" else f"{what} failed"
+        raise StoreError(f"{where}: PostgreSQL {failed} ({reason}): {advice}; {allowed}") from None
+
+
 def check_store(explicit: str | None = None, timeout: float = PROBE_TIMEOUT_S) -> str:
     """Reach the store before any fit, in seconds; returns its URI or raises :class:`StoreError`.
 
@@ -345,19 +411,26 @@ def check_store(explicit: str | None = None, timeout: float = PROBE_TIMEOUT_S) -
     that refuses the credentials (HTTP 401, or 403: :func:`auth_refusal`) one line naming the
     variables that set them, ``MLFLOW_TRACKING_USERNAME`` and ``MLFLOW_TRACKING_PASSWORD``; a sqlite
     store's folder must be writable, and the store is created there if it does not exist yet
-    (one process at a time, whole or not at all: see :func:`_create_sqlite_store`).
+    (one process at a time, whole or not at all: see :func:`_create_sqlite_store`); a PostgreSQL
+    database gets one direct connection first (:func:`_reach_postgres`: authentication, connection
+    or a missing database in one line, within seconds).
     """
     uri = tracking_uri(explicit)
     where = _uri_source(explicit)
-    allowed = "allowed values are a running MLflow server's http(s) URL or sqlite:///PATH in a writable folder"
+    allowed = (
+        "allowed values are a running MLflow server's http(s) URL, a reachable PostgreSQL database's "
+        "postgresql://USER@HOST:PORT/DATABASE (with USER:PASSWORD@ for a password), or sqlite:///PATH in a writable folder"
+    )
     if is_redacted(uri):  # copied from a run's params or a command tag: plnexp never logs a password
         raise StoreError(
             f"{where}: holds {MASK} where its password was (a value copied from plnexp's logs, which never "
             "hold one); allowed values are the store's full URI, given with tracking_uri= or MLFLOW_TRACKING_URI"
         )
     scheme = uri.split(":", 1)[0].lower() if ":" in uri else ""
-    if scheme not in SCHEMES:
+    if scheme not in SCHEMES and scheme not in POSTGRES_SCHEMES:
         raise StoreError(f"{where}: unsupported scheme {scheme!r}; {allowed}")
+    if scheme in POSTGRES_SCHEMES:
+        _reach_postgres(uri, where, allowed)
     if scheme in ("http", "https"):
         try:
             urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout).close()
