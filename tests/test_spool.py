@@ -200,3 +200,25 @@ def test_every_param_is_logged(outputs, plnexp_main, monkeypatch):
     assert ran.returncode == 0, ran.stderr
     (run,) = runs(outputs)
     assert len(run.data.params) > 120 and run.data.params["extra.key119"] == "119"
+
+
+def test_a_kept_result_whose_run_is_gone_is_moved_aside_once(outputs, plnexp_main, fast_retries, down):
+    """A result kept for a run the store no longer has (here: deleted for good) is moved out of
+    pending/ by the next sync, said in one line naming where, and no later command tries it again."""
+    plnexp_main("run", *TINY)
+    (path,) = kept(outputs)
+    (run,) = runs(outputs)
+    down["down"] = False
+    cl = store_client(outputs)
+    cl.delete_run(run.info.run_id)
+    synced = plnexp_main("sync")
+    assert synced.returncode == 0, synced.stderr
+    target = outputs / "pending" / "orphaned" / path.name
+    assert synced.stdout.strip() == (
+        f"plnexp: the store no longer has run {run.info.run_id}, whose result was kept in {path}: "
+        f"moved to {target} (not sent; said once)"
+    )
+    assert kept(outputs) == [outputs / "pending" / "orphaned"] and target.is_file()
+    again = plnexp_main("sync")
+    assert again.returncode == 0 and "nothing to send" in again.stdout, again.stdout
+    assert "no longer has" not in plnexp_main("run", *TINY).stderr

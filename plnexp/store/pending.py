@@ -91,14 +91,54 @@ def sent_line(run_id: str, path: Path, status: str) -> str:
     return f"plnexp: sent the result of run {run_id} kept in {path} to the store ({status})"
 
 
+def orphaned_folder() -> Path:
+    """Where a kept result goes whose run the store no longer has (:func:`send_all`): out of the
+    way of every later command, kept for a person to read."""
+    return folder() / "orphaned"
+
+
+def run_is_gone(uri: str, run_id: str) -> bool:
+    """Whether the store answers that it has no run ``run_id`` (never created there, deleted, or a
+    store emptied since): its kept result has nowhere to go. A store that fails otherwise: False."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        run = client(uri).get_run(run_id)
+    except MlflowException as e:
+        return e.error_code == "RESOURCE_DOES_NOT_EXIST"
+    except Exception:  # noqa: BLE001 - the store failing is not an answer about the run
+        return False
+    return run.info.lifecycle_stage == "deleted"
+
+
+def set_aside(path: Path) -> Path:
+    """Move the kept result ``path`` to :func:`orphaned_folder` (whole: one rename); its new path."""
+    target = orphaned_folder() / path.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    path.replace(target)
+    return target
+
+
+def set_aside_line(run_id: str, path: Path, target: Path) -> str:
+    return (
+        f"plnexp: the store no longer has run {run_id}, whose result was kept in {path}: moved to {target} "
+        "(not sent; said once)"
+    )
+
+
 def send_all(uri: str) -> list[str]:
     """Send every result kept for ``uri``; returns one line per run sent (:func:`sent_line`, for
-    the command to print). Then raises the store's first error, if any (those not sent stay kept)."""
+    the command to print), and one per result whose run the store no longer has, which is moved
+    aside (:func:`set_aside`) instead of being tried by every later command. Then raises the
+    store's first error, if any (those not sent stay kept)."""
     sent, errors = [], []
     for path in waiting(uri):
         try:
-            status = json.loads(path.read_text()).get("status", "")
-            sent.append(sent_line(send(uri, path), path, status))
+            data = json.loads(path.read_text())
+            if run_is_gone(uri, data["run_id"]):
+                sent.append(set_aside_line(data["run_id"], path, set_aside(path)))
+                continue
+            sent.append(sent_line(send(uri, path), path, data.get("status", "")))
         except Exception as e:  # noqa: BLE001 - this one stays kept; the others are still tried
             errors.append(e)
     if errors:
