@@ -52,8 +52,7 @@ from ..core.data import Data
 from ..fitting.engine import FitResult
 from ..core.model import PCA_NAME
 from ..measure.timing import Timing
-
-PEER_TAG = "plnexp.peer"  # a peer's run: the peer's name (its row of the report, never ranked as a strategy)
+from .tags import PEER_TAG as PEER_TAG
 
 
 class PeerError(RuntimeError):

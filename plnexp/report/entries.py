@@ -18,6 +18,7 @@ from ..jobs import provenance
 from ..jobs import ranking
 from .. import store as tracking
 from ..jobs.config import ConfigError, min_speedup as check_min_speedup
+from ..jobs.tags import PEER_TAG as PEER_TAG
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -28,7 +29,6 @@ NOT_GROUPING = ("strategy.", "dataset.", "n_iter_cap")
 NOT_GROUPING_KEYS = {"experiment", "tracking_uri", "n_iter", "device", "precision"}
 SHORT = {"optimizer.name": "optimizer", "optimizer.lr": "lr", "n_iter_requested": "n_iter asked"}
 FILES = ("report.md", "report.csv", "elbo_curves.png", "timings.png", "bytes.png", "scaling.png", "convergence.png")
-PEER_TAG = "plnexp.peer"  # a run of another library's fit logged with the sweep (its name: "pyplnmodels"), never ranked
 # What XLA says of a run's compiled program (logged per compiled run; none for eager and PyTorch runs):
 # key -> the compiler table's header (CELLS: how its cells are written)
 COMPILER = {

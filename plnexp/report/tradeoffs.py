@@ -34,11 +34,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..jobs import ranking
+from ..jobs.tags import CONTROL_TAG
 
 if TYPE_CHECKING:
     from .entries import Entry, Report
 
-CONTROL_TAG = "plnexp.control"  # = plnexp.jobs.ranking.CONTROL_TAG: a sweep's control job ("true")
 FIT_ITERS = 1000  # the fit length the unroll break-even is stated for
 THRESHOLD = 0.10  # dispatch overhead under this share of scan's ms/iter "stops mattering"
 NOT_LOGGED = "not logged (runs from before it was)"

@@ -22,13 +22,13 @@ import numpy as np
 
 from ..jobs.config import Config, flatten, outputs_dir
 from ..jobs.provenance import environment_tags
+from ..jobs.tags import JOB_TAG as JOB_TAG
 from ..system.redact import redact, redact_text
 from . import owners
 from .backend import client, dress_experiment
 
 CURVE_KEY = "elbo"  # the ELBO per iteration (step metric)
 GAP_KEY = "gap_rel_log10"  # log10 of the relative gap to the best known ELBO: what reads on MLflow's linear chart
-JOB_TAG = "plnexp.job"  # a sweep child's job number (its order in the sweep)
 FINGERPRINT_TAG = "hlo_fingerprint"  # of the compiled program (plnexp.measure.fingerprint): same value, same program
 HLO_ARTIFACT = "program.hlo.txt"  # the optimized HLO of a compiled run (several functions: a header line each)
 GZIP_OVER = 1 << 20  # bytes: a larger text artifact is written as NAME.gz

@@ -1,0 +1,8 @@
+"""The names of the tags a job's run carries in the store that more than one layer reads: one place
+for each (the store writes them, the ranking and the reports read them back)."""
+
+JOB_TAG = "plnexp.job"  # a sweep child's job number (its order in the sweep)
+CONTROL_TAG = "plnexp.control"  # a sweep's control job ("true"): scan's job again, the noise between jobs
+CONTROL_OF_TAG = "plnexp.control_of"  # the job number the control job repeats
+MIN_SPEEDUP_TAG = "plnexp.min_speedup"  # the minimum effect the sweep ranks with (report.min_speedup)
+PEER_TAG = "plnexp.peer"  # a peer's run: the peer's name (its row of the report, never ranked as a strategy)
