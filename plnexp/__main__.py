@@ -230,6 +230,7 @@ def _check(overrides: list[str], multirun: bool):
     jobs = cli.plan(overrides, multirun, check_device=cli.jobs_run_here(overrides))
     cli.check_data(jobs)
     cli.check_outputs()
+    tracking.set_timeout(jobs[0].config.store_timeout_s)  # one value per sweep (plan.ONE_PER_SWEEP)
     uris = [tracking.check_store(u) for u in dict.fromkeys(j.config.tracking_uri for j in jobs)]
     return jobs, uris[0]
 
@@ -298,6 +299,7 @@ def sync(args: list[str]) -> int:
         uri = tracking.check_store(explicit)
         for line in tracking.pending.send_all(uri):
             print(line, flush=True)
+        _sweep_up(uri)  # then the runs their gone owners left RUNNING (a sweep's parent its store failed under)
     except (C.ConfigError, tracking.StoreError) as e:
         return fail(e)
     except Exception as e:  # noqa: BLE001 - the store failed while sending: one line
@@ -428,6 +430,8 @@ def multirun(overrides: list[str], jobs: list, uri: str, resumed: bool = False, 
         return end.stop.exit_code
     if end.error is not None:
         return _machinery_error(end.error)
+    if end.summary.store_error:  # said in one line; the report would read the store that failed
+        return 1
     code = _report(uri, end.record.parent_id) if with_report and end.summary.rows else 0
     return 1 if end.summary.n_failed else code
 

@@ -215,6 +215,7 @@ def expand(parsed) -> list[list[str]]:
 ONE_PER_SWEEP = {
     "experiment": "a sweep writes into one experiment (its parent run's)",
     "tracking_uri": "a sweep writes into one store (its parent run's)",
+    "store_timeout_s": "a sweep waits on one store as long for each call",
     "sweep": "a sweep runs one sweep file (its parent run is named after it)",
     "report.min_speedup": "a sweep's report ranks with one minimum effect (python -m plnexp report --min-speedup X ranks it again with another)",
     "report.control": "a sweep has one control job or none",

@@ -580,6 +580,8 @@ def _sweep(uri: str, parent_run, sources: list[Source], overrides: list[str], en
         return end.stop.exit_code
     if end.error is not None:
         raise end.error
+    if end.summary.store_error:  # said in one line; the comparison would read the store that failed
+        return 1
     new = {
         int(r.data.tags[tracking.JOB_TAG]): r
         for r in tracking.sweep_children(uri, tracking.find_run(uri, end.record.parent_id))

@@ -326,6 +326,7 @@ def run_job(
     from ..jobs.ranking import MIN_SPEEDUP_TAG
 
     uri = parent.uri if parent else tracking.tracking_uri(config.tracking_uri)
+    tracking.set_timeout(config.store_timeout_s)  # a job in a process of its own (joblib, SLURM) too
     cl = tracking.client(uri)
     base = name or config.run_name
     k = config.replicates

@@ -224,6 +224,7 @@ class Summary:
     parent_id: str
     reused: tuple = ()  # names of the rows a resumed sweep took from earlier runs (not fitted here)
     jobs: tuple = ()  # the job number of each row (empty: one row per job)
+    store_error: str = ""  # the line saying the store failed at the close (the rows: what this process saw)
 
     def _job_of(self) -> list:
         return list(self.jobs) if len(self.jobs) == len(self.rows) else list(range(len(self.rows)))
@@ -272,6 +273,11 @@ class Summary:
         checked from here (:func:`plnexp.store.end_children`)."""
         return self.count("RUNNING")
 
+    @property
+    def parent_status(self) -> str:
+        """The parent run's status as the close left it: RUNNING where the store failed then."""
+        return "RUNNING" if self.store_error else self.status
+
     def _running_note(self) -> str:
         n = self.n_running
         return f"{n} left RUNNING (owner alive elsewhere or unknown)" if n else ""
@@ -302,7 +308,7 @@ class Summary:
         )
         return (
             f"{self.n_jobs}/{self.total} jobs{control}{self.runs_note()}{reused}, {failed}; {self.wall_s:.1f} s in the "
-            f"sweep, {fit_s:.1f} s in fits{outside}; parent run {self.parent_id} {self.status}"
+            f"sweep, {fit_s:.1f} s in fits{outside}; parent run {self.parent_id} {self.parent_status}"
         )
 
     def show(self, signame: str | None = None) -> None:
@@ -312,6 +318,8 @@ class Summary:
             print(self.interrupted_line(signame), file=sys.stderr, flush=True)
         else:
             print(self.footer(), flush=True)
+        if self.store_error:
+            print(self.store_error, file=sys.stderr, flush=True)
 
     def interrupted_line(self, signame: str) -> str:
         left = self.total - self.n_jobs
@@ -324,7 +332,7 @@ class Summary:
         return (
             f"plnexp: interrupted by {signame}: {done}, "
             f"{self.count('KILLED')} killed, {self.count('FAILED')} failed, {left} not started{running}; "
-            f"parent run {self.parent_id} closed {self.status}"
+            f"parent run {self.parent_id} {'left' if self.store_error else 'closed'} {self.parent_status}"
         )
 
 
@@ -344,12 +352,18 @@ def close_sweep(record: SweepRecord, status: str = "FINISHED", reason: str = "")
             pass
     end_status = "KILLED" if status == "KILLED" else "FAILED"
     why = reason or "the sweep ended while this job was running"
-    found = tracking.end_children(record.parent, end_status, why, "interrupted" if status == "KILLED" else "lost")
-    found = sorted(
-        found + resume.rows(record.uri, record.reused), key=lambda r: (r["job"], r.get("replicate", 0))
-    )  # the grid
-    rows = [runner.Row(r["name"], r["status"], r["metrics"], r["metrics"].get("wall_s", 0.0)) for r in found]
-    jobs = tuple(r["job"] for r in found)
+    store_error = ""
+    try:
+        found = tracking.end_children(record.parent, end_status, why, "interrupted" if status == "KILLED" else "lost")
+        found = sorted(
+            found + resume.rows(record.uri, record.reused), key=lambda r: (r["job"], r.get("replicate", 0))
+        )  # the grid
+        rows = [runner.Row(r["name"], r["status"], r["metrics"], r["metrics"].get("wall_s", 0.0)) for r in found]
+        jobs = tuple(r["job"] for r in found)
+    except Exception as e:  # noqa: BLE001 - the store failed: the summary is what this process saw
+        store_error = _store_error_line(record, e)
+        seen = sorted(_SEEN.get(record.parent_id, {}).items())
+        found, rows, jobs = [], [row for _, row in seen], tuple(job for (job, _), _ in seen)
     if status == "FINISHED" and len({j for j in jobs if j < record.total}) < record.total:  # (the control: not counted)
         status = "FAILED"
     here = record.host == platform.node() and record.clock
@@ -362,7 +376,10 @@ def close_sweep(record: SweepRecord, status: str = "FINISHED", reason: str = "")
         record.parent_id,
         tuple(r["name"] for r in found if r.get("reason") == "reused"),
         jobs,
+        store_error,
     )
+    if store_error:  # the store is down: the parent is not closed (sync or the next command ends it)
+        return summary
     tags = {
         "n_done": summary.n_jobs,
         "n_failed": summary.n_failed,
@@ -380,8 +397,37 @@ def close_sweep(record: SweepRecord, status: str = "FINISHED", reason: str = "")
     )
     if status == "KILLED":
         tags["reason"] = "interrupted"
-    tracking.close_parent(record.parent, status, tags, summary.table() + "\n" if rows else None)
+    try:
+        tracking.close_parent(record.parent, status, tags, summary.table() + "\n" if rows else None)
+    except Exception as e:  # noqa: BLE001 - the store failed at the last step: one line, the summary still shown
+        summary.store_error = _store_error_line(record, e)
     return summary
+
+
+# What this process saw of each sweep's jobs (by parent run, then (job number, replicate)): the
+# summary's rows when the store cannot be read back at the sweep's close (:func:`close_sweep`)
+_SEEN: dict[str, dict[tuple[int, int], runner.Row]] = {}
+
+
+def _saw(record: SweepRecord | None, num: int | None, rows) -> None:
+    if record is not None and num is not None:
+        for k, row in enumerate(rows):
+            _SEEN.setdefault(record.parent_id, {})[(num, k)] = row
+
+
+def _row(outcome, name: str) -> runner.Row:
+    row = getattr(outcome, "row", None)
+    return row() if callable(row) else runner.Row(name, outcome.status, {}, 0.0)
+
+
+def _store_error_line(record: SweepRecord, e: BaseException) -> str:
+    """The one line a store that failed at the sweep's close gives (no traceback)."""
+    first = redact_text(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+    return (
+        f"plnexp: store error: {redact_text(record.uri)}: the sweep's close failed ({type(e).__name__}: {first}); "
+        f"the parent run {record.parent_id} stays RUNNING until python -m plnexp sync (or the next plnexp "
+        "command on this store) ends it, the results kept in pending/ are sent then"
+    )
 
 
 # ---------------------------------------------------------------- the Hydra job
@@ -462,6 +508,7 @@ class Task:
                 tags=entry.tags if entry is not None else None,
             )
         except KeyboardInterrupt as e:
+            _saw(record, num, [runner.Row(name, "KILLED", {}, 0.0)])
             if record is not None:
                 print(" KILLED" if here else f"{label} KILLED", flush=True)
             if not here and slurm.in_job():  # the run is recorded: the job ends normally, its line says why
@@ -473,12 +520,14 @@ class Task:
             if pending is not None:  # a Ctrl-C that a library turned into another error
                 raise pending from e
             self.failed += 1
+            _saw(record, num, [runner.Row(name, "FAILED", {}, 0.0)])
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             first = redact_text(first)  # a store's error may quote its URI
             print(f"{' ' if record is not None and here else ''}FAILED", flush=True)
             print(f"plnexp: error: job {name}: {type(e).__name__}: {first}", file=sys.stderr, flush=True)
             return None if here else f"{label} FAILED ({type(e).__name__}: {first})"
         self.failed += outcome.status != "FINISHED"
+        _saw(record, num, [_row(o, name) for o in (getattr(outcome, "batch", None) or [outcome])])
         if num in self.grid:
             self.grid[num] = replace(self.grid[num], status=outcome.status)
         if record is None:

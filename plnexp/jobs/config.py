@@ -122,6 +122,18 @@ def _seconds(key: str, value: Any) -> float:
     return float(value)
 
 
+STORE_TIMEOUT_S = 30.0  # store_timeout_s's default (conf/config.yaml)
+STORE_TIMEOUT_RANGE = (1, 3600)
+
+
+def _store_timeout(value: Any) -> float:
+    """``store_timeout_s``: how long one call to the store may take, its retries included (seconds)."""
+    low, high = STORE_TIMEOUT_RANGE
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise ConfigError(f"store_timeout_s={value!r}: allowed values are numbers from {low} to {high} (seconds)")
+    return float(value)
+
+
 def _int(key: str, value: Any, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ConfigError(f"{key}={value!r}: allowed values are integers >= {low}")
@@ -428,6 +440,7 @@ _NAMED = {
     "n_iter_cap",
     "experiment",
     "tracking_uri",
+    "store_timeout_s",
     "repeats",
     "warmup",
     "time_budget_s",
@@ -488,6 +501,7 @@ class Config:
     replicates: int = 1
     experiment: str = "run"
     tracking_uri: str | None = None
+    store_timeout_s: float = STORE_TIMEOUT_S  # how long a store call may take: not the fit's (left out of as_dict)
     n_iter_cap: dict = field(default_factory=dict)
     report: ReportSpec = ReportSpec()  # the report's settings: not the fit's (left out of as_dict)
 
@@ -565,7 +579,7 @@ class Config:
         out["model"] = {"name": PCA_NAME, "rank": self.rank, **blocks} if self.rank is not None else self.model.value
         for f in fields(self):
             # report: not the fit's; rank, block_rows: in model
-            if f.name not in out and f.name not in ("report", "rank", "block_rows"):
+            if f.name not in out and f.name not in ("report", "rank", "block_rows", "store_timeout_s"):
                 v = getattr(self, f.name)
                 out[f.name] = v.value if isinstance(v, Enum) else v.name if isinstance(v, Precision) else v
         return out
@@ -606,6 +620,7 @@ TOP_KEYS = (
     "replicates",
     "experiment",
     "tracking_uri",
+    "store_timeout_s",
     "report",
 )
 
@@ -731,6 +746,7 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
         replicates=replicates,
         experiment=experiment,
         tracking_uri=uri,
+        store_timeout_s=_store_timeout(node.get("store_timeout_s", STORE_TIMEOUT_S)),
         n_iter_cap=dict(caps),
         report=report,
     )

@@ -13,6 +13,7 @@ import fcntl
 import functools
 import json
 import logging
+import math
 import os
 import tempfile
 import time
@@ -22,7 +23,7 @@ from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
-from ..jobs.config import ConfigError, outputs_dir
+from ..jobs.config import STORE_TIMEOUT_S, ConfigError, outputs_dir
 from ..system.paths import install_command
 from ..system.redact import MASK, is_redacted, redact_text
 from . import mlflow_compat
@@ -39,6 +40,16 @@ RETRY_DELAYS_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0, 2.0, 2.0)
 # after a fit, the waits between tries of a store call that failed (then the result is kept locally:
 # plnexp.store.pending); tests shorten them
 AFTER_FIT_DELAYS_S = (0.5, 1.0, 2.0)
+# MLflow's HTTP client: its timeout per request, retries and backoff (environment variables read at
+# every call). MLflow's defaults (120 s, 7 retries, factor 2) make one call to a dead server last
+# minutes; plnexp sets them from store_timeout_s (:func:`set_timeout`) unless the user set them
+HTTP_TIMEOUT_VAR = "MLFLOW_HTTP_REQUEST_TIMEOUT"
+HTTP_RETRIES_VAR = "MLFLOW_HTTP_REQUEST_MAX_RETRIES"
+HTTP_BACKOFF_VAR = "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"
+HTTP_RETRIES = 2  # so 3 tries of a request, each given store_timeout_s / 3
+HTTP_BACKOFF = 1  # urllib3's waits between them: 0 s, then 2 s (MLflow adds up to 1 s of jitter to each)
+_OURS: dict[str, str] = {}  # the values plnexp set (a later set_timeout changes these, never the user's)
+_TIMEOUT_S = [STORE_TIMEOUT_S]  # store_timeout_s as set_timeout last had it
 
 
 class StoreError(RuntimeError):
@@ -94,16 +105,42 @@ def _is_transient(e: BaseException) -> bool:
     return status is None or not 400 <= status < 500
 
 
+def set_timeout(seconds: float = STORE_TIMEOUT_S) -> None:
+    """Bound each call of MLflow's HTTP client to about ``seconds`` (``store_timeout_s``), its
+    retries included: ``MLFLOW_HTTP_REQUEST_TIMEOUT`` (a third of it a request, at least 1 s),
+    ``MLFLOW_HTTP_REQUEST_MAX_RETRIES`` (:data:`HTTP_RETRIES`) and
+    ``MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR`` (:data:`HTTP_BACKOFF`), for this process and those it
+    starts. A variable the user set is left as it is."""
+    want = {
+        HTTP_TIMEOUT_VAR: str(max(1, math.ceil(seconds / (HTTP_RETRIES + 1)))),
+        HTTP_RETRIES_VAR: str(HTTP_RETRIES),
+        HTTP_BACKOFF_VAR: str(HTTP_BACKOFF),
+    }
+    _TIMEOUT_S[0] = float(seconds)
+    for key, value in want.items():
+        if key in os.environ and os.environ[key] != _OURS.get(key):
+            continue  # the user's
+        os.environ[key] = _OURS[key] = value
+
+
+def store_timeout() -> float:
+    """How long one store call may take (seconds), as :func:`set_timeout` last set it (else the
+    default): how long a failing store is tried again after a fit (:func:`after_fit`)."""
+    return _TIMEOUT_S[0]
+
+
 class Retrying:
     """An MlflowClient whose calls are retried (with backoff, ``delays``) on the errors ``retry_on``
     accepts: by default when sqlite says the database is locked (:func:`client`); after a fit, on any
-    transient error (:func:`after_fit`)."""
+    transient error (:func:`after_fit`). With ``deadline_s``, no try starts later than that many
+    seconds after a call's first (a store that hangs costs a bounded time, whatever its timeouts)."""
 
-    def __init__(self, cl, delays=None, retry_on=_is_locked, what: str = "database is locked"):
+    def __init__(self, cl, delays=None, retry_on=_is_locked, what: str = "database is locked", deadline_s=None):
         self._cl = cl
         self._delays = delays
         self._retry_on = retry_on
         self._what = what
+        self._deadline_s = deadline_s
 
     def __getattr__(self, name):
         attr = getattr(self._cl, name)
@@ -112,12 +149,15 @@ class Retrying:
 
         @functools.wraps(attr)
         def call(*args, **kwargs):
+            start = time.monotonic()
             for delay in RETRY_DELAYS_S if self._delays is None else self._delays:
                 try:
                     return attr(*args, **kwargs)
                 except Exception as e:  # only what retry_on accepts is retried
                     if not self._retry_on(e):
                         raise
+                    if self._deadline_s is not None and time.monotonic() + delay - start > self._deadline_s:
+                        raise  # tried long enough: the caller keeps the result (plnexp.store.pending)
                     log.info("%s: %s, retrying in %.2f s", name, self._what, delay)
                     time.sleep(delay)
             return attr(*args, **kwargs)
@@ -127,8 +167,10 @@ class Retrying:
 
 def after_fit(cl) -> Retrying:
     """``cl`` with its calls retried on any transient error, a few seconds in all
-    (:data:`AFTER_FIT_DELAYS_S`): the writes of a fit's result, which a store's hiccup must not lose."""
-    return Retrying(cl, AFTER_FIT_DELAYS_S, _is_transient, "the store failed")
+    (:data:`AFTER_FIT_DELAYS_S`): the writes of a fit's result, which a store's hiccup must not lose.
+    No try starts later than :func:`store_timeout` after a call's first: a store that is down costs
+    at most about twice that per call (then the result is kept locally)."""
+    return Retrying(cl, AFTER_FIT_DELAYS_S, _is_transient, "the store failed", deadline_s=store_timeout())
 
 
 def plain_client(uri: str):
@@ -146,6 +188,8 @@ def client(uri: str):
     from mlflow import MlflowClient
 
     _quiet()  # after the import: mlflow sets its own logger levels when imported
+    if not _OURS:  # no store_timeout_s given yet (a command's config sets it: set_timeout): the default
+        set_timeout()
     return Retrying(MlflowClient(tracking_uri=uri))
 
 

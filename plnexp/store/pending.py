@@ -21,7 +21,7 @@ from ..jobs.config import outputs_dir
 from ..system.paths import write_atomic
 from ..system.redact import redact_text
 from . import writes
-from .backend import after_fit, client
+from .backend import _is_transient, after_fit, client
 
 
 log = logging.getLogger(__name__)
@@ -141,6 +141,10 @@ def send_all(uri: str) -> list[str]:
             sent.append(sent_line(send(uri, path), path, data.get("status", "")))
         except Exception as e:  # noqa: BLE001 - this one stays kept; the others are still tried
             errors.append(e)
+            from mlflow.exceptions import MlflowException
+
+            if isinstance(e, MlflowException) and _is_transient(e):
+                break  # the store is down: the others stay kept too, without waiting on it once each
     if errors:
         raise errors[0]
     return sent

@@ -26,9 +26,14 @@ import threading
 from contextlib import contextmanager
 from collections.abc import Callable, Iterator
 
+from .redact import redact_text
+
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 REDELIVER_S = 0.01
 GRACE_S = 2.0  # after this long without the main thread reacting, say that the fit holds it
+# the force path's clean-up (on_force: runs ended KILLED, the sweep closed) is given this long, then
+# the process ends anyway (a store that hangs: those runs are left to sync and the sweep-up of orphans)
+FORCE_S = 5.0
 
 
 class Interrupted(KeyboardInterrupt):
@@ -172,16 +177,46 @@ class _Guard:
                         )
                 elif not self.reacted.is_set():
                     self._force(signum)
+                elif self.stopped:  # a second signal during the clean-up (a store that hangs): stop now
+                    self._force(signum, clean_up=False)
 
-    def _force(self, signum: int) -> None:
-        print(f"\nplnexp: {signal.Signals(signum).name} again: stopping now", file=sys.stderr, flush=True)
+    def _force(self, signum: int, clean_up: bool = True) -> None:
+        """End the process now: ``on_force`` (what it can record) is given :data:`FORCE_S` seconds in a
+        thread of its own, then ``os._exit`` whatever it is doing. ``clean_up=False``: the main
+        thread's clean-up was under way already, and is cut short."""
+        name = signal.Signals(signum).name
+        print(f"\nplnexp: {name} again: stopping now", file=sys.stderr, flush=True)
         try:
-            if self.on_force is not None:
-                self.on_force(signum)
+            if clean_up and self.on_force is not None:
+                worker = threading.Thread(target=self._clean_up, args=(signum,), name="plnexp-force", daemon=True)
+                worker.start()
+                worker.join(FORCE_S)
+                if worker.is_alive():
+                    print(
+                        f"plnexp: the store did not answer within {FORCE_S:g} s: the runs not ended stay RUNNING "
+                        "until python -m plnexp sync (or the next plnexp command on this store)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+            elif not clean_up:
+                print(
+                    "plnexp: the clean-up was cut short: the runs not ended stay RUNNING until python -m plnexp "
+                    "sync (or the next plnexp command on this store)",
+                    file=sys.stderr,
+                    flush=True,
+                )
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(128 + signum)
+
+    def _clean_up(self, signum: int) -> None:
+        assert self.on_force is not None
+        try:
+            self.on_force(signum)
+        except Exception as e:  # noqa: BLE001 - the store failed too: one line, the process ends anyway
+            first = redact_text((str(e).strip().splitlines() or [type(e).__name__])[0])
+            print(f"plnexp: store error: the runs could not be ended ({type(e).__name__}: {first})", file=sys.stderr)
 
 
 class _NoGuard:
