@@ -308,6 +308,19 @@ def test_pyplnmodels_fit_is_scored_and_its_curve_shifted_onto_the_exact_elbo():
     assert np.all(np.diff(res.elbo) > -1e-3 * abs(res.loglik))  # and it climbs
 
 
+# a sweep of two strategies on tiny synthetic data with the pyPLNmodels peer beside it
+PEER_SWEEP = (
+    "dataset=synthetic",
+    "dataset.n=30",
+    "dataset.p=5",
+    "dataset.replication=1",
+    "strategy=scan,fori_loop",
+    "n_iter=5",
+    "warmup=0",
+    "report.peers=[pyplnmodels]",
+)
+
+
 @pytest.fixture
 def capped_pyplnmodels(monkeypatch):
     """pyPLNmodels' peer in this process's registry with its fits capped at 20 iterations."""
@@ -322,19 +335,7 @@ def test_a_sweep_with_a_peer_logs_its_run(outputs, plnexp_main, capped_pyplnmode
     """A real sweep in this process with report.peers=[pyplnmodels] (its fit capped at 20 iterations
     here): the peer's run is a child of the sweep, after the control job, with its metrics, its curve,
     the convergence metrics of the jobs and its tag; the sweep's count leaves it apart."""
-    ran = plnexp_main(
-        "sweep",
-        "dataset=synthetic",
-        "dataset.n=30",
-        "dataset.p=5",
-        "dataset.replication=1",
-        "strategy=scan,fori_loop",
-        "n_iter=5",
-        "warmup=0",
-        "report.peers=[pyplnmodels]",
-        "experiment=peers",
-        cwd=tmp_path,
-    )
+    ran = plnexp_main("sweep", *PEER_SWEEP, "experiment=peers", cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr
     assert (
         "[peer] pyplnmodels-synthetic_n30_p5_d2_s0-f32-cpu (the default fit of pyPLNmodels on job 1's data) ... done"
@@ -358,20 +359,7 @@ def test_a_sweep_with_a_peer_reruns_whole_and_reproduces(outputs, plnexp_main, c
     """``rerun PARENT`` of a sweep with report.peers: its jobs, its control job and its peer's run
     are rerun (the peer in this process, after the jobs, as a sweep runs it), each tagged with the
     run it repeats, and every curve is the original's bit for bit (CPU, same config and environment)."""
-    ran = plnexp_main(
-        "sweep",
-        "dataset=synthetic",
-        "dataset.n=30",
-        "dataset.p=5",
-        "dataset.replication=1",
-        "strategy=scan,fori_loop",
-        "n_iter=5",
-        "warmup=0",
-        "report.peers=[pyplnmodels]",
-        "report=false",
-        "experiment=peers",
-        cwd=tmp_path,
-    )
+    ran = plnexp_main("sweep", *PEER_SWEEP, "report=false", "experiment=peers", cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr
     cl = store_client(outputs)
     exp = cl.get_experiment_by_name("peers")
