@@ -199,6 +199,47 @@ def test_ctrl_c_reaches_joblib_workers_and_nothing_stays_running(outputs, tmp_pa
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_sigkill_of_a_joblib_sweep_leaves_no_worker_running(outputs, tmp_path, release):
+    """Issue #48: SIGKILL of the driver (no handler runs, loky cannot shut its pool down) while both
+    workers are inside their fits; each worker sees its driver gone and exits within 30 s."""
+    proc = start(
+        "run",
+        "--multirun",
+        *DATA,
+        f"strategy.name={BLOCKING}",
+        "n_iter=20",
+        "seed=0,1,2,3",
+        "experiment=pkill",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        cwd=tmp_path,
+    )
+    workers: list[int] = []
+    try:
+        workers = wait_for(lambda: len(waiting(release)) == 2 and waiting(release), proc, "two jobs inside their fits")
+        assert proc.pid not in workers  # the jobs run in joblib's worker processes
+        proc.kill()
+        proc.wait()
+        killed = time.monotonic()
+        while any(alive(w) for w in workers) and time.monotonic() - killed < 30:
+            time.sleep(0.05)
+        assert not [w for w in workers if alive(w)], "joblib workers still running 30 s after their driver's SIGKILL"
+        print(f"last worker gone {time.monotonic() - killed:.2f} s after the driver's SIGKILL")
+        # each worker closed its own run on its way out (the parent, the driver's: the next command's sweep-up)
+        _, children = split(runs_of(outputs, "pkill"))
+        assert len(children) == 2 and {r.info.status for r in children} == {"FAILED"}
+        assert {r.data.tags["reason"] for r in children} == {"orphaned"}
+    finally:
+        for w in workers:
+            if alive(w):
+                try:
+                    os.kill(w, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+
+@pytest.mark.slow
 def test_sigkill_then_the_next_command_marks_orphans_failed(outputs, tmp_path, release, plnexp_main):
     proc = start(
         "run", "--multirun", *DATA, f"strategy.name=scan,{BLOCKING}", "n_iter=20", "experiment=orph", cwd=tmp_path
