@@ -70,28 +70,20 @@ class Source:
     def name(self) -> str:
         return self.run.info.run_name
 
-    @property
-    def logged_config(self) -> Config:
-        """The config the rerun logs: the job's, or for a peer's run what the peer runs beside it
-        (:func:`plnexp.experiment.peer_runs.peer_config`), as the original logged it."""
+    def logged(self, config: Config) -> Config:
+        """What a run of ``config`` logs: the config, or for a peer's run what the peer runs beside
+        the job (:func:`plnexp.experiment.peer_runs.peer_config`)."""
         if self.peer is None:
-            return self.config
+            return config
         from ..jobs.peers import PEERS
         from .peer_runs import peer_config
 
-        return peer_config(PEERS[self.peer], self.config)
+        return peer_config(PEERS[self.peer], config)
 
     @property
     def same_config(self) -> bool:
-        recorded = self.run.data.tags.get(provenance.HASH_TAG) or provenance.config_hash(self.original)
-        if self.peer is not None:  # the original's hash is its peer config's
-            from ..jobs.peers import PEERS
-            from .peer_runs import peer_config
-
-            recorded = self.run.data.tags.get(provenance.HASH_TAG) or provenance.config_hash(
-                peer_config(PEERS[self.peer], self.original)
-            )
-        return recorded == provenance.config_hash(self.logged_config)
+        recorded = self.run.data.tags.get(provenance.HASH_TAG) or provenance.config_hash(self.logged(self.original))
+        return recorded == provenance.config_hash(self.logged(self.config))
 
 
 # ---------------------------------------------------------------- rebuilding a run's config

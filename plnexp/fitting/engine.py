@@ -74,7 +74,7 @@ class FitResult:
         model, strategy and optimizer, the iterations run of those asked for (``len(elbo)``), the
         final ELBO (``loglik``), the precision and device, and the time per iteration when timed:
         ``FitResult(profiled, scan, rprop, 1000/1000 iterations, ELBO -1.23457e+04, float32, cpu,
-        0.0312 ms/iter)``."""
+        <t> ms/iter)``."""
         ms = self.timing.ms_per_iter
         timed = f", {ms:.3g} ms/iter" if np.isfinite(ms) else ""
         batch = f", replicate {self.replicate}" if self.replicate else ""
