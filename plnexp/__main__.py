@@ -27,10 +27,10 @@ import warnings
 from pathlib import Path
 
 from .experiment import plan as cli
-from .system import interrupts
+from .system import credentials, interrupts
 from .experiment import resume
 from .system import runtime
-from .experiment import sweep
+from .experiment import groups, sweep
 from . import store as tracking
 from .jobs import config as C
 from .core.data import DataError, DataWarning
@@ -132,34 +132,36 @@ def ui(args: list[str]) -> int:
     except C.ConfigError as e:
         return fail(e)
     uri = tracking.tracking_uri(None)
-    cmd = [
-        sys.executable,
-        "-m",
-        "mlflow",
-        "ui",
-        "--backend-store-uri",
-        uri,
-        "--artifacts-destination",
-        (out / "mlartifacts").as_uri(),
-        "--host",
-        UI_HOST,
-        *args,
-    ]
+    cmd = [sys.executable, "-m", "mlflow", "ui", "--host", UI_HOST, *args]
+    # the store and the artifacts' folder through mlflow's own environment variables, never its
+    # argv: every local user reads a process's command line (/proc/PID/cmdline, ps)
+    env = {**os.environ, **ui_environment(uri, out)}
     # MLflow 3's server also starts its job runner (seven huey_consumer processes, each importing
     # MLflow: ~20 s of CPU and 1.7 GB measured here) for GenAI jobs (scorers, evaluations) that a
     # dashboard of plnexp's runs never runs; off unless the user set it
-    os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
-    print(redact_text(" ".join(cmd)), flush=True)
-    return _serve(cmd, out)
+    env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
+    print(f"{' '.join(cmd)} (store {redact_text(uri)})", flush=True)
+    return _serve(cmd, out, env)
 
 
-def _serve(cmd: list[str], cwd: Path) -> int:
+UI_STORE_VAR, UI_ARTIFACTS_VAR = "MLFLOW_BACKEND_STORE_URI", "MLFLOW_ARTIFACTS_DESTINATION"
+
+
+def ui_environment(uri: str, out: Path) -> dict[str, str]:
+    """What ``mlflow ui`` is given through its environment: the store (``--backend-store-uri``'s
+    variable) and the artifacts' folder under the outputs folder (``--artifacts-destination``'s); a
+    credential of the store stays in the variables its client reads (credentials.split_uri)."""
+    address, secret = credentials.split_uri(uri)
+    return {UI_STORE_VAR: address, UI_ARTIFACTS_VAR: (out / "mlartifacts").as_uri(), **secret}
+
+
+def _serve(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> int:
     """Run the server ``cmd`` in ``cwd`` until it ends; its exit status as plnexp's (see :func:`ui`).
     A Ctrl-C in the terminal reaches the server too (one process group), and plnexp waits for it to
     stop (passing the SIGINT on where it was plnexp's alone); a SIGTERM is passed on."""
     import subprocess
 
-    proc = subprocess.Popen(cmd, cwd=cwd)
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env)
     stopped: list[int] = []
 
     def pass_on(signum, frame):
@@ -295,6 +297,8 @@ def sync(args: list[str]) -> int:
         cli.check_outputs()
         if not tracking.pending.waiting(uri):
             print(f"plnexp: no result kept in {folder} for {redact_text(uri)}: nothing to send", flush=True)
+            if tracking.store_exists(uri):  # the runs a sweep whose store failed left RUNNING still end
+                _sweep_up(tracking.check_store(explicit))
             return 0
         uri = tracking.check_store(explicit)
         for line in tracking.pending.send_all(uri):
@@ -399,11 +403,15 @@ def multirun(overrides: list[str], jobs: list, uri: str, resumed: bool = False, 
         print(resume.all_done_line(done, first.experiment), flush=True)
         return 0
     sweep_dir = Path(given.strip("'\"")).resolve() if given else sweep.new_sweep_dir()
-    launch = lambda record: sweep.launch(
-        ["--multirun", *overrides, *([] if given else [sweep.hydra_override(sweep_dir)])],
-        sweep.Task(),
-        raise_errors=True,
-    )
+
+    def launch(record) -> None:
+        sweep.launch(
+            ["--multirun", *overrides, *([] if given else [sweep.hydra_override(sweep_dir)])],
+            sweep.Task(),
+            raise_errors=True,
+        )
+        if cli.jobs_run_here(overrides):  # each group's programs timed in interleaved rounds, here
+            groups.time_groups(record, [j.config.as_study() for j in jobs])
 
     def header(record) -> str:
         return (
@@ -465,13 +473,17 @@ def _log_to_stderr() -> None:
 def main(argv: list[str] | None = None) -> int:
     from .system.slurm import quiet_sacct
 
-    # plnexp owns this process: its settings before anything starts JAX (a job in another process,
-    # which a launcher starts, applies them itself: sweep.Task)
-    runtime.configure()
-    quiet_sacct()  # hydra/launcher=submitit_slurm on a cluster without accounting: one line, not one per poll
-    with warnings.catch_warnings():  # restores the default display on return (callers in Python)
-        warnings.showwarning = _show_warning
-        return _main(argv)
+    # the one boundary: MLFLOW_TRACKING_URI's credential split off into the store client's own
+    # variables (which the workers inherit), and stdout, stderr and logging masked for the command
+    # (python -m plnexp masks the whole process: its last traceback too)
+    with credentials.boundary():
+        # plnexp owns this process: its settings before anything starts JAX (a job in another process,
+        # which a launcher starts, applies them itself: sweep.Task)
+        runtime.configure()
+        quiet_sacct()  # hydra/launcher=submitit_slurm on a cluster without accounting: one line, not one per poll
+        with warnings.catch_warnings():  # restores the default display on return (callers in Python)
+            warnings.showwarning = _show_warning
+            return _main(argv)
 
 
 def _main(argv: list[str] | None = None) -> int:
@@ -485,6 +497,9 @@ def _main(argv: list[str] | None = None) -> int:
     if command is None:  # --help
         front.front_end().print_help()
         return 0
+    secret = credentials.secret_argument(args)
+    if secret is not None:  # a spec never holds a credential: refused before anything is read or written
+        return fail(C.ConfigError(credentials.refusal(secret)))
     if command in ("run", "sweep", "rerun"):
         try:  # before Hydra, whose own error here is a 35-line traceback
             C.check_configs()
@@ -583,6 +598,7 @@ def _ran_fits_here() -> bool:
 
 
 if __name__ == "__main__":
+    credentials.install()  # before the log handler takes its stream: the whole process is masked
     _log_to_stderr()
     code = main()
     if code in (128 + signal.SIGINT, 128 + signal.SIGTERM) and _ran_fits_here():

@@ -257,6 +257,58 @@ def slurm_cluster(kill_wait: int = 5):
 class Database:
     uri: str  # postgresql://user:password@127.0.0.1:port/name
     up_s: float
+    data: Path | None = None  # the cluster's data folder (owned by user postgres)
+    port: int = 0
+    procs: list = field(default_factory=list)  # the server's processes started, the running one last
+
+
+def _pg_server(data: Path, port: int, log: Path) -> subprocess.Popen:
+    """The PostgreSQL server of cluster ``data`` as user postgres, on 127.0.0.1:``port`` only (its
+    Unix socket in ``data``'s folder), fsync off; returns once it accepts connections."""
+    proc = _spawn(
+        [
+            str(PG_BIN / "postgres"),
+            "-D",
+            str(data),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "-k",
+            str(data.parent),
+            "-c",
+            "fsync=off",
+        ],
+        log,
+        **_as_user("postgres"),
+    )
+    _wait(
+        "postgres",
+        lambda: subprocess.run(["pg_isready", "-h", "127.0.0.1", "-p", str(port)], capture_output=True).returncode == 0,
+        30,
+        [proc],
+    )
+    return proc
+
+
+def halt(db: Database) -> None:
+    """Stop the server at once, as a crash would (``pg_ctl stop -m immediate``, as user postgres):
+    its connections are cut, its port closed; :func:`restart` starts it again."""
+    assert db.data is not None
+    subprocess.run(
+        [str(PG_BIN / "pg_ctl"), "stop", "-D", str(db.data), "-m", "immediate", "-w", "-t", "30"],
+        capture_output=True,
+        check=True,
+        **_as_user("postgres"),
+    )
+    for proc in db.procs:
+        stop(proc)  # reaped (already gone: nothing sent)
+
+
+def restart(db: Database) -> None:
+    """Start the halted server again, on the same port, with the same data (:func:`halt`)."""
+    assert db.data is not None
+    db.procs.append(_pg_server(db.data, db.port, db.data.parent / "postgres.log"))
 
 
 @contextmanager
@@ -278,7 +330,7 @@ def postgres(user: str = "plnexp", name: str = "mlflow"):
     pwfile.write_text(password + "\n")
     shutil.chown(pwfile, "postgres", "postgres")
     as_pg = _as_user("postgres")
-    proc = None
+    db = Database("", 0.0, tmp / "data")
     try:
         out = subprocess.run(
             [
@@ -298,43 +350,32 @@ def postgres(user: str = "plnexp", name: str = "mlflow"):
         )
         if out.returncode != 0:
             raise Unavailable(f"initdb failed: {(out.stderr or out.stdout).strip().splitlines()[-1]}")
-        port = free_port()
-        proc = _spawn(
-            [
-                str(PG_BIN / "postgres"),
-                "-D",
-                str(tmp / "data"),
-                "-h",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                "-k",
-                str(tmp),
-                "-c",
-                "fsync=off",
-            ],
-            tmp / "postgres.log",
-            **as_pg,
-        )
+        db.port = port = free_port()
+        db.procs.append(_pg_server(tmp / "data", port, tmp / "postgres.log"))
         env = {**os.environ, "PGPASSWORD": password}
-        _wait(
-            "postgres",
-            lambda: (
-                subprocess.run(["pg_isready", "-h", "127.0.0.1", "-p", str(port)], capture_output=True).returncode == 0
-            ),
-            30,
-            [proc],
-        )
         made = subprocess.run(
             ["createdb", "-h", "127.0.0.1", "-p", str(port), "-U", user, name], env=env, capture_output=True, text=True
         )
         if made.returncode != 0:
             raise Unavailable(f"createdb failed: {made.stderr.strip()}")
-        yield Database(f"postgresql://{user}:{password}@127.0.0.1:{port}/{name}", time.monotonic() - t0)
+        db.uri, db.up_s = f"postgresql://{user}:{password}@127.0.0.1:{port}/{name}", time.monotonic() - t0
+        yield db
     finally:
-        if proc is not None:
+        for proc in db.procs:
+            _fast_shutdown(proc)
             stop(proc)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _fast_shutdown(proc: subprocess.Popen, timeout: float = 15.0) -> None:
+    """PostgreSQL's fast shutdown (SIGINT): its clients' sessions are cut (SIGTERM, the smart one,
+    waits for them: a test's pooled connections keep it up until :func:`stop`'s SIGKILL)."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGINT)
+            proc.wait(timeout)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
 
 
 # ----------------------------------------------------------------------------------- MLflow server
@@ -345,6 +386,16 @@ class Server:
     up_s: float
     log: Path
     admin: tuple[str, str] | None = None  # (username, password) of the basic-auth app's admin; None: no auth
+    pid: int = 0  # the server's process, leader of its process group (its workers): :func:`kill`
+
+
+def kill(pid: int) -> None:
+    """SIGKILL the process ``pid`` started in a session of its own and its whole process group (a
+    server's workers), as a crash or the OOM killer would: nothing of theirs runs after."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 AUTH_ADMIN = "admin"
@@ -390,14 +441,16 @@ def mlflow_server(
     workers: int = 2,
     auth_admin_password: str | None = None,
     default_permission: str = "READ",
+    port: int | None = None,
 ):
     """``mlflow server`` on ``backend_uri`` (e.g. a :func:`postgres` database), artifacts served from
     ``folder/artifacts``, by ``workers`` worker processes (each imports MLflow's server: seconds);
     yields a :class:`Server` once ``/health`` answers. ``auth_admin_password`` (12 characters at
     least): MLflow's basic-auth app, every request but ``/health`` authenticated, its admin
     :data:`AUTH_ADMIN` with that password, other users' rights on what they did not create
-    ``default_permission``; raises :class:`Unavailable` where ``mlflow[auth]`` is missing."""
-    port = free_port()
+    ``default_permission``; raises :class:`Unavailable` where ``mlflow[auth]`` is missing. ``port``:
+    that one (a server started again on the same store and address), else a free one."""
+    port = port or free_port()
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     artifacts = folder / "artifacts"
@@ -441,7 +494,7 @@ def mlflow_server(
             tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []
             raise Unavailable(f"{e}{': ' + tail[0] if tail else ''}") from None
         admin = None if auth_admin_password is None else (AUTH_ADMIN, auth_admin_password)
-        yield Server(uri, artifacts, time.monotonic() - t0, log, admin)
+        yield Server(uri, artifacts, time.monotonic() - t0, log, admin, proc.pid)
     finally:
         stop(proc)
 

@@ -12,6 +12,7 @@ is missing or the server cannot start.
 from __future__ import annotations
 
 import base64
+import os
 import json
 import secrets
 import shutil
@@ -206,3 +207,49 @@ def test_doctor_says_whether_the_server_accepts_the_credentials(server, as_user)
         f"grant bob that permission, or set {ACCOUNT} to an account that has it"
     )
     assert all(p not in c.detail for c in found.values() for p in (*USERS.values(), ADMIN_PASSWORD))
+
+
+def _files_holding(root, secret: str) -> list[str]:
+    """The files under ``root`` whose bytes hold ``secret`` (links not followed)."""
+    return [str(p) for p in root.rglob("*") if p.is_file() and not p.is_symlink() and secret.encode() in p.read_bytes()]
+
+
+@pytest.mark.parametrize("way", ["uri", "credentials_file"])
+def test_credentials_from_the_uri_or_the_credentials_file_log_and_are_written_nowhere(
+    server, outputs, tmp_path, plnexp_main, as_user, monkeypatch, way
+):
+    """alice's password refused in ``tracking_uri=`` (exit 2, no run); then given as userinfo in
+    MLFLOW_TRACKING_URI (split off into MLFLOW_TRACKING_USERNAME/PASSWORD at start) or in
+    ~/.mlflow/credentials: the run logs, and her password is in nothing printed, no file under the
+    outputs folder, and no file of the server (its tracking and its auth database)."""
+    import mlflow.utils.credentials
+
+    password = USERS["alice"]
+    with_userinfo = server.uri.replace("http://", f"http://alice:{password}@")
+    as_user(None)
+    for var in ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
+        monkeypatch.setenv(var, "x")  # recorded, so that what the command sets is undone after the test
+        monkeypatch.delenv(var)
+    refused = plnexp_main("run", *TINY, f"experiment=via-{way}", f"tracking_uri={with_userinfo}", cwd=tmp_path)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD or ~/.mlflow/credentials" in refused.stderr
+    assert _experiment(server, f"via-{way}") is None
+    if way == "uri":
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", with_userinfo)
+        args = ()
+    else:
+        filed = tmp_path / "credentials"
+        filed.write_text(f"[mlflow]\nmlflow_tracking_username = alice\nmlflow_tracking_password = {password}\n")
+        monkeypatch.setattr(mlflow.utils.credentials, "_get_credentials_path", lambda: str(filed))
+        args = (f"tracking_uri={server.uri}",)
+    out = plnexp_main("run", *TINY, f"experiment=via-{way}", *args, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert (refused.stdout + refused.stderr + out.stdout + out.stderr).count(password) == 0
+    if way == "uri":
+        assert os.environ["MLFLOW_TRACKING_URI"] == server.uri and os.environ["MLFLOW_TRACKING_USERNAME"] == "alice"
+    exp = _experiment(server, f"via-{way}")
+    (run,) = _runs(server, exp.experiment_id)
+    assert run.info.status == "FINISHED"
+    assert (
+        _files_holding(outputs, password) == [] and _files_holding(server.log.parent, password) == []
+    )  # server.db, auth.db, its log, artifacts

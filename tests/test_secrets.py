@@ -1,8 +1,10 @@
-"""No secret leaves the process (plnexp.system.redact): the redaction rules on their own, then what plnexp
-writes and prints with a password in its command line: MLflow params, tags, notes and artifacts,
-Hydra's saved configs, the sweep's record, reports, one-line errors. The end-to-end tests run into a
-real PostgreSQL 15 store (tests/daemons.py, started by them on 127.0.0.1 and stopped by PID) and
-skip, saying why, where it cannot run; the others need nothing.
+"""No secret leaves the process (plnexp.system.redact, plnexp.system.credentials): the redaction rules
+on their own; a credential in a command line or config refused in one line, nothing written; then
+what plnexp writes and prints with the password given the ways it may be (``MLFLOW_TRACKING_URI``,
+``~/.pgpass``, ``PGPASSWORD``): MLflow params, tags, notes and artifacts, every row of the store's
+database, Hydra's saved configs, the sweep's record, reports, one-line errors. The end-to-end tests
+run into a real PostgreSQL 15 store (tests/daemons.py, started by them on 127.0.0.1 and stopped by
+PID) and skip, saying why, where it cannot run; the others need nothing.
 """
 
 from __future__ import annotations
@@ -75,6 +77,22 @@ TINY = ("dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=3", "repeats
         # YAML lines (what --cfg job prints)
         ("db:\n  password: hunter2 two\n  host: h", "db:\n  password: ***\n  host: h"),
         ("- api_token: abc", "- api_token: ***"),
+        # options and netrc; Azure's keys and a SAS signature; quotes in a password
+        ("mysql -u u --password hunter2 db", "mysql -u u --password *** db"),
+        ("--db-token 'a b' -v", "--db-token *** -v"),
+        ("password x", "password ***"),
+        ("machine h login u password s3c account a", "machine h login u password *** account a"),
+        (
+            "DefaultEndpointsProtocol=https;AccountName=a;AccountKey=abc+/==;EndpointSuffix=x",
+            "DefaultEndpointsProtocol=https;AccountName=a;AccountKey=***",
+        ),
+        (
+            "https://a.blob.core.windows.net/c?sv=2020&sig=ab%2Fc&se=1",
+            "https://a.blob.core.windows.net/c?sv=2020&sig=***&se=1",
+        ),
+        ("https://alice:pa'ss\"w@h/x", "https://alice:***@h/x"),
+        ("PGPASSWORD=pa'ss rest", "PGPASSWORD=*** rest"),
+        ('password="it\'s" x', "password=*** x"),
     ],
 )
 def test_redact_text_masks_the_credential_only(text, expected):
@@ -92,6 +110,7 @@ def test_redact_text_masks_the_credential_only(text, expected):
         "file:///data/a:b@c",  # no authority
         "XLA_FLAGS=--xla_force_host_platform_device_count=2",
         "password authentication failed for user bars",  # prose: no value given
+        "signal=3 design=4 --token -v",  # 'sig' only whole; an option followed by another option
     ],
 )
 def test_redact_text_leaves_what_holds_no_credential(text):
@@ -161,12 +180,58 @@ def test_a_redacted_store_uri_is_refused_in_one_line(plnexp_main, outputs, monke
     assert not list(outputs.glob("runs/*")), "nothing may run"
 
 
-def test_cfg_job_prints_the_config_masked(plnexp_main, outputs):
-    ran = plnexp_main("run", "--cfg", "job", "tracking_uri=postgresql://u:hunter2@h:5432/db", "+db.password=p4ss")
-    assert ran.returncode == 0, ran.stderr
-    assert "tracking_uri: postgresql://u:***@h:5432/db" in ran.stdout
-    assert "password: ***" in ran.stdout
-    assert (ran.stdout + ran.stderr).count("hunter2") == 0 and (ran.stdout + ran.stderr).count("p4ss") == 0
+WAYS = (
+    "give it through PGPASSWORD or ~/.pgpass (a PostgreSQL store), MLFLOW_TRACKING_USERNAME and "
+    "MLFLOW_TRACKING_PASSWORD or ~/.mlflow/credentials (a tracking server), or user:password@ in the "
+    "MLFLOW_TRACKING_URI environment variable"
+)
+
+
+@pytest.mark.parametrize(
+    ("args", "shown"),
+    [
+        (("run", *TINY, "tracking_uri=postgresql://u:hunter2@h:5432/db"), "tracking_uri=postgresql://u:***@h:5432/db"),
+        (("run", "--cfg", "job", "+db.password=hunter2"), "+db.password=***"),
+        (("sweep", *TINY, "seed=0,1", "tracking_uri=https://alice:hunter2@h"), "tracking_uri=https://alice:***@h"),
+        (("run", *TINY, "+hydra.job.env_set.PLNEXP_TEST_TOKEN=hunter2"), "+hydra.job.env_set.PLNEXP_TEST_TOKEN=***"),
+        (("rerun", "0" * 32, "tracking_uri=postgresql://u:hunter2@h/db"), "tracking_uri=postgresql://u:***@h/db"),
+        (("sync", "tracking_uri=https://u:hunter2@h"), "tracking_uri=https://u:***@h"),
+        (("ui", "--backend-store-uri", "postgresql://u:hunter2@h/db"), "postgresql://u:***@h/db"),
+    ],
+)
+def test_a_credential_on_the_command_line_is_refused_in_one_line(plnexp_main, outputs, args, shown):
+    """Any command, any override (a store's URI, a secret-named key, Hydra's env_set): exit 2, one
+    line naming the argument masked and the ways to give a credential, nothing printed on stdout,
+    nothing written under the outputs folder, no run."""
+    before = sorted(p.name for p in outputs.iterdir())
+    ran = plnexp_main(*args)
+    assert ran.returncode == 2, ran.stderr
+    assert ran.stdout == ""
+    assert ran.stderr == (
+        f"plnexp: error: {shown} holds a credential, which a command line or config never does (plnexp "
+        f"logs, saves and ships its settings, and every local user reads a command line); {WAYS}\n"
+    )
+    assert _count(outputs, "hunter2") == {}
+    assert sorted(p.name for p in outputs.iterdir()) == before, "nothing written"
+    assert tracking.client(tracking.tracking_uri()).search_experiments(filter_string="name != 'Default'") == []
+
+
+def test_a_credential_in_a_config_file_is_refused_in_one_line(plnexp_main, outputs, tmp_path):
+    """A config folder's file (``--config-dir``) whose value holds a password: refused as an override is."""
+    conf = tmp_path / "conf" / "experiment"
+    conf.mkdir(parents=True)
+    (tmp_path / "conf" / "store").mkdir()
+    (tmp_path / "conf" / "store" / "team.yaml").write_text(
+        "# @package _global_\ntracking_uri: postgresql://u:hunter2@h:5432/db\n"
+    )
+    ran = plnexp_main("run", *TINY, "--config-dir", str(tmp_path / "conf"), "+store=team")
+    assert ran.returncode == 2, ran.stderr
+    assert ran.stderr == (
+        "plnexp: error: tracking_uri=postgresql://u:***@h:5432/db holds a credential, which a command line or "
+        "config never does (plnexp logs, saves and ships its settings, and every local user reads a command "
+        f"line); {WAYS}\n"
+    )
+    assert _count(outputs, "hunter2") == {} and not list(outputs.glob("runs/*"))
 
 
 def test_hydra_saved_config_rewritten_masked_with_its_types(tmp_path):
@@ -227,34 +292,60 @@ def _count(root: Path, secret: str) -> dict[str, int]:
     return found
 
 
-def test_a_token_in_an_override_is_masked_everywhere_it_lands(plnexp_main, outputs, monkeypatch):
-    """A secret-named variable given to the job (Hydra's env_set): masked in the run's command tag,
-    Hydra's saved configs and the store's file (under the outputs folder: every file there is read)."""
-    monkeypatch.setenv("PLNEXP_TEST_TOKEN", "unset")  # Hydra sets it in this process: restored after the test
-    ran = plnexp_main("run", *TINY, "experiment=secrets", "+hydra.job.env_set.PLNEXP_TEST_TOKEN=tok-5ecret-42")
+def test_a_token_in_the_environment_is_never_written(plnexp_main, outputs, monkeypatch):
+    """A secret-named variable in the job's environment (where a credential belongs): the run logs,
+    and the token is in no file under the outputs folder (the store's among them) and nowhere printed."""
+    monkeypatch.setenv("PLNEXP_TEST_TOKEN", "tok-5ecret-42")
+    ran = plnexp_main("run", *TINY, "experiment=secrets")
     assert ran.returncode == 0, ran.stderr
     assert (ran.stdout + ran.stderr).count("tok-5ecret-42") == 0
     assert _count(outputs, "tok-5ecret-42") == {}
     (run,) = tracking.client(tracking.tracking_uri()).search_runs(
         [tracking.find_experiment(tracking.tracking_uri(), "secrets")]
     )
-    assert "+hydra.job.env_set.PLNEXP_TEST_TOKEN=***" in run.data.tags["command"]  # (a hydra override: not a task's)
-    (saved,) = outputs.glob("runs/*/.hydra/hydra.yaml")
-    assert yaml.safe_load(saved.read_text())["hydra"]["job"]["env_set"] == {"PLNEXP_TEST_TOKEN": MASK}
+    assert run.info.status == "FINISHED"
 
 
 # ---------------------------------------------------------------- into a real PostgreSQL store
 @dataclass(frozen=True)
 class Logged:
-    """A run and a 2-job sweep logged into PostgreSQL with the password in ``tracking_uri``."""
+    """A run and a 2-job sweep logged into PostgreSQL, the password given the ways it may be: the run's
+    in ``MLFLOW_TRACKING_URI`` (split off at start), the sweep's in a password file (``PGPASSFILE``,
+    libpq's ``~/.pgpass``) with the store's address in ``tracking_uri``; after the same URI with the
+    password in ``tracking_uri=`` was refused."""
 
     uri: str  # postgresql://bars:PASSWORD@127.0.0.1:PORT/secdb
     password: str
-    masked: str  # postgresql://bars:***@127.0.0.1:PORT/secdb
+    address: str  # postgresql://bars@127.0.0.1:PORT/secdb: what plnexp logs
     outputs: Path
-    printed: str  # stdout and stderr of both commands
+    printed: str  # stdout and stderr of the commands
     run_id: str
     parent_id: str
+
+
+CREDENTIAL_VARS = (
+    "MLFLOW_TRACKING_URI",
+    "PGPASSWORD",
+    "PGPASSFILE",
+    "PGUSER",
+    "MLFLOW_TRACKING_USERNAME",
+    "MLFLOW_TRACKING_PASSWORD",
+)
+
+
+@contextlib.contextmanager
+def _environ(**values: str):
+    """``os.environ`` with :data:`CREDENTIAL_VARS` unset and ``values`` set for the block, then exactly
+    as it was (a command splits MLFLOW_TRACKING_URI into this process's environment)."""
+    before = dict(os.environ)
+    for var in CREDENTIAL_VARS:
+        os.environ.pop(var, None)
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(before)
 
 
 def _main(*args: str) -> tuple[int, str]:
@@ -296,26 +387,37 @@ def logged(database, tmp_path_factory, compile_cache) -> Logged:
     (out / "jax_cache").symlink_to(compile_cache, target_is_directory=True)
     parts = urlsplit(database.uri)
     assert parts.password and parts.port
-    masked = f"postgresql://bars:***@127.0.0.1:{parts.port}/secdb"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PLNEXP_OUTPUTS", str(out))
-        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
-        code, ran = _main("run", *TINY, "experiment=secret-run", f"tracking_uri={database.uri}")
+    address = f"postgresql://bars@127.0.0.1:{parts.port}/secdb"
+    pgpass = out.parent / "pgpass"
+    pgpass.write_text(f"127.0.0.1:{parts.port}:secdb:bars:{parts.password}\n")
+    pgpass.chmod(0o600)  # libpq ignores a password file that others may read
+    with _environ(PLNEXP_OUTPUTS=str(out)):
+        code, refused = _main("run", *TINY, "experiment=secret-refused", f"tracking_uri={database.uri}")
+        assert code == 2 and refused.count("\n") == 1 and "PGPASSWORD or ~/.pgpass" in refused, refused
+        assert sorted(p.name for p in out.iterdir()) == ["jax_cache"], "a refused command writes nothing"
+        os.environ["MLFLOW_TRACKING_URI"] = database.uri
+        code, ran = _main("run", *TINY, "experiment=secret-run")
         assert code == 0, ran
+        # split at start: the address stays, the password goes to libpq's variable
+        assert os.environ["MLFLOW_TRACKING_URI"] == address and os.environ["PGPASSWORD"] == parts.password
+    with _environ(PLNEXP_OUTPUTS=str(out), PGPASSFILE=str(pgpass)):
         code, swept = _main(
             "sweep",
             *TINY,
             "dataset.replication=1",  # (sweep=default's x100 otherwise)
             "strategy=scan,fori_loop",
             "experiment=secret-sweep",
-            f"tracking_uri={database.uri}",
+            f"tracking_uri={address}",
         )
         assert code == 0, swept
     cl = tracking.client(database.uri)
+    assert cl.get_experiment_by_name("secret-refused") is None
     (run,) = cl.search_runs([cl.get_experiment_by_name("secret-run").experiment_id])
     sweep_runs = cl.search_runs([cl.get_experiment_by_name("secret-sweep").experiment_id])
     (parent,) = [r for r in sweep_runs if "mlflow.parentRunId" not in r.data.tags]
-    return Logged(database.uri, parts.password, masked, out, ran + swept, run.info.run_id, parent.info.run_id)
+    return Logged(
+        database.uri, parts.password, address, out, refused + ran + swept, run.info.run_id, parent.info.run_id
+    )
 
 
 def _store_text(uri: str) -> str:
@@ -354,9 +456,9 @@ def _no_password_anywhere(logged: Logged) -> None:
     assert store.count(secret) == 0
     assert _count(logged.outputs, secret) == {}
     assert logged.printed.count(secret) == 0
-    # what was searched holds the URI, masked: the searches above read where it is written
-    assert sum(v.count(logged.masked) for v in values) > 0 and store.count(logged.masked) > 0
-    assert sum(t.count(logged.masked) for t in artifacts) > 0 and _count(logged.outputs, logged.masked)
+    # what was searched holds the store's address: the searches above read where it is written
+    assert sum(v.count(logged.address) for v in values) > 0 and store.count(logged.address) > 0
+    assert sum(t.count(logged.address) for t in artifacts) > 0 and _count(logged.outputs, logged.address)
 
 
 @pytest.mark.slow
@@ -364,36 +466,32 @@ def _no_password_anywhere(logged: Logged) -> None:
 @pytest.mark.xdist_group("cluster")
 @pytest.mark.timeout(600)
 def test_run_and_sweep_into_postgres_never_write_the_password(logged):
-    """The password of ``tracking_uri=postgresql://bars:PASSWORD@...``: zero occurrences in the store
-    (every param, tag, note and artifact, and every row of its database), in every file under the
-    outputs folder (Hydra's saved configs, the sweep's record, the report) and in what was printed;
-    the URI is logged with ``***`` in its place."""
+    """The password (given in ``MLFLOW_TRACKING_URI``, then in a password file; refused in
+    ``tracking_uri=``): zero occurrences in the store (every param, tag, note and artifact, and every
+    row of its database), in every file under the outputs folder (Hydra's saved configs, the sweep's
+    record, the report) and in what was printed; the store's address is logged, the password nowhere."""
     _no_password_anywhere(logged)
     cl = tracking.client(logged.uri)
     run = cl.get_run(logged.run_id)
-    assert run.data.params["tracking_uri"] == logged.masked
-    assert f"tracking_uri={logged.masked}" in run.data.tags["overrides"]
-    assert f"tracking_uri={logged.masked}" in run.data.tags["command"]
-    assert f"tracking_uri={logged.masked}" in run.data.tags["mlflow.note.content"]
+    assert run.info.status == "FINISHED"
+    assert "tracking_uri=" not in run.data.tags["command"]  # the store came from the environment
     config = yaml.safe_load(Path(cl.download_artifacts(logged.run_id, "config.yaml")).read_text())
-    assert config["tracking_uri"] == logged.masked
+    assert config["tracking_uri"] is None
     parent = cl.get_run(logged.parent_id)
-    assert f"tracking_uri={logged.masked}" in parent.data.tags["command"]
+    assert f"tracking_uri={logged.address}" in parent.data.tags["command"]
     children = [r for r in cl.search_runs([parent.info.experiment_id]) if r.info.run_id != logged.parent_id]
-    assert len(children) == 2 and {r.data.params["tracking_uri"] for r in children} == {logged.masked}
-    # Hydra's saved configs and the sweep's record hold the URI masked
-    (saved,) = logged.outputs.glob("runs/*/.hydra/overrides.yaml")
-    assert f"tracking_uri={logged.masked}" in yaml.safe_load(saved.read_text())
+    assert len(children) == 2 and {r.data.params["tracking_uri"] for r in children} == {logged.address}
+    # Hydra's saved configs and the sweep's record hold the address
     (sweep_dir,) = [
         d
         for d in logged.outputs.glob("multirun/*")
         if getattr(sweep.read_record(d), "parent_id", "") == logged.parent_id
     ]
-    assert logged.masked in (sweep_dir / "multirun.yaml").read_text()
+    assert logged.address in (sweep_dir / "multirun.yaml").read_text()
     assert [yaml.safe_load(p.read_text())["tracking_uri"] for p in sorted(sweep_dir.glob("*/.hydra/config.yaml"))] == [
-        logged.masked
+        logged.address
     ] * 2
-    assert f'"uri": "{logged.masked}"' in (sweep_dir / sweep.RECORD_NAME).read_text()
+    assert f'"uri": "{logged.address}"' in (sweep_dir / sweep.RECORD_NAME).read_text()
     assert list(logged.outputs.glob("reports/secret-sweep/*/report.md")), "the sweep's report was written"
 
 
@@ -402,17 +500,15 @@ def test_run_and_sweep_into_postgres_never_write_the_password(logged):
 @pytest.mark.xdist_group("cluster")
 @pytest.mark.timeout(600)
 def test_rerun_takes_the_store_from_the_environment_or_the_command(logged):
-    """A rerun of the run, the store given by MLFLOW_TRACKING_URI (the logged tracking_uri holds ***):
-    it reproduces, in the same store; a rerun of the sweep, the store given by tracking_uri=; still no
-    password written anywhere."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PLNEXP_OUTPUTS", str(logged.outputs))
-        mp.setenv("MLFLOW_TRACKING_URI", logged.uri)
+    """A rerun of the run, the store given by MLFLOW_TRACKING_URI with its password: it reproduces, in
+    the same store; a rerun of the sweep, the store's address given by tracking_uri= and the password
+    by PGPASSWORD; still no password written anywhere."""
+    with _environ(PLNEXP_OUTPUTS=str(logged.outputs), MLFLOW_TRACKING_URI=logged.uri):
         code, single = _main("rerun", logged.run_id)
         assert code == 0, single
         assert "rerun ok: run " in single
-        mp.delenv("MLFLOW_TRACKING_URI")
-        code, swept = _main("rerun", logged.parent_id, f"tracking_uri={logged.uri}")
+    with _environ(PLNEXP_OUTPUTS=str(logged.outputs), PGPASSWORD=logged.password):
+        code, swept = _main("rerun", logged.parent_id, f"tracking_uri={logged.address}")
         assert code == 0, swept
         assert "rerun ok: 2 of 2 jobs reproduced" in swept
     cl = tracking.client(logged.uri)
@@ -421,5 +517,5 @@ def test_rerun_takes_the_store_from_the_environment_or_the_command(logged):
     (parent,) = [r for r in runs if r.data.tags.get("rerun_of") == logged.parent_id]
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     assert again.info.status == "FINISHED" and len(children) == 2
-    assert {r.data.params["tracking_uri"] for r in (again, *children)} == {logged.masked}
+    assert {r.data.params["tracking_uri"] for r in (again, *children)} == {logged.address}
     _no_password_anywhere(replace(logged, printed=single + swept))

@@ -186,3 +186,76 @@ def test_a_second_signal_during_the_clean_up_stops_now(monkeypatch, capsys):
     guard.thread.join(timeout=5)
     guard.read.close()
     assert "the clean-up was cut short" in capsys.readouterr().err
+
+
+def test_a_postgres_store_connects_within_a_third_of_the_store_timeout(http_env):
+    """MLflow's SQL store on PostgreSQL gets libpq's connect_timeout from store_timeout_s (a host
+    that does not answer costs seconds a try, not the kernel's minutes); the user's own is kept,
+    other stores are left as they are."""
+    backend.set_timeout(30)
+    assert backend.engine_uri("postgresql://u@h:5/db") == "postgresql://u@h:5/db?connect_timeout=10"
+    assert backend.engine_uri("postgresql+psycopg://u@h/db?sslmode=require").endswith(
+        "?sslmode=require&connect_timeout=10"
+    )
+    assert backend.engine_uri("postgresql://u@h/db?connect_timeout=60") == "postgresql://u@h/db?connect_timeout=60"
+    backend.set_timeout(1)
+    assert backend.engine_uri("postgresql://u@h/db").endswith(f"connect_timeout={backend.PG_MIN_CONNECT_TIMEOUT_S}")
+    for uri in ("sqlite:////tmp/x.db", "http://127.0.0.1:5000", "file:///tmp/mlruns"):
+        assert backend.engine_uri(uri) == uri
+
+
+def test_mlflow_sql_errors_are_not_logged_with_their_tracebacks():
+    """MLflow's SQL store logs each failed query with its traceback before raising it: silenced
+    (plnexp says the error it raises in one line)."""
+    import logging
+
+    backend._quiet()
+    assert not logging.getLogger(backend.SQL_ERRORS_LOGGER).isEnabledFor(logging.ERROR)
+
+
+def test_a_result_neither_the_store_nor_the_disk_takes_is_said_lost_in_one_line(monkeypatch, outputs):
+    """The disk holding the store and pending/ is full: the fit's result cannot be kept; one line
+    (ResultLost) names the run, what was lost and why (write_atomic leaves no half-written file)."""
+    from mlflow.exceptions import MlflowException
+
+    record = {
+        "status": "FINISHED",
+        "metrics": [["final_elbo", -355.3, 0, 1], ["ms_per_iter", 0.05, 0, 1], ["elbo", -400.0, 3, 1]],
+        "tags": {},
+    }
+
+    def disk_full(*a, **k):
+        raise MlflowException("(sqlite3.OperationalError) database or disk is full")
+
+    def no_space(path, text, mode=None):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(tracking.pending.writes, "job_record", lambda job: record)
+    monkeypatch.setattr(tracking.pending.writes, "write_record", disk_full)
+    monkeypatch.setattr(tracking.pending, "after_fit", lambda cl: cl)
+    monkeypatch.setattr(tracking.pending, "write_atomic", no_space)
+    with pytest.raises(tracking.pending.ResultLost) as raised:
+        tracking.pending.finish(object(), "sqlite:///x.db", "run123", job=None)
+    line = str(raised.value)
+    assert "\n" not in line and isinstance(raised.value, tracking.StoreError)
+    assert "lost: the FINISHED result of run run123 (final_elbo=-355.3, ms_per_iter=0.05)" in line
+    assert "database or disk is full" in line and "No space left on device" in line
+
+
+def test_a_client_of_a_postgres_store_that_does_not_answer_is_one_line_in_seconds(http_env, capfd):
+    """MLflow's SQL store retries creating its engine for minutes when the database does not answer
+    (a job's process started while PostgreSQL is down): plnexp's client reaches it once first, and
+    an unreachable one is one StoreError line, within seconds, its password masked; not cached."""
+    pytest.importorskip("psycopg", reason="needs plnexp's cluster extra")
+    import daemons
+
+    uri = f"postgresql://plnexp:hunter2@127.0.0.1:{daemons.free_port()}/mlflow"  # nobody listens there
+    backend.set_timeout(6)
+    capfd.readouterr()
+    t0 = time.monotonic()
+    for _ in range(2):  # not cached: tried again
+        with pytest.raises(tracking.StoreError, match="PostgreSQL connection failed") as raised:
+            backend.client(uri)
+    assert time.monotonic() - t0 < 30
+    assert "hunter2" not in str(raised.value) and "\n" not in str(raised.value)
+    assert capfd.readouterr() == ("", "")

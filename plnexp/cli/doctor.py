@@ -22,6 +22,7 @@ backend is known to miscompile without plnexp's XLA flag.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import platform
@@ -42,6 +43,7 @@ from ..system import runtime
 from ..core.precision import PRECISIONS
 from ..core.model import MODELS, PCA_NAME, Arrays, Model, PLNState, pca_model
 from ..system.commandline import Parser, UsageError, fail
+from ..system.credentials import address, split_uri
 from ..system.paths import install_command
 from ..system.redact import redact, redact_text
 
@@ -221,7 +223,7 @@ def _http_checks(uri: str, timeout: float) -> list[Check]:
     """``store_reachable`` (``/health``, else the REST API, answers within ``timeout``); then, only
     when it answers, the writes of :func:`_server_writes` (skipped when the server refuses this
     client's credentials) and ``store_auth`` (:func:`_auth_check`), last."""
-    base = uri.rstrip("/")
+    base = address(uri).rstrip("/")  # urllib never sees a userinfo (its errors would quote it)
     answered = None
     for path in ("/health", SEARCH_PATH):
         try:
@@ -230,7 +232,8 @@ def _http_checks(uri: str, timeout: float) -> list[Check]:
                 break
         except urllib.error.HTTPError as e:  # the server is there; try the API endpoint next
             answered = f"GET {path} answered {e.code}"
-        except (urllib.error.URLError, OSError) as e:
+        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as e:
+            # (ValueError, InvalidURL: an address urllib cannot read, a port that is not a number)
             reason = getattr(e, "reason", e)
             return [
                 Check("store_reachable", False, f"{uri}: no answer ({reason}; timeout {timeout:g} s)"),
@@ -269,7 +272,7 @@ def _auth_check(uri: str, timeout: float) -> Check:
     from ..store.backend import HOST_REFUSED, INVALID_HOST, auth_refusal, credentials
 
     try:
-        with urllib.request.urlopen(uri.rstrip("/") + SEARCH_PATH, timeout=timeout) as resp:  # no credentials
+        with urllib.request.urlopen(address(uri).rstrip("/") + SEARCH_PATH, timeout=timeout) as resp:  # no credentials
             status = resp.status
     except urllib.error.HTTPError as e:
         status = e.code
@@ -507,6 +510,19 @@ def _filesystem_check(uri: str, db: Path) -> list[Check]:
     return [Check("store_filesystem", True, f"sqlite store on {fstype} ({point})")]
 
 
+def _postgres_checks(uri: str) -> list[Check]:
+    """``store_reachable`` for a PostgreSQL store: one direct connection, as a command's check makes it
+    (the password from ``PGPASSWORD`` or ``~/.pgpass``); what failed in one line (authentication, the
+    connection, or a missing database: ``PostgreSQL database missing``)."""
+    from ..store.backend import StoreError, _reach_postgres
+
+    try:
+        _reach_postgres(uri, uri, "")
+    except StoreError as e:
+        return [Check("store_reachable", False, str(e).removesuffix("; "))]
+    return [Check("store_reachable", True, f"{uri}: connected to the database")]
+
+
 def store(uri: str | None = None, timeout: float = HTTP_TIMEOUT_S) -> list[Check]:
     """The MLflow store the commands would use: reachable, and writable; a local store without creating
     anything in it, a tracking server by creating (then deleting) a run and uploading an artifact
@@ -527,6 +543,10 @@ def store(uri: str | None = None, timeout: float = HTTP_TIMEOUT_S) -> list[Check
                     f"{e.strerror or e} (set PLNEXP_OUTPUTS or MLFLOW_TRACKING_URI)",
                 )
             ]
+    uri, secret = split_uri(uri)  # a credential in the URI (a caller in Python): to its client's variables
+    if secret:
+        with _environ(**secret):
+            return store(uri, timeout)
     scheme = uri.split(":", 1)[0].lower() if "://" in uri else ""
     if scheme == "sqlite":
         db = _sqlite_path(uri)
@@ -536,6 +556,8 @@ def store(uri: str | None = None, timeout: float = HTTP_TIMEOUT_S) -> list[Check
         return found + (_filesystem_check(uri, db) if found[0].ok else [])
     if scheme in ("http", "https"):
         return _http_checks(uri, timeout)
+    if scheme in ("postgresql", "postgresql+psycopg"):
+        return _postgres_checks(uri)
     if scheme in ("", "file"):  # MLflow's file store: a directory
         return _dir_checks(uri, Path(uri[len("file://") :] if scheme else uri).resolve(), None)
     return [Check("store_reachable", None, f"{uri}: scheme {scheme!r} not checked by plnexp doctor")]
@@ -750,7 +772,7 @@ def _guarded(fn: Callable[[], list[Check]]) -> list[Check]:
         return list(fn())
     except Exception as e:  # noqa: BLE001 - a check that raises fails that check, never the doctor
         first = (str(e).splitlines() or [""])[0]
-        return [Check(fn.__name__, False, f"raised {type(e).__name__}: {first}")]
+        return [Check(fn.__name__, False, redact_text(f"raised {type(e).__name__}: {first}"))]
 
 
 def checks() -> list[Check]:

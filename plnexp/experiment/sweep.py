@@ -52,7 +52,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from ..system import interrupts
+from ..system import credentials, interrupts
 from ..jobs import provenance
 from . import resume
 from . import runner
@@ -481,6 +481,9 @@ class Task:
     """
 
     failed: int = 0
+    # why the store is down, once a job of this process saw it fail: the grid's later jobs are skipped
+    # (each would wait store_timeout_s on it again), said in one line each; "" while it answers
+    store_down: str = ""
     # the jobs of the sweep this process ran, by job number (what the control job needs, Task.control)
     grid: dict[int, GridJob] = field(default_factory=dict)
     record: SweepRecord | None = None
@@ -492,8 +495,11 @@ class Task:
         from ..system import slurm
 
         # plnexp owns the process a job runs in (the driver, a joblib worker, a SLURM job): its
-        # settings before the job starts JAX (idempotent where the command line applied them)
+        # settings before the job starts JAX (idempotent where the command line applied them), and
+        # its one masking boundary (the driver's command line installed it already)
         runtime.configure()
+        if not credentials.installed():
+            credentials.install()
         if slurm.in_job() and interrupts.pending() is None and not interrupts.in_place():
             with interrupts.handled(signals=slurm.JOB_SIGNALS):  # scancel, time limit, preemption
                 return self._job(cfg)
@@ -539,6 +545,12 @@ class Task:
             print(line, flush=True)
             return None if here else line
         label = f"[{num + 1}/{record.total}] {name}" if record is not None and num is not None else name
+        if self.store_down and record is not None:  # each job would wait store_timeout_s on it again
+            self.failed += 1
+            _saw(record, num, [runner.Row(name, "SKIPPED", {}, 0.0)])
+            line = f"{label} skipped: the store failed ({self.store_down}); resume=true runs it later"
+            print(line, flush=True)
+            return None if here else line
         if record is not None and here:
             print(f"{label} ...", end="", flush=True)
         try:
@@ -567,10 +579,13 @@ class Task:
             _saw(record, num, [runner.Row(name, "FAILED", {}, 0.0)])
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             first = redact_text(first)  # a store's error may quote its URI
+            self.store_down = f"job {name}: {type(e).__name__}"
             print(f"{' ' if record is not None and here else ''}FAILED", flush=True)
             print(f"plnexp: error: job {name}: {type(e).__name__}: {first}", file=sys.stderr, flush=True)
             return None if here else f"{label} FAILED ({type(e).__name__}: {first})"
         self.failed += outcome.status != "FINISHED"
+        if getattr(outcome, "kept", ""):  # the store failed after the fit: the next jobs are skipped
+            self.store_down = f"job {name}'s result kept locally"
         _saw(record, num, [_row(o, name) for o in (getattr(outcome, "batch", None) or [outcome])])
         if num in self.grid:
             self.grid[num] = replace(self.grid[num], status=outcome.status)

@@ -24,6 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..jobs.config import STORE_TIMEOUT_S, ConfigError, outputs_dir
+from ..system.credentials import address
 from ..system.paths import install_command
 from ..system.redact import MASK, is_redacted, redact_text
 from . import mlflow_compat
@@ -48,6 +49,10 @@ HTTP_RETRIES_VAR = "MLFLOW_HTTP_REQUEST_MAX_RETRIES"
 HTTP_BACKOFF_VAR = "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"
 HTTP_RETRIES = 2  # so 3 tries of a request, each given store_timeout_s / 3
 HTTP_BACKOFF = 1  # urllib3's waits between them: 0 s, then 2 s (MLflow adds up to 1 s of jitter to each)
+# MLflow's logger of the SQL store's failed queries (silenced: :func:`_quiet`)
+SQL_ERRORS_LOGGER = "mlflow.store.db.utils"
+# libpq's connect_timeout is whole seconds and at least 2 (a smaller value is raised to 2)
+PG_MIN_CONNECT_TIMEOUT_S = 2
 _OURS: dict[str, str] = {}  # the values plnexp set (a later set_timeout changes these, never the user's)
 _TIMEOUT_S = [STORE_TIMEOUT_S]  # store_timeout_s as set_timeout last had it
 
@@ -82,6 +87,10 @@ def _uri_source(explicit: str | None) -> str:
 def _quiet() -> None:
     for name in ("mlflow", "alembic", "sqlalchemy", "urllib3"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # MLflow's SQL store logs every failed query with its whole traceback (about a hundred lines
+    # each) before raising it; a database that went away mid-sweep made pages of them. The error
+    # raised is the same: plnexp says it in one line (a kept result, a job FAILED, the close)
+    logging.getLogger(SQL_ERRORS_LOGGER).setLevel(logging.CRITICAL)
     # a tracking server: MLflow prints two "View run ... at" lines on stdout per run it ends, between
     # plnexp's own lines (the parent run's address is in the sweep's header line already)
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
@@ -121,6 +130,18 @@ def set_timeout(seconds: float = STORE_TIMEOUT_S) -> None:
         if key in os.environ and os.environ[key] != _OURS.get(key):
             continue  # the user's
         os.environ[key] = _OURS[key] = value
+
+
+def engine_uri(uri: str) -> str:
+    """The URI MLflow's SQL store connects with: a PostgreSQL one (``postgresql://``) given libpq's
+    ``connect_timeout`` (a third of :func:`store_timeout`, as each HTTP try: :func:`set_timeout`),
+    unless it names one; without it, a connection to a host that does not answer waits for the
+    kernel's TCP timeout (minutes) at each of a call's tries. Any other URI as it is."""
+    scheme = uri.split(":", 1)[0].lower()
+    if scheme not in POSTGRES_SCHEMES or "connect_timeout=" in uri.split("?", 1)[-1]:
+        return uri
+    seconds = max(PG_MIN_CONNECT_TIMEOUT_S, math.ceil(store_timeout() / (HTTP_RETRIES + 1)))
+    return f"{uri}{'&' if '?' in uri else '?'}connect_timeout={seconds}"
 
 
 def store_timeout() -> float:
@@ -179,18 +200,25 @@ def plain_client(uri: str):
     from mlflow import MlflowClient
 
     _quiet()
-    return MlflowClient(uri)
+    return MlflowClient(engine_uri(uri))
 
 
 @lru_cache(maxsize=4)
 def client(uri: str):
-    """An MlflowClient on ``uri`` (cached: the sqlite engine and its migrations are paid once)."""
+    """An MlflowClient on ``uri`` (cached: the sqlite engine and its migrations are paid once).
+
+    A PostgreSQL store is reached once first (:func:`_reach_postgres`, seconds): MLflow creates its
+    SQL engine at the client's first call, retrying a database that does not answer for about two
+    minutes whatever store_timeout_s says (a job's process started while the database is down);
+    unreachable, it is a :class:`StoreError` line instead."""
     from mlflow import MlflowClient
 
     _quiet()  # after the import: mlflow sets its own logger levels when imported
     if not _OURS:  # no store_timeout_s given yet (a command's config sets it: set_timeout): the default
         set_timeout()
-    return Retrying(MlflowClient(tracking_uri=uri))
+    if uri.split(":", 1)[0].lower() in POSTGRES_SCHEMES:
+        _reach_postgres(uri, f"the store {uri}", "the next store call tries it again")
+    return Retrying(MlflowClient(tracking_uri=engine_uri(uri)))
 
 
 # ---------------------------------------------------------------- the experiment in MLflow's UI
@@ -477,7 +505,8 @@ def check_store(explicit: str | None = None, timeout: float = PROBE_TIMEOUT_S) -
         _reach_postgres(uri, where, allowed)
     if scheme in ("http", "https"):
         try:
-            urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout).close()
+            # urllib gets the address only: a userinfo it cannot parse would be quoted in its error
+            urllib.request.urlopen(f"{address(uri).rstrip('/')}/health", timeout=timeout).close()
         except urllib.error.HTTPError:
             pass  # something answered: MLflow's own calls below tell whether it is a tracking server
         except (urllib.error.URLError, OSError, ValueError) as e:

@@ -21,7 +21,7 @@ from ..jobs.config import outputs_dir
 from ..system.paths import write_atomic
 from ..system.redact import redact_text
 from . import writes
-from .backend import _is_transient, after_fit, client
+from .backend import StoreError, _is_transient, after_fit, client
 
 
 log = logging.getLogger(__name__)
@@ -40,23 +40,51 @@ def keep(uri: str, run_id: str, record: dict) -> Path:
 
 
 def kept_line(run_id: str, path: Path, error: BaseException) -> str:
-    first = (str(error).strip().splitlines() or [""])[0]
-    why = redact_text(f"{type(error).__name__}: {first}" if first else type(error).__name__)
     return (
-        f"the store failed after the fit of run {run_id} ({why}): its result is kept in {path}, "
+        f"the store failed after the fit of run {run_id} ({_why(error)}): its result is kept in {path}, "
         "and sent by `python -m plnexp sync` or the next plnexp command on this store"
     )
 
 
+SHOWN_METRICS = ("final_elbo", "ms_per_iter", "n_iter_run")  # what a lost result's line names
+
+
+def _why(error: BaseException) -> str:
+    first = (str(error).strip().splitlines() or [""])[0]
+    return redact_text(f"{type(error).__name__}: {first}" if first else type(error).__name__)
+
+
+def lost_line(run_id: str, record: dict, error: BaseException, unkept: BaseException) -> str:
+    """The one line of a result that neither the store nor :func:`folder` took (a full disk holding
+    both): what was lost, the run's status and headline metrics."""
+    values = {k: v for k, v, step, _ in record.get("metrics", []) if step == 0 and k in SHOWN_METRICS}
+    shown = ", ".join(f"{k}={values[k]:.6g}" for k in SHOWN_METRICS if k in values)
+    return (
+        f"the store failed after the fit of run {run_id} ({_why(error)}) and its result could not be kept in "
+        f"{folder()} either ({_why(unkept)}): lost: the {record.get('status', '')} result of run {run_id}"
+        f"{f' ({shown})' if shown else ''}; free space, then run the job again"
+    )
+
+
+class ResultLost(StoreError):
+    """A fit's result that the store did not take and that could not be kept locally: one line
+    (:func:`lost_line`) saying what was lost."""
+
+
 def finish(cl, uri: str, run_id: str, job) -> Path | None:
     """Write the job's run (retried); if the store still fails, keep its result locally and say so
-    in one warning line (plnexp's logger). Returns the file kept, or None when the store took everything."""
+    in one warning line (plnexp's logger). Returns the file kept, or None when the store took everything.
+    Where it cannot be kept either (the disk is full), raises :class:`ResultLost`, its line saying
+    what was lost (no half-written file is left: :func:`keep`)."""
     record = writes.job_record(job)
     try:
         writes.write_record(after_fit(cl), run_id, record)
         return None
     except Exception as e:  # noqa: BLE001 - the store's failure, whatever it is: the result is kept
-        path = keep(uri, run_id, record)
+        try:
+            path = keep(uri, run_id, record)
+        except OSError as unkept:
+            raise ResultLost(lost_line(run_id, record, e, unkept)) from None
         log.warning(kept_line(run_id, path, e))
         return path
 

@@ -70,10 +70,32 @@ def experiment_id(cl, name: str) -> str:
     return exp_id
 
 
+USER_TAG = "mlflow.user"  # who ran it: MLflow's UI shows it in its runs table's "User" column
+
+
+def user() -> str:
+    """Who runs this process, as a team's store shows it: the MLflow user the client authenticates
+    as on a server with authentication (``MLFLOW_TRACKING_USERNAME``, ``~/.mlflow/credentials``),
+    else the operating system's user; "" where neither is known."""
+    import getpass
+
+    from .backend import credentials
+
+    name, _ = credentials()
+    if name:
+        return name
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - no user name in this environment (a container without one)
+        return ""
+
+
 def process_tags() -> dict[str, str]:
     """Who owns a RUNNING run (:func:`plnexp.store.owners.current`): lets
-    :func:`~plnexp.store.running.sweep_up_orphans` find the runs of dead owners."""
-    return owners.current().tags()
+    :func:`~plnexp.store.running.sweep_up_orphans` find the runs of dead owners; and who ran it
+    (:data:`USER_TAG`)."""
+    who = user()
+    return {**owners.current().tags(), **({USER_TAG: who} if who else {})}
 
 
 def start_parent(cl, exp_id: str, name: str, tags: dict) -> str:
@@ -281,3 +303,70 @@ def set_tags(uri: str, run_id: str, tags: dict) -> None:
     from mlflow.entities import RunTag
 
     client(uri).log_batch(run_id, tags=[RunTag(k, v) for k, v in safe(tags).items()])
+
+
+def add_results(uri: str, run_id: str, metrics: dict, tags: dict) -> None:
+    """Metrics and tags measured after the run ended (its group's timed rounds), in one call."""
+    from mlflow.entities import RunTag
+
+    now = int(time.time() * 1000)
+    client(uri).log_batch(
+        run_id,
+        metrics=[_metric(k, v, ts=now) for k, v in metrics.items() if np.isfinite(v)],
+        tags=[RunTag(k, v) for k, v in safe(tags).items()],
+    )
+
+
+def log_text(uri: str, run_id: str, text: str, path: str) -> None:
+    """A text artifact (``path`` under the run's artifacts), credentials masked."""
+    client(uri).log_text(run_id, redact_text(text), path)
+
+
+# the columns of a sweep's view (show_sweep): the verdict of its rounds first (plnexp.jobs.verdicts)
+SWEEP_COLUMNS = (
+    "metrics.`paired_ratio`",
+    "metrics.`paired_ratio_lo`",
+    "metrics.`paired_ratio_hi`",
+    "tags.`plnexp.verdict`",
+    "metrics.`round_ms_per_iter`",
+    "metrics.`rounds_used`",
+    "metrics.`rounds_dropped`",
+    "metrics.`compile_s`",
+    "metrics.`final_elbo`",
+    "attributes.`Dataset`",
+)
+
+
+def sweep_view(parent_id: str, title: str, created_ms: int) -> str:
+    """The study view (:data:`~plnexp.store.backend.STUDY_VIEW_TAG`'s value) of one sweep: its
+    child runs only (never a ranking across sweeps), its parent named in the view's name, ordered by
+    their paired ratio to the reference, with the interval, the verdict and the rounds used and
+    dropped as columns."""
+    from .backend import STUDY_VIEW_NAME
+
+    state = {
+        "selectedColumns": list(SWEEP_COLUMNS),
+        "columnOrder": ["attributes.`Run Name`", *SWEEP_COLUMNS],
+        "columnWidths": {"attributes.`Run Name`": 280, **{c: 110 for c in SWEEP_COLUMNS[:-1]}},
+        "searchFilter": f"tags.mlflow.parentRunId = '{parent_id}'",
+        "orderByKey": "metrics.`paired_ratio`",
+        "orderByAsc": True,
+    }
+    return json.dumps({"name": f"{STUDY_VIEW_NAME}: {title}", "createdAt": created_ms, "state": json.dumps(state)})
+
+
+def show_sweep(uri: str, experiment_id: str, parent_id: str, title: str) -> bool:
+    """Point the experiment's study view at this sweep (:func:`sweep_view`), unless the user made the
+    view their own (a name plnexp did not write); True when set. Never raises: the UI's presentation
+    never fails a sweep."""
+    from .backend import STUDY_VIEW_NAME, STUDY_VIEW_TAG
+
+    try:
+        cl = client(uri)
+        have = cl.get_experiment(experiment_id).tags.get(STUDY_VIEW_TAG)
+        if have is not None and not str(json.loads(have).get("name", "")).startswith(STUDY_VIEW_NAME):
+            return False
+        cl.set_experiment_tag(experiment_id, STUDY_VIEW_TAG, sweep_view(parent_id, title, int(time.time() * 1000)))
+        return True
+    except Exception:  # noqa: BLE001 - the UI's presentation never fails a sweep
+        return False

@@ -11,6 +11,10 @@ was. Three forms are recognised, in any text:
   ``password=x`` (key/value DSN or ``?password=x`` in a URI's query), ``PGPASSWORD=x`` in an
   environment dump, ``--token=x`` on a command line, ``+db.password=x`` in Hydra overrides
 - a YAML line ``name: value`` whose name looks secret (what ``--cfg job`` prints)
+- an option ``--name value`` (or ``-name value``) whose name looks secret, and netrc's
+  ``password value`` (the last word of its line, or before netrc's next keyword)
+- Azure's ``AccountKey=``, ``SharedAccessKey=`` (connection strings) and ``sig=`` (a SAS token's
+  signature), which :data:`SECRET_WORDS` and :data:`SECRET_KEYS` name
 
 and in structures (:func:`redact`: dicts, lists and tuples, recursively) the value of any key whose
 name looks secret, whatever it is, besides the text rules on every string.
@@ -26,10 +30,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 MASK = "***"
-SECRET_WORDS = ("PASSWORD", "PASSWD", "TOKEN", "SECRET")
+SECRET_WORDS = ("PASSWORD", "PASSWD", "TOKEN", "SECRET", "ACCOUNTKEY", "ACCESSKEY")
+SECRET_KEYS = ("sig",)  # names that are secret whole only (a SAS token's signature; "signal" is not)
 
 # a name (of a key, a variable, an option) that contains a secret word, taken whole
 _NAME = r"[A-Za-z0-9_.\-]*(?:" + "|".join(SECRET_WORDS) + r")[A-Za-z0-9_.\-]*"
+_KEY = r"(?:" + _NAME + "|" + "|".join(SECRET_KEYS) + r")(?![A-Za-z0-9_.\-])"
+# a value: quoted, or a word (not starting with a quote; a quote inside it is the value's)
+_QUOTED = r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\""
 
 # scheme://user:PASSWORD@ - the password runs to the first '@' (SQLAlchemy's reading, which MLflow's
 # database stores use: it may hold a raw '/'), and on over further '@'s that come before the host
@@ -40,15 +48,26 @@ _NAME = r"[A-Za-z0-9_.\-]*(?:" + "|".join(SECRET_WORDS) + r")[A-Za-z0-9_.\-]*"
 _ESCAPED = r"\\[^\s]"
 _URI = re.compile(
     r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*\\?://(?:" + _ESCAPED + r"|[^:/?#@\s'\"\\])*\\?:)"
-    r"(?P<secret>(?:" + _ESCAPED + r"|[^@\s'\"\\])*(?:@(?:" + _ESCAPED + r"|[^@/?#\s'\"\\])*(?=@))*)"
+    r"(?P<secret>(?:" + _ESCAPED + r"|[^@\s\\])*(?:@(?:" + _ESCAPED + r"|[^@/?#\s\\])*(?=@))*)"
     r"(?=@)"
 )
 # NAME=value, spaces allowed around '=' (libpq's key/value form); the value quoted, or up to a
 # space, a quote or '&' (the next key of a query string)
 _ASSIGN = re.compile(
-    r"(?P<head>(?<![A-Za-z0-9_.\-])" + _NAME + r"\s*\\?=\s*)"
-    r"(?P<secret>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|(?:" + _ESCAPED + r"|[^\s&'\"\\])+)",
+    r"(?P<head>(?<![A-Za-z0-9_.\-])" + _KEY + r"\s*\\?=\s*)"
+    r"(?P<secret>" + _QUOTED + "|(?:" + _ESCAPED + r"|[^\s&'\"\\])(?:" + _ESCAPED + r"|[^\s&\\])*)",
     re.IGNORECASE,
+)
+# --name value (-name value): an option whose name looks secret, its value the next word
+_OPTION = re.compile(
+    r"(?P<head>(?<![A-Za-z0-9_.\-])--?" + _NAME + r"[ \t]+)(?P<secret>" + _QUOTED + r"|(?!-)[^\s'\"]\S*)",
+    re.IGNORECASE,
+)
+# netrc's `password value`: the value the line's last word, or followed by netrc's next keyword
+_NETRC = re.compile(
+    r"(?P<head>(?<![A-Za-z0-9_.\-])(?:password|passwd)[ \t]+)(?P<secret>" + _QUOTED + r"|[^\s'\"]\S*)"
+    r"(?=[ \t]*$|[ \t]+(?:machine|login|account|default|macdef)\b)",
+    re.IGNORECASE | re.MULTILINE,
 )
 # a YAML line `name: value` (or `- name: value`): the rest of the line is the value
 _YAML = re.compile(
@@ -64,7 +83,7 @@ def _masked(m: re.Match) -> str:
 def redact_text(text: str) -> str:
     """``text`` with every credential replaced by :data:`MASK` (the forms of the module's doc).
     Idempotent: a redacted text comes back unchanged."""
-    for pattern in (_URI, _ASSIGN, _YAML):
+    for pattern in (_URI, _ASSIGN, _OPTION, _NETRC, _YAML):
         text = pattern.sub(_masked, text)
     return text
 

@@ -1,0 +1,389 @@
+"""Credentials through the environment, masked at one boundary (plnexp.system.credentials): the
+store URI's userinfo split off into the client's own variables, the secrets a process knows, the
+filter on stdout, stderr and logging (tracebacks included), ``doctor`` and ``ui`` with a password
+in MLFLOW_TRACKING_URI, and a traceback under HYDRA_FULL_ERROR=1. In-process where they can be; the
+slow ones start ``python -m plnexp`` to read what it prints and its children's /proc/PID/cmdline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from plnexp.cli import doctor
+from plnexp.system import credentials
+from plnexp.system.credentials import Masker, MaskedStream, known_secrets, split_store_uri, split_uri
+from plnexp.system.redact import MASK
+
+PASSWORD = "Pa5s-w0rd-91"
+TINY = ("dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=3", "repeats=1", "warmup=0", "time_budget_s=0")
+VARS = (
+    "MLFLOW_TRACKING_URI",
+    "PGPASSWORD",
+    "PGUSER",
+    "PGPASSFILE",
+    "MLFLOW_TRACKING_USERNAME",
+    "MLFLOW_TRACKING_PASSWORD",
+)
+
+
+@pytest.fixture
+def environ(monkeypatch, tmp_path):
+    """os.environ without credentials (HOME an empty folder: no ~/.pgpass, no ~/.mlflow/credentials),
+    every variable a command may set restored after the test."""
+    for var in VARS:
+        monkeypatch.setenv(var, "x")  # recorded: restored (or unset) after the test
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    return os.environ
+
+
+# ---------------------------------------------------------------- the split
+@pytest.mark.parametrize(
+    ("uri", "address", "env"),
+    [
+        (
+            "https://alice:PASSWORD@localhost",
+            "https://localhost",
+            {"MLFLOW_TRACKING_USERNAME": "alice", "MLFLOW_TRACKING_PASSWORD": "PASSWORD"},
+        ),
+        (
+            "http://a%40b:p%2Fw@h:5000/x",  # percent-escapes decoded, as the client decodes them
+            "http://h:5000/x",
+            {"MLFLOW_TRACKING_USERNAME": "a@b", "MLFLOW_TRACKING_PASSWORD": "p/w"},
+        ),
+        ("http://alice@h", "http://h", {"MLFLOW_TRACKING_USERNAME": "alice"}),
+        (
+            "https://u:pa'ss wo\"rd@h/x",
+            "https://h/x",
+            {"MLFLOW_TRACKING_USERNAME": "u", "MLFLOW_TRACKING_PASSWORD": "pa'ss wo\"rd"},
+        ),
+        (
+            "http://u:p@ss@h:5000/x",
+            "http://h:5000/x",
+            {"MLFLOW_TRACKING_USERNAME": "u", "MLFLOW_TRACKING_PASSWORD": "p@ss"},
+        ),
+        # PostgreSQL: the user stays (libpq has no other place for it in the URI), the password leaves
+        ("postgresql://bars:s3c/r@127.0.0.1:5432/db", "postgresql://bars@127.0.0.1:5432/db", {"PGPASSWORD": "s3c/r"}),
+        ("postgresql+psycopg://:pw@h/db", "postgresql+psycopg://h/db", {"PGPASSWORD": "pw"}),
+        (
+            "postgresql://u@h/db?sslmode=require&password=x",
+            "postgresql://u@h/db?sslmode=require",
+            {"PGPASSWORD": "x"},
+        ),
+        # nothing to split: no password, a redacted one (the store's check says so), no userinfo
+        ("postgresql://u@h/db", "postgresql://u@h/db", {}),
+        ("postgresql://u:***@h/db", "postgresql://u:***@h/db", {}),
+        ("sqlite:////tmp/a:b@c.db", "sqlite:////tmp/a:b@c.db", {}),
+        ("http://127.0.0.1:5000/a@b", "http://127.0.0.1:5000/a@b", {}),
+        ("mysql://u:pw@h/db", "mysql://u:pw@h/db", {}),  # no variable of its client: left (and masked)
+    ],
+)
+def test_split_uri_keeps_the_address_and_gives_the_credential_to_the_client(uri, address, env):
+    assert split_uri(uri) == (address, env)
+    assert split_uri(address) == (address, {})  # idempotent
+    assert credentials.address(uri).count("@") <= address.count("@")
+
+
+def test_split_store_uri_rewrites_the_environment():
+    environ = {"MLFLOW_TRACKING_URI": f"postgresql://bars:{PASSWORD}@h/db", "PGPASSWORD": "older"}
+    assert split_store_uri(environ) == {"PGPASSWORD": PASSWORD}
+    assert environ == {"MLFLOW_TRACKING_URI": "postgresql://bars@h/db", "PGPASSWORD": PASSWORD}  # the URI's wins
+    assert split_store_uri(environ) == {} and environ["PGPASSWORD"] == PASSWORD
+    assert split_store_uri({}) == {}
+
+
+def test_known_secrets_read_the_environment_and_the_password_files(tmp_path):
+    home = tmp_path / "home"
+    (home / ".mlflow").mkdir(parents=True)
+    (home / ".mlflow" / "credentials").write_text(
+        "[mlflow]\nmlflow_tracking_username = ann\nmlflow_tracking_password = fromfile1\n"
+    )
+    pgpass = tmp_path / "pgpass"
+    pgpass.write_text("# a comment\nh:5432:db:u:pg\\:pass1\n*:*:*:*:short\n")
+    environ = {
+        "PGPASSWORD": "env-pass",
+        "MLFLOW_TRACKING_TOKEN": "a token",
+        "PGPASSFILE": str(pgpass),
+        "MLFLOW_TRACKING_URI": "mysql://u:my%2Fpw@h/db",
+        "XLA_FLAGS": "--not-a-secret",
+        "PGPASSWORD_OLD": "abc",  # shorter than MIN_SECRET: left to the patterns
+    }
+    found = known_secrets(environ, home)
+    assert {"env-pass", "a token", "a%20token", "pg:pass1", "fromfile1", "my%2Fpw", "my/pw", "short"} <= set(found)
+    assert "--not-a-secret" not in found and "abc" not in found
+    assert found == sorted(found, key=len, reverse=True)
+
+
+# ---------------------------------------------------------------- the boundary
+def test_masker_masks_known_values_and_patterns():
+    mask = Masker(["hunter22"])
+    assert mask("raised InvalidURL: nonnumeric port: 'hunter22@localhost'") == (
+        "raised InvalidURL: nonnumeric port: '***@localhost'"
+    )
+    assert mask("a --password x and postgresql://u:pw@h/db") == "a --password *** and postgresql://u:***@h/db"
+
+
+def test_the_boundary_masks_stdout_stderr_logging_and_tracebacks(environ, tmp_path, capsys):
+    """Inside the block: print, a log line (a stream handler made before, and a file handler), a logged
+    traceback and a stack, all masked, by the password's value alone too; after it, the streams and
+    the log record factory as they were, and the environment split."""
+    environ["MLFLOW_TRACKING_URI"] = f"https://alice:{PASSWORD}@localhost"
+    logger = logging.getLogger("plnexp.test_credentials")
+    logger.propagate = False
+    log_file = tmp_path / "job.log"
+    file_handler = logging.FileHandler(log_file)
+    logger.addHandler(file_handler)
+    streams, factory = (sys.stdout, sys.stderr), logging.getLogRecordFactory()
+    try:
+        with credentials.boundary() as mask:
+            assert environ["MLFLOW_TRACKING_URI"] == "https://localhost"
+            assert environ["MLFLOW_TRACKING_PASSWORD"] == PASSWORD and PASSWORD in mask.secrets
+            assert isinstance(sys.stdout, MaskedStream) and credentials.installed()
+            print(f"the reason: {PASSWORD} failed")
+            print(f"nonnumeric port: '{PASSWORD}@localhost'", file=sys.stderr)
+            logger.addHandler(stream := logging.StreamHandler(sys.stderr))
+            logger.warning("store %s refused", PASSWORD)
+            try:
+                raise RuntimeError(f"cannot reach https://alice:{PASSWORD}@localhost")
+            except RuntimeError:
+                logger.exception("failed")
+            logger.warning("where", stack_info=True, extra={"x": PASSWORD})
+            logger.removeHandler(stream)
+    finally:
+        logger.removeHandler(file_handler)
+        file_handler.close()
+    assert (sys.stdout, sys.stderr) == streams and logging.getLogRecordFactory() is factory
+    out, err = capsys.readouterr()
+    written = log_file.read_text()
+    assert (out + err + written).count(PASSWORD) == 0
+    assert out == f"the reason: {MASK} failed\n"
+    assert f"store {MASK} refused" in err and f"store {MASK} refused" in written
+    assert "Traceback (most recent call last)" in written and f"https://alice:{MASK}@localhost" in written
+
+
+def test_a_masked_stream_passes_on_what_is_not_a_write():
+    raw = io.StringIO()
+    stream = MaskedStream(raw, Masker(["hunter22"]))
+    stream.writelines(["a hunter22\n", "b\n"])
+    stream.flush()
+    assert raw.getvalue() == f"a {MASK}\nb\n" and stream.getvalue() == raw.getvalue()
+    assert not stream.isatty()
+
+
+def test_a_config_value_with_a_credential_is_found():
+    assert credentials.secret_value({"a": {"password": "x", "b": ["postgresql://u:pw@h/d"]}}) == "a.password=x"
+    assert credentials.secret_value({"a": [{"uri": "https://u:pw@h"}]}) == "a.0.uri=https://u:pw@h"
+    assert credentials.secret_value({"a": {"password": MASK, "token": None, "b": ["postgresql://u:***@h/d"]}}) is None
+    assert credentials.secret_argument(["n_iter=3", "tracking_uri=https://h", "+x.token=t0k"]) == "+x.token=t0k"
+
+
+# ---------------------------------------------------------------- doctor and ui
+@pytest.mark.parametrize(
+    "uri",
+    [
+        f"https://alice:{PASSWORD}@localhost",  # the issue's: urllib was handed the userinfo
+        f"https://alice:{PASSWORD}@127.0.0.1:1",
+        f"https://alice:{PASSWORD}@localhost:notaport",  # a URI urllib cannot parse
+        f"https://alice:{PASSWORD}'x y@127.0.0.1:1",  # a quote and a space in the password
+    ],
+)
+def test_doctor_with_a_password_in_mlflow_tracking_uri_prints_none(environ, plnexp_main, monkeypatch, uri):
+    monkeypatch.setattr(doctor, "CHECKS", (doctor.store,))
+    environ["MLFLOW_TRACKING_URI"] = uri
+    ran = plnexp_main("doctor")
+    assert ran.returncode == 1, ran.stdout  # the store cannot be reached: FAIL
+    assert "store_reachable" in ran.stdout
+    assert (ran.stdout + ran.stderr).count(PASSWORD) == 0, ran.stdout
+    ran = plnexp_main("doctor", "--json")
+    assert (ran.stdout + ran.stderr).count(PASSWORD) == 0, ran.stdout
+
+
+def test_doctor_store_given_a_password_in_python_shows_none(environ):
+    found = doctor.store(f"https://alice:{PASSWORD}@localhost:notaport", timeout=1)
+    assert found and all(PASSWORD not in c.detail for c in found), found
+    assert "MLFLOW_TRACKING_PASSWORD" not in os.environ  # given to the client for the checks only
+
+
+def test_ui_gives_mlflow_the_store_through_its_environment(environ, outputs, monkeypatch, capsys):
+    """mlflow ui's argv holds neither the store nor its password: MLFLOW_BACKEND_STORE_URI holds the
+    address, PGPASSWORD the password (libpq reads it)."""
+    from plnexp.__main__ import main
+
+    from daemons import free_port
+
+    started = []
+    real = subprocess.Popen
+
+    def record(cmd, **kwargs):
+        started.append((cmd, kwargs.get("env")))
+        return real([sys.executable, "-c", "pass"])
+
+    monkeypatch.setattr(subprocess, "Popen", record)
+    environ["MLFLOW_TRACKING_URI"] = f"postgresql://bars:{PASSWORD}@127.0.0.1:1/db"
+    assert main(["ui", "--port", str(free_port())]) == 0
+    ((cmd, env),) = started
+    assert cmd[1:4] == ["-m", "mlflow", "ui"] and not any("postgresql" in a or PASSWORD in a for a in cmd)
+    assert env["MLFLOW_BACKEND_STORE_URI"] == "postgresql://bars@127.0.0.1:1/db" and env["PGPASSWORD"] == PASSWORD
+    assert env["MLFLOW_ARTIFACTS_DESTINATION"] == (outputs / "mlartifacts").as_uri()
+    assert capsys.readouterr().out.count(PASSWORD) == 0
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes under ``pid`` now (from /proc's parent links)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _plnexp(*args: str, env: dict[str, str], cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "plnexp", *args],
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_no_process_plnexp_ui_starts_has_the_password_in_its_cmdline(outputs, tmp_path):
+    """``plnexp ui`` with the password in MLFLOW_TRACKING_URI: /proc/PID/cmdline of plnexp and of every
+    process under it, read while they run, holds no password (mlflow ui seen among them); nor does
+    what they print."""
+    from daemons import free_port
+
+    env = {k: v for k, v in os.environ.items() if k not in VARS}
+    env["MLFLOW_TRACKING_URI"] = f"postgresql://bars:{PASSWORD}@127.0.0.1:1/db"  # no server: mlflow ui fails
+    proc = _plnexp("ui", "--port", str(free_port()), env=env, cwd=tmp_path)
+    cmdlines: dict[int, bytes] = {}
+    deadline, seen = time.monotonic() + 150, None
+    while proc.poll() is None and time.monotonic() < min(deadline, (seen or deadline) + 3):
+        for pid in [proc.pid, *_descendants(proc.pid)]:
+            with contextlib.suppress(OSError):
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+                cmdlines[pid] = cmdline or cmdlines.get(pid, b"")  # (empty: a zombie's)
+                if seen is None and b"mlflow\0ui" in cmdline:
+                    seen = time.monotonic()  # a few more reads, then stopped
+        time.sleep(0.05)
+    if proc.poll() is None:
+        proc.terminate()
+    out, err = proc.communicate(timeout=30)
+    assert any(b"mlflow\0ui" in c for c in cmdlines.values()), (cmdlines, proc.returncode, out, err)
+    assert sum(c.count(PASSWORD.encode()) for c in cmdlines.values()) == 0, cmdlines
+    assert (out + err).count(PASSWORD) == 0, out + err
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("given", ["override", "environment"])
+def test_a_full_traceback_never_shows_the_password(outputs, tmp_path, given):
+    """``HYDRA_FULL_ERROR=1``, which every error line advertises: the traceback is printed, and the
+    password is nowhere in it: refused in an override, or a store that cannot be reached given in
+    MLFLOW_TRACKING_URI."""
+    env = {k: v for k, v in os.environ.items() if k not in VARS}
+    env["HYDRA_FULL_ERROR"] = "1"
+    uri = f"https://alice:{PASSWORD}@127.0.0.1:1"
+    args = ["run", *TINY]
+    if given == "override":
+        args.append(f"tracking_uri={uri}")
+    else:
+        env["MLFLOW_TRACKING_URI"] = uri
+    proc = _plnexp(*args, env=env, cwd=tmp_path)
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 1, err
+    assert (
+        "Traceback (most recent call last)" in err and ("ConfigError" if given == "override" else "StoreError") in err
+    )
+    assert (out + err).count(PASSWORD) == 0, err
+    assert not list(outputs.glob("runs/*"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_an_installed_process_masks_its_last_traceback(tmp_path):
+    """A process role's start (:func:`credentials.install`): the interpreter's own traceback of an
+    uncaught error, written after everything else, is masked by value and by pattern."""
+    code = (
+        "from plnexp.system import credentials\n"
+        "credentials.install()\n"
+        "import os\n"
+        "raise RuntimeError('reason: ' + os.environ['MLFLOW_TRACKING_PASSWORD'] + ' --password abc123')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in VARS}
+    env["MLFLOW_TRACKING_URI"] = f"https://alice:{PASSWORD}@h"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=100)
+    assert proc.returncode == 1 and "RuntimeError: reason: *** --password ***" in proc.stderr, proc.stderr
+    assert proc.stderr.count(PASSWORD) == 0 and "abc123" not in proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+@pytest.mark.timeout(300)
+def test_doctor_names_a_missing_postgres_database_and_prints_no_password(environ, plnexp_main, monkeypatch):
+    """A real PostgreSQL 15 (tests/daemons.py): the password in MLFLOW_TRACKING_URI, in PGPASSWORD or in
+    a password file; doctor connects, or names the missing database in one line; never the password."""
+    import daemons
+
+    pytest.importorskip("psycopg", reason="plnexp's cluster extra is not installed")
+    monkeypatch.setattr(doctor, "CHECKS", (doctor.store,))
+    try:
+        with daemons.postgres(user="doc", name="mlflow") as db:
+            from urllib.parse import urlsplit
+
+            parts = urlsplit(db.uri)
+            address = f"postgresql://doc@127.0.0.1:{parts.port}"
+            pgpass = Path(os.environ["HOME"]) / ".pgpass"
+            pgpass.write_text(f"127.0.0.1:{parts.port}:*:doc:{parts.password}\n")
+            pgpass.chmod(0o600)
+            for given in ({"MLFLOW_TRACKING_URI": db.uri}, {"PGPASSWORD": parts.password}, {}):
+                for var in VARS:
+                    monkeypatch.delenv(var, raising=False)
+                for k, v in {"MLFLOW_TRACKING_URI": f"{address}/mlflow", **given}.items():
+                    monkeypatch.setenv(k, v)
+                ran = plnexp_main("doctor")
+                assert ran.returncode == 0 and f"{address}/mlflow: connected to the database" in ran.stdout, ran
+                assert (ran.stdout + ran.stderr).count(parts.password) == 0
+            monkeypatch.setenv("MLFLOW_TRACKING_URI", f"{address}/mlflow_auth")
+            ran = plnexp_main("doctor")
+            (line,) = [x for x in ran.stdout.splitlines() if x.startswith("FAIL")]
+            assert ran.returncode == 1 and line.startswith("FAIL") and "PostgreSQL database missing" in line, line
+            assert "has no database mlflow_auth: create it or fix the URI" in line
+            assert (ran.stdout + ran.stderr).count(parts.password) == 0
+    except daemons.Unavailable as e:
+        pytest.skip(f"no PostgreSQL here: {e}")
+
+
+def test_runs_carry_who_ran_them_the_mlflow_user_else_the_os_user(monkeypatch, tmp_path):
+    """``mlflow.user`` (the UI's "User" column): the user the client authenticates as, else the OS's."""
+    import getpass
+
+    from plnexp.store import writes
+
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.mlflow/credentials of the machine's
+    monkeypatch.delenv("MLFLOW_TRACKING_USERNAME", raising=False)
+    assert writes.process_tags()["mlflow.user"] == getpass.getuser()
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "alice")
+    assert writes.process_tags()["mlflow.user"] == "alice"
