@@ -198,7 +198,15 @@ def test_runs_page_shows_the_sweep_children_and_metrics(chrome, served_sweep, tm
 
 
 # ---------------------------------------------------------------- the study, from the landing page (issue #32)
-STUDY_COLUMNS = ("ms_per_iter", "run_s_iqr", "compile_s", "final_elbo")
+# the study view of the sweep (plnexp.store.writes.sweep_view): its verdict's columns first
+STUDY_COLUMNS = (
+    "paired_ratio",
+    "paired_ratio_lo",
+    "paired_ratio_hi",
+    "plnexp.verdict",
+    "rounds_used",
+    "rounds_dropped",
+)
 
 
 def rest(url: str, path: str, body: dict | None = None) -> dict:
@@ -216,7 +224,8 @@ def test_rest_sees_the_experiment_kind_the_study_view_and_the_data_sets(served_s
     tags = {t["key"]: t["value"] for t in rest(url, f"experiments/get?experiment_id={exp_id}")["experiment"]["tags"]}
     assert tags["mlflow.experimentKind"] == "custom_model_development"
     view = json.loads(tags["mlflow.sharedViewState.plnexp-study"])
-    assert view["name"] == "plnexp study"
+    assert view["name"] == f"plnexp study: sweep default, parent run {parent.info.run_id}"  # one sweep's
+    assert json.loads(view["state"])["searchFilter"] == f"tags.mlflow.parentRunId = '{parent.info.run_id}'"
     assert "viewStateShareKey=plnexp-study" in tags["mlflow.note.content"]
     runs = rest(url, "runs/search", {"experiment_ids": [exp_id]})["runs"]
     jobs = [r for r in runs if r["info"]["run_id"] != parent.info.run_id]
@@ -243,8 +252,9 @@ def click_through(driver, by, what: str, timeout: float = 60) -> int:
 
 def test_the_study_is_three_clicks_from_the_landing_page(chrome, served_sweep, tmp_path):
     """A new user's path (a fresh browser profile, MLflow's GenAI view the default): the home page,
-    the experiment, the link of its description; the study opens in the Model training view: the
-    sweep's jobs fastest first, ms/iter, its spread, compile time, final ELBO, the data set."""
+    the experiment, the link of its description; the study opens in the Model training view on the
+    newest sweep alone (its parent run named in the view): its jobs by paired ratio to scan, with
+    the interval, the verdict and the rounds used and dropped, then the data set."""
     url, exp_id, parent = served_sweep
     chrome.get(f"{url}/")
     clicks = click_through(chrome, By.LINK_TEXT, "strategies")  # Recent Experiments
@@ -253,7 +263,14 @@ def test_the_study_is_three_clicks_from_the_landing_page(chrome, served_sweep, t
     assert clicks <= 3
     WebDriverWait(chrome, 10).until(lambda d: len(d.window_handles) > 1)  # MLflow opens links in a new tab
     chrome.switch_to.window(chrome.window_handles[-1])
-    wait_text(chrome, "plnexp study", *STUDY_COLUMNS, "scan-oaks-f32-cpu-n_iter20", "fori_loop-oaks-f32-cpu-n_iter20")
+    wait_text(
+        chrome,
+        f"plnexp study: sweep default, parent run {parent.info.run_id}",
+        *STUDY_COLUMNS,
+        "scan-oaks-f32-cpu-n_iter20",
+        "fori_loop-oaks-f32-cpu-n_iter20",
+        "reference",  # scan's verdict cell
+    )
     assert "workflowType=machine_learning" in chrome.current_url
     for close in chrome.find_elements(By.CSS_SELECTOR, CLOSE_ASSISTANT):
         close.click()  # room for the Dataset column (the table draws only the columns in view)

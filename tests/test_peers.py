@@ -333,19 +333,21 @@ def capped_pyplnmodels(monkeypatch):
 @pytest.mark.slow
 def test_a_sweep_with_a_peer_logs_its_run(outputs, plnexp_main, capped_pyplnmodels, tmp_path):
     """A real sweep in this process with report.peers=[pyplnmodels] (its fit capped at 20 iterations
-    here): the peer's run is a child of the sweep, after the control job, with its metrics, its curve,
-    the convergence metrics of the jobs and its tag; the sweep's count leaves it apart."""
+    here): the peer's run is a child of the sweep, after the jobs (never in their interleaved rounds:
+    a guest's default fit, timed once), with its metrics, its curve, the convergence metrics of the
+    jobs and its tag; the sweep's count leaves it apart."""
     ran = plnexp_main("sweep", *PEER_SWEEP, "experiment=peers", cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr
     assert (
         "[peer] pyplnmodels-synthetic_n30_p5_d2_s0-f32-cpu (the default fit of pyPLNmodels on job 1's data) ... done"
         in ran.stdout
     )
-    assert "2/2 jobs + the control job + 1 peer run, 0 failed" in ran.stdout
+    assert "2/2 jobs + 1 peer run, 0 failed" in ran.stdout
     cl = store_client(outputs)
     exp = cl.get_experiment_by_name("peers")
     (run,) = [r for r in cl.search_runs([exp.experiment_id]) if r.data.tags.get(peers.PEER_TAG) == "pyplnmodels"]
-    assert run.info.status == "FINISHED" and run.data.tags["plnexp.job"] == "3"  # 2 jobs, the control's 2
+    assert run.info.status == "FINISHED" and run.data.tags["plnexp.job"] == "3"  # 2 jobs, the control's number 2
+    assert "plnexp.verdict" not in run.data.tags
     m = run.data.metrics
     assert m["compile_s"] == 0.0 and m["n_iter_run"] == 20 and m["run_s"] > 0 and m["ms_per_iter"] > 0
     assert m["loglik"] < 0 and m["final_elbo"] == pytest.approx(m["loglik"], rel=1e-12)
@@ -359,7 +361,8 @@ def test_a_sweep_with_a_peer_reruns_whole_and_reproduces(outputs, plnexp_main, c
     """``rerun PARENT`` of a sweep with report.peers: its jobs, its control job and its peer's run
     are rerun (the peer in this process, after the jobs, as a sweep runs it), each tagged with the
     run it repeats, and every curve is the original's bit for bit (CPU, same config and environment)."""
-    ran = plnexp_main("sweep", *PEER_SWEEP, "report=false", "experiment=peers", cwd=tmp_path)
+    # report.rounds=0: a control job, so that the rerun covers that kind of run too
+    ran = plnexp_main("sweep", *PEER_SWEEP, "report=false", "report.rounds=0", "experiment=peers", cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr
     cl = store_client(outputs)
     exp = cl.get_experiment_by_name("peers")

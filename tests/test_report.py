@@ -330,29 +330,24 @@ def test_gap_curve_is_log10_of_the_gap_to_the_best_floored_at_the_precision(outp
 
 def test_a_real_sweep_reports_at_its_end(swept):
     """The session's real sweep (conftest's ``swept``: ``python -m plnexp sweep``, scan and fori_loop
-    on oaks, no report=false) made its report when it ended."""
+    on oaks, no report=false) made its report when it ended, led by the verdict of its interleaved
+    rounds (plnexp.experiment.groups: no control job then), which the parent's note and tag carry."""
     (folder,) = (swept.outputs / "reports" / "strategies").iterdir()
     assert folder.name == swept.parent_id
     md = (folder / "report.md").read_text()
     assert "| scan | oaks | 116×114 |" in md and "| fori_loop | oaks | 116×114 |" in md
-    # a winner, named by the summary in the note, unless this (shared, busy) machine made the timings
-    # contended or the two tie within their noise
+    rep = report.load(swept.uri, tracking.find_run(swept.uri, swept.parent_id))
+    (verdict,) = rep.verdicts
+    assert verdict.reference == "scan" and {s.strategy for s in verdict.strategies} == {"scan", "fori_loop"}
+    assert md.index("## Verdict") < md.index(verdict.headline()) < md.index("## Runs") < md.index("## Glossary")
     tags = store_client(swept.outputs).get_run(folder.name).data.tags
     note, winner = tags["mlflow.note.content"], tags["fastest_strategy"]
-    if winner:
-        assert winner in ("scan", "fori_loop") and f"- fastest on oaks (116×114), float32, cpu: {winner} " in note
-        assert "(the control pair)" in note, note
-    else:
-        assert "- timings contended on oaks" in note or "- tied within noise (A/A noise" in note, note
-    # its control job (scan again, after the grid: 3 timed runs of 2 strategies) was logged and is the
-    # group's A/A pair
-    assert "| scan (control) | oaks | 116×114 |" in md
-    rep = report.load(swept.uri, tracking.find_run(swept.uri, swept.parent_id))
-    (control,) = [e for e in rep.entries if e.control]
-    assert control.name == "control-scan-oaks-f32-cpu-n_iter20" and control.tags[ranking.CONTROL_OF_TAG] == "0"
-    ((group, entries),) = rep.groups.items()
-    aa = ranking.noise(entries)
-    assert aa.control and aa.known and ranking.original(control, entries).strategy == "scan"
+    assert f"- {verdict.headline()}" in note
+    assert winner == verdict.fastest()  # one source: the rounds
+    fori = next(s for s in verdict.strategies if s.strategy == "fori_loop")
+    if winner:  # named only beyond the minimum effect, from the paired interval
+        assert fori.verdict in ("faster", "slower") and winner == ("fori_loop" if fori.verdict == "faster" else "scan")
+    assert not any(e.control for e in rep.entries)  # the rounds replace the control job
 
 
 def test_a_sweep_told_not_to_report_makes_no_report(outputs, monkeypatch, plnexp_main):
@@ -690,9 +685,10 @@ TINY_GRID = [
 
 @pytest.mark.slow  # three tiny real fits in process (~10 s)
 def test_a_sweep_runs_its_control_job_and_the_report_uses_it(outputs, tmp_path, plnexp_main):
-    """Two strategies timed 3 times (repeats: the default): after the grid, scan's job runs again as the
-    control job (job number 2, tagged), the grid counts 2 jobs, and the report pairs it with scan's."""
-    ran = plnexp_main("sweep", *TINY_GRID, "strategy=fori_loop,scan", "experiment=ctl", cwd=tmp_path)
+    """Two strategies timed 3 times (repeats: the default), without interleaved rounds
+    (report.rounds=0): after the grid, scan's job runs again as the control job (job number 2,
+    tagged), the grid counts 2 jobs, and the report pairs it with scan's."""
+    ran = plnexp_main("sweep", *TINY_GRID, "strategy=fori_loop,scan", "experiment=ctl", "report.rounds=0", cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr
     assert (
         "[control] control-scan-synthetic_n30_p5_d2_s0-f32-cpu-n_iter5 (job 2 again: the report's A/A pair) ... done"
@@ -761,6 +757,7 @@ def test_a_resumed_sweep_runs_its_control_again_and_reports_its_original(outputs
 
     monkeypatch.setattr(runner, "execute", fake)
     grid = ["sweep=null", "dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=8", "experiment=res"]
+    grid.append("report.rounds=0")  # the control job runs where no interleaved rounds do
     first = plnexp_main("sweep", *grid, "strategy=scan,fori_loop", cwd=tmp_path)
     assert first.returncode == 0 and "[control]" in first.stdout, first.stderr
     again = plnexp_main("sweep", *grid, "strategy=scan,fori_loop,eager", "resume=true", cwd=tmp_path)

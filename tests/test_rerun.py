@@ -333,7 +333,8 @@ def test_resume_an_interrupted_sweep_subprocess(outputs, tmp_path, blocking, pln
     from test_sweep import split, start, wait_for
 
     n = 4
-    grid = [*TINY, "experiment=res", "strategy.name=scan,blocking", "seed=0,1"]
+    # report.rounds=0: the control job (which a resumed sweep runs again) instead of interleaved rounds
+    grid = [*TINY, "experiment=res", "strategy.name=scan,blocking", "seed=0,1", "report.rounds=0"]
 
     def finished():
         exp = store_client(outputs).get_experiment_by_name("res")

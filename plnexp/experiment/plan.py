@@ -219,6 +219,8 @@ ONE_PER_SWEEP = {
     "sweep": "a sweep runs one sweep file (its parent run is named after it)",
     "report.min_speedup": "a sweep's report ranks with one minimum effect (python -m plnexp report --min-speedup X ranks it again with another)",
     "report.control": "a sweep has one control job or none",
+    "report.rounds": "a sweep times its groups in one series of rounds",
+    "report.rounds_budget_s": "a sweep times its groups in one series of rounds",
 }
 
 
@@ -329,12 +331,13 @@ def control_reference(configs: list[C.Config]) -> int | None:
     """The job of a sweep's grid (in job order) that its control job repeats
     (:meth:`plnexp.experiment.sweep.Task.control`): the first whose strategy is ``scan`` (the reference strategy
     of the report's ``× scan``), else the first job. None when the sweep has no control job:
-    ``report.control=false``, fewer than 2 jobs, or no timings compared (one strategy only, or the
+    ``report.control=false``, rounds on (``report.rounds`` > 0: they measure the noise, paired:
+    :mod:`plnexp.experiment.groups`), fewer than 2 jobs, or no timings compared (one strategy only, or the
     reference timed fewer than :data:`plnexp.jobs.ranking.MIN_RUNS` times, ``repeats``: the report ranks
     nothing then)."""
     from ..jobs.ranking import MIN_RUNS
 
-    if len(configs) < 2 or not configs[0].report.control:
+    if len(configs) < 2 or not configs[0].report.control or configs[0].report.rounds > 0:
         return None
     if len({repr(c.strategy.as_dict()) for c in configs}) < 2:
         return None

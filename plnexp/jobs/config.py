@@ -23,6 +23,7 @@ from omegaconf.errors import MissingMandatoryValue
 from ..core.data import OAKS_COVARIATES, Data
 from ..core.model import PCA_NAME, check_block_rows
 from ..core.optim import OptimizerSpec
+from ..system.credentials import refusal, secret_value
 from ..system.paths import CONF_DIR, install_command, outputs_dir
 from ..core.precision import PRECISIONS, Precision, precision as precision_named
 from ..core.problem import GRADIENTS
@@ -406,10 +407,17 @@ class ReportSpec:
     min_speedup: float = 1.10  # a winner leads the next by at least this factor (asv's default factor)
     control: bool = True  # the sweep's reference job run again at its end, an A/A pair (plnexp.experiment.sweep)
     peers: tuple[str, ...] = ()  # other packages' fits run beside the grid, for the report (plnexp.jobs.peers)
+    rounds: int = 30  # interleaved rounds of a group at most (plnexp.experiment.groups); 0: none, the jobs' own timings
+    rounds_budget_s: float = 30.0  # a group's rounds stop after about this long, decided or not (seconds)
 
     def __post_init__(self):
         object.__setattr__(self, "min_speedup", min_speedup(self.min_speedup))
         _bool("report.control", self.control)
+        _int("report.rounds", self.rounds, 0)
+        budget = self.rounds_budget_s
+        if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not (0 < budget <= 3600):
+            raise ConfigError(f"report.rounds_budget_s={budget!r}: allowed values are numbers of seconds in (0, 3600]")
+        object.__setattr__(self, "rounds_budget_s", float(budget))
         peers = () if self.peers is None else self.peers
         if isinstance(peers, str) or not isinstance(peers, (list, tuple)):
             peers = (peers,)
@@ -652,6 +660,9 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
         node = dict(cfg)
     node.pop("hydra", None)
     node.pop("sweep", None)
+    secret = secret_value(node)
+    if secret is not None:  # a config file's (an override's is refused before Hydra: plnexp.__main__)
+        raise ConfigError(refusal(secret))
     _keys("", node, TOP_KEYS)
     for key in ("dataset", "optimizer", "strategy"):
         if not isinstance(node.get(key), dict):

@@ -6,3 +6,8 @@ CONTROL_TAG = "plnexp.control"  # a sweep's control job ("true"): scan's job aga
 CONTROL_OF_TAG = "plnexp.control_of"  # the job number the control job repeats
 MIN_SPEEDUP_TAG = "plnexp.min_speedup"  # the minimum effect the sweep ranks with (report.min_speedup)
 PEER_TAG = "plnexp.peer"  # a peer's run: the peer's name (its row of the report, never ranked as a strategy)
+VERDICT_TAG = (
+    "plnexp.verdict"  # a run's verdict against its group's reference: faster, tied, slower, unresolved, reference
+)
+REFERENCE_TAG = "plnexp.reference"  # the strategy its paired ratio divides by (the group's reference)
+GROUP_TAG = "plnexp.group"  # the timed group it ran its rounds in (its label), one sweep's

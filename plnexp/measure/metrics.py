@@ -42,6 +42,14 @@ COLUMNS: tuple[Metric, ...] = (
     ),
     Metric("run_s", "run_s", "run s", "{:.3f}", "steady run of the compiled program (median of the timed runs)"),
     Metric(
+        "run_cpu_s",
+        "cpu_s",
+        "run CPU s",
+        "{:.3f}",
+        "the process's CPU time over a timed run, every thread's (median): how much of the machine it kept busy",
+        in_terminal=False,
+    ),
+    Metric(
         "run_s_iqr",
         "spread_s",
         "run s spread",

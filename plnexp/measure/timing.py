@@ -13,6 +13,9 @@ one ahead-of-time compile and one run of the compiled program:
   (how each is counted: :mod:`plnexp.measure.xla_stats`), ``peak_bytes`` (argument + output + temporary -
   aliased bytes of XLA's memory analysis; the largest function's for ``jit_per_function``); the HLO
   itself is ``hlo`` (logged as the run's ``program.hlo.txt``).
+- ``run_cpu_s``: the median process CPU time (every thread's) of the timed runs, beside their wall
+  time: how much of the machine a run kept busy (XLA's threads included), where ``run_s`` is what a
+  user waits.
 - ``run_s``: the median of the timed runs of the compiled program (each ended by
   ``block_until_ready``; the last one's output is the fit's result), after ``warmup`` untimed runs:
   at least ``repeats`` runs, then more while the timed runs so far took less than ``budget_s``
@@ -182,6 +185,9 @@ class Timing:
     run_s: float
     ms_per_iter: float
     runs_s: tuple[float, ...] = ()
+    # the process's CPU time (every thread's, time.process_time) over a timed run, median: how much of
+    # the machine the run kept busy; run_s is the wall time a user waits (docs/concepts/study.md)
+    run_cpu_s: float = NAN
     fingerprint: str = ""  # of the compiled program (plnexp.measure.fingerprint); "" for eager and torch
     calib_before_s: float = NAN
     calib_after_s: float = NAN
@@ -208,6 +214,7 @@ class Timing:
             "compile_warm_s": self.compile_warm_s,
             "first_call_s": self.first_call_s,
             "run_s": self.run_s,
+            "run_cpu_s": self.run_cpu_s,
             "ms_per_iter": self.ms_per_iter,
             "compile_cache_hits": self.compile_cache_hits,
             "compile_warm_cache_hits": self.compile_warm_cache_hits,
@@ -365,9 +372,12 @@ def measure(
         calib_before = calibrate(clock)
         start = time.time()
         runs: list[float] = []
+        cpu: list[float] = []  # the process's CPU time of each timed run, all threads
         out: Output | None = None
         while len(runs) < repeats or (sum(runs) < budget_s and len(runs) < MAX_RUNS):
+            cpu0 = time.process_time()
             out, seconds = _timed(compiled.run, state, data, clock)
+            cpu.append(time.process_time() - cpu0)
             runs.append(seconds)
         end = time.time()
         calib_after = calibrate(clock)
@@ -380,6 +390,7 @@ def measure(
         run_s=run_s,
         ms_per_iter=1e3 * run_s / n_run,
         runs_s=tuple(runs),
+        run_cpu_s=statistics.median(cpu),
         fingerprint=fingerprint.of_executables(compiled.executables),
         calib_before_s=calib_before,
         calib_after_s=calib_after,

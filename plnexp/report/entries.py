@@ -7,6 +7,7 @@ this one form.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -16,9 +17,12 @@ import numpy as np
 from ..measure import floor
 from ..jobs import provenance
 from ..jobs import ranking
+from ..jobs import verdicts as V
 from .. import store as tracking
 from ..jobs.config import ConfigError, min_speedup as check_min_speedup
 from ..jobs.tags import PEER_TAG as PEER_TAG
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -144,6 +148,7 @@ class Report:
     common: dict = field(default_factory=dict)  # group -> common length, for groups whose lengths differ
     others: list[Entry] = field(default_factory=list)  # replicates 1..K-1 of each job
     min_speedup: float = ranking.MIN_SPEEDUP  # the minimum effect a winner needs (report.min_speedup)
+    verdicts: list[V.GroupVerdict] = field(default_factory=list)  # the parent's verdict.json (interleaved rounds)
 
     @property
     def grid(self) -> list[Entry]:
@@ -197,8 +202,20 @@ class Report:
 
     @cached_property
     def contended(self) -> dict[str, list[str]]:
-        """Why each contended run's timings cannot be compared, by run id (:func:`ranking.contention`)."""
+        """Why each contended run's own timings cannot be compared, by run id (:func:`ranking.contention`).
+        A group with a verdict of interleaved rounds is judged on its rounds, not on these."""
         return ranking.contention(self.entries)
+
+    @cached_property
+    def unjudged_contended(self) -> dict[str, list[str]]:
+        """:attr:`contended`, but the runs of groups with a verdict of interleaved rounds."""
+        judged = {run for v in self.verdicts for s in v.strategies for run in s.runs}
+        return {k: why for k, why in self.contended.items() if k not in judged}
+
+    def verdict_of(self, group: tuple) -> V.GroupVerdict | None:
+        """The verdict of the interleaved rounds that timed this group's runs (verdict.json), or None."""
+        ids = {e.run_id for e in self.groups[group]}
+        return next((v for v in self.verdicts if any(set(s.runs) & ids for s in v.strategies)), None)
 
     def ranked(self, group: tuple) -> ranking.Ranked:
         """The group's headline and its winner beyond the noise ("" when there is none)."""
@@ -397,9 +414,23 @@ def load(uri: str, parent, min_speedup: float | None = None) -> Report:
         keys,
         others=[e for e in every if provenance.replicate(e.tags) != 0],
         min_speedup=min_speedup if min_speedup is not None else _min_speedup(entries),
+        verdicts=read_verdicts(uri, parent.info.run_id),
     )
     compare(report)
     return report
+
+
+def read_verdicts(uri: str, parent_id: str) -> list[V.GroupVerdict]:
+    """The parent run's verdict.json (:mod:`plnexp.jobs.verdicts`): [] where it has none (a sweep
+    without rounds, or older) or one of another schema (said in one warning line)."""
+    text = tracking.read_artifact(uri, parent_id, V.ARTIFACT)
+    if not text:
+        return []
+    try:
+        return V.loads(text)
+    except (ValueError, KeyError, TypeError) as e:
+        log.warning("plnexp: %s of run %s not read (%s): the jobs' own timings are ranked", V.ARTIFACT, parent_id, e)
+        return []
 
 
 def _ref(entries: list[Entry], strategy: str) -> Entry | None:
@@ -413,14 +444,19 @@ def compare(report: Report) -> None:
         lengths = {len(e.curve) for e in entries if e.ok and len(e.curve)}
         if len(lengths) > 1:
             report.common[group] = min(lengths)
+        # with a verdict of interleaved rounds, the speed-ups are its paired ratios (measured in the same
+        # rounds), else the ratios of the jobs' own medians
+        v = report.verdict_of(group)
+        paired = v is not None and all(np.isfinite(e.m("paired_ratio")) for e in (eager, scan) if e is not None)
+        key = "paired_ratio" if paired else "ms_per_iter"
         for e in entries:
             if not e.ok:
                 continue
-            ms = e.m("ms_per_iter")
+            ms = e.m(key)
             if eager is not None:
-                e.speedup_eager = eager.m("ms_per_iter") / ms
+                e.speedup_eager = eager.m(key) / ms
             if scan is not None:
-                e.speedup_scan = scan.m("ms_per_iter") / ms
+                e.speedup_scan = scan.m(key) / ms
                 if len(e.curve) and len(scan.curve):  # over their common length
                     e.vs_scan = provenance.curve_difference(scan.curve, e.curve)[1]
             if group in report.common and len(e.curve):

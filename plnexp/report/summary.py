@@ -47,6 +47,7 @@ import numpy as np
 from ..measure import plots
 from ..jobs import provenance
 from ..jobs import ranking
+from ..jobs.tags import VERDICT_TAG
 from .. import store as tracking
 from ..jobs.config import ConfigError, min_speedup as check_min_speedup, outputs_dir
 from ..measure.metrics import REPORT, cell
@@ -103,6 +104,22 @@ def columns(report: Report) -> list[tuple[str, str, Callable[[Entry], object]]]:
         ("ms/iter IQR", "ms_per_iter_iqr", _iqr_cell),
         ("timing", "timing", lambda e: "contended" if e.run_id in report.contended else "ok" if e.ok else "-"),
     ]
+    if report.verdicts:  # the interleaved rounds: each run's paired ratio to its group's reference
+        cols += [
+            ("ms/iter (rounds)", "round_ms_per_iter", f("{:.2f}", lambda e: e.m("round_ms_per_iter"))),
+            ("× reference", "paired_ratio", f("{:.3f}", lambda e: e.m("paired_ratio"))),
+            (
+                "interval",
+                "paired_ratio_interval",
+                lambda e: (
+                    "-"
+                    if not (np.isfinite(e.m("paired_ratio_lo")) and np.isfinite(e.m("paired_ratio_hi")))
+                    else f"{e.m('paired_ratio_lo'):.3f}–{e.m('paired_ratio_hi'):.3f}"
+                ),
+            ),
+            ("verdict", "verdict", lambda e: e.tags.get(VERDICT_TAG, "-")),
+            ("rounds", "rounds_used", f("{:.0f}", lambda e: e.m("rounds_used"))),
+        ]
     cols += [
         ("× eager", "speedup_vs_eager", f("{:.2f}", lambda e: e.speedup_eager)),
         ("× scan", "speedup_vs_scan", f("{:.2f}", lambda e: e.speedup_scan)),
@@ -286,9 +303,9 @@ def summary_lines(report: Report) -> list[str]:
     lines += tradeoffs.lines(report)
     lines += convergence_report.lines(report)
     lines += rank_report.lines(report)  # the rank BIC and ICL pick (PLN-PCA runs of 2+ ranks)
-    if report.contended:
+    if report.unjudged_contended:  # (a group with a verdict of rounds is judged on them, not on its jobs' timings)
         lines.append(
-            f"timings contended in {len(report.contended)} of {len(report.entries)} runs (see the report's "
+            f"timings contended in {len(report.unjudged_contended)} of {len(report.entries)} runs (see the report's "
             f"notes): do not compare them; {ranking.CLEAN}"
         )
     if report.others:
@@ -321,8 +338,15 @@ def summary_lines(report: Report) -> list[str]:
 
 
 def headline(report: Report, group: tuple) -> str:
-    """The group's line of the summary: its verdict (:meth:`Report.ranked`), what still differs
-    between tied strategies (:meth:`Report.differences`), whether the curves agree with scan's."""
+    """The group's line of the summary: its verdict, from its interleaved rounds
+    (:meth:`plnexp.jobs.verdicts.GroupVerdict.headline`) where it had them, else from the jobs' own
+    timings (:meth:`Report.ranked`, with what still differs between tied strategies:
+    :meth:`Report.differences`); then whether the curves agree with scan's."""
+    agree = [e.vs_scan for e in report.groups[group] if np.isfinite(e.vs_scan) and not e.control]
+    agreement = f"; curves within {max(agree):.1e} of scan's" if agree else ""
+    v = report.verdict_of(group)
+    if v is not None:
+        return v.headline() + agreement
     ranked = report.ranked(group)
     differ = report.differences(group, ranked.tied) if ranked.tied else ""
     agree = [e.vs_scan for e in report.groups[group] if np.isfinite(e.vs_scan) and not e.control]
@@ -515,15 +539,9 @@ def _size_axis(entries: list[Entry]):
 
 
 # ---------------------------------------------------------------- writing
-def markdown(report: Report, images: list[str]) -> str:
-    p = report.parent
-    tags = p.data.tags
-    lines = [
-        f"# Sweep {tags.get('sweep', '?')} ({report.experiment})",
-        "",
-        f"Parent run `{p.info.run_id}` ({p.info.status}); command `python -m plnexp "
-        f"{tags.get('command', 'sweep')}`; {len(report.entries)} runs.",
-        "",
+def glossary(report: Report) -> list[str]:
+    """The report's definitions, at its end: what each column and verdict means."""
+    return [
         "Speed-ups compare median ms/iter with `eager` and `scan` on the same data, precision and device; "
         "a ratio whose intervals overlap ('ms/iter interval': the interquartile range of the timed runs, their "
         "range below 5 runs) is noise, not a result. 'program' names the strategies of the group whose "
@@ -541,6 +559,32 @@ def markdown(report: Report, images: list[str]) -> str:
         "difference of the median ms/iter of two jobs of one program, or of the control job (marked "
         "'(control)': the sweep's reference job run again at its end, never ranked) and its original, known "
         "from 2 such pairs or the control's. Without it, no winner is named.",
+        "",
+        "A verdict of interleaved rounds (the sweep's groups timed again after the grid, every program once per "
+        "round in a random order): 'x reference' is the median over the kept rounds of the run's ms/iter divided "
+        "by its group's reference's in the same round (a paired ratio: a busy neighbour slows both sides of a "
+        "pair alike); 'interval' holds that median with 95% confidence (order statistics, no distribution "
+        f"assumed); 'faster' or 'slower' when the whole interval lies beyond the minimum effect {report.min_speedup:.2f}×, "
+        "'tied' when it lies within it, 'unresolved' otherwise. A round whose host calibration moved during it "
+        "is dropped and counted (docs/concepts/study.md).",
+        "",
+    ]
+
+
+def markdown(report: Report, images: list[str]) -> str:
+    p = report.parent
+    tags = p.data.tags
+    lines = [
+        f"# Sweep {tags.get('sweep', '?')} ({report.experiment})",
+        "",
+        f"Parent run `{p.info.run_id}` ({p.info.status}); command `python -m plnexp "
+        f"{tags.get('command', 'sweep')}`; {len(report.entries)} runs.",
+        "",
+        "## Verdict",
+        "",
+        *[f"- {s}" for s in summary_lines(report)],
+        "",
+        "## Runs",
         "",
         markdown_table(report),
         "",
@@ -576,8 +620,8 @@ def markdown(report: Report, images: list[str]) -> str:
     extra = notes(report)
     if extra:
         lines += ["Notes:", "", *[f"- {n}" for n in extra], ""]
-    lines += ["Summary:", "", *[f"- {s}" for s in summary_lines(report)], ""]
     lines += [f"![{name}]({name})" for name in images]
+    lines += ["", "## Glossary", "", *glossary(report)]
     return "\n".join(lines) + "\n"
 
 
@@ -626,9 +670,11 @@ def parent_metrics(report: Report, files: list[str]) -> tuple[dict, dict]:
             best_speedup_vs_scan=best.speedup_scan,
             best_speedup_vs_eager=best.speedup_eager,
         )
-        # only a winner beyond the noise (ranking.headline); "" when tied or contended
+        # only a winner beyond the noise: from the group's interleaved rounds where it had them
+        # (GroupVerdict.fastest), else from the jobs' own timings (ranking.headline); "" when none is
         assert group is not None  # best is the fastest of it
-        tags["fastest_strategy"] = report.ranked(group).winner
+        v = report.verdict_of(group)
+        tags["fastest_strategy"] = v.fastest() if v is not None else report.ranked(group).winner
     lines = summary_lines(report)
     note = (
         f"**Sweep `{report.parent.data.tags.get('sweep', '?')}`**: {len(report.grid)} runs, one per job"

@@ -1,0 +1,251 @@
+"""After a sweep's grid, in its driver: each group's programs compiled, then timed in interleaved
+rounds, and the verdicts written where the report, the summary and the dashboard read them.
+
+A **group** is the grid's finished jobs that share everything but the strategy: data, model,
+optimizer, precision, device, init, gradient, seed, replicates, and the host (the driver's: every
+group is timed in this one process, whichever launcher ran the jobs). Its **reference** is scan's
+job (else its first: :func:`plnexp.experiment.plan.control_reference`'s choice). Each group with two
+strategies or more is compiled (:func:`plnexp.fitting.rounds.prepare`), then timed in rounds
+(:func:`plnexp.fitting.rounds.time_rounds`): at least :func:`plnexp.measure.paired.min_rounds` kept
+rounds, then until every program's verdict is decided, ``report.rounds`` rounds at most and
+``report.rounds_budget_s`` seconds at most. Per strategy, the paired ratio to the reference, its
+interval and verdict (:mod:`plnexp.measure.paired`) go to its run(s) as metrics and tags, and every
+group's to the parent as ``verdict.json`` (:mod:`plnexp.jobs.verdicts`).
+
+Where nothing can be timed here (SLURM: the jobs ran on other machines; ``report.rounds=0``), nothing
+is done and the report ranks the jobs' own timings as before. A group whose rounds fail (a program
+that cannot be compiled again, a store that fails) is one warning line: the sweep's status is its
+jobs', never the rounds'.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from .. import store as tracking
+from ..jobs import verdicts as V
+from ..jobs.config import Config
+from ..jobs.provenance import HASH_TAG, REPLICATE_TAG, config_hash
+from ..measure import paired
+from ..system import interrupts
+from ..system.redact import redact_text
+
+
+@dataclass(frozen=True)
+class Member:
+    """A finished job of a group: its config, job number and run id(s) (one per replicate)."""
+
+    num: int
+    config: Config
+    runs: tuple[str, ...]
+
+
+def group_key(config: Config) -> str:
+    """What a group's jobs share: everything of the fit but the strategy (and its n_iter cap)."""
+    spec = config.fit_spec()
+    return repr(
+        (
+            config.dataset,
+            spec.model,
+            spec.optimizer,
+            spec.precision.name,
+            spec.device,
+            spec.init,
+            spec.gradient,
+            spec.seed,
+            spec.replicates,
+        )
+    )
+
+
+def finished_members(record, configs: Sequence[Config]) -> list[Member]:
+    """The grid's jobs whose runs (every replicate's) FINISHED in this sweep, in job order."""
+    runs: dict[int, list] = {}
+    for r in tracking.children(tracking.client(record.uri), record.parent):
+        num = r.data.tags.get(tracking.JOB_TAG)
+        if num is not None and num.isdigit() and int(num) < len(configs):
+            runs.setdefault(int(num), []).append(r)
+    out = []
+    for num, rs in sorted(runs.items()):
+        k = configs[num].replicates
+        mine = {config_hash(configs[num]), config_hash(configs[num].as_study())}
+        if len(rs) == k and all(r.info.status == "FINISHED" and r.data.tags.get(HASH_TAG) in mine for r in rs):
+            rs = sorted(rs, key=lambda r: int(r.data.tags.get(REPLICATE_TAG, 0) or 0))
+            out.append(Member(num, configs[num], tuple(r.info.run_id for r in rs)))
+    return out
+
+
+def groups_of(members: Sequence[Member]) -> list[list[Member]]:
+    """The members by group (first appearance order), only groups of two strategies or more."""
+    by: dict[str, list[Member]] = {}
+    for m in members:
+        by.setdefault(group_key(m.config), []).append(m)
+    return [ms for ms in by.values() if len({repr(m.config.strategy.as_dict()) for m in ms}) > 1]
+
+
+def reference_of(members: Sequence[Member]) -> int:
+    """The index of the group's reference: its first scan job, else its first job."""
+    return next((i for i, m in enumerate(members) if m.config.strategy.name == "scan"), 0)
+
+
+def label_of(config: Config, n: int, p: int) -> str:
+    return f"{config.dataset.label} ({n}×{p}), {config.precision.name}, {config.device.value}"
+
+
+def _median(xs: Sequence[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def judge(names, fingerprints, runs, rounds, per_iter, ref: int, label: str, min_effect: float) -> V.GroupVerdict:
+    """The group's verdict from its rounds (:class:`plnexp.fitting.rounds.Rounds`): per strategy
+    its ms/iter (``per_iter[i]``: the divisor of program i's round time) and paired ratio, per
+    program (one fingerprint) the ratios pooled."""
+    ms = [[1e3 * t / per_iter[i] for t in rounds.column(i)] for i in range(len(names))]
+    need = paired.min_rounds()
+    kept, dropped = len(rounds.kept), rounds.n_dropped
+    results = []
+    for i, name in enumerate(names):
+        if i == ref:
+            r = paired.Ratio(1.0, 1.0, 1.0, kept, V.REFERENCE)
+        else:
+            r = paired.paired_ratio(ms[i], ms[ref], min_effect)
+        results.append(
+            V.StrategyResult(
+                name, runs[i], fingerprints[i], _median(ms[i]), r.median, r.low, r.high, r.verdict, kept, dropped
+            )
+        )
+    programs = []
+    by_fp: dict[str, list[int]] = {}
+    for i, fp in enumerate(fingerprints):
+        by_fp.setdefault(fp or f"-{i}", []).append(i)
+    for idx in by_fp.values():
+        members = tuple(dict.fromkeys(names[i] for i in idx))
+        if ref in idx:
+            programs.append(V.ProgramResult(members, fingerprints[ref], 1.0, 1.0, 1.0, V.REFERENCE))
+            continue
+        pooled_t = [t for i in idx for t in ms[i]]
+        pooled_r = [t for i in idx for t in ms[ref]]
+        r = paired.paired_ratio(pooled_t, pooled_r, min_effect)
+        programs.append(V.ProgramResult(members, fingerprints[idx[0]], r.median, r.low, r.high, r.verdict))
+    note = ""
+    if kept < need:
+        note = f"too few clean rounds: {kept} kept of {kept + dropped} (an interval needs {need}): nothing decided"
+    return V.GroupVerdict(
+        label,
+        names[ref],
+        kept,
+        dropped,
+        min_effect,
+        paired.CONFIDENCE,
+        rounds.seconds,
+        tuple(results),
+        tuple(programs),
+        tuple(why for why in rounds.dropped if why),
+        note,
+    )
+
+
+def _time_group(members: Sequence[Member]) -> V.GroupVerdict:
+    from ..fitting import rounds as R
+    from .runner import load_data
+
+    first = members[0].config
+    ref = reference_of(members)
+    datas = [load_data(ds) for ds in first.replicate_datasets()]
+    label = label_of(first, datas[0].n, datas[0].p)
+    t0 = time.monotonic()
+    programs = []
+    for m in members:
+        data = datas if len(datas) > 1 else datas[0]
+        programs.append(R.prepare(m.config.strategy.name, data, m.config.fit_spec()))
+    compiled_s = time.monotonic() - t0
+    per_iter = [p.n_iter * m.config.replicates for p, m in zip(programs, members)]  # a batch: its share per fit
+    names = ["-".join([m.config.strategy.name, *m.config.strategy.name_parts()]) for m in members]
+    rep = first.report
+    min_effect = rep.min_speedup
+
+    def decided(rounds) -> bool:
+        v = judge(
+            names,
+            [p.fingerprint for p in programs],
+            [m.runs for m in members],
+            rounds,
+            per_iter,
+            ref,
+            label,
+            min_effect,
+        )
+        return all(s.verdict != "unresolved" for s in v.strategies)
+
+    rounds = R.time_rounds(
+        programs,
+        min_rounds=paired.min_rounds(),
+        max_rounds=max(rep.rounds, paired.min_rounds()),
+        budget_s=rep.rounds_budget_s,
+        decided=decided,
+        seed=first.seed,
+    )
+    v = judge(
+        names, [p.fingerprint for p in programs], [m.runs for m in members], rounds, per_iter, ref, label, min_effect
+    )
+    cpu = [_median([1e3 * p.cpu_s[r] / n for r in rounds.kept]) for p, n in zip(programs, per_iter)]
+    strategies = tuple(replace(s, cpu_ms_per_iter=c) for s, c in zip(v.strategies, cpu))
+    return replace(v, strategies=strategies, extra={"compiled_s": compiled_s})
+
+
+def time_groups(record, configs: Sequence[Config]) -> list[V.GroupVerdict]:
+    """The sweep's rounds (see the module docstring), one progress line per group; the verdicts
+    logged to the runs and the parent. ``configs``: the grid's, in job order."""
+    if not configs or configs[0].report.rounds == 0:
+        return []
+    try:
+        members = finished_members(record, configs)
+    except Exception as e:  # noqa: BLE001 - the store failed: the jobs' own timings stand
+        _warn(f"cannot read the sweep's runs for its rounds ({_first(e)}): the jobs' own timings stand")
+        return []
+    out = []
+    for group in groups_of(members):
+        head = f"[rounds] {len(group)} programs of {group[0].config.dataset.label}"
+        print(f"{head} ...", end="", flush=True)
+        try:
+            v = _time_group(group)
+        except Exception as e:  # a program that cannot be compiled again: said, the sweep goes on
+            if interrupts.pending() is not None:
+                raise
+            print(" FAILED", flush=True)
+            _warn(f"rounds of {head.removeprefix('[rounds] ')} failed ({_first(e)}): the jobs' own timings stand")
+            continue
+        dropped = f", {v.dropped} dropped" if v.dropped else ""
+        print(
+            f" compiled in {v.extra.get('compiled_s', 0.0):.1f} s, {v.rounds} rounds{dropped} in {v.seconds:.1f} s",
+            flush=True,
+        )
+        out.append(v)
+    if out:
+        try:
+            with interrupts.deferred():
+                for v in out:
+                    for s in v.strategies:
+                        for run_id in s.runs:
+                            tracking.add_results(record.uri, run_id, s.metrics(), v.run_tags(s))
+                tracking.log_text(record.uri, record.parent_id, V.dumps(out), V.ARTIFACT)
+            title = f"sweep {record.name}, parent run {record.parent_id}"
+            tracking.show_sweep(record.uri, record.parent.experiment_id, record.parent_id, title)
+        except Exception as e:  # noqa: BLE001 - the store failed: the verdict is printed, not kept
+            _warn(f"cannot write the rounds' verdicts to the store ({_first(e)})")
+            for v in out:
+                print(v.headline(), flush=True)
+    return out
+
+
+def _first(e: BaseException) -> str:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return redact_text(f"{type(e).__name__}: {text}" if text else type(e).__name__)
+
+
+def _warn(text: str) -> None:
+    print(f"plnexp: warning: {text}", file=sys.stderr, flush=True)

@@ -1,0 +1,171 @@
+"""A group's programs compiled first, then timed in interleaved rounds.
+
+:func:`prepare` builds one fit's program as :func:`plnexp.fitting.engine.run_all` does (same
+problem, placement, initial state and compiled program) and runs it once, untimed (the warm-up).
+:func:`time_rounds` then runs the prepared programs in rounds in which every program runs once (its n_iter iterations, ended by ``block_until_ready``), in
+a fresh random order each round, until
+
+- at least ``min_rounds`` kept rounds, and every program's verdict is decided (``decided``, a
+  function of the kept rounds so far: :mod:`plnexp.measure.paired`) or the round budget
+  ``budget_s`` is spent; past the budget, rounds go on until ``min_rounds`` are kept, or twice as
+  many ran (too many dropped: the caller says so);
+- ``max_rounds`` rounds ran, whatever the rest.
+
+Each round is bracketed by the host calibration (:func:`plnexp.measure.timing.calibrate`): a round
+during which it moved by more than :data:`DROP_TOLERANCE` (heavy contention that started or stopped
+in the middle of it) is **dropped** and counted, not the whole group. A load
+that lasts through a round slows both sides of its pairs alike: the paired ratios absorb it.
+
+Interleaving, not isolation: what the machine does besides lands on every program of a round, in
+random places, instead of on whichever job happened to be timed at the time.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import jax
+import numpy as np
+
+from .. import strategies
+from ..core.data import Data
+from ..measure import fingerprint, timing
+from .engine import make_problem, resolve_device, check_rank
+from .spec import FitSpec
+
+
+# A round is dropped when the host calibration around it moved by more than this (relative): heavy
+# contention that started or stopped within the round. Looser than the jobs' own tolerance
+# (timing.CALIBRATION_TOLERANCE): a steady load slows both sides of a pair and is kept.
+DROP_TOLERANCE = 1.0
+
+
+@dataclass
+class Prepared:
+    """One compiled program, its data and initial state in place: ``run()`` times one run."""
+
+    name: str
+    n_iter: int  # the iterations one run makes (the longest fit of a batch)
+    fingerprint: str
+    x64: bool
+    compiled: object = field(repr=False)
+    state: object = field(repr=False)
+    arrays: object = field(repr=False)
+
+    cpu_s: list = field(default_factory=list, repr=False)  # the process CPU time of each timed run
+
+    def run(self, clock=time.perf_counter) -> float:
+        """One run, ended by ``block_until_ready``: its wall seconds (its process CPU seconds, every
+        thread's, appended to :attr:`cpu_s`)."""
+        with jax.enable_x64(self.x64):
+            cpu0 = time.process_time()
+            t0 = clock()
+            jax.block_until_ready(self.compiled.run(self.state, self.arrays))  # type: ignore[attr-defined]
+            wall = clock() - t0
+            self.cpu_s.append(time.process_time() - cpu0)
+            return wall
+
+
+def prepare(name: str, data: Data | Sequence[Data], spec: FitSpec) -> Prepared:
+    """The program of the fit ``spec`` describes on ``data`` (one data set, or one per replicate),
+    compiled ahead of time, not run."""
+    datas: list[Data] = list(data) if isinstance(data, (list, tuple)) else [data]  # type: ignore[list-item]
+    for d in datas:
+        check_rank(spec.model, d.p)
+    problem = make_problem(spec.model, spec.optimizer, spec.gradient)
+    dtype = spec.precision.dtype
+    dev = resolve_device(spec.device)
+    spec.strategy.check(False, dev.platform, spec.replicates, model=spec.model.name)
+    seeds = [spec.seed + k for k in range(spec.replicates)]
+    x64 = dtype == np.float64
+    with jax.enable_x64(x64), timing.persistent_cache(None):
+        program = strategies.build(problem, spec.n_iter, spec.strategy, spec.replicates)
+        arrays = program.place(datas, dtype, dev)
+        state = program.initial(problem, arrays, spec.init, seeds)
+        compiled = program.compile(state, arrays)
+        # one untimed run: the warm-up (caches, eager's first-run compiles of its primitives), and
+        # the iterations a run makes (while_loop may stop early)
+        out = jax.block_until_ready(compiled.run(state, arrays))
+        n_run = max(int(np.max(np.asarray(out.n_run))), 1)
+    return Prepared(name, n_run, fingerprint.of_executables(compiled.executables), x64, compiled, state, arrays)
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """The timed rounds of a group: ``times[r][i]`` seconds of program i in round r (every round,
+    dropped ones included), ``dropped[r]`` why round r was dropped ("" when kept), ``orders[r]``
+    the order the programs ran in."""
+
+    names: tuple[str, ...]
+    times: tuple[tuple[float, ...], ...]
+    dropped: tuple[str, ...]
+    orders: tuple[tuple[int, ...], ...]
+    seconds: float  # the rounds' wall time, the warm-up round included
+
+    @property
+    def kept(self) -> list[int]:
+        return [r for r, why in enumerate(self.dropped) if not why]
+
+    def column(self, i: int, kept_only: bool = True) -> list[float]:
+        rounds = self.kept if kept_only else range(len(self.times))
+        return [self.times[r][i] for r in rounds]
+
+    @property
+    def n_dropped(self) -> int:
+        return sum(1 for why in self.dropped if why)
+
+
+def time_rounds(
+    programs: Sequence[Prepared],
+    *,
+    min_rounds: int,
+    max_rounds: int,
+    budget_s: float,
+    decided: Callable[[Rounds], bool] = lambda rounds: False,
+    seed: int = 0,
+    clock=time.perf_counter,
+    calibrate: Callable[[], float] | None = None,
+    tolerance: float = DROP_TOLERANCE,
+) -> Rounds:
+    """Time ``programs`` in interleaved rounds (see the module docstring). ``decided(rounds)``: whether
+    the kept rounds so far settle every comparison (the caller's statistics); ``seed``: of the
+    rounds' random orders (reproducible). ``calibrate``: the host calibration (tests pass their own)."""
+    if min_rounds < 1 or max_rounds < min_rounds:
+        raise ValueError(f"min_rounds={min_rounds}, max_rounds={max_rounds}: need 1 <= min_rounds <= max_rounds")
+    calib = calibrate if calibrate is not None else (lambda: timing.calibrate(clock))
+    rng = random.Random(seed)
+    names = tuple(p.name for p in programs)
+    start = clock()
+    times: list[tuple[float, ...]] = []
+    dropped: list[str] = []
+    orders: list[tuple[int, ...]] = []
+
+    def so_far() -> Rounds:
+        return Rounds(names, tuple(times), tuple(dropped), tuple(orders), clock() - start)
+
+    while len(times) < max_rounds:
+        order = list(range(len(programs)))
+        rng.shuffle(order)
+        before = calib()
+        row = [math.nan] * len(programs)
+        for i in order:
+            row[i] = programs[i].run(clock)
+        after = calib()
+        moved = after / before - 1 if before > 0 else 0.0
+        times.append(tuple(row))
+        orders.append(tuple(order))
+        dropped.append(
+            f"calibration moved {100 * moved:+.0f}% during the round (dropped beyond ±{100 * tolerance:.0f}%)"
+            if abs(moved) > tolerance
+            else ""
+        )
+        kept = len(times) - sum(1 for why in dropped if why)
+        if kept >= min_rounds and (decided(so_far()) or clock() - start >= budget_s):
+            break
+        if clock() - start >= budget_s and len(times) >= 2 * min_rounds:
+            break  # out of budget with too many rounds dropped: the caller says how many it had
+    return so_far()

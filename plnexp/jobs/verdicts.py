@@ -1,0 +1,245 @@
+"""A sweep's verdicts: per timed group, each strategy's paired ratio to the reference, its interval
+and what it supports; ``verdict.json`` on the sweep's parent run, the same figures as each run's
+metrics and tags, and the headline the report, the summary and the dashboard print.
+
+The figures come from interleaved rounds (:mod:`plnexp.fitting.rounds`) and their statistics from
+:mod:`plnexp.measure.paired`. Strategies whose compiled programs are identical (one
+``hlo_fingerprint``) are **one program**: the headline names them together, their verdict is that
+of their ratios pooled; each keeps its own ratio in ``strategies`` (an A/A check: two names of one
+program should be ``tied``).
+
+``verdict.json`` (``schema`` :data:`SCHEMA`)::
+
+    {"schema": 1,
+     "groups": [{"label": "oaks_x100 (11600×114), float32, cpu", "reference": "scan",
+                 "rounds": 8, "dropped": 1, "dropped_why": ["calibration moved +41% ..."],
+                 "min_effect": 1.1, "confidence": 0.95, "seconds": 61.2, "note": "",
+                 "strategies": [{"strategy": "eager", "runs": ["<run id>"], "fingerprint": "",
+                                 "ms_per_iter": 70.1, "cpu_ms_per_iter": 71.0, "ratio": 5.6, "low": 5.2, "high": 6.0,
+                                 "verdict": "slower", "rounds": 8, "dropped": 1}, ...],
+                 "programs": [{"names": ["scan", "scan_namedtuple"], "fingerprint": "…",
+                               "ratio": 1.0, "low": 1.0, "high": 1.0, "verdict": "reference"}, ...]}]}
+
+``ratio`` is the median over the kept rounds of (the strategy's ms/iter / the reference's ms/iter,
+in the same round); ``low``/``high`` its interval (null where the rounds are too few for one);
+``verdict`` one of ``faster``, ``tied``, ``slower``, ``unresolved``, or ``reference``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+
+from .tags import GROUP_TAG, REFERENCE_TAG, VERDICT_TAG
+
+SCHEMA = 1
+ARTIFACT = "verdict.json"
+REFERENCE = "reference"
+# what each run gets as metrics (the same figures as verdict.json's)
+METRICS = (
+    "round_ms_per_iter",
+    "round_cpu_ms_per_iter",
+    "paired_ratio",
+    "paired_ratio_lo",
+    "paired_ratio_hi",
+    "rounds_used",
+    "rounds_dropped",
+)
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+def _num(x) -> float:
+    return float(x) if x is not None else math.nan
+
+
+@dataclass(frozen=True)
+class StrategyResult:
+    strategy: str
+    runs: tuple[str, ...]
+    fingerprint: str
+    ms_per_iter: float  # the median over the kept rounds of its own ms/iter
+    ratio: float
+    low: float
+    high: float
+    verdict: str
+    rounds: int
+    dropped: int
+    cpu_ms_per_iter: float = math.nan  # the median over the kept rounds of its process CPU time per iteration
+
+    def metrics(self) -> dict[str, float]:
+        return {
+            "round_ms_per_iter": self.ms_per_iter,
+            "round_cpu_ms_per_iter": self.cpu_ms_per_iter,
+            "paired_ratio": self.ratio,
+            "paired_ratio_lo": self.low,
+            "paired_ratio_hi": self.high,
+            "rounds_used": float(self.rounds),
+            "rounds_dropped": float(self.dropped),
+        }
+
+    def as_json(self) -> dict:
+        d = asdict(self)
+        d.update(runs=list(self.runs), low=_finite(self.low), high=_finite(self.high), ratio=_finite(self.ratio))
+        d["ms_per_iter"] = _finite(self.ms_per_iter)
+        d["cpu_ms_per_iter"] = _finite(self.cpu_ms_per_iter)
+        return d
+
+
+@dataclass(frozen=True)
+class ProgramResult:
+    names: tuple[str, ...]
+    fingerprint: str
+    ratio: float
+    low: float
+    high: float
+    verdict: str
+
+    @property
+    def label(self) -> str:
+        return " = ".join(self.names) + (" (one program)" if len(self.names) > 1 else "")
+
+    def ratio_text(self) -> str:
+        if not (math.isfinite(self.low) and math.isfinite(self.high)):
+            return f"{self.ratio:.2f}× [too few rounds for an interval]"
+        return f"{self.ratio:.2f}× [{self.low:.2f}–{self.high:.2f}]"
+
+    def as_json(self) -> dict:
+        return {
+            "names": list(self.names),
+            "fingerprint": self.fingerprint,
+            "ratio": _finite(self.ratio),
+            "low": _finite(self.low),
+            "high": _finite(self.high),
+            "verdict": self.verdict,
+        }
+
+
+@dataclass(frozen=True)
+class GroupVerdict:
+    label: str
+    reference: str
+    rounds: int  # kept
+    dropped: int
+    min_effect: float
+    confidence: float
+    seconds: float
+    strategies: tuple[StrategyResult, ...]
+    programs: tuple[ProgramResult, ...]
+    dropped_why: tuple[str, ...] = ()
+    note: str = ""  # e.g. too few clean rounds
+    extra: dict = field(default_factory=dict, compare=False)
+
+    def as_json(self) -> dict:
+        return {
+            "label": self.label,
+            "reference": self.reference,
+            "rounds": self.rounds,
+            "dropped": self.dropped,
+            "dropped_why": list(self.dropped_why),
+            "min_effect": self.min_effect,
+            "confidence": self.confidence,
+            "seconds": round(self.seconds, 3),
+            "note": self.note,
+            "strategies": [s.as_json() for s in self.strategies],
+            "programs": [p.as_json() for p in self.programs],
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> GroupVerdict:
+        strategies = tuple(
+            StrategyResult(
+                s["strategy"],
+                tuple(s["runs"]),
+                s["fingerprint"],
+                _num(s["ms_per_iter"]),
+                _num(s["ratio"]),
+                _num(s["low"]) if s["low"] is not None else -math.inf,
+                _num(s["high"]) if s["high"] is not None else math.inf,
+                s["verdict"],
+                int(s["rounds"]),
+                int(s["dropped"]),
+                _num(s.get("cpu_ms_per_iter")),
+            )
+            for s in d["strategies"]
+        )
+        programs = tuple(
+            ProgramResult(
+                tuple(p["names"]),
+                p["fingerprint"],
+                _num(p["ratio"]),
+                _num(p["low"]) if p["low"] is not None else -math.inf,
+                _num(p["high"]) if p["high"] is not None else math.inf,
+                p["verdict"],
+            )
+            for p in d["programs"]
+        )
+        return cls(
+            d["label"],
+            d["reference"],
+            int(d["rounds"]),
+            int(d["dropped"]),
+            float(d["min_effect"]),
+            float(d["confidence"]),
+            float(d["seconds"]),
+            strategies,
+            programs,
+            tuple(d.get("dropped_why", ())),
+            d.get("note", ""),
+        )
+
+    def run_tags(self, s: StrategyResult) -> dict[str, str]:
+        return {VERDICT_TAG: s.verdict, REFERENCE_TAG: self.reference, GROUP_TAG: self.label}
+
+    def of(self, verdict: str) -> list[ProgramResult]:
+        return [p for p in self.programs if p.verdict == verdict]
+
+    def fastest(self) -> str:
+        """The program named fastest (its label), or "": the one whose interval lies below every other
+        program's by the minimum effect at least (the reference's interval is its ratio, 1); none
+        where two are tied or an interval is unbounded (too few rounds)."""
+        ranked = sorted(self.programs, key=lambda p: p.ratio)
+        if len(ranked) < 2 or not all(math.isfinite(p.low) and math.isfinite(p.high) for p in ranked):
+            return ""
+        best, nxt = ranked[0], ranked[1]
+        return best.label if nxt.low >= best.high * self.min_effect else ""
+
+    def headline(self) -> str:
+        """One line in plain words: the programs tied with the reference's (and how closely), then
+        those faster, slower and unresolved with their paired ratio and interval; then what it rests
+        on (``oaks_x100 (11600×114), float32, cpu: scan = scan_namedtuple (one program), fori_loop
+        tied within ±4%; slower: jit_per_function 1.90× [1.81–2.04], eager 5.60× [5.21–6.02]
+        (paired with scan over 8 rounds, 1 dropped; minimum effect 1.10×)``)."""
+        ref = [p for p in self.programs if p.verdict == REFERENCE]
+        tied = self.of("tied")
+        parts = []
+        if tied:
+            worst = max(max(p.high - 1, 1 - p.low) for p in tied)
+            parts.append(f"{', '.join(p.label for p in ref + tied)} tied within ±{100 * worst:.0f}%")
+        else:
+            parts.append(f"{', '.join(p.label for p in ref)}: the reference")
+        for word in ("faster", "slower", "unresolved"):
+            progs = sorted(self.of(word), key=lambda p: p.ratio)
+            if progs:
+                parts.append(f"{word}: " + ", ".join(f"{' = '.join(p.names)} {p.ratio_text()}" for p in progs))
+        basis = f"paired with {self.reference} over {self.rounds} rounds"
+        basis += f", {self.dropped} dropped" if self.dropped else ""
+        basis += f"; minimum effect {self.min_effect:.2f}×"
+        note = f"; {self.note}" if self.note else ""
+        return f"{self.label}: {'; '.join(parts)} ({basis}){note}"
+
+
+def dumps(groups: list[GroupVerdict]) -> str:
+    return json.dumps({"schema": SCHEMA, "groups": [g.as_json() for g in groups]}, indent=1, ensure_ascii=False)
+
+
+def loads(text: str) -> list[GroupVerdict]:
+    """``verdict.json``'s groups; a ValueError naming the schema for a file of another schema."""
+    d = json.loads(text)
+    if not isinstance(d, dict) or d.get("schema") != SCHEMA:
+        got = d.get("schema") if isinstance(d, dict) else None
+        raise ValueError(f"verdict.json: schema {got!r}: allowed is {SCHEMA}")
+    return [GroupVerdict.from_json(g) for g in d["groups"]]

@@ -1,0 +1,145 @@
+"""A sweep's groups timed in interleaved rounds after its grid (plnexp.experiment.groups): the
+verdicts in verdict.json, on each run (metrics and tags), in the report's headline and in the
+experiment's study view, from one real sweep; and the judging of rounds with a known answer."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import math
+
+import pytest
+from conftest import store_client
+
+from plnexp.experiment import groups as G
+from plnexp.fitting.rounds import Rounds
+from plnexp.jobs import verdicts as V
+
+TINY = ("dataset.replication=1", "n_iter=5")
+
+
+def rounds_of(times: list[list[float]], dropped: list[str] | None = None) -> Rounds:
+    n = len(times)
+    return Rounds(
+        tuple(f"p{i}" for i in range(len(times[0]))),
+        tuple(tuple(t) for t in times),
+        tuple(dropped or [""] * n),
+        tuple(tuple(range(len(times[0]))) for _ in range(n)),
+        1.0,
+    )
+
+
+def test_judge_pools_one_programs_names_and_pairs_by_round():
+    """Round r slows everything by the factor (1 + r): the paired ratios see through it. p1 is the
+    reference's program under another name (A/A: tied), p2 twice as slow per iteration, p3 runs half
+    the iterations in the same time (per iteration: twice as slow too)."""
+    times = [[(1 + r) * 1.0, (1 + r) * 1.01 ** (r % 3), (1 + r) * 2.0, (1 + r) * 1.0] for r in range(7)]
+    v = G.judge(
+        ("scan", "scan_pytree", "eager", "while_loop"),
+        ("fa", "fa", "", "fb"),
+        (("r0",), ("r1",), ("r2",), ("r3",)),
+        rounds_of(times),
+        (10, 10, 10, 5),
+        0,
+        "oaks",
+        1.10,
+    )
+    by = {s.strategy: s for s in v.strategies}
+    assert by["scan"].verdict == "reference" and by["scan_pytree"].verdict == "tied"
+    assert by["eager"].verdict == by["while_loop"].verdict == "slower"
+    assert by["eager"].ratio == pytest.approx(2.0) and by["while_loop"].ratio == pytest.approx(2.0)
+    assert by["eager"].ms_per_iter == pytest.approx(1e3 * 2.0 * 4 / 10)  # the median round's (r = 3)
+    (ref,) = [p for p in v.programs if p.verdict == "reference"]
+    assert ref.names == ("scan", "scan_pytree")  # one program, named together
+    assert v.rounds == 7 and v.dropped == 0 and v.note == ""
+
+
+def test_judge_with_too_few_clean_rounds_decides_nothing_and_says_so():
+    times = [[1.0, 3.0]] * 5
+    v = G.judge(
+        ("scan", "eager"), ("f", ""), (("a",), ("b",)), rounds_of(times, ["", "", "x", "x", ""]), (1, 1), 0, "g", 1.1
+    )
+    assert v.strategies[1].verdict == "unresolved" and v.rounds == 3 and v.dropped == 2
+    assert v.note == "too few clean rounds: 3 kept of 5 (an interval needs 6): nothing decided"
+    assert "too few clean rounds" in v.headline()
+
+
+@pytest.mark.slow
+def test_a_sweep_times_its_group_in_rounds_and_every_reader_sees_one_verdict(plnexp_main, outputs, tmp_path):
+    """A real sweep of three strategies on oaks x1: no control job (the rounds replace it); the
+    parent's verdict.json, each run's metrics and tags and the report's headline say the same; eager
+    (dispatch-bound at this size, many times scan's time per iteration) is slower, scan the reference;
+    the experiment's study view shows this sweep's runs only, by paired ratio."""
+    ran = plnexp_main(
+        "sweep",
+        "sweep=null",
+        "strategy=scan,eager,fori_loop",
+        *TINY,
+        "experiment=groups",
+        "report.rounds=8",
+        "report.rounds_budget_s=5",
+        cwd=tmp_path,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert "[control]" not in ran.stdout
+    assert "[rounds] 3 programs of oaks ... compiled in" in ran.stdout
+    cl = store_client(outputs)
+    exp = cl.get_experiment_by_name("groups")
+    (parent,) = [r for r in cl.search_runs([exp.experiment_id]) if "mlflow.parentRunId" not in r.data.tags]
+    path = cl.download_artifacts(parent.info.run_id, V.ARTIFACT, str(tmp_path))
+    (group,) = V.loads(open(path).read())
+    assert group.reference == "scan" and group.rounds + group.dropped <= 8
+    by = {s.strategy: s for s in group.strategies}
+    assert set(by) == {"scan", "eager", "fori_loop"}
+    assert by["scan"].verdict == "reference" and by["eager"].verdict == "slower" and by["eager"].ratio > 2
+    for s in group.strategies:
+        (run_id,) = s.runs
+        run = cl.get_run(run_id)
+        assert run.data.tags["plnexp.verdict"] == s.verdict and run.data.tags["plnexp.reference"] == "scan"
+        assert run.data.tags["mlflow.user"] == getpass.getuser()  # the UI's User column: who ran it
+        assert run.data.metrics["paired_ratio"] == pytest.approx(s.ratio)
+        assert run.data.metrics["rounds_used"] == group.rounds
+        assert math.isfinite(run.data.metrics["round_cpu_ms_per_iter"]) and run.data.metrics["run_cpu_s"] > 0
+    assert group.headline() in ran.stdout  # the report's summary line leads with it
+    check_printed_shapes(ran.stdout)  # and Getting started shows what a sweep prints now
+    view = json.loads(exp.tags["mlflow.sharedViewState.plnexp-study"])
+    state = json.loads(view["state"])
+    assert parent.info.run_id in view["name"] and parent.info.run_id in state["searchFilter"]
+    assert state["orderByKey"] == "metrics.`paired_ratio`" and "tags.`plnexp.verdict`" in state["selectedColumns"]
+
+
+# The lines a sweep prints, each kind as a pattern: what Getting started's "What a sweep prints" shows
+# must have the same shapes as what a sweep prints now (test below): the page is regenerated from a
+# real run when the format changes.
+PRINTED = {
+    "progress": r"^\[\d+/\d+\] \S+ \.\.\. done \d+\.\d s \(\+\d+\.\d s logging\)$",
+    "rounds": r"^\[rounds\] \d+ programs of \S+ \.\.\. compiled in \d+\.\d s, \d+ rounds(, \d+ dropped)? in \d+\.\d s$",
+    "table": r"^job +status +iter +compile_s +cached_s +first_s +run_s +spread_s +runs +ms/iter +final ELBO +wall_s$",
+    "footer": r"^\d+/\d+ jobs, \d+ failed; \d+\.\d s in the sweep, \d+\.\d s in fits \(\d+% outside\); parent run \S+ FINISHED$",
+    "verdict": r"^\S+ \(\d+×\d+\), float32, cpu: .+ \(paired with scan over \d+ rounds(, \d+ dropped)?; "
+    r"minimum effect 1\.10×\)(; curves within \S+ of scan's)?$",
+    "finished": r"^\d+ of \d+ jobs finished$",
+    "report": r"^report: \S+ \(report\.md, report\.csv, elbo_curves\.png, timings\.png(, bytes\.png)?\), also on parent run \S+$",
+}
+
+
+def getting_started_block() -> list[str]:
+    """The lines of the first code block under "## What a sweep prints" in docs/getting-started.md."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "getting-started.md").read_text()
+    section = text.split("## What a sweep prints", 1)[1]
+    return section.split("```", 2)[1].strip("\n").splitlines()
+
+
+def check_printed_shapes(printed: str) -> None:
+    import re
+
+    doc = getting_started_block()
+    lines = printed.splitlines()
+    for kind, pattern in PRINTED.items():
+        assert any(re.match(pattern, line) for line in lines), f"a sweep no longer prints a {kind} line: {pattern}"
+        assert any(re.match(pattern, line) for line in doc), (
+            f"docs/getting-started.md's 'What a sweep prints' has no {kind} line as a sweep prints it now "
+            f"({pattern}): regenerate it from a real run"
+        )
