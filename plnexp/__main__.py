@@ -405,13 +405,15 @@ def multirun(overrides: list[str], jobs: list, uri: str, resumed: bool = False, 
     sweep_dir = Path(given.strip("'\"")).resolve() if given else sweep.new_sweep_dir()
 
     def launch(record) -> None:
+        timed = cli.jobs_run_here(overrides) and first.report.rounds > 0  # each group timed in rounds, here
+        task = sweep.Task(held=groups.Held() if timed else None)  # the driver's jobs keep their programs
         sweep.launch(
             ["--multirun", *overrides, *([] if given else [sweep.hydra_override(sweep_dir)])],
-            sweep.Task(),
+            task,
             raise_errors=True,
         )
-        if cli.jobs_run_here(overrides):  # each group's programs timed in interleaved rounds, here
-            groups.time_groups(record, [j.config.as_study() for j in jobs])
+        if timed:
+            groups.time_groups(record, [j.config.as_study() for j in jobs], task.held)
 
     def header(record) -> str:
         return (

@@ -82,7 +82,7 @@ def test_a_sweep_times_its_group_in_rounds_and_every_reader_sees_one_verdict(pln
     )
     assert ran.returncode == 0, ran.stderr
     assert "[control]" not in ran.stdout
-    assert "[rounds] 3 programs of oaks ... compiled in" in ran.stdout
+    assert "[rounds] 3 programs of oaks ... ready in" in ran.stdout
     cl = store_client(outputs)
     exp = cl.get_experiment_by_name("groups")
     (parent,) = [r for r in cl.search_runs([exp.experiment_id]) if "mlflow.parentRunId" not in r.data.tags]
@@ -113,7 +113,7 @@ def test_a_sweep_times_its_group_in_rounds_and_every_reader_sees_one_verdict(pln
 # real run when the format changes.
 PRINTED = {
     "progress": r"^\[\d+/\d+\] \S+ \.\.\. done \d+\.\d s \(\+\d+\.\d s logging\)$",
-    "rounds": r"^\[rounds\] \d+ programs of \S+ \.\.\. compiled in \d+\.\d s, \d+ rounds(, \d+ dropped)? in \d+\.\d s$",
+    "rounds": r"^\[rounds\] \d+ programs of \S+ \.\.\. ready in \d+\.\d s, \d+ rounds(, \d+ dropped)? in \d+\.\d s$",
     "table": r"^job +status +iter +compile_s +cached_s +first_s +run_s +spread_s +runs +ms/iter +final ELBO +wall_s$",
     "footer": r"^\d+/\d+ jobs, \d+ failed; \d+\.\d s in the sweep, \d+\.\d s in fits \(\d+% outside\); parent run \S+ FINISHED$",
     "verdict": r"^\S+ \(\d+×\d+\), float32, cpu: .+ \(paired with scan over \d+ rounds(, \d+ dropped)?; "

@@ -361,8 +361,10 @@ def test_a_sweep_with_a_peer_reruns_whole_and_reproduces(outputs, plnexp_main, c
     """``rerun PARENT`` of a sweep with report.peers: its jobs, its control job and its peer's run
     are rerun (the peer in this process, after the jobs, as a sweep runs it), each tagged with the
     run it repeats, and every curve is the original's bit for bit (CPU, same config and environment)."""
-    # report.rounds=0: a control job, so that the rerun covers that kind of run too
-    ran = plnexp_main("sweep", *PEER_SWEEP, "report=false", "report.rounds=0", "experiment=peers", cwd=tmp_path)
+    # report.rounds=0 and 3 timed runs a job: a control job, so that the rerun covers that kind of run too
+    ran = plnexp_main(
+        "sweep", *PEER_SWEEP, "report=false", "report.rounds=0", "repeats=3", "experiment=peers", cwd=tmp_path
+    )
     assert ran.returncode == 0, ran.stderr
     cl = store_client(outputs)
     exp = cl.get_experiment_by_name("peers")

@@ -112,7 +112,7 @@ def test_joblib_four_jobs_in_two_workers_lose_nothing_and_are_judged_in_rounds_i
     assert "4 of 4 jobs finished" in proc.stdout, proc.stdout
     # seed=K is also the synthetic data's seed: a comparison group per seed, each timed in rounds
     for k in (0, 1):
-        assert f"[rounds] 2 programs of synthetic_n2000_p20_d2_s{k} ... compiled in" in proc.stdout, proc.stdout
+        assert f"[rounds] 2 programs of synthetic_n2000_p20_d2_s{k} ... ready in" in proc.stdout, proc.stdout
         assert f"synthetic_n2000_p20_d2_s{k} (2000×20), float32, cpu: scan" in proc.stdout
     assert proc.stdout.count("(paired with scan over ") == 2 and "do not compare" not in proc.stdout
     (parent,), children = split(runs_of(outputs, "par"))

@@ -24,7 +24,7 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from .. import store as tracking
 from ..jobs import verdicts as V
@@ -33,6 +33,34 @@ from ..jobs.provenance import HASH_TAG, REPLICATE_TAG, config_hash
 from ..measure import paired
 from ..system import interrupts
 from ..system.redact import redact_text
+
+
+HOLD_LIMIT_BYTES = 2 << 30  # the grid's programs the driver keeps for its rounds, their arrays at most
+
+
+@dataclass
+class Held:
+    """The grid's compiled programs (:class:`plnexp.fitting.prepared.Prepared`) that the driver ran
+    itself (Hydra's basic launcher), kept by job number for the rounds: each group is then timed on
+    the very programs its jobs ran, without compiling them again. Kept while their arrays (data and
+    initial state) stay within ``limit`` bytes; a job past it is compiled again for the rounds."""
+
+    programs: dict = field(default_factory=dict)
+    nbytes: int = 0
+    limit: int = HOLD_LIMIT_BYTES
+
+    def keeper(self, num: int):
+        """What job ``num`` hands its program to (:func:`plnexp.experiment.runner.run_job`'s ``hold``)."""
+
+        def keep(program) -> None:
+            import jax
+
+            leaves = jax.tree_util.tree_leaves((program.arrays, program.state))
+            size = sum(int(getattr(a, "nbytes", 0)) for a in leaves)
+            if self.nbytes + size <= self.limit:
+                self.programs[num], self.nbytes = program, self.nbytes + size
+
+        return keep
 
 
 @dataclass(frozen=True)
@@ -149,7 +177,7 @@ def judge(names, fingerprints, runs, rounds, per_iter, ref: int, label: str, min
     )
 
 
-def _time_group(members: Sequence[Member]) -> V.GroupVerdict:
+def _time_group(members: Sequence[Member], held: Held | None = None) -> V.GroupVerdict:
     from ..fitting import rounds as R
     from .runner import load_data
 
@@ -160,8 +188,14 @@ def _time_group(members: Sequence[Member]) -> V.GroupVerdict:
     t0 = time.monotonic()
     programs = []
     for m in members:
-        data = datas if len(datas) > 1 else datas[0]
-        programs.append(R.prepare(m.config.strategy.name, data, m.config.fit_spec()))
+        kept = held.programs.get(m.num) if held is not None else None
+        if kept is not None:  # the job's own program: one untimed run again (eager's primitives, caches)
+            kept.run()
+            kept.cpu_s.clear()
+            programs.append(kept)
+        else:
+            data = datas if len(datas) > 1 else datas[0]
+            programs.append(R.prepare(m.config.strategy.name, data, m.config.fit_spec()))
     compiled_s = time.monotonic() - t0
     per_iter = [p.n_iter * m.config.replicates for p, m in zip(programs, members)]  # a batch: its share per fit
     names = ["-".join([m.config.strategy.name, *m.config.strategy.name_parts()]) for m in members]
@@ -197,9 +231,11 @@ def _time_group(members: Sequence[Member]) -> V.GroupVerdict:
     return replace(v, strategies=strategies, extra={"compiled_s": compiled_s})
 
 
-def time_groups(record, configs: Sequence[Config]) -> list[V.GroupVerdict]:
+def time_groups(record, configs: Sequence[Config], held: Held | None = None) -> list[V.GroupVerdict]:
     """The sweep's rounds (see the module docstring), one progress line per group; the verdicts
-    logged to the runs and the parent. ``configs``: the grid's, in job order."""
+    logged to the runs and the parent. ``configs``: the grid's, in job order; ``held``: the programs
+    the driver's jobs kept (the others are compiled again). Each group's programs are let go once it
+    is timed."""
     if not configs or configs[0].report.rounds == 0:
         return []
     try:
@@ -212,16 +248,20 @@ def time_groups(record, configs: Sequence[Config]) -> list[V.GroupVerdict]:
         head = f"[rounds] {len(group)} programs of {group[0].config.dataset.label}"
         print(f"{head} ...", end="", flush=True)
         try:
-            v = _time_group(group)
+            v = _time_group(group, held)
         except Exception as e:  # a program that cannot be compiled again: said, the sweep goes on
             if interrupts.pending() is not None:
                 raise
             print(" FAILED", flush=True)
             _warn(f"rounds of {head.removeprefix('[rounds] ')} failed ({_first(e)}): the jobs' own timings stand")
             continue
+        finally:
+            if held is not None:
+                for m in group:
+                    held.programs.pop(m.num, None)
         dropped = f", {v.dropped} dropped" if v.dropped else ""
         print(
-            f" compiled in {v.extra.get('compiled_s', 0.0):.1f} s, {v.rounds} rounds{dropped} in {v.seconds:.1f} s",
+            f" ready in {v.extra.get('compiled_s', 0.0):.1f} s, {v.rounds} rounds{dropped} in {v.seconds:.1f} s",
             flush=True,
         )
         out.append(v)

@@ -13,6 +13,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
+from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -61,6 +62,8 @@ class Outcome:
     floor: dict = field(default_factory=dict)  # this machine's floor for the fit (plnexp.measure.floor.run_metrics)
     kept: str = ""  # the file holding the result when the store did not take it (plnexp.store.pending)
     optimum: Optimum | None = None  # the data's best known ELBO (plnexp.fitting.optimum): the convergence metrics
+    # given the job's compiled program to run again (a sweep's rounds, plnexp.experiment.groups); None: not kept
+    hold: Callable | None = field(default=None, repr=False, compare=False)
 
     @property
     def wall_s(self) -> float:
@@ -227,7 +230,7 @@ def execute_all(config: Config, outcomes: list[Outcome]) -> list[Outcome]:
             raise stop
         for out in outcomes:
             out.floor = measured
-        results = run_all(datas, spec, owns_process=True)  # a job: plnexp owns the process
+        results = run_all(datas, spec, owns_process=True, hold=outcomes[0].hold)  # a job: plnexp owns the process
         for out, result in zip(outcomes, results):
             out.result = result
             bad = np.flatnonzero(~np.isfinite(result.elbo[: result.n_iter]))
@@ -309,6 +312,7 @@ def run_job(
     parent=None,
     job_num: int | None = None,
     tags: dict | None = None,
+    hold: Callable | None = None,
 ) -> Outcome:
     """Execute one job with its MLflow run(s): created RUNNING now, ended with the job's status; one
     run per replicate (``config.replicates``, tagged ``replicate``), all fitted in one program.
@@ -318,7 +322,8 @@ def run_job(
     runs are ended KILLED and :class:`plnexp.system.interrupts.Interrupted` re-raised. The runs are created
     with the provenance tags (:func:`plnexp.jobs.provenance.run_tags`), a sweep's job also with its
     ``report.min_speedup`` (:data:`plnexp.jobs.ranking.MIN_SPEEDUP_TAG`), and ``tags``. Returns the job's
-    outcome (:func:`combined`), each replicate's in its ``batch``.
+    outcome (:func:`combined`), each replicate's in its ``batch``. ``hold``: given the job's compiled
+    program (:class:`plnexp.fitting.prepared.Prepared`) to run it again.
     """
     from ..jobs import provenance
     from ..system import slurm
@@ -334,6 +339,7 @@ def run_job(
         Outcome(replicate_name(base, i, k), tuple(overrides), config, output_dir=output_dir, replicate=i)
         for i in range(k)
     ]
+    outcomes[0].hold = hold
     tags = {
         **provenance.run_tags(config),
         **({tracking.JOB_TAG: job_num} if job_num is not None else {}),

@@ -54,7 +54,7 @@ from pathlib import Path
 
 from ..system import credentials, interrupts
 from ..jobs import provenance
-from . import resume
+from . import groups, resume
 from . import runner
 from .. import store as tracking
 from ..jobs import config as C
@@ -484,6 +484,9 @@ class Task:
     # why the store is down, once a job of this process saw it fail: the grid's later jobs are skipped
     # (each would wait store_timeout_s on it again), said in one line each; "" while it answers
     store_down: str = ""
+    # the programs of the jobs this process ran as a sweep's driver, kept for the rounds (groups.Held);
+    # None: none kept (a single run, a rerun)
+    held: groups.Held | None = None
     # the jobs of the sweep this process ran, by job number (what the control job needs, Task.control)
     grid: dict[int, GridJob] = field(default_factory=dict)
     record: SweepRecord | None = None
@@ -562,6 +565,7 @@ class Task:
                 parent=record.parent if record else None,
                 job_num=num,
                 tags=entry.tags if entry is not None else None,
+                hold=self.held.keeper(num) if self.held is not None and here and num is not None else None,
             )
         except KeyboardInterrupt as e:
             _saw(record, num, [runner.Row(name, "KILLED", {}, 0.0)])

@@ -12,6 +12,7 @@ compile is one of functions built for it: :mod:`plnexp.measure.timing`), and lea
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -27,6 +28,7 @@ from ..core.optim import OptimizerSpec
 from ..core.precision import PRECISIONS, Precision
 from ..core.problem import GRADIENTS, Problem
 from ..core.device import DEVICES, resolve_device
+from .prepared import Prepared
 from .spec import INITS, FitSpec, parse
 
 __all__ = [
@@ -99,7 +101,7 @@ def _host(tree):
 def fit(
     data,
     model: str = "profiled",
-    optimizer: str = "rprop",
+    optimizer: str | None = None,
     n_iter: int = 1000,
     precision: str = "float32",
     device: str = "cpu",
@@ -126,7 +128,9 @@ def fit(
 
     ``model``: ``"profiled"``, ``"full"`` (one PLN, two parametrisations) or ``"pca"``, the PLN-PCA
     of rank ``rank`` (an integer from 1 to p; see :mod:`plnexp.core.model`), whose ``params`` are B, C,
-    M, S. ``block_rows`` (pca only): each step walks the rows in blocks of that many, so that its
+    M, S. ``optimizer``: None is the model's default, ``"newton"`` for pca (block Newton rounds:
+    no learning rate; :func:`plnexp.core.model.pca_newton_step`), ``"rprop"`` otherwise.
+    ``block_rows`` (pca only): each step walks the rows in blocks of that many, so that its
     temporaries are a few ``block_rows x p`` arrays instead of ``n x p`` ones (same result; None,
     the default: every row at once; see docs/concepts/memory.md).
 
@@ -223,7 +227,12 @@ def run(data: Data, spec: FitSpec, *, timed: bool = True, owns_process: bool = F
 
 
 def run_all(
-    data: Data | list[Data] | tuple[Data, ...], spec: FitSpec, *, timed: bool = True, owns_process: bool = False
+    data: Data | list[Data] | tuple[Data, ...],
+    spec: FitSpec,
+    *,
+    timed: bool = True,
+    owns_process: bool = False,
+    hold: Callable[[Prepared], None] | None = None,
 ) -> list[FitResult]:
     """The ``spec.replicates`` fits ``spec`` describes, in one program: on one data set ``data``
     (replicate k from initial seed ``spec.seed + k``), or replicate k on ``data[k]``. Placed as the
@@ -233,7 +242,8 @@ def run_all(
 
     ``owns_process``: True only where plnexp owns the process (a job of its command line): the timed
     measurement may then also clear JAX's in-memory caches (see :mod:`plnexp.measure.timing`); never in a
-    library call."""
+    library call. ``hold``: given the timed program, compiled, with its data and initial state, to run
+    it again (a sweep's interleaved rounds: :mod:`plnexp.fitting.rounds`)."""
     # before anything starts JAX's backend (resolve_device does): see plnexp.system.runtime
     runtime.configure_or_warn()
     datas = list(data) if isinstance(data, (list, tuple)) else [data]
@@ -258,6 +268,7 @@ def run_all(
         state = program.initial(problem, arrays, spec.init, seeds)
         # the host reference converts to float64 a block of rows at a time: no n x p float64 copy
         starts = [s.pln for s in program.split(state, arrays)]
+        kept: list = []  # the compiled program, for hold
         if timed:
 
             def fresh():
@@ -279,7 +290,12 @@ def run_all(
                 warm_compile=t.warm_compile,
                 fresh=fresh,
                 owns_process=owns_process,
+                keep=kept,
             )
+            if hold is not None and kept:
+                n_run = max(int(np.max(np.asarray(out.n_run))), 1)
+                x64 = dtype == np.float64
+                hold(Prepared(spec.strategy.name, n_run, times.fingerprint, x64, kept[0], state, arrays))
         else:
             out, times = timing.untimed(program, state, arrays, compile_cache_dir=cache_dir)
         del state

@@ -26,7 +26,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import jax
 import numpy as np
@@ -35,6 +35,7 @@ from .. import strategies
 from ..core.data import Data
 from ..measure import fingerprint, timing
 from .engine import make_problem, resolve_device, check_rank
+from .prepared import Prepared
 from .spec import FitSpec
 
 
@@ -42,32 +43,6 @@ from .spec import FitSpec
 # contention that started or stopped within the round. Looser than the jobs' own tolerance
 # (timing.CALIBRATION_TOLERANCE): a steady load slows both sides of a pair and is kept.
 DROP_TOLERANCE = 1.0
-
-
-@dataclass
-class Prepared:
-    """One compiled program, its data and initial state in place: ``run()`` times one run."""
-
-    name: str
-    n_iter: int  # the iterations one run makes (the longest fit of a batch)
-    fingerprint: str
-    x64: bool
-    compiled: object = field(repr=False)
-    state: object = field(repr=False)
-    arrays: object = field(repr=False)
-
-    cpu_s: list = field(default_factory=list, repr=False)  # the process CPU time of each timed run
-
-    def run(self, clock=time.perf_counter) -> float:
-        """One run, ended by ``block_until_ready``: its wall seconds (its process CPU seconds, every
-        thread's, appended to :attr:`cpu_s`)."""
-        with jax.enable_x64(self.x64):
-            cpu0 = time.process_time()
-            t0 = clock()
-            jax.block_until_ready(self.compiled.run(self.state, self.arrays))  # type: ignore[attr-defined]
-            wall = clock() - t0
-            self.cpu_s.append(time.process_time() - cpu0)
-            return wall
 
 
 def prepare(name: str, data: Data | Sequence[Data], spec: FitSpec) -> Prepared:

@@ -342,6 +342,7 @@ def measure(
     fresh: Callable[[], Any] | None = None,
     owns_process: bool = False,
     clock=time.perf_counter,
+    keep: list | None = None,
 ) -> tuple[Output, Timing]:
     """One cold AOT compile, then ``warmup`` untimed runs and the timed runs: at least ``repeats``,
     more while they took less than ``budget_s`` in all (see the module docstring for the rest);
@@ -351,7 +352,7 @@ def measure(
     one per cold step (the first call, the compile, the warm compile); without it those steps use
     ``program`` itself, cold only if nothing compiled it before. ``owns_process``: also clear JAX's
     in-memory caches before each cold step: for a process plnexp owns, never a library call.
-    ``clock``: for tests."""
+    ``clock``: for tests. ``keep``: a list the compiled program is appended to (to run it again)."""
     if not (isinstance(repeats, int) and repeats >= 1 and isinstance(warmup, int) and warmup >= 0):
         raise ValueError(f"repeats={repeats!r}, warmup={warmup!r}: need integers repeats >= 1 and warmup >= 0")
     if not (isinstance(budget_s, (int, float)) and budget_s >= 0):
@@ -383,6 +384,8 @@ def measure(
         calib_after = calibrate(clock)
     run_s = statistics.median(runs)
     assert out is not None  # repeats >= 1: the loop ran
+    if keep is not None:
+        keep.append(compiled)
     n_run = max(int(np.max(np.asarray(out.n_run))), 1)  # a batch of fits: the longest sets the time
     return out, Timing(
         compile_s=compiled.compile_s,
