@@ -100,6 +100,14 @@ def test_a_sweep_times_its_group_in_rounds_and_every_reader_sees_one_verdict(pln
         assert run.data.metrics["paired_ratio"] == pytest.approx(s.ratio)
         assert run.data.metrics["rounds_used"] == group.rounds
         assert math.isfinite(run.data.metrics["round_cpu_ms_per_iter"]) and run.data.metrics["run_cpu_s"] > 0
+    cmp = plnexp_main("compare", by["scan"].runs[0], by["fori_loop"].runs[0])  # compare reads the same figures
+    assert cmp.returncode == 0, cmp.stderr
+    row = next(line for line in cmp.stdout.splitlines() if line.startswith("× scan (rounds)"))
+    assert row.split()[3:5] == ["1.000", f"{by['fori_loop'].ratio:.3f}"]
+    assert next(line for line in cmp.stdout.splitlines() if line.startswith("verdict")).split()[1:] == [
+        "reference",
+        by["fori_loop"].verdict,
+    ]
     assert group.headline() in ran.stdout  # the report's summary line leads with it
     check_printed_shapes(ran.stdout)  # and Getting started shows what a sweep prints now
     view = json.loads(exp.tags["mlflow.sharedViewState.plnexp-study"])
@@ -143,3 +151,20 @@ def check_printed_shapes(printed: str) -> None:
             f"docs/getting-started.md's 'What a sweep prints' has no {kind} line as a sweep prints it now "
             f"({pattern}): regenerate it from a real run"
         )
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("report.rounds=-1", "report.rounds=-1: allowed values are integers >= 0"),
+        ("report.rounds=many", "report.rounds='many': allowed values are integers >= 0"),
+        ("report.rounds_budget_s=0", "report.rounds_budget_s=0: allowed values are numbers of seconds in (0, 3600]"),
+        ("report.rounds=5,10", "report.rounds=5,10: a sweep times its groups in one series of rounds"),
+    ],
+)
+def test_bad_rounds_settings_are_one_line_and_exit_2(plnexp_main, outputs, tmp_path, override, message):
+    ran = plnexp_main("sweep", "sweep=null", "strategy=scan,fori_loop", *TINY, override, cwd=tmp_path)
+    assert ran.returncode == 2 and ran.stdout == ""
+    assert ran.stderr.strip().splitlines() == [f"plnexp: error: {ran.stderr.strip().removeprefix('plnexp: error: ')}"]
+    assert message in ran.stderr, ran.stderr
+    assert not (outputs / "multirun").exists()

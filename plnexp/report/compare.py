@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .. import store as tracking
+from ..jobs.tags import GROUP_TAG, REFERENCE_TAG, VERDICT_TAG
 from ..measure import xla_stats
 from ..jobs.config import ConfigError
 from ..measure.metrics import PROGRAM, Metric
@@ -51,6 +52,7 @@ class Side:
     metrics: dict[str, float]
     fingerprint: str
     functions: dict[str, xla_stats.Stats]
+    tags: dict[str, str] = field(default_factory=dict)
 
     @property
     def total(self) -> xla_stats.Stats:
@@ -132,6 +134,7 @@ def side(uri: str, run_id: str) -> Side:
         {k: float(v) for k, v in run.data.metrics.items()},
         run.data.tags.get(tracking.FINGERPRINT_TAG, ""),
         functions,
+        dict(run.data.tags),
     )
 
 
@@ -180,6 +183,12 @@ def rows(a: Side, b: Side) -> list[tuple[str, str, str, str]]:
         out.append((label, _num(va, "{:.3f}"), _num(vb, "{:.3f}"), _ratio(va, vb)))
     va, vb = a.metrics.get("xla_compile_s"), b.metrics.get("xla_compile_s")
     out.append(("  XLA compile s", _num(va, "{:.3f}"), _num(vb, "{:.3f}"), _ratio(va, vb)))
+    # their sweep's verdict (plnexp.jobs.verdicts), where both were timed in one group's rounds
+    ref_a, ref_b = a.tags.get(REFERENCE_TAG), b.tags.get(REFERENCE_TAG)
+    if ref_a and ref_a == ref_b and a.tags.get(GROUP_TAG) == b.tags.get(GROUP_TAG):
+        va, vb = a.metrics.get("paired_ratio"), b.metrics.get("paired_ratio")
+        out.append((f"× {ref_a} (rounds)", _num(va, "{:.3f}"), _num(vb, "{:.3f}"), _ratio(va, vb)))
+        out.append(("verdict", a.tags.get(VERDICT_TAG, "-"), b.tags.get(VERDICT_TAG, "-"), ""))
     return out
 
 
