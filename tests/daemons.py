@@ -527,3 +527,17 @@ def main() -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+@contextmanager
+def postgres_or_skip():
+    """:func:`postgres` for a fixture: the test is skipped, saying why, without psycopg (plnexp's
+    cluster extra) or where PostgreSQL cannot be started here."""
+    import pytest
+
+    pytest.importorskip("psycopg", reason="needs plnexp's cluster extra")
+    try:
+        with postgres() as db:
+            yield db
+    except Unavailable as e:
+        pytest.skip(f"no PostgreSQL here: {e}")

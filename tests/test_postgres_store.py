@@ -84,12 +84,8 @@ def test_libpq_messages_map_to_what_failed(message, what):
 @pytest.fixture(scope="module")
 def database():
     """A PostgreSQL 15 server of this module's (tests/daemons.py), stopped by PID when the module ends."""
-    pytest.importorskip("psycopg", reason="needs plnexp's cluster extra")
-    try:
-        with daemons.postgres() as db:
-            yield db
-    except daemons.Unavailable as e:
-        pytest.skip(f"no PostgreSQL here: {e}")
+    with daemons.postgres_or_skip() as db:
+        yield db
 
 
 def _with(uri: str, **parts) -> str:

@@ -151,12 +151,8 @@ def test_tracking_server_killed_mid_sweep(outputs, tmp_path, release, plnexp_mai
 @pytest.fixture
 def database():
     """A PostgreSQL 15 server of this test's (tests/daemons.py), stopped by its PID at the end."""
-    pytest.importorskip("psycopg", reason="needs plnexp's cluster extra")
-    try:
-        with daemons.postgres() as db:
-            yield db
-    except daemons.Unavailable as e:
-        pytest.skip(f"no PostgreSQL here: {e}")
+    with daemons.postgres_or_skip() as db:
+        yield db
 
 
 @pytest.mark.slow
