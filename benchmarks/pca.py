@@ -38,6 +38,11 @@ ELBO it reaches with pyPLNmodels' relative standing measured at the largest size
     .venv/bin/python benchmarks/pca.py --n-iter 1000                           # 2,000 x 1,000 and 5,000 x 2,000
     .venv/bin/python benchmarks/pca.py --n-iter 1000 --sizes 2000x1000,5000x2000,20000x14000  # the issue's sizes
     .venv/bin/python benchmarks/pca.py --sizes 300x100 --n-iter 100              # smoke test
+    .venv/bin/python benchmarks/pca.py --grid    # issue #49's table: zeros 10/50/90/95%, ranks 5 and 10, both sizes
+
+``--grid``: the default call (``plnexp.fit(Y, model="pca", rank=q)``: optimizer newton) against
+pyPLNmodels at zero fractions :data:`GRID_ZEROS` and ranks :data:`GRID_RANKS`, at ``--sizes``, one
+table each (the other options as given).
 """
 
 from __future__ import annotations
@@ -59,6 +64,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _header import machine_header
 
 PEER_MAXITER = 400  # pyPLNmodels' default maxiter
+GRID_ZEROS = (0.1, 0.5, 0.9, 0.95)
+GRID_RANKS = (5, 10)
 
 
 def _peak_gb() -> float:
@@ -200,8 +207,8 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
         "--optimizer",
-        default="rprop,adam",
-        help="plnexp's optimizers, comma-separated: one row each, at its default lr",
+        default="newton",
+        help="plnexp's optimizers, comma-separated: one row each, at its default lr (newton: pca's default, no lr)",
     )
     ap.add_argument(
         "--lr", type=float, default=None, help="plnexp's learning rate (one optimizer only; default: its own)"
@@ -229,6 +236,7 @@ def main(argv=None) -> None:
         help="where pyPLNmodels does not run (--no-peer): its final ELBO from an earlier run, one per size, "
         "comma-separated (e.g. -631293.72,-3133033.92): the target",
     )
+    ap.add_argument("--grid", action="store_true", help="every zero fraction of GRID_ZEROS and rank of GRID_RANKS")
     ap.add_argument("--child", choices=["peer", "plnexp"], help=argparse.SUPPRESS)
     ap.add_argument("--file", help=argparse.SUPPRESS)
     ap.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
@@ -236,6 +244,14 @@ def main(argv=None) -> None:
     if args.peer_elbo and not args.no_peer:
         ap.error("--peer-elbo: only with --no-peer (where pyPLNmodels runs, its own final ELBO is the target)")
 
+    if args.grid:
+        rest = list(sys.argv[1:] if argv is None else argv)
+        rest.remove("--grid")
+        for rank in GRID_RANKS:
+            for zeros in GRID_ZEROS:
+                main([*rest, "--zero-fraction", str(zeros), "--rank", str(rank), "--optimizer", args.optimizer])
+                print(flush=True)
+        return
     optimizers = args.optimizer.split(",")
     if args.lr and len(optimizers) > 1:
         ap.error("--lr: with one --optimizer only (each of several runs at its own default lr)")

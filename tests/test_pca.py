@@ -341,7 +341,8 @@ def test_full_rank_reaches_the_full_models_optimum():
 
 def test_config_model_pca_with_its_rank():
     """``model=pca model.rank=q``: the model's section is {name: pca, rank: q} (full and profiled keep
-    the plain name, so their config hash and logged params are unchanged); bad ranks are one line."""
+    the plain name, so their config hash and logged params are unchanged), its optimizer newton unless
+    one is named; bad ranks are one line."""
     from hydra import compose, initialize_config_dir
 
     from plnexp.jobs import config as C
@@ -353,7 +354,9 @@ def test_config_model_pca_with_its_rank():
 
     cfg = load("model=pca", "model.rank=3")
     assert cfg.as_dict()["model"] == {"name": "pca", "rank": 3} and C.load(C.loadable(cfg)) == cfg
-    assert cfg.fit_spec().model is plnexp.core.model.pca_model(3)
+    # the command line's default optimizer for pca is plnexp.fit's: newton (conf/model/pca.yaml), its own model
+    assert cfg.optimizer.name == "newton" and cfg.fit_spec().model is plnexp.core.model.pca_model(3, newton=True)
+    assert load("model=pca", "optimizer=rprop").fit_spec().model is plnexp.core.model.pca_model(5)
     assert load("model=full").as_dict()["model"] == "full" and "rank" not in load().as_dict()
     for overrides, words in [
         (("model=pca", "model.rank=0"), "model.rank=0: allowed values are integers >= 1"),

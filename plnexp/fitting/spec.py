@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..core.device import DEVICES
 from ..core.model import MODELS, PCA_NAME, Model, check_block_rows, pca_model
-from ..core.optim import OptimizerSpec
+from ..core.optim import NEWTON, OptimizerSpec
 from ..core.precision import PRECISIONS, Precision, precision as precision_named
 from ..core.problem import GRADIENTS
 from ..strategies import StrategySpec, all_option_names
@@ -31,6 +31,28 @@ def default_init(model: Model) -> str:
     for PLN-PCA (C and M from the data's top-q singular vectors: a far better start than the
     tutorial's), ``"seed"`` (the tutorial's, the timing study's) for the others."""
     return "data" if model.name == PCA_NAME else "seed"
+
+
+def default_optimizer(model: Model) -> str:
+    """The optimizer a fit of ``model`` takes when none is named (``optimizer=None``): ``"newton"``
+    for PLN-PCA (block Newton rounds, :func:`plnexp.core.model.pca_newton_step`: no learning rate,
+    whatever the counts' density), ``"rprop"`` where its rows go in blocks (``block_rows``: the
+    Newton step takes every row at once) and for the others."""
+    return NEWTON if model.name == PCA_NAME and model.block_rows is None else "rprop"
+
+
+def _model_for(model: Model, optimizer: str, gradient: str) -> Model:
+    """``model`` as ``optimizer`` fits it: PLN-PCA's Newton variant for ``"newton"`` (one-line
+    ValueError for another model, ``block_rows`` or ``gradient=autodiff``), the gradient one otherwise."""
+    if optimizer == NEWTON:
+        if model.name != PCA_NAME:
+            raise ValueError(f"optimizer={NEWTON} with model={model.name}: only model={PCA_NAME} has it")
+        if gradient != "analytic":
+            raise ValueError(
+                f"gradient={gradient!r} with optimizer={NEWTON}: its step is written out; allowed values are analytic"
+            )
+        return model if model.newton else pca_model(model.rank, model.block_rows, newton=True)
+    return pca_model(model.rank, model.block_rows) if model.newton else model
 
 
 def check_n_iter(value, key: str = "n_iter") -> int:
@@ -142,6 +164,8 @@ class FitSpec:
 
     def __post_init__(self):
         check_n_iter(self.n_iter)
+        if self.gradient in GRADIENTS:  # the model as the optimizer fits it (PLN-PCA's newton: its own step)
+            object.__setattr__(self, "model", _model_for(self.model, self.optimizer.name, self.gradient))
         if self.init is None:
             object.__setattr__(self, "init", default_init(self.model))  # frozen: set once, here
         for key, low in (("seed", 0), ("replicates", 1)):
@@ -160,7 +184,7 @@ class FitSpec:
 
 def parse(
     model: str = "profiled",
-    optimizer: str = "rprop",
+    optimizer: str | None = None,
     n_iter: int = 1000,
     precision: str = "float32",
     device: str = "cpu",
@@ -186,10 +210,14 @@ def parse(
     ``rank``: the q of ``model="pca"`` (and of no other model); ``block_rows``: its rows per block
     inside a step (None: every row at once; see docs/concepts/memory.md). ``init``: the initial state,
     one of :data:`INITS` (None: ``"data"`` for pca, ``"seed"`` otherwise: :func:`default_init`).
+    ``optimizer``: None is the model's default (:func:`default_optimizer`: ``"newton"`` for pca,
+    ``"rprop"`` otherwise).
     ``options``: strategy options
     (``unroll``, ``tol``, ``patience``, ``mode``). Those of other strategies are ignored, so that
     one call can loop over strategies; a name no strategy has is an error."""
     the_model = model_named(model, rank, block_rows)
+    if optimizer is None:
+        optimizer = default_optimizer(the_model)
     prec = precision_named(precision)
     check_compile_cache(compile_cache, "True, False, None (auto: the cache on, one compile)")
     known = all_option_names()
