@@ -106,10 +106,16 @@ def _missing_needs() -> dict[str, str | None]:
 
 def _longest_first(item) -> int:
     """The order tests are handed to xdist's workers: the long chains that one worker runs (every
-    ``xdist_group``: cluster, browser, torch_compile) first, the rest in file order (a module's tests
-    together, for its fixtures), where they fill the gaps: a chain of minutes started last would keep
-    one core busy while the other idles."""
-    return 0 if item.get_closest_marker("xdist_group") else 1
+    ``xdist_group``: cluster, browser, torch_compile) first, then the single tests that say they
+    run for minutes (a ``timeout`` marker above pytest's configured default: test_users_xla's
+    process, test_store_outage's sweeps; alone, no module fixture to share), the rest in file order
+    (a module's tests together, for its fixtures), where they fill the gaps: a chain or a test of
+    minutes started last would keep one core busy while the other idles."""
+    if item.get_closest_marker("xdist_group"):
+        return 0
+    mark = item.get_closest_marker("timeout")
+    default = float(item.config.getini("timeout") or 0)
+    return 1 if mark is not None and mark.args and float(mark.args[0]) > default > 0 else 2
 
 
 def pytest_collection_modifyitems(config, items):

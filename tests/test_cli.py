@@ -57,6 +57,7 @@ def test_sweep_one_parent_children_and_equal_curves(outputs, tmp_path, plnexp_ma
         "warmup=0",
         "time_budget_s=0",
         "report=false",  # the report a real sweep makes at its end: tests/test_report.py, on the session's sweep
+        "report.rounds=0",  # its interleaved rounds: tests/test_groups.py
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr

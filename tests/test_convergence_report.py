@@ -191,6 +191,7 @@ TINY = (
     "repeats=1",
     "time_budget_s=0",
     "report.peers=[]",
+    "report.rounds=0",  # the interleaved rounds: tests/test_groups.py; this report reads the jobs' curves
 )
 
 

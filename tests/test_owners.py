@@ -48,7 +48,7 @@ def test_local_process_tags_round_trip():
 def test_current_is_this_process_and_what_runs_are_tagged_with():
     me = owners.current()
     assert me == LocalProcess(platform.node(), os.getpid())
-    assert tracking.process_tags() == me.tags()
+    assert tracking.process_tags() == {**me.tags(), "mlflow.user": tracking.writes.user()}  # and who ran it
     # the host's boot and the process's start time in it (field 22 of /proc/<pid>/stat) name it too
     boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     start = Path(f"/proc/{os.getpid()}/stat").read_text().rsplit(")", 1)[1].split()[19]

@@ -28,6 +28,9 @@ from daemons import free_port
 from plnexp.system.paths import REPO
 
 UV = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
+# the tests of the installed wheel on one xdist worker: `installed` (a build and an install, ~30 s) is
+# made once, not once per worker that draws one of them
+ONE_WORKER = pytest.mark.xdist_group("package")
 
 
 def test_outputs_go_to_the_current_folder_unless_told(tmp_path, monkeypatch):
@@ -85,6 +88,7 @@ def _files(folder: Path) -> set[str]:
 
 
 @pytest.mark.slow
+@ONE_WORKER
 def test_the_wheel_carries_configs_data_and_licence_and_no_outputs(installed):
     wheel, sdist, _ = installed
     names = set(zipfile.ZipFile(wheel).namelist())
@@ -100,6 +104,7 @@ def test_the_wheel_carries_configs_data_and_licence_and_no_outputs(installed):
 
 
 @pytest.mark.slow
+@ONE_WORKER
 def test_run_a_sweep_and_the_dashboard_from_another_folder_write_there_only(installed, tmp_path):
     _, _, venv = installed
     before = _files(venv)
@@ -120,7 +125,8 @@ def test_run_a_sweep_and_the_dashboard_from_another_folder_write_there_only(inst
 
     # the README's main command (python -m plnexp sweep) on a small grid; the console script runs
     # the dashboard below (one process each: a separate `run` added ~8 s of CPU and no new path)
-    grid = ["strategy=scan,fori_loop", "dataset.replication=1", "n_iter=3", "repeats=1"]
+    # report.rounds=0: the interleaved rounds (tests/test_groups.py): ~3 s here, and no new path
+    grid = ["strategy=scan,fori_loop", "dataset.replication=1", "n_iter=3", "repeats=1", "report.rounds=0"]
     sweep = run_process([python, "-m", "plnexp", "sweep", *grid], cwd=work, env=env)
     assert sweep.returncode == 0, sweep.stderr[-3000:]
     assert "2 of 2 jobs finished" in sweep.stdout, sweep.stdout

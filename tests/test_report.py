@@ -719,10 +719,13 @@ def test_a_sweep_runs_its_control_job_and_the_report_uses_it(outputs, tmp_path, 
 
 @pytest.mark.slow  # four sweeps through Hydra and the store (~7 s): the rule itself is unit-tested in test_ranking
 def test_no_control_job_when_off_with_one_strategy_or_too_few_runs(outputs, tmp_path, monkeypatch, plnexp_main):
-    """report.control=false; a sweep of one strategy (nothing compared); repeats=1 (the report ranks
-    nothing on fewer than 3 timed runs): the grid alone (fits faked: the plan is the point)."""
+    """Without rounds (report.rounds=0, where a control job could run): report.control=false; a sweep
+    of one strategy (nothing compared); repeats=1 (the report ranks nothing on fewer than 3 timed
+    runs): the grid alone (fits faked: the plan is the point). With rounds there is never one
+    (tests/test_groups.py)."""
     monkeypatch.setattr(runner, "execute", fake_execute)
     grid = ["sweep=null", "dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=8", "report=false"]
+    grid.append("report.rounds=0")
     for i, extra in enumerate(
         (
             ["strategy=scan,fori_loop", "report.control=false"],

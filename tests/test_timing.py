@@ -71,9 +71,11 @@ def test_default_is_one_compile_and_one_run(cleared):
     assert t.ms_per_iter == pytest.approx(1e3 * t.run_s / N_RUN, rel=1e-12)
     for name in ("first_call_s", "compile_warm_s", "compile_cache_hits", "compile_warm_cache_hits"):
         assert math.isnan(getattr(t, name)), name
+    assert 0 <= t.run_cpu_s < 10  # the process's CPU time over the run, every thread's (a fake run: little)
     assert set(t.as_metrics()) == {
         "compile_s",
         "run_s",
+        "run_cpu_s",
         "ms_per_iter",
         "run_s_iqr",
         "run_s_lo",

@@ -199,7 +199,8 @@ def test_the_preset_is_the_sweep_tag_else_the_experiment():
 
 # ---------------------------------------------------------------- the presets, end to end at a tiny size
 # one timed run each (no control job then: it needs 3), the fewest jobs that give each headline
-TINY = ("dataset=synthetic", "dataset.n=30", "dataset.p=5", "repeats=1", "time_budget_s=0")
+# report.rounds=0: the headlines read the jobs' own timings; the interleaved rounds are tests/test_groups.py's
+TINY = ("dataset=synthetic", "dataset.n=30", "dataset.p=5", "repeats=1", "time_budget_s=0", "report.rounds=0")
 
 
 @pytest.mark.slow  # three real tiny sweeps in process (~16 s): the headlines are unit-tested above

@@ -698,6 +698,10 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
     try:
         # the name as given (None where missing): OptimizerSpec checks it against its registry
         optimizer = OptimizerSpec(cast(str, opt.get("name")), opt.get("lr"))
+        if optimizer.name == "newton" and block_rows is not None:
+            # PLN-PCA's Newton round (its default, conf/model/pca.yaml) takes every row at once: in
+            # blocks of rows the fit takes rprop, as plnexp.fit does (fitting.spec.default_optimizer)
+            optimizer = OptimizerSpec("rprop", None)
         strategy = StrategySpec.of(strat.pop("name", None), **strat)
         strategy.check(
             compile_cache,
