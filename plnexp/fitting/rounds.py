@@ -85,9 +85,9 @@ class Rounds:
     def kept(self) -> list[int]:
         return [r for r, why in enumerate(self.dropped) if not why]
 
-    def column(self, i: int, kept_only: bool = True) -> list[float]:
-        rounds = self.kept if kept_only else range(len(self.times))
-        return [self.times[r][i] for r in rounds]
+    def column(self, i: int) -> list[float]:
+        """Program i's times in the kept rounds."""
+        return [self.times[r][i] for r in self.kept]
 
     @property
     def n_dropped(self) -> int:

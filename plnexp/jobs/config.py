@@ -35,6 +35,7 @@ from ..fitting.spec import (
     TimingSpec,
     cache_choice,
     check_compile_cache,
+    default_optimizer,
     model_named,
 )
 from ..strategies import STRATEGIES, StrategySpec
@@ -700,8 +701,8 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
         optimizer = OptimizerSpec(cast(str, opt.get("name")), opt.get("lr"))
         if optimizer.name == "newton" and block_rows is not None:
             # PLN-PCA's Newton round (its default, conf/model/pca.yaml) takes every row at once: in
-            # blocks of rows the fit takes rprop, as plnexp.fit does (fitting.spec.default_optimizer)
-            optimizer = OptimizerSpec("rprop", None)
+            # blocks of rows the fit takes the model's default, as plnexp.fit does (one rule)
+            optimizer = OptimizerSpec(default_optimizer(model_named(model.value, rank, block_rows)), None)
         strategy = StrategySpec.of(strat.pop("name", None), **strat)
         strategy.check(
             compile_cache,

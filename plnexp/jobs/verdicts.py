@@ -36,16 +36,6 @@ from .tags import GROUP_TAG, REFERENCE_TAG, VERDICT_TAG
 SCHEMA = 1
 ARTIFACT = "verdict.json"
 REFERENCE = "reference"
-# what each run gets as metrics (the same figures as verdict.json's)
-METRICS = (
-    "round_ms_per_iter",
-    "round_cpu_ms_per_iter",
-    "paired_ratio",
-    "paired_ratio_lo",
-    "paired_ratio_hi",
-    "rounds_used",
-    "rounds_dropped",
-)
 
 
 def _finite(x: float) -> float | None:

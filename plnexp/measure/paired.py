@@ -88,12 +88,6 @@ class Ratio:
     n: int  # rounds it rests on
     verdict: str
 
-    def text(self) -> str:
-        """``1.93× [1.81–2.04]``."""
-        if not math.isfinite(self.low) or not math.isfinite(self.high):
-            return f"{self.median:.2f}× [{self.n} rounds: too few for an interval]"
-        return f"{self.median:.2f}× [{self.low:.2f}–{self.high:.2f}]"
-
 
 def paired_ratio(
     times: Sequence[float], reference: Sequence[float], min_effect: float, confidence: float = CONFIDENCE
@@ -105,8 +99,3 @@ def paired_ratio(
     ratios = [t / r for t, r in zip(times, reference) if math.isfinite(t) and math.isfinite(r) and r > 0]
     med, lo, hi = median_interval(ratios, confidence)
     return Ratio(med, lo, hi, len(ratios), verdict(lo, hi, min_effect))
-
-
-def decided(ratio: Ratio) -> bool:
-    """Whether more rounds would add nothing to the verdict (it is not ``unresolved``)."""
-    return ratio.verdict != "unresolved"
