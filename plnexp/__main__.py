@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import io
 import logging
 import os
 import signal
@@ -355,11 +354,13 @@ def _machinery_error(e: BaseException) -> int:
     return 1
 
 
-def run(overrides: list[str], uri: str) -> int:
+def run(plan: cli.Plan, uri: str) -> int:
+    """A single run: the plan's one job, in this process."""
     task = sweep.Task()
+    (spec,) = plan.specs()
     with interrupts.handled(lambda signum: sweep.force_stop(None, uri, signal.Signals(signum).name)) as guard:
         try:
-            sweep.launch(overrides, task, raise_errors=True)
+            task(spec, None, str(plan.run_dir()))
         except BaseException as e:  # noqa: BLE001 - an interrupt, or an error: one line either way
             stop = interrupts.stopped_by(e, guard)
             if stop is None:
@@ -390,7 +391,7 @@ def _report(uri: str, parent_id: str) -> int:
     return 0
 
 
-def multirun(overrides: list[str], jobs: list, uri: str, resumed: bool = False, with_report: bool = True) -> int:
+def multirun(overrides: list[str], jobs: cli.Plan, uri: str, resumed: bool = False, with_report: bool = True) -> int:
     name = next((o.split("=", 1)[1] for o in overrides if o.startswith("sweep=")), "multirun")
     given = next((o.split("=", 1)[1] for o in overrides if o.startswith("hydra.sweep.dir=")), None)
     first = jobs[0].config
@@ -405,13 +406,11 @@ def multirun(overrides: list[str], jobs: list, uri: str, resumed: bool = False, 
     sweep_dir = Path(given.strip("'\"")).resolve() if given else sweep.new_sweep_dir()
 
     def launch(record) -> None:
-        timed = cli.jobs_run_here(overrides) and first.report.rounds > 0  # each group timed in rounds, here
-        task = sweep.Task(held=groups.Held() if timed else None)  # the driver's jobs keep their programs
-        sweep.launch(
-            ["--multirun", *overrides, *([] if given else [sweep.hydra_override(sweep_dir)])],
-            task,
-            raise_errors=True,
-        )
+        executor = jobs.executor(sweep_dir)
+        timed = executor.name in cli.LOCAL_LAUNCHERS and first.report.rounds > 0  # each group timed in rounds, here
+        # the driver's jobs keep their programs for the rounds
+        task = sweep.Task(held=groups.Held() if timed and executor.in_driver else None)
+        sweep.run_jobs(task, record, sweep_dir, jobs.specs(), executor)
         if timed:
             groups.time_groups(record, [j.config.as_study() for j in jobs], task.held)
 
@@ -432,7 +431,6 @@ def multirun(overrides: list[str], jobs: list, uri: str, resumed: bool = False, 
             launch,
             header=header,
             reused=tuple(done),
-            named=jobs[0].shown,  # the keys that tell the grid's jobs apart (cli.plan)
         )
     except C.ConfigError as e:
         return fail(e)
@@ -539,14 +537,17 @@ def _main(argv: list[str] | None = None) -> int:
     if command == "sweep" and not any(a.startswith("sweep=") for a in args):
         args.insert(0, "sweep=default")
     if any(a.split("=")[0] in HYDRA_FLAGS for a in args):
-        answer = io.StringIO()  # what Hydra prints (--cfg job: the config), shown with its credentials masked
-        try:  # help and inspection flags: Hydra answers them
-            with contextlib.redirect_stdout(answer):
-                sweep.launch(args, sweep.Task())
-        except Exception as e:  # noqa: BLE001 - Hydra's error on a bad flag or config: one line
-            return _machinery_error(e)
-        finally:
-            print(redact_text(answer.getvalue()), end="", flush=True)
+        from .experiment import hydra_front
+
+        # help and inspection flags: Hydra answers them (in a process of its own), its answer shown
+        # with credentials masked; its error is one line
+        code, out, err = hydra_front.answer(args)
+        print(redact_text(out), end="", flush=True)
+        if code != 0:
+            lines = [t for t in err.strip().splitlines() if t.strip()]
+            first = redact_text(lines[-1].strip()) if lines else f"exit {code}"
+            print(f"plnexp: error: {first}", file=sys.stderr, flush=True)
+            return 1
         return 0
     is_multirun = command == "sweep" or "-m" in args or "--multirun" in args
     overrides = [a for a in args if a not in ("-m", "--multirun")]
@@ -576,7 +577,7 @@ def _main(argv: list[str] | None = None) -> int:
             stop = interrupts.as_interrupted(e)
             print(f"plnexp: interrupted by {stop.name} before any job started", file=sys.stderr, flush=True)
             return stop.exit_code
-    return multirun(overrides, jobs, uri, resumed, with_report) if is_multirun else run(overrides, uri)
+    return multirun(overrides, jobs, uri, resumed, with_report) if is_multirun else run(jobs, uri)
 
 
 def exit_now(code: int) -> None:

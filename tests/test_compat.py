@@ -60,7 +60,7 @@ def test_gate_warns_once_in_one_line(monkeypatch):
 def test_every_shim_names_its_private_api_and_release():
     modules = (jax_compat, executor_compat, mlflow_compat, hydra_compat)
     shims = [f for m in modules for n, f in vars(m).items() if inspect.isfunction(f) and f.__module__ == m.__name__]
-    assert len(shims) >= 10
+    assert len(shims) >= 9
     for f in shims:
         doc = inspect.getdoc(f) or ""
         assert "Wraps" in doc and "Gate:" in doc, f.__qualname__
@@ -227,53 +227,3 @@ def test_parse_overrides_is_hydras_parser(monkeypatch):
     monkeypatch.setattr(hydra_compat, "HYDRA", OTHER)
     with pytest.warns(CompatWarning, match="parse_overrides"):
         assert hydra_compat.parse_overrides(given) == want
-
-
-def test_clear_global_hydra_clears_it(tmp_path, monkeypatch):
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    for checked, expect in ((hydra_compat.HYDRA, None), (OTHER, CompatWarning)):
-        monkeypatch.setattr(hydra_compat, "HYDRA", checked)
-        initialize_config_dir(config_dir=str(tmp_path), version_base="1.3")
-        assert GlobalHydra.instance().is_initialized()
-        if expect is None:
-            _no_warning(hydra_compat.clear_global_hydra)
-        else:
-            with pytest.warns(expect, match="clear_global_hydra"):
-                hydra_compat.clear_global_hydra()
-        assert not GlobalHydra.instance().is_initialized()
-
-
-def test_job_value_is_the_job_returns_value(monkeypatch, capsys):
-    from hydra.core.utils import JobReturn, JobStatus
-
-    err = ValueError("boom")
-    failed = JobReturn(overrides=["a=1"], status=JobStatus.FAILED)
-    failed.return_value = err  # the public setter
-    done = JobReturn(overrides=["a=1"], status=JobStatus.COMPLETED)
-    done.return_value = "line"
-    for r in (failed, done):
-        assert _no_warning(hydra_compat.job_value, r) is r._return_value
-    monkeypatch.setattr(hydra_compat, "HYDRA", OTHER)
-    with pytest.warns(CompatWarning, match="job_value"):
-        assert hydra_compat.job_value(failed) is err  # the public property, its error caught
-    assert hydra_compat.job_value(done) == "line"
-    assert capsys.readouterr().err == ""  # Hydra's stderr line swallowed
-
-
-def test_submitit_job_args_match_the_launchers_call_and_refuse_another_release(monkeypatch):
-    launcher = pytest.importorskip("hydra_plugins.hydra_submitit_launcher.submitit_launcher")
-    from hydra.core.singleton import Singleton
-
-    args = hydra_compat.submitit_job_args([["a=1"], ["a=2", "b=3"]], 4)
-    names = list(inspect.signature(launcher.BaseSubmititLauncher.__call__).parameters)[1:]
-    assert names == ["sweep_overrides", "job_dir_key", "job_num", "job_id", "singleton_state"]
-    assert [a[:4] for a in args] == [
-        (["a=1"], "hydra.sweep.dir", 4, "job_id_for_4"),
-        (["a=2", "b=3"], "hydra.sweep.dir", 5, "job_id_for_5"),
-    ]
-    assert all(a[4].keys() == Singleton.get_state().keys() for a in args)
-    monkeypatch.setattr(hydra_compat, "SUBMITIT_LAUNCHER", OTHER)
-    with pytest.raises(RuntimeError, match=f"written for hydra-submitit-launcher {OTHER}.*submitit_slurm"):
-        hydra_compat.submitit_job_args([["a=1"]], 0)

@@ -19,14 +19,12 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
-from omegaconf import OmegaConf
 
 import daemons
 from plnexp.experiment import sweep
 from plnexp import store as tracking
 from plnexp.jobs.config import ConfigError
-from plnexp.experiment.hydra_callbacks import redact_file
-from plnexp.system.redact import MASK, is_redacted, redact, redact_text, secret_name, unredacted
+from plnexp.system.redact import is_redacted, redact, redact_text, secret_name, unredacted
 
 TINY = ("dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=3", "repeats=1", "warmup=0", "time_budget_s=0")
 
@@ -234,34 +232,16 @@ def test_a_credential_in_a_config_file_is_refused_in_one_line(plnexp_main, outpu
     assert _count(outputs, "hunter2") == {} and not list(outputs.glob("runs/*"))
 
 
-def test_hydra_saved_config_rewritten_masked_with_its_types(tmp_path):
-    saved = tmp_path / "config.yaml"
-    saved.write_text("tracking_uri: postgresql://u:pw@h/db\nlr: 1.0e-3\nn: 3\nstamp: ${now:%H}\ndb:\n  password: x\n")
-    assert redact_file(saved)
-    text = saved.read_text()
-    assert "pw" not in text.replace("password", "") and "password: x" not in text
-    node = OmegaConf.load(saved)
-    assert node.tracking_uri == "postgresql://u:***@h/db" and node.db.password == MASK
-    assert node.lr == 0.001 and node.n == 3  # types kept (OmegaConf, not a plain YAML round trip)
-    assert OmegaConf.to_container(node, resolve=False)["stamp"] == "${now:%H}"  # interpolation kept
-    clean = tmp_path / "overrides.yaml"
-    clean.write_text("- n_iter=3\n- 'strategy=scan'  # as Hydra wrote it\n")
-    before = clean.read_text()
-    assert not redact_file(clean) and clean.read_text() == before  # no credential: untouched
-    assert not redact_file(tmp_path / "missing.yaml")
-
-
-def _record(uri: str, jobs=()) -> sweep.SweepRecord:
-    return sweep.SweepRecord(uri, "1", "a" * 32, "s", 2, "host", 1, 0.0, 0.0, (), jobs)
+def _record(uri: str) -> sweep.SweepRecord:
+    return sweep.SweepRecord(uri, "1", "a" * 32, "s", 2, "host", 1, 0.0, 0.0, ())
 
 
 def test_the_sweep_record_holds_the_store_masked(tmp_path, monkeypatch):
     real = "postgresql://u:hunter2@h:5432/db"
     monkeypatch.setattr(sweep, "_OWN_STORES", {})  # what this process keeps (here: this test's)
-    entry = sweep.JobEntry({"tracking_uri": real, "n_iter": 3}, "job", ("tracking_uri=" + real,))
-    sweep.write_record(tmp_path, _record(real, (entry,)))
+    sweep.write_record(tmp_path, _record(real))
     text = (tmp_path / sweep.RECORD_NAME).read_text()
-    assert text.count("hunter2") == 0 and text.count("postgresql://u:***@h:5432/db") == 3
+    assert text.count("hunter2") == 0 and text.count("postgresql://u:***@h:5432/db") == 1
     record = sweep.read_record(tmp_path)
     assert record is not None and record.uri == "postgresql://u:***@h:5432/db"
     # a job finds the real URI: the driver's own, the job's tracking_uri, MLFLOW_TRACKING_URI
@@ -468,7 +448,7 @@ def _no_password_anywhere(logged: Logged) -> None:
 def test_run_and_sweep_into_postgres_never_write_the_password(logged):
     """The password (given in ``MLFLOW_TRACKING_URI``, then in a password file; refused in
     ``tracking_uri=``): zero occurrences in the store (every param, tag, note and artifact, and every
-    row of its database), in every file under the outputs folder (Hydra's saved configs, the sweep's
+    row of its database), in every file under the outputs folder (the jobs' saved configs, the sweep's
     record, the report) and in what was printed; the store's address is logged, the password nowhere."""
     _no_password_anywhere(logged)
     cl = tracking.client(logged.uri)
@@ -481,14 +461,13 @@ def test_run_and_sweep_into_postgres_never_write_the_password(logged):
     assert f"tracking_uri={logged.address}" in parent.data.tags["command"]
     children = [r for r in cl.search_runs([parent.info.experiment_id]) if r.info.run_id != logged.parent_id]
     assert len(children) == 2 and {r.data.params["tracking_uri"] for r in children} == {logged.address}
-    # Hydra's saved configs and the sweep's record hold the address
+    # the jobs' saved configs and the sweep's record hold the address
     (sweep_dir,) = [
         d
         for d in logged.outputs.glob("multirun/*")
         if getattr(sweep.read_record(d), "parent_id", "") == logged.parent_id
     ]
-    assert logged.address in (sweep_dir / "multirun.yaml").read_text()
-    assert [yaml.safe_load(p.read_text())["tracking_uri"] for p in sorted(sweep_dir.glob("*/.hydra/config.yaml"))] == [
+    assert [yaml.safe_load(p.read_text())["tracking_uri"] for p in sorted(sweep_dir.glob("*/config.yaml"))] == [
         logged.address
     ] * 2
     assert f'"uri": "{logged.address}"' in (sweep_dir / sweep.RECORD_NAME).read_text()

@@ -13,19 +13,21 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn, cast
 
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 
 from ..jobs import config as C
 from ..jobs.config import ConfigError
 from ..system.paths import install_command
 from ..fitting.spec import check_rank
-from . import hydra_compat
+from ..jobs.spec import JobSpec
+from . import executors, hydra_compat
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,7 @@ class Job:
         return self.config.job_name(self.overrides, self.shown)
 
 
-LOCAL_LAUNCHERS = ("basic", "joblib")  # Hydra launchers whose jobs run on this machine
+LOCAL_LAUNCHERS = executors.LOCAL  # launchers whose jobs run on this machine
 
 
 def jobs_run_here(overrides) -> bool:
@@ -274,8 +276,59 @@ def _distinct_names(jobs: list[Job]) -> list[Job]:
     return [Job(j.overrides, j.config, tuple(shown)) for j in jobs]
 
 
-def plan(overrides: list[str], multirun: bool, *, check_device: bool = True) -> list[Job]:
-    """Validate the command line; returns the jobs (one for a run, the grid for a multirun)."""
+@dataclass(frozen=True)
+class Plan:
+    """What a command will run, before any of it runs: its jobs (the grid's, in Hydra's order), each
+    composed once and validated once, and where they run (the ``hydra/launcher`` choice and its
+    ``hydra.launcher`` node, from the command's own composition with Hydra's config). Iterates over
+    its jobs."""
+
+    jobs: tuple[Job, ...]
+    launcher: str = "basic"
+    hydra: Any = None  # the command's composition with Hydra's config (a DictConfig): the launcher's node
+
+    def __iter__(self):
+        return iter(self.jobs)
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    def __getitem__(self, i):
+        return self.jobs[i]
+
+    def specs(self) -> list[JobSpec]:
+        """The grid's jobs as specs, numbered in order (job ``i`` is its run's ``job`` tag)."""
+        return [JobSpec(j.config, j.name, num=i, overrides=j.overrides) for i, j in enumerate(self.jobs)]
+
+    def executor(self, sweep_dir: Path | None = None) -> executors.Executor:
+        """The executor of the command's launcher, its settings resolved with ``hydra.sweep.dir`` at
+        ``sweep_dir`` (where the submitit launcher's folder lies)."""
+        node = None
+        if self.hydra is not None and self.launcher != "basic":
+            cfg = self.hydra.copy()
+            if sweep_dir is not None:
+                OmegaConf.update(cfg, "hydra.sweep.dir", str(sweep_dir))
+            try:
+                node = cast(dict[str, Any], OmegaConf.to_container(cfg.hydra.launcher, resolve=True))
+            except Exception as e:  # noqa: BLE001 - a launcher setting that does not resolve: one line
+                raise ConfigError(f"hydra.launcher: {str(e).splitlines()[0]}") from None
+        return executors.from_launcher(self.launcher, node)
+
+    def run_dir(self) -> Path:
+        """A single run's folder (``hydra.run.dir``: under ``<outputs>/runs`` unless the command sets it)."""
+        if self.hydra is not None:
+            try:
+                return Path(str(OmegaConf.select(self.hydra, "hydra.run.dir", throw_on_resolution_failure=True)))
+            except Exception as e:  # noqa: BLE001 - a folder setting that does not resolve: one line
+                raise ConfigError(f"hydra.run.dir: {str(e).splitlines()[0]}") from None
+        return C.outputs_dir() / "runs" / time.strftime("%Y-%m-%d_%H-%M-%S")
+
+
+def plan(overrides: list[str], multirun: bool, *, check_device: bool = True) -> Plan:
+    """Validate the command line; returns its plan: the jobs (one for a run, the grid for a
+    multirun), each composed by Hydra once, and the command's launcher. A run's one job is composed
+    with Hydra's config (its run folder); a multirun composes once more, the command without its
+    swept keys, for its grid (the sweep file's ``hydra.sweeper.params``) and its launcher."""
     overrides = list(overrides)
     parsed = parse(overrides)
     check_groups(parsed)
@@ -285,6 +338,7 @@ def plan(overrides: list[str], multirun: bool, *, check_device: bool = True) -> 
         o = sweeps[0]
         raise ConfigError(f"{o.input_line}: a list of values needs `python -m plnexp sweep` or --multirun")
     cache: dict = {}
+    master = None
     with initialize_config_dir(config_dir=str(C.CONF_DIR), version_base="1.3", job_name="plnexp"):
         if multirun:
             fixed = [o for o, p in zip(overrides, parsed) if not p.is_sweep_override()]
@@ -305,7 +359,7 @@ def plan(overrides: list[str], multirun: bool, *, check_device: bool = True) -> 
         for job in grid:
             parsed = parse(job)
             try:
-                composed = _compose(job)
+                composed = _compose(job, hydra=not multirun)
             except ConfigError:
                 # which key is unknown, and the keys allowed there, from the job's group choices alone
                 # (composed once per choice): a clearer line than Hydra's, where that is the cause
@@ -314,6 +368,11 @@ def plan(overrides: list[str], multirun: bool, *, check_device: bool = True) -> 
                     cache[groups] = _compose(list(groups))
                 _check_keys(parsed, cache[groups])
                 raise
+            if not multirun:  # the run's own composition, Hydra's config included: the job's config is the rest
+                master = composed
+                composed = composed.copy()
+                with open_dict(composed):
+                    del composed["hydra"]
             _check_keys(parsed, composed)  # keys that Hydra's compose let through (a node not in struct mode)
             config = C.load(composed, check_device=check_device)
             check_fit(config)
@@ -324,7 +383,10 @@ def plan(overrides: list[str], multirun: bool, *, check_device: bool = True) -> 
             if len(values) > 1:
                 _one_per_sweep(key, values, overrides, " (set by the jobs' configs)")
         jobs = _distinct_names(jobs)
-    return jobs
+    launcher = str(master.hydra.runtime.choices.get("hydra/launcher", "basic")) if master is not None else "basic"
+    if multirun and launcher not in executors.LAUNCHERS:
+        raise ConfigError(f"hydra/launcher={launcher}: allowed values are {', '.join(executors.LAUNCHERS)}")
+    return Plan(tuple(jobs), launcher, master)
 
 
 def control_reference(configs: list[C.Config]) -> int | None:
@@ -362,7 +424,7 @@ def check_fit(config: C.Config) -> None:
         raise ConfigError(str(e).splitlines()[0]) from None
 
 
-def check_data(jobs: list[Job]) -> None:
+def check_data(jobs: Plan | list[Job]) -> None:
     """Load and check each distinct data set of the jobs once (kept for the jobs of this process);
     a bad file raises :class:`~plnexp.core.data.DataError` naming the file and what is allowed. Then each
     job against its data: a PLN-PCA ``model.rank`` above the data's p is a :class:`ConfigError` line

@@ -42,6 +42,8 @@ from .. import store as tracking
 from ..jobs.config import Config, ConfigError
 from ..core.data import DataError
 from ..core.precision import PRECISIONS
+from ..jobs.spec import JobSpec
+from .executors import InProcess
 from ..system.commandline import Parser, UsageError, fail
 
 if TYPE_CHECKING:
@@ -410,15 +412,13 @@ def parse(args: list[str]) -> tuple[str, list[str], bool] | None:
     return ns.run_id, ns.overrides, ns.strict
 
 
-def job_entry(src: Source, overrides: list[str]):
-    """The rerun of ``src`` as a job the sweep's record gives whole (:class:`plnexp.experiment.sweep.JobEntry`):
-    its config, named as a job of that config is (precision=float64 gives ...-f64-...) when overrides
-    change it, else the original's name; tagged with the run it repeats."""
-    from .sweep import JobEntry
-
+def job_spec(src: Source, overrides: list[str], num: int | None = None) -> JobSpec:
+    """The rerun of ``src`` as a job: its logged config (the overrides applied), named as a job of
+    that config is (precision=float64 gives ...-f64-...) when overrides change it, else the
+    original's name; tagged with the run it repeats; job number ``num`` of the rerun's sweep."""
     logged = tuple(filter(None, src.run.data.tags.get("overrides", "").split(" "))) + tuple(overrides)
     name = src.config.job_name(logged) if overrides else src.name
-    return JobEntry(C.loadable(src.config), name, logged, {provenance.RERUN_TAG: src.run_id})
+    return JobSpec(src.config, name, num, logged, tags={provenance.RERUN_TAG: src.run_id})
 
 
 def _rerun_one(uri: str, src: Source, overrides: list[str]):
@@ -426,9 +426,9 @@ def _rerun_one(uri: str, src: Source, overrides: list[str]):
     one program as they ran; the original is compared with its own replicate)."""
     if src.peer is not None:
         return _rerun_peer(uri, src, src.run.info.experiment_id, None, 0)
-    entry = job_entry(src, overrides)
+    spec = job_spec(src, overrides)
     # compared with the original's timings: compile_cache auto is off, the compile cold (a sweep's rerun: sweep.Task)
-    job = runner.run_job(src.config.as_study(), entry.overrides, entry.name, tags=entry.tags)
+    job = runner.run_job(src.config.as_study(), spec.overrides, spec.name, tags=spec.run_tags)
     k = provenance.replicate(src.run.data.tags)
     return job.batch[k] if k < len(job.batch) else job
 
@@ -524,26 +524,22 @@ def _single(uri: str, src: Source, overrides: list[str], env_same: bool, strict:
 
 
 def _sweep(uri: str, parent_run, sources: list[Source], overrides: list[str], envs: dict, strict: bool) -> int:
-    """A new sweep of the sources' jobs through Hydra's launcher (the one sweep path,
-    :func:`plnexp.experiment.sweep.session`), each job's config given by the record; then every new run is
-    compared with its original."""
+    """A new sweep of the sources' jobs, run in this process (the one sweep path,
+    :func:`plnexp.experiment.sweep.session`), each job's spec made from its original's logged config; then
+    every new run is compared with its original."""
     from . import sweep
 
     name = parent_run.data.tags.get("sweep", "sweep")
     sweep_dir = sweep.new_sweep_dir()
-    # the jobs (grid, control) through Hydra's launcher; then, as a sweep runs its peers, each peer's
-    # run in this process, numbered after the jobs (sources come in job order: peers last)
+    # the jobs (grid, control) in this process; then, as a sweep runs its peers, each peer's run,
+    # numbered after the jobs (sources come in job order: peers last)
     jobs = [s for s in sources if s.peer is None]
     sources = jobs + [s for s in sources if s.peer is not None]
-    entries = tuple(job_entry(s, overrides) for s in jobs)
+    specs = [job_spec(s, overrides, i) for i, s in enumerate(jobs)]
 
     def launch(record) -> None:
-        if jobs:
-            sweep.launch(
-                ["--multirun", sweep.entries_override(len(jobs)), sweep.hydra_override(sweep_dir)],
-                sweep.Task(),
-                raise_errors=True,
-            )
+        if specs:  # the given jobs alone: no control job, no peers of the sweep's own (they are given too)
+            sweep.run_jobs(sweep.Task(extras=False), record, sweep_dir, specs, InProcess())
         from ..jobs.peers import PEERS
 
         for num, s in enumerate(sources[len(jobs) :], start=len(jobs)):
@@ -566,7 +562,6 @@ def _sweep(uri: str, parent_run, sources: list[Source], overrides: list[str], en
         header=lambda record: (
             f"rerun of sweep {name} (run {parent_run.info.run_id}): {len(sources)} jobs, parent run {record.parent_id}"
         ),
-        entries=entries,
     )
     if end.stop is not None:
         return end.stop.exit_code

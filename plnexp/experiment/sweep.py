@@ -1,31 +1,32 @@
-"""A sweep's life in MLflow, owned here, whatever Hydra launcher runs its jobs.
+"""A sweep's life in MLflow, owned here, whatever executor runs its jobs.
 
 ::
 
     python -m plnexp sweep [overrides]              (plnexp.__main__, one process: the driver)
-      -> cli.plan, check_data, tracking.check_store   every job validated, each data set loaded once,
-                                                      the store reached: still no run
+      -> plan.plan, check_data, tracking.check_store  every job composed once and validated once into
+                                                      a JobSpec, each data set loaded once, the store
+                                                      reached: still no run
       -> open_sweep(sweep_dir, ...)                   the experiment and the parent run, created once,
                                                       and the record <sweep_dir>/plnexp-sweep.json
-      -> launch(["--multirun", ..., hydra.sweep.dir=<sweep_dir>], Task())
-           Hydra runs the jobs: in the driver (basic launcher) or in other processes
-           (hydra/launcher=joblib, ...). Each job is one Task call, which reads the record from its
-           own config's ``hydra.sweep.dir`` and runs as a child of the parent (plnexp.experiment.runner.run_job).
+      -> run_jobs(task, record, sweep_dir, specs, executor)
+           the executor (plnexp.experiment.executors: in this process, joblib's workers, a SLURM job
+           array) runs each spec as one Task call, given the record: the job runs as a child of
+           the parent (plnexp.experiment.runner.run_job), its folder <sweep_dir>/<job number>
       -> close_sweep(record, status)                  after the last job, or on an interrupt
                                                       (KILLED) or a crash (FAILED): children still
                                                       RUNNING are ended (unless their owner is alive
                                                       elsewhere), the summary is read back from
                                                       MLflow, the parent closed.
 
-A job finds its parent only through the record file, never through this process's memory, so a job
-in another process (or, with a shared file system, on another machine) attaches to the same parent.
+A job in another process gets the record with its spec (pickled), never through this process's
+memory; a worker tells itself from the driver by what its executor called (:func:`in_worker`).
 
 The **control job** (:meth:`Task.control`): after the grid, the sweep's reference job
 (:func:`plnexp.experiment.plan.control_reference`: scan's, else the first) runs once more with the same config,
 named ``control-<its name>``, tagged ``plnexp.control=true`` and ``plnexp.control_of=<its job
 number>``, job number ``total`` (one past the grid). The report pairs it with its original as an A/A
 test of the between-job noise (:func:`plnexp.jobs.ranking.noise`) and never ranks it. It runs only where
-every job of the grid ran in the driver, one after the other (Hydra's basic launcher, the timing
+every job of the grid ran in the driver, one after the other (the basic launcher, the timing
 study's): with a launcher of other processes (joblib, SLURM) jobs run side by side or on other
 machines, their timings are contended or not comparable anyway, and the driver cannot tell when the
 last job ends relative to the others. Not in a rerun (its jobs are given whole), nor after an
@@ -54,33 +55,14 @@ from pathlib import Path
 
 from ..system import credentials, interrupts
 from ..jobs import provenance
-from . import groups, resume
+from ..jobs.spec import JobSpec
+from . import executors, groups, resume
 from . import runner
 from .. import store as tracking
 from ..jobs import config as C
 from ..system.redact import redact, redact_text, unredacted
 
 RECORD_NAME = "plnexp-sweep.json"
-
-
-@dataclass(frozen=True)
-class JobEntry:
-    """A job given whole by the driver (a rerun's: the logged config of the run it repeats, with the
-    rerun's overrides applied): Hydra's launcher runs job ``i`` of such a sweep from ``jobs[i]``."""
-
-    node: dict  # a loadable config (plnexp.jobs.config.load)
-    name: str
-    overrides: tuple = ()
-    tags: dict | None = None  # a dict once made
-
-    def __post_init__(self):
-        object.__setattr__(self, "overrides", tuple(self.overrides))
-        object.__setattr__(self, "tags", dict(self.tags or {}))
-
-
-def entries_override(n: int) -> str:
-    """The sweep that makes Hydra's launcher run ``n`` jobs given by the record (``JobEntry``)."""
-    return f"+plnexp_job=range(0,{n})"
 
 
 @dataclass(frozen=True)
@@ -97,15 +79,11 @@ class SweepRecord:
     started: float  # time.time() when the sweep opened
     clock: float = 0.0  # time.monotonic() then (one clock for the processes of a host)
     reused: tuple = ()  # resume=true: plnexp.experiment.resume.Reused of the jobs that earlier runs answer
-    jobs: tuple = ()  # a rerun: the JobEntry of each job (its config comes from here, not from Hydra's)
-    named: tuple = ()  # keys every job's name shows although names hide them (plnexp.experiment.plan.Job.shown)
 
     def __post_init__(self):  # read back from JSON: lists and dicts
         object.__setattr__(
             self, "reused", tuple(resume.Reused(*r[:4], tuple(r[4]) if len(r) > 4 else ()) for r in self.reused)
         )
-        object.__setattr__(self, "jobs", tuple(j if isinstance(j, JobEntry) else JobEntry(**j) for j in self.jobs))
-        object.__setattr__(self, "named", tuple(self.named))
 
     @property
     def parent(self) -> tracking.Parent:
@@ -119,14 +97,8 @@ def new_sweep_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix=time.strftime("%Y-%m-%d_%H-%M-%S-"), dir=root))
 
 
-def hydra_override(sweep_dir: Path) -> str:
-    """``hydra.sweep.dir='<path>'``, quoted for Hydra's override grammar."""
-    text = str(sweep_dir).replace("\\", "\\\\").replace("'", "\\'")
-    return f"hydra.sweep.dir='{text}'"
-
-
 # The real URIs of the stores of the sweeps this process wrote records of, by their redacted form:
-# the record, a file, holds the URI redacted, and a job in this process (Hydra's basic launcher)
+# the record, a file, holds the URI redacted, and a job in this process (the basic launcher)
 # finds the password here (see store_of)
 _OWN_STORES: dict[str, str] = {}
 
@@ -176,8 +148,6 @@ def open_sweep(
     total: int,
     tags: dict,
     reused: tuple = (),
-    jobs: tuple = (),
-    named: tuple = (),
 ) -> SweepRecord:
     """Create the experiment (once, before any job) and the parent run, and write the record
     (``reused``: the jobs a resumed sweep does not run again, see :mod:`plnexp.experiment.resume`)."""
@@ -201,8 +171,6 @@ def open_sweep(
         time.time(),
         time.monotonic(),
         tuple(reused),
-        tuple(jobs),
-        tuple(named),
     )
     try:
         write_record(sweep_dir, record)
@@ -471,10 +439,10 @@ def watch_driver(record: SweepRecord, poll_s: float = 0.5, grace_s: float = 3.0)
     threading.Thread(target=watch, name="plnexp-driver-watch", daemon=True).start()
 
 
-# ---------------------------------------------------------------- the Hydra job
+# ---------------------------------------------------------------- a job
 @dataclass
 class Task:
-    """The Hydra task function of ``run`` and ``sweep``: one job (typed config, run, log, one line).
+    """One job of ``run``, ``sweep`` or ``rerun``, given as its spec: run, log, one line.
 
     Picklable, so that launchers running jobs in other processes can ship it. ``failed`` counts the
     jobs of this process that did not finish (what ``run`` exits with); a sweep counts from MLflow.
@@ -490,10 +458,13 @@ class Task:
     # the jobs of the sweep this process ran, by job number (what the control job needs, Task.control)
     grid: dict[int, GridJob] = field(default_factory=dict)
     record: SweepRecord | None = None
+    # whether the sweep's grid is followed by its control job and peers (not a rerun's given jobs)
+    extras: bool = True
 
-    def __call__(self, cfg) -> str | None:
-        """Run the job; returns its progress line when it ran in another process than the driver
-        (a cluster launcher prints it in the driver, :mod:`plnexp.system.slurm`)."""
+    def __call__(self, spec: JobSpec, record: SweepRecord | None, output_dir: str, here: bool = True) -> str | None:
+        """Run the job ``spec`` (of the sweep ``record``; None: a single run) with its outputs in
+        ``output_dir``; returns its progress line when it ran in another process than the driver
+        (``here`` false: a joblib worker, a SLURM task, whose executor hands the line to the driver)."""
         from ..system import runtime
         from ..system import slurm
 
@@ -505,36 +476,26 @@ class Task:
             credentials.install()
         if slurm.in_job() and interrupts.pending() is None and not interrupts.in_place():
             with interrupts.handled(signals=slurm.JOB_SIGNALS):  # scancel, time limit, preemption
-                return self._job(cfg)
-        return self._job(cfg)
+                return self._job(spec, record, output_dir, here)
+        return self._job(spec, record, output_dir, here)
 
-    def _job(self, cfg) -> str | None:
-        from hydra.core.hydra_config import HydraConfig
-
+    def _job(self, spec: JobSpec, record: SweepRecord | None, output_dir: str, here: bool) -> str | None:
         from ..system import slurm
-        from hydra.types import RunMode
 
-        hc = HydraConfig.get()
-        record = read_record(hc.sweep.dir) if hc.mode == RunMode.MULTIRUN else None
-        num = int(hc.job.num) if record is not None else None
-        overrides = list(hc.overrides.task)
-        entry = record.jobs[num] if record is not None and num is not None and record.jobs else None
+        num = spec.num if record is not None else None
+        config = spec.config
         try:
-            config = C.load(entry.node if entry is not None else cfg)
             if record is not None:  # the record's URI is redacted: the store as this job reaches it
                 record = replace(record, uri=store_of(record, config.tracking_uri))
-        except C.ConfigError as e:  # validated before launching: only a launcher of its own gets here
+        except C.ConfigError as e:
             line = f"plnexp: error: {redact_text(str(e))}"
             print(line, file=sys.stderr, flush=True)
             self.failed += 1
             return line
-        if hc.mode == RunMode.MULTIRUN:
+        if record is not None:
             config = config.as_study()  # compile_cache auto: off, every job compiles cold
-        if entry is not None:
-            overrides, name = list(entry.overrides), entry.name
-        else:
-            name = config.job_name(overrides, record.named if record is not None else ())
-        here = record is None or record.pid == os.getpid()  # in the driver: progress on one line
+        overrides, name = list(spec.overrides), spec.name
+        write_job_dir(output_dir, config, spec.overrides)
         if not here:  # a worker process: it ends when its driver is gone (watch_driver)
             assert record is not None
             watch_driver(record)
@@ -561,10 +522,10 @@ class Task:
                 config,
                 overrides,
                 name,
-                hc.runtime.output_dir,
+                output_dir,
                 parent=record.parent if record else None,
                 job_num=num,
-                tags=entry.tags if entry is not None else None,
+                tags=spec.run_tags or None,
                 hold=self.held.keeper(num) if self.held is not None and here and num is not None else None,
             )
         except KeyboardInterrupt as e:
@@ -605,12 +566,12 @@ class Task:
         return None if here else f"{label} {text}"
 
     def _ran_the_grid(self) -> bool:
-        """Whether this process ran every job of a sweep's grid (Hydra's basic launcher; not a
+        """Whether this process ran every job of a sweep's grid (the basic launcher; not a
         rerun's given jobs): what the control job and the peers need (:meth:`control`, :meth:`peers`)."""
         record = self.record
         return (
             record is not None
-            and not record.jobs
+            and self.extras
             and record.pid == os.getpid()
             and sorted(self.grid) == list(range(record.total))
         )
@@ -636,7 +597,7 @@ class Task:
     def control(self) -> None:
         """After the grid, the sweep's control job (see the module docstring): its reference job's
         config once more, as job number ``total``, tagged as the control. Nothing unless this process
-        ran every job of a sweep's grid (Hydra's basic launcher; not a rerun's given jobs) and the
+        ran every job of a sweep's grid (the basic launcher; not a rerun's given jobs) and the
         grid has a reference (:func:`plnexp.experiment.plan.control_reference`); skipped, saying so, when the
         reference job did not finish. An interrupt is raised (the sweep closes KILLED)."""
         from .plan import control_reference
@@ -739,36 +700,43 @@ class GridJob:
     status: str = "RUNNING"  # until it ends (FINISHED earlier: a resumed sweep's reused job)
 
 
-def launch(args: list[str], task: Task, *, raise_errors: bool = False) -> None:
-    """Hydra's command line on ``args`` (not the process's own), with ``task`` as the task function:
-    Hydra's public ``hydra.main`` entry point, given ``args`` as its ``sys.argv`` meanwhile.
+def job_dir(sweep_dir: Path, num: int | None) -> str:
+    """A sweep job's folder: ``<sweep dir>/<job number>`` (as Hydra's ``hydra.sweep.subdir``)."""
+    return str(Path(sweep_dir) / str(num or 0))
 
-    ``raise_errors``: an error in Hydra's machinery (a launcher that fails, an interrupt that lands
-    inside Hydra's own code and turns into another error) reaches the caller as the exception,
-    instead of Hydra printing a traceback and exiting 1 (Hydra's HYDRA_FULL_ERROR, set meanwhile).
-    """
-    import hydra
 
-    from .hydra_compat import clear_global_hydra
+def write_job_dir(output_dir: str, config: C.Config, overrides=()) -> None:
+    """The job's folder, with the config it runs (``config.yaml``, loadable: ``python -m plnexp run``
+    of its values) and the overrides that named it (``overrides.yaml``), for people: nothing of
+    plnexp reads them back (``rerun`` reads the run's logged config)."""
+    if not output_dir:
+        return
+    import yaml
 
-    entry = hydra.main(config_path=str(C.CONF_DIR), config_name="config", version_base="1.3")(task)
-    previous = os.environ.get("HYDRA_FULL_ERROR")
-    argv = sys.argv
-    if raise_errors:
-        os.environ["HYDRA_FULL_ERROR"] = "1"
-    sys.argv = [argv[0] if argv else "plnexp", *args]
-    try:
-        entry()
-        task.control()  # after the grid: the sweep's control job, when this process ran the grid (Task.control)
-        task.peers()  # then the peers' fits (report.peers), on the same condition (Task.peers)
-    finally:
-        sys.argv = argv
-        clear_global_hydra()  # so that a process can launch again (tests, Python callers)
-        if raise_errors:
-            if previous is None:
-                os.environ.pop("HYDRA_FULL_ERROR", None)
-            else:
-                os.environ["HYDRA_FULL_ERROR"] = previous
+    folder = Path(output_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.yaml").write_text(yaml.safe_dump(redact(C.loadable(config)), sort_keys=False))
+    (folder / "overrides.yaml").write_text(yaml.safe_dump([redact_text(o) for o in overrides]))
+
+
+def in_worker(task: Task, record: SweepRecord, sweep_dir: str, spec: JobSpec) -> str | None:
+    """A sweep's job in a worker process (a joblib worker, a SLURM task): what executors ship."""
+    return task(spec, record, job_dir(Path(sweep_dir), spec.num), here=False)
+
+
+def in_driver(task: Task, record: SweepRecord, sweep_dir: str, spec: JobSpec) -> str | None:
+    return task(spec, record, job_dir(Path(sweep_dir), spec.num), here=True)
+
+
+def run_jobs(task: Task, record: SweepRecord, sweep_dir: Path, specs, executor: executors.Executor) -> None:
+    """The sweep's jobs through ``executor`` (each one :class:`Task` call where the executor runs
+    it), then, where this process ran the whole grid, its control job and its peers."""
+    from functools import partial
+
+    work = partial(in_driver if isinstance(executor, executors.InProcess) else in_worker, task, record, str(sweep_dir))
+    executor.run(work, list(specs), record.total)
+    task.control()  # after the grid: the sweep's control job, when this process ran the grid (Task.control)
+    task.peers()  # then the peers' fits (report.peers), on the same condition (Task.peers)
 
 
 def force_stop(record: SweepRecord | None, uri: str, signame: str) -> None:
@@ -809,22 +777,17 @@ def session(
     *,
     header,
     reused: tuple = (),
-    entries: tuple = (),
-    named: tuple = (),
 ) -> Ended:
     """A sweep's whole life, the one path of ``sweep``, ``sweep ... resume=true`` and ``rerun`` of a
     sweep: open the parent (:func:`open_sweep`; a :class:`~plnexp.jobs.config.ConfigError` before anything
-    exists), print ``header(record)``, run ``jobs(record)`` (Hydra's launcher: :func:`launch`;
-    ``entries``: the jobs given whole, see :class:`JobEntry`),
+    exists), print ``header(record)``, run ``jobs(record)`` (:func:`run_jobs` through an executor),
     then close it whatever happened (FINISHED; KILLED on Ctrl-C or SIGTERM; FAILED on an error of the
     machinery) and show the summary. A second signal while a fit is stuck in compiled code ends the
     process's runs and the sweep from the interrupt helper thread (:func:`force_stop`)."""
     held: dict = {}
     force = lambda signum: force_stop(held.get("record"), uri, signal.Signals(signum).name)
     with interrupts.handled(force) as guard:
-        record = held["record"] = open_sweep(
-            sweep_dir, name, experiment, uri, total, tags, reused=reused, jobs=entries, named=named
-        )
+        record = held["record"] = open_sweep(sweep_dir, name, experiment, uri, total, tags, reused=reused)
         print(header(record), flush=True)
         status, reason, stop, error = "FAILED", "the sweep stopped on an error", None, None
         try:

@@ -1,8 +1,7 @@
 """SLURM, as plnexp's jobs meet it: the scheduler's job states, and the driver's wait for a sweep's
-jobs (``hydra/launcher=slurm``, the launcher of ``hydra_plugins/plnexp_slurm``).
+jobs (``hydra/launcher=slurm``: :class:`plnexp.experiment.executors.Slurm`).
 
-The driver submits the sweep's jobs as one job array (through submitit, as Hydra's submitit
-launcher does) and then waits here: a job is done when its result file appears, or when the
+The driver submits the sweep's jobs as one job array (through submitit's ``AutoExecutor``) and then waits here: a job is done when its result file appears, or when the
 scheduler says it ended without one (cancelled, out of time, preempted, its node failed). One line
 per job as it ends, like a local sweep's. The scheduler is asked with ``squeue`` (one call for all
 jobs), never with ``sacct``, which needs accounting that many clusters lack: submitit's own watcher

@@ -1,1 +1,0 @@
-"""plnexp's SLURM launcher for Hydra (``hydra/launcher=slurm``): see :mod:`.slurm_launcher`."""

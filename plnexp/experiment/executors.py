@@ -1,0 +1,132 @@
+"""Where a sweep's jobs run: executors that receive job specs (:class:`~plnexp.jobs.spec.JobSpec`), never
+overrides, and run ``work(spec)`` for each.
+
+- :class:`InProcess`: one after the other, in the driver (``hydra/launcher=basic``, the default; a
+  single ``run``; a rerun).
+- :class:`Joblib`: side by side in joblib's loky worker processes (``hydra/launcher=joblib``, with
+  Hydra's joblib launcher's settings: ``hydra.launcher.n_jobs=2``, ...).
+- :class:`Slurm`: one SLURM job array through submitit's public executor (``hydra/launcher=slurm`` or
+  ``submitit_slurm``, with the submitit launcher's settings), waited for by
+  :func:`plnexp.system.slurm.wait` (``squeue``, no ``sacct``).
+
+Hydra stays the front end: ``hydra/launcher=...`` picks the executor and ``hydra.launcher.KEY=VALUE``
+sets it, read from the composed ``hydra.launcher`` node (:func:`from_launcher`), the sweep's one
+composition of its own. No Hydra launcher runs: a job's config is composed once, by ``plan``, and
+shipped whole (pickled) to a worker or a SLURM task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..jobs.config import ConfigError
+from ..jobs.spec import JobSpec
+
+Work = Callable[[JobSpec], "str | None"]
+
+LOCAL = ("basic", "joblib")  # the launchers whose jobs run on this machine
+SLURM = ("slurm", "submitit_slurm")
+LAUNCHERS = (*LOCAL, *SLURM)
+
+
+@dataclass(frozen=True)
+class InProcess:
+    """Every job in this process, in order."""
+
+    name: str = "basic"
+    in_driver: bool = True  # the jobs run in the driver: their programs can be kept for the rounds
+
+    def run(self, work: Work, specs: Sequence[JobSpec], total: int) -> None:
+        for spec in specs:
+            work(spec)
+
+
+@dataclass(frozen=True)
+class Joblib:
+    """The jobs in joblib's loky process pool (``Parallel(**options)``, as Hydra's joblib launcher
+    calls it: its settings, the backend loky). Each worker prints its job's line itself."""
+
+    options: dict = field(default_factory=dict)
+    name: str = "joblib"
+    in_driver: bool = False
+
+    def run(self, work: Work, specs: Sequence[JobSpec], total: int) -> None:
+        from joblib import Parallel, delayed
+
+        Parallel(**self.options)(delayed(work)(spec) for spec in specs)
+
+
+@dataclass(frozen=True)
+class Slurm:
+    """The jobs as one SLURM job array, submitted with submitit's ``AutoExecutor`` (the submitit
+    launcher's settings, mapped as it maps them: its base keys as they are, the others ``slurm_``-
+    prefixed), then waited for (:func:`plnexp.system.slurm.wait`): one line per job as it ends, the
+    job's own line when it left one. Never requeued (a fit is not checkpointed)."""
+
+    params: dict = field(default_factory=dict)
+    name: str = "slurm"
+    in_driver: bool = False
+
+    BASE = ("timeout_min", "cpus_per_task", "gpus_per_node", "tasks_per_node", "mem_gb", "nodes", "name")
+    BASE_EXTRA = ("stderr_to_stdout",)
+
+    def executor(self):
+        import submitit
+
+        params = {k: v for k, v in self.params.items() if k != "_target_" and v is not None}
+        folder = params.pop("submitit_folder")
+        max_num_timeout = params.pop("max_num_timeout", 0)
+        executor = submitit.AutoExecutor(cluster="slurm", folder=folder, slurm_max_num_timeout=max_num_timeout)
+        base = (*self.BASE, *self.BASE_EXTRA)
+        executor.update_parameters(**{k if k in base else f"slurm_{k}": v for k, v in params.items()})
+        return executor
+
+    def run(self, work: Work, specs: Sequence[JobSpec], total: int) -> None:
+        from ..system import slurm
+        from ..system.redact import redact_text
+
+        if not specs:
+            return
+        jobs = self.executor().map_array(work, list(specs))
+        first = jobs[0].job_id.split("_")[0]
+        partition = self.params.get("partition")
+        print(
+            f"submitted {len(jobs)} job(s) to slurm as job array {first}"
+            f"{' on partition ' + str(partition) if partition else ''}; "
+            f"logs: {jobs[0].paths.stdout} and the like",
+            flush=True,
+        )
+
+        def on_end(e: slurm.JobEnd) -> None:
+            if e.result:  # the job's own line (plnexp.experiment.sweep.Task.run)
+                print(e.result, flush=True)
+                return
+            spec = specs[e.index]
+            label = f"[{(spec.num or 0) + 1}/{total}] {spec.name}"
+            print(redact_text(f"{label}: slurm job {e.job} {e.state}{': ' + e.error if e.error else ''}"), flush=True)
+
+        slurm.wait(jobs, on_end)
+
+
+Executor = InProcess | Joblib | Slurm
+
+
+def from_launcher(name: str, node: dict[str, Any] | None) -> Executor:
+    """The executor of ``hydra/launcher=name``, set by its resolved ``hydra.launcher`` node ``node``
+    (Hydra's launcher config: its defaults and the command's ``hydra.launcher.KEY=VALUE``)."""
+    node = dict(node or {})
+    if name == "basic":
+        return InProcess()
+    if name == "joblib":
+        options = {k: v for k, v in node.items() if k != "_target_"}
+        options["backend"] = "loky"  # as Hydra's joblib launcher: processes, never threads
+        for k in ("pre_dispatch", "batch_size", "max_nbytes"):  # as it reads them: numbers where they are
+            value = options.get(k)
+            if isinstance(value, str) and value.isdigit():
+                options[k] = int(value)
+        return Joblib(options)
+    if name in SLURM:
+        return Slurm(node, name)
+    raise ConfigError(f"hydra/launcher={name}: allowed values are {', '.join(LAUNCHERS)}")
