@@ -587,48 +587,58 @@ def _watch(proc: subprocess.Popen, marker: str, timeout: float) -> Seen:
 @pytest.mark.cluster
 @pytest.mark.xdist_group("cluster")
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize(("launcher", "user"), [("joblib", "admin"), ("slurm", "alice")])
-def test_a_sweep_under_joblib_and_slurm_into_the_team_server_leaks_no_password(team, tmp_path, request, launcher, user):
-    """A 2-job sweep (``python -m plnexp sweep hydra/launcher=...``), the account's password in
-    MLFLOW_TRACKING_URI's userinfo, into the recipe's server: every run FINISHED, carrying its MLflow
-    user (the UI's "User" column); then each password (the database's, the admin's, alice's, bob's)
-    counted: 0 in what the command printed, in every file under its folder (the outputs: the sweep's
-    folder, ``.submitit/``, reports; the working folder), in every table of both databases, in every
-    file of the server (its log, the artifacts it stores) and in /proc/PID/cmdline of every process
-    of the command, sampled while it ran (the driver, ``sbatch``, joblib's workers, the SLURM tasks).
-    The workers get the credential through their environment: MLFLOW_TRACKING_PASSWORD, the URI an
-    address; so SLURM keeps it where it keeps each job's environment (its state folder), and
-    nowhere else of its own (the job's script included)."""
+@pytest.mark.parametrize(
+    ("launcher", "user", "way"),
+    [("joblib", "admin", "uri"), ("slurm", "alice", "uri"), ("slurm", "bob", "credentials_file")],
+)
+def test_a_sweep_under_joblib_and_slurm_into_the_team_server_leaks_no_password(
+    team, tmp_path, request, launcher, user, way
+):
+    """A 2-job sweep (``python -m plnexp sweep hydra/launcher=...``) into the recipe's server, the
+    account's password in MLFLOW_TRACKING_URI's userinfo or in ~/.mlflow/credentials: every run
+    FINISHED, carrying its MLflow user (the UI's "User" column); then each password (the database's,
+    the admin's, alice's, bob's) counted: 0 in what the command printed, in every file under its
+    folder (the outputs: the sweep's folder, ``.submitit/``, reports; the working folder), in every
+    table of both databases, in every file of the server (its log, the artifacts it stores) and in
+    /proc/PID/cmdline of every process of the command, sampled while it ran (the driver, ``sbatch``,
+    joblib's workers, the SLURM tasks). From the URI, the workers get the credential through their
+    environment (MLFLOW_TRACKING_PASSWORD; the URI an address), so SLURM keeps it where it keeps each
+    job's environment (its state folder) and nowhere else of its own (the job's script included);
+    from the credentials file, nowhere (what docs/how-to/tracking-server.md says of it)."""
     password = ADMIN_PASSWORD if user == "admin" else ACCOUNTS[user]
-    outputs = tmp_path / "outputs"
-    outputs.mkdir()
-    (tmp_path / "home").mkdir()  # no ~/.mlflow/credentials, no ~/.pgpass: the URI's userinfo only
-    experiment = f"team-{launcher}"
+    work, home = tmp_path / "work", tmp_path / "home"
+    outputs = work / "outputs"
+    outputs.mkdir(parents=True)
+    home.mkdir()  # no ~/.pgpass; ~/.mlflow/credentials only where it is the way
+    experiment = f"team-{launcher}-{way}"
     env = {k: v for k, v in os.environ.items() if k not in VARS}
-    env |= {
-        "PLNEXP_OUTPUTS": str(outputs),
-        "HOME": str(tmp_path / "home"),
-        "MLFLOW_TRACKING_URI": team.server.uri.replace("http://", f"http://{user}:{password}@"),
-    }
+    env |= {"PLNEXP_OUTPUTS": str(outputs), "HOME": str(home), "MLFLOW_TRACKING_URI": team.server.uri}
+    if way == "uri":
+        env["MLFLOW_TRACKING_URI"] = team.server.uri.replace("http://", f"http://{user}:{password}@")
+    else:
+        (home / ".mlflow").mkdir()
+        filed = home / ".mlflow" / "credentials"
+        filed.write_text(f"[mlflow]\nmlflow_tracking_username = {user}\nmlflow_tracking_password = {password}\n")
+        filed.chmod(0o600)
     if launcher == "slurm":
         env |= request.getfixturevalue("slurm").env
     from conftest import spawn
 
     t0 = time.monotonic()
-    with (tmp_path / "stdout").open("w") as out, (tmp_path / "stderr").open("w") as err:
+    with (work / "stdout").open("w") as out, (work / "stderr").open("w") as err:
         proc = spawn(
             [sys.executable, "-m", "plnexp", *SWEEP, *LAUNCHERS[launcher], f"experiment={experiment}"],
             env=env,
-            cwd=tmp_path,
+            cwd=work,
             stdout=out,
             stderr=err,
         )
         seen = _watch(proc, str(outputs), timeout=500)
     took = time.monotonic() - t0
-    printed = (tmp_path / "stdout").read_text() + (tmp_path / "stderr").read_text()
+    printed = (work / "stdout").read_text() + (work / "stderr").read_text()
     assert proc.returncode == 0, printed[-3000:]
 
-    # the sweep logged, as its user, through workers that got the credential from their environment
+    # the sweep logged, as its user, through workers that got the credential as it was given
     from mlflow import MlflowClient
 
     with _env(MLFLOW_TRACKING_USERNAME="admin", MLFLOW_TRACKING_PASSWORD=ADMIN_PASSWORD):
@@ -642,8 +652,8 @@ def test_a_sweep_under_joblib_and_slurm_into_the_team_server_leaks_no_password(t
     assert all(workers.values()), f"a worker not seen while it ran: {sorted(workers)} vs {sorted(seen.environs)}"
     for pid, environ in workers.items():  # how the worker's client got the credential
         assert environ[b"MLFLOW_TRACKING_URI"] == team.server.uri.encode(), (pid, seen.cmdlines.get(pid))
-        assert environ[b"MLFLOW_TRACKING_USERNAME"] == user.encode()
-        assert environ[b"MLFLOW_TRACKING_PASSWORD"] == password.encode()
+        given = (environ.get(b"MLFLOW_TRACKING_USERNAME"), environ.get(b"MLFLOW_TRACKING_PASSWORD"))
+        assert given == ((user.encode(), password.encode()) if way == "uri" else (None, None)), pid
     roles = b"submitit" if launcher == "slurm" else b"loky"
     assert any(roles in c for c in seen.cmdlines.values()), seen.cmdlines
     if launcher == "slurm":
@@ -651,14 +661,17 @@ def test_a_sweep_under_joblib_and_slurm_into_the_team_server_leaks_no_password(t
         # SLURM itself keeps it where it keeps every job's environment, and nowhere else (its job script
         # included): docs/how-to/tracking-server.md says so, and how a credentials file avoids it
         kept = _files_holding(request.getfixturevalue("slurm").conf.parent, password)
-        assert kept and all(re.fullmatch(r"state/hash\.\d/job\.\d+/environment", f) for f in kept), kept
+        if way == "uri":
+            assert kept and all(re.fullmatch(r"state/hash\.\d/job\.\d+/environment", f) for f in kept), kept
+        else:
+            assert kept == {}
 
     counts = {}
     databases = _database_text(f"{team.database}/mlflow") + _database_text(f"{team.database}/mlflow_auth")
     for name, secret in team.passwords().items():
         counts[name] = {
             "printed": printed.count(secret),
-            "files": _files_holding(tmp_path, secret),
+            "files": _files_holding(work, secret),
             "databases": databases.count(secret),
             "server": _files_holding(team.folder / "server", secret),
             "cmdlines": {
@@ -667,7 +680,7 @@ def test_a_sweep_under_joblib_and_slurm_into_the_team_server_leaks_no_password(t
                 if secret.encode() in cmdline
             },
         }
-    print(f"{launcher} sweep as {user}: {took:.1f} s, {len(seen.cmdlines)} processes seen; counts {counts}")
+    print(f"{launcher} sweep as {user} ({way}): {took:.1f} s, {len(seen.cmdlines)} processes seen; counts {counts}")
     assert counts == {
         name: {"printed": 0, "files": {}, "databases": 0, "server": {}, "cmdlines": {}} for name in counts
     }
