@@ -7,7 +7,8 @@
   and the server refuse root), listening on 127.0.0.1 only, password authentication.
 - :func:`mlflow_server`: ``mlflow server`` backed by a PostgreSQL database (or sqlite), serving
   artifacts; with ``auth_admin_password``, MLflow's basic-auth app (``--app-name basic-auth``, the
-  ``mlflow[auth]`` extra), its users in a sqlite database of its own, its admin ``admin``.
+  ``mlflow[auth]`` extra), its users in a database of their own (sqlite, or a PostgreSQL one as
+  docs/how-to/tracking-server.md's recipe has it), its admin ``admin``.
 
 Each is a context manager that yields what a client needs and stops every process it started, by
 its PID (its process group), even when the block raises. :class:`Unavailable` says in one line why
@@ -402,7 +403,7 @@ AUTH_ADMIN = "admin"
 AUTH_INI = """\
 [mlflow]
 default_permission = {default_permission}
-database_uri = sqlite:///{db}
+database_uri = {database_uri}
 admin_username = {admin}
 authorization_function = mlflow.server.auth:authenticate_request_basic_auth
 auth_cache_ttl_seconds = 60
@@ -412,15 +413,19 @@ auth_cache_ttl_seconds = 60
 # A sweep's job makes dozens of requests, each a PBKDF2 check of tens of ms otherwise.
 
 
-def _auth_env(folder: Path, admin_password: str, default_permission: str) -> dict[str, str]:
-    """The environment of a basic-auth server: its config file (users in ``folder/auth.db``), a CSRF
-    secret key, the admin's first password (read when the user database is created)."""
+def _auth_env(
+    folder: Path, admin_password: str, default_permission: str, database_uri: str | None = None
+) -> dict[str, str]:
+    """The environment of a basic-auth server: its config file (users in ``database_uri``, by default
+    ``folder/auth.db``), a CSRF secret key, the admin's first password (read when the user database
+    is created)."""
     try:
         import flask_wtf  # noqa: F401 - the mlflow[auth] extra: the basic-auth app will not start without it
     except ImportError:
         raise Unavailable("mlflow[auth] is not installed (Flask-WTF): pip install -e '.[cluster]'") from None
     ini = folder / "basic_auth.ini"
-    ini.write_text(AUTH_INI.format(default_permission=default_permission, db=folder / "auth.db", admin=AUTH_ADMIN))
+    database_uri = database_uri or f"sqlite:///{folder / 'auth.db'}"
+    ini.write_text(AUTH_INI.format(default_permission=default_permission, database_uri=database_uri, admin=AUTH_ADMIN))
     return {
         "MLFLOW_AUTH_CONFIG_PATH": str(ini),
         "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(16),
@@ -442,14 +447,18 @@ def mlflow_server(
     auth_admin_password: str | None = None,
     default_permission: str = "READ",
     port: int | None = None,
+    auth_database_uri: str | None = None,
+    env: dict[str, str] | None = None,
 ):
     """``mlflow server`` on ``backend_uri`` (e.g. a :func:`postgres` database), artifacts served from
     ``folder/artifacts``, by ``workers`` worker processes (each imports MLflow's server: seconds);
     yields a :class:`Server` once ``/health`` answers. ``auth_admin_password`` (12 characters at
     least): MLflow's basic-auth app, every request but ``/health`` authenticated, its admin
     :data:`AUTH_ADMIN` with that password, other users' rights on what they did not create
-    ``default_permission``; raises :class:`Unavailable` where ``mlflow[auth]`` is missing. ``port``:
-    that one (a server started again on the same store and address), else a free one."""
+    ``default_permission``, its users in ``auth_database_uri`` (default: a sqlite file in ``folder``);
+    raises :class:`Unavailable` where ``mlflow[auth]`` is missing. ``port``: that one (a server
+    started again on the same store and address), else a free one. ``env``: set in the server's
+    environment (``HOME`` holding the ``.pgpass`` that libpq reads its database password from)."""
     port = port or free_port()
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -457,12 +466,13 @@ def mlflow_server(
     log = folder / "mlflow-server.log"
     auth = [] if auth_admin_password is None else ["--app-name", "basic-auth"]
     # a client's credentials are not the server's business
-    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")}
+    environ = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")}
     if auth_admin_password is not None:
-        env.update(_auth_env(folder, auth_admin_password, default_permission))
+        environ.update(_auth_env(folder, auth_admin_password, default_permission, auth_database_uri))
+    environ.update(env or {})
     # MLflow 3's job runner (seven huey_consumer processes, each importing MLflow: ~20 s of CPU and
     # 1.7 GB at every start) serves its GenAI jobs, which a tracking server for plnexp never runs
-    env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
+    environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
     t0 = time.monotonic()
     proc = _spawn(
         [
@@ -484,7 +494,7 @@ def mlflow_server(
             *auth,
         ],
         log,
-        env=env,
+        env=environ,
     )
     try:
         uri = f"http://127.0.0.1:{port}"

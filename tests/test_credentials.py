@@ -3,18 +3,30 @@ store URI's userinfo split off into the client's own variables, the secrets a pr
 filter on stdout, stderr and logging (tracebacks included), ``doctor`` and ``ui`` with a password
 in MLFLOW_TRACKING_URI, and a traceback under HYDRA_FULL_ERROR=1. In-process where they can be; the
 slow ones start ``python -m plnexp`` to read what it prints and its children's /proc/PID/cmdline.
+
+End to end, a team's server as docs/how-to/tracking-server.md builds it (PostgreSQL 15 holding both
+databases, its password in ~/.pgpass; ``mlflow server --app-name basic-auth`` with an admin
+password; tests/daemons.py, on 127.0.0.1, stopped by PID): sweeps under the joblib and SLURM
+launchers, each password counted in everything printed, every file written, every table and the
+workers' /proc/PID/cmdline; and the MLflow UI's "User" column, in Chromium. They skip, saying why,
+where a daemon, Chromium or the cluster extra is missing.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import io
 import logging
 import os
+import re
+import secrets
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +34,15 @@ from plnexp.cli import doctor
 from plnexp.system import credentials
 from plnexp.system.credentials import Masker, MaskedStream, known_secrets, split_store_uri, split_uri
 from plnexp.system.redact import MASK
+from test_dashboard import CLOSE_ASSISTANT, chrome, wait_text  # noqa: F401 - chrome: headless Chromium, a fixture
+
+try:  # selenium (the test extra) drives the browser; the chrome fixture skips saying so without it
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+except ImportError:
+    pass
 
 PASSWORD = "Pa5s-w0rd-91"
 TINY = ("dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=3", "repeats=1", "warmup=0", "time_budget_s=0")
@@ -387,3 +408,354 @@ def test_runs_carry_who_ran_them_the_mlflow_user_else_the_os_user(monkeypatch, t
     assert writes.process_tags()["mlflow.user"] == getpass.getuser()
     monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "alice")
     assert writes.process_tags()["mlflow.user"] == "alice"
+
+
+# ---------------------------------------------------------------- a team's server, end to end
+# docs/how-to/tracking-server.md's recipe, for real: PostgreSQL 15 (tests/daemons.py) holding both
+# databases (the runs, ``mlflow``; users and permissions, ``mlflow_auth``), its password in the
+# server's ~/.pgpass only; ``mlflow server --app-name basic-auth`` on them with an admin password;
+# accounts the admin created. Sweeps under the joblib and SLURM launchers log into it, the account's
+# password given in MLFLOW_TRACKING_URI; then each password (the database's, the admin's, the
+# accounts') is counted everywhere it could have gone.
+TEAM_DB_USER = "team"
+ADMIN_PASSWORD = "adm-" + secrets.token_hex(8)  # 20 characters: the basic-auth app wants 12 at least
+ACCOUNTS = {"alice": "ali-" + secrets.token_hex(8), "bob": "bob-" + secrets.token_hex(8)}
+SWEEP = (
+    "sweep",
+    *TINY,
+    "dataset.optimum=false",  # no convergence metrics: each worker would fit the data's optimum first
+    "strategy=scan,fori_loop",
+    "n_iter=5",
+    "dataset.replication=1",
+    "report.rounds=0",
+    "report.control=false",
+)
+STRATEGY_OF = {"alice": "scan", "bob": "fori_loop"}  # their runs' names differ
+LAUNCHERS = {
+    "joblib": ("hydra/launcher=joblib", "hydra.launcher.n_jobs=2"),
+    "slurm": ("hydra/launcher=slurm", "hydra.launcher.partition=debug", "hydra.launcher.cpus_per_task=1"),
+}
+
+
+@dataclass(frozen=True)
+class Team:
+    """The team's server and what only its host knows."""
+
+    server: Any  # daemons.Server: uri, admin, log, pid
+    database: str  # postgresql://team:PASSWORD@127.0.0.1:PORT (no database named): for the counts only
+    database_password: str
+    folder: Path  # the server's files: its log, the artifacts it serves, its ~/.pgpass
+
+    def passwords(self) -> dict[str, str]:
+        return {"database": self.database_password, "admin": ADMIN_PASSWORD, **ACCOUNTS}
+
+
+@pytest.fixture(scope="module")
+def team(tmp_path_factory):
+    """The recipe's server, once for the module: ``createdb`` of the second database and the server
+    itself read the database password from ``~/.pgpass`` (the server's HOME), never from a URI; the
+    admin creates alice and bob through the REST API (test_auth's helper, the docs' curl)."""
+    import daemons
+    from test_auth import _create_user
+
+    pytest.importorskip("psycopg", reason="plnexp's cluster extra is not installed: pip install -e '.[cluster]'")
+    folder = tmp_path_factory.mktemp("team")
+    home = folder / "home"
+    home.mkdir()
+    try:
+        with daemons.postgres(user=TEAM_DB_USER, name="mlflow") as db:
+            from urllib.parse import urlsplit
+
+            parts = urlsplit(db.uri)
+            pgpass = home / ".pgpass"
+            pgpass.write_text(f"127.0.0.1:{parts.port}:*:{TEAM_DB_USER}:{parts.password}\n")
+            pgpass.chmod(0o600)  # libpq ignores a password file that others may read
+            address = f"postgresql://{TEAM_DB_USER}@127.0.0.1:{parts.port}"
+            env = {k: v for k, v in os.environ.items() if k not in VARS} | {"HOME": str(home)}
+            made = subprocess.run(
+                ["createdb", "-h", "127.0.0.1", "-p", str(parts.port), "-U", TEAM_DB_USER, "mlflow_auth"],
+                env=env,
+                capture_output=True,
+                text=True,
+            )
+            assert made.returncode == 0, made.stderr  # libpq found the password in ~/.pgpass
+            with daemons.mlflow_server(
+                f"{address}/mlflow",
+                folder / "server",
+                workers=1,
+                auth_admin_password=ADMIN_PASSWORD,
+                default_permission="EDIT",  # the recipe's: the team logs into shared experiments
+                auth_database_uri=f"{address}/mlflow_auth",
+                env={"HOME": str(home)},
+            ) as server:
+                assert server.admin is not None
+                for name, password in ACCOUNTS.items():
+                    _create_user(server.uri, server.admin, name, password)
+                yield Team(
+                    server,
+                    f"postgresql://{TEAM_DB_USER}:{parts.password}@127.0.0.1:{parts.port}",
+                    parts.password,
+                    folder,
+                )
+    except daemons.Unavailable as e:
+        pytest.skip(f"no PostgreSQL-backed basic-auth MLflow server here: {e}")
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    """A single-node SLURM cluster (tests/daemons.py), once for the module."""
+    import daemons
+
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="plnexp's cluster extra is not installed")
+    try:
+        with daemons.slurm_cluster(kill_wait=10) as cluster:
+            yield cluster
+    except daemons.Unavailable as e:
+        pytest.skip(f"no SLURM cluster here: {e}")
+
+
+def _database_text(uri: str) -> str:
+    """Every row of every table of the database at ``uri``, as text: what the server wrote, read past it."""
+    import psycopg
+
+    with psycopg.connect(uri) as conn:
+        tables = [
+            t for (t,) in conn.execute("SELECT table_name FROM information_schema.tables WHERE table_schema='public'")
+        ]
+        assert tables, uri
+        return "\n".join(str(row) for t in tables for row in conn.execute(f'SELECT * FROM "{t}"'))
+
+
+def _files_holding(root: Path, secret: str) -> dict[str, int]:
+    """Occurrences of ``secret`` in every file under ``root`` (bytes; links not followed), by path."""
+    found = {}
+    for folder, _, files in os.walk(root):
+        for name in files:
+            path = Path(folder) / name
+            if not path.is_symlink():
+                n = path.read_bytes().count(secret.encode())
+                if n:
+                    found[str(path.relative_to(root))] = n
+    return found
+
+
+@dataclass
+class Seen:
+    """What the processes of one command showed while they ran: each one's last non-empty cmdline and
+    last environment read (/proc/PID/environ: what it was started with), by pid."""
+
+    cmdlines: dict[int, bytes]
+    environs: dict[int, dict[bytes, bytes]]
+    started: dict[int, bytes]  # /proc/PID/stat's start time: a pid taken again is another process
+    every_cmdline: set[bytes]  # every cmdline read, of every process (one before and after its exec)
+
+
+def _watch(proc: subprocess.Popen, marker: str, timeout: float) -> Seen:
+    """Sample /proc until ``proc`` ends: every process whose environment holds ``marker`` (the test's
+    own outputs folder, which every process of the command inherits: ``proc``, joblib's workers,
+    ``sbatch`` and the SLURM tasks that slurmd starts, which are not ``proc``'s descendants)."""
+    seen = Seen({}, {}, {}, set())
+    needle = marker.encode()
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None:
+        assert time.monotonic() < deadline, f"the command still runs after {timeout:.0f} s"
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            pid = int(entry.name)
+            try:
+                environ = (entry / "environ").read_bytes()
+                if needle not in environ:
+                    continue
+                cmdline = (entry / "cmdline").read_bytes()
+                started = (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()[19]
+            except (OSError, IndexError):  # gone meanwhile
+                continue
+            if seen.started.get(pid, started) != started:  # the pid of an ended process, taken again
+                seen.cmdlines.pop(pid, None)
+            seen.started[pid] = started
+            # the latest: between fork and exec, a child shows its parent's (the driver's first one)
+            seen.environs[pid] = dict(v.partition(b"=")[::2] for v in environ.split(b"\0") if v)
+            if cmdline:  # (empty: a zombie's)
+                seen.cmdlines[pid] = cmdline
+                seen.every_cmdline.add(cmdline)
+        time.sleep(0.05)
+    return seen
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+@pytest.mark.xdist_group("cluster")
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(
+    ("launcher", "user", "way"),
+    [("joblib", "admin", "uri"), ("slurm", "alice", "uri"), ("slurm", "bob", "credentials_file")],
+)
+def test_a_sweep_under_joblib_and_slurm_into_the_team_server_leaks_no_password(
+    team, tmp_path, request, launcher, user, way
+):
+    """A 2-job sweep (``python -m plnexp sweep hydra/launcher=...``) into the recipe's server, the
+    account's password in MLFLOW_TRACKING_URI's userinfo or in ~/.mlflow/credentials: every run
+    FINISHED, carrying its MLflow user (the UI's "User" column); then each password (the database's,
+    the admin's, alice's, bob's) counted: 0 in what the command printed, in every file under its
+    folder (the outputs: the sweep's folder, ``.submitit/``, reports; the working folder), in every
+    table of both databases, in every file of the server (its log, the artifacts it stores) and in
+    /proc/PID/cmdline of every process of the command, sampled while it ran (the driver, ``sbatch``,
+    joblib's workers, the SLURM tasks). From the URI, the workers get the credential through their
+    environment (MLFLOW_TRACKING_PASSWORD; the URI an address), so SLURM keeps it where it keeps each
+    job's environment (its state folder) and nowhere else of its own (the job's script included);
+    from the credentials file, nowhere (what docs/how-to/tracking-server.md says of it)."""
+    password = ADMIN_PASSWORD if user == "admin" else ACCOUNTS[user]
+    work, home = tmp_path / "work", tmp_path / "home"
+    outputs = work / "outputs"
+    outputs.mkdir(parents=True)
+    home.mkdir()  # no ~/.pgpass; ~/.mlflow/credentials only where it is the way
+    experiment = f"team-{launcher}-{way}"
+    env = {k: v for k, v in os.environ.items() if k not in VARS}
+    env |= {"PLNEXP_OUTPUTS": str(outputs), "HOME": str(home), "MLFLOW_TRACKING_URI": team.server.uri}
+    if way == "uri":
+        env["MLFLOW_TRACKING_URI"] = team.server.uri.replace("http://", f"http://{user}:{password}@")
+    else:
+        (home / ".mlflow").mkdir()
+        filed = home / ".mlflow" / "credentials"
+        filed.write_text(f"[mlflow]\nmlflow_tracking_username = {user}\nmlflow_tracking_password = {password}\n")
+        filed.chmod(0o600)
+    if launcher == "slurm":
+        env |= request.getfixturevalue("slurm").env
+    from conftest import spawn
+
+    t0 = time.monotonic()
+    with (work / "stdout").open("w") as out, (work / "stderr").open("w") as err:
+        proc = spawn(
+            [sys.executable, "-m", "plnexp", *SWEEP, *LAUNCHERS[launcher], f"experiment={experiment}"],
+            env=env,
+            cwd=work,
+            stdout=out,
+            stderr=err,
+        )
+        seen = _watch(proc, str(outputs), timeout=500)
+    took = time.monotonic() - t0
+    printed = (work / "stdout").read_text() + (work / "stderr").read_text()
+    assert proc.returncode == 0, printed[-3000:]
+
+    # the sweep logged, as its user, through workers that got the credential as it was given
+    from mlflow import MlflowClient
+
+    with _env(MLFLOW_TRACKING_USERNAME="admin", MLFLOW_TRACKING_PASSWORD=ADMIN_PASSWORD):
+        cl = MlflowClient(team.server.uri)
+        runs = cl.search_runs([cl.get_experiment_by_name(experiment).experiment_id])
+    assert len(runs) == 3 and {r.info.status for r in runs} == {"FINISHED"}, runs
+    assert {r.data.tags["mlflow.user"] for r in runs} == {user}
+    jobs = {r.data.tags["plnexp.pid"] for r in runs if "mlflow.parentRunId" in r.data.tags}
+    assert str(proc.pid) not in jobs, "the jobs ran in worker processes"
+    workers = {pid: seen.environs.get(pid) for pid in map(int, jobs)}
+    assert all(workers.values()), f"a worker not seen while it ran: {sorted(workers)} vs {sorted(seen.environs)}"
+    for pid, environ in workers.items():  # how the worker's client got the credential
+        assert environ[b"MLFLOW_TRACKING_URI"] == team.server.uri.encode(), (pid, seen.cmdlines.get(pid))
+        given = (environ.get(b"MLFLOW_TRACKING_USERNAME"), environ.get(b"MLFLOW_TRACKING_PASSWORD"))
+        assert given == ((user.encode(), password.encode()) if way == "uri" else (None, None)), pid
+    roles = b"submitit" if launcher == "slurm" else b"loky"
+    assert any(roles in c for c in seen.cmdlines.values()), seen.cmdlines
+    if launcher == "slurm":
+        assert list(outputs.rglob(".submitit/*")), "submitit's files are under the outputs folder: counted"
+        # SLURM itself keeps it where it keeps every job's environment, and nowhere else (its job script
+        # included): docs/how-to/tracking-server.md says so, and how a credentials file avoids it
+        kept = _files_holding(request.getfixturevalue("slurm").conf.parent, password)
+        if way == "uri":
+            assert kept and all(re.fullmatch(r"state/hash\.\d/job\.\d+/environment", f) for f in kept), kept
+        else:
+            assert kept == {}
+
+    counts = {}
+    databases = _database_text(f"{team.database}/mlflow") + _database_text(f"{team.database}/mlflow_auth")
+    for name, secret in team.passwords().items():
+        counts[name] = {
+            "printed": printed.count(secret),
+            "files": _files_holding(work, secret),
+            "databases": databases.count(secret),
+            "server": _files_holding(team.folder / "server", secret),
+            "cmdlines": {
+                cmdline[:80]: cmdline.count(secret.encode())
+                for cmdline in seen.every_cmdline
+                if secret.encode() in cmdline
+            },
+        }
+    print(f"{launcher} sweep as {user} ({way}): {took:.1f} s, {len(seen.cmdlines)} processes seen; counts {counts}")
+    assert counts == {
+        name: {"printed": 0, "files": {}, "databases": 0, "server": {}, "cmdlines": {}} for name in counts
+    }
+    # what was searched holds what plnexp wrote: the address, the runs
+    assert _files_holding(outputs, team.server.uri), "the sweep's record holds the server's address"
+    assert all(r.info.run_id in databases for r in runs)
+
+
+@contextlib.contextmanager
+def _env(**values: str):
+    """``os.environ`` with :data:`VARS` unset and ``values`` set for the block, then as it was."""
+    before = dict(os.environ)
+    for var in VARS:
+        os.environ.pop(var, None)
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(before)
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+@pytest.mark.browser
+@pytest.mark.xdist_group("cluster")  # the module's team server: one worker runs its tests
+@pytest.mark.timeout(600)
+def test_the_mlflow_ui_shows_who_ran_each_run_in_its_user_column(team, environ, plnexp_main, tmp_path, request):
+    """alice and bob each run into one experiment of the team server (the password in
+    MLFLOW_TRACKING_URI's userinfo); the server's own UI, opened in Chromium as alice (basic auth
+    sent by the browser, as after its login prompt), shows each run's MLflow user in the runs
+    table's "User" column: alice's run alice, bob's bob (not the OS user, here root)."""
+    driver = request.getfixturevalue("chrome")  # test_dashboard's: skips, saying why, without Chromium
+    for name, password in ACCOUNTS.items():
+        for var in VARS:
+            environ.pop(var, None)
+        environ["MLFLOW_TRACKING_URI"] = team.server.uri.replace("http://", f"http://{name}:{password}@")
+        done = plnexp_main("run", *TINY, "experiment=who-ran", f"strategy={STRATEGY_OF[name]}", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert (done.stdout + done.stderr).count(password) == 0
+    with _env(MLFLOW_TRACKING_USERNAME="alice", MLFLOW_TRACKING_PASSWORD=ACCOUNTS["alice"]):
+        from mlflow import MlflowClient
+
+        cl = MlflowClient(team.server.uri)
+        exp = cl.get_experiment_by_name("who-ran")
+        found = cl.search_runs([exp.experiment_id])
+    runs = {r.data.tags["mlflow.user"]: r for r in found}
+    assert sorted(runs) == sorted(ACCOUNTS), [r.data.tags for r in found]
+    # the browser as alice: her credentials sent with every request (what it does once she has
+    # answered its login prompt); never on Chromium's command line
+    token = base64.b64encode(f"alice:{ACCOUNTS['alice']}".encode()).decode()
+    driver.execute_cdp_cmd("Network.enable", {})
+    driver.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {"Authorization": f"Basic {token}"}})
+    driver.get(f"{team.server.uri}/#/experiments/{exp.experiment_id}/runs")
+    wait_text(driver, *(r.info.run_name for r in runs.values()), timeout=90)
+    for close in driver.find_elements(By.CSS_SELECTOR, CLOSE_ASSISTANT):
+        close.click()
+    # "User" is one of the attributes the runs table hides by default: shown as a user does it
+    driver.find_element(By.XPATH, "//button[normalize-space()='Columns']").click()
+    picker = WebDriverWait(driver, 30).until(
+        ec.element_to_be_clickable((By.XPATH, "//div[@role='dialog']//span[normalize-space()='User']"))
+    )
+    picker.click()
+    driver.find_element(By.TAG_NAME, "body").send_keys(Keys.ESCAPE)
+    header = WebDriverWait(driver, 30).until(
+        ec.presence_of_element_located((By.XPATH, "//*[@role='columnheader'][normalize-space()='User']"))
+    )
+    column = header.get_attribute("col-id")
+    shown = {}
+    for user, run in runs.items():
+        cell = WebDriverWait(driver, 30).until(
+            ec.presence_of_element_located(
+                (By.CSS_SELECTOR, f"[row-id='{run.info.run_id}'] [role=gridcell][col-id='{column}']")
+            )
+        )
+        shown[user] = cell.text.strip()
+    driver.save_screenshot(tmp_path / "user_column.png")
+    assert shown == {"alice": "alice", "bob": "bob"}, shown
