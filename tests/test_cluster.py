@@ -138,6 +138,10 @@ def test_slurm_sweep_into_the_postgres_backed_server(env, server, plnexp_main):
     table = (folder / "report.csv").read_text()
     for r in runs:
         assert r.info.run_id in table
+    # a run a SLURM task made reruns here (this node's CPU) from its logged spec, bit for bit
+    again = plnexp_main("rerun", runs[0].info.run_id)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert "ELBO curves: identical, bit for bit (30 iterations)" in again.stdout
     assert "report/report.md" in {a.path for a in cl.list_artifacts(parent.info.run_id, "report")}  # via the server
     print(f"SLURM sweep of 2 jobs into the server: {took:.1f} s")
 

@@ -276,6 +276,33 @@ def test_rerun_a_whole_sweep(outputs, tmp_path, capsys):
     assert {r.info.status for r in children} == {"FINISHED"}
 
 
+@pytest.mark.slow
+def test_a_sweep_with_its_control_job_reruns_whole_bit_for_bit(outputs, capsys):
+    """Every run a sweep makes reruns from its logged spec: the grid's jobs and the control job (the
+    reference job again, its tags kept: still the A/A pair of the reference's rerun)."""
+    grid = ["strategy=scan,fori_loop", "repeats=3", "time_budget_s=0", "report.rounds=0", "report=false"]
+    assert main(["sweep", "sweep=null", *[t for t in TINY if not t.startswith("strategy=")], *grid]) == 0
+    cl = store_client(outputs)
+    runs = cl.search_runs([cl.get_experiment_by_name("rr").experiment_id])
+    (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    (control,) = [r for r in runs if r.data.tags.get("plnexp.control") == "true"]
+    capsys.readouterr()
+    assert main(["rerun", parent.info.run_id]) == 0
+    out = capsys.readouterr().out
+    assert "3 of 3 jobs reproduced" in out and out.count("identical, bit for bit") == 3, out
+    (again,) = reruns_of(outputs, control.info.run_id)
+    assert again.data.tags["plnexp.control"] == "true" and again.data.tags["plnexp.job"] == control.data.tags["plnexp.job"]
+    assert curve(outputs, again.info.run_id) == curve(outputs, control.info.run_id)
+
+
+@pytest.mark.slow
+def test_a_pca_run_reruns_bit_for_bit(outputs, capsys):
+    out = original(["dataset=synthetic_pca", "dataset.n=40", "dataset.p=8", "model=pca", "model.rank=2"])
+    assert out.config.rank == 2
+    assert main(["rerun", out.run_id]) == 0
+    assert "ELBO curves: identical, bit for bit (5 iterations)" in capsys.readouterr().out
+
+
 # ---------------------------------------------------------------- resume
 def test_resume_switch():
     assert resume.pop_switch(["a=1", "resume=true"]) == (["a=1"], True)

@@ -42,7 +42,7 @@ from .. import store as tracking
 from ..jobs.config import Config, ConfigError
 from ..core.data import DataError
 from ..core.precision import PRECISIONS
-from ..jobs.spec import JobSpec
+from ..jobs.spec import JobSpec, Kind
 from .executors import InProcess
 from ..system.commandline import Parser, UsageError, fail
 
@@ -415,10 +415,16 @@ def parse(args: list[str]) -> tuple[str, list[str], bool] | None:
 def job_spec(src: Source, overrides: list[str], num: int | None = None) -> JobSpec:
     """The rerun of ``src`` as a job: its logged config (the overrides applied), named as a job of
     that config is (precision=float64 gives ...-f64-...) when overrides change it, else the
-    original's name; tagged with the run it repeats; job number ``num`` of the rerun's sweep."""
-    logged = tuple(filter(None, src.run.data.tags.get("overrides", "").split(" "))) + tuple(overrides)
+    original's name; tagged with the run it repeats; job number ``num`` of the rerun's sweep. A
+    sweep's control job reruns as the control job (its tags kept: the rerun's A/A pair)."""
+    from ..jobs.tags import CONTROL_OF_TAG, CONTROL_TAG
+
+    tags = src.run.data.tags
+    logged = tuple(filter(None, tags.get("overrides", "").split(" "))) + tuple(overrides)
     name = src.config.job_name(logged) if overrides else src.name
-    return JobSpec(src.config, name, num, logged, tags={provenance.RERUN_TAG: src.run_id})
+    control = {k: tags[k] for k in (CONTROL_TAG, CONTROL_OF_TAG) if k in tags}
+    kind = Kind.CONTROL if control.get(CONTROL_TAG) == "true" else Kind.JOB
+    return JobSpec(src.config, name, num, logged, kind, tags={**control, provenance.RERUN_TAG: src.run_id})
 
 
 def _rerun_one(uri: str, src: Source, overrides: list[str]):
