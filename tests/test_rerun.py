@@ -291,7 +291,9 @@ def test_a_sweep_with_its_control_job_reruns_whole_bit_for_bit(outputs, capsys):
     out = capsys.readouterr().out
     assert "3 of 3 jobs reproduced" in out and out.count("identical, bit for bit") == 3, out
     (again,) = reruns_of(outputs, control.info.run_id)
-    assert again.data.tags["plnexp.control"] == "true" and again.data.tags["plnexp.job"] == control.data.tags["plnexp.job"]
+    assert (
+        again.data.tags["plnexp.control"] == "true" and again.data.tags["plnexp.job"] == control.data.tags["plnexp.job"]
+    )
     assert curve(outputs, again.info.run_id) == curve(outputs, control.info.run_id)
 
 
