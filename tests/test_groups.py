@@ -98,7 +98,10 @@ def test_a_sweep_times_its_group_in_rounds_and_every_reader_sees_one_verdict(pln
         assert run.data.tags["plnexp.verdict"] == s.verdict and run.data.tags["plnexp.reference"] == "scan"
         assert run.data.tags["mlflow.user"] == getpass.getuser()  # the UI's User column: who ran it
         assert run.data.metrics["paired_ratio"] == pytest.approx(s.ratio)
-        assert run.data.metrics["rounds_used"] == group.rounds
+        # the rounds its ratio rests on: all the group's kept rounds, or fewer once its verdict stood
+        # (it sat out the rest: plnexp.fitting.rounds)
+        assert run.data.metrics["rounds_used"] == s.rounds <= group.rounds
+        assert s.rounds == group.rounds or (s.verdict != "unresolved" and s.rounds >= 6)
         assert math.isfinite(run.data.metrics["round_cpu_ms_per_iter"]) and run.data.metrics["run_cpu_s"] > 0
     cmp = plnexp_main("compare", by["scan"].runs[0], by["fori_loop"].runs[0])  # compare reads the same figures
     assert cmp.returncode == 0, cmp.stderr

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import random
 
+import numpy as np
 import pytest
 
 from plnexp.fitting import rounds as R
@@ -91,10 +92,12 @@ class FakeProgram:
 
     def __init__(self, name, seconds, clock, log):
         self.name, self.seconds, self.clock, self.log = name, seconds, clock, log
+        self.cpu_s = []
 
     def run(self, clock=None):
         self.log.append(self.name)
         self.clock.now += self.seconds
+        self.cpu_s.append(2 * self.seconds)  # two threads busy
         return self.seconds
 
 
@@ -114,6 +117,27 @@ def test_rounds_run_every_program_once_each_in_fresh_random_orders():
     assert len(set(rounds.orders)) > 1  # not one fixed order
     assert [log[3 * r : 3 * r + 3] for r in range(6)] == [[progs[i].name for i in o] for o in rounds.orders]
     assert rounds.column(1) == [2.0] * 6
+
+
+def test_a_settled_program_sits_out_the_rounds_that_follow_and_its_pairs_stay_paired():
+    clock, log = Clock(), []
+    progs = [FakeProgram(n, s, clock, log) for n, s in (("ref", 1.0), ("slow", 5.0), ("close", 1.05))]
+    rounds = R.time_rounds(
+        progs,
+        min_rounds=6,
+        max_rounds=12,
+        budget_s=1e9,
+        clock=clock,
+        calibrate=lambda: 1.0,
+        settled=lambda r: {1},  # "slow" decided once the minimum rounds are in
+    )
+    assert len(rounds.times) == 12
+    assert log.count("slow") == 6 and log.count("ref") == 12 and log.count("close") == 12
+    assert rounds.column(1)[:6] == [5.0] * 6 and all(np.isnan(rounds.column(1)[6:]))
+    assert all(sorted(o) == [0, 2] for o in rounds.orders[6:])
+    assert rounds.cpu_column(2) == [2.1] * 12  # each run's CPU time, by round
+    r = paired.paired_ratio(rounds.column(1), rounds.column(0), 1.10)
+    assert r.n == 6 and r.median == 5.0 and r.verdict == "slower"  # the rounds it ran, paired with the reference's
 
 
 def test_a_round_whose_calibration_moved_is_dropped_and_counted():

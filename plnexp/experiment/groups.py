@@ -20,6 +20,7 @@ jobs', never the rounds'.
 
 from __future__ import annotations
 
+import math
 import statistics
 import sys
 import time
@@ -125,6 +126,7 @@ def label_of(config: Config, n: int, p: int) -> str:
 
 
 def _median(xs: Sequence[float]) -> float:
+    xs = [x for x in xs if math.isfinite(x)]  # a program that sat out a round has none there
     return statistics.median(xs) if xs else float("nan")
 
 
@@ -143,7 +145,7 @@ def judge(names, fingerprints, runs, rounds, per_iter, ref: int, label: str, min
             r = paired.paired_ratio(ms[i], ms[ref], min_effect)
         results.append(
             V.StrategyResult(
-                name, runs[i], fingerprints[i], _median(ms[i]), r.median, r.low, r.high, r.verdict, kept, dropped
+                name, runs[i], fingerprints[i], _median(ms[i]), r.median, r.low, r.high, r.verdict, r.n, dropped
             )
         )
     programs = []
@@ -202,7 +204,8 @@ def _time_group(members: Sequence[Member], held: Held | None = None) -> V.GroupV
     rep = first.report
     min_effect = rep.min_speedup
 
-    def decided(rounds) -> bool:
+    def settled(rounds) -> set[int]:
+        """The strategies whose verdict stands (the reference never: every pair needs it)."""
         v = judge(
             names,
             [p.fingerprint for p in programs],
@@ -213,20 +216,21 @@ def _time_group(members: Sequence[Member], held: Held | None = None) -> V.GroupV
             label,
             min_effect,
         )
-        return all(s.verdict != "unresolved" for s in v.strategies)
+        return {i for i, s in enumerate(v.strategies) if i != ref and s.verdict != "unresolved"}
 
     rounds = R.time_rounds(
         programs,
         min_rounds=paired.min_rounds(),
         max_rounds=max(rep.rounds, paired.min_rounds()),
         budget_s=rep.rounds_budget_s,
-        decided=decided,
+        decided=lambda rounds: len(settled(rounds)) == len(programs) - 1,
+        settled=settled,
         seed=first.seed,
     )
     v = judge(
         names, [p.fingerprint for p in programs], [m.runs for m in members], rounds, per_iter, ref, label, min_effect
     )
-    cpu = [_median([1e3 * p.cpu_s[r] / n for r in rounds.kept]) for p, n in zip(programs, per_iter)]
+    cpu = [_median([1e3 * c / n for c in rounds.cpu_column(i)]) for i, n in enumerate(per_iter)]
     strategies = tuple(replace(s, cpu_ms_per_iter=c) for s, c in zip(v.strategies, cpu))
     return replace(v, strategies=strategies, extra={"compiled_s": compiled_s})
 

@@ -11,6 +11,12 @@ a fresh random order each round, until
   many ran (too many dropped: the caller says so);
 - ``max_rounds`` rounds ran, whatever the rest.
 
+A program whose comparison is settled (``settled``: the caller's statistics say its verdict stands)
+sits out the rounds that follow, so that the rounds' time goes to the comparisons still open: on a
+sweep of every strategy, eager (the slowest by far) is named slower after the first few rounds and
+the close calls among the compiled loops get the rest. The reference never sits out (every ratio is
+paired with it in its round).
+
 Each round is bracketed by the host calibration (:func:`plnexp.measure.timing.calibrate`): a round
 during which it moved by more than :data:`DROP_TOLERANCE` (heavy contention that started or stopped
 in the middle of it) is **dropped** and counted, not the whole group. A load
@@ -25,7 +31,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import jax
@@ -76,18 +82,23 @@ class Rounds:
     the order the programs ran in."""
 
     names: tuple[str, ...]
-    times: tuple[tuple[float, ...], ...]
+    times: tuple[tuple[float, ...], ...]  # NaN where the program sat out the round (settled)
     dropped: tuple[str, ...]
     orders: tuple[tuple[int, ...], ...]
     seconds: float  # the rounds' wall time, the warm-up round included
+    cpu: tuple[tuple[float, ...], ...] = ()  # cpu[r][i]: process CPU seconds (every thread) of that run
 
     @property
     def kept(self) -> list[int]:
         return [r for r, why in enumerate(self.dropped) if not why]
 
     def column(self, i: int) -> list[float]:
-        """Program i's times in the kept rounds."""
+        """Program i's times in the kept rounds (NaN where it sat out)."""
         return [self.times[r][i] for r in self.kept]
+
+    def cpu_column(self, i: int) -> list[float]:
+        """Program i's process CPU seconds in the kept rounds (NaN where it sat out)."""
+        return [self.cpu[r][i] for r in self.kept] if self.cpu else []
 
     @property
     def n_dropped(self) -> int:
@@ -101,13 +112,15 @@ def time_rounds(
     max_rounds: int,
     budget_s: float,
     decided: Callable[[Rounds], bool] = lambda rounds: False,
+    settled: Callable[[Rounds], Collection[int]] = lambda rounds: (),
     seed: int = 0,
     clock=time.perf_counter,
     calibrate: Callable[[], float] | None = None,
     tolerance: float = DROP_TOLERANCE,
 ) -> Rounds:
     """Time ``programs`` in interleaved rounds (see the module docstring). ``decided(rounds)``: whether
-    the kept rounds so far settle every comparison (the caller's statistics); ``seed``: of the
+    the kept rounds so far settle every comparison (the caller's statistics); ``settled(rounds)``: the
+    programs whose comparison is settled, which sit out the next rounds; ``seed``: of the
     rounds' random orders (reproducible). ``calibrate``: the host calibration (tests pass their own)."""
     if min_rounds < 1 or max_rounds < min_rounds:
         raise ValueError(f"min_rounds={min_rounds}, max_rounds={max_rounds}: need 1 <= min_rounds <= max_rounds")
@@ -118,20 +131,25 @@ def time_rounds(
     times: list[tuple[float, ...]] = []
     dropped: list[str] = []
     orders: list[tuple[int, ...]] = []
+    cpus: list[tuple[float, ...]] = []
+    out: frozenset[int] = frozenset()  # the programs sitting out (settled)
 
     def so_far() -> Rounds:
-        return Rounds(names, tuple(times), tuple(dropped), tuple(orders), clock() - start)
+        return Rounds(names, tuple(times), tuple(dropped), tuple(orders), clock() - start, tuple(cpus))
 
     while len(times) < max_rounds:
-        order = list(range(len(programs)))
+        order = [i for i in range(len(programs)) if i not in out]
         rng.shuffle(order)
         before = calib()
         row = [math.nan] * len(programs)
+        cpu = [math.nan] * len(programs)
         for i in order:
             row[i] = programs[i].run(clock)
+            cpu[i] = programs[i].cpu_s[-1] if programs[i].cpu_s else math.nan
         after = calib()
         moved = after / before - 1 if before > 0 else 0.0
         times.append(tuple(row))
+        cpus.append(tuple(cpu))
         orders.append(tuple(order))
         dropped.append(
             f"calibration moved {100 * moved:+.0f}% during the round (dropped beyond ±{100 * tolerance:.0f}%)"
@@ -141,6 +159,8 @@ def time_rounds(
         kept = len(times) - sum(1 for why in dropped if why)
         if kept >= min_rounds and (decided(so_far()) or clock() - start >= budget_s):
             break
+        if kept >= min_rounds:
+            out = frozenset(settled(so_far()))
         if clock() - start >= budget_s and len(times) >= 2 * min_rounds:
             break  # out of budget with too many rounds dropped: the caller says how many it had
     return so_far()

@@ -56,7 +56,7 @@ class StrategyResult:
     low: float
     high: float
     verdict: str
-    rounds: int
+    rounds: int  # the kept rounds its ratio rests on (fewer than the group's once it sat out: settled)
     dropped: int
     cpu_ms_per_iter: float = math.nan  # the median over the kept rounds of its process CPU time per iteration
 
