@@ -143,7 +143,9 @@ def test_a_settled_program_sits_out_the_rounds_that_follow_and_its_pairs_stay_pa
 def test_a_round_whose_calibration_moved_is_dropped_and_counted():
     clock, log = Clock(), []
     progs = [FakeProgram(n, 1.0, clock, log) for n in "ab"]
-    calib = iter([1.0, 1.0, 1.0, 2.5] + [1.0] * 100)  # round 2: 1.0 before, 2.5 after (+150%)
+    # one calibration between rounds (each round's after is the next one's before): round 2 sees 1.0
+    # before it and 2.5 after it (+150%)
+    calib = iter([1.0, 1.0, 2.5] + [2.5] * 100)
     rounds = R.time_rounds(progs, min_rounds=3, max_rounds=10, budget_s=1e9, clock=clock, calibrate=lambda: next(calib))
     assert rounds.dropped[1].startswith("calibration moved +150%")
     assert rounds.n_dropped == 1 and rounds.kept[:3] == [0, 2, 3] and len(rounds.times) == 10
@@ -159,11 +161,11 @@ def test_rounds_stop_once_decided_or_out_of_budget():
     spent = R.time_rounds(progs, min_rounds=2, max_rounds=50, budget_s=9.0, clock=clock, calibrate=lambda: 1.0)
     assert len(spent.times) == 5  # 2 s a round: past 9 s after the 5th
     # past the budget, rounds go on until min_rounds are kept: here every other round is dropped
-    moves = iter([1.0, 1.0, 1.0, 3.0] * 50)
+    moves = iter([3.0 ** (k // 2) for k in range(200)])  # 1, 1, 3, 3, 9, ...: every other round +200%
     late = R.time_rounds(progs, min_rounds=3, max_rounds=50, budget_s=1.0, clock=clock, calibrate=lambda: next(moves))
     assert len(late.kept) == 3 and len(late.times) == 5
     # ... or until twice min_rounds ran, when nearly all are dropped (nothing decided then)
-    worse = iter([1.0, 3.0] * 100)
+    worse = iter([3.0**k for k in range(200)])  # +200% in every round
     bad = R.time_rounds(progs, min_rounds=3, max_rounds=50, budget_s=1.0, clock=clock, calibrate=lambda: next(worse))
     assert len(bad.times) == 6 and bad.kept == []
 

@@ -17,7 +17,8 @@ sweep of every strategy, eager (the slowest by far) is named slower after the fi
 the close calls among the compiled loops get the rest. The reference never sits out (every ratio is
 paired with it in its round).
 
-Each round is bracketed by the host calibration (:func:`plnexp.measure.timing.calibrate`): a round
+Each round is bracketed by the host calibration (:func:`plnexp.measure.timing.calibrate`, one
+between two rounds: it ends one and starts the next): a round
 during which it moved by more than :data:`DROP_TOLERANCE` (heavy contention that started or stopped
 in the middle of it) is **dropped** and counted, not the whole group. A load
 that lasts through a round slows both sides of its pairs alike: the paired ratios absorb it.
@@ -137,10 +138,11 @@ def time_rounds(
     def so_far() -> Rounds:
         return Rounds(names, tuple(times), tuple(dropped), tuple(orders), clock() - start, tuple(cpus))
 
+    after = calib()  # each round's "after" is the next one's "before": one calibration between rounds
     while len(times) < max_rounds:
         order = [i for i in range(len(programs)) if i not in out]
         rng.shuffle(order)
-        before = calib()
+        before = after
         row = [math.nan] * len(programs)
         cpu = [math.nan] * len(programs)
         for i in order:

@@ -409,7 +409,7 @@ class ReportSpec:
     control: bool = True  # the sweep's reference job run again at its end, an A/A pair (plnexp.experiment.sweep)
     peers: tuple[str, ...] = ()  # other packages' fits run beside the grid, for the report (plnexp.jobs.peers)
     rounds: int = 30  # interleaved rounds of a group at most (plnexp.experiment.groups); 0: none, the jobs' own timings
-    rounds_budget_s: float = 60.0  # a group's rounds stop after about this long, decided or not (seconds)
+    rounds_budget_s: float = 30.0  # a group's rounds stop after about this long, decided or not (seconds)
 
     def __post_init__(self):
         object.__setattr__(self, "min_speedup", min_speedup(self.min_speedup))
