@@ -410,7 +410,8 @@ def multirun(overrides: list[str], jobs: cli.Plan, uri: str, resumed: bool = Fal
         timed = executor.name in cli.LOCAL_LAUNCHERS and first.report.rounds > 0  # each group timed in rounds, here
         # the driver's jobs keep their programs for the rounds
         task = sweep.Task(held=groups.Held() if timed and executor.in_driver else None)
-        sweep.run_jobs(task, record, sweep_dir, jobs.specs(), executor)
+        verdicts = sweep.run_jobs(task, record, sweep_dir, jobs.specs(), executor)
+        groups.log_verdicts(record, verdicts)  # SLURM: each group timed in rounds on its node
         if timed:
             groups.time_groups(record, [j.config.as_study() for j in jobs], task.held)
 

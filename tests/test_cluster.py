@@ -28,6 +28,7 @@ SWEEP = (
     "hydra.launcher.cpus_per_task=1",
     "dataset.replication=1",
     "report=false",
+    "report.rounds=0",  # each job a task of its own (with rounds, a group is one task: test_a_group_is_one_slurm_job)
 )
 
 
@@ -161,6 +162,40 @@ def _wait_running(cl, experiment: str, n: int, proc, limit_s: float = 180):
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.5)
     raise AssertionError(f"{n} running job(s) not seen in {limit_s} s")
+
+
+def test_a_group_is_one_slurm_job_timed_in_rounds_on_its_node(env, server):
+    """With rounds on, the jobs that differ only by strategy run as one SLURM task, one after the
+    other, and are timed in interleaved rounds there (every ratio on one node, in one process); the
+    driver logs the verdicts: each run's tags and the parent's verdict.json."""
+    out = plnexp(
+        "sweep",
+        *[a for a in SWEEP if a != "report.rounds=0"],
+        "strategy=scan,fori_loop",
+        "n_iter=10",
+        "report.rounds_budget_s=2",
+        "experiment=cluster-group",
+        env=env,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "submitted 1 job(s) to slurm" in out.stdout, out.stdout
+    lines = [line for line in out.stdout.splitlines() if line.startswith("[")]
+    assert sorted(line.split()[0] for line in lines if not line.startswith("[rounds]")) == ["[1/2]", "[2/2]"]
+    (rounds,) = [line for line in lines if line.startswith("[rounds]")]
+    cl = _client(server.uri)
+    parent, runs = _sweep(cl, "cluster-group")
+    assert parent.info.status == "FINISHED" and len(runs) == 2
+    assert len({r.data.tags["plnexp.slurm_job"] for r in runs}) == 1  # one SLURM task ran both
+    node = runs[0].data.tags["slurm_node"]
+    assert rounds.endswith(f" on {node}") and " rounds" in rounds
+    for r in runs:
+        assert r.data.tags["plnexp.reference"] == "scan" and r.data.tags["plnexp.verdict"]
+        assert r.data.metrics["rounds_used"] >= 6
+    import json
+
+    path = cl.download_artifacts(parent.info.run_id, "verdict.json")
+    groups = json.loads(Path(path).read_text())["groups"]
+    assert len(groups) == 1 and {s["strategy"] for s in groups[0]["strategies"]} == {"scan", "fori_loop"}
 
 
 def test_scancel_mid_fit_ends_the_runs_and_resume_completes_the_grid(env, server, tmp_path):

@@ -38,9 +38,8 @@ class InProcess:
     name: str = "basic"
     in_driver: bool = True  # the jobs run in the driver: their programs can be kept for the rounds
 
-    def run(self, work: Work, specs: Sequence[JobSpec], total: int) -> None:
-        for spec in specs:
-            work(spec)
+    def run(self, work: Work, specs: Sequence[JobSpec], total: int) -> list:
+        return [work(spec) for spec in specs]
 
 
 @dataclass(frozen=True)
@@ -52,10 +51,10 @@ class Joblib:
     name: str = "joblib"
     in_driver: bool = False
 
-    def run(self, work: Work, specs: Sequence[JobSpec], total: int) -> None:
+    def run(self, work: Work, specs: Sequence[JobSpec], total: int) -> list:
         from joblib import Parallel, delayed
 
-        Parallel(**self.options)(delayed(work)(spec) for spec in specs)
+        return list(Parallel(**self.options)(delayed(work)(spec) for spec in specs))
 
 
 @dataclass(frozen=True)
@@ -83,13 +82,16 @@ class Slurm:
         executor.update_parameters(**{k if k in base else f"slurm_{k}": v for k, v in params.items()})
         return executor
 
-    def run(self, work: Work, specs: Sequence[JobSpec], total: int) -> None:
+    def run(self, work: Callable, items: Sequence, total: int) -> list:
+        """``work(item)`` for each item (a job spec, or a unit of jobs: ``items`` name themselves,
+        ``.name``) as one task of one job array; returns each task's result (None where it left
+        none). A result's ``lines`` (or the result itself, a line) are printed as the task ends."""
         from ..system import slurm
         from ..system.redact import redact_text
 
-        if not specs:
-            return
-        jobs = self.executor().map_array(work, list(specs))
+        if not items:
+            return []
+        jobs = self.executor().map_array(work, list(items))
         first = jobs[0].job_id.split("_")[0]
         partition = self.params.get("partition")
         print(
@@ -100,14 +102,17 @@ class Slurm:
         )
 
         def on_end(e: slurm.JobEnd) -> None:
-            if e.result:  # the job's own line (plnexp.experiment.sweep.Task.run)
-                print(e.result, flush=True)
-                return
-            spec = specs[e.index]
-            label = f"[{(spec.num or 0) + 1}/{total}] {spec.name}"
-            print(redact_text(f"{label}: slurm job {e.job} {e.state}{': ' + e.error if e.error else ''}"), flush=True)
+            lines = getattr(e.result, "lines", [e.result] if e.result else [])
+            for line in lines:  # the jobs' own lines (plnexp.experiment.sweep.Task)
+                print(line, flush=True)
+            if not lines:
+                item = items[e.index]
+                num = getattr(item, "num", None)
+                label = f"[{num + 1}/{total}] " if num is not None else ""
+                why = f": {e.error}" if e.error else ""
+                print(redact_text(f"{label}{item.name}: slurm job {e.job} {e.state}{why}"), flush=True)
 
-        slurm.wait(jobs, on_end)
+        return [e.result for e in slurm.wait(jobs, on_end)]
 
 
 Executor = InProcess | Joblib | Slurm

@@ -24,7 +24,7 @@ import math
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from .. import store as tracking
@@ -91,12 +91,13 @@ def group_key(config: Config) -> str:
     )
 
 
-def finished_members(record, configs: Sequence[Config]) -> list[Member]:
-    """The grid's jobs whose runs (every replicate's) FINISHED in this sweep, in job order."""
+def finished_members(record, configs: Mapping[int, Config]) -> list[Member]:
+    """The jobs of ``configs`` (by job number) whose runs (every replicate's) FINISHED in this sweep,
+    in job order."""
     runs: dict[int, list] = {}
     for r in tracking.children(tracking.client(record.uri), record.parent):
         num = r.data.tags.get(tracking.JOB_TAG)
-        if num is not None and num.isdigit() and int(num) < len(configs):
+        if num is not None and num.isdigit() and int(num) in configs:
             runs.setdefault(int(num), []).append(r)
     out = []
     for num, rs in sorted(runs.items()):
@@ -235,15 +236,24 @@ def _time_group(members: Sequence[Member], held: Held | None = None) -> V.GroupV
     return replace(v, strategies=strategies, extra={"compiled_s": compiled_s})
 
 
-def time_groups(record, configs: Sequence[Config], held: Held | None = None) -> list[V.GroupVerdict]:
-    """The sweep's rounds (see the module docstring), one progress line per group; the verdicts
-    logged to the runs and the parent. ``configs``: the grid's, in job order; ``held``: the programs
-    the driver's jobs kept (the others are compiled again). Each group's programs are let go once it
-    is timed."""
-    if not configs or configs[0].report.rounds == 0:
+def time_groups(record, configs, held: Held | None = None) -> list[V.GroupVerdict]:
+    """The sweep's rounds (see the module docstring) in this process, then their verdicts logged
+    (:func:`log_verdicts`). ``configs``: the grid's, in job order (or by job number); ``held``: the
+    programs this process's jobs kept (the others are compiled again)."""
+    out = judge_groups(record, configs, held)
+    log_verdicts(record, out)
+    return out
+
+
+def judge_groups(record, configs, held: Held | None = None) -> list[V.GroupVerdict]:
+    """Each group of the sweep's finished jobs among ``configs`` (a list in job order, or a mapping
+    job number -> config: a SLURM job's own group) timed in rounds here, one progress line per
+    group; nothing logged. Each group's programs are let go once it is timed."""
+    by_num = dict(enumerate(configs)) if isinstance(configs, Sequence) else dict(configs)
+    if not by_num or next(iter(by_num.values())).report.rounds == 0:
         return []
     try:
-        members = finished_members(record, configs)
+        members = finished_members(record, by_num)
     except Exception as e:  # noqa: BLE001 - the store failed: the jobs' own timings stand
         _warn(f"cannot read the sweep's runs for its rounds ({_first(e)}): the jobs' own timings stand")
         return []
@@ -269,21 +279,27 @@ def time_groups(record, configs: Sequence[Config], held: Held | None = None) -> 
             flush=True,
         )
         out.append(v)
-    if out:
-        try:
-            with interrupts.deferred():
-                for v in out:
-                    for s in v.strategies:
-                        for run_id in s.runs:
-                            tracking.add_results(record.uri, run_id, s.metrics(), v.run_tags(s))
-                tracking.log_text(record.uri, record.parent_id, V.dumps(out), V.ARTIFACT)
-            title = f"sweep {record.name}, parent run {record.parent_id}"
-            tracking.show_sweep(record.uri, record.parent.experiment_id, record.parent_id, title)
-        except Exception as e:  # noqa: BLE001 - the store failed: the verdict is printed, not kept
-            _warn(f"cannot write the rounds' verdicts to the store ({_first(e)})")
-            for v in out:
-                print(v.headline(), flush=True)
     return out
+
+
+def log_verdicts(record, verdicts: Sequence[V.GroupVerdict]) -> None:
+    """The groups' verdicts to the store: each run's figures and tags, the parent's ``verdict.json``
+    and the experiment's study view; a store that fails: the headlines printed instead."""
+    if not verdicts:
+        return
+    try:
+        with interrupts.deferred():
+            for v in verdicts:
+                for s in v.strategies:
+                    for run_id in s.runs:
+                        tracking.add_results(record.uri, run_id, s.metrics(), v.run_tags(s))
+            tracking.log_text(record.uri, record.parent_id, V.dumps(list(verdicts)), V.ARTIFACT)
+        title = f"sweep {record.name}, parent run {record.parent_id}"
+        tracking.show_sweep(record.uri, record.parent.experiment_id, record.parent_id, title)
+    except Exception as e:  # noqa: BLE001 - the store failed: the verdict is printed, not kept
+        _warn(f"cannot write the rounds' verdicts to the store ({_first(e)})")
+        for v in verdicts:
+            print(v.headline(), flush=True)
 
 
 def _first(e: BaseException) -> str:

@@ -526,7 +526,7 @@ class Task:
                 parent=record.parent if record else None,
                 job_num=num,
                 tags=spec.run_tags or None,
-                hold=self.held.keeper(num) if self.held is not None and here and num is not None else None,
+                hold=self.held.keeper(num) if self.held is not None and num is not None else None,
             )
         except KeyboardInterrupt as e:
             _saw(record, num, [runner.Row(name, "KILLED", {}, 0.0)])
@@ -728,15 +728,85 @@ def in_driver(task: Task, record: SweepRecord, sweep_dir: str, spec: JobSpec) ->
     return task(spec, record, job_dir(Path(sweep_dir), spec.num), here=True)
 
 
-def run_jobs(task: Task, record: SweepRecord, sweep_dir: Path, specs, executor: executors.Executor) -> None:
+@dataclass(frozen=True)
+class Unit:
+    """Jobs a SLURM task runs one after the other: a job alone, or a group (the jobs that differ only
+    by strategy, :func:`plnexp.experiment.groups.group_key`) followed by its rounds, so that every
+    ratio of the group is measured on one node, in one process."""
+
+    specs: tuple[JobSpec, ...]
+    rounds: bool = False
+
+    @property
+    def num(self) -> int | None:
+        """The job number of a unit of one job (None for a group)."""
+        return self.specs[0].num if len(self.specs) == 1 else None
+
+    @property
+    def name(self) -> str:
+        more = len(self.specs) - 1
+        return f"{self.specs[0].name}{f' and {more} more (a group: rounds on its node)' if more else ''}"
+
+
+@dataclass
+class Finished:
+    """What a SLURM task hands back: its jobs' lines and its group's verdicts (logged by the driver)."""
+
+    lines: list[str]
+    verdicts: list
+
+
+def units_of(specs, rounds: bool) -> list[Unit]:
+    """The SLURM tasks of a sweep: with rounds, each group of two strategies or more is one task
+    (its jobs in job order, then its rounds); every other job is a task of its own."""
+    if not rounds:
+        return [Unit((s,)) for s in specs]
+    by: dict[str, list[JobSpec]] = {}
+    for s in specs:
+        by.setdefault(groups.group_key(s.config), []).append(s)
+    units = []
+    for members in by.values():
+        if len({repr(s.config.strategy.as_dict()) for s in members}) > 1:
+            units.append(Unit(tuple(members), rounds=True))
+        else:
+            units.extend(Unit((s,)) for s in members)
+    return sorted(units, key=lambda u: u.specs[0].num or 0)
+
+
+def unit_in_worker(task: Task, record: SweepRecord, sweep_dir: str, unit: Unit) -> Finished:
+    """A SLURM task: its unit's jobs here, one after the other (their programs kept), then the
+    group's rounds on this node; the verdicts go back to the driver, which logs them."""
+    task = replace(task, held=groups.Held() if unit.rounds else None, grid={})
+    lines = [task(spec, record, job_dir(Path(sweep_dir), spec.num), here=False) for spec in unit.specs]
+    verdicts = []
+    if unit.rounds:
+        configs = {s.num: s.config.as_study() for s in unit.specs if s.num is not None}
+        uri = store_of(record, unit.specs[0].config.tracking_uri)
+        verdicts = groups.judge_groups(replace(record, uri=uri), configs, task.held)
+        node = platform.node()
+        for v in verdicts:
+            dropped = f", {v.dropped} dropped" if v.dropped else ""
+            lines.append(f"[rounds] {v.label}: {v.rounds} rounds{dropped} in {v.seconds:.1f} s on {node}")
+    return Finished([line for line in lines if line], verdicts)
+
+
+def run_jobs(task: Task, record: SweepRecord, sweep_dir: Path, specs, executor: executors.Executor) -> list:
     """The sweep's jobs through ``executor`` (each one :class:`Task` call where the executor runs
-    it), then, where this process ran the whole grid, its control job and its peers."""
+    it), then, where this process ran the whole grid, its control job and its peers. Under SLURM
+    with rounds on (``report.rounds``), each group is one SLURM task (:class:`Unit`) and the groups'
+    verdicts come back (the driver logs them: :func:`plnexp.experiment.groups.log_verdicts`)."""
     from functools import partial
 
+    if isinstance(executor, executors.Slurm):
+        specs = list(specs)
+        units = units_of(specs, rounds=bool(specs) and specs[0].config.report.rounds > 0)
+        results = executor.run(partial(unit_in_worker, task, record, str(sweep_dir)), units, record.total)
+        return [v for r in results if r is not None for v in r.verdicts]
     work = partial(in_driver if isinstance(executor, executors.InProcess) else in_worker, task, record, str(sweep_dir))
     executor.run(work, list(specs), record.total)
     task.control()  # after the grid: the sweep's control job, when this process ran the grid (Task.control)
     task.peers()  # then the peers' fits (report.peers), on the same condition (Task.peers)
+    return []
 
 
 def force_stop(record: SweepRecord | None, uri: str, signame: str) -> None:
