@@ -159,6 +159,7 @@ class TimingPanel:
     run_s: dict[str, float] = field(default_factory=dict)
     n_iter: int | None = None  # the runs' common length, for the axis label
     run_span: dict[str, tuple[float, float]] = field(default_factory=dict)  # the run times' interval (error bar)
+    rounds: bool = False  # the run times are the interleaved rounds' medians, the spans their paired ratio's interval
 
 
 def timings_png(panels: list[TimingPanel], path: str | Path) -> Path:
@@ -178,7 +179,11 @@ def timings_png(panels: list[TimingPanel], path: str | Path) -> Path:
             np.array([panel.run_s[k] for k in labels], dtype=float),
         ]
         runs = f"steady run ({panel.n_iter} iterations)" if panel.n_iter else "steady run"
-        if panel.run_span:
+        if panel.rounds:
+            runs = runs.replace("steady run", "steady run in the rounds") + (
+                ":\nmedian, whiskers: the paired\nratio's 95% interval" if panel.run_span else ""
+            )
+        elif panel.run_span:
             runs += ":\nmedian, whiskers: IQR\n(range below 5 runs)"
         for j, (v, name, color) in enumerate(zip(values, ("compile", runs), ("tab:orange", "tab:blue"))):
             shown = np.where(np.isfinite(v) & (v > 0), v, np.nan)
