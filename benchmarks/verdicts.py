@@ -11,6 +11,8 @@ reads two comparisons with a known answer:
 - scan_fused against scan (the hand-fused step, about 1.4x faster on this kind of machine:
   docs/results.md, W1): should be ``faster``.
 
+A program whose verdict stands sits out the rounds that follow, as in a sweep (scan_fused, once named).
+
 ``--busy`` runs a process that keeps one core busy all along (what a laptop, a CI runner or a shared
 node often has). Prints each sweep's ratios and verdicts, then the counts.
 
@@ -45,7 +47,12 @@ def _spin(stop) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sweeps", type=int, default=10)
-    ap.add_argument("--n-iter", type=int, default=100, help="iterations per run (a round runs each program once)")
+    ap.add_argument(
+        "--n-iter",
+        type=int,
+        default=20,
+        help="iterations per run (a round runs each program once); the default sweep's",
+    )
     ap.add_argument("--replication", type=int, default=100)
     ap.add_argument("--busy", action="store_true", help="a process keeps one core busy meanwhile")
     args = ap.parse_args()
@@ -95,6 +102,9 @@ def main() -> int:
                 max_rounds=rep.rounds,
                 budget_s=rep.rounds_budget_s,
                 decided=lambda r: all(s.verdict != "unresolved" for s in both(r)),
+                # as a sweep's driver does: a program whose verdict stands sits out the next rounds
+                # (scan_fused, once named; the A/A pair's two programs and scan are references)
+                settled=lambda r: {3} if both(r)[1].verdict != "unresolved" else set(),
                 seed=k,
             )
             aa, fused = both(rounds)
