@@ -569,12 +569,7 @@ class Task:
         """Whether this process ran every job of a sweep's grid (the basic launcher; not a
         rerun's given jobs): what the control job and the peers need (:meth:`control`, :meth:`peers`)."""
         record = self.record
-        return (
-            record is not None
-            and self.extras
-            and record.pid == os.getpid()
-            and sorted(self.grid) == list(range(record.total))
-        )
+        return record is not None and self.extras and sorted(self.grid) == list(range(record.total))
 
     def _extra(self, kind: str, name: str, run):
         """Run one job beyond the grid (the control job, a peer's fit: ``run()`` returns its outcome)
@@ -802,8 +797,10 @@ def run_jobs(task: Task, record: SweepRecord, sweep_dir: Path, specs, executor: 
         units = units_of(specs, rounds=bool(specs) and specs[0].config.report.rounds > 0)
         results = executor.run(partial(unit_in_worker, task, record, str(sweep_dir)), units, record.total)
         return [v for r in results if r is not None for v in r.verdicts]
-    work = partial(in_driver if isinstance(executor, executors.InProcess) else in_worker, task, record, str(sweep_dir))
-    executor.run(work, list(specs), record.total)
+    if not isinstance(executor, executors.InProcess):  # side by side in workers: no control job, no peers
+        executor.run(partial(in_worker, task, record, str(sweep_dir)), list(specs), record.total)
+        return []
+    executor.run(partial(in_driver, task, record, str(sweep_dir)), list(specs), record.total)
     task.control()  # after the grid: the sweep's control job, when this process ran the grid (Task.control)
     task.peers()  # then the peers' fits (report.peers), on the same condition (Task.peers)
     return []
