@@ -546,9 +546,9 @@ def _main(argv: list[str] | None = None) -> int:
         print(redact_text(out), end="", flush=True)
         if code != 0:
             lines = [t for t in err.strip().splitlines() if t.strip()]
-            first = redact_text(lines[-1].strip()) if lines else f"exit {code}"
+            first = redact_text(lines[-1].strip()).removeprefix("plnexp: error: ") if lines else f"exit {code}"
             print(f"plnexp: error: {first}", file=sys.stderr, flush=True)
-            return 1
+            return 2 if code == 2 else 1  # argparse's usage errors exit 2
         return 0
     is_multirun = command == "sweep" or "-m" in args or "--multirun" in args
     overrides = [a for a in args if a not in ("-m", "--multirun")]

@@ -30,6 +30,7 @@ def answer(args: list[str]) -> tuple[int, str, str]:
 
 
 def main() -> None:
+    sys.argv[0] = "plnexp"  # the program's name in Hydra's usage and errors (its arguments are as given)
     hydra.main(config_path=str(C.CONF_DIR), config_name="config", version_base="1.3")(_nothing)()
 
 
