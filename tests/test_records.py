@@ -5,6 +5,7 @@ the same records, so that the unit tests' store cannot drift from the real one."
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
 
 import pytest
@@ -19,21 +20,31 @@ from plnexp.jobs.tags import CONTROL_OF_TAG, CONTROL_TAG, PARENT_TAG, PEER_TAG, 
 from plnexp.store import memory, owners, records
 from plnexp.store.records import FIELDS, RunRecord
 
-TINY = ["dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=3", "strategy=scan", "experiment=rec"]
+TINY = [
+    *("dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=3", "strategy=scan", "experiment=rec"),
+    *("repeats=1", "warmup=0", "time_budget_s=0"),  # one timed run: the record reads what it logs
+]
 
 
-@pytest.fixture
-def swept(outputs, tmp_path):
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory, migrated_store):
     """A closed sweep ``rec`` of the real write path: job 0 (a tiny fit) and, as the sweep's control
-    job repeats it, job 1 tagged as its control. Returns (store URI, sweep record, the job)."""
-    (job,) = cli.plan(TINY, multirun=False)
-    uri = tracking.check_store()
-    record = sweep.open_sweep(tmp_path / "sw", "rec", "rec", uri, 1, {"command": "sweep rec"})
-    for num, tags in ((0, {}), (1, {CONTROL_TAG: "true", CONTROL_OF_TAG: "0"})):
-        out = runner.run_job(job.config, job.overrides, job.name, parent=record.parent, job_num=num, tags=tags)
-        assert out.status == "FINISHED", out.reason
-    sweep.close_sweep(record, "FINISHED")
-    return uri, record, job
+    job repeats it, job 1 tagged as its control, in a store of their own (the tests of this module
+    only read it). Returns (store URI, sweep record, the job)."""
+    out = tmp_path_factory.mktemp("records") / "outputs"
+    out.mkdir()
+    shutil.copy(migrated_store, out / "mlflow.db")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PLNEXP_OUTPUTS", str(out))
+        mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+        (job,) = cli.plan(TINY, multirun=False)
+        uri = tracking.check_store()
+        record = sweep.open_sweep(out.parent / "sw", "rec", "rec", uri, 1, {"command": "sweep rec"})
+        for num, tags in ((0, {}), (1, {CONTROL_TAG: "true", CONTROL_OF_TAG: "0"})):
+            done = runner.run_job(job.config, job.overrides, job.name, parent=record.parent, job_num=num, tags=tags)
+            assert done.status == "FINISHED", done.reason
+        sweep.close_sweep(record, "FINISHED")
+        yield uri, record, job
 
 
 def _as_written(field: str, value) -> str | None:
