@@ -319,11 +319,11 @@ def sync(args: list[str]) -> int:
 def _sweep_up(uri: str) -> None:
     """Mark FAILED the runs whose owners are gone; one line per kind of owner (the states of the
     SLURM jobs read back from the reason each run was ended with: ``slurm job <id> <state>``)."""
-    orphans = tracking.sweep_up_orphans(uri)
-    jobs = [r for r in orphans if r.data.tags.get(tracking.SLURM_JOB_TAG)]
-    local = [r for r in orphans if not r.data.tags.get(tracking.SLURM_JOB_TAG)]
+    orphans = [tracking.record(r) for r in tracking.sweep_up_orphans(uri)]
+    jobs = [r for r in orphans if isinstance(r.owner, tracking.SlurmJob)]
+    local = [r for r in orphans if not isinstance(r.owner, tracking.SlurmJob)]
     if local:
-        pids = sorted({r.data.tags.get(tracking.PID_TAG, "?") for r in local})
+        pids = sorted({str(r.owner.pid) if isinstance(r.owner, tracking.LocalProcess) else "?" for r in local})
         print(
             f"plnexp: {len(local)} run(s) left RUNNING by process(es) {', '.join(pids)} on this host, which "
             f"no longer exist, marked FAILED (reason=orphaned)",
@@ -331,7 +331,7 @@ def _sweep_up(uri: str) -> None:
             flush=True,
         )
     if jobs:
-        state = {r.data.tags[tracking.SLURM_JOB_TAG]: r.data.tags.get("reason", "").rsplit(" ", 1)[-1] for r in jobs}
+        state = {r.owner.job: r.reason.rsplit(" ", 1)[-1] for r in jobs if isinstance(r.owner, tracking.SlurmJob)}
         ids = sorted(state, key=lambda j: (tuple(int(p) if p.isdigit() else 0 for p in j.split("_")), j))
         print(
             f"plnexp: {len(jobs)} run(s) left RUNNING by slurm job(s) {', '.join(ids)}, which ended "

@@ -5,15 +5,16 @@ hand-made curves, the figure; then sweep=convergence run in this process at a ti
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+from plnexp.jobs.tags import SWEEP_TAG
 from plnexp.measure import convergence
 from plnexp.report import convergence_report as cr
 from plnexp.report import summary as report
 from plnexp.report.summary import Entry, Report
+from plnexp.store.records import RunRecord
 
 N_ITER = 1000
 OPTIMUM = -1000.0
@@ -59,7 +60,7 @@ def entry(strategy="scan", s_to=None, spread=0.01, *, optimizer="rprop", precisi
 
 
 def made(*entries, sweep="convergence") -> Report:
-    parent = SimpleNamespace(data=SimpleNamespace(tags={"sweep": sweep}), info=SimpleNamespace(run_id="p"))
+    parent = RunRecord("p", "0", "", "FINISHED", tags={SWEEP_TAG: sweep})
     return Report(sweep, parent, list(entries), ["optimizer.name"])
 
 

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from scipy import stats
 
+from plnexp.jobs.tags import SWEEP_TAG
 from plnexp.measure import criteria
 from plnexp.report import rank_report as rr
 from plnexp.report.summary import Entry, Report
+from plnexp.store.records import RunRecord
 
 
 # ---------------------------------------------------------------- plnexp.measure.criteria
@@ -105,7 +106,7 @@ def entry(rank=None, loglik=-1000.0, *, model="pca", status="FINISHED", data="si
 
 
 def made(*entries, sweep="pca_rank", extra_keys=("model.rank",)) -> Report:
-    parent = SimpleNamespace(data=SimpleNamespace(tags={"sweep": sweep}), info=SimpleNamespace(run_id="p"))
+    parent = RunRecord("p", "0", "", "FINISHED", tags={SWEEP_TAG: sweep})
     runs = list(entries)
     for e in runs:
         e.extra = tuple(e.params.get(k, "") for k in extra_keys)

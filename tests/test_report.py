@@ -260,10 +260,8 @@ def test_bad_report_requests_are_one_line_and_exit_2(outputs, capsys, args, mess
 
 def test_report_on_a_job_or_a_single_run_names_the_parent(outputs, tmp_path, monkeypatch, capsys):
     record = fake_sweep(tmp_path, monkeypatch, [("scan", 30)])
-    child = tracking.sweep_runs(tracking.tracking_uri(), tracking.find_run(tracking.tracking_uri(), record.parent_id))[
-        0
-    ]
-    assert report.main(["--run", child.info.run_id]) == 2
+    child = tracking.records.sweep(tracking.tracking_uri(), record.parent_id)[0]
+    assert report.main(["--run", child.run_id]) == 2
     assert f"a job of the sweep whose parent run is {record.parent_id}" in capsys.readouterr().err
     single = runner.run_job(job_config("scan", 30), (), "single")
     assert report.main(["--run", single.run_id]) == 2
@@ -772,7 +770,7 @@ def test_a_resumed_sweep_runs_its_control_again_and_reports_its_original(outputs
     assert sorted(e.label for e in rep.entries) == ["eager", "fori_loop", "scan", "scan (control)"]
     (control,) = [e for e in rep.entries if e.control]
     (scan,) = [e for e in rep.entries if e.strategy == "scan" and not e.control]
-    assert control.tags["mlflow.parentRunId"] == rep.parent.info.run_id != scan.tags["mlflow.parentRunId"]
+    assert control.tags["mlflow.parentRunId"] == rep.parent.run_id != scan.tags["mlflow.parentRunId"]
     assert ranking.original(control, rep.groups[control.group]) is scan
     assert report.summary_lines(rep)[0].startswith("fastest on synthetic_n30_p5_d2_s0 (30×5), float32, cpu: scan")
 

@@ -497,17 +497,16 @@ def test_a_rerun_with_overrides_is_named_as_its_config(outputs, capsys):
 
 
 def test_runs_are_identified_by_config_hash_and_replicate():
-    from types import SimpleNamespace
-
     from plnexp.experiment import plan as cli
     from plnexp.jobs import provenance
     from plnexp.experiment import resume
+    from plnexp.store.records import RunRecord
 
     (job,) = cli.plan(["dataset=synthetic", "dataset.n=30", "dataset.p=3", "n_iter=5"], multirun=False)
     h = provenance.config_hash(job.config)
 
     def run(run_id, **tags):
-        return SimpleNamespace(info=SimpleNamespace(run_id=run_id), data=SimpleNamespace(tags=tags, params={}))
+        return RunRecord(run_id, "1", "", "FINISHED", tags=tags)
 
     # a run of another replicate of the same config does not answer the job (replicate 0)
     assert resume._done([run("a" * 32, config_hash=h, replicate="1")], [job]) == []

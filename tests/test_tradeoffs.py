@@ -9,8 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from plnexp.jobs.tags import SWEEP_TAG
 from plnexp.report import tradeoffs
 from plnexp.report.summary import Entry
+from plnexp.store.records import RunRecord
 
 N_ITER = 1000
 
@@ -190,7 +192,7 @@ def test_the_control_job_is_not_compared_and_gives_the_noise():
 
 def test_the_preset_is_the_sweep_tag_else_the_experiment():
     def report(tag, experiment):
-        return SimpleNamespace(parent=SimpleNamespace(data=SimpleNamespace(tags={"sweep": tag})), experiment=experiment)
+        return SimpleNamespace(parent=RunRecord("p", "0", "", "FINISHED", tags={SWEEP_TAG: tag}), experiment=experiment)
 
     assert tradeoffs.preset(report("unroll", "mine")) == "unroll"
     assert tradeoffs.preset(report("null", "loop")) == "loop"

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from .. import store as tracking
 from ..jobs import verdicts as V
 from ..jobs.config import Config
-from ..jobs.provenance import HASH_TAG, REPLICATE_TAG, config_hash
+from ..jobs.provenance import config_hash
 from ..measure import paired
 from ..system import interrupts
 from ..system.redact import redact_text
@@ -95,17 +95,16 @@ def finished_members(record, configs: Mapping[int, Config]) -> list[Member]:
     """The jobs of ``configs`` (by job number) whose runs (every replicate's) FINISHED in this sweep,
     in job order."""
     runs: dict[int, list] = {}
-    for r in tracking.children(tracking.client(record.uri), record.parent):
-        num = r.data.tags.get(tracking.JOB_TAG)
-        if num is not None and num.isdigit() and int(num) in configs:
-            runs.setdefault(int(num), []).append(r)
+    for r in tracking.records.children(record.uri, record.parent):
+        if r.job is not None and r.job in configs:
+            runs.setdefault(r.job, []).append(r)
     out = []
     for num, rs in sorted(runs.items()):
         k = configs[num].replicates
         mine = {config_hash(configs[num]), config_hash(configs[num].as_study())}
-        if len(rs) == k and all(r.info.status == "FINISHED" and r.data.tags.get(HASH_TAG) in mine for r in rs):
-            rs = sorted(rs, key=lambda r: int(r.data.tags.get(REPLICATE_TAG, 0) or 0))
-            out.append(Member(num, configs[num], tuple(r.info.run_id for r in rs)))
+        if len(rs) == k and all(r.status == "FINISHED" and r.config_hash in mine for r in rs):
+            rs = sorted(rs, key=lambda r: r.replicate)
+            out.append(Member(num, configs[num], tuple(r.run_id for r in rs)))
     return out
 
 

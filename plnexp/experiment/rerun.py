@@ -47,8 +47,9 @@ from .executors import InProcess
 from ..system.commandline import Parser, UsageError, fail
 
 if TYPE_CHECKING:
-    from mlflow.entities import Run
     from omegaconf import DictConfig
+
+    from ..store.records import RunRecord
 
 USAGE = "usage: python -m plnexp rerun RUN_ID [--strict] [tracking_uri=STORE] [overrides ...]"
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -57,20 +58,20 @@ FORBIDDEN = ("experiment", "tracking_uri", "sweep")  # a rerun goes where its or
 
 @dataclass
 class Source:
-    """One run to rerun: the original (an MLflow run) and the config the rerun will use."""
+    """One run to rerun: the original (its record) and the config the rerun will use."""
 
-    run: Run
+    run: RunRecord
     original: Config
     config: Config
     peer: str | None = None  # a peer's run (tag plnexp.peer): the peer's name; its configs are the job's it followed
 
     @property
     def run_id(self) -> str:
-        return self.run.info.run_id
+        return self.run.run_id
 
     @property
     def name(self) -> str:
-        return self.run.info.run_name
+        return self.run.name
 
     def logged(self, config: Config) -> Config:
         """What a run of ``config`` logs: the config, or for a peer's run what the peer runs beside
@@ -84,7 +85,7 @@ class Source:
 
     @property
     def same_config(self) -> bool:
-        recorded = self.run.data.tags.get(provenance.HASH_TAG) or provenance.config_hash(self.logged(self.original))
+        recorded = self.run.config_hash or provenance.config_hash(self.logged(self.original))
         return recorded == provenance.config_hash(self.logged(self.config))
 
 
@@ -123,21 +124,21 @@ def apply_overrides(node: dict, overrides: list[str]) -> DictConfig:
     return cfg
 
 
-def logged_node(uri: str, run) -> dict:
+def logged_node(uri: str, run: RunRecord) -> dict:
     """The loadable config of a logged run, from its ``config.yaml`` artifact; one line if missing
     or made by an incompatible plnexp."""
-    rid = run.info.run_id
-    fmt = run.data.tags.get(provenance.FORMAT_TAG)
+    rid = run.run_id
+    fmt = run.provenance
     if fmt is not None and fmt != provenance.PROVENANCE_VERSION:
         raise ConfigError(
-            f"run {rid}: logged by plnexp {run.data.tags.get(provenance.VERSION_TAG, '?')} in "
+            f"run {rid}: logged by plnexp {run.version or '?'} in "
             f"provenance format {fmt}; allowed values are runs of format "
             f"{provenance.PROVENANCE_VERSION} (plnexp {provenance.package_version()})"
         )
     text = tracking.read_artifact(uri, rid, "config.yaml")
     if text is None:
         raise ConfigError(
-            f"run {rid} ({run.info.run_name}): its config artifact config.yaml is missing; allowed "
+            f"run {rid} ({run.name}): its config artifact config.yaml is missing; allowed "
             f"values are runs logged by plnexp with their resolved config"
         )
     try:
@@ -168,15 +169,15 @@ def logged_node(uri: str, run) -> dict:
     return node
 
 
-def peer_of(run) -> str | None:
+def peer_of(run: RunRecord) -> str | None:
     """The peer whose run ``run`` is (tag ``plnexp.peer``), else None. A peer the registry no longer
     has: one line."""
-    from ..jobs.peers import PEER_TAG, PEERS
+    from ..jobs.peers import PEERS
 
-    name = run.data.tags.get(PEER_TAG)
+    name = run.peer
     if name is not None and name not in PEERS:
         raise ConfigError(
-            f"run {run.info.run_id}: a run of the peer {name!r}, which this plnexp does not have; "
+            f"run {run.run_id}: a run of the peer {name!r}, which this plnexp does not have; "
             f"allowed values are runs of plnexp's jobs and of the peers {', '.join(PEERS)}"
         )
     return name
@@ -202,20 +203,20 @@ def job_node_of_peer(node: dict) -> dict:
     return node
 
 
-def source(uri: str, run, overrides: list[str], experiment: str) -> Source:
+def source(uri: str, run: RunRecord, overrides: list[str], experiment: str) -> Source:
     node = logged_node(uri, run)
     original = C.load(node, check_device=False)
     node = {**node, "experiment": experiment, "tracking_uri": uri}
     return Source(run, original, C.load(apply_overrides(node, overrides)), peer_of(run))
 
 
-def find(uri: str, run_id: str):
+def find(uri: str, run_id: str) -> RunRecord:
     if not RUN_ID.match(run_id):
         raise ConfigError(
             f"run id {run_id!r}: malformed; allowed values are MLflow run ids (32 hexadecimal characters)"
         )
-    run = tracking.find_run(uri, run_id)
-    if run is None or run.info.lifecycle_stage == "deleted":
+    run = tracking.records.run(uri, run_id)
+    if run is None or run.deleted:
         raise ConfigError(
             f"run {run_id}: not found in the store {uri}; allowed values are ids of runs in this "
             f"store (MLFLOW_TRACKING_URI or PLNEXP_OUTPUTS selects another)"
@@ -223,12 +224,12 @@ def find(uri: str, run_id: str):
     return run
 
 
-def originals(uri: str, run) -> list:
+def originals(uri: str, run: RunRecord) -> list[RunRecord]:
     """The runs a rerun of ``run`` repeats: ``[run]``, or for a sweep's parent the runs of the sweep
-    (its children and the FINISHED children of the sweeps it resumed: :func:`tracking.sweep_runs`)."""
-    runs = tracking.sweep_runs(uri, run)
+    (its children and the FINISHED children of the sweeps it resumed: :func:`tracking.records.sweep`)."""
+    runs = tracking.records.sweep(uri, run)
     # a job of replicates=K is K runs of one program: it reruns as one job, compared on replicate 0
-    return [r for r in runs if provenance.replicate(r.data.tags) == 0] or [run]
+    return [r for r in runs if r.replicate == 0] or [run]
 
 
 def store_override(overrides: list[str]) -> tuple[str | None, list[str]]:
@@ -240,7 +241,9 @@ def store_override(overrides: list[str]) -> tuple[str | None, list[str]]:
     return (given[-1] if given else None), [o for o in overrides if o.split("=", 1)[0] != "tracking_uri"]
 
 
-def plan(run_id: str, overrides: list[str], store: str | None = None) -> tuple[str, Run, list[Source], dict[str, str]]:
+def plan(
+    run_id: str, overrides: list[str], store: str | None = None
+) -> tuple[str, RunRecord, list[Source], dict[str, str]]:
     """Everything before the first run exists: (store URI, original run, sources, data digests by
     run id); ``store``: the ``tracking_uri=`` given (:func:`store_override`). Raises ConfigError,
     DataError or StoreError (one line each; a URI holding ``***`` is refused by the store's check)."""
@@ -259,12 +262,12 @@ def plan(run_id: str, overrides: list[str], store: str | None = None) -> tuple[s
             flush=True,
         )
     run = find(uri, run_id)
-    experiment = tracking.experiment_name(uri, run.info.experiment_id)
-    for r in [run, *tracking.sweep_children(uri, run)]:
-        if r.info.status == "RUNNING":
-            of = "" if r is run else f" ({r.info.run_name}) of sweep {run_id}"
+    experiment = tracking.experiment_name(uri, run.experiment_id)
+    for r in [run, *tracking.records.children(uri, run)]:
+        if r.status == "RUNNING":
+            of = "" if r is run else f" ({r.name}) of sweep {run_id}"
             raise ConfigError(
-                f"run {r.info.run_id}{of}: still RUNNING; allowed values are ended runs (FINISHED, FAILED, KILLED)"
+                f"run {r.run_id}{of}: still RUNNING; allowed values are ended runs (FINISHED, FAILED, KILLED)"
             )
     sources = [source(uri, r, overrides, experiment) for r in originals(uri, run)]
     digests = {s.run_id: runner.load_data(s.config.dataset).digest() for s in sources}
@@ -324,7 +327,7 @@ def verdict(src: Source, env_same: bool, old: np.ndarray, new: np.ndarray, statu
     precisions = {src.original.precision.name, src.config.precision.name}
     tol = max(PRECISIONS[p].curve_rtol for p in precisions)
     precision = max(precisions, key=lambda p: PRECISIONS[p].curve_rtol)
-    expect = src.same_config and env_same and src.run.data.tags.get("platform") == "cpu"
+    expect = src.same_config and env_same and src.run.platform == "cpu"
     return Verdict(identical, rel, len(old), len(new), tol, precision, src.same_config, expect, status_ok)
 
 
@@ -351,22 +354,22 @@ def timing_line(old: dict, new: dict) -> str:
 
 def report_environment(src: Source, digest: str) -> list[str]:
     """The lines printed before running: environment differences and changed data files."""
-    lines = provenance.changed_files(src.run.data.tags, src.config)
-    lines += provenance.differences(src.run.data.tags, provenance.environment(src.config, digest))
+    lines = provenance.changed_files(src.run.tags, src.config)
+    lines += provenance.differences(src.run.tags, provenance.environment(src.config, digest))
     return lines
 
 
 def unfinished_ok(src: Source, outcome) -> bool:
     """An original that did not finish has no result to compare: the rerun reproduces it if it
     finishes, or fails the way the original did."""
-    return outcome.status in ("FINISHED", src.run.info.status)
+    return outcome.status in ("FINISHED", src.run.status)
 
 
 def compare(uri: str, src: Source, outcome, env_same: bool) -> tuple[Verdict | None, list[str]]:
     """After the rerun: the verdict (None when the original has no finished result) and the lines."""
-    new_run = tracking.find_run(uri, outcome.run_id)
-    if src.run.info.status != "FINISHED":
-        return None, [f"the original run was {src.run.info.status}: no finished result to compare with"]
+    new_run = tracking.records.run(uri, outcome.run_id)
+    if src.run.status != "FINISHED":
+        return None, [f"the original run was {src.run.status}: no finished result to compare with"]
     v = verdict(
         src,
         env_same,
@@ -386,7 +389,7 @@ def compare(uri: str, src: Source, outcome, env_same: bool) -> tuple[Verdict | N
     )
     lines = [] if v.status_ok else [f"the rerun ended {outcome.status}: {outcome.reason}"]
     lines.append(v.line())
-    lines.append(timing_line(dict(src.run.data.metrics), dict(new_run.data.metrics) if new_run else {}))
+    lines.append(timing_line(dict(src.run.metrics), dict(new_run.metrics) if new_run else {}))
     return v, lines
 
 
@@ -417,25 +420,22 @@ def job_spec(src: Source, overrides: list[str], num: int | None = None) -> JobSp
     that config is (precision=float64 gives ...-f64-...) when overrides change it, else the
     original's name; tagged with the run it repeats; job number ``num`` of the rerun's sweep. A
     sweep's control job reruns as the control job (its tags kept: the rerun's A/A pair)."""
-    from ..jobs.tags import CONTROL_OF_TAG, CONTROL_TAG
-
-    tags = src.run.data.tags
-    logged = tuple(filter(None, tags.get("overrides", "").split(" "))) + tuple(overrides)
+    logged = src.run.overrides + tuple(overrides)
     name = src.config.job_name(logged) if overrides else src.name
-    control = {k: tags[k] for k in (CONTROL_TAG, CONTROL_OF_TAG) if k in tags}
-    kind = Kind.CONTROL if control.get(CONTROL_TAG) == "true" else Kind.JOB
-    return JobSpec(src.config, name, num, logged, kind, tags={**control, provenance.RERUN_TAG: src.run_id})
+    kind = Kind.CONTROL if src.run.control else Kind.JOB
+    tags = {**src.run.control_tags, provenance.RERUN_TAG: src.run_id}
+    return JobSpec(src.config, name, num, logged, kind, tags=tags)
 
 
 def _rerun_one(uri: str, src: Source, overrides: list[str]):
     """The rerun's outcome for the original's replicate (a job of ``replicates=K`` reruns all K, in
     one program as they ran; the original is compared with its own replicate)."""
     if src.peer is not None:
-        return _rerun_peer(uri, src, src.run.info.experiment_id, None, 0)
+        return _rerun_peer(uri, src, src.run.experiment_id, None, 0)
     spec = job_spec(src, overrides)
     # compared with the original's timings: compile_cache auto is off, the compile cold (a sweep's rerun: sweep.Task)
     job = runner.run_job(src.config.as_study(), spec.overrides, spec.name, tags=spec.run_tags)
-    k = provenance.replicate(src.run.data.tags)
+    k = src.run.replicate
     return job.batch[k] if k < len(job.batch) else job
 
 
@@ -529,13 +529,15 @@ def _single(uri: str, src: Source, overrides: list[str], env_same: bool, strict:
     return 1 if failed else 0
 
 
-def _sweep(uri: str, parent_run, sources: list[Source], overrides: list[str], envs: dict, strict: bool) -> int:
+def _sweep(
+    uri: str, parent_run: RunRecord, sources: list[Source], overrides: list[str], envs: dict, strict: bool
+) -> int:
     """A new sweep of the sources' jobs, run in this process (the one sweep path,
     :func:`plnexp.experiment.sweep.session`), each job's spec made from its original's logged config; then
     every new run is compared with its original."""
     from . import sweep
 
-    name = parent_run.data.tags.get("sweep", "sweep")
+    name = parent_run.sweep if parent_run.sweep is not None else "sweep"
     sweep_dir = sweep.new_sweep_dir()
     # the jobs (grid, control) in this process; then, as a sweep runs its peers, each peer's run,
     # numbered after the jobs (sources come in job order: peers last)
@@ -560,13 +562,13 @@ def _sweep(uri: str, parent_run, sources: list[Source], overrides: list[str], en
     end = sweep.session(
         sweep_dir,
         f"{name}-rerun",
-        tracking.experiment_name(uri, parent_run.info.experiment_id),
+        tracking.experiment_name(uri, parent_run.experiment_id),
         uri,
         len(jobs),
-        {provenance.RERUN_TAG: parent_run.info.run_id, "command": provenance.command_line()},
+        {provenance.RERUN_TAG: parent_run.run_id, "command": provenance.command_line()},
         launch,
         header=lambda record: (
-            f"rerun of sweep {name} (run {parent_run.info.run_id}): {len(sources)} jobs, parent run {record.parent_id}"
+            f"rerun of sweep {name} (run {parent_run.run_id}): {len(sources)} jobs, parent run {record.parent_id}"
         ),
     )
     if end.stop is not None:
@@ -576,9 +578,7 @@ def _sweep(uri: str, parent_run, sources: list[Source], overrides: list[str], en
     if end.summary.store_error:  # said in one line; the comparison would read the store that failed
         return 1
     new = {
-        int(r.data.tags[tracking.JOB_TAG]): r
-        for r in tracking.sweep_children(uri, tracking.find_run(uri, end.record.parent_id))
-        if r.data.tags.get(tracking.JOB_TAG, "").isdigit() and provenance.replicate(r.data.tags) == 0
+        r.job: r for r in tracking.records.children(uri, end.record.parent) if r.job is not None and r.replicate == 0
     }
     failures: list[str] = []
     for i, src in enumerate(sources):
@@ -612,5 +612,5 @@ class Rerun:
     reason: str
 
     @classmethod
-    def of(cls, run) -> Rerun:
-        return cls(run.info.run_id, run.info.status, run.data.tags.get("status_reason", ""))
+    def of(cls, run: RunRecord) -> Rerun:
+        return cls(run.run_id, run.status, run.status_reason)

@@ -25,7 +25,7 @@ from .. import store as tracking
 from ..jobs.config import Config, flatten
 
 if TYPE_CHECKING:
-    from mlflow.entities import Run
+    from ..store.records import RunRecord
 
 
 class Reused(NamedTuple):
@@ -80,22 +80,6 @@ class Match(NamedTuple):
         return head + " (it has no FINISHED job runs); all jobs run"
 
 
-def _finished_job_runs(uri: str, experiment: str) -> list:
-    """The experiment's FINISHED job runs, a sweep's control jobs left out: one repeats its
-    reference job's config (same hash) but answers no job of a grid (a resumed sweep runs its own
-    control again, :mod:`plnexp.experiment.sweep`)."""
-    from ..jobs.ranking import CONTROL_TAG
-
-    exp_id = tracking.find_experiment(uri, experiment)
-    if exp_id is None:
-        return []
-    return [
-        r
-        for r in tracking.finished_runs(uri, exp_id)
-        if r.data.tags.get(provenance.HASH_TAG) and r.data.tags.get(CONTROL_TAG) != "true"
-    ]
-
-
 def differences(config: Config, params: dict[str, str]) -> list[str]:
     """``key: here here, there there`` for each config key that identifies a fit (flattened, as logged
     in params) whose value differs from a run's params."""
@@ -141,17 +125,17 @@ def _shown(value: str) -> str:
     return value if value else "(none)"
 
 
-def unlike(config: Config, run, env: dict[str, str]) -> list[str]:
+def unlike(config: Config, run: RunRecord, env: dict[str, str]) -> list[str]:
     """``key: here here, there there`` for each key of the timing protocol (params) and of the
     environment ``env`` (tags) whose value differs from ``run``'s (a key the run did not log, an
     older run's, is not compared): a run of the same config measured otherwise."""
     out = []
     for key, mine in protocol(config).items():
-        there = run.data.params.get(key)
+        there = run.params.get(key)
         if there is not None and there != mine:
             out.append(f"{key}: {mine} here, {there} there")
     for key, mine in env.items():
-        there = run.data.tags.get(key)
+        there = run.tags.get(key)  # the environment's tags, named by SOFTWARE_KEYS and MACHINE_KEYS
         if there is not None and there != mine:
             out.append(f"{key}: {_shown(mine)} here, {_shown(there)} there")
     return out
@@ -180,27 +164,27 @@ def nearest(jobs, runs, envs: _Environments | None = None, *, refused_only: bool
     then of how it was timed and run), and how (newest run first on ties). ``refused_only``: only
     the runs of a job's very config (those its timing protocol or environment kept from reuse)."""
     envs = envs or _Environments()
-    pairs: list[tuple[list[str], Run]] = []
+    pairs: list[tuple[list[str], RunRecord]] = []
     for job in jobs:
         h = provenance.config_hash(job.config)
         for r in runs:
-            if refused_only and r.data.tags.get(provenance.HASH_TAG) != h:
+            if refused_only and r.config_hash != h:
                 continue
-            pairs.append((differences(job.config, r.data.params) + unlike(job.config, r, envs.of(job)), r))
+            pairs.append((differences(job.config, r.params) + unlike(job.config, r, envs.of(job)), r))
     if not pairs:
         return ""
     diff, run = min(pairs, key=lambda t: len(t[0]))
     if refused_only and not diff:
         return ""  # timed and run alike: refused for its data or its batch, nothing to name
     what = "; ".join(diff) if diff else "no config key (its data changed since)"
-    return f"run {run.info.run_name} ({run.info.run_id}) differs by {what}"
+    return f"run {run.name} ({run.run_id}) differs by {what}"
 
 
 def match(uri: str, experiment: str, jobs) -> Match:
     """:func:`find_done`, and the FINISHED run of the experiment nearest to the jobs left to run:
     any run when no job is answered; else only a run of a left job's config that was refused for
     how it was timed or run (the jobs an interrupted sweep never ran have none: nothing more said)."""
-    runs = _finished_job_runs(uri, experiment)
+    runs = tracking.records.finished_runs(uri, experiment)
     envs = _Environments()
     done = _done(runs, jobs, envs)
     answered = {d.job for d in done}
@@ -211,7 +195,8 @@ def match(uri: str, experiment: str, jobs) -> Match:
 def find_done(uri: str, experiment: str, jobs) -> list[Reused]:
     """The jobs (``plnexp.experiment.plan.Job``) that a FINISHED run of ``experiment`` already answers (the newest
     such run for each). Reads only: nothing is created, not even the experiment."""
-    return _done(_finished_job_runs(uri, experiment), jobs)
+    answered = tracking.records.finished(uri, experiment, {provenance.config_hash(j.config) for j in jobs})
+    return _done([r for runs in answered.values() for r in runs], jobs)
 
 
 def _done(runs, jobs, envs: _Environments | None = None) -> list[Reused]:
@@ -219,34 +204,33 @@ def _done(runs, jobs, envs: _Environments | None = None) -> list[Reused]:
     run alike: :func:`unlike`), all of one parent run (one program's batch), each on the data it was
     fitted on then."""
     envs = envs or _Environments()
-    by_key: dict[tuple[str | None, str], list[Run]] = {}
+    by_key: dict[tuple[str | None, int], list[RunRecord]] = {}
     for r in runs:  # newest first
-        by_key.setdefault(provenance.run_key(r.data.tags), []).append(r)
+        by_key.setdefault(r.key, []).append(r)
     done = []
     for i, job in enumerate(jobs):
         h = provenance.config_hash(job.config)
         env = envs.of(job)
-        found: list[Run] = []
+        found: list[RunRecord] = []
         for k in range(job.config.replicates):
-            alike = [r for r in by_key.get((h, str(k)), []) if not unlike(job.config, r, env)]
+            alike = [r for r in by_key.get((h, k), []) if not unlike(job.config, r, env)]
             if not alike:
                 break
             found.append(alike[0])
         if len(found) < job.config.replicates:
             continue
-        parents = {r.data.tags.get("mlflow.parentRunId", "") for r in found}
+        parents = {r.parent_id for r in found}
         if len(parents) > 1:
             continue  # replicates of different batches: fit them again, together
         datasets = job.config.replicate_datasets()
         if any(_data_changed(r, datasets[k if len(datasets) > 1 else 0]) for k, r in enumerate(found)):
             continue  # the data changed since: fit it again
-        done.append(Reused(i, h, found[0].info.run_id, parents.pop(), tuple(r.info.run_id for r in found)))
+        done.append(Reused(i, h, found[0].run_id, parents.pop(), tuple(r.run_id for r in found)))
     return done
 
 
-def _data_changed(run, dataset) -> bool:
-    recorded = run.data.tags.get(provenance.DATA_TAG)
-    return bool(recorded) and recorded != runner.load_data(dataset).digest()
+def _data_changed(run: RunRecord, dataset) -> bool:
+    return bool(run.data_digest) and run.data_digest != runner.load_data(dataset).digest()
 
 
 def tags(done: list[Reused]) -> dict[str, str]:
@@ -281,7 +265,7 @@ def reused_run(record, config: Config) -> str | None:
     for d in record.reused:
         if d.config_hash != h:
             continue
-        run = tracking.find_run(record.uri, d.run_id)
+        run = tracking.records.run(record.uri, d.run_id)
         if run is not None and not unlike(config, run, {}):
             return d.run_id
     return None
@@ -293,14 +277,14 @@ def rows(uri: str, reused) -> list[dict]:
     out = []
     for d in reused:
         for k, run_id in enumerate(d.run_ids or (d.run_id,)):
-            r = tracking.find_run(uri, run_id)
+            r = tracking.records.run(uri, run_id)
             if r is not None:
                 out.append(
                     {
-                        "name": r.info.run_name,
-                        "status": r.info.status,
+                        "name": r.name,
+                        "status": r.status,
                         "reason": "reused",
-                        "metrics": dict(r.data.metrics),
+                        "metrics": dict(r.metrics),
                         "job": d.job,
                         "replicate": k,
                     }

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from .config import Config
+from .tags import PARENT_TAG
 from ..system.machine import cpu_model
 from ..system.paths import CHECKOUT
 from ..system.redact import redact
@@ -36,6 +37,7 @@ PROVENANCE_VERSION = "1"  # the format of these tags and of config.yaml; a rerun
 VERSION_TAG, FORMAT_TAG = "plnexp.version", "plnexp.provenance"
 HASH_TAG, RERUN_TAG, RESUMES_TAG = "config_hash", "rerun_of", "resumes"
 REPLICATE_TAG = "replicate"  # a run's place in its program's batch (replicates=K: 0..K-1)
+PLATFORM_TAG = "platform"  # the device's platform the run ran on (cpu, gpu): a rerun on CPU must be bit for bit
 
 
 def replicate(tags: dict) -> int:
@@ -45,7 +47,7 @@ def replicate(tags: dict) -> int:
 
 def batch_key(tags: dict) -> tuple:
     """What the runs of one job share (``replicates=K``: its K runs): config hash and parent run."""
-    return tags.get(HASH_TAG), tags.get("mlflow.parentRunId", "")
+    return tags.get(HASH_TAG), tags.get(PARENT_TAG, "")
 
 
 def run_key(tags: dict) -> tuple[str | None, str]:
@@ -78,7 +80,7 @@ ENV_FIELDS = (
     ("jax_version", "jax version"),
     ("jaxlib_version", "jaxlib version"),
     ("optax_version", "optax version"),
-    ("platform", "platform"),
+    (PLATFORM_TAG, "platform"),
     ("device_kind", "device kind"),
     ("x64", "x64"),
     ("XLA_FLAGS", "XLA_FLAGS"),
@@ -231,7 +233,7 @@ def environment_tags(config: Config) -> dict[str, str]:
         "jax_version": jax.__version__,
         "jaxlib_version": jaxlib.__version__,
         "optax_version": optax.__version__,
-        "platform": dev.platform,
+        PLATFORM_TAG: dev.platform,
         "device_kind": dev.device_kind,
         "x64": str(config.precision.x64),
         "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),

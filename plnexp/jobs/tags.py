@@ -11,3 +11,12 @@ VERDICT_TAG = (
 )
 REFERENCE_TAG = "plnexp.reference"  # the strategy its paired ratio divides by (the group's reference)
 GROUP_TAG = "plnexp.group"  # the timed group it ran its rounds in (its label), one sweep's
+PARENT_TAG = "mlflow.parentRunId"  # MLflow's own: a child run's parent (a sweep's job: the sweep's parent run)
+STATUS_REASON_TAG = "status_reason"  # why a run ended as it did, in words
+REASON_TAG = "reason"  # why a run ended, as a code: interrupted, orphaned, slurm job <id> <state>
+OVERRIDES_TAG = "overrides"  # the command line's overrides that named the job, space-separated
+DATASET_TAG = "dataset"  # the data set's label (oaks_x100)
+DATA_N_TAG, DATA_P_TAG = "data_n", "data_p"  # the shape of the data a run fitted
+SWEEP_TAG = "sweep"  # a sweep's parent run: the sweep's name (its sweep file)
+JOBS_TAG = "jobs"  # a sweep's parent run: the number of jobs of its grid
+COMMAND_TAG = "command"  # a sweep's parent run: the command that made it, after ``python -m plnexp``

@@ -109,13 +109,13 @@ def read_hlo(uri: str, run_id: str) -> str | None:
 
 def side(uri: str, run_id: str) -> Side:
     """Run ``run_id`` of the store, read back; ConfigError (one line) if it is missing or has no HLO."""
-    run = tracking.find_run(uri, run_id)
-    if run is None or run.info.lifecycle_stage == "deleted":
+    run = tracking.records.run(uri, run_id)
+    if run is None or run.deleted:
         raise ConfigError(
             f"run {run_id}: not found in the store {uri}; allowed values are ids of runs in this store "
             "(tracking_uri=, MLFLOW_TRACKING_URI or PLNEXP_OUTPUTS selects another)"
         )
-    name = run.info.run_name or ""
+    name = run.name
     text = read_hlo(uri, run_id)
     if not text:
         raise ConfigError(
@@ -130,11 +130,11 @@ def side(uri: str, run_id: str) -> Side:
     return Side(
         run_id,
         name,
-        dict(run.data.params),
-        {k: float(v) for k, v in run.data.metrics.items()},
-        run.data.tags.get(tracking.FINGERPRINT_TAG, ""),
+        dict(run.params),
+        dict(run.metrics),
+        run.fingerprint,
         functions,
-        dict(run.data.tags),
+        dict(run.tags),
     )
 
 

@@ -321,7 +321,7 @@ def optimum(report: Report, data: str) -> tuple[float, str]:
 # ---------------------------------------------------------------- the report's hooks
 def is_preset(report: Report) -> bool:
     """Whether the sweep is ``sweep=convergence`` (its parent's ``sweep`` tag, else its experiment)."""
-    return PRESET in (report.parent.data.tags.get("sweep", ""), report.experiment)
+    return PRESET in (report.parent.sweep or "", report.experiment)
 
 
 def drawn(report: Report) -> bool:

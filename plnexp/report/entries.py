@@ -25,7 +25,7 @@ from ..jobs.tags import PEER_TAG as PEER_TAG
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from mlflow.entities import Run
+    from ..store.records import RunRecord
 
 # params that do not define a comparison group: the strategy is what is compared; the data set is
 # named by its label (tag ``dataset``); n_iter may differ per strategy (caps), compared at a common length
@@ -142,7 +142,7 @@ class Entry:
 @dataclass
 class Report:
     experiment: str
-    parent: Run  # the parent mlflow run
+    parent: RunRecord  # the sweep's parent run
     entries: list[Entry]  # one per job: a job of ``replicates=K`` is its replicate 0 (one program, one timing)
     extra_keys: list[str]
     common: dict = field(default_factory=dict)  # group -> common length, for groups whose lengths differ
@@ -273,23 +273,22 @@ def int_or_none(text) -> int | None:
         return None
 
 
-def _entry(run, curve: np.ndarray) -> Entry:
-    p, t = run.data.params, run.data.tags
+def _entry(run: RunRecord, curve: np.ndarray) -> Entry:
+    p = run.params
     return Entry(
-        run.info.run_id,
-        run.info.run_name,
-        run.info.status,
-        t.get("status_reason", ""),
+        run.run_id,
+        run.name,
+        run.status,
+        run.status_reason,
         p.get("strategy.name", "?"),
-        t.get("dataset") or p.get("dataset.name", "?"),
-        int_or_none(t.get("data_n")),
-        int_or_none(t.get("data_p")),
+        run.dataset or p.get("dataset.name", "?"),
+        *run.data_shape,
         p.get("device", "?"),
         p.get("precision", "?"),
         dict(p),
-        dict(run.data.metrics),
+        dict(run.metrics),
         curve,
-        dict(t),
+        dict(run.tags),
     )
 
 
@@ -325,22 +324,22 @@ def _grouping_keys(entries: list[Entry]) -> list[str]:
     return varying
 
 
-def find_parent(uri: str, experiment: str | None, run_id: str | None):
+def find_parent(uri: str, experiment: str | None, run_id: str | None) -> RunRecord:
     """The sweep's parent run that the report is about; ConfigError (one line) when there is none."""
     if run_id:
-        run = tracking.find_run(uri, run_id)
-        if run is None or run.info.lifecycle_stage == "deleted":
+        run = tracking.records.run(uri, run_id)
+        if run is None or run.deleted:
             raise ConfigError(
                 f"--run {run_id}: not found in the store {uri}; allowed values are ids of sweeps' "
                 "parent runs (python -m plnexp report without --run takes the newest sweep)"
             )
-        parent_id = run.data.tags.get("mlflow.parentRunId")
+        parent_id = run.parent_id
         if parent_id:
             raise ConfigError(
                 f"--run {run_id}: a job of the sweep whose parent run is {parent_id}; allowed values "
                 f"are ids of sweeps' parent runs (--run {parent_id})"
             )
-        if not tracking.is_parent(run):
+        if not run.is_parent:
             raise ConfigError(
                 f"--run {run_id}: a single run, not a sweep; allowed values are ids of sweeps' parent runs"
             )
@@ -350,38 +349,11 @@ def find_parent(uri: str, experiment: str | None, run_id: str | None):
         raise ConfigError(
             f"--experiment {experiment}: no such experiment in the store {uri}; allowed values are {names}"
         )
-    run = tracking.latest_parent(uri, experiment)
-    if run is None:
+    latest = tracking.latest_parent(uri, experiment)
+    if latest is None:
         where = f"experiment {experiment!r}" if experiment else f"the store {uri}"
         raise ConfigError(f"{where} holds no sweep (no parent run); run `python -m plnexp sweep` first")
-    return run
-
-
-def sweep_runs(uri: str, parent) -> list:
-    """The sweep's runs (:func:`plnexp.store.sweep_runs`), its control jobs counted right: a
-    control job repeats its reference job's config (one config hash), so in a resumed sweep an
-    earlier sweep's control may have stood for that job's run, and this sweep's own control may
-    have hidden the earlier run of its reference job. An earlier sweep's control is left out, and
-    the earlier FINISHED runs of the resumed sweeps whose fit no other run answers are put back."""
-    runs = tracking.sweep_runs(uri, parent)
-    mine = parent.info.run_id
-    runs = [r for r in runs if not (_is_control(r) and r.data.tags.get("mlflow.parentRunId") != mine)]
-    have = {provenance.run_key(r.data.tags) for r in runs if not _is_control(r)}
-    earlier = []
-    for pid in filter(None, parent.data.tags.get(provenance.RESUMES_TAG, "").split(",")):
-        prev = tracking.find_run(uri, pid)
-        for r in tracking.sweep_children(uri, prev) if prev is not None else []:
-            key = provenance.run_key(r.data.tags)
-            if r.info.status == "FINISHED" and not _is_control(r) and key not in have:
-                earlier.append(r)
-                have.add(key)
-    if not earlier:
-        return runs
-    return sorted(runs + earlier, key=lambda r: int(r.data.tags.get(tracking.JOB_TAG, 0) or 0))
-
-
-def _is_control(run) -> bool:
-    return run.data.tags.get(ranking.CONTROL_TAG) == "true"
+    return tracking.record(latest)
 
 
 def _min_speedup(entries: list[Entry]) -> float:
@@ -398,23 +370,26 @@ def _min_speedup(entries: list[Entry]) -> float:
 
 
 def load(uri: str, parent, min_speedup: float | None = None) -> Report:
-    """The sweep's runs read back from the store, with their ELBO curves, compared; ranked with the
-    minimum effect ``min_speedup`` (None: the sweep's own ``report.min_speedup``)."""
-    runs = sweep_runs(uri, parent)
-    curves = tracking.read_curves(uri, [r.info.run_id for r in runs])
-    every = _label_strategies([_entry(r, curves[r.info.run_id]) for r in runs])
+    """The sweep's runs (:func:`plnexp.store.records.sweep`) read back from the store, with their ELBO
+    curves, compared; ranked with the minimum effect ``min_speedup`` (None: the sweep's own
+    ``report.min_speedup``). ``parent``: the sweep's parent run (a record, or a run as the store's
+    queries return it)."""
+    parent = tracking.record(parent)
+    runs = tracking.records.sweep(uri, parent)
+    curves = tracking.read_curves(uri, [r.run_id for r in runs])
+    every = _label_strategies([_entry(r, curves[r.run_id]) for r in runs])
     entries = [e for e in every if provenance.replicate(e.tags) == 0]  # a job's timing, and curve vs scan's
     keys = _grouping_keys([e for e in entries if not e.peer])  # a peer's own params group nothing
     for e in every:
         e.extra = tuple(e.params.get(k, "") for k in keys)
     report = Report(
-        tracking.experiment_name(uri, parent.info.experiment_id),
+        tracking.experiment_name(uri, parent.experiment_id),
         parent,
         entries,
         keys,
         others=[e for e in every if provenance.replicate(e.tags) != 0],
         min_speedup=min_speedup if min_speedup is not None else _min_speedup(entries),
-        verdicts=read_verdicts(uri, parent.info.run_id),
+        verdicts=read_verdicts(uri, parent.run_id),
     )
     compare(report)
     return report

@@ -149,7 +149,7 @@ def _scored(e: Entry) -> bool:
 
 def is_preset(report: Report) -> bool:
     """Whether the sweep is ``sweep=pca_rank`` (its parent's ``sweep`` tag, else its experiment)."""
-    return PRESET in (report.parent.data.tags.get("sweep", ""), report.experiment)
+    return PRESET in (report.parent.sweep or "", report.experiment)
 
 
 def active(report: Report) -> bool:

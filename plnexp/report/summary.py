@@ -1,7 +1,7 @@
 """``python -m plnexp report [--experiment NAME] [--run PARENT_ID] [--out DIR] [--min-speedup X]``: what a sweep shows.
 
 Reads a sweep's runs back from MLflow (never from a process's memory: the children of the parent
-run, and for a resumed sweep the runs it reused, see :func:`plnexp.store.sweep_runs`) and writes
+run, and for a resumed sweep the runs it reused, see :func:`plnexp.store.records.sweep`) and writes
 into ``<outputs>/reports/<experiment>/<parent run id>/`` (or ``--out``), whole or not at all:
 
 - ``report.md`` / ``report.csv``: one row per strategy x data size x device x precision (x every
@@ -53,9 +53,9 @@ from ..jobs.config import ConfigError, min_speedup as check_min_speedup, outputs
 from ..measure.metrics import REPORT, cell
 from ..system.commandline import Parser, UsageError, fail
 from ..system.redact import redact_text
-from .entries import COMPILER, DASH, SHORT, int_or_none, median
+from .entries import COMPILER, DASH, SHORT, median
 from .entries import Entry as Entry, Report as Report, compare as compare, load as load  # re-exported
-from .entries import PEER_TAG as PEER_TAG, find_parent as find_parent, sweep_runs as sweep_runs
+from .entries import PEER_TAG as PEER_TAG, find_parent as find_parent
 
 
 # ---------------------------------------------------------------- the table
@@ -312,7 +312,7 @@ def summary_lines(report: Report) -> list[str]:
         lines.append(replicates_line(report))
     failed = report.failed
     grid = report.grid
-    total = int_or_none(report.parent.data.tags.get("jobs")) or len(grid)
+    total = report.parent.jobs or len(grid)
     runs = report.entries + report.others
     counts = [
         f"{sum(e.status == s for e in runs)} {s.lower()}"
@@ -587,12 +587,11 @@ def glossary(report: Report) -> list[str]:
 
 def markdown(report: Report, images: list[str]) -> str:
     p = report.parent
-    tags = p.data.tags
     lines = [
-        f"# Sweep {tags.get('sweep', '?')} ({report.experiment})",
+        f"# Sweep {p.sweep or '?'} ({report.experiment})",
         "",
-        f"Parent run `{p.info.run_id}` ({p.info.status}); command `python -m plnexp "
-        f"{tags.get('command', 'sweep')}`; {len(report.entries)} runs.",
+        f"Parent run `{p.run_id}` ({p.status}); command `python -m plnexp "
+        f"{p.command or 'sweep'}`; {len(report.entries)} runs.",
         "",
         "## Verdict",
         "",
@@ -644,7 +643,7 @@ def _safe(name: str) -> str:
 
 
 def default_dir(report: Report) -> Path:
-    return outputs_dir() / "reports" / _safe(report.experiment) / report.parent.info.run_id
+    return outputs_dir() / "reports" / _safe(report.experiment) / report.parent.run_id
 
 
 def write(report: Report, out: Path) -> list[str]:
@@ -691,7 +690,7 @@ def parent_metrics(report: Report, files: list[str]) -> tuple[dict, dict]:
         tags["fastest_strategy"] = v.fastest() if v is not None else report.ranked(group).winner
     lines = summary_lines(report)
     note = (
-        f"**Sweep `{report.parent.data.tags.get('sweep', '?')}`**: {len(report.grid)} runs, one per job"
+        f"**Sweep `{report.parent.sweep or '?'}`**: {len(report.grid)} runs, one per job"
         f"{', and the control job (its reference job again: an A/A pair)' if any(e.control for e in report.entries) else ''} "
         f"(expand this run's + to see them, or sort by start time).\n\n"
         + "\n".join(f"- {s}" for s in lines)
@@ -716,18 +715,18 @@ def build(
     ``min_speedup``: the minimum effect a winner needs (None: the sweep's ``report.min_speedup``)."""
     report = load(uri, find_parent(uri, experiment, run_id), min_speedup)
     if not report.entries:
-        raise ConfigError(f"sweep {report.parent.info.run_id}: no run to report on (its jobs never started)")
+        raise ConfigError(f"sweep {report.parent.run_id}: no run to report on (its jobs never started)")
     folder = Path(out) if out is not None else default_dir(report)
     files = write(report, folder)
     if attach:
-        tracking.log_report(uri, report.parent.info.run_id, folder, *parent_metrics(report, files))
+        tracking.log_report(uri, report.parent.run_id, folder, *parent_metrics(report, files))
     return report, folder, files
 
 
 def show(report: Report, folder: Path, files: list[str]) -> None:
     for line in summary_lines(report):
         print(redact_text(line), flush=True)
-    print(f"report: {folder} ({', '.join(files)}), also on parent run {report.parent.info.run_id}", flush=True)
+    print(f"report: {folder} ({', '.join(files)}), also on parent run {report.parent.run_id}", flush=True)
 
 
 # ---------------------------------------------------------------- the command

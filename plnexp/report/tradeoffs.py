@@ -716,7 +716,7 @@ PRESETS = ("unroll", "dispatch", "loop")
 
 def preset(report: Report) -> str | None:
     """The preset a sweep ran: its parent's ``sweep`` tag, else its experiment's name; None for others."""
-    tag = report.parent.data.tags.get("sweep", "")
+    tag = report.parent.sweep or ""
     for name in (tag, report.experiment):
         if name in PRESETS:
             return name

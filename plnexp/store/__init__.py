@@ -20,13 +20,20 @@ One module per responsibility; every name is re-exported here (``tracking.X``):
 - :mod:`.pending`: a fit's result that the store did not take, kept locally and sent later
 - :mod:`.running`: the runs left RUNNING, ended only by their owner or once it is gone
 - :mod:`.queries`: reading runs, curves, artifacts and experiments back
+- :mod:`.records`: a run read back as a typed :class:`RunRecord` (one versioned mapping), and the
+  queries that answer records: a run, a sweep's runs, the finished runs of config hashes
+- :mod:`.memory`: an in-memory store (``memory:NAME``) the record queries read as a real one: the
+  unit tests'
 """
 
 from __future__ import annotations
 
+from . import memory
 from . import owners
 from . import pending
 from . import queries
+from . import records
+from .records import RunRecord, record
 from . import running
 from . import backend as store
 from . import writes
@@ -43,8 +50,6 @@ from .queries import (
     read_artifact,
     read_curve,
     read_curves,
-    sweep_children,
-    sweep_runs,
 )
 from .running import end_children, end_process_runs, end_running, may_end, process_runs, sweep_up_orphans
 from .backend import (
@@ -115,6 +120,7 @@ __all__ = [
     "SLURM_JOB_TAG",
     "LocalProcess",
     "Owner",
+    "RunRecord",
     "Parent",
     "SlurmJob",
     "StoreError",
@@ -146,6 +152,7 @@ __all__ = [
     "log_job",
     "log_report",
     "may_end",
+    "memory",
     "open_parent",
     "owner_of",
     "owners",
@@ -153,6 +160,8 @@ __all__ = [
     "process_runs",
     "process_tags",
     "queries",
+    "record",
+    "records",
     "read_artifact",
     "read_curve",
     "read_curves",
@@ -167,8 +176,6 @@ __all__ = [
     "check_existing_store",
     "store_exists",
     "study_link",
-    "sweep_children",
-    "sweep_runs",
     "sweep_up_orphans",
     "tracking_uri",
     "write_record",

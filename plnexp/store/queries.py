@@ -1,5 +1,5 @@
-"""Reading runs back (report, rerun, resume): a run, a sweep's children and the runs it reused,
-experiments, artifacts and curves. Nothing here writes to the store."""
+"""Reading runs back as MLflow returns them: a run, a sweep's children, experiments, artifacts and
+curves (:mod:`.records` reads runs as records on top of these). Nothing here writes to the store."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..jobs.provenance import RESUMES_TAG, run_key
+from ..jobs.tags import PARENT_TAG, SWEEP_TAG
 from .backend import client
 from .writes import CURVE_KEY, JOB_TAG, Parent
 
@@ -38,7 +38,7 @@ def search_experiments(cl, filter_string: str) -> list:
 
 def children(cl, parent: Parent) -> list:
     """The child runs of a sweep's parent (any status), in job order."""
-    runs = _search_all(cl, [parent.experiment_id], f"tags.`mlflow.parentRunId` = '{parent.run_id}'")
+    runs = _search_all(cl, [parent.experiment_id], f"tags.`{PARENT_TAG}` = '{parent.run_id}'")
     return sorted(runs, key=lambda r: (int(r.data.tags.get(JOB_TAG, 0) or 0), r.info.start_time or 0))
 
 
@@ -80,31 +80,9 @@ def read_curve(uri: str, run_id: str) -> np.ndarray:
     return read_curves(uri, [run_id])[run_id]
 
 
-def sweep_children(uri: str, run) -> list:
-    """The child runs of a parent run (any status), in job order."""
-    return children(client(uri), Parent(uri, run.info.experiment_id, run.info.run_id))
-
-
-def sweep_runs(uri: str, run) -> list:
-    """The runs that make up the sweep whose parent is ``run``, in job order: its children plus the
-    FINISHED children of the sweeps it resumed (tag ``resumes``) whose fit (config hash, replicate) it did not run itself.
-    ``[]`` for a run that is not a sweep's parent."""
-    own = sweep_children(uri, run)
-    keys = {run_key(r.data.tags) for r in own}
-    earlier = []
-    for pid in filter(None, run.data.tags.get(RESUMES_TAG, "").split(",")):
-        prev = find_run(uri, pid)
-        for r in sweep_children(uri, prev) if prev is not None else []:
-            key = run_key(r.data.tags)
-            if r.info.status == "FINISHED" and key not in keys:
-                earlier.append(r)
-                keys.add(key)
-    return sorted(earlier + own, key=lambda r: int(r.data.tags.get(JOB_TAG, 0) or 0))
-
-
 def is_parent(run) -> bool:
     """Whether ``run`` is a sweep's parent run (plnexp.experiment.sweep.open_sweep tags it ``sweep``)."""
-    return "sweep" in run.data.tags and "mlflow.parentRunId" not in run.data.tags
+    return SWEEP_TAG in run.data.tags and PARENT_TAG not in run.data.tags
 
 
 def latest_parent(uri: str, experiment: str | None = None):
@@ -119,7 +97,7 @@ def latest_parent(uri: str, experiment: str | None = None):
         exp_ids = [e.experiment_id for e in cl.search_experiments(view_type=ViewType.ACTIVE_ONLY)]
     newest = None
     for start in range(0, len(exp_ids), 100):
-        for r in _search_all(cl, exp_ids[start : start + 100], "tags.`sweep` LIKE '%'"):
+        for r in _search_all(cl, exp_ids[start : start + 100], f"tags.`{SWEEP_TAG}` LIKE '%'"):
             if is_parent(r) and (newest is None or (r.info.start_time or 0) > (newest.info.start_time or 0)):
                 newest = r
     return newest

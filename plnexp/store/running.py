@@ -12,6 +12,7 @@ from .owners import Owner
 from .queries import search_experiments, children
 from .backend import client
 from .writes import JOB_TAG, Parent
+from ..jobs.tags import REASON_TAG, STATUS_REASON_TAG
 
 
 def _runs_of(cl, owner: Owner | None = None, status: str | None = "RUNNING") -> list:
@@ -56,7 +57,7 @@ def end_running(cl, runs, status: str, reason: str, code: str) -> list:
     for r in runs:
         if r.info.status != "RUNNING":
             continue
-        cl.log_batch(r.info.run_id, tags=[RunTag("reason", code), RunTag("status_reason", reason)])
+        cl.log_batch(r.info.run_id, tags=[RunTag(REASON_TAG, code), RunTag(STATUS_REASON_TAG, reason)])
         cl.set_terminated(r.info.run_id, status)
         ended.append(r)
     return ended

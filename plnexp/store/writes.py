@@ -21,8 +21,9 @@ from typing import NamedTuple
 import numpy as np
 
 from ..jobs.config import Config, flatten, outputs_dir
-from ..jobs.provenance import environment_tags
+from ..jobs.provenance import DATA_TAG, environment_tags
 from ..jobs.tags import JOB_TAG as JOB_TAG
+from ..jobs.tags import DATA_N_TAG, DATA_P_TAG, DATASET_TAG, OVERRIDES_TAG, PARENT_TAG, REASON_TAG, STATUS_REASON_TAG
 from ..system.redact import redact, redact_text
 from . import owners
 from .backend import client, dress_experiment
@@ -138,10 +139,10 @@ def start_job(cl, exp_id: str, job, parent_id: str | None = None, tags: dict | N
     ``job`` is a :class:`plnexp.experiment.runner.Outcome` (its name, overrides, config, start time).
     """
     cfg: Config = job.config
-    all_tags = {"mlflow.parentRunId": parent_id} if parent_id else {}
+    all_tags = {PARENT_TAG: parent_id} if parent_id else {}
     all_tags.update(environment_tags(cfg))
     all_tags.update(process_tags())
-    all_tags.update({"overrides": " ".join(job.overrides), "dataset": cfg.dataset.label, **(tags or {})})
+    all_tags.update({OVERRIDES_TAG: " ".join(job.overrides), DATASET_TAG: cfg.dataset.label, **(tags or {})})
     if job.output_dir:
         all_tags["hydra_output_dir"] = job.output_dir
     run = cl.create_run(exp_id, start_time=int(job.started * 1000), run_name=redact_text(job.name), tags=safe(all_tags))
@@ -204,16 +205,16 @@ def job_record(job) -> dict:
     :func:`write_record`), the data set (:func:`dataset_inputs`), the ELBO plot's title, the status
     and end time. What a result kept locally (:mod:`plnexp.store.pending`) holds."""
     cfg: Config = job.config
-    tags = {"status_reason": job.reason or "", "mlflow.note.content": job.note()}
+    tags = {STATUS_REASON_TAG: job.reason or "", "mlflow.note.content": job.note()}
     if job.status == "KILLED":
-        tags["reason"] = "interrupted"
+        tags[REASON_TAG] = "interrupted"
     if job.result is not None:
         tags["device"] = job.result.device
         tags[FINGERPRINT_TAG] = job.result.timing.fingerprint  # "": no XLA program (eager, torch)
     if job.data_digest:
-        tags["data_digest"] = job.data_digest
+        tags[DATA_TAG] = job.data_digest
     if job.data_shape:
-        tags["data_n"], tags["data_p"] = job.data_shape
+        tags[DATA_N_TAG], tags[DATA_P_TAG] = job.data_shape
     if getattr(job, "optimum", None) is not None:
         tags.update(job.optimum.tags())
     now = int(time.time() * 1000)

@@ -1,0 +1,349 @@
+"""A run of the store read back as one typed, frozen :class:`RunRecord`, and the queries that answer
+records: :func:`run`, :func:`sweep` (a sweep's runs), :func:`children`, :func:`finished` and
+:func:`finished_runs`. Readers outside the store (resume, rerun, groups, the reports, compare,
+``sync``'s sweep-up) read these fields, never an MLflow run's raw tags.
+
+:data:`SCHEMA` numbers the mapping below; a change of a field's meaning or source bumps it.
+
+The mapping (MLflow run -> field). Attributes of the run:
+
+================  ==============================================================
+``run_id``        ``info.run_id``
+``experiment_id`` ``info.experiment_id``
+``name``          ``info.run_name``
+``status``        ``info.status`` (RUNNING, FINISHED, FAILED, KILLED)
+``deleted``       ``info.lifecycle_stage == "deleted"``
+``start_time``    ``info.start_time`` (ms since the epoch; None unknown)
+``end_time``      ``info.end_time`` (ms; None while RUNNING)
+``params``        ``data.params``: the flattened config, as logged (a plain dict)
+``metrics``       ``data.metrics``: each metric's latest value (a plain dict)
+``tags``          ``data.tags``: every tag, as logged (the provenance compares them whole)
+================  ==============================================================
+
+Tags (each name from its one declaration: :mod:`plnexp.jobs.tags`, :mod:`plnexp.jobs.provenance`,
+:mod:`plnexp.store.owners`, :mod:`plnexp.store.writes`):
+
+=================  ==========================================  =================================
+field              tag                                         read as
+=================  ==========================================  =================================
+``parent_id``      ``mlflow.parentRunId`` (PARENT_TAG)         "" for a run without a parent
+``status_reason``  ``status_reason`` (STATUS_REASON_TAG)       ""
+``reason``         ``reason`` (REASON_TAG)                     ""
+``job``            ``plnexp.job`` (JOB_TAG)                    int; None: absent or not a number
+``kind``           ``plnexp.peer`` / ``plnexp.control``        :class:`~plnexp.jobs.spec.Kind`: PEER
+                   (PEER_TAG, CONTROL_TAG)                     with a peer's name, CONTROL when the
+                                                               control tag is ``true``, else JOB
+``control_of``     ``plnexp.control_of`` (CONTROL_OF_TAG)      int or None
+``peer``           ``plnexp.peer`` (PEER_TAG)                  str or None
+``replicate``      ``replicate`` (REPLICATE_TAG)               int; 0 when absent (older runs)
+``rerun_of``       ``rerun_of`` (RERUN_TAG)                    ""
+``config_hash``    ``config_hash`` (HASH_TAG)                  str or None
+``overrides``      ``overrides`` (OVERRIDES_TAG)               tuple, split on spaces
+``owner``          ``plnexp.host``, ``plnexp.pid``, ...,       :func:`~plnexp.store.owners.owner_of`
+                   ``plnexp.slurm_job`` (owners' tags)         (None: no owner named)
+``verdict``        ``plnexp.verdict`` (VERDICT_TAG)            ""
+``reference``      ``plnexp.reference`` (REFERENCE_TAG)        ""
+``group``          ``plnexp.group`` (GROUP_TAG)                ""
+``data_digest``    ``data_digest`` (DATA_TAG)                  ""
+``dataset``        ``dataset`` (DATASET_TAG)                   ""
+``data_shape``     ``data_n``, ``data_p`` (DATA_N/P_TAG)       (n, p), either None when unknown
+``platform``       ``platform`` (PLATFORM_TAG)                 ""
+``fingerprint``    ``hlo_fingerprint`` (FINGERPRINT_TAG)       ""
+``provenance``     ``plnexp.provenance`` (FORMAT_TAG)          str or None (older runs: none)
+``version``        ``plnexp.version`` (VERSION_TAG)            ""
+``sweep``          ``sweep`` (SWEEP_TAG), a parent's           str or None
+``jobs``           ``jobs`` (JOBS_TAG), a parent's             int or None
+``command``        ``command`` (COMMAND_TAG), a parent's       ""
+``resumes``        ``resumes`` (RESUMES_TAG), a parent's       tuple of parent run ids
+=================  ==========================================  =================================
+
+:data:`FIELDS` holds the tag table for code (the tests read the mapping back both ways through it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from ..jobs.provenance import DATA_TAG, FORMAT_TAG, HASH_TAG, PLATFORM_TAG, REPLICATE_TAG, RERUN_TAG, RESUMES_TAG
+from ..jobs.provenance import VERSION_TAG
+from ..jobs.spec import Kind
+from ..jobs.tags import COMMAND_TAG, CONTROL_OF_TAG, CONTROL_TAG, DATA_N_TAG, DATA_P_TAG, DATASET_TAG, GROUP_TAG
+from ..jobs.tags import JOB_TAG, JOBS_TAG, OVERRIDES_TAG, PARENT_TAG, PEER_TAG, REASON_TAG, REFERENCE_TAG
+from ..jobs.tags import STATUS_REASON_TAG, SWEEP_TAG, VERDICT_TAG
+from . import owners, queries
+from .backend import client
+from .owners import Owner
+from .writes import FINGERPRINT_TAG, Parent
+
+SCHEMA = 1  # the mapping of the module's docstring; a field whose source or meaning changes bumps it
+
+# field -> the tag it is read from (one tag each; kind, owner and data_shape read several: see the docstring)
+FIELDS = {
+    "parent_id": PARENT_TAG,
+    "status_reason": STATUS_REASON_TAG,
+    "reason": REASON_TAG,
+    "job": JOB_TAG,
+    "control_of": CONTROL_OF_TAG,
+    "peer": PEER_TAG,
+    "replicate": REPLICATE_TAG,
+    "rerun_of": RERUN_TAG,
+    "config_hash": HASH_TAG,
+    "overrides": OVERRIDES_TAG,
+    "verdict": VERDICT_TAG,
+    "reference": REFERENCE_TAG,
+    "group": GROUP_TAG,
+    "data_digest": DATA_TAG,
+    "dataset": DATASET_TAG,
+    "platform": PLATFORM_TAG,
+    "fingerprint": FINGERPRINT_TAG,
+    "provenance": FORMAT_TAG,
+    "version": VERSION_TAG,
+    "sweep": SWEEP_TAG,
+    "jobs": JOBS_TAG,
+    "command": COMMAND_TAG,
+    "resumes": RESUMES_TAG,
+}
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One run of the store, read back (see the module's docstring for where each field comes from)."""
+
+    run_id: str
+    experiment_id: str
+    name: str
+    status: str
+    deleted: bool = False
+    start_time: int | None = None
+    end_time: int | None = None
+    params: dict[str, str] = field(default_factory=dict, repr=False)
+    metrics: dict[str, float] = field(default_factory=dict, repr=False)
+    tags: dict[str, str] = field(default_factory=dict, repr=False)
+    schema: int = field(default=SCHEMA, compare=False, repr=False)
+
+    # ------------------------------------------------------------ what the run is in its sweep
+    @property
+    def parent_id(self) -> str:
+        return self.tags.get(PARENT_TAG, "")
+
+    @property
+    def job(self) -> int | None:
+        text = self.tags.get(JOB_TAG)
+        return int(text) if text is not None and text.isdigit() else None
+
+    @property
+    def peer(self) -> str | None:
+        return self.tags.get(PEER_TAG)
+
+    @property
+    def kind(self) -> Kind:
+        if self.peer is not None:
+            return Kind.PEER
+        return Kind.CONTROL if self.tags.get(CONTROL_TAG) == "true" else Kind.JOB
+
+    @property
+    def control(self) -> bool:
+        """The sweep's control job (its reference job run again, never ranked)."""
+        return self.kind is Kind.CONTROL
+
+    @property
+    def control_of(self) -> int | None:
+        return _int(self.tags.get(CONTROL_OF_TAG))
+
+    @property
+    def control_tags(self) -> dict[str, str]:
+        """The control job's own tags, as logged (a rerun of the control job keeps them)."""
+        return {k: self.tags[k] for k in (CONTROL_TAG, CONTROL_OF_TAG) if k in self.tags}
+
+    @property
+    def replicate(self) -> int:
+        return int(self.tags.get(REPLICATE_TAG, "0") or 0)
+
+    @property
+    def rerun_of(self) -> str:
+        return self.tags.get(RERUN_TAG, "")
+
+    @property
+    def config_hash(self) -> str | None:
+        return self.tags.get(HASH_TAG)
+
+    @property
+    def key(self) -> tuple[str | None, int]:
+        """What identifies the run's fit: its config hash and replicate."""
+        return self.config_hash, self.replicate
+
+    @property
+    def overrides(self) -> tuple[str, ...]:
+        return tuple(filter(None, self.tags.get(OVERRIDES_TAG, "").split(" ")))
+
+    # ------------------------------------------------------------ how it ended, and who owns it
+    @property
+    def status_reason(self) -> str:
+        return self.tags.get(STATUS_REASON_TAG, "")
+
+    @property
+    def reason(self) -> str:
+        return self.tags.get(REASON_TAG, "")
+
+    @property
+    def owner(self) -> Owner | None:
+        return owners.owner_of(self.tags)
+
+    # ------------------------------------------------------------ the verdict of its group's rounds
+    @property
+    def verdict(self) -> str:
+        return self.tags.get(VERDICT_TAG, "")
+
+    @property
+    def reference(self) -> str:
+        return self.tags.get(REFERENCE_TAG, "")
+
+    @property
+    def group(self) -> str:
+        return self.tags.get(GROUP_TAG, "")
+
+    # ------------------------------------------------------------ its data and environment
+    @property
+    def data_digest(self) -> str:
+        return self.tags.get(DATA_TAG, "")
+
+    @property
+    def dataset(self) -> str:
+        return self.tags.get(DATASET_TAG, "")
+
+    @property
+    def data_shape(self) -> tuple[int | None, int | None]:
+        return _int(self.tags.get(DATA_N_TAG)), _int(self.tags.get(DATA_P_TAG))
+
+    @property
+    def platform(self) -> str:
+        return self.tags.get(PLATFORM_TAG, "")
+
+    @property
+    def fingerprint(self) -> str:
+        return self.tags.get(FINGERPRINT_TAG, "")
+
+    @property
+    def provenance(self) -> str | None:
+        return self.tags.get(FORMAT_TAG)
+
+    @property
+    def version(self) -> str:
+        return self.tags.get(VERSION_TAG, "")
+
+    # ------------------------------------------------------------ a sweep's parent run
+    @property
+    def sweep(self) -> str | None:
+        return self.tags.get(SWEEP_TAG)
+
+    @property
+    def jobs(self) -> int | None:
+        return _int(self.tags.get(JOBS_TAG))
+
+    @property
+    def command(self) -> str:
+        return self.tags.get(COMMAND_TAG, "")
+
+    @property
+    def resumes(self) -> tuple[str, ...]:
+        return tuple(filter(None, self.tags.get(RESUMES_TAG, "").split(",")))
+
+    @property
+    def is_parent(self) -> bool:
+        """Whether the run is a sweep's parent run (tagged with its sweep, itself without a parent)."""
+        return self.sweep is not None and not self.parent_id
+
+
+def record(run) -> RunRecord:
+    """The record of a run as MLflow's client returns it (``info`` and ``data``; the in-memory
+    store's runs have the same surface); a record is returned as it is."""
+    if isinstance(run, RunRecord):
+        return run
+    info, data = run.info, run.data
+    return RunRecord(
+        info.run_id,
+        info.experiment_id,
+        info.run_name or "",
+        info.status,
+        info.lifecycle_stage == "deleted",
+        info.start_time,
+        info.end_time,
+        dict(data.params),
+        {k: float(v) for k, v in data.metrics.items()},
+        dict(data.tags),
+    )
+
+
+# ---------------------------------------------------------------- the queries
+def run(uri: str, run_id: str) -> RunRecord | None:
+    """The run ``run_id`` of the store, or None if the store has no such run."""
+    found = queries.find_run(uri, run_id)
+    return record(found) if found is not None else None
+
+
+def children(uri: str, parent: RunRecord | Parent | str) -> list[RunRecord]:
+    """The child runs of a sweep's parent run (a record, the sweep's :class:`Parent`, or its id), any
+    status, in job order."""
+    if isinstance(parent, str):
+        found = run(uri, parent)
+        if found is None:
+            return []
+        parent = found
+    where = parent if isinstance(parent, Parent) else Parent(uri, parent.experiment_id, parent.run_id)
+    return [record(r) for r in queries.children(client(uri), where)]
+
+
+def _by_job(r: RunRecord) -> int:
+    return r.job or 0
+
+
+def sweep(uri: str, parent: RunRecord | str) -> list[RunRecord]:
+    """The runs that make up the sweep whose parent run is ``parent`` (a record or its id), in job
+    order: its children, and the FINISHED children of the sweeps it resumed (:attr:`RunRecord.resumes`)
+    whose fit (config hash, replicate) none of its own job runs answers. A control job repeats its
+    reference job's config (one config hash): an earlier sweep's control stands for no job (it is
+    left out), and this sweep's own control hides no earlier run. ``[]`` for a run that is not a
+    sweep's parent (it has no children)."""
+    found = parent if isinstance(parent, RunRecord) else run(uri, parent)
+    if found is None:
+        return []
+    own = children(uri, found)
+    have = {r.key for r in own if not r.control}
+    earlier = []
+    for pid in found.resumes:
+        for r in children(uri, pid):
+            if r.status == "FINISHED" and not r.control and r.key not in have:
+                earlier.append(r)
+                have.add(r.key)
+    return sorted(earlier + own, key=_by_job)
+
+
+def finished_runs(uri: str, experiment: str) -> list[RunRecord]:
+    """The FINISHED job runs of the experiment ``experiment`` (by name), newest first: those with a
+    config hash, a sweep's control jobs left out (one repeats its reference job's config but answers
+    no job of a grid). ``[]`` when there is no such experiment (nothing is created)."""
+    exp_id = queries.find_experiment(uri, experiment)
+    if exp_id is None:
+        return []
+    runs = (record(r) for r in queries.finished_runs(uri, exp_id))
+    return [r for r in runs if r.config_hash and not r.control]
+
+
+def finished(uri: str, experiment: str, hashes: Iterable[str]) -> dict[str, list[RunRecord]]:
+    """The FINISHED job runs (:func:`finished_runs`) that answer each of the config ``hashes``, newest
+    first (a hash of ``replicates=K`` has a run per replicate, and a config may have run several
+    times); a hash no run answers is left out."""
+    wanted = set(hashes)
+    out: dict[str, list[RunRecord]] = {}
+    for r in finished_runs(uri, experiment):
+        if r.config_hash in wanted:
+            out.setdefault(r.config_hash, []).append(r)
+    return out
