@@ -52,6 +52,15 @@ if os.environ.get("PLNEXP_TEST_XLA_OPT", "") != "default":
     _added = [f for f in TEST_XLA_FLAGS if f.split("=", 1)[0] not in _present]
     os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *_added]).strip()
 
+# The session's temporary folders (tmp_path, the stores, the caches, the daemons' data) on a tmpfs
+# where the machine has one (/dev/shm): the suite's MLflow sqlite stores commit every write with an
+# fsync, which on a disk waits for the device at each commit (and PostgreSQL's likewise); in memory
+# it returns at once. The stores, their files and what the tests read back are the same. A temporary
+# root chosen by the caller (PYTEST_DEBUG_TEMPROOT, or --basetemp) is kept.
+_SHM = Path("/dev/shm")
+if "PYTEST_DEBUG_TEMPROOT" not in os.environ and _SHM.is_dir() and os.access(_SHM, os.W_OK | os.X_OK):
+    os.environ["PYTEST_DEBUG_TEMPROOT"] = str(_SHM)
+
 import plnexp  # noqa: E402 - first of plnexp's imports (changes nothing in the process)
 
 # the suite runs as plnexp's command line does: its process settings (XLA flags, LAPACK threads)

@@ -19,8 +19,10 @@ from plnexp.measure.metrics import PROGRAM
 from plnexp.store import writes
 
 # five tiny real runs made once for the module (~12 s): the full suite's; the fast subset keeps the
-# HLO counting and costing of tests/test_xla_stats.py
-pytestmark = pytest.mark.slow
+# HLO counting and costing of tests/test_xla_stats.py. One xdist worker runs the module: the runs are
+# made once for the session under a lock, and a second worker asking for them meanwhile would only
+# wait for the first
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("compare")]
 
 # the session's compile cache on (a run's default): scan_pytree reads scan_namedtuple's program back
 TINY = ("dataset=synthetic", "dataset.n=30", "dataset.p=5", "repeats=1", "time_budget_s=0")

@@ -19,6 +19,7 @@ import shutil
 import sys
 import urllib.request
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -53,8 +54,10 @@ def _find_links() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> tuple[Path, Path, Path]:
-    """(the wheel, the sdist, the fresh venv it is installed in)."""
+def installed(tmp_path_factory) -> Iterator[tuple[Path, Path, Path]]:
+    """(the wheel, the sdist, the fresh venv it is installed in); the venv and the copied sources are
+    removed when the module's tests are done: the session's temporary folders may be in memory
+    (conftest: /dev/shm), where pytest keeps its last few sessions' folders."""
     if UV is None:
         pytest.skip("uv is not installed (.ci/run installs it into .venv): no fresh venv to install the wheel into")
     base = tmp_path_factory.mktemp("package")
@@ -80,7 +83,9 @@ def installed(tmp_path_factory) -> tuple[Path, Path, Path]:
         env=env,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    return wheel, sdist, venv
+    yield wheel, sdist, venv
+    for folder in (venv, src):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _files(folder: Path) -> set[str]:
