@@ -69,7 +69,7 @@ def main() -> int:
     data = load_oaks(replication=args.replication)
     print(
         f"# oaks x{args.replication} ({data.n}x{data.p}), full, radam_clip, float32, {args.n_iter} iterations a run; "
-        f"rounds: at least {paired.min_rounds()} kept, at most {rep.rounds}, budget {rep.rounds_budget_s:g} s; "
+        f"rounds: at least {paired.robust_rounds()} kept, at most {rep.rounds}, budget {rep.rounds_budget_s:g} s; "
         f"minimum effect {rep.min_speedup:.2f}x; busy core: {'yes' if args.busy else 'no'}"
     )
     stop = mp.Event()
@@ -98,7 +98,7 @@ def main() -> int:
 
             rounds = R.time_rounds(
                 programs,
-                min_rounds=paired.min_rounds(),
+                min_rounds=paired.robust_rounds(),
                 max_rounds=rep.rounds,
                 budget_s=rep.rounds_budget_s,
                 decided=lambda r: all(s.verdict != "unresolved" for s in both(r)),

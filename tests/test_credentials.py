@@ -595,7 +595,8 @@ def test_a_sweep_under_joblib_and_slurm_into_the_team_server_leaks_no_password(
     team, tmp_path, request, launcher, user, way
 ):
     """A 2-job sweep (``python -m plnexp sweep hydra/launcher=...``) into the recipe's server, the
-    account's password in MLFLOW_TRACKING_URI's userinfo or in ~/.mlflow/credentials: every run
+    account's password in MLFLOW_TRACKING_URI's userinfo (HYDRA_FULL_ERROR=1 set) or in
+    ~/.mlflow/credentials: every run
     FINISHED, carrying its MLflow user (the UI's "User" column); then each password (the database's,
     the admin's, alice's, bob's) counted: 0 in what the command printed, in every file under its
     folder (the outputs: the sweep's folder, ``.submitit/``, reports; the working folder), in every
@@ -613,7 +614,8 @@ def test_a_sweep_under_joblib_and_slurm_into_the_team_server_leaks_no_password(
     experiment = f"team-{launcher}-{way}"
     env = {k: v for k, v in os.environ.items() if k not in VARS}
     env |= {"PLNEXP_OUTPUTS": str(outputs), "HOME": str(home), "MLFLOW_TRACKING_URI": team.server.uri}
-    if way == "uri":
+    if way == "uri":  # and with every traceback shown in full, as each error line advertises
+        env["HYDRA_FULL_ERROR"] = "1"
         env["MLFLOW_TRACKING_URI"] = team.server.uri.replace("http://", f"http://{user}:{password}@")
     else:
         (home / ".mlflow").mkdir()

@@ -24,6 +24,16 @@ def exact_coverage(n: int, k: int) -> float:
 def test_fewest_rounds_and_the_interval_of_six_values_is_their_range():
     assert paired.min_rounds(0.95) == 6  # 1 - 2/64 = 0.969 >= 0.95 > 1 - 2/32
     assert paired.min_rounds(0.90) == 5
+
+
+def test_the_rounds_a_driver_waits_for_leave_out_one_extreme_ratio_on_each_side():
+    n = paired.robust_rounds(0.95)
+    assert n == 9  # P(B(9, 1/2) <= 1) = 10/512 <= 0.025 < P(B(8, 1/2) <= 1) = 9/256
+    values = [0.5, *([1.0] * (n - 2)), 9.0]  # one round hit by a burst on each side
+    _, lo, hi = paired.median_interval(values, 0.95)
+    assert (lo, hi) == (1.0, 1.0)
+    _, lo8, hi8 = paired.median_interval(values[1:], 0.95)  # one round fewer: the range again
+    assert (lo8, hi8) == (1.0, 9.0)
     med, lo, hi = paired.median_interval([3.0, 1.0, 2.0, 6.0, 5.0, 4.0])
     assert (med, lo, hi) == (3.5, 1.0, 6.0)
     med, lo, hi = paired.median_interval([1.0, 2.0, 3.0, 4.0, 5.0])

@@ -6,13 +6,14 @@ optimizer, precision, device, init, gradient, seed, replicates, and the host (th
 group is timed in this one process, whichever launcher ran the jobs). Its **reference** is scan's
 job (else its first: :func:`plnexp.experiment.plan.control_reference`'s choice). Each group with two
 strategies or more is compiled (:func:`plnexp.fitting.rounds.prepare`), then timed in rounds
-(:func:`plnexp.fitting.rounds.time_rounds`): at least :func:`plnexp.measure.paired.min_rounds` kept
-rounds, then until every program's verdict is decided, ``report.rounds`` rounds at most and
+(:func:`plnexp.fitting.rounds.time_rounds`): at least :func:`plnexp.measure.paired.robust_rounds` kept
+rounds (9), then until every program's verdict is decided, ``report.rounds`` rounds at most and
 ``report.rounds_budget_s`` seconds at most. Per strategy, the paired ratio to the reference, its
 interval and verdict (:mod:`plnexp.measure.paired`) go to its run(s) as metrics and tags, and every
 group's to the parent as ``verdict.json`` (:mod:`plnexp.jobs.verdicts`).
 
-Where nothing can be timed here (SLURM: the jobs ran on other machines; ``report.rounds=0``), nothing
+Under SLURM each group is timed on its node, in its own task (:func:`judge_groups`; the driver logs the
+verdicts: :func:`log_verdicts`). Where nothing can be timed (``report.rounds=0``), nothing
 is done and the report ranks the jobs' own timings as before. A group whose rounds fail (a program
 that cannot be compiled again, a store that fails) is one warning line: the sweep's status is its
 jobs', never the rounds'.
@@ -220,8 +221,10 @@ def _time_group(members: Sequence[Member], held: Held | None = None) -> V.GroupV
 
     rounds = R.time_rounds(
         programs,
-        min_rounds=paired.min_rounds(),
-        max_rounds=max(rep.rounds, paired.min_rounds()),
+        # at least the rounds whose interval leaves out the extreme ratio on each side (9): one round
+        # hit by a burst cannot block a verdict (paired.robust_rounds); decisions from 6 rounds on
+        min_rounds=paired.robust_rounds(),
+        max_rounds=max(rep.rounds, paired.robust_rounds()),
         budget_s=rep.rounds_budget_s,
         decided=lambda rounds: len(settled(rounds)) == len(programs) - 1,
         settled=settled,

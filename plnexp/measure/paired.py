@@ -40,6 +40,24 @@ def min_rounds(confidence: float = CONFIDENCE) -> int:
     return n
 
 
+def robust_rounds(confidence: float = CONFIDENCE) -> int:
+    """The fewest values whose median's interval at ``confidence`` leaves out the smallest and the
+    largest value (9 at 95%): below it the interval is the values' range, so that one round that
+    went wrong (a neighbour's burst on one side of a pair) decides whether a verdict is reached."""
+    n = min_rounds(confidence)
+    while _order_k(n, confidence) < 2:
+        n += 1
+    return n
+
+
+def _order_k(n: int, confidence: float) -> int:
+    """k of the interval [x_(k), x_(n + 1 - k)] (1-based) of a median of n values; 0: none."""
+    alpha, mid, k = (1 - confidence) / 2, n // 2, 0
+    while k + 1 <= mid and _binom_cdf_half(k, n) <= alpha:
+        k += 1
+    return k
+
+
 def _binom_cdf_half(k: int, n: int) -> float:
     """P(Binomial(n, 1/2) <= k)."""
     return sum(math.comb(n, i) for i in range(k + 1)) / 2**n
@@ -55,10 +73,7 @@ def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> 
         return math.nan, -math.inf, math.inf
     mid = n // 2
     med = xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2
-    alpha = (1 - confidence) / 2
-    k = 0  # the largest k with P(B <= k - 1) <= alpha: the interval [x_(k), x_(n + 1 - k)] (1-based)
-    while k + 1 <= mid and _binom_cdf_half(k, n) <= alpha:
-        k += 1
+    k = _order_k(n, confidence)  # the largest k with P(B <= k - 1) <= alpha: [x_(k), x_(n + 1 - k)] (1-based)
     if k == 0:
         return med, -math.inf, math.inf
     return med, xs[k - 1], xs[n - k]
