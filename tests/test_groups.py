@@ -54,6 +54,49 @@ def test_judge_pools_one_programs_names_and_pairs_by_round():
     assert v.rounds == 7 and v.dropped == 0 and v.note == ""
 
 
+def test_one_program_timed_once_counts_once_in_its_pooled_ratio():
+    """Two names of one program timed as one share one column (NaN where the program sat out): their
+    pooled ratio rests on the rounds it ran, not on each round twice."""
+    nan = math.nan
+    times = [[1.0, 1.2 + 0.01 * r, 1.2 + 0.01 * r] for r in range(9)] + [[1.0, nan, nan]] * 3
+    v = G.judge(
+        ("scan", "scan_namedtuple", "scan_pytree"),
+        ("fa", "fb", "fb"),
+        ((), (), ()),
+        rounds_of(times),
+        (1, 1, 1),
+        0,
+        "g",
+        1.1,
+    )
+    (prog,) = [p for p in v.programs if p.names == ("scan_namedtuple", "scan_pytree")]
+    by = {s.strategy: s for s in v.strategies}
+    assert (prog.ratio, prog.low, prog.high) == (by["scan_pytree"].ratio, by["scan_pytree"].low, by["scan_pytree"].high)
+    assert by["scan_pytree"].rounds == 9 and prog.verdict == "slower"
+
+
+@pytest.mark.slow
+def test_names_of_one_program_are_timed_once_and_share_their_figures(plnexp_main, outputs, tmp_path):
+    ran = plnexp_main(
+        "sweep",
+        "sweep=null",
+        "strategy=scan,scan_namedtuple,scan_pytree",
+        *TINY,
+        "experiment=one-program",
+        "report.rounds_budget_s=2",
+        cwd=tmp_path,
+    )
+    assert ran.returncode == 0, ran.stderr
+    cl = store_client(outputs)
+    runs = cl.search_runs([cl.get_experiment_by_name("one-program").experiment_id])
+    by = {r.data.tags.get("mlflow.runName", "").split("-")[0]: r for r in runs if "mlflow.parentRunId" in r.data.tags}
+    a, b = by["scan_namedtuple"].data.metrics, by["scan_pytree"].data.metrics
+    assert by["scan_namedtuple"].data.tags["hlo_fingerprint"] == by["scan_pytree"].data.tags["hlo_fingerprint"]
+    # one program, one column of round times: the same figures to the last bit (two timed instances never agree so)
+    for key in ("round_ms_per_iter", "paired_ratio", "paired_ratio_lo", "paired_ratio_hi", "rounds_used"):
+        assert a[key] == b[key], key
+
+
 def test_judge_with_too_few_clean_rounds_decides_nothing_and_says_so():
     times = [[1.0, 3.0]] * 5
     v = G.judge(
@@ -76,7 +119,7 @@ def test_a_sweep_times_its_group_in_rounds_and_every_reader_sees_one_verdict(pln
         "strategy=scan,eager,fori_loop",
         *TINY,
         "experiment=groups",
-        "report.rounds=8",
+        "report.rounds=9",
         "report.rounds_budget_s=5",
         cwd=tmp_path,
     )
@@ -88,7 +131,7 @@ def test_a_sweep_times_its_group_in_rounds_and_every_reader_sees_one_verdict(pln
     (parent,) = [r for r in cl.search_runs([exp.experiment_id]) if "mlflow.parentRunId" not in r.data.tags]
     path = cl.download_artifacts(parent.info.run_id, V.ARTIFACT, str(tmp_path))
     (group,) = V.loads(open(path).read())
-    assert group.reference == "scan" and group.rounds + group.dropped <= 8
+    assert group.reference == "scan" and group.rounds + group.dropped <= 9
     by = {s.strategy: s for s in group.strategies}
     assert set(by) == {"scan", "eager", "fori_loop"}
     assert by["scan"].verdict == "reference" and by["eager"].verdict == "slower" and by["eager"].ratio > 2

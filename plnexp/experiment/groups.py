@@ -158,8 +158,10 @@ def judge(names, fingerprints, runs, rounds, per_iter, ref: int, label: str, min
         if ref in idx:
             programs.append(V.ProgramResult(members, fingerprints[ref], 1.0, 1.0, 1.0, V.REFERENCE))
             continue
-        pooled_t = [t for i in idx for t in ms[i]]
-        pooled_r = [t for i in idx for t in ms[ref]]
+        # the names of one program timed once share one column: counted once, not once per name
+        cols = list(dict.fromkeys(tuple(t if math.isfinite(t) else None for t in ms[i]) for i in idx))
+        pooled_t = [math.nan if t is None else t for col in cols for t in col]
+        pooled_r = [t for _ in cols for t in ms[ref]]
         r = paired.paired_ratio(pooled_t, pooled_r, min_effect)
         programs.append(V.ProgramResult(members, fingerprints[idx[0]], r.median, r.low, r.high, r.verdict))
     note = ""
@@ -205,34 +207,46 @@ def _time_group(members: Sequence[Member], held: Held | None = None) -> V.GroupV
     rep = first.report
     min_effect = rep.min_speedup
 
-    def settled(rounds) -> set[int]:
-        """The strategies whose verdict stands (the reference never: every pair needs it)."""
-        v = judge(
-            names,
-            [p.fingerprint for p in programs],
-            [m.runs for m in members],
-            rounds,
-            per_iter,
-            ref,
-            label,
-            min_effect,
-        )
-        return {i for i, s in enumerate(v.strategies) if i != ref and s.verdict != "unresolved"}
+    fingerprints = [p.fingerprint for p in programs]
+    # one program, timed once: strategies whose programs have one fingerprint (and length) are one
+    # compiled program, so each round runs it once and every name of it gets its figures
+    first_of: dict[tuple, int] = {}
+    timed_as = []  # member i -> the index of the program timed for it
+    for i, (fp, n) in enumerate(zip(fingerprints, per_iter)):
+        timed_as.append(first_of.setdefault((fp, n), i) if fp else i)
+    order = list(dict.fromkeys(timed_as))  # the programs timed, by member index
+    position = {i: k for k, i in enumerate(order)}
 
-    rounds = R.time_rounds(
-        programs,
-        # at least the rounds whose interval leaves out the extreme ratio on each side (9): one round
-        # hit by a burst cannot block a verdict (paired.robust_rounds); decisions from 6 rounds on
-        min_rounds=paired.robust_rounds(),
-        max_rounds=max(rep.rounds, paired.robust_rounds()),
-        budget_s=rep.rounds_budget_s,
-        decided=lambda rounds: len(settled(rounds)) == len(programs) - 1,
-        settled=settled,
-        seed=first.seed,
+    def members_of(rounds) -> R.Rounds:
+        """The rounds of the programs timed, as every member's (a program's names share its column)."""
+        pick = [position[timed_as[i]] for i in range(len(members))]
+        return replace(
+            rounds,
+            names=tuple(names),
+            times=tuple(tuple(row[k] for k in pick) for row in rounds.times),
+            cpu=tuple(tuple(row[k] for k in pick) for row in rounds.cpu),
+        )
+
+    def settled(rounds) -> set[int]:
+        """The programs timed whose every name's verdict stands (the reference's never: every pair needs it)."""
+        v = judge(names, fingerprints, [m.runs for m in members], members_of(rounds), per_iter, ref, label, min_effect)
+        open_ = {timed_as[i] for i, s in enumerate(v.strategies) if s.verdict == "unresolved"} | {timed_as[ref]}
+        return {position[i] for i in order if i not in open_}
+
+    rounds = members_of(
+        R.time_rounds(
+            [programs[i] for i in order],
+            # at least the rounds whose interval leaves out the extreme ratio on each side (9): one round
+            # hit by a burst cannot block a verdict (paired.robust_rounds); decisions from 6 rounds on
+            min_rounds=paired.robust_rounds(),
+            max_rounds=max(rep.rounds, paired.robust_rounds()),
+            budget_s=rep.rounds_budget_s,
+            decided=lambda rounds: len(settled(rounds)) == len(order) - 1,
+            settled=settled,
+            seed=first.seed,
+        )
     )
-    v = judge(
-        names, [p.fingerprint for p in programs], [m.runs for m in members], rounds, per_iter, ref, label, min_effect
-    )
+    v = judge(names, fingerprints, [m.runs for m in members], rounds, per_iter, ref, label, min_effect)
     cpu = [_median([1e3 * c / n for c in rounds.cpu_column(i)]) for i, n in enumerate(per_iter)]
     strategies = tuple(replace(s, cpu_ms_per_iter=c) for s, c in zip(v.strategies, cpu))
     return replace(v, strategies=strategies, extra={"compiled_s": compiled_s})
