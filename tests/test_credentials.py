@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import getpass
 import io
 import logging
 import os
@@ -27,6 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -589,7 +591,14 @@ def _watch(proc: subprocess.Popen, marker: str, timeout: float) -> Seen:
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize(
     ("launcher", "user", "way"),
-    [("joblib", "admin", "uri"), ("slurm", "alice", "uri"), ("slurm", "bob", "credentials_file")],
+    [
+        ("joblib", "admin", "uri"),
+        ("slurm", "alice", "uri"),
+        ("slurm", "bob", "credentials_file"),
+        ("joblib", "alice", "env_vars"),  # MLFLOW_TRACKING_USERNAME / _PASSWORD given as they are
+        ("joblib", "db", "pgpassword"),  # the PostgreSQL store itself, its password in PGPASSWORD
+        ("slurm", "db", "pgpass"),  # ... or in ~/.pgpass
+    ],
 )
 def test_a_sweep_under_joblib_and_slurm_into_the_team_server_leaks_no_password(
     team, tmp_path, request, launcher, user, way
@@ -606,7 +615,7 @@ def test_a_sweep_under_joblib_and_slurm_into_the_team_server_leaks_no_password(
     environment (MLFLOW_TRACKING_PASSWORD; the URI an address), so SLURM keeps it where it keeps each
     job's environment (its state folder) and nowhere else of its own (the job's script included);
     from the credentials file, nowhere (what docs/how-to/tracking-server.md says of it)."""
-    password = ADMIN_PASSWORD if user == "admin" else ACCOUNTS[user]
+    password = {"admin": ADMIN_PASSWORD, "db": team.database_password, **ACCOUNTS}[user]
     work, home = tmp_path / "work", tmp_path / "home"
     outputs = work / "outputs"
     outputs.mkdir(parents=True)
@@ -614,9 +623,21 @@ def test_a_sweep_under_joblib_and_slurm_into_the_team_server_leaks_no_password(
     experiment = f"team-{launcher}-{way}"
     env = {k: v for k, v in os.environ.items() if k not in VARS}
     env |= {"PLNEXP_OUTPUTS": str(outputs), "HOME": str(home), "MLFLOW_TRACKING_URI": team.server.uri}
+    store = team.server.uri  # where the runs go, as every worker reaches it (no credential in it)
+    if way in ("pgpassword", "pgpass"):  # the database straight, as libpq's users give its password
+        store = team.database.replace(f":{team.database_password}@", "@") + "/mlflow"
+        env["MLFLOW_TRACKING_URI"] = store
     if way == "uri":  # and with every traceback shown in full, as each error line advertises
         env["HYDRA_FULL_ERROR"] = "1"
         env["MLFLOW_TRACKING_URI"] = team.server.uri.replace("http://", f"http://{user}:{password}@")
+    elif way == "env_vars":
+        env |= {"MLFLOW_TRACKING_USERNAME": user, "MLFLOW_TRACKING_PASSWORD": password}
+    elif way == "pgpassword":
+        env["PGPASSWORD"] = password
+    elif way == "pgpass":
+        parts = urlsplit(store)
+        (home / ".pgpass").write_text(f"{parts.hostname}:{parts.port}:*:{parts.username}:{password}\n")
+        (home / ".pgpass").chmod(0o600)
     else:
         (home / ".mlflow").mkdir()
         filed = home / ".mlflow" / "credentials"
@@ -647,15 +668,18 @@ def test_a_sweep_under_joblib_and_slurm_into_the_team_server_leaks_no_password(
         cl = MlflowClient(team.server.uri)
         runs = cl.search_runs([cl.get_experiment_by_name(experiment).experiment_id])
     assert len(runs) == 3 and {r.info.status for r in runs} == {"FINISHED"}, runs
-    assert {r.data.tags["mlflow.user"] for r in runs} == {user}
+    # an MLflow account's name; the OS user's where the store is the database itself
+    assert {r.data.tags["mlflow.user"] for r in runs} == {getpass.getuser() if user == "db" else user}
     jobs = {r.data.tags["plnexp.pid"] for r in runs if "mlflow.parentRunId" in r.data.tags}
     assert str(proc.pid) not in jobs, "the jobs ran in worker processes"
     workers = {pid: seen.environs.get(pid) for pid in map(int, jobs)}
     assert all(workers.values()), f"a worker not seen while it ran: {sorted(workers)} vs {sorted(seen.environs)}"
     for pid, environ in workers.items():  # how the worker's client got the credential
-        assert environ[b"MLFLOW_TRACKING_URI"] == team.server.uri.encode(), (pid, seen.cmdlines.get(pid))
+        assert environ[b"MLFLOW_TRACKING_URI"] == store.encode(), (pid, seen.cmdlines.get(pid))
         given = (environ.get(b"MLFLOW_TRACKING_USERNAME"), environ.get(b"MLFLOW_TRACKING_PASSWORD"))
-        assert given == ((user.encode(), password.encode()) if way == "uri" else (None, None)), pid
+        as_account = way in ("uri", "env_vars")
+        assert given == ((user.encode(), password.encode()) if as_account else (None, None)), pid
+        assert environ.get(b"PGPASSWORD") == (password.encode() if way == "pgpassword" else None), pid
     roles = b"submitit" if launcher == "slurm" else b"loky"
     assert any(roles in c for c in seen.cmdlines.values()), seen.cmdlines
     if launcher == "slurm":
@@ -663,7 +687,7 @@ def test_a_sweep_under_joblib_and_slurm_into_the_team_server_leaks_no_password(
         # SLURM itself keeps it where it keeps every job's environment, and nowhere else (its job script
         # included): docs/how-to/tracking-server.md says so, and how a credentials file avoids it
         kept = _files_holding(request.getfixturevalue("slurm").conf.parent, password)
-        if way == "uri":
+        if way in ("uri", "env_vars", "pgpassword"):  # in the environment the job was submitted with
             assert kept and all(re.fullmatch(r"state/hash\.\d/job\.\d+/environment", f) for f in kept), kept
         else:
             assert kept == {}
@@ -687,7 +711,7 @@ def test_a_sweep_under_joblib_and_slurm_into_the_team_server_leaks_no_password(
         name: {"printed": 0, "files": {}, "databases": 0, "server": {}, "cmdlines": {}} for name in counts
     }
     # what was searched holds what plnexp wrote: the address, the runs
-    assert _files_holding(outputs, team.server.uri), "the sweep's record holds the server's address"
+    assert _files_holding(outputs, store), "the sweep's record holds the store's address"
     assert all(r.info.run_id in databases for r in runs)
 
 

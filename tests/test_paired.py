@@ -148,6 +148,11 @@ def test_a_settled_program_sits_out_the_rounds_that_follow_and_its_pairs_stay_pa
     assert rounds.cpu_column(2) == [2.1] * 12  # each run's CPU time, by round
     r = paired.paired_ratio(rounds.column(1), rounds.column(0), 1.10)
     assert r.n == 6 and r.median == 5.0 and r.verdict == "slower"  # the rounds it ran, paired with the reference's
+    # a driver that waits for 9 kept rounds before it stops lets a settled program sit out from 6 on
+    log.clear()
+    kw = dict(budget_s=1e9, clock=clock, calibrate=lambda: 1.0, settled=lambda r: {1})
+    late = R.time_rounds(progs, min_rounds=9, max_rounds=12, settle_after=6, **kw)
+    assert len(late.times) == 12 and log.count("slow") == 6 and log.count("ref") == 12
 
 
 def test_a_round_whose_calibration_moved_is_dropped_and_counted():

@@ -243,6 +243,7 @@ def _time_group(members: Sequence[Member], held: Held | None = None) -> V.GroupV
             budget_s=rep.rounds_budget_s,
             decided=lambda rounds: len(settled(rounds)) == len(order) - 1,
             settled=settled,
+            settle_after=paired.min_rounds(),  # eager's 5x stands on 6 rounds: it sits out from then on
             seed=first.seed,
         )
     )

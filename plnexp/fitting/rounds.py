@@ -114,6 +114,7 @@ def time_rounds(
     budget_s: float,
     decided: Callable[[Rounds], bool] = lambda rounds: False,
     settled: Callable[[Rounds], Collection[int]] = lambda rounds: (),
+    settle_after: int | None = None,
     seed: int = 0,
     clock=time.perf_counter,
     calibrate: Callable[[], float] | None = None,
@@ -121,7 +122,9 @@ def time_rounds(
 ) -> Rounds:
     """Time ``programs`` in interleaved rounds (see the module docstring). ``decided(rounds)``: whether
     the kept rounds so far settle every comparison (the caller's statistics); ``settled(rounds)``: the
-    programs whose comparison is settled, which sit out the next rounds; ``seed``: of the
+    programs whose comparison is settled, which sit out the next rounds, asked once ``settle_after`` rounds
+    are kept (default ``min_rounds``: a large effect can stand on fewer rounds than the caller waits for
+    before it stops); ``seed``: of the
     rounds' random orders (reproducible). ``calibrate``: the host calibration (tests pass their own)."""
     if min_rounds < 1 or max_rounds < min_rounds:
         raise ValueError(f"min_rounds={min_rounds}, max_rounds={max_rounds}: need 1 <= min_rounds <= max_rounds")
@@ -161,7 +164,7 @@ def time_rounds(
         kept = len(times) - sum(1 for why in dropped if why)
         if kept >= min_rounds and (decided(so_far()) or clock() - start >= budget_s):
             break
-        if kept >= min_rounds:
+        if kept >= (min_rounds if settle_after is None else settle_after):
             out = frozenset(settled(so_far()))
         if clock() - start >= budget_s and len(times) >= 2 * min_rounds:
             break  # out of budget with too many rounds dropped: the caller says how many it had
