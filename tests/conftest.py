@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import logging
+import contextlib
 import os
 import shutil
 import signal
@@ -514,3 +515,18 @@ def swept(swept_once, tmp_path, monkeypatch) -> Swept:
     monkeypatch.setenv("PLNEXP_OUTPUTS", str(out))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     return Swept(out, swept_once.parent_id)
+
+
+@contextlib.contextmanager
+def scoped_environ(unset, **values: str):
+    """``os.environ`` with the variables ``unset`` removed and ``values`` set for the block, then
+    exactly as it was (a command may split MLFLOW_TRACKING_URI into this process's environment)."""
+    before = dict(os.environ)
+    for var in unset:
+        os.environ.pop(var, None)
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(before)

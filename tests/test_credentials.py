@@ -31,6 +31,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from conftest import scoped_environ
 
 from plnexp.cli import doctor
 from plnexp.system import credentials
@@ -715,18 +716,9 @@ def test_a_sweep_under_joblib_and_slurm_into_the_team_server_leaks_no_password(
     assert all(r.info.run_id in databases for r in runs)
 
 
-@contextlib.contextmanager
 def _env(**values: str):
     """``os.environ`` with :data:`VARS` unset and ``values`` set for the block, then as it was."""
-    before = dict(os.environ)
-    for var in VARS:
-        os.environ.pop(var, None)
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(before)
+    return scoped_environ(VARS, **values)
 
 
 @pytest.mark.slow

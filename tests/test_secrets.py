@@ -18,6 +18,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+from conftest import scoped_environ
 import yaml
 
 import daemons
@@ -313,19 +314,9 @@ CREDENTIAL_VARS = (
 )
 
 
-@contextlib.contextmanager
 def _environ(**values: str):
-    """``os.environ`` with :data:`CREDENTIAL_VARS` unset and ``values`` set for the block, then exactly
-    as it was (a command splits MLFLOW_TRACKING_URI into this process's environment)."""
-    before = dict(os.environ)
-    for var in CREDENTIAL_VARS:
-        os.environ.pop(var, None)
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(before)
+    """``os.environ`` with :data:`CREDENTIAL_VARS` unset and ``values`` set for the block, then as it was."""
+    return scoped_environ(CREDENTIAL_VARS, **values)
 
 
 def _main(*args: str) -> tuple[int, str]:
