@@ -68,8 +68,17 @@ class Slurm:
     name: str = "slurm"
     in_driver: bool = False
 
-    BASE = ("timeout_min", "cpus_per_task", "gpus_per_node", "tasks_per_node", "mem_gb", "nodes", "name")
-    BASE_EXTRA = ("stderr_to_stdout",)
+    # the submitit launcher's settings that AutoExecutor takes as they are (the others: slurm_KEY)
+    BASE = (
+        "timeout_min",
+        "cpus_per_task",
+        "gpus_per_node",
+        "tasks_per_node",
+        "mem_gb",
+        "nodes",
+        "name",
+        "stderr_to_stdout",
+    )
 
     def executor(self):
         import submitit
@@ -78,8 +87,7 @@ class Slurm:
         folder = params.pop("submitit_folder")
         max_num_timeout = params.pop("max_num_timeout", 0)
         executor = submitit.AutoExecutor(cluster="slurm", folder=folder, slurm_max_num_timeout=max_num_timeout)
-        base = (*self.BASE, *self.BASE_EXTRA)
-        executor.update_parameters(**{k if k in base else f"slurm_{k}": v for k, v in params.items()})
+        executor.update_parameters(**{k if k in self.BASE else f"slurm_{k}": v for k, v in params.items()})
         return executor
 
     def run(self, work: Callable, items: Sequence, total: int) -> list:

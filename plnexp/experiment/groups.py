@@ -109,12 +109,25 @@ def finished_members(record, configs: Mapping[int, Config]) -> list[Member]:
     return out
 
 
+def partition(items: Sequence, config_of=lambda item: item.config) -> tuple[list[list], list]:
+    """``items`` (members, job specs: anything with a config) by group, in first appearance order:
+    the groups of two strategies or more (what rounds compare), and every other item."""
+    by: dict[str, list] = {}
+    for item in items:
+        by.setdefault(group_key(config_of(item)), []).append(item)
+    compared: list[list] = []
+    alone: list = []
+    for xs in by.values():
+        if len({repr(config_of(x).strategy.as_dict()) for x in xs}) > 1:
+            compared.append(xs)
+        else:
+            alone.extend(xs)
+    return compared, alone
+
+
 def groups_of(members: Sequence[Member]) -> list[list[Member]]:
     """The members by group (first appearance order), only groups of two strategies or more."""
-    by: dict[str, list[Member]] = {}
-    for m in members:
-        by.setdefault(group_key(m.config), []).append(m)
-    return [ms for ms in by.values() if len({repr(m.config.strategy.as_dict()) for m in ms}) > 1]
+    return partition(members)[0]
 
 
 def reference_of(members: Sequence[Member]) -> int:

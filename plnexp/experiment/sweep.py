@@ -19,7 +19,7 @@
                                                       MLflow, the parent closed.
 
 A job in another process gets the record with its spec (pickled), never through this process's
-memory; a worker tells itself from the driver by what its executor called (:func:`in_worker`).
+memory; a worker tells itself from the driver by what its executor called (:func:`job_of`).
 
 The **control job** (:meth:`Task.control`): after the grid, the sweep's reference job
 (:func:`plnexp.experiment.plan.control_reference`: scan's, else the first) runs once more with the same config,
@@ -714,13 +714,10 @@ def write_job_dir(output_dir: str, config: C.Config, overrides=()) -> None:
     (folder / "overrides.yaml").write_text(yaml.safe_dump([redact_text(o) for o in overrides]))
 
 
-def in_worker(task: Task, record: SweepRecord, sweep_dir: str, spec: JobSpec) -> str | None:
-    """A sweep's job in a worker process (a joblib worker, a SLURM task): what executors ship."""
-    return task(spec, record, job_dir(Path(sweep_dir), spec.num), here=False)
-
-
-def in_driver(task: Task, record: SweepRecord, sweep_dir: str, spec: JobSpec) -> str | None:
-    return task(spec, record, job_dir(Path(sweep_dir), spec.num), here=True)
+def job_of(task: Task, record: SweepRecord, sweep_dir: str, here: bool, spec: JobSpec) -> str | None:
+    """A sweep's job in its folder, in the driver (``here``) or a worker process (a joblib worker, a
+    SLURM task): what executors run, ``partial``-ed with all but the spec."""
+    return task(spec, record, job_dir(Path(sweep_dir), spec.num), here=here)
 
 
 @dataclass(frozen=True)
@@ -756,15 +753,8 @@ def units_of(specs, rounds: bool) -> list[Unit]:
     (its jobs in job order, then its rounds); every other job is a task of its own."""
     if not rounds:
         return [Unit((s,)) for s in specs]
-    by: dict[str, list[JobSpec]] = {}
-    for s in specs:
-        by.setdefault(groups.group_key(s.config), []).append(s)
-    units = []
-    for members in by.values():
-        if len({repr(s.config.strategy.as_dict()) for s in members}) > 1:
-            units.append(Unit(tuple(members), rounds=True))
-        else:
-            units.extend(Unit((s,)) for s in members)
+    compared, alone = groups.partition(list(specs))
+    units = [Unit(tuple(members), rounds=True) for members in compared] + [Unit((s,)) for s in alone]
     return sorted(units, key=lambda u: u.specs[0].num or 0)
 
 
@@ -772,7 +762,7 @@ def unit_in_worker(task: Task, record: SweepRecord, sweep_dir: str, unit: Unit) 
     """A SLURM task: its unit's jobs here, one after the other (their programs kept), then the
     group's rounds on this node; the verdicts go back to the driver, which logs them."""
     task = replace(task, held=groups.Held() if unit.rounds else None, grid={})
-    lines = [task(spec, record, job_dir(Path(sweep_dir), spec.num), here=False) for spec in unit.specs]
+    lines = [job_of(task, record, sweep_dir, False, spec) for spec in unit.specs]
     verdicts = []
     if unit.rounds:
         configs = {s.num: s.config.as_study() for s in unit.specs if s.num is not None}
@@ -798,9 +788,9 @@ def run_jobs(task: Task, record: SweepRecord, sweep_dir: Path, specs, executor: 
         results = executor.run(partial(unit_in_worker, task, record, str(sweep_dir)), units, record.total)
         return [v for r in results if r is not None for v in r.verdicts]
     if not isinstance(executor, executors.InProcess):  # side by side in workers: no control job, no peers
-        executor.run(partial(in_worker, task, record, str(sweep_dir)), list(specs), record.total)
+        executor.run(partial(job_of, task, record, str(sweep_dir), False), list(specs), record.total)
         return []
-    executor.run(partial(in_driver, task, record, str(sweep_dir)), list(specs), record.total)
+    executor.run(partial(job_of, task, record, str(sweep_dir), True), list(specs), record.total)
     task.control()  # after the grid: the sweep's control job, when this process ran the grid (Task.control)
     task.peers()  # then the peers' fits (report.peers), on the same condition (Task.peers)
     return []
