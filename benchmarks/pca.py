@@ -29,11 +29,9 @@ of that process: imports, data and fit) is its own:
   float64 ELBO at plnexp's final parameters.
 
 Ratios, side by side in one run: ``x_peer`` = pyPLNmodels' fit_s over plnexp's to_target_s (plnexp
-steady), ``x_peer_cold`` = over plnexp's cold start + to_target_s: what a user waits for. The cold
-start is the compile and the initial state's first call (``init``, in the note: pyPLNmodels' own
-initialisation is part of its fit_s); where the compile ran in a thread beside the initial state
-(``plnexp.measure.timing.ColdCompile``: ``plnexp.fit``'s one-function strategies, scan among them),
-the wall clock of the two together (``start_s``: ``compile and init`` in the note), else their sum. Sizes where pyPLNmodels did not run have no target: plnexp's row then gives its time to the
+steady), ``x_peer_cold`` = over plnexp's compile + its initial state's first call (``init``, in
+the note: pyPLNmodels' own initialisation is part of its fit_s) + to_target_s: what a user waits
+for. Sizes where pyPLNmodels did not run have no target: plnexp's row then gives its time to the
 ELBO it reaches with pyPLNmodels' relative standing measured at the largest size where both ran
 (``target rel``, said in the row).
 
@@ -135,8 +133,7 @@ def child_plnexp(args) -> dict:
     def timed_init(*a, **k):  # the initial state's wall clock (its first call: compiles included)
         t0 = time.perf_counter()
         state = jax.block_until_ready(init_state(*a, **k))
-        if not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(state)):  # not the shapes' trace
-            init_s.append(time.perf_counter() - t0)
+        init_s.append(time.perf_counter() - t0)
         return state
 
     base.init_state = timed_init
@@ -162,7 +159,6 @@ def child_plnexp(args) -> dict:
     out = {
         "compile_s": t.compile_s,
         "init_s": init_s[0] if init_s else float("nan"),
-        "start_s": t.start_s,
         "run_s": t.run_s,
         "ms_per_iter": t.ms_per_iter,
         "n_iter": res.n_iter,
@@ -174,13 +170,6 @@ def child_plnexp(args) -> dict:
         "curve": curve.tolist(),
     }
     return out
-
-
-def _start(mine: dict) -> float:
-    """plnexp's cold start, compile and initial state: the wall clock of the two together where the
-    compile ran beside the initial state (``start_s``), their sum where one followed the other."""
-    start = mine.get("start_s", float("nan"))
-    return start if np.isfinite(start) else mine["compile_s"] + mine["init_s"]
 
 
 def first_at(curve: list[float], target: float) -> int | None:
@@ -386,13 +375,17 @@ def main(argv=None) -> None:
                 note = (
                     (f"{target_note}; reached at iteration {k}" if k is not None else f"{target_note}; not reached")
                     + (
-                        f"; init {mine['init_s']:.2f} s; compile and init {_start(mine):.2f} s; zeros {zeros:.0%}; compiled ELBO error {mine['jit_error']:.2g} "
+                        f"; init {mine['init_s']:.2f} s; zeros {zeros:.0%}; compiled ELBO error {mine['jit_error']:.2g} "
                         f"(margin {margin:.3g})"
                     )
                     + _gpu_note(mine)
                 )
                 x = peer["fit_s"] / to_target if peer is not None and k else float("nan")
-                x_cold = peer["fit_s"] / (to_target + _start(mine)) if peer is not None and k else float("nan")
+                x_cold = (
+                    peer["fit_s"] / (to_target + mine["compile_s"] + mine["init_s"])
+                    if peer is not None and k
+                    else float("nan")
+                )
                 line = (
                     f"{size:>13} {'plnexp ' + optimizer:>17} {mine['n_iter']:6d} {mine['compile_s']:9.2f} {s_iter:8.3f} "
                     f"{to_target:11.2f} {mine['run_s']:8.2f} {mine['elbo']:17.2f} {mine['peak_gb']:7.2f} "

@@ -335,36 +335,3 @@ def test_timing_logs_spread_calibration_and_window(cleared):
     assert m["calib_before_s"] == 0.0 == m["calib_after_s"]  # the fake clock does not move in it
     assert m["timed_start"] <= m["timed_end"]
     assert t.fingerprint == ""  # a program without XLA executables has none
-
-
-def test_started_compile_replaces_measures_own_and_is_refused_before_a_first_call(cleared):
-    """measure(started=...) takes the cold compile started beforehand (timing.ColdCompile, in a thread)
-    instead of compiling one of its own; with first_call or owns_process, which order the cold steps,
-    it refuses one (a one-line ValueError)."""
-    fresh = Fresh()
-    started = timing.ColdCompile(fresh(), None, None, x64=False)
-    _, t = timing.measure(FakeProgram(), None, None, fresh=fresh, started=started)
-    assert [p.compiles for p in fresh.made] == [1] and t.compile_s == 0.25
-    for kwargs in ({"first_call": True}, {"owns_process": True}):
-        with pytest.raises(ValueError, match="^started: a cold compile started beforehand cannot follow"):
-            timing.measure(FakeProgram(), None, None, fresh=fresh, started=started, **kwargs)
-
-
-def test_cold_compile_raises_in_the_callers_thread():
-    class Broken(FakeProgram):
-        def compile(self, state, data):
-            raise RuntimeError("no compile")
-
-    with pytest.raises(RuntimeError, match="no compile"):
-        timing.ColdCompile(Broken(), None, None, x64=False).result()
-
-
-def test_a_fits_compile_beside_its_initial_state_is_the_same_fit():
-    """plnexp.fit's one-function strategies compile in a thread beside the initial state (start_s:
-    the two together, no more than their sum plus a margin); the same fit with first_call=True,
-    whose cold steps run one after the other (start_s NaN), gives the same curve."""
-    data = plnexp.simulate_pca(n=40, p=12, q=2, seed=0)
-    res = plnexp.fit(data, model="pca", rank=2, n_iter=5, compile_cache=False)
-    seq = plnexp.fit(data, model="pca", rank=2, n_iter=5, compile_cache=False, first_call=True)
-    assert res.timing.start_s >= res.timing.compile_s > 0 and math.isnan(seq.timing.start_s)
-    np.testing.assert_array_equal(res.elbo, seq.elbo)

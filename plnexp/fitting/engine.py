@@ -12,9 +12,8 @@ compile is one of functions built for it: :mod:`plnexp.measure.timing`), and lea
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import jax
@@ -262,35 +261,23 @@ def run_all(
     cache_dir = timing.usable_cache_dir(t.compile_cache_dir)
     seeds = [spec.seed + k for k in range(spec.replicates)]
 
-    x64 = dtype == np.float64
     # the cache also serves the initial state's program (the timed compile sets its own, see timing)
-    with jax.enable_x64(x64), timing.persistent_cache(cache_dir):
+    with jax.enable_x64(dtype == np.float64), timing.persistent_cache(cache_dir):
         program = strategies.build(problem, spec.n_iter, spec.strategy, spec.replicates)
         arrays = program.place(datas, dtype, dev)  # the program owns where its data goes
-
-        def fresh():
-            # make_problem and strategies.build are cached so that equal fits share compiled code;
-            # a cold compile needs functions JAX has never traced, so both are made anew (a fresh
-            # Problem too: the bound methods jit_per_function jits compare equal across equal Problems)
-            problem_now = make_problem.__wrapped__(spec.model, spec.optimizer, spec.gradient)
-            return strategies.make(problem_now, spec.n_iter, spec.strategy, spec.replicates)
-
-        # a one-function program's cold compile needs only the initial state's shapes: it runs in a
-        # thread beside the initial state (timing.ColdCompile), except where the measurement must
-        # order the cold steps (a first call before it, JAX's caches cleared before each)
-        overlap = timed and isinstance(program, strategies.SingleProgram) and not (t.first_call or owns_process)
-        if overlap:
-            t0 = time.perf_counter()
-            started = timing.ColdCompile(fresh(), _shapes(program, problem, arrays, spec.init, seeds), arrays, x64)
         state = program.initial(problem, arrays, spec.init, seeds)
-        if overlap:
-            jax.block_until_ready(state)
-            started.result()  # both done: start_s is what a user waits for the two together
-            start_s = time.perf_counter() - t0
         # the host reference converts to float64 a block of rows at a time: no n x p float64 copy
         starts = [s.pln for s in program.split(state, arrays)]
         kept: list = []  # the compiled program, for hold
         if timed:
+
+            def fresh():
+                # make_problem and strategies.build are cached so that equal fits share compiled code;
+                # a cold compile needs functions JAX has never traced, so both are made anew (a fresh
+                # Problem too: the bound methods jit_per_function jits compare equal across equal Problems)
+                problem_now = make_problem.__wrapped__(spec.model, spec.optimizer, spec.gradient)
+                return strategies.make(problem_now, spec.n_iter, spec.strategy, spec.replicates)
+
             out, times = timing.measure(
                 program,
                 state,
@@ -304,12 +291,10 @@ def run_all(
                 fresh=fresh,
                 owns_process=owns_process,
                 keep=kept,
-                started=started if overlap else None,
             )
-            if overlap:
-                times = replace(times, start_s=start_s)
             if hold is not None and kept:
                 n_run = max(int(np.max(np.asarray(out.n_run))), 1)
+                x64 = dtype == np.float64
                 hold(Prepared(spec.strategy.name, n_run, times.fingerprint, x64, kept[0], state, arrays))
         else:
             out, times = timing.untimed(program, state, arrays, compile_cache_dir=cache_dir)
@@ -343,17 +328,6 @@ def run_all(
                 )
             )
     return results
-
-
-def _shapes(program, problem: Problem, arrays, init: str, seeds: Sequence[int]):
-    """The initial state's shapes and dtypes (``jax.eval_shape``: traced, not computed), placed as
-    the state will be (on the data's device: a one-device program's); the initial state's own call
-    then finds its trace cached."""
-    placed = arrays.Y.sharding
-    shapes = jax.eval_shape(lambda: program.initial(problem, arrays, init, seeds))
-    return jax.tree.map(
-        lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=placed, weak_type=s.weak_type), shapes
-    )
 
 
 def check_rank(model: Model, p: int) -> None:

@@ -27,12 +27,6 @@ one ahead-of-time compile and one run of the compiled program:
   (another job, another user) slows it: :data:`CALIBRATION_TOLERANCE` says how much it moves on an
   idle machine. ``timed_start`` / ``timed_end`` (epoch seconds) bound the timed runs, so that the
   report can see jobs whose timed runs overlapped on one host.
-- ``start_s``: where the cold compile ran in a thread beside the initial state
-  (:class:`ColdCompile`; ``plnexp.fit`` does so for a one-function program unless ``first_call`` or
-  a process plnexp owns orders the cold steps), the wall clock from the start of the two to both
-  done: what a user waits before the first iteration. ``compile_s`` stays the compile's own wall
-  clock (trace + lower + XLA, in its thread, sharing the machine with the initial state's work).
-  NaN where they ran one after the other.
 - ``fingerprint``: of the compiled program's optimized HLO (:mod:`plnexp.measure.fingerprint`; "" for
   eager and the PyTorch strategies).
 
@@ -76,7 +70,6 @@ from __future__ import annotations
 import math
 import statistics
 import tempfile
-import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -209,9 +202,6 @@ class Timing:
     compile_warm_cache_hits: float = NAN
     # compile_s in parts and what XLA made of the program (nothing for eager and torch)
     program: ProgramStats = field(default_factory=ProgramStats)
-    # where the cold compile ran beside the initial state (ColdCompile): the wall clock from the start
-    # of both to both done, less than their sum (NaN otherwise: then they ran one after the other)
-    start_s: float = NAN
 
     @property
     def spread(self) -> Spread:
@@ -308,13 +298,11 @@ def persistent_cache(directory: str | Path | None):
 
 @contextmanager
 def _count_events(name: str):
-    """Count the ``jax.monitoring`` events called ``name`` recorded inside the block by this thread
-    (a :class:`ColdCompile`'s thread counts its own compile's, not those of the initial state beside it)."""
+    """Count the ``jax.monitoring`` events called ``name`` recorded inside the block."""
     count = [0]
-    owner = threading.get_ident()
 
     def listener(event: str, **kwargs) -> None:
-        if event == name and threading.get_ident() == owner:
+        if event == name:
             count[0] += 1
 
     jax.monitoring.register_event_listener(listener)
@@ -340,37 +328,6 @@ def _cold_compile(program, state, data):
     return compiled, hits[0]
 
 
-class ColdCompile:
-    """The cold compile of ``program`` (:func:`_cold_compile`) in a thread of its own, started now: an
-    ahead-of-time compile needs only the shapes of the state (``state``: a tree of ``jax.ShapeDtypeStruct``,
-    placed as the real state will be), and XLA releases the GIL while it compiles, so that the caller
-    computes the initial state meanwhile. ``compile_s`` stays the compile's own wall clock (trace +
-    lower + XLA, inside the thread); :func:`measure` takes it (``started``) in place of its own cold
-    compile. ``x64``: the thread's ``jax.enable_x64`` (a thread-local setting); JAX's persistent-cache
-    settings are global: the caller's, as for :func:`measure`'s compile (the same ``compile_cache_dir``)."""
-
-    def __init__(self, program, state, data, x64: bool):
-        self._result: tuple | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._compile, args=(program, state, data, x64), daemon=True)
-        self._thread.start()
-
-    def _compile(self, program, state, data, x64: bool) -> None:
-        try:
-            with jax.enable_x64(x64):
-                self._result = _cold_compile(program, state, data)
-        except BaseException as e:  # noqa: BLE001 - raised again in the caller's thread, by result()
-            self._error = e
-
-    def result(self):
-        """(Compiled, persistent-cache hits), once the compile is done; its exception, if it raised one."""
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        assert self._result is not None
-        return self._result
-
-
 def measure(
     program,
     state,
@@ -386,7 +343,6 @@ def measure(
     owns_process: bool = False,
     clock=time.perf_counter,
     keep: list | None = None,
-    started: ColdCompile | None = None,
 ) -> tuple[Output, Timing]:
     """One cold AOT compile, then ``warmup`` untimed runs and the timed runs: at least ``repeats``,
     more while they took less than ``budget_s`` in all (see the module docstring for the rest);
@@ -396,25 +352,17 @@ def measure(
     one per cold step (the first call, the compile, the warm compile); without it those steps use
     ``program`` itself, cold only if nothing compiled it before. ``owns_process``: also clear JAX's
     in-memory caches before each cold step: for a process plnexp owns, never a library call.
-    ``clock``: for tests. ``keep``: a list the compiled program is appended to (to run it again).
-    ``started``: the cold compile, already started beside the initial state (:class:`ColdCompile`),
-    taken as this measurement's (not with ``first_call``, which must come before it, nor
-    ``owns_process``, which clears JAX's caches before each cold step)."""
+    ``clock``: for tests. ``keep``: a list the compiled program is appended to (to run it again)."""
     if not (isinstance(repeats, int) and repeats >= 1 and isinstance(warmup, int) and warmup >= 0):
         raise ValueError(f"repeats={repeats!r}, warmup={warmup!r}: need integers repeats >= 1 and warmup >= 0")
     if not (isinstance(budget_s, (int, float)) and budget_s >= 0):
         raise ValueError(f"budget_s={budget_s!r}: allowed values are numbers >= 0")
-    if started is not None and (first_call or owns_process):
-        raise ValueError("started: a cold compile started beforehand cannot follow first_call or owns_process")
     first_call_s, compile_warm_s, hits, warm_hits = NAN, NAN, NAN, NAN
     with persistent_cache(None):
         if first_call:
             _, first_call_s = _timed(_cold(program, fresh, owns_process).call, state, data, clock)
         with persistent_cache(compile_cache_dir):
-            if started is not None:
-                compiled, cold_hits = started.result()
-            else:
-                compiled, cold_hits = _cold_compile(_cold(program, fresh, owns_process), state, data)
+            compiled, cold_hits = _cold_compile(_cold(program, fresh, owns_process), state, data)
             if compile_cache_dir is not None:
                 hits = float(cold_hits)
                 if warm_compile:
