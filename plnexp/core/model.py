@@ -590,12 +590,15 @@ def _spd_solve(H: jax.Array, g: jax.Array) -> jax.Array:
     vector = g.ndim == H.ndim - 1
     rhs = g[..., None] if vector else g
     tiny = jnp.finfo(H.dtype).tiny
-    eye = jnp.arange(k)
+    eye = np.arange(k)  # NumPy's: a constant (jnp's is an iota, which XLA:CPU may make a kernel of its own)
+
+    # j runs from 0 to k - 1: no negative index to wrap (that check is a kernel of its own per index)
+    index = partial(jax.lax.dynamic_index_in_dim, allow_negative_indices=False)
 
     def eliminate(j, aug):
-        row = jax.lax.dynamic_index_in_dim(aug, j, axis=-2, keepdims=False)  # row j, (..., k + m)
-        col = jax.lax.dynamic_index_in_dim(aug, j, axis=-1, keepdims=False)  # column j, (..., k)
-        pivot = jax.lax.dynamic_index_in_dim(row, j, axis=-1, keepdims=True)
+        row = index(aug, j, axis=-2, keepdims=False)  # row j, (..., k + m)
+        col = index(aug, j, axis=-1, keepdims=False)  # column j, (..., k)
+        pivot = index(row, j, axis=-1, keepdims=True)
         row = row / jnp.maximum(pivot, tiny)
         return aug - (col - (eye == j))[..., :, None] * row[..., None, :]
 
@@ -618,7 +621,7 @@ def _pca_row_newton(Y, O, X, B, C, M, S, weight):
     per_row, A, YC = _pca_rows(Y, O, X, B, C, M, S)
     value = jnp.sum(per_row) if weight is None else jnp.sum(per_row * weight)
     on_a = A @ jnp.concatenate([C, C * C, _pair_products(C, C, _pairs(q))], axis=1)
-    hessian = _symmetric(on_a[:, 2 * q :], q) + jnp.eye(q, dtype=C.dtype)
+    hessian = _symmetric(on_a[:, 2 * q :], q) + np.eye(q, dtype=C.dtype)
     new_m = M + _newton_solve(hessian, YC - on_a[:, :q] - M)
     new_s = jax.lax.rsqrt(1.0 + on_a[:, q : 2 * q])
     if weight is not None:
@@ -646,7 +649,7 @@ def _pca_gauge(W, P, MM, C):
     C_jk C_jm C_jl C_jn: the step D = K^-1 g, written out (no autodiff), its norm clipped at
     :data:`PCA_GAUGE_CLIP`."""
     q = C.shape[1]
-    eye = jnp.eye(q, dtype=C.dtype)
+    eye = np.eye(q, dtype=C.dtype)  # NumPy's, as every identity of the Newton round: a constant, not a kernel
     CC = (C[:, :, None] * C[:, None, :]).reshape(-1, q * q)  # (p, q^2): C_ja C_jb
     T = (W.T @ CC).reshape(q, q, q)  # T[k, l, m] = sum_j W_jk C_jl C_jm
     V = (W * C).T @ C  # V[k, l] = sum_j W_jk C_jk C_jl
@@ -686,12 +689,12 @@ def _pca_gauge_columns(Y, O, X, B, C, M, S, rows):
     uu = _symmetric(on_a[:, k + q : k + q + n_u], k)  # (p, k, k): sum_i A_ij u_i u_i'
     G = _pca_gauge(W, _symmetric(on_a[:, k + q + n_u :], q), _total(rows, _data_rows(rows, M).T @ M), C)
     C3 = _spd_solve(G, C.T).T
-    zeros = jnp.zeros((d, q), C.dtype)
-    T = jnp.concatenate([jnp.concatenate([jnp.eye(d, dtype=C.dtype), zeros], 1), jnp.concatenate([zeros.T, G], 1)])
+    zeros = np.zeros((d, q), C.dtype)
+    T = jnp.concatenate([jnp.concatenate([np.eye(d, dtype=C.dtype), zeros], 1), jnp.concatenate([zeros.T, G], 1)])
     g = (on_y - on_a[:, :k]) @ T  # u_i -> T'u_i = (X_i, G'M_i)
     g = g.at[:, d:].add(-C3 * W)
     curvature = jnp.concatenate([jnp.zeros((C.shape[0], d), C.dtype), W], axis=1)
-    H = T.T @ uu @ T + curvature[:, :, None] * jnp.eye(k, dtype=C.dtype)
+    H = T.T @ uu @ T + curvature[:, :, None] * np.eye(k, dtype=C.dtype)
     step = _newton_solve(H, g)
     return B + step[:, :d].T, C3 + step[:, d:], M @ G
 
