@@ -160,3 +160,27 @@ def test_newton_refused_with_one_line(data, kwargs, words):
 def test_block_rows_keeps_rprop(data):
     res = plnexp.fit(data, model="pca", rank=2, block_rows=40, n_iter=2, timed=False)
     assert res.optimizer == "rprop"
+
+
+def test_newton_model_has_no_rotation_and_steps_as_with_r_zero(data):
+    """The Newton model's parameters carry no R (its rounds never turn the latent axes): its step
+    and ELBO are those of the same parameters with R = 0 (Q = I) to float64 rounding (1e-12
+    relative), and its state's R is 0."""
+    model = pm.pca_model(RANK, newton=True)
+    B, C, M, S = _point(data)
+    with jax.enable_x64(True):
+        arrays = _arrays(data)
+        params = {k: jnp.asarray(v) for k, v in zip("BCMS", (B, C, M, S))}
+        assert set(model.free(model.complete(params, arrays))) == {"B", "C", "M", "S"}
+        np.testing.assert_array_equal(np.asarray(model.complete(params, arrays).Omega), np.zeros((RANK, RANK)))
+        value, step = pm.pca_newton_step(params, None, arrays)
+        value_r, step_r = pm.pca_newton_step({**params, "R": jnp.zeros((RANK, RANK))}, None, arrays)
+        assert set(step) == {"B", "C", "M", "S"} and np.all(np.asarray(step_r["R"]) == 0)
+        np.testing.assert_allclose(float(value), float(value_r), rtol=1e-12)
+        for k in step:
+            np.testing.assert_allclose(np.asarray(step[k]), np.asarray(step_r[k]), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(
+            float(model.elbo(params, None, arrays)),
+            float(pm.pca_elbo({**params, "R": jnp.zeros((RANK, RANK))}, None, arrays)),
+            rtol=1e-12,
+        )

@@ -360,8 +360,12 @@ def _rotation(R: jax.Array) -> jax.Array:
     return xp.linalg.solve(eye - W, eye + W)
 
 
-def _rotated(params: Params) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(C Q, M Q, Q): the C and M the ELBO sees, Q = :func:`_rotation` of ``params["R"]``."""
+def _rotated(params: Params) -> tuple[jax.Array, jax.Array, jax.Array | None]:
+    """(C Q, M Q, Q): the C and M the ELBO sees, Q = :func:`_rotation` of ``params["R"]``; without
+    an R (the Newton model's parameters: its rounds never turn the axes, so R stays 0 and Q = I),
+    (C, M, None)."""
+    if "R" not in params:
+        return params["C"], params["M"], None
     Q = _rotation(params["R"])
     return params["C"] @ Q, params["M"] @ Q, Q
 
@@ -715,18 +719,22 @@ def pca_newton_step(params: Params, state: PLNState, data: Arrays) -> tuple[jax.
     value, M1, S1 = _pca_row_newton(Y, O, X, B, C, M, S, weight)
     M2, B2 = _pca_centre(X, B, C, M1, rows)
     B4, C4, M3 = _pca_gauge_columns(Y, O, X, B2, C, M2, S1, rows)
-    step = {
-        "B": B4 - B,
-        "C": C4 @ Q.T - params["C"],
-        "M": M3 @ Q.T - params["M"],
-        "S": S1 - S,
-        "R": jnp.zeros_like(params["R"]),
-    }
+    if Q is not None:  # parameters with a rotation: back to its axes, and R kept
+        C4, M3 = C4 @ Q.T, M3 @ Q.T
+    step = {"B": B4 - B, "C": C4 - params["C"], "M": M3 - params["M"], "S": S1 - S}
+    if Q is not None:
+        step["R"] = jnp.zeros_like(params["R"])
     return _total(rows, value), step
 
 
 def _pca_complete(params: Params, data: Arrays) -> PLNState:
-    return PLNState(params["B"], params["M"], params["S"], params["C"], params["R"])
+    """The state of ``params``; without an R (the Newton model's), R = 0: a NumPy constant in a
+    compiled fit, not a kernel."""
+    R = params.get("R")
+    if R is None:
+        q = params["C"].shape[1]
+        R = np.zeros((q, q), params["C"].dtype)
+    return PLNState(params["B"], params["M"], params["S"], params["C"], R)
 
 
 def _pca_params(state: PLNState, data: Data) -> dict:
@@ -768,11 +776,21 @@ def check_block_rows(block_rows, key: str = "block_rows", none: str = "None") ->
     return block_rows
 
 
+def _pca_free(s: PLNState) -> Params:
+    return {"B": s.B, "C": s.Sigma, "M": s.M, "S": s.S, "R": s.Omega}
+
+
+def _pca_free_newton(s: PLNState) -> Params:
+    return {"B": s.B, "C": s.Sigma, "M": s.M, "S": s.S}
+
+
 @cache
 def _pca_model(rank: int, block_rows: int | None, newton: bool = False) -> Model:
     return Model(
         name=PCA_NAME,
-        free=lambda s: {"B": s.B, "C": s.Sigma, "M": s.M, "S": s.S, "R": s.Omega},
+        # Newton's rounds never turn the latent axes (R stays 0): no R among its parameters, so that
+        # neither its step nor its ELBO computes the rotation (fewer kernels to compile)
+        free=_pca_free_newton if newton else _pca_free,
         elbo=partial(pca_elbo, block_rows=block_rows),
         value_and_grad=pca_newton_step if newton else partial(pca_value_and_grad, block_rows=block_rows),
         complete=_pca_complete,
