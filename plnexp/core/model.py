@@ -33,7 +33,7 @@ import numpy as np
 from jax.scipy.linalg import cho_solve
 
 from . import reference
-from .arrays import Arrays, Rows
+from .arrays import Arrays, Rows, dense_rows
 
 if TYPE_CHECKING:
     from .data import Data
@@ -450,8 +450,8 @@ def _row_blocks(data: Arrays, block_rows: int, body, init, checkpoint: bool = Fa
         lo = k * b
         start = jnp.minimum(lo, n - b)
 
-        def take(a):
-            return jax.lax.dynamic_slice_in_dim(a, start, b, axis=0)
+        def take(a):  # sparse counts: the block densified, only while it is used
+            return dense_rows(a, start, b)
 
         keep = None if weight is None else take(weight)
         count = keep
@@ -488,7 +488,7 @@ def pca_elbo(params: Params, state: PLNState, data: Arrays, block_rows: int | No
     weight = None if data.rows is None else data.rows.weight
     b = _blocks_of(block_rows, data.Y.shape[0])
     if b is None:
-        value = _pca_block_elbo(data.Y, data.O, data.X, B, C, M, S, weight)
+        value = _pca_block_elbo(dense_rows(data.Y, 0, data.Y.shape[0]), data.O, data.X, B, C, M, S, weight)
     else:
 
         def body(start, take, count, keep, total):
@@ -518,7 +518,8 @@ def pca_value_and_grad(
     weight = None if rows is None else rows.weight
     b = _blocks_of(block_rows, data.Y.shape[0])
     if b is None:
-        value, dB, RM, AS2, dM, dS = _pca_block_value_and_grad(data.Y, data.O, data.X, B, C, M, S, weight, weight)
+        Y = dense_rows(data.Y, 0, data.Y.shape[0])  # sparse counts: all of them densified (b >= n)
+        value, dB, RM, AS2, dM, dS = _pca_block_value_and_grad(Y, data.O, data.X, B, C, M, S, weight, weight)
     else:
 
         def body(start, take, count, keep, carry):
