@@ -95,3 +95,27 @@ def test_newton_on_sparse_counts_names_the_optimizers_to_use(pair):
     _, sparse = pair
     with pytest.raises(ValueError, match="optimizer=rprop or adam"):
         plnexp.fit(sparse, **(KW | dict(optimizer="newton")))
+
+
+def test_anndata_kept_sparse_is_the_dense_load(pair):
+    anndata = pytest.importorskip("anndata")
+    from scipy import sparse
+
+    dense, _ = pair
+    adata = anndata.AnnData(sparse.csc_matrix(dense.Y))  # stored as CSC: converted once
+    adata.obs["total"] = dense.Y.sum(axis=1) + 1.0  # some cells have no counts: totals of their own
+    want, got = (plnexp.load_anndata(adata, offsets="total", sparse=kept) for kept in (False, True))
+    assert got.sparse and not want.sparse
+    np.testing.assert_array_equal(got.Y.toarray(), want.Y)
+    np.testing.assert_array_equal(got.O, want.O)
+    assert got.digest() == want.digest()
+
+
+def test_anndata_kept_sparse_bad_count_is_one_line():
+    anndata = pytest.importorskip("anndata")
+    from scipy import sparse
+
+    Y = np.zeros((4, 3))
+    Y[2, 1], Y[0, 0] = 1.5, 2.0
+    with pytest.raises(plnexp.DataError, match=r"non-integer count 1.5 at row 3, column 2"):
+        plnexp.load_anndata(anndata.AnnData(sparse.csr_matrix(Y)), offsets="none", sparse=True)

@@ -737,6 +737,40 @@ def _dense_counts(matrix, where: str) -> np.ndarray:
     return _floats(np.asarray(matrix), where, COUNTS_ALLOWED)
 
 
+def _sparse_counts(matrix, where: str):
+    """The counts of an AnnData as :class:`Data` holds sparse counts (:func:`sparse_counts`): a CSR
+    matrix as it is stored (CSC or dense: converted once, duplicates summed), its values float32
+    where there are :data:`COMPACT_ENTRIES` entries or more and all are counts below 2**24, else
+    float64; each stored value checked as :func:`check_counts` checks a dense one (one line naming
+    the row and column)."""
+    from scipy import sparse
+
+    if matrix is None:
+        raise DataError(f"{where}: no count matrix (X is empty); allowed are AnnData with counts in X or a layer")
+    csr = sparse.csr_array(matrix)
+    if csr.dtype.kind not in "biuf":
+        raise DataError(f"{where}: counts of dtype {csr.dtype}; allowed values are {COUNTS_ALLOWED}")
+    csr.sum_duplicates()  # canonical: sorted columns, no duplicates
+    values = csr.data
+    checks = (
+        ("missing or infinite", lambda v: ~np.isfinite(v)),
+        ("negative", lambda v: v < 0),
+        ("non-integer", lambda v: v != np.round(v)),
+        ("too large", lambda v: v > COUNTS_MAX),
+    )
+    for what, bad in checks if values.dtype.kind == "f" else checks[1:2]:
+        found = np.flatnonzero(bad(values))
+        if found.size:
+            k = int(found[0])
+            r, c = int(np.searchsorted(csr.indptr, k, side="right")) - 1, int(csr.indices[k])
+            raise DataError(
+                f"{where}: {what} count {values[k]:g} at row {r + 1}, column {c + 1}; allowed values are "
+                f"{COUNTS_ALLOWED} up to {COUNTS_MAX:.3g}"
+            )
+    compact = csr.shape[0] * csr.shape[1] >= COMPACT_ENTRIES and _exact_in_float32(values)
+    return sparse_counts(csr.indptr, csr.indices, values.astype(np.float32 if compact else np.float64), csr.shape)
+
+
 def _obs_column(adata, column: str, where: str, what: str, also: str = ""):
     """The ``obs`` column ``column`` (a pandas Series), or one line naming the columns there are
     (after ``also``: the values allowed besides them)."""
@@ -807,6 +841,7 @@ def load_anndata(
     offsets: str = "library_size",
     *,
     name: str | None = None,
+    sparse: bool = False,
 ) -> Data:
     """Counts of an AnnData (single-cell data: rows are cells, columns genes), with covariates and
     offsets from its ``obs`` table. Needs the ``anndata`` package (the ``single-cell`` extra).
@@ -823,6 +858,9 @@ def load_anndata(
             ``"none"``; else the name of an ``obs`` column holding each cell's positive total (logged
             here). The two words win over obs columns of the same name.
         name: the data set's name; default the file's stem (``"anndata"`` for an object).
+        sparse: keep the counts sparse, as they are stored (CSR; a CSC or dense matrix converted
+            once): :attr:`Data.sparse`, for a PLN-PCA fit with ``block_rows`` (memory: the
+            non-zeros, never ``n x p``).
 
     Returns:
         The :class:`Data`, ``columns`` the genes (``var_names``).
@@ -849,11 +887,14 @@ def load_anndata(
         raise DataError(f"{where}: no layer {layer!r}; allowed values are {allowed}")
     else:
         matrix, counts = adata.layers[layer], f"{where} (layer {layer!r})"
-    Y = _dense_counts(matrix, counts)
-    try:
-        Y = check_counts(Y, keep_float32=True)
-    except DataError as e:
-        raise DataError(f"{counts}: {e}") from None
+    if sparse:
+        Y = _sparse_counts(matrix, counts)
+    else:
+        Y = _dense_counts(matrix, counts)
+        try:
+            Y = check_counts(Y, keep_float32=True)
+        except DataError as e:
+            raise DataError(f"{counts}: {e}") from None
     columns = tuple(map(str, adata.var_names))
     warn_empty_columns(Y, counts, columns)
     O = _anndata_offsets(adata, Y, offsets, where if offsets not in ANNDATA_OFFSETS else counts)
