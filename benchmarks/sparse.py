@@ -8,7 +8,8 @@ the largest relative difference of their ELBO curves::
 
 Without ``--check``: the sparse layout alone, float32, timed (one compile, one run): the draw's and
 the fit's seconds, the time per iteration, the non-zeros' bytes, the process's peak resident set
-(``resource.getrusage``), and what the dense layout's n x p float32 counts alone would take::
+(``resource.getrusage``), and what the dense layout's n x p float32 counts alone would take
+(``--dense``: the same fit of the same draw in the dense layout, in a process of its own)::
 
     .venv/bin/python benchmarks/sparse.py --n 200000 --p 20000 --rank 10 --zero-fraction 0.95 --iterations 5
 """
@@ -38,6 +39,7 @@ def main(argv=None) -> None:
     ap.add_argument("--block-rows", type=int, default=1000)
     ap.add_argument("--iterations", type=int, default=5)
     ap.add_argument("--check", action="store_true", help="dense vs sparse float64 ELBO curves")
+    ap.add_argument("--dense", action="store_true", help="time the dense layout instead (the same draw)")
     args = ap.parse_args(argv)
     plnexp.system.runtime.configure()  # XLA_FLAGS before JAX starts, as a fit would
     print("\n".join(machine_header("sparse counts (issue #51)", argv)))

@@ -8,6 +8,8 @@ docs/concepts/memory.md): offsets that are one per row are an ``(n, p)`` read-on
 (:func:`device_offsets`); :func:`simulate_pca` and :func:`load_anndata` (sparse
 counts) keep :data:`COMPACT_ENTRIES` or more counts in float32 when exact (below 2**24); plnexp
 reads them a block of rows at a time, in float64, so the numbers are those of float64 arrays.
+Counts may also be kept sparse (``simulate_pca(..., sparse=True)``, ``load_anndata(..., sparse=True)``:
+a CSR matrix, :func:`sparse_counts`), for a PLN-PCA fit that reads them a block of rows at a time.
 Every way in (:func:`as_data`, :func:`load_csv`, :func:`load_oaks`, :func:`load_anndata`,
 :func:`simulate`) checks the values with the same functions (:func:`check_counts`,
 :func:`check_offsets`, :func:`check_full_rank`): a problem is one :class:`DataError` line naming the
