@@ -4,7 +4,8 @@ device block densified from CSR is the dense block; a PLN-PCA fit with ``block_r
 gives the dense layout's ELBO curve; a fit that would densify all of them is one line naming what to use.
 
 Tolerances: the counts, their digest and a densified block: exact (each count is copied, never
-computed). Host reference sparse vs dense, float64: 1e-12 relative (the same terms summed in
+computed). The data init in blocks (sparse) vs every row at once (dense), float64: the curve to
+1e-9 relative (sums over rows in another order, through an eigendecomposition or subspace iteration). Host reference sparse vs dense, float64: 1e-12 relative (the same terms summed in
 another order). Fit curves sparse vs dense, float64: 1e-10 relative (the blocks are the same
 arrays, so the programs compute the same numbers: measured 0).
 """
@@ -80,7 +81,6 @@ def test_fit_curve_sparse_equals_dense(pair, optimizer):
     [
         (dict(block_rows=None), "allowed is model='pca' with block_rows"),
         (dict(optimizer="newton", block_rows=None), "allowed is model='pca' with block_rows"),
-        (dict(init="data"), "allowed is init='seed'"),
         (dict(strategy="scan_sharded"), "allowed are eager"),
     ],
 )
@@ -89,6 +89,15 @@ def test_a_fit_that_would_densify_them_is_one_line(pair, kw, says):
     with pytest.raises(ValueError, match=says) as e:
         plnexp.fit(sparse, **(KW | kw))
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("p", [40, 1100])  # the data init's eigh of R'R, and its subspace iteration beyond 1,000
+def test_data_init_in_blocks_is_the_dense_one(p):
+    args = dict(n=150, p=p, q=3, zero_fraction=0.9, d=2, seed=7)
+    dense, sparse = plnexp.simulate_pca(**args), plnexp.simulate_pca(**args, sparse=True)
+    kw = dict(KW, init="data", optimizer="adam", lr=1e-2, n_iter=5, block_rows=40)
+    want, got = plnexp.fit(dense, **kw), plnexp.fit(sparse, **kw)  # dense: the init of every row at once
+    np.testing.assert_allclose(got.elbo, want.elbo, rtol=1e-9)
 
 
 def test_newton_on_sparse_counts_names_the_optimizers_to_use(pair):

@@ -355,18 +355,13 @@ def check_sparse(spec: FitSpec, data: Data) -> None:
     """One-line ValueError where sparse counts (:attr:`plnexp.Data.sparse`) meet a fit that would
     densify all n x p of them: they are fitted by ``model="pca"`` with ``block_rows`` (each block of
     rows densified on the device only while it is used; so a gradient optimizer, rprop by default,
-    as newton takes every row at once), ``init="seed"`` and a strategy on one device's arrays."""
+    as newton takes every row at once) and a strategy on one device's arrays."""
     if not data.sparse:
         return
     if spec.model.name != "pca" or spec.model.block_rows is None:
         raise ValueError(
             f"sparse counts with model={spec.model.name!r}, block_rows={spec.model.block_rows!r}: they are read a "
             "block of rows at a time; allowed is model='pca' with block_rows (e.g. block_rows=1000)"
-        )
-    if spec.init != "seed":
-        raise ValueError(
-            f"sparse counts with init={spec.init!r}: the data init takes the dense n x p residual's singular "
-            "vectors; allowed is init='seed'"
         )
     if spec.strategy.name not in SPARSE_STRATEGIES:
         raise ValueError(
