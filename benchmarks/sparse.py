@@ -54,14 +54,17 @@ def main(argv=None) -> None:
         print(f"final ELBO dense {curves[0][-1]:.12g}  sparse {curves[1][-1]:.12g}")
         return
     start = time.perf_counter()
-    data = plnexp.simulate_pca(**draw, sparse=True)
+    data = plnexp.simulate_pca(**draw, sparse=not args.dense)
     drawn = time.perf_counter() - start
-    Y = data.Y
-    stored = Y.data.nbytes + Y.indices.nbytes + Y.indptr.nbytes
     print(f"{data!r}")
-    print(
-        f"draw: {drawn:.1f} s; non-zeros {Y.nnz} ({Y.nnz / (args.n * args.p):.4f} of n x p), CSR {stored / 1e9:.2f} GB"
-    )
+    if data.sparse:
+        Y = data.Y
+        stored = Y.data.nbytes + Y.indices.nbytes + Y.indptr.nbytes
+        print(
+            f"draw: {drawn:.1f} s; non-zeros {Y.nnz} ({Y.nnz / (args.n * args.p):.4f} of n x p), CSR {stored / 1e9:.2f} GB"
+        )
+    else:
+        print(f"draw: {drawn:.1f} s; dense counts {data.Y.nbytes / 1e9:.2f} GB")
     print(f"peak resident set after the draw: {_peak_gb():.2f} GB")
     start = time.perf_counter()
     res = plnexp.fit(data, **fit, precision="float32")
