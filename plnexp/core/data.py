@@ -8,6 +8,8 @@ docs/concepts/memory.md): offsets that are one per row are an ``(n, p)`` read-on
 (:func:`device_offsets`); :func:`simulate_pca` and :func:`load_anndata` (sparse
 counts) keep :data:`COMPACT_ENTRIES` or more counts in float32 when exact (below 2**24); plnexp
 reads them a block of rows at a time, in float64, so the numbers are those of float64 arrays.
+Counts may also be kept sparse (``simulate_pca(..., sparse=True)``, ``load_anndata(..., sparse=True)``:
+a CSR matrix, :func:`sparse_counts`), for a PLN-PCA fit that reads them a block of rows at a time.
 Every way in (:func:`as_data`, :func:`load_csv`, :func:`load_oaks`, :func:`load_anndata`,
 :func:`simulate`) checks the values with the same functions (:func:`check_counts`,
 :func:`check_offsets`, :func:`check_full_rank`): a problem is one :class:`DataError` line naming the
@@ -22,11 +24,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from .reference import BLOCK_ENTRIES, row_blocks  # the one block size of the host's n x p reads
+from .reference import BLOCK_ENTRIES, dense_rows, is_sparse, row_blocks  # the one block size of the host's n x p reads
 
 OAKS_COVARIATES = ("tree", "orientation", "distTOground")
 COMPACT_ENTRIES = (
@@ -92,14 +94,19 @@ class DataWarning(UserWarning):
     """Data that can be fitted but not meaningfully in part (one line naming the columns)."""
 
 
-def warn_empty_columns(Y: np.ndarray, source: str, columns: Sequence[str] | None = None) -> list[int]:
+def warn_empty_columns(Y, source: str, columns: Sequence[str] | None = None) -> list[int]:
     """Warn, in one line naming them, about count columns that are zero in every row (common in
     microbiome tables): the fit drives their mean to -inf (B, M grow without bound) so their
     estimates mean nothing. Returns their 0-based indices."""
-    Y = np.asarray(Y)
     seen = np.zeros(Y.shape[1], dtype=bool)
-    for r in row_blocks(*Y.shape):  # no n x p boolean transient
-        seen |= (Y[r] != 0).any(axis=0)
+    if is_sparse(Y):
+        for k in range(0, Y.nnz, BLOCK_ENTRIES):  # no nnz-long transient
+            part = slice(k, k + BLOCK_ENTRIES)
+            seen[Y.indices[part][Y.data[part] != 0]] = True
+    else:
+        Y = np.asarray(Y)
+        for r in row_blocks(*Y.shape):  # no n x p boolean transient
+            seen |= (Y[r] != 0).any(axis=0)
     empty = [int(j) for j in np.flatnonzero(~seen)]
     if empty:
         names = [f"{columns[j]!r}" if columns is not None else f"{j + 1}" for j in empty]
@@ -126,7 +133,10 @@ class Data:
     Attributes:
         Y: counts, ``(n, p)`` float64 holding non-negative integers (float32 for a data set of
             :data:`COMPACT_ENTRIES` counts or more from :func:`simulate_pca` or a sparse AnnData,
-            all below 2**24, so exact: read it as float64 a block of rows at a time, as plnexp does).
+            all below 2**24, so exact: read it as float64 a block of rows at a time, as plnexp does);
+            or sparse: a scipy CSR matrix of them (:func:`sparse_counts`, ``simulate_pca(...,
+            sparse=True)``), which a PLN-PCA fit with ``block_rows`` reads a block of rows at a
+            time, densified on the device only while it is used (:attr:`sparse`).
         O: offsets on the log scale, ``(n, p)`` float64 (zeros: no offsets); one offset per row
             is a read-only view of its column (:func:`row_offsets`): ``(n, p)`` all the same (a
             fit's device gets the ``(n, 1)`` column: :meth:`to_device`).
@@ -152,10 +162,16 @@ class Data:
         the name, the shape, the covariates, the counts' dtype, and whether a simulation's truth is
         kept: ``Data('oaks', n=116 x p=114, d=1 covariate, float64)``."""
         extras = ", simulated (truth kept)" if self.truth is not None else ""
+        layout = f", sparse ({getattr(self.Y, 'nnz', 0)} non-zeros)" if self.sparse else ""
         return (
             f"{type(self).__name__}({self.name!r}, n={self.n} x p={self.p}, d={self.d} covariate"
-            f"{'s' if self.d != 1 else ''}, {np.asarray(self.Y).dtype}{extras})"
+            f"{'s' if self.d != 1 else ''}, {self.Y.dtype}{layout}{extras})"
         )
+
+    @property
+    def sparse(self) -> bool:
+        """Whether the counts are kept sparse (a scipy CSR matrix: :func:`sparse_counts`)."""
+        return is_sparse(self.Y)
 
     @property
     def n(self) -> int:
@@ -184,8 +200,8 @@ class Data:
         h = hashlib.sha256()
         for a in (self.Y, self.O, self.X):
             h.update(str(a.shape).encode())
-            for r in row_blocks(*a.shape):
-                h.update(np.ascontiguousarray(a[r], dtype=np.float64).reshape(-1).data)
+            for r in row_blocks(*a.shape):  # CSR counts: the same bytes as the dense counts'
+                h.update(np.ascontiguousarray(dense_rows(a, r), dtype=np.float64).reshape(-1).data)
         return h.hexdigest()
 
     def to_device(self, dtype, device):
@@ -194,18 +210,54 @@ class Data:
         time into one buffer that JAX's CPU client takes as it is (64-byte aligned); offsets that are
         one per row go as their ``(n, 1)`` column (:func:`device_offsets`), which the fit's
         computations broadcast. The values are those of ``jax.device_put(np.asarray(a, dtype),
-        device)`` (O's: its first column, for offsets one per row)."""
+        device)`` (O's: its first column, for offsets one per row). Sparse counts go as
+        :class:`plnexp.core.arrays.SparseCounts`: their non-zeros, never densified here."""
         import jax
 
         from .arrays import Arrays
 
         dtype = np.dtype(dtype)
-        return Arrays(
-            *(
-                jax.device_put(_as_host(a, dtype), device)
-                for a in (np.asarray(self.Y), device_offsets(self.O), np.asarray(self.X))
-            )
-        )
+        put = lambda a: jax.device_put(_as_host(a, dtype), device)
+        Y = _device_sparse(self.Y, dtype, device) if self.sparse else put(np.asarray(self.Y))
+        return Arrays(Y, put(device_offsets(self.O)), put(np.asarray(self.X)))
+
+
+def sparse_counts(indptr, indices, values, shape: tuple[int, int]):
+    """Counts kept sparse: the scipy CSR matrix of ``values`` (float32 or float64 holding the counts),
+    their columns ``indices`` and row starts ``indptr`` (n + 1), as :class:`Data` holds them
+    (int32 indices while the non-zeros number below 2**31). Explicit zeros may be stored."""
+    from scipy import sparse
+
+    index = np.int32 if len(values) < 2**31 else np.int64
+    csr = sparse.csr_array(
+        (values, np.asarray(indices, dtype=index), np.asarray(indptr, dtype=index)), shape=shape, copy=False
+    )
+    csr.has_canonical_format = True  # made row after row, columns increasing: no sort, no copy
+    return csr
+
+
+def _device_sparse(Y, dtype, device):
+    """CSR counts on ``device`` as :class:`plnexp.core.arrays.SparseCounts` in ``dtype``: the values
+    (one entry of value 0 after them), their columns, the row starts; int32 (a one-line DataError
+    from 2**31 non-zeros on, which this layout does not hold)."""
+    import jax
+
+    from .arrays import SparseCounts
+
+    if Y.nnz >= 2**31 - 1:
+        raise DataError(f"sparse counts: {Y.nnz} non-zeros; allowed are fewer than 2**31 - 1 (int32 offsets)")
+    values = _aligned_empty((Y.nnz + 1,), dtype)
+    values[:-1], values[-1] = Y.data, 0
+    indices = np.zeros(Y.nnz + 1, np.int32)
+    indices[:-1] = Y.indices
+    row_nnz = np.diff(Y.indptr)
+    return SparseCounts(
+        jax.device_put(np.asarray(Y.indptr, dtype=np.int32), device),
+        jax.device_put(indices, device),
+        jax.device_put(values, device),
+        (int(Y.shape[0]), int(Y.shape[1])),
+        int(row_nnz.max()) if row_nnz.size else 0,
+    )
 
 
 def replicate(data: Data, times: int) -> Data:
@@ -215,9 +267,15 @@ def replicate(data: Data, times: int) -> Data:
     if times == 1:
         return data
     rep = lambda a: np.tile(a, (int(times), 1))
+    if data.sparse:
+        from scipy import sparse
+
+        Y = sparse.csr_array(sparse.vstack([data.Y] * int(times), format="csr"))
+    else:
+        Y = rep(data.Y)
     column = _row_column(np.asarray(data.O))  # offsets one per row stay a view of their column
     return Data(
-        rep(data.Y),
+        Y,
         rep(data.O) if column is None else row_offsets(rep(column), data.p),
         rep(data.X),
         f"{data.name}_x{times}",
@@ -681,6 +739,40 @@ def _dense_counts(matrix, where: str) -> np.ndarray:
     return _floats(np.asarray(matrix), where, COUNTS_ALLOWED)
 
 
+def _sparse_counts(matrix, where: str):
+    """The counts of an AnnData as :class:`Data` holds sparse counts (:func:`sparse_counts`): a CSR
+    matrix as it is stored (CSC or dense: converted once, duplicates summed), its values float32
+    where there are :data:`COMPACT_ENTRIES` entries or more and all are counts below 2**24, else
+    float64; each stored value checked as :func:`check_counts` checks a dense one (one line naming
+    the row and column)."""
+    from scipy import sparse
+
+    if matrix is None:
+        raise DataError(f"{where}: no count matrix (X is empty); allowed are AnnData with counts in X or a layer")
+    csr = sparse.csr_array(matrix)
+    if csr.dtype.kind not in "biuf":
+        raise DataError(f"{where}: counts of dtype {csr.dtype}; allowed values are {COUNTS_ALLOWED}")
+    csr.sum_duplicates()  # canonical: sorted columns, no duplicates
+    values = csr.data
+    checks = (
+        ("missing or infinite", lambda v: ~np.isfinite(v)),
+        ("negative", lambda v: v < 0),
+        ("non-integer", lambda v: v != np.round(v)),
+        ("too large", lambda v: v > COUNTS_MAX),
+    )
+    for what, bad in checks if values.dtype.kind == "f" else checks[1:2]:
+        found = np.flatnonzero(bad(values))
+        if found.size:
+            k = int(found[0])
+            r, c = int(np.searchsorted(csr.indptr, k, side="right")) - 1, int(csr.indices[k])
+            raise DataError(
+                f"{where}: {what} count {values[k]:g} at row {r + 1}, column {c + 1}; allowed values are "
+                f"{COUNTS_ALLOWED} up to {COUNTS_MAX:.3g}"
+            )
+    compact = csr.shape[0] * csr.shape[1] >= COMPACT_ENTRIES and _exact_in_float32(values)
+    return sparse_counts(csr.indptr, csr.indices, values.astype(np.float32 if compact else np.float64), csr.shape)
+
+
 def _obs_column(adata, column: str, where: str, what: str, also: str = ""):
     """The ``obs`` column ``column`` (a pandas Series), or one line naming the columns there are
     (after ``also``: the values allowed besides them)."""
@@ -751,6 +843,7 @@ def load_anndata(
     offsets: str = "library_size",
     *,
     name: str | None = None,
+    sparse: bool = False,
 ) -> Data:
     """Counts of an AnnData (single-cell data: rows are cells, columns genes), with covariates and
     offsets from its ``obs`` table. Needs the ``anndata`` package (the ``single-cell`` extra).
@@ -767,6 +860,9 @@ def load_anndata(
             ``"none"``; else the name of an ``obs`` column holding each cell's positive total (logged
             here). The two words win over obs columns of the same name.
         name: the data set's name; default the file's stem (``"anndata"`` for an object).
+        sparse: keep the counts sparse, as they are stored (CSR; a CSC or dense matrix converted
+            once): :attr:`Data.sparse`, for a PLN-PCA fit with ``block_rows`` (memory: the
+            non-zeros, never ``n x p``).
 
     Returns:
         The :class:`Data`, ``columns`` the genes (``var_names``).
@@ -793,11 +889,14 @@ def load_anndata(
         raise DataError(f"{where}: no layer {layer!r}; allowed values are {allowed}")
     else:
         matrix, counts = adata.layers[layer], f"{where} (layer {layer!r})"
-    Y = _dense_counts(matrix, counts)
-    try:
-        Y = check_counts(Y, keep_float32=True)
-    except DataError as e:
-        raise DataError(f"{counts}: {e}") from None
+    if sparse:
+        Y = _sparse_counts(matrix, counts)
+    else:
+        Y = _dense_counts(matrix, counts)
+        try:
+            Y = check_counts(Y, keep_float32=True)
+        except DataError as e:
+            raise DataError(f"{counts}: {e}") from None
     columns = tuple(map(str, adata.var_names))
     warn_empty_columns(Y, counts, columns)
     O = _anndata_offsets(adata, Y, offsets, where if offsets not in ANNDATA_OFFSETS else counts)
@@ -815,18 +914,45 @@ def _pca_latent_block(seed: np.random.SeedSequence, eta0: np.ndarray, C: np.ndar
     return rng, eta0 + M @ C.T, rng.random(eta0.shape)
 
 
-def _zero_threshold(gaps: np.ndarray, zero_fraction: float) -> float:
+def _sortable(gaps: np.ndarray) -> np.ndarray:
+    """float32 gaps as uint32 keys in the same order (the sign bit flipped for positives, every bit
+    for negatives): the exact order of the numbers, bin by bin (:func:`_zero_threshold`)."""
+    bits = gaps.view(np.uint32)
+    return bits ^ np.where(bits >> 31, np.uint32(0xFFFFFFFF), np.uint32(0x80000000))
+
+
+KEY_SHIFT = 16  # _zero_threshold's first pass counts the gaps in 2**16 bins of their top 16 bits
+
+
+def _zero_threshold(block_gaps: Callable[[], Iterator[np.ndarray]], N: int, zero_fraction: float) -> float:
     """The intercept shift ``delta`` that leaves ``round(zero_fraction * N)`` of the ``N`` gaps
-    above it: a count is zero iff its gap ``log(-log U) - eta`` exceeds ``delta`` (see
-    :func:`simulate_pca`). The gaps are partitioned in place."""
-    N = gaps.size
+    above it: a count is zero iff its gap ``log(-log U) - eta`` (float32) exceeds ``delta`` (see
+    :func:`simulate_pca`): the midpoint of the k-th and (k+1)-th smallest gaps. Found exactly in two
+    passes over ``block_gaps()`` (each drawing the gaps a block of rows at a time): one counting the
+    gaps by the top bits of their sortable keys (:func:`_sortable`), one keeping the gaps of the one
+    or two bins that hold those two, never the ``N`` gaps at once."""
     k = min(max(int(round((1 - zero_fraction) * N)), 1), N - 1)  # gaps at or below delta
-    gaps.partition((k - 1, k))
-    return (float(gaps[k - 1]) + float(gaps[k])) / 2
+    counts = np.zeros(1 << (32 - KEY_SHIFT), dtype=np.int64)
+    for gaps in block_gaps():
+        counts += np.bincount((_sortable(gaps) >> KEY_SHIFT).reshape(-1), minlength=counts.size)
+    below = np.cumsum(counts)
+    bins = np.searchsorted(below, [k - 1, k], side="right")  # the bins of ranks k - 1 and k (0-based)
+    ranked = np.concatenate([g[np.isin(_sortable(g) >> KEY_SHIFT, bins)] for g in block_gaps()])
+    before = int(below[bins[0] - 1]) if bins[0] > 0 else 0  # gaps in the bins below
+    at = (k - 1 - before, k - before)
+    ranked.partition(at)
+    return (float(ranked[at[0]]) + float(ranked[at[1]])) / 2
 
 
 def simulate_pca(
-    n: int = 2000, p: int = 200, q: int = 5, zero_fraction: float | None = None, d: int = 1, seed: int = 0
+    n: int = 2000,
+    p: int = 200,
+    q: int = 5,
+    zero_fraction: float | None = None,
+    d: int = 1,
+    seed: int = 0,
+    *,
+    sparse: bool = False,
 ) -> Data:
     """Draw from the PLN-PCA model: Y ~ Poisson(exp(O + XB + W)), W = M C^T of rank q.
 
@@ -841,14 +967,17 @@ def simulate_pca(
     iff its gap log(-log U) - log(lambda) exceeds 0; a non-zero count is drawn from the zero-truncated
     Poisson law (1 + Poisson(lambda - t), t the first arrival of the process conditioned to come
     before 1). ``zero_fraction`` in (0, 1) (real single-cell counts: 80-95% zeros): the intercept row
-    is shifted by the one delta (a quantile of the gaps: deterministic, no draw repeated) that leaves
-    that fraction of the gaps above it, so the counts' zero fraction is the target to within
-    1/(n*p) (the gaps are kept in float32 for this: 4 bytes per count).
+    is shifted by the one delta (a quantile of the float32 gaps, found exactly in two more passes
+    over the blocks' draws, :func:`_zero_threshold`: deterministic, no draw repeated) that leaves
+    that fraction of the gaps above it, so the counts' zero fraction is the target to within 1/(n*p).
     The truth is kept in ``data.truth`` ({'B': ... (shifted), 'C': ...}; ``data.truth['Sigma']``
     gives C C^T, computed when read: :class:`LowRankTruth`). Offsets are a view of their column
     (:func:`row_offsets`); from :data:`COMPACT_ENTRIES` counts on, ``Y`` is float32 (exact below
     2**24, which every count of realistic parameters is; else float64), 64-byte aligned, so that a
     float32 fit on the CPU reads it in place: 4 bytes per count on the host in all.
+    ``sparse``: keep the non-zeros alone, as a CSR matrix (:func:`sparse_counts`; values in the
+    dtype the dense counts would have): the same counts as ``sparse=False`` draws, without their
+    n x p array at any point (memory: the non-zeros and a few blocks).
     """
     for key, value, low in (("n", n, 2), ("p", p, 1), ("q", q, 1), ("d", d, 1)):
         if isinstance(value, bool) or int(value) != value or value < low:
@@ -869,37 +998,49 @@ def simulate_pca(
     rows = [slice(a, min(a + step, n)) for a in range(0, n, step)]
     eta0 = lambda r: log_totals[r] + X[r] @ B  # the latent mean before W (and before the shift delta)
 
-    delta = 0.0
-    if zero_fraction is not None:
-        gaps = np.empty((n, p), dtype=np.float32)
+    def block_gaps():  # the float32 gaps of each block of rows, drawn again on each call
         for r, s in zip(rows, blocks):
             _, eta, U = _pca_latent_block(s, eta0(r), C)
-            with np.errstate(divide="ignore"):
-                gaps[r] = np.log(-np.log(U)) - eta
-        delta = _zero_threshold(gaps.reshape(-1), float(zero_fraction))
-        del gaps
+            with np.errstate(divide="ignore"):  # U = 0: an infinite gap, a zero
+                yield (np.log(-np.log(U)) - eta).astype(np.float32)
+
+    delta = 0.0 if zero_fraction is None else _zero_threshold(block_gaps, n * p, float(zero_fraction))
     # float32 counts for a large data set (exact below 2**24; float64 again if a count is not)
     compact = n * p >= COMPACT_ENTRIES
-    Y = _aligned_empty((n, p), np.float32) if compact else np.zeros((n, p), dtype=np.float64)
+    Y = None
+    if not sparse:
+        Y = _aligned_empty((n, p), np.float32) if compact else np.zeros((n, p), dtype=np.float64)
+    pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # sparse: each block's row sizes, columns, counts
     for r, s in zip(rows, blocks):
         rng, eta, U = _pca_latent_block(s, eta0(r), C)
-        with np.errstate(divide="ignore"):  # U = 0: an infinite gap, a zero
+        with np.errstate(divide="ignore"):
             gap = (np.log(-np.log(U)) - eta).astype(np.float32)  # as the threshold was found
         nonzero = gap <= np.float64(delta)
         lam = np.exp(eta[nonzero] + delta)
         t = -np.log1p(rng.random(lam.shape) * np.expm1(-lam))  # the first arrival, given one before 1
         counts = 1.0 + rng.poisson(np.maximum(lam - t, 0.0))
+        if Y is None:  # float32 where exact, as the dense counts (the blocks' concatenation: float64 if one is)
+            kept = counts.astype(np.float32) if compact and counts.max(initial=0) < FLOAT32_EXACT else counts
+            pieces.append((nonzero.sum(axis=1), np.nonzero(nonzero)[1].astype(np.int32), kept))
+            continue
         if Y.dtype == np.float32 and counts.size and counts.max() >= FLOAT32_EXACT:
             Y = Y.astype(np.float64)  # the rows so far are exact: float64 from here on
         if compact:
             Y[r] = 0.0  # _aligned_empty: not zeroed
         Y[r][nonzero] = counts
+    if Y is None:
+        values = np.concatenate([c for _, _, c in pieces]) if pieces else np.zeros(0)
+        indptr = np.concatenate([[0], np.cumsum(np.concatenate([k for k, _, _ in pieces]))])
+        indices = np.concatenate([j for _, j, _ in pieces])
+        del pieces
+        Y = sparse_counts(indptr, indices, values, (n, p))
     B[0] += delta  # the truth: the intercept as drawn from
     label = f"simulate_pca(n={n}, p={p}, q={q}, zero_fraction={zero_fraction}, d={d}, seed={seed})"
     warn_empty_columns(Y, label)
     names = ("intercept",) + tuple(f"x{k}" for k in range(1, d))
     truth = LowRankTruth(B=B, C=C)
-    return Data(Y, row_offsets(log_totals, p), X, pca_name(n, p, q, d, zero_fraction, seed), names, truth)
+    name = pca_name(n, p, q, d, zero_fraction, seed) + ("_sparse" if sparse else "")
+    return Data(Y, row_offsets(log_totals, p), X, name, names, truth)
 
 
 class LowRankTruth(dict):

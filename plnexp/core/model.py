@@ -33,7 +33,7 @@ import numpy as np
 from jax.scipy.linalg import cho_solve
 
 from . import reference
-from .arrays import Arrays, Rows
+from .arrays import Arrays, Rows, SparseCounts, dense_rows
 
 if TYPE_CHECKING:
     from .data import Data
@@ -454,8 +454,8 @@ def _row_blocks(data: Arrays, block_rows: int, body, init, checkpoint: bool = Fa
         lo = k * b
         start = jnp.minimum(lo, n - b)
 
-        def take(a):
-            return jax.lax.dynamic_slice_in_dim(a, start, b, axis=0)
+        def take(a):  # sparse counts: the block densified, only while it is used
+            return dense_rows(a, start, b)
 
         keep = None if weight is None else take(weight)
         count = keep
@@ -492,7 +492,7 @@ def pca_elbo(params: Params, state: PLNState, data: Arrays, block_rows: int | No
     weight = None if data.rows is None else data.rows.weight
     b = _blocks_of(block_rows, data.Y.shape[0])
     if b is None:
-        value = _pca_block_elbo(data.Y, data.O, data.X, B, C, M, S, weight)
+        value = _pca_block_elbo(dense_rows(data.Y, 0, data.Y.shape[0]), data.O, data.X, B, C, M, S, weight)
     else:
 
         def body(start, take, count, keep, total):
@@ -522,7 +522,8 @@ def pca_value_and_grad(
     weight = None if rows is None else rows.weight
     b = _blocks_of(block_rows, data.Y.shape[0])
     if b is None:
-        value, dB, RM, AS2, dM, dS = _pca_block_value_and_grad(data.Y, data.O, data.X, B, C, M, S, weight, weight)
+        Y = dense_rows(data.Y, 0, data.Y.shape[0])  # sparse counts: all of them densified (b >= n)
+        value, dB, RM, AS2, dM, dS = _pca_block_value_and_grad(Y, data.O, data.X, B, C, M, S, weight, weight)
     else:
 
         def body(start, take, count, keep, carry):
@@ -859,6 +860,95 @@ def _pca_init(data: Arrays, rank: int, init: str, noise: jax.Array | None) -> PL
     return _pca_complete({"B": B, "C": C, "M": M, "S": S, "R": R}, data)
 
 
+def _pca_data_init_blocks(data: Arrays, rank: int, noise: jax.Array | None, b: int) -> PLNState:
+    """:func:`_pca_init`'s ``data`` (and ``random``) start with the rows in blocks of ``b``
+    (:func:`_row_blocks`: every sum over rows taken block by block, each block of Y read as
+    :func:`dense_rows` reads it), so that it holds a few b x p arrays, never n x p: what a blocked
+    fit of sparse counts (:class:`plnexp.core.arrays.SparseCounts`) starts from. The same start as
+    :func:`_pca_init`'s, the same steps (the eigendecomposition of R'R up to :data:`EIGH_MAX_P`,
+    subspace iteration beyond, one pass over the rows a step), its sums over rows taken in another
+    order."""
+    rows = data.rows
+    n, p = data.Y.shape
+    dtype = data.Y.dtype
+    d = data.X.shape[1]
+
+    def row_sum(f, zeros, *latent):  # sum over blocks of f(take, count, *latent rows): each block's share
+        def body(start, take, count, keep, total):
+            parts = f(take, count, keep, *(take(a) for a in latent))
+            return jax.tree_util.tree_map(jnp.add, total, parts)
+
+        return _total(rows, _row_blocks(data, b, body, _own_sums(rows, zeros)))
+
+    def z(take):  # log(1 + Y) - O of a block
+        return jnp.log1p(take(data.Y)) - take(data.O)
+
+    B0 = cho_solve(
+        (jnp.linalg.cholesky(_total(rows, data.X.T @ data.X)), True),
+        row_sum(lambda take, w, keep: _weighted(w, take(data.X)).T @ z(take), jnp.zeros((d, p), dtype)),
+    )
+
+    def residual(take, keep):  # R = log(1 + Y) - O - X B0 of a block, 0 on padding rows
+        return _weighted(keep, z(take) - take(data.X) @ B0)
+
+    def gram(V):  # R'R (V None), else (RV)'(RV): sums over rows
+        def f(take, w, keep):
+            R = residual(take, keep) if V is None else residual(take, keep) @ V
+            return R.T @ _weighted(w, R)
+
+        k = p if V is None else V.shape[1]
+        return row_sum(f, jnp.zeros((k, k), dtype))
+
+    if p <= EIGH_MAX_P:  # as _top_right_singular: the eigendecomposition of the p x p R'R
+        eigenvalues, vectors = jnp.linalg.eigh(gram(None))
+        V, lam = vectors[:, ::-1][:, :rank], eigenvalues[::-1][:rank]
+    else:  # its subspace iteration from the same block, one pass over the rows a step
+        k = min(p, rank + SUBSPACE_EXTRA)
+        V = jax.random.normal(jax.random.PRNGKey(0), (p, k), dtype)
+        for _ in range(SUBSPACE_ITERATIONS):
+            step = lambda take, w, keep, V=V: residual(take, keep).T @ _weighted(w, residual(take, keep) @ V)
+            V, _r = jnp.linalg.qr(row_sum(step, jnp.zeros((p, k), dtype)))
+        eigenvalues, U = jnp.linalg.eigh(gram(V))
+        V, lam = (V @ U)[:, ::-1][:, :rank], eigenvalues[::-1][:rank]
+    scale = jnp.sqrt(jnp.maximum(lam, jnp.finfo(dtype).tiny) / _n(rows, data.O))
+    C = V * scale
+
+    def rows_of_m(k_, carry):  # M = R V / scale, block by block (a clamped block writes its rows again, the same)
+        start = jnp.minimum(k_ * b, n - b)
+        take = lambda a: dense_rows(a, start, b)
+        keep = None if rows is None else take(rows.weight)
+        return jax.lax.dynamic_update_slice_in_dim(carry, (residual(take, keep) @ V) / scale, start, axis=0)
+
+    M = jax.lax.fori_loop(0, -(-n // b), rows_of_m, jnp.zeros((n, rank), dtype))
+    if noise is not None:
+        M = M + noise
+    S = jnp.full((n, rank), 0.5, dtype)
+    CC = jnp.concatenate([C, C * C], axis=1)
+
+    def exp_shift(take, M_b, S_b):  # exp(O + MC' + S^2 (C o C)'/2) of a block: the A before XB
+        return jnp.exp(take(data.O) + jnp.concatenate([M_b, 0.5 * (S_b * S_b)], axis=1) @ CC.T)
+
+    col = lambda x: jnp.sum(x, axis=0)
+    y_sum, e_sum = row_sum(
+        lambda take, w, keep, M_b, S_b: (col(_weighted(w, take(data.Y))), col(_weighted(w, exp_shift(take, M_b, S_b)))),
+        (jnp.zeros((p,), dtype), jnp.zeros((p,), dtype)),
+        M,
+        S,
+    )
+    B = jnp.zeros((d, p), dtype).at[0].set(jnp.log((y_sum + 0.5) / e_sum))
+    for _ in range(POISSON_B_STEPS if d > 1 else 0):  # _poisson_b's Newton steps, their sums by blocks
+
+        def newton_sums(take, w, keep, M_b, S_b, B=B):
+            X_b = take(data.X)
+            A = exp_shift(take, M_b, S_b) * jnp.exp(X_b @ B)
+            Xw = _weighted(w, X_b)
+            return Xw.T @ (take(data.Y) - A), jnp.einsum("nd,np,ne->pde", Xw, A, X_b)
+
+        gradient, hessian = row_sum(newton_sums, (jnp.zeros((d, p), dtype), jnp.zeros((p, d, d), dtype)), M, S)
+        B = B + jnp.linalg.solve(hessian, gradient.T[..., None])[..., 0].T
+    return _pca_complete({"B": B, "C": C, "M": M, "S": S, "R": jnp.zeros((rank, rank), dtype)}, data)
+
+
 POISSON_B_STEPS = 6  # Newton steps of the data init's Poisson regression for B (from its intercept-only solution)
 
 
@@ -921,6 +1011,9 @@ def init_state(model: Model, data: Arrays, init: str, seed: int = 0) -> PLNState
 @partial(jax.jit, static_argnums=(0, 1))
 def _init(model: Model, init: str, data: Arrays, noise: jax.Array | None) -> PLNState:
     if model.rank:
+        b = _blocks_of(model.block_rows, data.Y.shape[0])
+        if init != "seed" and isinstance(data.Y, SparseCounts) and b is not None:
+            return _pca_data_init_blocks(data, model.rank, noise, b)
         return _pca_init(data, model.rank, init, noise)
     n, p = data.Y.shape
     d = data.X.shape[1]

@@ -1,11 +1,14 @@
 """Float64 host (numpy) evaluation of the ELBO: the exact number every jitted result is checked against.
 
-Independent of XLA, so it cannot share a compiler bug with the jitted code path.
+Independent of XLA, so it cannot share a compiler bug with the jitted code path. Counts are a dense
+``(n, p)`` array or a scipy sparse CSR matrix (:func:`is_sparse`); the PLN-PCA ELBO then takes its
+Y-terms (sum Y Z, sum log Y!) over the non-zeros alone, and its A-term a block of rows at a time.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from scipy import sparse
 from scipy.special import gammaln
 
 
@@ -26,9 +29,25 @@ def row_blocks(n: int, p: int) -> list[slice]:
     return [slice(a, min(a + step, n)) for a in range(0, n, step)]
 
 
-def log_factorial_sum(Y: np.ndarray) -> float:
+def is_sparse(Y) -> bool:
+    """Whether the counts are a scipy sparse matrix (CSR: :func:`plnexp.core.data.sparse_counts`)."""
+    return sparse.issparse(Y)
+
+
+def dense_rows(Y, rows: slice, dtype=None) -> np.ndarray:
+    """Rows ``rows`` of the counts as a dense array (in ``dtype``; None: the counts' own), whether
+    they are a dense array or a CSR matrix: how a host check reads any counts a block at a time."""
+    block = Y[rows].toarray() if is_sparse(Y) else Y[rows]
+    return np.asarray(block, dtype=dtype)
+
+
+def log_factorial_sum(Y) -> float:
     """sum_ij log(Y_ij!) with the exact log-gamma, in float64 on the host, a block of rows at a time
-    (:func:`row_blocks`: one block, the whole sum at once, up to ``BLOCK_ENTRIES`` entries)."""
+    (:func:`row_blocks`: one block, the whole sum at once, up to ``BLOCK_ENTRIES`` entries); for CSR
+    counts, over the stored values (log 0! = 0)."""
+    if is_sparse(Y):  # BLOCK_ENTRIES values at a time
+        parts = (Y.data[k : k + BLOCK_ENTRIES] for k in range(0, Y.nnz, BLOCK_ENTRIES))
+        return sum(float(np.sum(gammaln(np.asarray(v, dtype=np.float64) + 1.0))) for v in parts)
     Y = np.asarray(Y)
     if Y.ndim != 2:
         return float(np.sum(gammaln(np.asarray(Y, dtype=np.float64) + 1.0)))
@@ -99,6 +118,8 @@ def pca_elbo(Y, O, X, B, C, M, S, *, log_factorial: bool = True, rows: int | Non
     Z = O + XB + MC'. Converted to float64 ``rows`` rows at a time, as :func:`elbo`.
     """
     B, C = np.asarray(B, dtype=np.float64), np.asarray(C, dtype=np.float64)
+    if is_sparse(Y):
+        return _pca_elbo_sparse(Y, O, X, B, C, M, S, log_factorial=log_factorial, rows=rows)
     Y, O, X, M, S = (np.asarray(a) for a in (Y, O, X, M, S))
     C2 = C * C
     rows = block_rows(C.shape[0], rows)
@@ -109,6 +130,32 @@ def pca_elbo(Y, O, X, B, C, M, S, *, log_factorial: bool = True, rows: int | Non
         z = o + x @ B + m @ C.T
         s2 = s * s
         total += np.sum(y * z - np.exp(z + 0.5 * s2 @ C2.T)) - 0.5 * np.sum(m * m + s2 - np.log(s2) - 1.0)
+        if log_factorial:
+            total -= float(np.sum(gammaln(y + 1.0)))
+    return float(total)
+
+
+def _pca_elbo_sparse(Y, O, X, B, C, M, S, *, log_factorial: bool, rows: int | None) -> float:
+    """:func:`pca_elbo` of CSR counts: sum Y Z and sum log Y! over the stored entries (row i, column
+    j: Z_ij = O_ij + X_i B_j + M_i C_j, a dot product each), the A-term and the prior a block of rows
+    at a time, as for dense counts. The same terms, summed in another order."""
+    Y = sparse.csr_array(Y)
+    O, X, M, S = (np.asarray(a) for a in (O, X, M, S))
+    C2 = C * C
+    n = M.shape[0]
+    rows = block_rows(C.shape[0], rows)
+    total = 0.0
+    for start in range(0, n, rows):
+        block = slice(start, min(start + rows, n))
+        o, x, m, s = (np.asarray(a[block], dtype=np.float64) for a in (O, X, M, S))
+        lo, hi = int(Y.indptr[block.start]), int(Y.indptr[block.stop])
+        y = np.asarray(Y.data[lo:hi], dtype=np.float64)
+        j = Y.indices[lo:hi]
+        i = np.repeat(np.arange(block.stop - block.start), np.diff(Y.indptr[block.start : block.stop + 1]))
+        z = o[i, j] + np.einsum("kd,dk->k", x[i], B[:, j]) + np.einsum("kq,kq->k", m[i], C[j])
+        s2 = s * s
+        a = np.exp(o + x @ B + m @ C.T + 0.5 * s2 @ C2.T)
+        total += np.sum(y * z) - np.sum(a) - 0.5 * np.sum(m * m + s2 - np.log(s2) - 1.0)
         if log_factorial:
             total -= float(np.sum(gammaln(y + 1.0)))
     return float(total)

@@ -251,6 +251,7 @@ def run_all(
         raise ValueError(f"replicates={spec.replicates}: got {len(datas)} data sets (give 1 or {spec.replicates})")
     for d in datas:
         check_rank(spec.model, d.p)
+        check_sparse(spec, d)
     problem = make_problem(spec.model, spec.optimizer, spec.gradient)
     dtype = spec.precision.dtype
     dev = resolve_device(spec.device)
@@ -306,11 +307,11 @@ def run_all(
             model = problem.model
             start = model.host_elbo(model.params(first, d), d)
             curve = np.asarray(one.elbo, dtype=np.float64)
-            check_against_host(curve[0] - log_fact, start, spec.precision, "initial state", d.Y.size)
+            check_against_host(curve[0] - log_fact, start, spec.precision, "initial state", d.n * d.p)
             params = _host(model.params(_host(one.state.pln), d))
             loglik = model.host_elbo(params, d)
             final = float(one.final_elbo) - log_fact
-            check_against_host(final, loglik, spec.precision, "final state", d.Y.size)
+            check_against_host(final, loglik, spec.precision, "final state", d.n * d.p)
             results.append(
                 FitResult(
                     curve - log_fact,
@@ -334,6 +335,39 @@ def check_rank(model: Model, p: int) -> None:
     """One-line ValueError where a PLN-PCA model's rank exceeds the data's p."""
     if model.rank > p:
         raise ValueError(f"rank={model.rank}: allowed values are integers from 1 to p={p} (the data's variables)")
+
+
+# the strategies whose programs run on one device's arrays as they are placed (Data.to_device)
+SPARSE_STRATEGIES = (
+    "eager",
+    "jit_per_function",
+    "scan",
+    "scan_namedtuple",
+    "scan_pytree",
+    "scan_dataclass",
+    "scan_unrolled",
+    "fori_loop",
+    "while_loop",
+)
+
+
+def check_sparse(spec: FitSpec, data: Data) -> None:
+    """One-line ValueError where sparse counts (:attr:`plnexp.Data.sparse`) meet a fit that would
+    densify all n x p of them: they are fitted by ``model="pca"`` with ``block_rows`` (each block of
+    rows densified on the device only while it is used; so a gradient optimizer, rprop by default,
+    as newton takes every row at once) and a strategy on one device's arrays."""
+    if not data.sparse:
+        return
+    if spec.model.name != "pca" or spec.model.block_rows is None:
+        raise ValueError(
+            f"sparse counts with model={spec.model.name!r}, block_rows={spec.model.block_rows!r}: they are read a "
+            "block of rows at a time; allowed is model='pca' with block_rows (e.g. block_rows=1000)"
+        )
+    if spec.strategy.name not in SPARSE_STRATEGIES:
+        raise ValueError(
+            f"sparse counts with strategy={spec.strategy.name!r}: it places the dense counts; allowed are "
+            f"{', '.join(SPARSE_STRATEGIES)}"
+        )
 
 
 def check_against_host(jitted: float, host: float, precision: Precision, where: str, size: int) -> None:
