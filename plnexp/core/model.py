@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial, cache
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, cast
 from collections.abc import Callable
 
 import jax
@@ -518,6 +518,10 @@ def pca_value_and_grad(
     del state
     B, S = params["B"], params["S"]
     C, M, Q = _rotated(params)
+    if Q is None:  # the Newton model's parameters: its own step, no gradient (pca_newton_step)
+        raise ValueError(
+            "pca_value_and_grad: parameters without R (the Newton model's) have no rotation to differentiate"
+        )
     rows = data.rows
     weight = None if rows is None else rows.weight
     b = _blocks_of(block_rows, data.Y.shape[0])
@@ -735,7 +739,7 @@ def _pca_complete(params: Params, data: Arrays) -> PLNState:
     if R is None:
         q = params["C"].shape[1]
         R = np.zeros((q, q), params["C"].dtype)
-    return PLNState(params["B"], params["M"], params["S"], params["C"], R)
+    return PLNState(params["B"], params["M"], params["S"], params["C"], cast(jax.Array, R))
 
 
 def _pca_params(state: PLNState, data: Data) -> dict:
