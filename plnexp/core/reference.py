@@ -118,44 +118,27 @@ def pca_elbo(Y, O, X, B, C, M, S, *, log_factorial: bool = True, rows: int | Non
     Z = O + XB + MC'. Converted to float64 ``rows`` rows at a time, as :func:`elbo`.
     """
     B, C = np.asarray(B, dtype=np.float64), np.asarray(C, dtype=np.float64)
-    if is_sparse(Y):
-        return _pca_elbo_sparse(Y, O, X, B, C, M, S, log_factorial=log_factorial, rows=rows)
-    Y, O, X, M, S = (np.asarray(a) for a in (Y, O, X, M, S))
+    sparse_counts = is_sparse(Y)
+    Y = sparse.csr_array(Y) if sparse_counts else np.asarray(Y)
+    O, X, M, S = (np.asarray(a) for a in (O, X, M, S))
     C2 = C * C
     rows = block_rows(C.shape[0], rows)
     total = 0.0
     for start in range(0, M.shape[0], rows):
         block = slice(start, min(start + rows, M.shape[0]))
-        y, o, x, m, s = (np.asarray(a[block], dtype=np.float64) for a in (Y, O, X, M, S))
+        o, x, m, s = (np.asarray(a[block], dtype=np.float64) for a in (O, X, M, S))
         z = o + x @ B + m @ C.T
         s2 = s * s
-        total += np.sum(y * z - np.exp(z + 0.5 * s2 @ C2.T)) - 0.5 * np.sum(m * m + s2 - np.log(s2) - 1.0)
-        if log_factorial:
-            total -= float(np.sum(gammaln(y + 1.0)))
-    return float(total)
-
-
-def _pca_elbo_sparse(Y, O, X, B, C, M, S, *, log_factorial: bool, rows: int | None) -> float:
-    """:func:`pca_elbo` of CSR counts: sum Y Z and sum log Y! over the stored entries (row i, column
-    j: Z_ij = O_ij + X_i B_j + M_i C_j, a dot product each), the A-term and the prior a block of rows
-    at a time, as for dense counts. The same terms, summed in another order."""
-    Y = sparse.csr_array(Y)
-    O, X, M, S = (np.asarray(a) for a in (O, X, M, S))
-    C2 = C * C
-    n = M.shape[0]
-    rows = block_rows(C.shape[0], rows)
-    total = 0.0
-    for start in range(0, n, rows):
-        block = slice(start, min(start + rows, n))
-        o, x, m, s = (np.asarray(a[block], dtype=np.float64) for a in (O, X, M, S))
-        lo, hi = int(Y.indptr[block.start]), int(Y.indptr[block.stop])
-        y = np.asarray(Y.data[lo:hi], dtype=np.float64)
-        j = Y.indices[lo:hi]
-        i = np.repeat(np.arange(block.stop - block.start), np.diff(Y.indptr[block.start : block.stop + 1]))
-        z = o[i, j] + np.einsum("kd,dk->k", x[i], B[:, j]) + np.einsum("kq,kq->k", m[i], C[j])
-        s2 = s * s
-        a = np.exp(o + x @ B + m @ C.T + 0.5 * s2 @ C2.T)
-        total += np.sum(y * z) - np.sum(a) - 0.5 * np.sum(m * m + s2 - np.log(s2) - 1.0)
+        a = np.exp(z + 0.5 * s2 @ C2.T)
+        prior = 0.5 * np.sum(m * m + s2 - np.log(s2) - 1.0)
+        if sparse_counts:  # the Y-terms over the block's stored entries alone
+            lo, hi = int(Y.indptr[block.start]), int(Y.indptr[block.stop])
+            y = np.asarray(Y.data[lo:hi], dtype=np.float64)
+            i = np.repeat(np.arange(block.stop - block.start), np.diff(Y.indptr[block.start : block.stop + 1]))
+            total += np.sum(y * z[i, Y.indices[lo:hi]]) - np.sum(a) - prior
+        else:
+            y = np.asarray(Y[block], dtype=np.float64)
+            total += np.sum(y * z - a) - prior
         if log_factorial:
             total -= float(np.sum(gammaln(y + 1.0)))
     return float(total)

@@ -337,25 +337,12 @@ def check_rank(model: Model, p: int) -> None:
         raise ValueError(f"rank={model.rank}: allowed values are integers from 1 to p={p} (the data's variables)")
 
 
-# the strategies whose programs run on one device's arrays as they are placed (Data.to_device)
-SPARSE_STRATEGIES = (
-    "eager",
-    "jit_per_function",
-    "scan",
-    "scan_namedtuple",
-    "scan_pytree",
-    "scan_dataclass",
-    "scan_unrolled",
-    "fori_loop",
-    "while_loop",
-)
-
-
 def check_sparse(spec: FitSpec, data: Data) -> None:
     """One-line ValueError where sparse counts (:attr:`plnexp.Data.sparse`) meet a fit that would
     densify all n x p of them: they are fitted by ``model="pca"`` with ``block_rows`` (each block of
     rows densified on the device only while it is used; so a gradient optimizer, rprop by default,
-    as newton takes every row at once) and a strategy on one device's arrays."""
+    as newton takes every row at once) and a strategy that reads them as placed
+    (``Strategy.sparse_counts`` in the registry)."""
     if not data.sparse:
         return
     if spec.model.name != "pca" or spec.model.block_rows is None:
@@ -363,10 +350,11 @@ def check_sparse(spec: FitSpec, data: Data) -> None:
             f"sparse counts with model={spec.model.name!r}, block_rows={spec.model.block_rows!r}: they are read a "
             "block of rows at a time; allowed is model='pca' with block_rows (e.g. block_rows=1000)"
         )
-    if spec.strategy.name not in SPARSE_STRATEGIES:
+    if not strategies.STRATEGIES[spec.strategy.name].sparse_counts:
+        allowed = (name for name, s in strategies.STRATEGIES.items() if s.sparse_counts)
         raise ValueError(
             f"sparse counts with strategy={spec.strategy.name!r}: it places the dense counts; allowed are "
-            f"{', '.join(SPARSE_STRATEGIES)}"
+            f"{', '.join(allowed)}"
         )
 
 

@@ -122,7 +122,9 @@ class Strategy:
     (a :class:`SingleProgram`). ``jax_cache``: JAX's persistent compilation cache serves its compiles
     (``compile_cache``; False for the PyTorch baselines, which compile outside JAX). ``models``: the
     models it runs (None: every model; the step of ``scan_fused`` and of the torch baselines is
-    written for the PLN state of ``full`` and ``profiled``)."""
+    written for the PLN state of ``full`` and ``profiled``). ``sparse_counts``: its program reads the
+    arrays one device holds as they were placed, so sparse counts (a ``SparseCounts`` Y) reach the
+    model's blocked step as they are (False where it places dense counts itself)."""
 
     name: str
     options: type
@@ -133,6 +135,7 @@ class Strategy:
     check_fit: Callable[[str, str, str], None] | None = None
     jax_cache: bool = True
     models: tuple[str, ...] | None = None
+    sparse_counts: bool = True
 
     @property
     def defaults(self):
@@ -160,6 +163,7 @@ STRATEGIES: dict[str, Strategy] = {
             Sharded,
             lambda pb, n, o: RowSharded(pb, n, o.devices, o.via),
             check_device=lambda spec, platform: mesh_of(platform, spec.options.devices) and None,
+            sparse_counts=False,
         ),
         Strategy(
             "scan_fused",
@@ -169,6 +173,7 @@ STRATEGIES: dict[str, Strategy] = {
             lambda spec, platform: fused.check_device(spec.name, platform),
             check_fit=fused.check_fit,
             models=PLN_MODELS,
+            sparse_counts=False,
         ),
         Strategy(
             "torch_eager",
@@ -178,6 +183,7 @@ STRATEGIES: dict[str, Strategy] = {
             lambda spec, platform: check_torch_device(spec.name, platform),
             jax_cache=False,
             models=PLN_MODELS,
+            sparse_counts=False,
         ),
         Strategy(
             "torch_compile",
@@ -187,6 +193,7 @@ STRATEGIES: dict[str, Strategy] = {
             lambda spec, platform: check_torch_device(spec.name, platform),
             jax_cache=False,
             models=PLN_MODELS,
+            sparse_counts=False,
         ),
     )
 }
