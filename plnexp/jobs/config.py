@@ -508,6 +508,9 @@ class Config:
     gradient: Gradient = Gradient("analytic")
     seed: int = 0
     replicates: int = 1
+    # JAX processes the fit spans (plnexp.experiment.processes): 1, this process; N > 1: N processes,
+    # started on this machine or by srun, their rows split between them (hashed only when > 1)
+    processes: int = 1
     experiment: str = "run"
     tracking_uri: str | None = None
     store_timeout_s: float = STORE_TIMEOUT_S  # how long a store call may take: not the fit's (left out of as_dict)
@@ -627,6 +630,7 @@ TOP_KEYS = (
     "gradient",
     "seed",
     "replicates",
+    "processes",
     "experiment",
     "tracking_uri",
     "store_timeout_s",
@@ -692,6 +696,7 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     replicates = _int("replicates", node.get("replicates", 1), 1)
+    processes = _int("processes", node.get("processes", 1), 1)  # a config logged before it: 1
     model, rank, block_rows = _model(node.get("model"))
     p = getattr(dataset, "p", None)  # known without loading for the simulated data sets
     if rank is not None and isinstance(p, int) and rank > p:
@@ -711,7 +716,14 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
             optimizer.name,
             str(node.get("gradient")),
             model.value,
+            processes,
         )
+        devices = getattr(strategy.options, "devices", 0)
+        if processes > 1 and devices != 0:
+            raise ValueError(
+                f"strategy.devices={devices}: with processes={processes} the rows are split across every "
+                "device of every process; allowed value is 0"
+            )
     except ValueError as e:
         raise ConfigError(str(e)) from None
     n_iter = _int("n_iter", node.get("n_iter"), 1)
@@ -760,6 +772,7 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
         gradient=_choice("gradient", node.get("gradient"), Gradient),
         seed=_int("seed", node.get("seed"), 0),
         replicates=replicates,
+        processes=processes,
         experiment=experiment,
         tracking_uri=uri,
         store_timeout_s=_store_timeout(node.get("store_timeout_s", STORE_TIMEOUT_S)),

@@ -109,7 +109,7 @@ ADDED_KEYS = {
 # form: the options a strategy does not have enter it at these values (mode: via ADDED_KEYS).
 FORMAT1_STRATEGY_OPTIONS = {"unroll": 8, "tol": 1e-6, "patience": 10}
 # Top-level keys added after format 1, hashed only away from their default likewise
-ADDED_TOP_KEYS = {"replicates": 1}
+ADDED_TOP_KEYS = {"replicates": 1, "processes": 1}
 
 
 # Keys of the data set that change no fit, only how its runs are scored (dataset.optimum: the best

@@ -124,7 +124,9 @@ class Strategy:
     models it runs (None: every model; the step of ``scan_fused`` and of the torch baselines is
     written for the PLN state of ``full`` and ``profiled``). ``sparse_counts``: its program reads the
     arrays one device holds as they were placed, so sparse counts (a ``SparseCounts`` Y) reach the
-    model's blocked step as they are (False where it places dense counts itself)."""
+    model's blocked step as they are (False where it places dense counts itself). ``processes``: the
+    models it fits across several JAX processes (``processes=N``, :mod:`.sharded`; empty: one
+    process only)."""
 
     name: str
     options: type
@@ -136,6 +138,7 @@ class Strategy:
     jax_cache: bool = True
     models: tuple[str, ...] | None = None
     sparse_counts: bool = True
+    processes: tuple[str, ...] = ()
 
     @property
     def defaults(self):
@@ -164,6 +167,7 @@ STRATEGIES: dict[str, Strategy] = {
             lambda pb, n, o: RowSharded(pb, n, o.devices, o.via),
             check_device=lambda spec, platform: mesh_of(platform, spec.options.devices) and None,
             sparse_counts=False,
+            processes=("full",),
         ),
         Strategy(
             "scan_fused",
@@ -247,11 +251,21 @@ class StrategySpec:
         optimizer: str | None = None,
         gradient: str | None = None,
         model: str | None = None,
+        processes: int = 1,
     ) -> None:
         """One-line ValueError where this strategy cannot run here (torch missing, a device torch
         does not see, an option it has not, replicates it cannot batch, an optimizer or gradient
-        its kernel does not compute, a model its step is not written for)."""
+        its kernel does not compute, a model its step is not written for, a model it does not fit
+        across ``processes`` > 1 JAX processes)."""
         entry = self.entry
+        if processes > 1 and (model or "full") not in entry.processes:
+            across = ", ".join(
+                f"strategy={s.name} with model={'|'.join(s.processes)}" for s in STRATEGIES.values() if s.processes
+            )
+            raise ValueError(
+                f"processes={processes}: strategy={self.name} with model={model or 'full'} runs in one process; "
+                f"allowed with processes > 1: {across}"
+            )
         if model is not None and entry.models is not None and model not in entry.models:
             raise ValueError(
                 f"strategy={self.name} with model={model}: its step is written for the PLN state of "
