@@ -358,6 +358,10 @@ def run(plan: cli.Plan, uri: str) -> int:
     """A single run: the plan's one job, in this process."""
     task = sweep.Task()
     (spec,) = plan.specs()
+    if spec.config.processes > 1:  # N JAX processes (started here, or one per srun task): process 0 logs the run
+        from .experiment import processes
+
+        return processes.run(spec, uri, str(plan.run_dir()))
     with interrupts.handled(lambda signum: sweep.force_stop(None, uri, signal.Signals(signum).name)) as guard:
         try:
             task(spec, None, str(plan.run_dir()))

@@ -63,6 +63,23 @@ def device_offsets(O: np.ndarray) -> np.ndarray:
     return O if column is None else column
 
 
+def row_range(n: int, devices: int, first: int, count: int) -> tuple[int, int, int]:
+    """The rows of a data set of ``n`` rows that devices ``first`` to ``first + count - 1`` of a
+    1-D mesh of ``devices`` hold when its rows are split evenly across them, padded to a multiple of
+    ``devices`` (each device ``ceil(n / devices)`` rows; the padding rows, past the data's, are
+    the last devices'): ``(start, stop, pad)``, the data rows ``start:stop`` followed by ``pad``
+    padding rows. What one JAX process of a fit across processes reads (its devices' rows)."""
+    for key, value, low in (("n", n, 1), ("devices", devices, 1), ("first", first, 0), ("count", count, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{key}={value!r}: allowed values are integers >= {low}")
+    if first + count > devices:
+        raise ValueError(f"first={first}, count={count}: allowed are devices within the mesh's {devices}")
+    per = -(-n // devices)
+    lo, hi = first * per, (first + count) * per
+    start, stop = min(lo, n), min(hi, n)
+    return start, stop, (hi - lo) - (stop - start)
+
+
 def _aligned_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
     """An uninitialised array whose data start on a 64-byte boundary: JAX's CPU client then takes it
     without a copy (``jax.device_put`` aliases it), where numpy's own 16-byte alignment costs a copy."""

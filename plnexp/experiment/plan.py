@@ -378,6 +378,12 @@ def plan(overrides: list[str], multirun: bool, *, check_device: bool = True) -> 
             check_fit(config)
             jobs.append(Job(tuple(job), config))
     if multirun:
+        across = next((j.config.processes for j in jobs if j.config.processes > 1), None)
+        if across is not None:  # the workers of plnexp.experiment.processes start from a run only, for now
+            raise ConfigError(
+                f"processes={across}: a fit across processes runs from python -m plnexp run; allowed values "
+                "in a sweep are 1"
+            )
         for key in ("experiment", "tracking_uri"):  # a value set some other way than by its key (a group's file)
             values = list(dict.fromkeys("null" if (v := getattr(j.config, key)) is None else str(v) for j in jobs))
             if len(values) > 1:

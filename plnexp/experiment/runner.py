@@ -192,21 +192,30 @@ class Row(NamedTuple):
 
 
 def execute(
-    config: Config, overrides=(), name: str | None = None, output_dir: str = "", outcome: Outcome | None = None
+    config: Config,
+    overrides=(),
+    name: str | None = None,
+    output_dir: str = "",
+    outcome: Outcome | None = None,
+    *,
+    lead: bool = True,
 ) -> Outcome:
     """Load the data and fit, filling ``outcome`` (a new one if None) as it goes; any failure but an
-    interrupt becomes a FAILED outcome with its reason. (One fit: ``replicates=1``.)"""
+    interrupt becomes a FAILED outcome with its reason. (One fit: ``replicates=1``.) ``lead``: see
+    :func:`execute_all`."""
     out = (
         outcome
         if outcome is not None
         else Outcome(name or config.run_name, tuple(overrides), config, output_dir=output_dir)
     )
-    execute_all(config, [out])
+    execute_all(config, [out], lead=lead)
     return out
 
 
-def execute_all(config: Config, outcomes: list[Outcome]) -> list[Outcome]:
+def execute_all(config: Config, outcomes: list[Outcome], *, lead: bool = True) -> list[Outcome]:
     """Fit the job's ``config.replicates`` fits in one program, filling one outcome per replicate.
+    ``lead`` False: a process of a fit across processes other than process 0, which runs the fit
+    with the others and reports nothing (no floor, no best known ELBO: process 0's run has them).
 
     A replicate whose ELBO is not finite is FAILED alone; an error of the program fails them all.
     Before the fit (never while it is timed), this machine's floor for one iteration of the model on
@@ -222,9 +231,14 @@ def execute_all(config: Config, outcomes: list[Outcome]) -> list[Outcome]:
         for k, out in enumerate(outcomes):
             data = datas[k] if len(datas) > 1 else datas[0]
             out.data_digest, out.data_shape = data.digest(), (data.n, data.p)
-            out.optimum = best_known(specs[k] if len(specs) > 1 else specs[0], config.model.value)
+            out.optimum = best_known(specs[k] if len(specs) > 1 else specs[0], config.model.value) if lead else None
         spec = config.fit_spec()
-        measured = floor.run_metrics(floor.iteration(spec.model, datas[0]), config.precision.dtype, config.device.value)
+        check_processes(config)
+        measured = (
+            floor.run_metrics(floor.iteration(spec.model, datas[0]), config.precision.dtype, config.device.value)
+            if lead
+            else {}
+        )
         stop = interrupts.pending()
         if stop is not None:  # a Ctrl-C while measuring, which the floor's guard took for a failure
             raise stop
@@ -249,6 +263,21 @@ def execute_all(config: Config, outcomes: list[Outcome]) -> list[Outcome]:
     for out in outcomes:
         out.stop()
     return outcomes
+
+
+def check_processes(config: Config) -> None:
+    """One-line ValueError where the job spans ``processes`` > 1 JAX processes but this process is
+    not one of them (a rerun or a sweep running it in process: ``python -m plnexp run`` starts them)."""
+    if config.processes == 1:
+        return
+    import jax
+
+    if jax.process_count() != config.processes:
+        raise ValueError(
+            f"processes={config.processes}: this process is one of {jax.process_count()} JAX process(es); "
+            "a fit across processes runs from python -m plnexp run (which starts them), or under srun -n "
+            f"{config.processes}"
+        )
 
 
 def best_known(dataset, model: str) -> Optimum | None:

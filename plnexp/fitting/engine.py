@@ -98,6 +98,20 @@ def _host(tree):
     return jax.tree_util.tree_map(lambda a: np.asarray(a, dtype=np.float64), tree)
 
 
+def _readable(tree):
+    """The tree with its arrays spread over other JAX processes' devices (a fit across processes: M
+    and S, split by rows) gathered whole into this one (``process_allgather``, which every process
+    calls at the same point); the rest as it is (in one process: the tree itself)."""
+    from jax.experimental import multihost_utils
+
+    def one(a):
+        if isinstance(a, jax.Array) and not a.is_fully_addressable and not a.is_fully_replicated:
+            return multihost_utils.process_allgather(a, tiled=True)
+        return a
+
+    return jax.tree_util.tree_map(one, tree)
+
+
 def fit(
     data,
     model: str = "profiled",
@@ -285,7 +299,9 @@ def run_all(
                 arrays,
                 repeats=t.repeats,
                 warmup=t.warmup,
-                budget_s=t.time_budget_s,
+                # across JAX processes every run is collective: each process runs the same number of
+                # them (repeats), never as many as its own clock allows
+                budget_s=t.time_budget_s if jax.process_count() == 1 else 0.0,
                 first_call=t.first_call,
                 compile_cache_dir=cache_dir,
                 warm_compile=t.warm_compile,
@@ -305,10 +321,10 @@ def run_all(
             d = datas[replicate] if len(datas) > 1 else datas[0]
             log_fact = d.log_factorial
             model = problem.model
-            start = model.host_elbo(model.params(first, d), d)
+            start = model.host_elbo(model.params(_readable(first), d), d)
             curve = np.asarray(one.elbo, dtype=np.float64)
             check_against_host(curve[0] - log_fact, start, spec.precision, "initial state", d.n * d.p)
-            params = _host(model.params(_host(one.state.pln), d))
+            params = _host(model.params(_host(_readable(one.state.pln)), d))
             loglik = model.host_elbo(params, d)
             final = float(one.final_elbo) - log_fact
             check_against_host(final, loglik, spec.precision, "final state", d.n * d.p)

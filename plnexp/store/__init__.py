@@ -51,7 +51,15 @@ from .queries import (
     read_curve,
     read_curves,
 )
-from .running import end_children, end_process_runs, end_running, may_end, process_runs, sweep_up_orphans
+from .running import (
+    end_children,
+    end_process_runs,
+    end_running,
+    end_runs_of_processes,
+    may_end,
+    process_runs,
+    sweep_up_orphans,
+)
 from .backend import (
     EXPERIMENT_KIND,
     EXPERIMENT_KIND_TAG,
@@ -137,6 +145,7 @@ __all__ = [
     "end_process_runs",
     "end_run",
     "end_running",
+    "end_runs_of_processes",
     "experiment_id",
     "experiment_name",
     "experiment_names",

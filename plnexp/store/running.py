@@ -109,6 +109,23 @@ def end_process_runs(uri: str, status: str, reason: str, code: str) -> list:
     return end_running(cl, _runs_of(cl, owners.current()), status, reason, code)
 
 
+def end_runs_of_processes(uri: str, pids, status: str, reason: str, code: str) -> list:
+    """End the runs left RUNNING by the processes ``pids`` of this host, which this process started
+    and has seen end (the processes of one fit across processes, :mod:`plnexp.experiment.processes`):
+    by their host and PID tags, which a SLURM task's runs carry too; a PID that is some live process
+    again is left alone."""
+    cl = client(uri)
+    here, ours = owners.LocalProcess.here().host, {str(p) for p in pids}
+    runs = [
+        r
+        for r in _runs_of(cl)
+        if r.data.tags.get(owners.HOST_TAG) == here
+        and r.data.tags.get(owners.PID_TAG) in ours
+        and not owners.LocalProcess.of(int(r.data.tags[owners.PID_TAG])).alive()
+    ]
+    return end_running(cl, runs, status, reason, code)
+
+
 def sweep_up_orphans(uri: str) -> list:
     """Mark FAILED, with their owner's reason (tags ``reason``, ``status_reason``), the runs left
     RUNNING by owners that are gone (``reason=orphaned``: a process of this host that no longer

@@ -15,6 +15,13 @@ Two ways to write it, an option of the strategy (``strategy.via``):
 n need not divide by the device count: the arrays are padded with rows that contribute nothing
 (Y = O = X = 0, weight 0, M = 0 kept there by a zero gradient; see :class:`plnexp.core.arrays.Rows`), and
 Sigma divides by the number of data rows. One device gives scan's program on one device's rows.
+
+Across JAX processes (``processes=N``: :mod:`plnexp.experiment.processes` starts them and calls
+``jax.distributed.initialize`` first), the mesh is every process's devices (``jax.devices()``) and
+each process puts on its own devices only the rows they hold (:func:`plnexp.core.data.row_range`),
+the global arrays made with ``jax.make_array_from_process_local_data``; the program is the same,
+its reductions now between processes (gloo on CPUs). The curve, the final ELBO and B, Sigma are
+replicated, so every process reads them; M and S are gathered where they are read back.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from ..core.data import device_offsets
+from ..core.data import device_offsets, row_range
 from ..core.model import Arrays, PLNState, Rows, init_state
 from ..core.problem import FitState, Output, Problem
 from .base import WHOLE_PROGRAM, Compiled, aot_compile, compiled_program
@@ -101,6 +108,8 @@ class RowSharded:
         :func:`~plnexp.core.data.device_offsets` gives it: the (n, 1) column of offsets one per row)."""
         (one,) = data
         mesh = mesh_of(device.platform, self.devices)
+        if jax.process_count() > 1:
+            return self._place_rows_of_this_process(one, dtype, mesh)
         pad = -one.n % mesh.size
         rows, same = NamedSharding(mesh, P(AXIS)), NamedSharding(mesh, P())
 
@@ -115,6 +124,35 @@ class RowSharded:
             padded(one.X),
             jax.device_put(dtype(one.log_factorial), same),
             Rows(weight, jax.device_put(dtype(one.n), same), AXIS if self.via == "shard_map" else None),
+        )
+
+    def _place_rows_of_this_process(self, one, dtype, mesh: Mesh) -> Arrays:
+        """``place`` in one of several JAX processes: the global row-sharded arrays, this process
+        giving only the rows of its own devices (its padding rows included: they are the last)."""
+        devices = list(mesh.devices.flat)
+        mine = [i for i, d in enumerate(devices) if d.process_index == jax.process_index()]
+        if not mine or mine != list(range(mine[0], mine[0] + len(mine))):
+            raise ValueError(f"strategy=scan_sharded: this process's devices {mine} are not one run of the mesh's")
+        start, stop, pad = row_range(one.n, len(devices), mine[0], len(mine))
+        n_padded = one.n + (-one.n % len(devices))
+        rows, same = NamedSharding(mesh, P(AXIS)), NamedSharding(mesh, P())
+
+        def block(a):
+            a = np.asarray(a[start:stop], dtype=dtype).reshape(stop - start, -1)
+            local = np.concatenate([a, np.zeros((pad, a.shape[1]), dtype)])
+            return jax.make_array_from_process_local_data(rows, local, (n_padded, a.shape[1]))
+
+        replicated = lambda x: jax.make_array_from_process_local_data(same, np.asarray(x), ())
+        return Arrays(
+            block(np.asarray(one.Y)),
+            block(device_offsets(one.O)),
+            block(np.asarray(one.X)),
+            replicated(dtype(one.log_factorial)),
+            Rows(
+                block(np.ones(one.n)),
+                replicated(dtype(one.n)),
+                AXIS if self.via == "shard_map" else None,
+            ),
         )
 
     def _shardings(self, state: FitState, mesh: Mesh) -> FitState:
