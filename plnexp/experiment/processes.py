@@ -237,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(args) != 2:
         print("plnexp: error: usage: python -m plnexp.experiment.processes SPEC_FILE OUTPUT_DIR", file=sys.stderr)
         return 2
-    return worker(*args)
+    return worker(args[0], args[1])
 
 
 if __name__ == "__main__":
