@@ -8,18 +8,19 @@ import os
 import signal
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import plnexp_cli, spawn, store_client
+from conftest import spawn, store_client
 
 from plnexp.core.data import row_range
 from plnexp.experiment import plan as cli
 from plnexp.experiment import processes
 from plnexp.experiment.runner import check_processes
 from plnexp.jobs import provenance
-from plnexp.jobs.config import ConfigError
+from plnexp.jobs.config import ConfigError, Device
 
 # 41 rows: padded on 2 devices and on 4 (two processes of JAX_NUM_CPU_DEVICES=2 devices each)
 SMALL = ["dataset=synthetic", "dataset.n=41", "dataset.p=6", "repeats=1", "warmup=0", "time_budget_s=0"]
@@ -59,12 +60,12 @@ BAD = [
     (
         ["processes=2"],
         "processes=2: strategy=scan with model=full runs in one process; allowed with processes > 1: "
-        "strategy=scan_sharded with model=full",
+        "strategy=scan_sharded with model=full|pca",
     ),
     (
         ["strategy=scan_sharded", "model=profiled", "processes=2"],
         "processes=2: strategy=scan_sharded with model=profiled runs in one process; allowed with processes > 1: "
-        "strategy=scan_sharded with model=full",
+        "strategy=scan_sharded with model=full|pca",
     ),
     (
         ["strategy=scan_sharded", "strategy.devices=1", "processes=2"],
@@ -131,19 +132,38 @@ def test_srun_with_another_number_of_tasks_is_one_line():
     )
 
 
+def test_processes_started_here_refuse_an_accelerator_in_one_line(tmp_path, capsys):
+    (spec,) = cli.plan(["strategy=scan_sharded", "processes=2"], multirun=False).specs()
+    on_gpu = replace(spec, config=replace(spec.config, device=Device("gpu")))
+    assert processes.run(on_gpu, "sqlite:///unused.db", str(tmp_path)) == 2
+    assert capsys.readouterr().err == (
+        "plnexp: error: processes=2 with device=gpu: the 2 processes started on this machine would share its "
+        "accelerators; allowed are device=cpu here, or srun -n 2 with one accelerator per task\n"
+    )
+
+
 def _curve(cl, run) -> np.ndarray:
     history = sorted(cl.get_metric_history(run.info.run_id, "elbo"), key=lambda m: m.step)
     return np.array([m.value for m in history])
 
 
-@pytest.mark.slow  # three processes paying every import, two of them fitting together (~25 s)
-def test_two_processes_fit_the_curve_of_one_and_log_one_run(outputs, tmp_path, plnexp_main):
-    one = plnexp_main("run", *FIT, "experiment=one", cwd=tmp_path)
+MODELS = {
+    "full": [],
+    # PLN-PCA's fit (block Newton rounds), its data drawn from the low-rank model
+    "pca": ["model=pca", "model.rank=2", "dataset=synthetic_pca", "dataset.q=2"],
+}
+
+
+@pytest.mark.slow  # two processes paying every import and fitting together (~15 s)
+@pytest.mark.parametrize("model", MODELS)
+def test_two_processes_fit_the_curve_of_one_and_log_one_run(model, outputs, tmp_path, plnexp_main):
+    fit = [*FIT, *MODELS[model], "dataset.optimum=false"]  # no best known ELBO computed: not the point
+    one = plnexp_main("run", *fit, "experiment=one", cwd=tmp_path)
     assert one.returncode == 0, one.stderr
-    two = plnexp_cli("run", *FIT, "processes=2", "experiment=two", cwd=tmp_path)
+    two = plnexp_main("run", *fit, "processes=2", "experiment=two", cwd=tmp_path)  # it starts the two
     assert two.returncode == 0, two.stderr
     assert "[Gloo]" not in two.stdout
-    assert "-n_iter20-processes2 FINISHED: 20 iter" in two.stdout.strip().splitlines()[-1]
+    assert "-processes2" in two.stdout and " FINISHED: 20 iter" in two.stdout.strip().splitlines()[-1]
     cl = store_client(outputs)
     (run1,) = cl.search_runs([cl.get_experiment_by_name("one").experiment_id])
     (run2,) = cl.search_runs([cl.get_experiment_by_name("two").experiment_id])  # one run, process 0's

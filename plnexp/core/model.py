@@ -1007,8 +1007,17 @@ def init_state(model: Model, data: Arrays, init: str, seed: int = 0) -> PLNState
         width = model.rank or data.Y.shape[1]  # M's columns: q for pca
         noise = INIT_NOISE * np.random.default_rng(seed).standard_normal((data.Y.shape[0], width))
         if data.rows is not None:
-            noise = noise * np.asarray(data.rows.weight)
-        noise = jnp.asarray(noise, data.Y.dtype)
+            weight = data.rows.weight
+            if isinstance(weight, jax.Array) and not weight.is_fully_addressable:  # a fit across processes
+                from jax.experimental import multihost_utils
+
+                weight = multihost_utils.process_allgather(weight, tiled=True)
+            noise = noise * np.asarray(weight)
+        if isinstance(data.Y, jax.Array) and not data.Y.is_fully_addressable:
+            # every process drew the same noise: each puts its rows of it where its rows of Y are
+            noise = jax.device_put(np.asarray(noise, data.Y.dtype), data.Y.sharding)
+        else:
+            noise = jnp.asarray(noise, data.Y.dtype)
     return _init(model, init, data, noise)
 
 

@@ -1,6 +1,7 @@
 """``processes=N``: one fit across N JAX processes, process 0 owning its run.
 
-``python -m plnexp run strategy=scan_sharded processes=N`` does not fit in its own process, whose
+``python -m plnexp run strategy=scan_sharded processes=N`` (``model=full`` or ``pca``: the models
+the registry's ``Strategy.processes`` names) does not fit in its own process, whose
 JAX has started already (its checks list the devices): it starts **workers**, ``python -m
 plnexp.experiment.processes SPEC OUTPUT_DIR``, each of which calls ``jax.distributed.initialize``
 before any other use of JAX (CPU collectives over gloo), then runs the job. Where they come from:
@@ -145,6 +146,15 @@ def run(spec: JobSpec, uri: str, output_dir: str) -> int:
         where = placement(n)
     except ValueError as e:
         print(f"plnexp: error: {e}", file=sys.stderr, flush=True)
+        return 2
+    device = spec.config.device.value
+    if where is None and device != "cpu":
+        print(
+            f"plnexp: error: processes={n} with device={device}: the {n} processes started on this machine would "
+            f"share its accelerators; allowed are device=cpu here, or srun -n {n} with one accelerator per task",
+            file=sys.stderr,
+            flush=True,
+        )
         return 2
     folder = Path(output_dir)
     folder.mkdir(parents=True, exist_ok=True)

@@ -230,7 +230,7 @@ def execute_all(config: Config, outcomes: list[Outcome], *, lead: bool = True) -
         specs = config.replicate_datasets()
         for k, out in enumerate(outcomes):
             data = datas[k] if len(datas) > 1 else datas[0]
-            out.data_digest, out.data_shape = data.digest(), (data.n, data.p)
+            out.data_digest, out.data_shape = data.digest() if lead else "", (data.n, data.p)
             out.optimum = best_known(specs[k] if len(specs) > 1 else specs[0], config.model.value) if lead else None
         spec = config.fit_spec()
         check_processes(config)

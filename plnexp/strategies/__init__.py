@@ -167,7 +167,7 @@ STRATEGIES: dict[str, Strategy] = {
             lambda pb, n, o: RowSharded(pb, n, o.devices, o.via),
             check_device=lambda spec, platform: mesh_of(platform, spec.options.devices) and None,
             sparse_counts=False,
-            processes=("full",),
+            processes=("full", "pca"),
         ),
         Strategy(
             "scan_fused",
