@@ -108,13 +108,15 @@ def _how(code: int) -> str:
     return f"exited with code {code}"
 
 
-def _forward(stream) -> None:
-    """A worker's output on this process's, without gloo's connection lines (``[Gloo] Rank 0 is
-    connected to 1 peer ranks``, one per process and run)."""
+def _forward(stream, out, ended: threading.Event) -> None:
+    """A worker's output (``stream``) on this process's (``out``), without gloo's connection lines
+    (``[Gloo] Rank 0 is connected to 1 peer ranks``, one per process and run), and nothing once the
+    fit is ``ended`` (a process failed or was stopped): what the others then say is how the loss of a
+    peer reached them (a collective's connection reset, JAX's coordination service ending them)."""
     for line in stream:
-        if not line.startswith("[Gloo]"):
-            sys.stdout.write(line)
-            sys.stdout.flush()
+        if not line.startswith("[Gloo]") and not ended.is_set():
+            out.write(line)
+            out.flush()
 
 
 def _join(threads: Sequence[threading.Thread]) -> None:
@@ -169,17 +171,24 @@ def run(spec: JobSpec, uri: str, output_dir: str) -> int:
     first = int(os.environ.get("SLURM_PROCID", "0") or 0) if where is not None else 0
     procs: list[subprocess.Popen] = []
     threads: list[threading.Thread] = []
+    ended = threading.Event()
     failed: tuple[int, int] | None = None
     with interrupts.handled() as guard:
         try:
-            procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True) for env in envs]
-            threads = [threading.Thread(target=_forward, args=(p.stdout,), daemon=True) for p in procs]
+            pipe = subprocess.PIPE
+            procs = [subprocess.Popen(cmd, env=env, stdout=pipe, stderr=pipe, text=True) for env in envs]
+            threads = [
+                threading.Thread(target=_forward, args=(stream, out, ended), daemon=True)
+                for p in procs
+                for stream, out in ((p.stdout, sys.stdout), (p.stderr, sys.stderr))
+            ]
             for t in threads:
                 t.start()
             while True:
                 codes = [p.poll() for p in procs]
                 bad = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
                 if bad:  # a worker killed by a signal first: the others' errors are what it left them
+                    ended.set()
                     failed = min(bad, key=lambda b: (b[1] >= 0, b[0]))
                     break
                 if all(c == 0 for c in codes):
@@ -188,6 +197,7 @@ def run(spec: JobSpec, uri: str, output_dir: str) -> int:
                 time.sleep(POLL_S)
         except KeyboardInterrupt as e:
             guard.stopping()
+            ended.set()
             stop = interrupts.as_interrupted(e)
             _end(procs, stop.signum)
             _join(threads)
