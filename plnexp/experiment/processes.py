@@ -210,8 +210,8 @@ def run(spec: JobSpec, uri: str, output_dir: str) -> int:
     assert failed is not None  # the loop ends on a failure, else returns
     i, code = failed
     line = f"process {first + i} of {n} {_how(code)}"
-    ended = tracking.end_runs_of_processes(uri, [p.pid for p in procs], "FAILED", line, REASON)
-    run_note = f"; run {ended[0].info.run_id} ended FAILED" if ended else ""
+    closed = tracking.end_runs_of_processes(uri, [p.pid for p in procs], "FAILED", line, REASON)
+    run_note = f"; run {closed[0].info.run_id} ended FAILED" if closed else ""
     print(f"plnexp: error: the fit across {n} processes failed: {line}{run_note}", file=sys.stderr, flush=True)
     return 1
 
