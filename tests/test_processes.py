@@ -15,11 +15,13 @@ import numpy as np
 import pytest
 from conftest import spawn, store_client
 
+from plnexp.core import data as D
 from plnexp.core.data import row_range
 from plnexp.experiment import plan as cli
 from plnexp.experiment import processes
 from plnexp.experiment.runner import check_processes
 from plnexp.jobs import provenance
+from plnexp.jobs import config as C
 from plnexp.jobs.config import ConfigError, Device
 
 # 41 rows: padded on 2 devices and on 4 (two processes of JAX_NUM_CPU_DEVICES=2 devices each)
@@ -52,6 +54,106 @@ def test_row_range_gives_every_row_to_one_process_and_pads_the_last(n, devices, 
 def test_row_range_refuses_bad_values_in_one_line(args, message):
     with pytest.raises(ValueError, match=f"^{message}$"):
         row_range(*args)
+
+
+def _parts(spec, processes: int) -> list:
+    """The rows each of ``processes`` processes reads of ``spec``'s data (one device each)."""
+    n = spec.rows()
+    return [spec.load_rows(*row_range(n, processes, k, 1)[:2]) for k in range(processes)]
+
+
+def _assert_rows_equal(parts, whole, read=None) -> None:
+    dense = lambda Y: Y.toarray() if hasattr(Y, "toarray") else np.asarray(Y)
+    assert [(d.part.start, d.part.stop, d.part.n) for d in parts] == [
+        (a, b, whole.n) for a, b in zip([0, *[d.part.stop for d in parts[:-1]]], [d.part.stop for d in parts])
+    ]
+    for field, get in (("Y", lambda d: dense(d.Y)), ("O", lambda d: np.asarray(d.O)), ("X", lambda d: d.X)):
+        joined = np.concatenate([get(d) for d in parts])
+        assert joined.dtype == get(whole).dtype, field
+        np.testing.assert_array_equal(joined, get(whole), err_msg=field)  # exactly: the same numbers
+    assert {(d.name, d.covariate_names, d.columns) for d in parts} == {
+        (whole.name, whole.covariate_names, whole.columns)
+    }
+    # process 0 hashes the whole data a block of rows at a time: the digest of one process's run
+    read = read or (lambda a, b: D.take_rows(whole, a, b))
+    assert D.digest_by_rows(read, whole.n, whole.p) == whole.digest()
+
+
+def _specs(tmp_path) -> dict:
+    from test_anndata import adata, counts, needs_anndata, write_csvs  # noqa: F401  (the same small data)
+
+    files = write_csvs(tmp_path, counts())
+    return {
+        "synthetic_pca": C.SyntheticPcaData(n=41, p=7, q=2),
+        # 9000 x 500 > BLOCK_ENTRIES: several blocks of rows, each its own seed; 95% zeros, kept sparse
+        "synthetic_pca_blocks": C.SyntheticPcaData(n=9000, p=500, q=2, zero_fraction=0.95),
+        "synthetic": C.SyntheticData(n=41, p=6),  # drawn whole, then its rows kept
+        "oaks_x3": C.OaksData(replication=3, covariates=("tree",)),  # 116 rows read once, 348 made by rows
+        "csv": C.CsvData(
+            counts=str(files["counts"]), offsets=str(files["offsets"]), covariates=str(files["covariates"])
+        ),
+    }
+
+
+@pytest.mark.parametrize("name", ["synthetic_pca", "synthetic_pca_blocks", "synthetic", "oaks_x3", "csv"])
+@pytest.mark.parametrize("processes", [2, 3])
+def test_each_process_reads_its_rows_and_together_they_are_the_data_of_one(name, processes, tmp_path):
+    spec = _specs(tmp_path)[name]
+    whole = spec.load()
+    assert spec.rows() == whole.n
+    _assert_rows_equal(_parts(spec, processes), whole, spec.load_rows)
+
+
+def test_the_rows_of_sparse_synthetic_counts_are_those_of_the_whole_draw():
+    whole = D.simulate_pca(9000, 500, 2, 0.95, sparse=True)
+    parts = [D.simulate_pca(9000, 500, 2, 0.95, sparse=True, rows=r) for r in ((0, 4500), (4500, 9000))]
+    assert all(p.sparse for p in parts)
+    _assert_rows_equal(parts, whole)
+
+
+def test_anndata_rows_are_read_in_backed_mode(tmp_path, monkeypatch):
+    from scipy import sparse
+    from test_anndata import adata, counts, needs_anndata
+
+    if needs_anndata.args[0]:
+        pytest.skip("anndata is not installed")
+    import anndata
+
+    path = tmp_path / "cells.h5ad"
+    adata(sparse.csr_matrix(counts())).write_h5ad(path)
+    spec = C.AnndataData(path=str(path), covariates=("batch", "depth"))
+    whole = spec.load()
+    modes = []
+    read = anndata.read_h5ad
+    monkeypatch.setattr(anndata, "read_h5ad", lambda *a, **k: modes.append(k.get("backed")) or read(*a, **k))
+    parts = _parts(spec, 2)
+    assert "r" in modes and None not in modes  # never read whole
+    _assert_rows_equal(parts, whole)
+    total = C.AnndataData(path=str(path), offsets="total")
+    _assert_rows_equal(_parts(total, 2), total.load())
+
+
+def test_csv_rows_skip_the_other_lines_and_name_the_files_line(tmp_path):
+    (tmp_path / "c.csv").write_text("a,b\n1,2\n\n3,4\n5,x\n")
+    header, Y = D._read_csv(tmp_path / "c.csv", "counts", (0, 2))
+    assert header == ["a", "b"] and Y.tolist() == [[1, 2], [3, 4]]
+    with pytest.raises(D.DataError, match=r"non-numeric value 'x' at row 3, column 2"):
+        D._read_csv(tmp_path / "c.csv", "counts", (2, 3))
+    with pytest.raises(D.DataError, match=r"rows=\(2, 5\): allowed are \(start, stop\) within its 3 rows"):
+        D.load_csv(tmp_path / "c.csv", rows=(2, 5))
+
+
+def test_the_full_models_host_elbo_is_the_sum_of_its_rows_parts():
+    from plnexp.core import reference
+
+    data = D.simulate(n=41, p=5, seed=3)
+    rng = np.random.default_rng(0)
+    B, M, S = rng.normal(size=(2, 5)), rng.normal(size=(41, 5)) * 0.1, np.full((41, 5), 0.4)
+    Sigma = np.cov(M.T) + np.eye(5)
+    whole = reference.elbo(data.Y, data.O, data.X, B, M, S, Sigma)
+    sums = [reference.elbo_sums(data.Y[r], data.O[r], data.X[r], B, M[r], S[r]) for r in (slice(0, 20), slice(20, 41))]
+    joined = reference.elbo_of_sums(*(a + b for a, b in zip(*sums)), Sigma, 41)
+    assert joined == pytest.approx(whole, rel=1e-13)
 
 
 BAD = [
@@ -173,6 +275,10 @@ def test_two_processes_fit_the_curve_of_one_and_log_one_run(model, outputs, tmp_
     assert len(c1) == len(c2) == 20
     np.testing.assert_allclose(c2, c1, rtol=1e-10, atol=0)
     assert run2.data.metrics["final_elbo"] == pytest.approx(run1.data.metrics["final_elbo"], rel=1e-10)
+    # each process's peak resident memory, gathered to process 0's run (one process's run has none)
+    assert all(run2.data.metrics[f"peak_rss_mb_process_{i}"] > 0 for i in (0, 1))
+    assert not [k for k in run2.data.metrics if k.startswith("peak_rss_mb_process_") and k[-1] not in "01"]
+    assert not [k for k in run1.data.metrics if k.startswith("peak_rss_mb")]
 
 
 def _worker(launcher: int, process_id: int) -> int | None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import warnings
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from importlib import resources
 from pathlib import Path
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -139,6 +139,16 @@ def warn_empty_columns(Y, source: str, columns: Sequence[str] | None = None) -> 
     return empty
 
 
+@dataclass(frozen=True)
+class RowPart:
+    """Which rows of a data set a :class:`Data` holds: ``start:stop`` of its ``n`` (one JAX process's
+    rows of a fit across processes, :func:`plnexp.core.data.row_range`)."""
+
+    start: int
+    stop: int
+    n: int
+
+
 @dataclass(frozen=True, eq=False, repr=False)  # __repr__: one line, below
 class Data:
     """A data set ready to fit: n samples, p count variables, d covariates (intercept included).
@@ -173,6 +183,8 @@ class Data:
     covariate_names: tuple[str, ...] = ("intercept",)
     truth: dict | None = field(default=None, repr=False)  # simulate(): the true B and Sigma
     columns: tuple[str, ...] | None = None
+    # rows start:stop of a data set of part.n rows (one process's rows of a fit across processes), else None
+    part: RowPart | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         """One line (the arrays' values are never printed: at single-cell scale they are gigabytes):
@@ -302,6 +314,62 @@ def replicate(data: Data, times: int) -> Data:
     )
 
 
+def take_rows(data: Data, start: int, stop: int) -> Data:
+    """Rows ``start:stop`` of the whole ``data`` (:attr:`Data.part` set): for a source that cannot be
+    read by rows (the draw of :func:`simulate`), the data read whole, then only these rows kept."""
+    column = _row_column(np.asarray(data.O))
+    O = np.asarray(data.O)[start:stop] if column is None else row_offsets(column[start:stop], data.p)
+    Y = data.Y[start:stop]
+    return Data(
+        Y if is_sparse(Y) else np.ascontiguousarray(Y),
+        O,
+        np.asarray(data.X)[start:stop],
+        data.name,
+        data.covariate_names,
+        data.truth,
+        data.columns,
+        RowPart(start, stop, data.n),
+    )
+
+
+def replicate_rows(data: Data, times: int, start: int, stop: int) -> Data:
+    """Rows ``start:stop`` of :func:`replicate` ``(data, times)`` without its other rows: row ``i`` is
+    the base data's row ``i % n`` (oaks x 1,724 is 116 rows read once, then only one process's rows)."""
+    n = data.n
+    if not (0 <= start <= stop <= n * times):
+        raise DataError(f"rows {start}:{stop}: allowed are rows within the {n * times} of replication={times}")
+    index = np.arange(start, stop) % n
+    column = _row_column(np.asarray(data.O))
+    Y = data.Y[index] if not is_sparse(data.Y) else data.Y[index]
+    return Data(
+        Y,
+        np.asarray(data.O)[index] if column is None else row_offsets(column[index], data.p),
+        np.asarray(data.X)[index],
+        f"{data.name}_x{times}" if times > 1 else data.name,
+        data.covariate_names,
+        data.truth,
+        data.columns,
+        RowPart(start, stop, n * times),
+    )
+
+
+def digest_by_rows(read: Callable[[int, int], Data], n: int, p: int) -> str:
+    """:meth:`Data.digest` of a data set of ``n`` rows read ``read(start, stop)`` a block of rows at a
+    time, never whole: the same bytes in the same order (Y's rows, then O's, then X's), so the same
+    digest as the data read whole, in the memory of one block (three passes over the rows)."""
+    step = max(1, BLOCK_ENTRIES // max(p, 1))
+    h = hashlib.sha256()
+    for k in range(3):  # Y, O, X: each after its shape
+        for start in range(0, n, step):
+            part = read(start, min(start + step, n))
+            a = (part.Y, part.O, part.X)[k]
+            if start == 0:
+                h.update(str((n, *a.shape[1:])).encode())
+            for r in row_blocks(*a.shape):
+                h.update(np.ascontiguousarray(dense_rows(a, r), dtype=np.float64).reshape(-1).data)
+    return h.hexdigest()
+
+
 # ---------------------------------------------------------------- validation helpers
 def _label(what: str, source) -> str:
     """How a message names the values: ``counts file PATH`` for a file, ``counts`` for an argument."""
@@ -324,29 +392,43 @@ def _is_number(cell: str) -> bool:
     return True
 
 
-def _read_csv(path: Path, what: str) -> tuple[list[str], np.ndarray]:
-    """Read a numeric CSV with a header row; one clear DataError for any problem."""
+def csv_rows(path) -> int:
+    """The data rows of a CSV file with a header row (its non-empty lines less one), read line by line."""
+    with open(path) as f:
+        return max(sum(1 for ln in f if ln.strip()) - 1, 0)
+
+
+def _read_csv(path: Path, what: str, rows: tuple[int, int] | None = None) -> tuple[list[str], np.ndarray]:
+    """Read a numeric CSV with a header row; one clear DataError for any problem. ``rows``: only the
+    data rows ``start:stop`` (0-based, empty lines not counted) are parsed and kept, the others
+    skipped as the file is read line by line."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{what} file {path}: not found")
-    lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
+    with open(path) as f:
+        numbered = ((i, ln) for i, ln in enumerate(ln for ln in f if ln.strip()))
+        lines = [ln for i, ln in numbered if i == 0 or rows is None or rows[0] < i <= rows[1]]
+    lines = [ln.rstrip("\r\n") for ln in lines]
+    first_line = 2 if rows is None else rows[0] + 2  # the file's line of lines[1] (empty lines not counted)
     if len(lines) < 2:
+        if rows is not None and lines:
+            raise DataError(f"{what} file {path}: no data rows {rows[0] + 1} to {rows[1]}")
         raise DataError(f"{what} file {path}: empty (need a header row and at least one data row)")
     header = [h.strip().strip('"') for h in lines[0].split(",")]
-    rows = []
-    for i, ln in enumerate(lines[1:], start=2):
+    rows_read = []
+    for i, ln in enumerate(lines[1:], start=first_line):
         cells = ln.split(",")
         if len(cells) != len(header):
             raise DataError(f"{what} file {path}: line {i} has {len(cells)} fields, header has {len(header)}")
         try:
-            rows.append([_number(c) for c in cells])
+            rows_read.append([_number(c) for c in cells])
         except ValueError:  # which cell, counted as the value checks count (row 1: the first data row)
             j = next(j for j, c in enumerate(cells) if not _is_number(c))
             raise DataError(
                 f"{what} file {path}: non-numeric value {cells[j].strip()!r} at row {i - 1}, column {j + 1}; "
                 f"allowed values are {NUMBERS_ALLOWED}"
             ) from None
-    return header, np.asarray(rows, dtype=np.float64)
+    return header, np.asarray(rows_read, dtype=np.float64)
 
 
 def _first_bad(a: np.ndarray, bad) -> tuple[int, int] | None:
@@ -501,24 +583,39 @@ def load_csv(
     log_offsets: bool = False,
     covariate_columns: Sequence[str] | None = None,
     name: str | None = None,
+    rows: tuple[int, int] | None = None,
 ) -> Data:
     """Load counts (header + integer rows), optional offsets and covariates from CSV files.
 
     ``offsets`` are raw positive totals (logged here) unless ``log_offsets=True``. Covariates:
     all columns of the file (text columns one-hot encoded) unless ``covariate_columns`` names
     some; an intercept is always added. Any problem raises :class:`DataError` naming the file.
+    ``rows``: ``(start, stop)``, only those data rows of the counts and offsets files are parsed and
+    kept (:attr:`Data.part`; the files read line by line); the covariates are read whole (n x d: one
+    design matrix, whose one-hot levels and rank are the whole file's), then those rows kept.
     """
-    header, Y = _read_csv(counts, "counts")
+    total = None if rows is None else csv_rows(counts)
+    if rows is not None and not (0 <= rows[0] < rows[1] <= (total or 0)):
+        raise DataError(
+            f"counts file {counts}: rows={tuple(rows)!r}: allowed are (start, stop) within its {total} rows"
+        )
+    header, Y = _read_csv(counts, "counts", rows)
     Y = check_counts(Y, str(counts))
-    warn_empty_columns(Y, f"file {counts}", header)
+    if rows is None:  # a column without counts in some rows says nothing of the whole file's
+        warn_empty_columns(Y, f"file {counts}", header)
     n, p = Y.shape
     if offsets is None:
         O = np.zeros_like(Y)
     else:
-        _, O = _read_csv(offsets, "offsets")
-        if O.shape != Y.shape:
-            raise DataError(f"offsets file {offsets}: shape {O.shape} does not match counts {Y.shape}")
+        _, O = _read_csv(offsets, "offsets", rows)
+        if O.shape != Y.shape or (rows is not None and csv_rows(offsets) != total):
+            shape = O.shape if rows is None else (csv_rows(offsets), O.shape[1])
+            raise DataError(
+                f"offsets file {offsets}: shape {shape} does not match counts {Y.shape if rows is None else (total, p)}"
+            )
         O = check_offsets(O, offsets, log_offsets)
+    if rows is not None:
+        n = int(total or 0)
     names: tuple[str, ...]
     if covariates is None:
         X, names = np.ones((n, 1)), ("intercept",)
@@ -529,13 +626,16 @@ def load_csv(
         table = _read_text_table(path) if path.stat().st_size else {}
         if not table or len(next(iter(table.values()))) == 0:
             raise DataError(f"covariates file {path}: empty (need a header row and at least one data row)")
-        rows = len(next(iter(table.values())))
-        if rows != n:
-            raise DataError(f"covariates file {path}: {rows} rows, counts have {n}")
+        found = len(next(iter(table.values())))
+        if found != n:
+            raise DataError(f"covariates file {path}: {found} rows, counts have {n}")
         X, names = design_matrix(table, covariate_columns if covariate_columns is not None else list(table), n)
         _check_finite(X, _label("covariates", path), COVARIATES_ALLOWED)
     check_full_rank(X, names, covariates)
-    return Data(Y, O, X, name or Path(counts).stem, names, columns=tuple(header))
+    if rows is not None:
+        X = X[rows[0] : rows[1]]
+    part = None if rows is None else RowPart(rows[0], rows[1], n)
+    return Data(Y, O, X, name or Path(counts).stem, names, columns=tuple(header), part=part)
 
 
 # ---------------------------------------------------------------- counts in memory
@@ -707,14 +807,15 @@ def _anndata_module():
     return anndata
 
 
-def _read_h5ad(path: Path, anndata):
-    """The AnnData of an ``.h5ad`` file, read whole; a missing or unreadable file is one line."""
+def _read_h5ad(path: Path, anndata, backed: bool = False):
+    """The AnnData of an ``.h5ad`` file, read whole (``backed``: X left in the file, read when sliced);
+    a missing or unreadable file is one line."""
     if not path.is_file():
         raise DataError(f"AnnData file {path}: not found; allowed values are paths of existing .h5ad files")
     if path.suffix != ".h5ad":
         raise DataError(f"AnnData file {path}: not an .h5ad file (suffix {path.suffix!r}); allowed are .h5ad files")
     try:
-        return anndata.read_h5ad(path)
+        return anndata.read_h5ad(path, backed="r") if backed else anndata.read_h5ad(path)
     except Exception as e:  # noqa: BLE001 - h5py/anndata raise many kinds for a broken file: one line
         first = (str(e).splitlines() or [type(e).__name__])[0]
         raise DataError(f"AnnData file {path}: not a readable .h5ad file ({first})") from None
@@ -823,7 +924,7 @@ def _anndata_covariates(adata, covariates: Sequence[str], where: str) -> tuple[n
     return X, names
 
 
-def _anndata_offsets(adata, Y: np.ndarray, offsets: str, where: str) -> np.ndarray:
+def _anndata_offsets(adata, Y: np.ndarray, offsets: str, where: str, rows: tuple[int, int] | None = None) -> np.ndarray:
     """Log offsets (n, p): the log library size (each cell's total count), none, or the log of the
     positive totals in an obs column, the same for each cell's p counts (:func:`row_offsets`: a view
     of the (n, 1) column)."""
@@ -833,7 +934,7 @@ def _anndata_offsets(adata, Y: np.ndarray, offsets: str, where: str) -> np.ndarr
         totals = Y.sum(axis=1, dtype=np.float64)  # integers: exact in any order, float32 counts too
         empty = np.flatnonzero(totals == 0)
         if empty.size:
-            r = int(empty[0])
+            r = int(empty[0]) + (0 if rows is None else rows[0])
             raise DataError(
                 f"{where}: cell {adata.obs_names[r]!r} (row {r + 1}) has no counts, so its library size is 0 and "
                 f"its log offset -inf; allowed with offsets=library_size are cells with at least one count "
@@ -850,6 +951,8 @@ def _anndata_offsets(adata, Y: np.ndarray, offsets: str, where: str) -> np.ndarr
         if bad.size:
             r = int(bad[0])
             raise DataError(f"{label}: value {totals[r]:g} at row {r + 1}; allowed values are {allowed}")
+        if rows is not None:
+            totals = totals[rows[0] : rows[1]]
     return row_offsets(np.log(totals), Y.shape[1])
 
 
@@ -861,6 +964,7 @@ def load_anndata(
     *,
     name: str | None = None,
     sparse: bool = False,
+    rows: tuple[int, int] | None = None,
 ) -> Data:
     """Counts of an AnnData (single-cell data: rows are cells, columns genes), with covariates and
     offsets from its ``obs`` table. Needs the ``anndata`` package (the ``single-cell`` extra).
@@ -880,6 +984,10 @@ def load_anndata(
         sparse: keep the counts sparse, as they are stored (CSR; a CSC or dense matrix converted
             once): :attr:`Data.sparse`, for a PLN-PCA fit with ``block_rows`` (memory: the
             non-zeros, never ``n x p``).
+        rows: ``(start, stop)``: only those cells' counts (:attr:`Data.part`): a file is opened in
+            backed mode (``anndata.read_h5ad(path, backed="r")``) and ``X[start:stop]`` alone read
+            from it (a layer: anndata reads layers whole even then, so its rows are kept after);
+            ``obs`` (the covariates, an obs column of totals) is read whole, its n rows small.
 
     Returns:
         The :class:`Data`, ``columns`` the genes (``var_names``).
@@ -896,9 +1004,12 @@ def load_anndata(
         adata, where, default_name = source, "AnnData", "anndata"
     elif isinstance(source, (str, Path)):
         path = Path(source)
-        adata, where, default_name = _read_h5ad(path, anndata), f"AnnData file {path}", path.stem
+        adata = _read_h5ad(path, anndata, backed=rows is not None)
+        where, default_name = f"AnnData file {path}", path.stem
     else:
         raise TypeError(f"source: got a {type(source).__name__}; allowed are a path of an .h5ad file or an AnnData")
+    if rows is not None and not (0 <= rows[0] < rows[1] <= adata.n_obs):
+        raise DataError(f"{where}: rows={tuple(rows)!r}: allowed are (start, stop) within its {adata.n_obs} cells")
     if layer is None:
         matrix, counts = adata.X, f"{where} (X)"
     elif layer not in adata.layers:
@@ -906,6 +1017,8 @@ def load_anndata(
         raise DataError(f"{where}: no layer {layer!r}; allowed values are {allowed}")
     else:
         matrix, counts = adata.layers[layer], f"{where} (layer {layer!r})"
+    if rows is not None:
+        matrix = matrix[rows[0] : rows[1]]  # backed X: only these rows read from the file
     if sparse:
         Y = _sparse_counts(matrix, counts)
     else:
@@ -915,11 +1028,15 @@ def load_anndata(
         except DataError as e:
             raise DataError(f"{counts}: {e}") from None
     columns = tuple(map(str, adata.var_names))
-    warn_empty_columns(Y, counts, columns)
-    O = _anndata_offsets(adata, Y, offsets, where if offsets not in ANNDATA_OFFSETS else counts)
+    if rows is None:  # a gene without counts in some cells says nothing of the whole file's
+        warn_empty_columns(Y, counts, columns)
+    O = _anndata_offsets(adata, Y, offsets, where if offsets not in ANNDATA_OFFSETS else counts, rows)
     X, names = _anndata_covariates(adata, tuple(covariates), where)
     check_full_rank(X, names, where)
-    return Data(Y, O, X, name or default_name, names, columns=columns)
+    if rows is None:
+        return Data(Y, O, X, name or default_name, names, columns=columns)
+    part = RowPart(rows[0], rows[1], adata.n_obs)
+    return Data(Y, O, X[rows[0] : rows[1]], name or default_name, names, columns=columns, part=part)
 
 
 # ---------------------------------------------------------------- low-rank synthetic counts (PLN-PCA)
@@ -970,6 +1087,7 @@ def simulate_pca(
     seed: int = 0,
     *,
     sparse: bool = False,
+    rows: tuple[int, int] | None = None,
 ) -> Data:
     """Draw from the PLN-PCA model: Y ~ Poisson(exp(O + XB + W)), W = M C^T of rank q.
 
@@ -995,6 +1113,10 @@ def simulate_pca(
     ``sparse``: keep the non-zeros alone, as a CSR matrix (:func:`sparse_counts`; values in the
     dtype the dense counts would have): the same counts as ``sparse=False`` draws, without their
     n x p array at any point (memory: the non-zeros and a few blocks).
+    ``rows``: ``(start, stop)``, only those rows (:attr:`Data.part`), the same numbers as the whole
+    draw's rows ``start:stop`` whatever the range (each block of rows has its own seed, so only the
+    blocks that hold them are drawn; X and the offsets, n x d and n x 1, are drawn whole, and a
+    ``zero_fraction``'s delta passes over every block's draws as ever: time, not memory).
     """
     for key, value, low in (("n", n, 2), ("p", p, 1), ("q", q, 1), ("d", d, 1)):
         if isinstance(value, bool) or int(value) != value or value < low:
@@ -1004,6 +1126,68 @@ def simulate_pca(
     if zero_fraction is not None and not (isinstance(zero_fraction, (int, float)) and 0 < zero_fraction < 1):
         raise DataError(f"simulate_pca: zero_fraction={zero_fraction!r} must be null or a number in (0, 1)")
     n, p, q, d = int(n), int(p), int(q), int(d)
+    if rows is not None and not (0 <= rows[0] < rows[1] <= n):
+        raise DataError(
+            f"simulate_pca: rows={tuple(rows)!r}: allowed are (start, stop) with 0 <= start < stop <= n={n}"
+        )
+    zf = None if zero_fraction is None else float(zero_fraction)
+    step, blocks, X, B, C, log_totals, delta = _pca_setup(n, p, q, zf, d, seed)
+    B = B.copy()
+    start, stop = (0, n) if rows is None else (int(rows[0]), int(rows[1]))
+    # the blocks of rows that hold rows start:stop: each drawn from its own seed, as in the whole draw
+    chosen = range(start // step, -(-stop // step))
+    first, last = chosen[0] * step, min(chosen[-1] * step + step, n)
+    eta0 = lambda r: log_totals[r] + X[r] @ B  # the latent mean before W (and before the shift delta)
+    # float32 counts for a large data set (exact below 2**24; float64 again if a count is not)
+    compact = n * p >= COMPACT_ENTRIES
+    Y = None
+    if not sparse:
+        Y = _aligned_empty((last - first, p), np.float32) if compact else np.zeros((last - first, p), dtype=np.float64)
+    pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # sparse: each block's row sizes, columns, counts
+    for k in chosen:
+        r = slice(k * step, min(k * step + step, n))
+        here = slice(r.start - first, r.stop - first)
+        rng, eta, U = _pca_latent_block(blocks[k], eta0(r), C)
+        with np.errstate(divide="ignore"):
+            gap = (np.log(-np.log(U)) - eta).astype(np.float32)  # as the threshold was found
+        nonzero = gap <= np.float64(delta)
+        lam = np.exp(eta[nonzero] + delta)
+        t = -np.log1p(rng.random(lam.shape) * np.expm1(-lam))  # the first arrival, given one before 1
+        counts = 1.0 + rng.poisson(np.maximum(lam - t, 0.0))
+        if Y is None:  # float32 where exact, as the dense counts (the blocks' concatenation: float64 if one is)
+            kept = counts.astype(np.float32) if compact and counts.max(initial=0) < FLOAT32_EXACT else counts
+            pieces.append((nonzero.sum(axis=1), np.nonzero(nonzero)[1].astype(np.int32), kept))
+            continue
+        if Y.dtype == np.float32 and counts.size and counts.max() >= FLOAT32_EXACT:
+            Y = Y.astype(np.float64)  # the rows so far are exact: float64 from here on
+        if compact:
+            Y[here] = 0.0  # _aligned_empty: not zeroed
+        Y[here][nonzero] = counts
+    if Y is None:
+        values = np.concatenate([c for _, _, c in pieces]) if pieces else np.zeros(0)
+        indptr = np.concatenate([[0], np.cumsum(np.concatenate([k for k, _, _ in pieces]))])
+        indices = np.concatenate([j for _, j, _ in pieces])
+        del pieces
+        Y = sparse_counts(indptr, indices, values, (last - first, p))
+    if (first, last) != (start, stop):  # the rows asked for, of the blocks that hold them
+        Y = Y[start - first : stop - first]
+    B[0] += delta  # the truth: the intercept as drawn from
+    label = f"simulate_pca(n={n}, p={p}, q={q}, zero_fraction={zero_fraction}, d={d}, seed={seed})"
+    if rows is None:  # a column without counts in some rows of it says nothing of the data set's
+        warn_empty_columns(Y, label)
+    names = ("intercept",) + tuple(f"x{k}" for k in range(1, d))
+    truth = LowRankTruth(B=B, C=C)
+    name = pca_name(n, p, q, d, zero_fraction, seed) + ("_sparse" if sparse else "")
+    part = None if rows is None else RowPart(start, stop, n)
+    return Data(Y, row_offsets(log_totals[start:stop], p), np.array(X[start:stop]), name, names, truth, part=part)
+
+
+@lru_cache(maxsize=2)
+def _pca_setup(n: int, p: int, q: int, zero_fraction: float | None, d: int, seed: int):
+    """What every block of :func:`simulate_pca`'s rows is drawn from: the rows per block, the blocks'
+    seeds, X, B (before the shift delta), C, the log totals and delta (with ``zero_fraction``: two
+    passes over every block's draws). Kept for the last two data sets, so that reading them a few
+    rows at a time (:func:`digest_by_rows`) finds delta once. Read only: never change what it gives."""
     step = max(1, BLOCK_ENTRIES // p)
     params, *blocks = np.random.SeedSequence(seed).spawn(1 + -(-n // step))
     rng = np.random.default_rng(params)
@@ -1021,43 +1205,10 @@ def simulate_pca(
             with np.errstate(divide="ignore"):  # U = 0: an infinite gap, a zero
                 yield (np.log(-np.log(U)) - eta).astype(np.float32)
 
-    delta = 0.0 if zero_fraction is None else _zero_threshold(block_gaps, n * p, float(zero_fraction))
-    # float32 counts for a large data set (exact below 2**24; float64 again if a count is not)
-    compact = n * p >= COMPACT_ENTRIES
-    Y = None
-    if not sparse:
-        Y = _aligned_empty((n, p), np.float32) if compact else np.zeros((n, p), dtype=np.float64)
-    pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # sparse: each block's row sizes, columns, counts
-    for r, s in zip(rows, blocks):
-        rng, eta, U = _pca_latent_block(s, eta0(r), C)
-        with np.errstate(divide="ignore"):
-            gap = (np.log(-np.log(U)) - eta).astype(np.float32)  # as the threshold was found
-        nonzero = gap <= np.float64(delta)
-        lam = np.exp(eta[nonzero] + delta)
-        t = -np.log1p(rng.random(lam.shape) * np.expm1(-lam))  # the first arrival, given one before 1
-        counts = 1.0 + rng.poisson(np.maximum(lam - t, 0.0))
-        if Y is None:  # float32 where exact, as the dense counts (the blocks' concatenation: float64 if one is)
-            kept = counts.astype(np.float32) if compact and counts.max(initial=0) < FLOAT32_EXACT else counts
-            pieces.append((nonzero.sum(axis=1), np.nonzero(nonzero)[1].astype(np.int32), kept))
-            continue
-        if Y.dtype == np.float32 and counts.size and counts.max() >= FLOAT32_EXACT:
-            Y = Y.astype(np.float64)  # the rows so far are exact: float64 from here on
-        if compact:
-            Y[r] = 0.0  # _aligned_empty: not zeroed
-        Y[r][nonzero] = counts
-    if Y is None:
-        values = np.concatenate([c for _, _, c in pieces]) if pieces else np.zeros(0)
-        indptr = np.concatenate([[0], np.cumsum(np.concatenate([k for k, _, _ in pieces]))])
-        indices = np.concatenate([j for _, j, _ in pieces])
-        del pieces
-        Y = sparse_counts(indptr, indices, values, (n, p))
-    B[0] += delta  # the truth: the intercept as drawn from
-    label = f"simulate_pca(n={n}, p={p}, q={q}, zero_fraction={zero_fraction}, d={d}, seed={seed})"
-    warn_empty_columns(Y, label)
-    names = ("intercept",) + tuple(f"x{k}" for k in range(1, d))
-    truth = LowRankTruth(B=B, C=C)
-    name = pca_name(n, p, q, d, zero_fraction, seed) + ("_sparse" if sparse else "")
-    return Data(Y, row_offsets(log_totals, p), X, name, names, truth)
+    delta = 0.0 if zero_fraction is None else _zero_threshold(block_gaps, n * p, zero_fraction)
+    for a in (X, B, C, log_totals):
+        a.flags.writeable = False
+    return step, blocks, X, B, C, log_totals, delta
 
 
 class LowRankTruth(dict):

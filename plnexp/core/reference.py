@@ -61,7 +61,15 @@ def elbo(Y, O, X, B, M, S, Sigma, *, log_factorial: bool = True, rows: int | Non
     ``rows`` rows at a time (default :func:`block_rows`), so the host memory stays O(rows x p)
     however large n is.
     """
-    B, Sigma = np.asarray(B, dtype=np.float64), np.asarray(Sigma, dtype=np.float64)
+    sums = elbo_sums(Y, O, X, B, M, S, log_factorial=log_factorial, rows=rows)
+    return elbo_of_sums(*sums, Sigma, np.shape(M)[0])
+
+
+def elbo_sums(Y, O, X, B, M, S, *, log_factorial: bool = True, rows: int | None = None):
+    """What :func:`elbo` sums over the rows: (the Poisson and entropy terms, the p x p second moment
+    M'M + diag(sum S^2), sum log y!), so that rows held apart (one process's each) give the whole
+    ELBO once summed: :func:`elbo_of_sums`."""
+    B = np.asarray(B, dtype=np.float64)
     Y, O, X, M, S = (np.asarray(a) for a in (Y, O, X, M, S))  # host views, dtype kept
     n, p = M.shape
     rows = block_rows(p, rows)
@@ -75,6 +83,13 @@ def elbo(Y, O, X, B, M, S, Sigma, *, log_factorial: bool = True, rows: int | Non
         second_moment += m.T @ m + np.diag(s2.sum(axis=0))
         if log_factorial:
             log_fact += float(np.sum(gammaln(y + 1.0)))
+    return poisson, second_moment, log_fact
+
+
+def elbo_of_sums(poisson, second_moment, log_fact, Sigma, n: int) -> float:
+    """:func:`elbo` of the sums :func:`elbo_sums` gives over all ``n`` rows."""
+    Sigma = np.asarray(Sigma, dtype=np.float64)
+    p = Sigma.shape[0]
     L = np.linalg.cholesky(Sigma)
     logdet_sigma = 2.0 * np.sum(np.log(np.diag(L)))
     # tr(Sigma^-1 C) through two triangular solves of the Cholesky factor

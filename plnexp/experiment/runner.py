@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
@@ -21,7 +21,7 @@ import yaml
 
 from ..system import interrupts
 from ..jobs.config import Config
-from ..core.data import Data
+from ..core.data import Data, digest_by_rows
 from ..system.redact import redact
 
 if TYPE_CHECKING:
@@ -226,25 +226,30 @@ def execute_all(config: Config, outcomes: list[Outcome], *, lead: bool = True) -
     from ..fitting.engine import run_all
 
     try:
-        datas = [load_data(ds) for ds in config.replicate_datasets()]
         specs = config.replicate_datasets()
-        for k, out in enumerate(outcomes):
-            data = datas[k] if len(datas) > 1 else datas[0]
-            out.data_digest, out.data_shape = data.digest() if lead else "", (data.n, data.p)
-            out.optimum = best_known(specs[k] if len(specs) > 1 else specs[0], config.model.value) if lead else None
-        spec = config.fit_spec()
         check_processes(config)
-        measured = (
-            floor.run_metrics(floor.iteration(spec.model, datas[0]), config.precision.dtype, config.device.value)
-            if lead
-            else {}
-        )
+        datas = [load_data(ds) if config.processes == 1 else load_rows(ds, config) for ds in specs]
+        for k, out in enumerate(outcomes):
+            data, ds = datas[k] if len(datas) > 1 else datas[0], specs[k] if len(specs) > 1 else specs[0]
+            out.data_shape = (data.n if data.part is None else data.part.n, data.p)
+            if lead:  # this process's rows of a fit across processes: the whole data's digest, read again by rows
+                out.data_digest = data.digest() if data.part is None else digest_by_rows(ds.load_rows, *out.data_shape)
+            out.optimum = best_known(ds, config.model.value) if lead else None
+        spec = config.fit_spec()
+        iteration = floor.iteration(spec.model, datas[0])
+        if datas[0].part is not None:  # the whole fit's iteration, not this process's rows'
+            iteration = replace(iteration, n=datas[0].part.n)
+        measured = floor.run_metrics(iteration, config.precision.dtype, config.device.value) if lead else {}
         stop = interrupts.pending()
         if stop is not None:  # a Ctrl-C while measuring, which the floor's guard took for a failure
             raise stop
         for out in outcomes:
             out.floor = measured
         results = run_all(datas, spec, owns_process=True, hold=outcomes[0].hold)  # a job: plnexp owns the process
+        if config.processes > 1:  # every process's peak memory, on process 0's run
+            peaks = peak_rss_by_process()
+            for out in outcomes:
+                out.floor = {**out.floor, **{f"peak_rss_mb_process_{i}": mb for i, mb in enumerate(peaks)}}
         for out, result in zip(outcomes, results):
             out.result = result
             bad = np.flatnonzero(~np.isfinite(result.elbo[: result.n_iter]))
@@ -263,6 +268,39 @@ def execute_all(config: Config, outcomes: list[Outcome], *, lead: bool = True) -
     for out in outcomes:
         out.stop()
     return outcomes
+
+
+def load_rows(dataset, config: Config) -> Data:
+    """This JAX process's rows of ``dataset`` in a fit across ``config.processes`` processes (those
+    its devices hold in ``scan_sharded``'s mesh), read alone where the source allows
+    (:meth:`plnexp.jobs.config.DatasetSpec.load_rows`)."""
+    from ..strategies.sharded import rows_of_this_process
+    from ..core.device import resolve_device
+
+    n = dataset.rows()
+    start, stop = rows_of_this_process(n, resolve_device(config.device.value).platform)
+    return dataset.load_rows(start, stop)
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far, in MB (2**20 bytes): ``ru_maxrss`` (KiB on Linux)."""
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (2**20 if sys.platform == "darwin" else 2**10)
+
+
+def peak_rss_by_process() -> list[float]:
+    """Every JAX process's :func:`peak_rss_mb`, in process order (each process calls this at the
+    same point; in one process, its own)."""
+    import jax
+
+    from ..strategies.sharded import across_processes_sum
+
+    mine = np.zeros(jax.process_count())
+    mine[jax.process_index()] = peak_rss_mb()
+    return [float(v) for v in np.atleast_1d(across_processes_sum(mine))]
 
 
 def check_processes(config: Config) -> None:

@@ -23,12 +23,14 @@ from ..system import runtime
 from .. import strategies
 from ..measure import timing
 from ..core.data import Data, as_data
-from ..core.model import Model
+from ..core import reference
+from ..core.model import PCA_NAME, Model
 from ..core.optim import OptimizerSpec
 from ..core.precision import PRECISIONS, Precision
 from ..core.problem import GRADIENTS, Problem
 from ..core.device import DEVICES, resolve_device
 from .prepared import Prepared
+from ..strategies.sharded import across_processes_sum
 from .spec import INITS, FitSpec, parse
 
 __all__ = [
@@ -110,6 +112,40 @@ def _readable(tree):
         return a
 
     return jax.tree_util.tree_map(one, tree)
+
+
+def _local_rows(state, data: Data):
+    """The PLN state with its M and S as this process's rows of them, ``data.part``'s, NumPy arrays
+    made of this process's shards alone (split by rows across JAX processes, padding rows dropped; or
+    replicated); B, Sigma, Omega as they are. Nothing gathered."""
+    part = data.part
+    assert part is not None
+
+    def rows(a):
+        if not isinstance(a, jax.Array) or a.is_fully_replicated:
+            whole = np.asarray(a.addressable_data(0) if isinstance(a, jax.Array) else a)
+            return whole[part.start : part.stop]
+        shards = sorted(a.addressable_shards, key=lambda s: s.index[0].start or 0)
+        first = shards[0].index[0].start or 0
+        held = np.concatenate([np.asarray(s.data) for s in shards])
+        if first > part.start or first + held.shape[0] < part.stop:
+            raise ValueError(f"rows {part.start}:{part.stop}: this process holds rows {first}:{first + held.shape[0]}")
+        return held[part.start - first : part.stop - first]
+
+    return state._replace(M=rows(state.M), S=rows(state.S))
+
+
+def _host_elbo_of_parts(model, params: dict, data: Data) -> float:
+    """The float64 host ELBO of a data set whose rows are held apart, one process's each (``data``:
+    this process's, ``params``' M and S its rows): every process calls it at the same point. PLN-PCA's
+    sums over the rows alone; the full model's sums its row terms and M'M + diag(S'S), then Sigma's
+    terms once, with the whole n."""
+    assert data.part is not None
+    if model.name == PCA_NAME:
+        return float(across_processes_sum(model.host_elbo(params, data)))
+    poisson, second, log_fact = reference.elbo_sums(data.Y, data.O, data.X, params["B"], params["M"], params["S"])
+    total = across_processes_sum(np.concatenate([[poisson, log_fact], second.reshape(-1)]))
+    return reference.elbo_of_sums(total[0], total[2:].reshape(second.shape), total[1], params["Sigma"], data.part.n)
 
 
 def fit(
@@ -319,15 +355,23 @@ def run_all(
         results = []
         for replicate, (one, first) in enumerate(zip(program.unbatch(out, arrays), starts)):
             d = datas[replicate] if len(datas) > 1 else datas[0]
-            log_fact = d.log_factorial
             model = problem.model
-            start = model.host_elbo(model.params(_readable(first), d), d)
+            if d.part is None:
+                log_fact = d.log_factorial
+                start = model.host_elbo(model.params(_readable(first), d), d)
+                params = _host(model.params(_host(_readable(one.state.pln)), d))
+                loglik = model.host_elbo(params, d)
+                size = d.n * d.p
+            else:  # this process's rows of a fit across processes: its M and S rows, the sums across processes
+                log_fact = across_processes_sum(d.log_factorial)
+                start = _host_elbo_of_parts(model, model.params(_host(_local_rows(first, d)), d), d)
+                params = _host(model.params(_host(_local_rows(one.state.pln, d)), d))
+                loglik = _host_elbo_of_parts(model, params, d)
+                size = d.part.n * d.p
             curve = np.asarray(one.elbo, dtype=np.float64)
-            check_against_host(curve[0] - log_fact, start, spec.precision, "initial state", d.n * d.p)
-            params = _host(model.params(_host(_readable(one.state.pln)), d))
-            loglik = model.host_elbo(params, d)
+            check_against_host(curve[0] - log_fact, start, spec.precision, "initial state", size)
             final = float(one.final_elbo) - log_fact
-            check_against_host(final, loglik, spec.precision, "final state", d.n * d.p)
+            check_against_host(final, loglik, spec.precision, "final state", size)
             results.append(
                 FitResult(
                     curve - log_fact,

@@ -222,6 +222,31 @@ class DatasetSpec:
 
         return replicate(self._load(), self.replication)
 
+    def _rows(self) -> int:
+        """The rows of the data before replication (read without the data where the source allows)."""
+        return self._load().n
+
+    def _load_rows(self, start: int, stop: int) -> Data:
+        """Rows ``start:stop`` of the data before replication; this default reads them whole first."""
+        from ..core.data import take_rows
+
+        return take_rows(self._load(), start, stop)
+
+    def rows(self) -> int:
+        """The number of rows of :meth:`load`'s data."""
+        return self._rows() * self.replication
+
+    def load_rows(self, start: int, stop: int) -> Data:
+        """Rows ``start:stop`` of :meth:`load`'s data (:attr:`~plnexp.core.data.Data.part` set), the same
+        numbers, read alone where the source allows (CSV and ``.h5ad`` rows, :func:`~plnexp.core.data.simulate_pca`'s
+        blocks); replicated data: the base data read once, then only these rows made. What one process
+        of a fit across processes reads (:mod:`plnexp.experiment.processes`)."""
+        from ..core.data import replicate_rows
+
+        if self.replication == 1:
+            return self._load_rows(start, stop)
+        return replicate_rows(self._load(), self.replication, start, stop)
+
 
 @dataclass(frozen=True)
 class OaksData(DatasetSpec):
@@ -268,6 +293,9 @@ class SyntheticData(DatasetSpec):
 
         return simulate(self.n, self.p, self.d, self.seed)
 
+    def _rows(self) -> int:
+        return self.n
+
 
 @dataclass(frozen=True)
 class CsvData(DatasetSpec):
@@ -298,6 +326,16 @@ class CsvData(DatasetSpec):
         from ..core.data import load_csv
 
         return load_csv(self.counts, self.offsets, self.covariates, log_offsets=self.log_offsets)
+
+    def _rows(self) -> int:
+        from ..core.data import csv_rows
+
+        return csv_rows(self.counts)
+
+    def _load_rows(self, start: int, stop: int) -> Data:
+        from ..core.data import load_csv
+
+        return load_csv(self.counts, self.offsets, self.covariates, log_offsets=self.log_offsets, rows=(start, stop))
 
 
 @dataclass(frozen=True)
@@ -354,6 +392,16 @@ class AnndataData(DatasetSpec):
 
         return load_anndata(self.path, self.layer, self.covariates, self.offsets)
 
+    def _rows(self) -> int:
+        import anndata
+
+        return int(anndata.read_h5ad(self.path, backed="r").n_obs)
+
+    def _load_rows(self, start: int, stop: int) -> Data:
+        from ..core.data import load_anndata
+
+        return load_anndata(self.path, self.layer, self.covariates, self.offsets, rows=(start, stop))
+
 
 @dataclass(frozen=True)
 class SyntheticPcaData(DatasetSpec):
@@ -392,6 +440,14 @@ class SyntheticPcaData(DatasetSpec):
         from ..core.data import simulate_pca
 
         return simulate_pca(self.n, self.p, self.q, self.zero_fraction, self.d, self.seed)
+
+    def _rows(self) -> int:
+        return self.n
+
+    def _load_rows(self, start: int, stop: int) -> Data:
+        from ..core.data import simulate_pca
+
+        return simulate_pca(self.n, self.p, self.q, self.zero_fraction, self.d, self.seed, rows=(start, stop))
 
 
 DATASETS = {cls.name: cls for cls in (OaksData, SyntheticData, CsvData, AnndataData, SyntheticPcaData)}

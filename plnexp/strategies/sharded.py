@@ -59,6 +59,34 @@ def mesh_of(platform: str, devices: int) -> Mesh:
     return Mesh(np.array(available[:k]), (AXIS,))
 
 
+def _rows_in(mesh: Mesh, n: int) -> tuple[int, int, int]:
+    devices = list(mesh.devices.flat)
+    mine = [i for i, d in enumerate(devices) if d.process_index == jax.process_index()]
+    if not mine or mine != list(range(mine[0], mine[0] + len(mine))):
+        raise ValueError(f"strategy=scan_sharded: this process's devices {mine} are not one run of the mesh's")
+    return row_range(n, len(devices), mine[0], len(mine))
+
+
+def rows_of_this_process(n: int, platform: str, devices: int = 0) -> tuple[int, int]:
+    """The rows ``(start, stop)`` of a data set of ``n`` rows that this JAX process's devices hold in
+    the mesh of ``devices`` devices of ``platform`` (0: every process's all): the rows it reads."""
+    start, stop, _ = _rows_in(mesh_of(platform, devices), n)
+    return start, stop
+
+
+def across_processes_sum(value):
+    """The sum over every JAX process of ``value`` (a float or an array of floats, float64, the same
+    shape in every process; each process calls this at the same point): in one process, itself."""
+    if jax.process_count() == 1:
+        return value
+    from jax.experimental import multihost_utils
+
+    with jax.enable_x64(True):
+        parts = multihost_utils.process_allgather(np.asarray(value, dtype=np.float64))
+    total = np.sum(np.asarray(parts, dtype=np.float64), axis=0)
+    return float(total) if np.ndim(value) == 0 else total
+
+
 def state_specs(problem: Problem, state: FitState) -> FitState:
     """The partition spec of every leaf of a fit state: the per-row arrays (M, S and the optimizer's
     state for them) split by rows, the rest (B, Sigma, Omega, step counts) replicated. The
@@ -128,29 +156,37 @@ class RowSharded:
 
     def _place_rows_of_this_process(self, one, dtype, mesh: Mesh) -> Arrays:
         """``place`` in one of several JAX processes: the global row-sharded arrays, this process
-        giving only the rows of its own devices (its padding rows included: they are the last)."""
-        devices = list(mesh.devices.flat)
-        mine = [i for i, d in enumerate(devices) if d.process_index == jax.process_index()]
-        if not mine or mine != list(range(mine[0], mine[0] + len(mine))):
-            raise ValueError(f"strategy=scan_sharded: this process's devices {mine} are not one run of the mesh's")
-        start, stop, pad = row_range(one.n, len(devices), mine[0], len(mine))
-        n_padded = one.n + (-one.n % len(devices))
+        giving only the rows of its own devices (its padding rows included: they are the last).
+        ``one``: the whole data, or this process's rows of it (:attr:`~plnexp.core.data.Data.part`,
+        which must be the rows :func:`rows_of_this_process` gives), whose log y! is summed across
+        the processes."""
+        part = one.part
+        n = one.n if part is None else part.n
+        start, stop, pad = _rows_in(mesh, n)
+        if part is not None and (part.start, part.stop) != (start, stop):
+            raise ValueError(
+                f"strategy=scan_sharded: this process holds rows {part.start}:{part.stop} of {n}; its devices "
+                f"hold rows {start}:{stop}"
+            )
+        offset = 0 if part is None else start  # where this process's rows start in ``one``'s arrays
+        n_padded = n + (-n % mesh.size)
         rows, same = NamedSharding(mesh, P(AXIS)), NamedSharding(mesh, P())
 
         def block(a):
-            a = np.asarray(a[start:stop], dtype=dtype).reshape(stop - start, -1)
+            a = np.asarray(a[start - offset : stop - offset], dtype=dtype).reshape(stop - start, -1)
             local = np.concatenate([a, np.zeros((pad, a.shape[1]), dtype)])
             return jax.make_array_from_process_local_data(rows, local, (n_padded, a.shape[1]))
 
         replicated = lambda x: jax.make_array_from_process_local_data(same, np.asarray(x), ())
+        log_factorial = one.log_factorial if part is None else across_processes_sum(one.log_factorial)
         return Arrays(
             block(np.asarray(one.Y)),
             block(device_offsets(one.O)),
             block(np.asarray(one.X)),
-            replicated(dtype(one.log_factorial)),
+            replicated(dtype(log_factorial)),
             Rows(
-                block(np.ones(one.n)),
-                replicated(dtype(one.n)),
+                block(np.ones(stop - start + offset)),
+                replicated(dtype(n)),
                 AXIS if self.via == "shard_map" else None,
             ),
         )
