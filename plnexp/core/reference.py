@@ -65,7 +65,9 @@ def elbo(Y, O, X, B, M, S, Sigma, *, log_factorial: bool = True, rows: int | Non
     return elbo_of_sums(*sums, Sigma, np.shape(M)[0])
 
 
-def elbo_sums(Y, O, X, B, M, S, *, log_factorial: bool = True, rows: int | None = None):
+def elbo_sums(
+    Y, O, X, B, M, S, *, log_factorial: bool = True, rows: int | None = None
+) -> tuple[float, np.ndarray, float]:
     """What :func:`elbo` sums over the rows: (the Poisson and entropy terms, the p x p second moment
     M'M + diag(sum S^2), sum log y!), so that rows held apart (one process's each) give the whole
     ELBO once summed: :func:`elbo_of_sums`."""
