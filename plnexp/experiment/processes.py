@@ -13,10 +13,11 @@ before any other use of JAX (CPU collectives over gloo), then runs the job. Wher
   (:func:`placement`); SLURM's task 0 is JAX's process 0.
 
 The mesh of ``scan_sharded`` then spans every process's devices, and each process puts on them
-only its own rows (:func:`plnexp.core.data.row_range`). This first version loads the data set
-whole in every process and keeps its rows (oaks, synthetic data drawn whole: the same data whatever
-N; a row-block reader is the next step) and gathers the fitted M and S in every process for the
-float64 host reference.
+only its own rows (:func:`plnexp.core.data.row_range`), which is all it reads of the data where the
+source allows (:meth:`plnexp.jobs.config.DatasetSpec.load_rows`: CSV lines, ``.h5ad`` rows in
+backed mode, ``simulate_pca``'s blocks; ``simulate``'s draw is whole, then sliced); the float64 host
+reference and log y! are summed across processes over each one's rows; each process's peak memory is
+gathered onto process 0's run (:func:`plnexp.experiment.runner.peak_rss_by_process`).
 
 Process 0 runs the job as ``run`` does (:class:`plnexp.experiment.sweep.Task`: its run created
 RUNNING, logged, ended; its one-line summary); the others run the same fit and report nothing

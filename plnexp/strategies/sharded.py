@@ -21,7 +21,9 @@ Across JAX processes (``processes=N``: :mod:`plnexp.experiment.processes` starts
 each process puts on its own devices only the rows they hold (:func:`plnexp.core.data.row_range`),
 the global arrays made with ``jax.make_array_from_process_local_data``; the program is the same,
 its reductions now between processes (gloo on CPUs). The curve, the final ELBO and B, Sigma are
-replicated, so every process reads them; M and S are gathered where they are read back.
+replicated, so every process reads them. The data a process is given may be its rows alone
+(:attr:`plnexp.core.data.Data.part`, :func:`rows_of_this_process`: what a job of ``processes=N``
+reads); M and S are then read back as each process's rows of them (the whole data: gathered).
 """
 
 from __future__ import annotations
