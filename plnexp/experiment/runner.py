@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 import yaml
 
-from ..system import interrupts
+from ..system import interrupts, jax_compat
 from ..jobs.config import Config
 from ..core.data import Data, digest_by_rows
 from ..system.redact import redact
@@ -38,6 +38,10 @@ def load_data(dataset) -> Data:
 
 # What a replicate's run reports as its share of its batch's run (the batch's divided by the number
 # of fits in it); ``batch_run_s`` keeps the batch's own. compile_s is the batch's.
+# how long the processes of a fit across processes wait for each other at its start (process 0's
+# digest of the data, its best known ELBO and the floor come first); a process that died meanwhile
+# ends the others sooner (the launcher, or JAX's heartbeats)
+BARRIER_S = 3600.0
 SHARED_TIMES = ("run_s", "run_s_iqr", "run_s_lo", "run_s_hi", "ms_per_iter")
 
 
@@ -245,6 +249,8 @@ def execute_all(config: Config, outcomes: list[Outcome], *, lead: bool = True) -
             raise stop
         for out in outcomes:
             out.floor = measured
+        if config.processes > 1:  # every process at the fit's start: its first collective waits for them
+            jax_compat.barrier("plnexp-fit", BARRIER_S)
         results = run_all(datas, spec, owns_process=True, hold=outcomes[0].hold)  # a job: plnexp owns the process
         if config.processes > 1:  # every process's peak memory, on process 0's run
             peaks = peak_rss_by_process()

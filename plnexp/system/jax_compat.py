@@ -72,3 +72,25 @@ def hlo_module_cost(text: str, client) -> dict:
     from jaxlib import _hlo, _jax  # type: ignore[attr-defined]  # jaxlib's private modules
 
     return _jax.hlo_module_cost_analysis(client, _hlo.hlo_module_from_text(text))
+
+
+def barrier(name: str, timeout_s: float) -> None:
+    """Wait until every JAX process of this ``jax.distributed`` job has reached the barrier ``name``
+    (a no-op in a process that is not one of several).
+
+    A fit across processes must reach its first collective in every process within gloo's 30 s of
+    each other (its context's set-up waits that long, and no option sets it): process 0 does work
+    the others do not before the fit (the data's digest, its best known ELBO, the floor), which on
+    large data takes longer. The coordination service's barrier waits as long as it is told.
+
+    Wraps ``jax._src.distributed.global_state.client.wait_at_barrier`` (jax 0.10.2): JAX's public
+    barrier, ``multihost_utils.sync_global_devices``, is itself a collective, so it times out the
+    same way. Gate: on another jax, warns, then calls it (an AttributeError names it if the release
+    lacks it)."""
+    from jax._src import distributed
+
+    client = distributed.global_state.client
+    if client is None:
+        return
+    gate("jax", JAX, "jax_compat.barrier", "calling the coordination service's wait_at_barrier anyway")
+    client.wait_at_barrier(name, int(timeout_s * 1000))
