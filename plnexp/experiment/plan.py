@@ -431,13 +431,19 @@ def check_fit(config: C.Config) -> None:
 
 
 def check_data(jobs: Plan | list[Job]) -> None:
-    """Load and check each distinct data set of the jobs once (kept for the jobs of this process);
+    """Load and check each distinct data set of the jobs once (kept for the jobs of this process; of a
+    fit across processes, ``processes`` > 1, only its first row: its processes read their own rows);
     a bad file raises :class:`~plnexp.core.data.DataError` naming the file and what is allowed. Then each
     job against its data: a PLN-PCA ``model.rank`` above the data's p is a :class:`ConfigError` line
     (a file's p is known only once it is read)."""
     from .runner import load_data
 
-    p = {dataset: load_data(dataset).p for dataset in dict.fromkeys(j.config.dataset for j in jobs)}
+    # a fit across processes reads its rows in each process: here only the first row (p, the file's format)
+    across = {j.config.dataset for j in jobs if j.config.processes > 1}
+    p = {
+        dataset: (dataset.load_rows(0, 1) if dataset in across else load_data(dataset)).p
+        for dataset in dict.fromkeys(j.config.dataset for j in jobs)
+    }
     for job in jobs:
         if job.config.rank is not None:
             try:
