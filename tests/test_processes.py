@@ -300,7 +300,7 @@ def test_two_processes_fit_the_curve_of_one_and_log_one_run(model, command, outp
     if command == "run":
         assert "-processes2" in two.stdout and " FINISHED: 20 iter" in two.stdout.strip().splitlines()[-1]
     else:
-        assert [line for line in two.stdout.splitlines() if "-processes2-seed" in line and " done " in line]
+        assert len([line for line in two.stdout.splitlines() if "-processes2 ... done " in line]) == 2  # one per job
         runs = cl.search_runs([cl.get_experiment_by_name("two").experiment_id])
         (parent,) = [r for r in runs if "seed" not in r.data.params]
         assert parent.info.status == "FINISHED"
