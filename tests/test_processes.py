@@ -284,9 +284,9 @@ def _runs(cl, experiment: str) -> dict:
 @pytest.mark.slow  # two processes paying every import and fitting together (~15 s; a sweep: twice)
 @pytest.mark.parametrize("model,command", [("full", "sweep"), ("pca", "run")])
 def test_two_processes_fit_the_curve_of_one_and_log_one_run(model, command, outputs, tmp_path, plnexp_main):
-    """``run``, and a sweep under the basic launcher (its driver starts each job's processes in
-    turn): each job one run, process 0's, the curve of one process's fit; a sweep's runs children of
-    its one parent."""
+    """``run`` (then ``rerun`` of its run), and a sweep under the basic launcher (its driver starts
+    each job's processes in turn): each job one run, process 0's, the curve of one process's fit; a
+    sweep's runs children of its one parent."""
     fit = [*FIT, *MODELS[model], "dataset.optimum=false"]  # no best known ELBO computed: not the point
     seeds = ["seed=0,1"] if command == "sweep" else []
     one = plnexp_main(command, *fit, *seeds, "experiment=one", cwd=tmp_path)
@@ -317,6 +317,14 @@ def test_two_processes_fit_the_curve_of_one_and_log_one_run(model, command, outp
         assert all(run2.data.metrics[f"peak_rss_mb_process_{i}"] > 0 for i in (0, 1))
         assert not [k for k in run2.data.metrics if k.startswith("peak_rss_mb_process_") and k[-1] not in "01"]
         assert not [k for k in run1.data.metrics if k.startswith("peak_rss_mb")]
+    if command == "run":  # rerun starts the processes again: the same curve, a run of its own
+        again = plnexp_main("rerun", twos["0"].info.run_id, cwd=tmp_path)
+        assert again.returncode == 0, again.stderr
+        assert again.stdout.strip().splitlines()[-1].startswith("rerun ok: run ")
+        runs = cl.search_runs([cl.get_experiment_by_name("two").experiment_id])
+        (new,) = [r for r in runs if r.data.tags.get(provenance.RERUN_TAG) == twos["0"].info.run_id]
+        assert new.info.status == "FINISHED" and new.data.params["processes"] == "2"
+        np.testing.assert_allclose(_curve(cl, new), _curve(cl, ones["0"]), rtol=1e-10, atol=0)
 
 
 def _worker(launcher: int, process_id: int) -> int | None:

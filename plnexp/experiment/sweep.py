@@ -19,7 +19,10 @@
                                                       MLflow, the parent closed.
 
 A job in another process gets the record with its spec (pickled), never through this process's
-memory; a worker tells itself from the driver by what its executor called (:func:`job_of`).
+memory; a worker tells itself from the driver by what its executor called (:func:`job_of`). A job of
+``processes`` > 1 (one fit across N JAX processes) runs through its N workers, which :func:`run_job`
+starts from the process running the job (the basic launcher's driver) and waits for
+(:mod:`plnexp.experiment.processes`: process 0 logs the child run and hands the outcome back).
 
 The **control job** (:meth:`Task.control`): after the grid, the sweep's reference job
 (:func:`plnexp.experiment.plan.control_reference`: scan's, else the first) runs once more with the same config,
