@@ -383,3 +383,20 @@ def test_a_process_killed_mid_sweep_fails_its_job_in_one_line_and_resume_finishe
     (again,) = [r for r in runs if r.data.tags["plnexp.job"] == "0" and r.info.status == "FINISHED"]
     assert again.data.metrics["n_iter_run"] == 500 and again.data.params["processes"] == "2"
     assert not [r for r in everything() if r.info.status == "RUNNING"]
+
+
+def test_the_rounds_leave_out_a_fit_across_processes_in_one_line(monkeypatch, capsys):
+    """The driver cannot run a program spanning other processes: its job leaves its group (whose
+    other strategy, alone, has no rounds), said in one line; nothing is timed."""
+    from plnexp.experiment import groups
+
+    (one,) = cli.plan(["strategy=scan", "report.rounds=9"], multirun=False)
+    (two,) = cli.plan(["strategy=scan_sharded", "processes=2", "report.rounds=9"], multirun=False)
+    members = [groups.Member(0, one.config, ("a",)), groups.Member(1, two.config, ("b",))]
+    assert len(groups.groups_of(members)) == 1  # one group, had it been timed here
+    monkeypatch.setattr(groups, "finished_members", lambda record, configs: members)
+    assert groups.judge_groups(None, [one.config, two.config]) == []
+    assert capsys.readouterr().out == (
+        "[rounds] job(s) 2 of processes > 1 left out: a fit across processes does not run in this process; "
+        "their own timings stand\n"
+    )
