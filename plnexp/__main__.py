@@ -361,6 +361,7 @@ def run(plan: cli.Plan, uri: str) -> int:
     if spec.config.processes > 1:  # N JAX processes (started here, or one per srun task): process 0 logs the run
         from .experiment import processes
 
+        sweep.write_job_dir(str(plan.run_dir()), spec.config, spec.overrides)  # as the job in this process does
         return processes.run(spec, uri, str(plan.run_dir()))
     with interrupts.handled(lambda signum: sweep.force_stop(None, uri, signal.Signals(signum).name)) as guard:
         try:

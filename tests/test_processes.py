@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import spawn, store_client
+from conftest import run_process, spawn, store_client
 
 from plnexp.core import data as D
 from plnexp.core.data import row_range
@@ -184,12 +184,31 @@ def test_bad_processes_fail_in_one_line(overrides, message):
     assert str(err.value) == message
 
 
-def test_a_sweep_refuses_processes_in_one_line():
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (
+            ["hydra/launcher=joblib"],
+            "hydra/launcher=joblib: a sweep's jobs of processes=2 start their processes from the sweep's driver, "
+            "one job after the other; allowed value with processes > 1 is basic",
+        ),
+        (
+            ["hydra/launcher=slurm"],
+            "hydra/launcher=slurm: a sweep's jobs of processes=2 start their processes from the sweep's driver, "
+            "one job after the other; allowed value with processes > 1 is basic",
+        ),
+        (
+            ["device=gpu"],
+            "processes=2 with device=gpu: a sweep's 2 processes start on this machine and would share its "
+            "accelerators; allowed value with processes > 1 in a sweep is device=cpu",
+        ),
+    ],
+)
+def test_a_sweep_of_processes_refuses_other_launchers_and_accelerators_in_one_line(overrides, message):
+    cli.plan(["strategy=scan_sharded", "processes=2", "n_iter=3,4"], multirun=True)  # the basic launcher: planned
     with pytest.raises(ConfigError) as err:
-        cli.plan(["strategy=scan_sharded", "processes=2", "n_iter=3,4"], multirun=True)
-    assert str(err.value) == (
-        "processes=2: a fit across processes runs from python -m plnexp run; allowed values in a sweep are 1"
-    )
+        cli.plan(["strategy=scan_sharded", "processes=2", "n_iter=3,4", *overrides], multirun=True, check_device=False)
+    assert str(err.value) == message
 
 
 def test_processes_is_hashed_only_away_from_1():
@@ -256,29 +275,56 @@ MODELS = {
 }
 
 
-@pytest.mark.slow  # two processes paying every import and fitting together (~15 s)
-@pytest.mark.parametrize("model", MODELS)
-def test_two_processes_fit_the_curve_of_one_and_log_one_run(model, outputs, tmp_path, plnexp_main):
+def _runs(cl, experiment: str) -> dict:
+    """The job runs of an experiment (a sweep's children, or a run's one) by their seed."""
+    runs = cl.search_runs([cl.get_experiment_by_name(experiment).experiment_id])
+    return {r.data.params["seed"]: r for r in runs if "seed" in r.data.params}  # not a sweep's parent
+
+
+@pytest.mark.slow  # two processes paying every import and fitting together (~15 s; a sweep: twice)
+@pytest.mark.parametrize("model,command", [("full", "sweep"), ("pca", "run")])
+def test_two_processes_fit_the_curve_of_one_and_log_one_run(model, command, outputs, tmp_path, plnexp_main):
+    """``run`` (then ``rerun`` of its run), and a sweep under the basic launcher (its driver starts
+    each job's processes in turn): each job one run, process 0's, the curve of one process's fit; a
+    sweep's runs children of its one parent."""
     fit = [*FIT, *MODELS[model], "dataset.optimum=false"]  # no best known ELBO computed: not the point
-    one = plnexp_main("run", *fit, "experiment=one", cwd=tmp_path)
+    seeds = ["seed=0,1"] if command == "sweep" else []
+    one = plnexp_main(command, *fit, *seeds, "experiment=one", cwd=tmp_path)
     assert one.returncode == 0, one.stderr
-    two = plnexp_main("run", *fit, "processes=2", "experiment=two", cwd=tmp_path)  # it starts the two
+    two = plnexp_main(command, *fit, *seeds, "processes=2", "experiment=two", cwd=tmp_path)  # it starts them
     assert two.returncode == 0, two.stderr
     assert "[Gloo]" not in two.stdout
-    assert "-processes2" in two.stdout and " FINISHED: 20 iter" in two.stdout.strip().splitlines()[-1]
     cl = store_client(outputs)
-    (run1,) = cl.search_runs([cl.get_experiment_by_name("one").experiment_id])
-    (run2,) = cl.search_runs([cl.get_experiment_by_name("two").experiment_id])  # one run, process 0's
-    assert run2.info.status == "FINISHED" and run2.data.params["processes"] == "2"
-    assert run2.data.tags[provenance.DATA_TAG] == run1.data.tags[provenance.DATA_TAG]  # the same data
-    c1, c2 = _curve(cl, run1), _curve(cl, run2)
-    assert len(c1) == len(c2) == 20
-    np.testing.assert_allclose(c2, c1, rtol=1e-10, atol=0)
-    assert run2.data.metrics["final_elbo"] == pytest.approx(run1.data.metrics["final_elbo"], rel=1e-10)
-    # each process's peak resident memory, gathered to process 0's run (one process's run has none)
-    assert all(run2.data.metrics[f"peak_rss_mb_process_{i}"] > 0 for i in (0, 1))
-    assert not [k for k in run2.data.metrics if k.startswith("peak_rss_mb_process_") and k[-1] not in "01"]
-    assert not [k for k in run1.data.metrics if k.startswith("peak_rss_mb")]
+    ones, twos = _runs(cl, "one"), _runs(cl, "two")  # one run per job, process 0's
+    assert sorted(twos) == sorted(ones) == (["0", "1"] if seeds else ["0"])
+    if command == "run":
+        assert "-processes2" in two.stdout and " FINISHED: 20 iter" in two.stdout.strip().splitlines()[-1]
+    else:
+        assert len([line for line in two.stdout.splitlines() if "-processes2 ... done " in line]) == 2  # one per job
+        runs = cl.search_runs([cl.get_experiment_by_name("two").experiment_id])
+        (parent,) = [r for r in runs if "seed" not in r.data.params]
+        assert parent.info.status == "FINISHED"
+        assert {r.data.tags["mlflow.parentRunId"] for r in twos.values()} == {parent.info.run_id}
+    for seed, run2 in twos.items():
+        run1 = ones[seed]
+        assert run2.info.status == "FINISHED" and run2.data.params["processes"] == "2"
+        assert run2.data.tags[provenance.DATA_TAG] == run1.data.tags[provenance.DATA_TAG]  # the same data
+        c1, c2 = _curve(cl, run1), _curve(cl, run2)
+        assert len(c1) == len(c2) == 20
+        np.testing.assert_allclose(c2, c1, rtol=1e-10, atol=0)
+        assert run2.data.metrics["final_elbo"] == pytest.approx(run1.data.metrics["final_elbo"], rel=1e-10)
+        # each process's peak resident memory, gathered to process 0's run (one process's run has none)
+        assert all(run2.data.metrics[f"peak_rss_mb_process_{i}"] > 0 for i in (0, 1))
+        assert not [k for k in run2.data.metrics if k.startswith("peak_rss_mb_process_") and k[-1] not in "01"]
+        assert not [k for k in run1.data.metrics if k.startswith("peak_rss_mb")]
+    if command == "run":  # rerun starts the processes again: the same curve, a run of its own
+        again = plnexp_main("rerun", twos["0"].info.run_id, cwd=tmp_path)
+        assert again.returncode == 0, again.stderr
+        assert again.stdout.strip().splitlines()[-1].startswith("rerun ok: run ")
+        runs = cl.search_runs([cl.get_experiment_by_name("two").experiment_id])
+        (new,) = [r for r in runs if r.data.tags.get(provenance.RERUN_TAG) == twos["0"].info.run_id]
+        assert new.info.status == "FINISHED" and new.data.params["processes"] == "2"
+        np.testing.assert_allclose(_curve(cl, new), _curve(cl, ones["0"]), rtol=1e-10, atol=0)
 
 
 def _worker(launcher: int, process_id: int) -> int | None:
@@ -293,29 +339,64 @@ def _worker(launcher: int, process_id: int) -> int | None:
     return None
 
 
-@pytest.mark.slow  # three processes, one killed once process 0's run exists (~20 s)
-def test_a_process_killed_mid_fit_fails_the_run_in_one_line(outputs, tmp_path):
-    # long enough that the kill lands inside the job (a few seconds of fit at gloo's pace)
-    args = ["run", *FIT[:-4], "n_iter=5000", *SMALL, "processes=2", "experiment=killed"]
-    proc = spawn([sys.executable, "-m", "plnexp", *args], cwd=tmp_path, stdout=-1, stderr=-1, text=True)
+@pytest.mark.slow  # a sweep's driver and two workers, one killed once its run exists; then resume=true (~40 s)
+def test_a_process_killed_mid_sweep_fails_its_job_in_one_line_and_resume_finishes_the_grid(outputs, tmp_path):
+    """The fit across processes fails in one line (the launcher ``run`` shares: processes.launch), its
+    run ended FAILED, nothing left RUNNING, the sweep goes on and exits 1; ``resume=true`` runs that
+    job again (its workers started anew) and reuses the other."""
+    # job 1 long enough that the kill lands inside it (its compile, or its fit at gloo's pace); job 2 short
+    grid = ["sweep", *FIT[:-4], "n_iter=500,20", *SMALL, "processes=2", "experiment=killed"]
+    proc = spawn([sys.executable, "-m", "plnexp", *grid], cwd=tmp_path, stdout=-1, stderr=-1, text=True)
     cl = store_client(outputs)
     deadline = time.monotonic() + 120
     victim = None
     while time.monotonic() < deadline and proc.poll() is None:
         exp = cl.get_experiment_by_name("killed")
-        running = [r for r in cl.search_runs([exp.experiment_id])] if exp else []
+        runs = cl.search_runs([exp.experiment_id]) if exp else []
+        running = [r for r in runs if "mlflow.parentRunId" in r.data.tags and r.info.status == "RUNNING"]
         victim = _worker(proc.pid, 1) if running else None
         if victim is not None:
             break
         time.sleep(0.2)
     assert victim is not None, "the run never started"
     os.kill(victim, signal.SIGKILL)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 1, err
-    line = err.strip().splitlines()[-1]
-    assert line.startswith("plnexp: error: the fit across 2 processes failed: process 1 of 2 was killed by SIGKILL")
-    (run,) = cl.search_runs([cl.get_experiment_by_name("killed").experiment_id])
-    assert run.info.status == "FAILED"
-    assert not [
-        r for r in cl.search_runs([e.experiment_id for e in cl.search_experiments()]) if r.info.status == "RUNNING"
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 1, (out, err)
+    (line,) = [line for line in out.splitlines() if "SIGKILL" in line]
+    assert line.startswith("[1/2] ") and "-n_iter500-processes2 ... FAILED " in line
+    assert "(the fit across 2 processes failed: process 1 of 2 was killed by SIGKILL; run " in line
+    everything = lambda: cl.search_runs([e.experiment_id for e in cl.search_experiments()])
+    assert not [r for r in everything() if r.info.status == "RUNNING"]
+    job_runs = lambda: [r for r in everything() if "mlflow.parentRunId" in r.data.tags]  # (a killed run: no params)
+    assert {r.data.tags["plnexp.job"]: r.info.status for r in job_runs()} == {"0": "FAILED", "1": "FINISHED"}
+
+    resumed = run_process([sys.executable, "-m", "plnexp", *grid, "resume=true"], cwd=tmp_path, timeout=180)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "[2/2] " in resumed.stdout and "FINISHED earlier" in resumed.stdout
+    assert "2/2 jobs (1 FINISHED earlier), 0 failed" in resumed.stdout
+    runs = job_runs()  # job 0 FAILED, then FINISHED in the resumed sweep; job 1 reused, not run again
+    assert sorted((r.data.tags["plnexp.job"], r.info.status) for r in runs) == [
+        ("0", "FAILED"),
+        ("0", "FINISHED"),
+        ("1", "FINISHED"),
     ]
+    (again,) = [r for r in runs if r.data.tags["plnexp.job"] == "0" and r.info.status == "FINISHED"]
+    assert again.data.metrics["n_iter_run"] == 500 and again.data.params["processes"] == "2"
+    assert not [r for r in everything() if r.info.status == "RUNNING"]
+
+
+def test_the_rounds_leave_out_a_fit_across_processes_in_one_line(monkeypatch, capsys):
+    """The driver cannot run a program spanning other processes: its job leaves its group (whose
+    other strategy, alone, has no rounds), said in one line; nothing is timed."""
+    from plnexp.experiment import groups
+
+    (one,) = cli.plan(["strategy=scan", "report.rounds=9"], multirun=False)
+    (two,) = cli.plan(["strategy=scan_sharded", "processes=2", "report.rounds=9"], multirun=False)
+    members = [groups.Member(0, one.config, ("a",)), groups.Member(1, two.config, ("b",))]
+    assert len(groups.groups_of(members)) == 1  # one group, had it been timed here
+    monkeypatch.setattr(groups, "finished_members", lambda record, configs: members)
+    assert groups.judge_groups(None, [one.config, two.config]) == []
+    assert capsys.readouterr().out == (
+        "[rounds] job(s) 2 of processes > 1 left out: a fit across processes does not run in this process; "
+        "their own timings stand\n"
+    )

@@ -12,6 +12,11 @@ rounds (9), then until every program's verdict is decided, ``report.rounds`` rou
 interval and verdict (:mod:`plnexp.measure.paired`) go to its run(s) as metrics and tags, and every
 group's to the parent as ``verdict.json`` (:mod:`plnexp.jobs.verdicts`).
 
+A job of ``processes`` > 1 (one fit across processes, :mod:`plnexp.experiment.processes`) is never
+in a group: its program spans processes that the driver is not, so the rounds leave it out (one
+line), it is ranked on its own timings (as every job with ``report.rounds=0``), and the group of the
+others is timed as if it were not there (no rounds where fewer than two strategies are left).
+
 Under SLURM each group is timed on its node, in its own task (:func:`judge_groups`; the driver logs the
 verdicts: :func:`log_verdicts`). Where nothing can be timed (``report.rounds=0``), nothing
 is done and the report ranks the jobs' own timings as before. A group whose rounds fail (a program
@@ -287,6 +292,15 @@ def judge_groups(record, configs, held: Held | None = None) -> list[V.GroupVerdi
     except Exception as e:  # noqa: BLE001 - the store failed: the jobs' own timings stand
         _warn(f"cannot read the sweep's runs for its rounds ({_first(e)}): the jobs' own timings stand")
         return []
+    across = [m for group in groups_of(members) for m in group if m.config.processes > 1]
+    if across:  # their programs span processes this one is not: never timed here (the module docstring)
+        jobs = ", ".join(str(m.num + 1) for m in across)
+        print(
+            f"[rounds] job(s) {jobs} of processes > 1 left out: a fit across processes does not run in this "
+            "process; their own timings stand",
+            flush=True,
+        )
+        members = [m for m in members if m.config.processes == 1]
     out = []
     for group in groups_of(members):
         head = f"[rounds] {len(group)} programs of {group[0].config.dataset.label}"

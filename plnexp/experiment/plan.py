@@ -378,12 +378,6 @@ def plan(overrides: list[str], multirun: bool, *, check_device: bool = True) -> 
             check_fit(config)
             jobs.append(Job(tuple(job), config))
     if multirun:
-        across = next((j.config.processes for j in jobs if j.config.processes > 1), None)
-        if across is not None:  # the workers of plnexp.experiment.processes start from a run only, for now
-            raise ConfigError(
-                f"processes={across}: a fit across processes runs from python -m plnexp run; allowed values "
-                "in a sweep are 1"
-            )
         for key in ("experiment", "tracking_uri"):  # a value set some other way than by its key (a group's file)
             values = list(dict.fromkeys("null" if (v := getattr(j.config, key)) is None else str(v) for j in jobs))
             if len(values) > 1:
@@ -392,7 +386,30 @@ def plan(overrides: list[str], multirun: bool, *, check_device: bool = True) -> 
     launcher = str(master.hydra.runtime.choices.get("hydra/launcher", "basic")) if master is not None else "basic"
     if multirun and launcher not in executors.LAUNCHERS:
         raise ConfigError(f"hydra/launcher={launcher}: allowed values are {', '.join(executors.LAUNCHERS)}")
+    if multirun:
+        _check_processes(jobs, launcher)
     return Plan(tuple(jobs), launcher, master)
+
+
+def _check_processes(jobs: list[Job], launcher: str) -> None:
+    """A sweep's jobs of ``processes`` > 1: their workers start from the sweep's driver, one job after
+    the other (:func:`plnexp.experiment.processes.run_job`), so only under the basic launcher (a joblib
+    worker or a SLURM task does not start processes of its own), and on CPUs (the N processes share
+    this machine). Else one :class:`ConfigError` line."""
+    across = next((j.config for j in jobs if j.config.processes > 1), None)
+    if across is None:
+        return
+    n = across.processes
+    if launcher != "basic":
+        raise ConfigError(
+            f"hydra/launcher={launcher}: a sweep's jobs of processes={n} start their processes from the sweep's "
+            "driver, one job after the other; allowed value with processes > 1 is basic"
+        )
+    if across.device.value != "cpu":
+        raise ConfigError(
+            f"processes={n} with device={across.device.value}: a sweep's {n} processes start on this machine and "
+            "would share its accelerators; allowed value with processes > 1 in a sweep is device=cpu"
+        )
 
 
 def control_reference(configs: list[C.Config]) -> int | None:

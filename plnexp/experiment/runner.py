@@ -311,7 +311,8 @@ def peak_rss_by_process() -> list[float]:
 
 def check_processes(config: Config) -> None:
     """One-line ValueError where the job spans ``processes`` > 1 JAX processes but this process is
-    not one of them (a rerun or a sweep running it in process: ``python -m plnexp run`` starts them)."""
+    not one of them (a job run in this process: ``run``, a sweep's driver and ``rerun`` start them,
+    :mod:`plnexp.experiment.processes`)."""
     if config.processes == 1:
         return
     import jax
@@ -319,8 +320,8 @@ def check_processes(config: Config) -> None:
     if jax.process_count() != config.processes:
         raise ValueError(
             f"processes={config.processes}: this process is one of {jax.process_count()} JAX process(es); "
-            "a fit across processes runs from python -m plnexp run (which starts them), or under srun -n "
-            f"{config.processes}"
+            "a fit across processes runs from python -m plnexp run, sweep (hydra/launcher=basic) or rerun "
+            f"(which start them), or under srun -n {config.processes}"
         )
 
 

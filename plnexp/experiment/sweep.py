@@ -19,7 +19,10 @@
                                                       MLflow, the parent closed.
 
 A job in another process gets the record with its spec (pickled), never through this process's
-memory; a worker tells itself from the driver by what its executor called (:func:`job_of`).
+memory; a worker tells itself from the driver by what its executor called (:func:`job_of`). A job of
+``processes`` > 1 (one fit across N JAX processes) runs through its N workers, which :func:`run_job`
+starts from the process running the job (the basic launcher's driver) and waits for
+(:mod:`plnexp.experiment.processes`: process 0 logs the child run and hands the outcome back).
 
 The **control job** (:meth:`Task.control`): after the grid, the sweep's reference job
 (:func:`plnexp.experiment.plan.control_reference`: scan's, else the first) runs once more with the same config,
@@ -440,6 +443,18 @@ def watch_driver(record: SweepRecord, poll_s: float = 0.5, grace_s: float = 3.0)
 
 
 # ---------------------------------------------------------------- a job
+def run_job(config: C.Config, overrides=(), name: str | None = None, output_dir: str = "", *, hold=None, **where):
+    """:func:`plnexp.experiment.runner.run_job` in this process, or, for a fit across
+    ``config.processes`` > 1 processes, through its workers started here and waited for
+    (:func:`plnexp.experiment.processes.run_job`: process 0 logs the run, a child of the sweep's
+    parent; its outcome comes back, its program does not: ``hold`` is not kept)."""
+    if config.processes > 1:
+        from . import processes
+
+        return processes.run_job(config, overrides, name, output_dir, **where)
+    return runner.run_job(config, overrides, name, output_dir, hold=hold, **where)
+
+
 @dataclass
 class Task:
     """One job of ``run``, ``sweep`` or ``rerun``, given as its spec: run, log, one line.
@@ -518,7 +533,7 @@ class Task:
         if record is not None and here:
             print(f"{label} ...", end="", flush=True)
         try:
-            outcome = runner.run_job(
+            outcome = run_job(
                 config,
                 overrides,
                 name,
@@ -613,7 +628,7 @@ class Task:
         outcome = self._extra(
             "job",
             name,
-            lambda: runner.run_job(
+            lambda: run_job(
                 job.config,
                 job.overrides,
                 name,
