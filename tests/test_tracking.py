@@ -174,7 +174,7 @@ def test_sweep_parent_and_children(outputs, config, monkeypatch, tmp_path):
     assert {r.data.tags[tracking.HOST_TAG] for r in children} == {platform.node()}
     assert "elbo" in summary.table().splitlines()[0].lower()
     assert [a.path for a in cl.list_artifacts(record.parent_id)] == ["summary.txt"]
-    assert "2/3 jobs, 1 failed" in summary.footer()
+    assert summary.n_missing == 1 and "2/3 jobs, 1 failed, 1 without a run; " in summary.footer()
     with pytest.raises(C.ConfigError, match="already holds a sweep"):
         sweep.open_sweep(tmp_path / "sw", "s1", "sw", uri, 3, {})
 

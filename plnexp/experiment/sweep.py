@@ -207,6 +207,13 @@ class Summary:
         return len({j for j in self._job_of() if j < self.total})
 
     @property
+    def n_missing(self) -> int:
+        """The jobs of the grid with no run in the store: a job whose process ended before it logged
+        one (killed, or failed before its run started). Not one of :attr:`n_failed`'s runs, but a
+        sweep with any is not a success: its parent ends FAILED and the command exits 1."""
+        return self.total - self.n_jobs
+
+    @property
     def n_control(self) -> int:
         """The control job's runs: none, or one per replicate (``replicates``)."""
         return sum(j == self.total for j in self._job_of())
@@ -277,6 +284,8 @@ class Summary:
             if self.n_running
             else f"{self.n_failed}{unit} failed"
         )
+        if self.n_missing and self.status != "KILLED":  # (interrupted: the line says how many not started)
+            failed += f", {self.n_missing} without a run"
         return (
             f"{self.n_jobs}/{self.total} jobs{control}{self.runs_note()}{reused}, {failed}; {self.wall_s:.1f} s in the "
             f"sweep, {fit_s:.1f} s in fits{outside}; parent run {self.parent_id} {self.parent_status}"
