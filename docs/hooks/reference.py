@@ -183,20 +183,31 @@ def strategies_section(conf: Path) -> list[str]:
 
 
 def top_level_section(conf: Path) -> list[str]:
+    from plnexp.jobs import config as C
+    from plnexp.jobs.schema import allowed_values
+
     config = yaml.safe_load((conf / "config.yaml").read_text())
     comments = _key_comments(conf / "config.yaml")
+    # the allowed values each key's field declares (plnexp.jobs.schema); n_iter: the field it loads into
+    allowed = allowed_values(C.Config) | {f"report.{k}": v for k, v in allowed_values(C.ReportSpec).items()}
+    allowed["n_iter"] = allowed.pop("n_iter_requested")
     lines = [
         "## Top-level keys",
         "",
         "From `conf/config.yaml`; each is `KEY=VALUE` on the command line (a sweep file may set its own).",
+        "Allowed values: as each key's field in `plnexp.jobs.config` declares them (`plnexp.jobs.schema`), "
+        "where the key has a simple rule; the others are checked where they are read.",
         "",
-        "| key | default | meaning |",
-        "|---|---|---|",
+        "| key | default | allowed values | meaning |",
+        "|---|---|---|---|",
     ]
     for key, value in config.items():
         if key in ("defaults", "hydra"):
             continue
-        lines.append(f"| `{key}` | {_code(value)} | {_cell(comments.get(key, '') or '-')} |")
+        rule = allowed.get(key, "")
+        if isinstance(value, dict):  # report: its keys' rules
+            rule = "; ".join(f"{k.split('.', 1)[1]}: {v}" for k, v in allowed.items() if k.startswith(f"{key}."))
+        lines.append(f"| `{key}` | {_code(value)} | {_cell(rule or '-')} | {_cell(comments.get(key, '') or '-')} |")
     lines += [
         "",
         "Two more keys exist only on the command line of `sweep`: `resume=true` (skip the jobs that "

@@ -2,7 +2,9 @@
 
 This is the only place that turns omegaconf nodes into Python objects; everything below the
 runner receives a :class:`Config`, and a fit its :meth:`Config.fit_spec` (no name is parsed again).
-Every bad value raises :class:`ConfigError` with one line naming the key and the allowed values.
+Every bad value raises :class:`ConfigError` with one line naming the key and the allowed values: a
+field with a simple rule declares it beside its type and default (:mod:`plnexp.jobs.schema`, checked
+whenever the dataclass is built, in code too); the rules that span fields are checked in :func:`load`.
 Names are resolved into the registries' records: :class:`~plnexp.core.optim.OptimizerSpec`,
 :class:`~plnexp.strategies.StrategySpec` (a strategy and its own options),
 :class:`~plnexp.core.precision.Precision`, :class:`~plnexp.core.model.Model`. It imports leaf modules only.
@@ -39,12 +41,9 @@ from ..fitting.spec import (
     model_named,
 )
 from ..strategies import STRATEGIES, StrategySpec
+from .schema import ConfigError, Flag, Integer, Number, OneOf, Text, check_fields, checked, read, setting
 
 GROUPS = ("dataset", "optimizer", "strategy", "device", "precision", "model", "sweep")
-
-
-class ConfigError(ValueError):
-    """A bad configuration value; the message is one line naming the key and the allowed values."""
 
 
 OmegaConf.register_new_resolver("plnexp_outputs", lambda: str(outputs_dir()), replace=True)
@@ -84,10 +83,7 @@ _E = TypeVar("_E", bound=Enum)
 
 
 def _choice(key: str, value: Any, enum: type[_E]) -> _E:
-    try:
-        return enum(value)
-    except ValueError:
-        raise ConfigError(f"{key}={value!r}: allowed values are {', '.join(e.value for e in enum)}") from None
+    return cast(_E, OneOf(enum)(key, value))
 
 
 def _model(value: Any) -> tuple[ModelName, int | None, int | None]:
@@ -118,34 +114,13 @@ def _precision(value: Any) -> Precision:
         raise ConfigError(str(e)) from None
 
 
-def _seconds(key: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= value < float("inf")):
-        raise ConfigError(f"{key}={value!r}: allowed values are numbers >= 0 (seconds)")
-    return float(value)
-
-
+SECONDS = Number(0, None, "numbers >= 0 (seconds)")
 STORE_TIMEOUT_S = 30.0  # store_timeout_s's default (conf/config.yaml)
 STORE_TIMEOUT_RANGE = (1, 3600)
-
-
-def _store_timeout(value: Any) -> float:
-    """``store_timeout_s``: how long one call to the store may take, its retries included (seconds)."""
-    low, high = STORE_TIMEOUT_RANGE
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-        raise ConfigError(f"store_timeout_s={value!r}: allowed values are numbers from {low} to {high} (seconds)")
-    return float(value)
-
-
-def _int(key: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ConfigError(f"{key}={value!r}: allowed values are integers >= {low}")
-    return value
-
-
-def _bool(key: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(f"{key}={value!r}: allowed values are true, false")
-    return value
+# store_timeout_s: how long one call to the store may take, its retries included (seconds)
+STORE_TIMEOUT = Number(
+    *STORE_TIMEOUT_RANGE, f"numbers from {STORE_TIMEOUT_RANGE[0]} to {STORE_TIMEOUT_RANGE[1]} (seconds)"
+)
 
 
 def min_speedup(value: Any, key: str = "report.min_speedup") -> float:
@@ -180,14 +155,15 @@ class DatasetSpec:
     seed's way of making a data set bigger), an axis of its own for oaks, synthetic and CSV data
     alike. Subclasses declare their own fields and ``_load`` (the data before replication)."""
 
-    replication: int = field(default=1, kw_only=True)
+    # (field, not setting: mypy reads kw_only from dataclasses.field alone)
+    replication: int = field(default=1, kw_only=True, metadata=checked(Integer(1)))
     # the best known ELBO of the data as fitted (exact log y!; plnexp.fitting.optimum): None = shipped, cached
     # or computed once; false = none (no convergence metrics). Scores runs, changes no fit (not hashed)
     optimum: float | bool | None = field(default=None, kw_only=True)
     name: ClassVar[str]
 
     def __post_init__(self):
-        _int("dataset.replication", self.replication, 1)
+        check_fields(self, "dataset.")  # every subclass's declared fields too
         opt = self.optimum
         if opt is True or not (
             opt is None or opt is False or (isinstance(opt, (int, float)) and math.isfinite(opt) and opt != 0)
@@ -273,16 +249,11 @@ class OaksData(DatasetSpec):
 
 @dataclass(frozen=True)
 class SyntheticData(DatasetSpec):
-    n: int = 2000
-    p: int = 50
-    d: int = 2
-    seed: int = 0
+    n: int = setting(Integer(2), 2000)
+    p: int = setting(Integer(1), 50)
+    d: int = setting(Integer(1), 2)
+    seed: int = setting(Integer(0), 0)
     name: ClassVar[str] = "synthetic"
-
-    def __post_init__(self):
-        super().__post_init__()
-        for key, low in (("n", 2), ("p", 1), ("d", 1), ("seed", 0)):
-            _int(f"dataset.{key}", getattr(self, key), low)
 
     @property
     def base_label(self) -> str:
@@ -302,7 +273,7 @@ class CsvData(DatasetSpec):
     counts: str
     offsets: str | None = None
     covariates: str | None = None
-    log_offsets: bool = False
+    log_offsets: bool = setting(Flag(), False)
     name: ClassVar[str] = "csv"
 
     def __post_init__(self):
@@ -314,8 +285,6 @@ class CsvData(DatasetSpec):
             if not isinstance(value, str) or not Path(value).is_file():
                 raise ConfigError(f"dataset.{key}={value!r}: allowed values are paths of existing CSV files")
             object.__setattr__(self, key, str(Path(value).resolve()))
-        if not isinstance(self.log_offsets, bool):
-            raise ConfigError(f"dataset.log_offsets={self.log_offsets!r}: allowed values are true, false")
 
     @property
     def base_label(self) -> str:
@@ -407,18 +376,16 @@ class AnndataData(DatasetSpec):
 class SyntheticPcaData(DatasetSpec):
     """Counts drawn from the low-rank PLN-PCA model (:func:`plnexp.core.data.simulate_pca`)."""
 
-    n: int = 2000
-    p: int = 200
-    q: int = 5
-    d: int = 1
+    n: int = setting(Integer(2), 2000)
+    p: int = setting(Integer(1), 200)
+    q: int = setting(Integer(1), 5)
+    d: int = setting(Integer(1), 1)
     zero_fraction: float | None = None
-    seed: int = 0
+    seed: int = setting(Integer(0), 0)
     name: ClassVar[str] = "synthetic_pca"
 
     def __post_init__(self):
         super().__post_init__()
-        for key, low in (("n", 2), ("p", 1), ("q", 1), ("d", 1), ("seed", 0)):
-            _int(f"dataset.{key}", getattr(self, key), low)
         if self.q > self.p:
             raise ConfigError(f"dataset.q={self.q!r}: allowed values are integers from 1 to dataset.p={self.p}")
         zf = self.zero_fraction
@@ -462,19 +429,17 @@ class ReportSpec:
     the run's tags instead (:func:`plnexp.experiment.runner.run_job`)."""
 
     min_speedup: float = 1.10  # a winner leads the next by at least this factor (asv's default factor)
-    control: bool = True  # the sweep's reference job run again at its end, an A/A pair (plnexp.experiment.sweep)
+    # the sweep's reference job run again at its end, an A/A pair (plnexp.experiment.sweep)
+    control: bool = setting(Flag(), True)
     peers: tuple[str, ...] = ()  # other packages' fits run beside the grid, for the report (plnexp.jobs.peers)
-    rounds: int = 30  # interleaved rounds of a group at most (plnexp.experiment.groups); 0: none, the jobs' own timings
-    rounds_budget_s: float = 30.0  # a group's rounds stop after about this long, decided or not (seconds)
+    # interleaved rounds of a group at most (plnexp.experiment.groups); 0: none, the jobs' own timings
+    rounds: int = setting(Integer(0), 30)
+    # a group's rounds stop after about this long, decided or not (seconds)
+    rounds_budget_s: float = setting(Number(0, 3600, "numbers of seconds in (0, 3600]", low_open=True), 30.0)
 
     def __post_init__(self):
         object.__setattr__(self, "min_speedup", min_speedup(self.min_speedup))
-        _bool("report.control", self.control)
-        _int("report.rounds", self.rounds, 0)
-        budget = self.rounds_budget_s
-        if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not (0 < budget <= 3600):
-            raise ConfigError(f"report.rounds_budget_s={budget!r}: allowed values are numbers of seconds in (0, 3600]")
-        object.__setattr__(self, "rounds_budget_s", float(budget))
+        check_fields(self, "report.")
         peers = () if self.peers is None else self.peers
         if isinstance(peers, str) or not isinstance(peers, (list, tuple)):
             peers = (peers,)
@@ -551,27 +516,31 @@ class Config:
     model: ModelName = ModelName("full")
     rank: int | None = None  # model.rank: pca's q (None for the other models); see as_dict
     block_rows: int | None = None  # model.block_rows: pca's rows per block in a step (None: no blocks)
-    device: Device = Device("cpu")
+    device: Device = setting(OneOf(Device), Device("cpu"))
     precision: Precision = PRECISIONS["float32"]
-    n_iter: int = 1000  # after the cap
-    n_iter_requested: int = 1000
-    repeats: int = 1
-    warmup: int = 0
-    time_budget_s: float = 0.0
-    first_call: bool = False
+    n_iter: int = setting(Integer(1), 1000)  # after the cap
+    n_iter_requested: int = setting(Integer(1), 1000)  # (the config's n_iter)
+    repeats: int = setting(Integer(1), 1)
+    warmup: int = setting(Integer(0), 0)
+    time_budget_s: float = setting(SECONDS, 0.0)
+    first_call: bool = setting(Flag(), False)
     compile_cache: bool | None = None  # None: auto (on for a run, off in a sweep or a rerun: see as_study)
-    init: Init = Init("seed")
-    gradient: Gradient = Gradient("analytic")
-    seed: int = 0
-    replicates: int = 1
+    init: Init = setting(OneOf(Init), Init("seed"))
+    gradient: Gradient = setting(OneOf(Gradient), Gradient("analytic"))
+    seed: int = setting(Integer(0), 0)
+    replicates: int = setting(Integer(1), 1)
     # JAX processes the fit spans (plnexp.experiment.processes): 1, this process; N > 1: N processes,
     # started on this machine or by srun, their rows split between them (hashed only when > 1)
-    processes: int = 1
-    experiment: str = "run"
-    tracking_uri: str | None = None
-    store_timeout_s: float = STORE_TIMEOUT_S  # how long a store call may take: not the fit's (left out of as_dict)
+    processes: int = setting(Integer(1), 1)
+    experiment: str = setting(Text("non-empty strings"), "run")
+    tracking_uri: str | None = setting(Text("null or an MLflow tracking URI string", nullable=True, empty=True), None)
+    # how long a store call may take: not the fit's (left out of as_dict)
+    store_timeout_s: float = setting(STORE_TIMEOUT, STORE_TIMEOUT_S)
     n_iter_cap: dict = field(default_factory=dict)
     report: ReportSpec = ReportSpec()  # the report's settings: not the fit's (left out of as_dict)
+
+    def __post_init__(self):
+        check_fields(self)  # the fields' declared allowed values (plnexp.jobs.schema)
 
     @property
     def run_name(self) -> str:
@@ -746,13 +715,13 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
     _keys("optimizer", opt, ("name", "lr"))
     strat = dict(node["strategy"])
     strat.update(_strategy_options(node.get("strategy_options")).get(str(strat.get("name")), {}))
-    device = _choice("device", node.get("device"), Device)
+    device = read(Config, node, "device")
     try:
         compile_cache = check_compile_cache(node.get("compile_cache"))
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    replicates = _int("replicates", node.get("replicates", 1), 1)
-    processes = _int("processes", node.get("processes", 1), 1)  # a config logged before it: 1
+    replicates = read(Config, node, "replicates")
+    processes = read(Config, node, "processes")  # a config logged before it: 1
     model, rank, block_rows = _model(node.get("model"))
     p = getattr(dataset, "p", None)  # known without loading for the simulated data sets
     if rank is not None and isinstance(p, int) and rank > p:
@@ -782,20 +751,14 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
             )
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    n_iter = _int("n_iter", node.get("n_iter"), 1)
+    n_iter = read(Config, node, "n_iter")
     caps = node.get("n_iter_cap") or {}
     if not isinstance(caps, dict):
         raise ConfigError(f"n_iter_cap={caps!r}: allowed values are maps strategy -> integer >= 1")
     for name, cap in caps.items():
         if name not in STRATEGIES:
             raise ConfigError(f"n_iter_cap.{name}: unknown strategy; allowed keys are {', '.join(STRATEGIES)}")
-        _int(f"n_iter_cap.{name}", cap, 1)
-    experiment = node.get("experiment")
-    if not isinstance(experiment, str) or not experiment:
-        raise ConfigError(f"experiment={experiment!r}: allowed values are non-empty strings")
-    uri = node.get("tracking_uri")
-    if uri is not None and not isinstance(uri, str):
-        raise ConfigError(f"tracking_uri={uri!r}: allowed values are null or an MLflow tracking URI string")
+        Integer(1)(f"n_iter_cap.{name}", cap)
     rep = node.get("report") or {}  # a logged config (rerun) has none: the defaults
     if not isinstance(rep, dict):
         raise ConfigError(f"report={rep!r}: allowed values are maps with the keys {', '.join(REPORT_KEYS)}")
@@ -819,19 +782,26 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
         precision=_precision(node.get("precision")),
         n_iter=min(n_iter, caps.get(strategy.name, n_iter)),
         n_iter_requested=n_iter,
-        repeats=_int("repeats", node.get("repeats"), 1),
-        warmup=_int("warmup", node.get("warmup"), 0),
-        time_budget_s=_seconds("time_budget_s", node.get("time_budget_s", 0.0)),
-        first_call=_bool("first_call", node.get("first_call")),
         compile_cache=compile_cache,
-        init=_choice("init", node.get("init"), Init),
-        gradient=_choice("gradient", node.get("gradient"), Gradient),
-        seed=_int("seed", node.get("seed"), 0),
         replicates=replicates,
         processes=processes,
-        experiment=experiment,
-        tracking_uri=uri,
-        store_timeout_s=_store_timeout(node.get("store_timeout_s", STORE_TIMEOUT_S)),
         n_iter_cap=dict(caps),
         report=report,
+        # the rest as given (their defaults where a logged config lacks them), checked by Config
+        **{key: node[key] for key in AS_GIVEN if key in node},
     )
+
+
+# the top-level keys Config checks itself (plnexp.jobs.schema): load passes them on as given
+AS_GIVEN = (
+    "repeats",
+    "warmup",
+    "time_budget_s",
+    "first_call",
+    "init",
+    "gradient",
+    "seed",
+    "experiment",
+    "tracking_uri",
+    "store_timeout_s",
+)
