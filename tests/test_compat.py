@@ -227,3 +227,66 @@ def test_parse_overrides_is_hydras_parser(monkeypatch):
     monkeypatch.setattr(hydra_compat, "HYDRA", OTHER)
     with pytest.warns(CompatWarning, match="parse_overrides"):
         assert hydra_compat.parse_overrides(given) == want
+
+
+def test_cached_config_sources_compose_what_hydra_composes_and_reread_an_edited_file(tmp_path, monkeypatch):
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf, open_dict
+
+    from plnexp.jobs.config import CONF_DIR
+
+    user = tmp_path / "conf" / "dataset"
+    user.mkdir(parents=True)
+    (user / "mine.yaml").write_text("defaults:\n  - synthetic\n  - _self_\nn: 7\n")
+    jobs = [
+        ["model=pca", "dataset=synthetic_pca", "n_iter=3"],
+        ["strategy=fori_loop", f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "dataset=mine"],
+    ]
+    loads = Counter(OmegaConf.load)
+    monkeypatch.setattr(hydra_compat, "_SOURCE_CACHE", {})  # cold: each file parsed by Hydra itself first
+    assert _no_warning(hydra_compat.cache_config_sources) is True
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name="plnexp"):
+        cold = [compose("config", overrides=job, return_hydra_config=True) for job in jobs]
+        want = [(OmegaConf.to_yaml(c), _flags(c)) for c in cold]
+        with open_dict(cold[0]):
+            cold[0].model.rank = 99  # a composition's nodes are its own: the next one never sees this
+        monkeypatch.setattr(OmegaConf, "load", loads)
+        warm = [compose("config", overrides=job, return_hydra_config=True) for job in jobs]
+        assert loads.calls == 0  # every file of both defaults trees came from the cache
+        assert [(OmegaConf.to_yaml(w), _flags(w)) for w in warm] == want
+        assert warm[0].model.rank != 99 and warm[1].dataset.n == 7
+        (user / "mine.yaml").write_text("defaults:\n  - synthetic\n  - _self_\nn: 8\n")  # same size, new bytes
+        assert compose("config", overrides=jobs[1]).dataset.n == 8 and loads.calls == 1
+    monkeypatch.setattr(hydra_compat, "_cached_sources", False)
+    monkeypatch.setattr(hydra_compat, "HYDRA", OTHER)
+    with pytest.warns(CompatWarning, match="cache_config_sources"):
+        assert hydra_compat.cache_config_sources() is False
+
+
+def _flags(cfg) -> dict:
+    """Each node's struct and read-only flags, by its path (what a YAML dump does not show)."""
+    from omegaconf import DictConfig, OmegaConf
+
+    out = {}
+
+    def walk(node, path):
+        out[path] = (OmegaConf.is_struct(node), OmegaConf.is_readonly(node))
+        if isinstance(node, DictConfig):
+            for key in node.keys():
+                child = node._get_node(key)
+                if isinstance(child, DictConfig) and not child._is_none() and not child._is_missing():
+                    walk(child, f"{path}.{key}")
+
+    walk(cfg, "")
+    return out
+
+
+class Counter:
+    """Counts the calls of a function it stands in for (and still calls it)."""
+
+    def __init__(self, fn):
+        self.fn, self.calls = fn, 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return self.fn(*args, **kwargs)

@@ -298,6 +298,23 @@ def test_elbo_curves_png_with_curves_equal_to_scan_bit_for_bit(tmp_path, others)
     assert w >= 500 and h >= 300
 
 
+def test_a_runs_elbo_figure_fits_its_fixed_margins_at_any_scale(tmp_path):
+    """elbo_png's fixed margins (no layout engine) hold every label of the figure, whatever the
+    ELBO's scale and sign, an offset on its axis, NaN at its start or a long run."""
+    i = np.arange(300.0)
+    decay = 1 + np.exp(-i / 30)
+    curves = [-s * decay for s in (1e-3, 10.0, 1e4, 2e5, 5e5, 1e12)] + [2e5 * decay, -123456.7 - 3.3 * decay]
+    curves += [np.where(i < 5, np.nan, -2e5 * decay), -2e5 * (1 + np.exp(-np.arange(100_000) / 3e3))]
+    title = "scan_full_float32_synthetic_n50_p20_d2_s0_seed=3  (FINISHED)"
+    for curve in curves:
+        fig = plots.elbo_figure(curve, title)
+        assert fig.get_layout_engine() is None
+        fig.draw_without_rendering()
+        box, (w, h) = fig.get_tightbbox(), fig.get_size_inches()
+        assert 0 <= box.x0 and box.x1 <= w and 0 <= box.y0 and box.y1 <= h, (curve[-1], box)
+    assert png_size(plots.elbo_png(curves[2], title, tmp_path / "e.png")) == (600, 350)
+
+
 def test_converged_tells_a_plateau_from_a_descent():
     i = np.arange(200.0)
     assert plots.converged(-1e3 * np.exp(-i / 10) - 5.0)

@@ -160,6 +160,7 @@ def check_groups(parsed) -> None:
 
 
 def _compose(overrides: list[str], hydra: bool = False):
+    hydra_compat.cache_config_sources()  # Hydra's compose all the same, without re-parsing unchanged files
     try:
         return compose("config", overrides=list(overrides), return_hydra_config=hydra)
     except (HydraException, ValueError, KeyError) as e:
