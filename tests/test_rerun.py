@@ -362,8 +362,9 @@ def test_resume_an_interrupted_sweep_subprocess(outputs, tmp_path, blocking, pln
     from test_sweep import split, start, wait_for
 
     n = 4
-    # report.rounds=0: the control job (which a resumed sweep runs again) instead of interleaved rounds
-    grid = [*TINY, "experiment=res", "strategy.name=scan,blocking", "seed=0,1", "report.rounds=0"]
+    # report.rounds=0: the control job (which a resumed sweep runs again) instead of interleaved rounds;
+    # report=false: no report at the end (resume is the point here, the report is tested with the sweep)
+    grid = [*TINY, "experiment=res", "strategy.name=scan,blocking", "seed=0,1", "report.rounds=0", "report=false"]
 
     def finished():
         exp = store_client(outputs).get_experiment_by_name("res")
@@ -404,7 +405,6 @@ def test_resume_an_interrupted_sweep_subprocess(outputs, tmp_path, blocking, pln
         *[a for a in grid if a != "n_iter=5"],
         "n_iter=6",
         "resume=true",
-        "report=false",
         cwd=tmp_path,
     )  # nothing matches: says why, runs every job
     assert other.returncode == 0, other.stderr

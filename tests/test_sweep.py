@@ -86,18 +86,19 @@ def test_joblib_four_jobs_in_two_workers_lose_nothing_and_are_judged_in_rounds_i
     the sweep's report. The two workers time their jobs at the same time on this host, so the jobs' own
     timings are contended (the report's notes say so); the verdicts do not rest on them: after the
     grid, the driver times each group (a seed's two strategies) in interleaved rounds, in one process.
-    Runs of ~0.1 s (200 iterations of 2000 x 20) fill the 2 s budget under the 30-run cap: each job's
-    timed window lasts seconds, so the jobs that run side by side overlap. (One sweep for both
-    checks: each joblib sweep starts three interpreters, ~10 s of imports.)"""
+    Runs of tens of milliseconds (50 iterations of 1000 x 10, at the suite's XLA settings) fill about a
+    second of the 2 s budget under the 30-run cap: each job's timed window lasts long enough that the
+    jobs that run side by side overlap, and the driver's rounds (each program once per round) stay
+    short. (One sweep for both checks: each joblib sweep starts three interpreters.)"""
     proc = plnexp_cli(
         "sweep",
         "sweep=null",
         "dataset=synthetic",
-        "dataset.n=2000",
-        "dataset.p=20",
+        "dataset.n=1000",
+        "dataset.p=10",
         "strategy=scan,fori_loop",
         "seed=0,1",
-        "n_iter=200",
+        "n_iter=50",
         "time_budget_s=2",
         "dataset.optimum=false",  # no convergence metrics: each worker would fit its seed's optimum first
         "experiment=par",
@@ -112,8 +113,8 @@ def test_joblib_four_jobs_in_two_workers_lose_nothing_and_are_judged_in_rounds_i
     assert "4 of 4 jobs finished" in proc.stdout, proc.stdout
     # seed=K is also the synthetic data's seed: a comparison group per seed, each timed in rounds
     for k in (0, 1):
-        assert f"[rounds] 2 programs of synthetic_n2000_p20_d2_s{k} ... ready in" in proc.stdout, proc.stdout
-        assert f"synthetic_n2000_p20_d2_s{k} (2000×20), float32, cpu: scan" in proc.stdout
+        assert f"[rounds] 2 programs of synthetic_n1000_p10_d2_s{k} ... ready in" in proc.stdout, proc.stdout
+        assert f"synthetic_n1000_p10_d2_s{k} (1000×10), float32, cpu: scan" in proc.stdout
     assert proc.stdout.count("(paired with scan over ") == 2 and "do not compare" not in proc.stdout
     (parent,), children = split(runs_of(outputs, "par"))
     md = next((outputs / "reports" / "par").iterdir()) / "report.md"
@@ -137,7 +138,7 @@ def test_joblib_four_jobs_in_two_workers_lose_nothing_and_are_judged_in_rounds_i
     for r in children:  # no lost metric
         for key in ("final_elbo", "n_iter_run", "compile_s", "run_s", "wall_s"):
             assert key in r.data.metrics, (r.info.run_name, key)
-        assert sorted(m.step for m in cl.get_metric_history(r.info.run_id, "elbo")) == list(range(200))
+        assert sorted(m.step for m in cl.get_metric_history(r.info.run_id, "elbo")) == list(range(50))
     assert parent.data.tags["n_done"] == "4" and parent.data.tags["n_failed"] == "0"
     windows = sorted((r.data.metrics["timed_start"], r.data.metrics["timed_end"]) for r in children)
     assert any(b[0] < a[1] for a, b in zip(windows, windows[1:])), "two jobs' timed runs overlapped"
