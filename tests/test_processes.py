@@ -281,15 +281,14 @@ def _runs(cl, experiment: str) -> dict:
     return {r.data.params["seed"]: r for r in runs if "seed" in r.data.params}  # not a sweep's parent
 
 
-@pytest.mark.slow  # two processes paying every import and fitting together (run: twice, with its rerun)
+@pytest.mark.slow  # two processes paying every import and fitting together (~15 s; a sweep: twice)
 @pytest.mark.parametrize("model,command", [("full", "sweep"), ("pca", "run")])
 def test_two_processes_fit_the_curve_of_one_and_log_one_run(model, command, outputs, tmp_path, plnexp_main):
-    """``run`` (then ``rerun`` of its run), and a sweep under the basic launcher (its driver starts the
-    job's processes): each job one run, process 0's, the curve of one process's fit; a sweep's run a
-    child of its one parent. (A sweep whose driver starts each job's processes in turn, one job's
-    after another's: test_a_process_killed_mid_sweep_fails_its_job_in_one_line_and_resume_finishes_the_grid.)"""
+    """``run`` (then ``rerun`` of its run), and a sweep under the basic launcher (its driver starts
+    each job's processes in turn): each job one run, process 0's, the curve of one process's fit; a
+    sweep's runs children of its one parent."""
     fit = [*FIT, *MODELS[model], "dataset.optimum=false"]  # no best known ELBO computed: not the point
-    seeds = ["seed=1"] if command == "sweep" else []  # a sweep of one job: its processes are the point
+    seeds = ["seed=0,1"] if command == "sweep" else []
     one = plnexp_main(command, *fit, *seeds, "experiment=one", cwd=tmp_path)
     assert one.returncode == 0, one.stderr
     two = plnexp_main(command, *fit, *seeds, "processes=2", "experiment=two", cwd=tmp_path)  # it starts them
@@ -297,11 +296,11 @@ def test_two_processes_fit_the_curve_of_one_and_log_one_run(model, command, outp
     assert "[Gloo]" not in two.stdout
     cl = store_client(outputs)
     ones, twos = _runs(cl, "one"), _runs(cl, "two")  # one run per job, process 0's
-    assert sorted(twos) == sorted(ones) == (["1"] if seeds else ["0"])
+    assert sorted(twos) == sorted(ones) == (["0", "1"] if seeds else ["0"])
     if command == "run":
         assert "-processes2" in two.stdout and " FINISHED: 20 iter" in two.stdout.strip().splitlines()[-1]
     else:
-        assert len([line for line in two.stdout.splitlines() if "-processes2 ... done " in line]) == 1  # one per job
+        assert len([line for line in two.stdout.splitlines() if "-processes2 ... done " in line]) == 2  # one per job
         runs = cl.search_runs([cl.get_experiment_by_name("two").experiment_id])
         (parent,) = [r for r in runs if "seed" not in r.data.params]
         assert parent.info.status == "FINISHED"
