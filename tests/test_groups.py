@@ -75,28 +75,6 @@ def test_one_program_timed_once_counts_once_in_its_pooled_ratio():
     assert by["scan_pytree"].rounds == 9 and prog.verdict == "slower"
 
 
-@pytest.mark.slow
-def test_names_of_one_program_are_timed_once_and_share_their_figures(plnexp_main, outputs, tmp_path):
-    ran = plnexp_main(
-        "sweep",
-        "sweep=null",
-        "strategy=scan,scan_namedtuple,scan_pytree",
-        *TINY,
-        "experiment=one-program",
-        "report.rounds_budget_s=2",
-        cwd=tmp_path,
-    )
-    assert ran.returncode == 0, ran.stderr
-    cl = store_client(outputs)
-    runs = cl.search_runs([cl.get_experiment_by_name("one-program").experiment_id])
-    by = {r.data.tags.get("mlflow.runName", "").split("-")[0]: r for r in runs if "mlflow.parentRunId" in r.data.tags}
-    a, b = by["scan_namedtuple"].data.metrics, by["scan_pytree"].data.metrics
-    assert by["scan_namedtuple"].data.tags["hlo_fingerprint"] == by["scan_pytree"].data.tags["hlo_fingerprint"]
-    # one program, one column of round times: the same figures to the last bit (two timed instances never agree so)
-    for key in ("round_ms_per_iter", "paired_ratio", "paired_ratio_lo", "paired_ratio_hi", "rounds_used"):
-        assert a[key] == b[key], key
-
-
 def test_judge_with_too_few_clean_rounds_decides_nothing_and_says_so():
     times = [[1.0, 3.0]] * 5
     v = G.judge(
@@ -109,14 +87,15 @@ def test_judge_with_too_few_clean_rounds_decides_nothing_and_says_so():
 
 @pytest.mark.slow
 def test_a_sweep_times_its_group_in_rounds_and_every_reader_sees_one_verdict(plnexp_main, outputs, tmp_path):
-    """A real sweep of three strategies on oaks x1: no control job (the rounds replace it); the
+    """A real sweep of five strategies on oaks x1: no control job (the rounds replace it); the
     parent's verdict.json, each run's metrics and tags and the report's headline say the same; eager
     (dispatch-bound at this size, many times scan's time per iteration) is slower, scan the reference;
-    the experiment's study view shows this sweep's runs only, by paired ratio."""
+    the experiment's study view shows this sweep's runs only, by paired ratio. scan_namedtuple and
+    scan_pytree compile to one program: timed once, they share its figures."""
     ran = plnexp_main(
         "sweep",
         "sweep=null",
-        "strategy=scan,eager,fori_loop",
+        "strategy=scan,eager,fori_loop,scan_namedtuple,scan_pytree",
         *TINY,
         "experiment=groups",
         "report.rounds=9",
@@ -125,7 +104,7 @@ def test_a_sweep_times_its_group_in_rounds_and_every_reader_sees_one_verdict(pln
     )
     assert ran.returncode == 0, ran.stderr
     assert "[control]" not in ran.stdout
-    assert "[rounds] 3 programs of oaks ... ready in" in ran.stdout
+    assert "[rounds] 5 programs of oaks ... ready in" in ran.stdout
     cl = store_client(outputs)
     exp = cl.get_experiment_by_name("groups")
     (parent,) = [r for r in cl.search_runs([exp.experiment_id]) if "mlflow.parentRunId" not in r.data.tags]
@@ -133,7 +112,7 @@ def test_a_sweep_times_its_group_in_rounds_and_every_reader_sees_one_verdict(pln
     (group,) = V.loads(open(path).read())
     assert group.reference == "scan" and group.rounds + group.dropped <= 9
     by = {s.strategy: s for s in group.strategies}
-    assert set(by) == {"scan", "eager", "fori_loop"}
+    assert set(by) == {"scan", "eager", "fori_loop", "scan_namedtuple", "scan_pytree"}
     assert by["scan"].verdict == "reference" and by["eager"].verdict == "slower" and by["eager"].ratio > 2
     for s in group.strategies:
         (run_id,) = s.runs
@@ -146,6 +125,12 @@ def test_a_sweep_times_its_group_in_rounds_and_every_reader_sees_one_verdict(pln
         assert run.data.metrics["rounds_used"] == s.rounds <= group.rounds
         assert s.rounds == group.rounds or (s.verdict != "unresolved" and s.rounds >= 6)
         assert math.isfinite(run.data.metrics["round_cpu_ms_per_iter"]) and run.data.metrics["run_cpu_s"] > 0
+    # names of one program: one fingerprint, one column of round times, the same figures to the last bit
+    # (two timed instances never agree so)
+    nt, pt = cl.get_run(by["scan_namedtuple"].runs[0]).data, cl.get_run(by["scan_pytree"].runs[0]).data
+    assert nt.tags["hlo_fingerprint"] == pt.tags["hlo_fingerprint"]
+    for key in ("round_ms_per_iter", "paired_ratio", "paired_ratio_lo", "paired_ratio_hi", "rounds_used"):
+        assert nt.metrics[key] == pt.metrics[key], key
     cmp = plnexp_main("compare", by["scan"].runs[0], by["fori_loop"].runs[0])  # compare reads the same figures
     assert cmp.returncode == 0, cmp.stderr
     row = next(line for line in cmp.stdout.splitlines() if line.startswith("× scan (rounds)"))

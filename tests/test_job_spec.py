@@ -29,14 +29,12 @@ class Counter:
 
 
 @pytest.fixture
-def counted(monkeypatch, tmp_path):
+def counted(monkeypatch, outputs):
     """Every Hydra composition (plan's ``compose``: the only caller of Hydra's compose API) and every
     validation of a composed config (``C.load``) of the command, counted; ``hydra.main`` refused (no
-    job reaches its run through it)."""
+    job reaches its run through it). The store: a copy of the session's migrated one (``outputs``)."""
     import hydra
 
-    monkeypatch.setenv("PLNEXP_OUTPUTS", str(tmp_path / "outputs"))
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     compose, load = Counter(plan.compose), Counter(C.load)
     monkeypatch.setattr(plan, "compose", compose)
     monkeypatch.setattr(C, "load", load)
@@ -51,14 +49,14 @@ def counted(monkeypatch, tmp_path):
 @pytest.mark.slow
 def test_a_sweep_composes_each_job_once_and_its_rerun_composes_none(counted, tmp_path, capsys):
     compose, load = counted
-    jobs = ["strategy=scan,fori_loop,while_loop"]
+    jobs = ["strategy=scan,fori_loop"]
     assert main(["sweep", "sweep=null", *jobs, *TINY, *QUIET, "experiment=spine"]) == 0
     # one composition per job, and the command's own (the sweep without its swept keys: its grid
     # and its launcher); each job's config validated once, in the driver, never again in the task
-    assert compose.calls == 3 + 1
-    assert load.calls == 3
+    assert compose.calls == 2 + 1
+    assert load.calls == 2
     out = capsys.readouterr().out
-    assert out.count(" done ") == 3
+    assert out.count(" done ") == 2
     from plnexp import store as tracking
 
     uri = tracking.tracking_uri(None)
@@ -70,11 +68,11 @@ def test_a_sweep_composes_each_job_once_and_its_rerun_composes_none(counted, tmp
     assert main(["rerun", parent.info.run_id, "n_iter=4"]) in (0, 1)
     assert compose.calls == 0
     out = capsys.readouterr().out
-    assert "3 jobs" in out and out.count("(run ") >= 3
+    assert "2 jobs" in out and out.count("(run ") >= 2
     # a group override is the group's value, composed once per job at most
     compose.calls = 0
     main(["rerun", parent.info.run_id, "precision=float64"])
-    assert 1 <= compose.calls <= 3
+    assert 1 <= compose.calls <= 2
 
 
 @pytest.mark.slow

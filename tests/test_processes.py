@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_process, spawn, store_client
+from conftest import spawn, store_client
 
 from plnexp.core import data as D
 from plnexp.core.data import row_range
@@ -339,13 +339,17 @@ def _worker(launcher: int, process_id: int) -> int | None:
     return None
 
 
-@pytest.mark.slow  # a sweep's driver and two workers, one killed once its run exists; then resume=true (~40 s)
-def test_a_process_killed_mid_sweep_fails_its_job_in_one_line_and_resume_finishes_the_grid(outputs, tmp_path):
+@pytest.mark.slow  # a sweep's driver and two workers, one killed once its run exists; then resume=true
+def test_a_process_killed_mid_sweep_fails_its_job_in_one_line_and_resume_finishes_the_grid(
+    outputs, tmp_path, plnexp_main
+):
     """The fit across processes fails in one line (the launcher ``run`` shares: processes.launch), its
-    run ended FAILED, nothing left RUNNING, the sweep goes on and exits 1; ``resume=true`` runs that
-    job again (its workers started anew) and reuses the other."""
-    # job 1 long enough that the kill lands inside it (its compile, or its fit at gloo's pace); job 2 short
-    grid = ["sweep", *FIT[:-4], "n_iter=500,20", *SMALL, "processes=2", "experiment=killed"]
+    run ended FAILED, nothing left RUNNING, the sweep goes on and exits 1; ``resume=true`` (here in this
+    process: the sweep's driver is not the point, its workers are started anew as processes) runs that
+    job again and reuses the other."""
+    # job 1 long enough that the kill lands inside it (the worker is killed as soon as it exists: in its
+    # imports, its compile, or its fit at gloo's pace); job 2 short
+    grid = ["sweep", *FIT[:-4], "n_iter=200,20", *SMALL, "processes=2", "experiment=killed"]
     proc = spawn([sys.executable, "-m", "plnexp", *grid], cwd=tmp_path, stdout=-1, stderr=-1, text=True)
     cl = store_client(outputs)
     deadline = time.monotonic() + 120
@@ -363,14 +367,14 @@ def test_a_process_killed_mid_sweep_fails_its_job_in_one_line_and_resume_finishe
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 1, (out, err)
     (line,) = [line for line in out.splitlines() if "SIGKILL" in line]
-    assert line.startswith("[1/2] ") and "-n_iter500-processes2 ... FAILED " in line
+    assert line.startswith("[1/2] ") and "-n_iter200-processes2 ... FAILED " in line
     assert "(the fit across 2 processes failed: process 1 of 2 was killed by SIGKILL; run " in line
     everything = lambda: cl.search_runs([e.experiment_id for e in cl.search_experiments()])
     assert not [r for r in everything() if r.info.status == "RUNNING"]
     job_runs = lambda: [r for r in everything() if "mlflow.parentRunId" in r.data.tags]  # (a killed run: no params)
     assert {r.data.tags["plnexp.job"]: r.info.status for r in job_runs()} == {"0": "FAILED", "1": "FINISHED"}
 
-    resumed = run_process([sys.executable, "-m", "plnexp", *grid, "resume=true"], cwd=tmp_path, timeout=180)
+    resumed = plnexp_main(*grid, "resume=true", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert "[2/2] " in resumed.stdout and "FINISHED earlier" in resumed.stdout
     assert "2/2 jobs (1 FINISHED earlier), 0 failed" in resumed.stdout
@@ -381,7 +385,7 @@ def test_a_process_killed_mid_sweep_fails_its_job_in_one_line_and_resume_finishe
         ("1", "FINISHED"),
     ]
     (again,) = [r for r in runs if r.data.tags["plnexp.job"] == "0" and r.info.status == "FINISHED"]
-    assert again.data.metrics["n_iter_run"] == 500 and again.data.params["processes"] == "2"
+    assert again.data.metrics["n_iter_run"] == 200 and again.data.params["processes"] == "2"
     assert not [r for r in everything() if r.info.status == "RUNNING"]
 
 

@@ -358,12 +358,15 @@ def test_resume_reuses_finished_jobs_and_summarises_the_whole_grid(outputs, tmp_
 @pytest.mark.slow
 def test_resume_an_interrupted_sweep_subprocess(outputs, tmp_path, blocking, plnexp_main):
     """A sweep interrupted in a real process (SIGINT), resumed by the next commands (here in this one):
-    scan's two jobs finish, then the first ``blocking`` job is inside its fit when the signal lands."""
-    from test_sweep import split, start, wait_for
+    scan's two jobs finish, then the first ``blocking`` job is inside its fit when the signal lands,
+    the last never starts. What the interrupted command says and leaves in the store is checked here
+    for SIGINT (for SIGTERM: test_sweep.py::test_interrupt_mid_sweep)."""
+    from test_sweep import BLOCKING, check_interrupted, runs_of, split, start, wait_for
 
     n = 4
-    # report.rounds=0: the control job (which a resumed sweep runs again) instead of interleaved rounds
-    grid = [*TINY, "experiment=res", "strategy.name=scan,blocking", "seed=0,1", "report.rounds=0"]
+    # report.rounds=0: the control job (which a resumed sweep runs again) instead of interleaved rounds;
+    # report=false: no report at the end (resume is the point here, the report is tested with the sweep)
+    grid = [*TINY, "experiment=res", "strategy.name=scan,blocking", "seed=0,1", "report.rounds=0", "report=false"]
 
     def finished():
         exp = store_client(outputs).get_experiment_by_name("res")
@@ -371,11 +374,17 @@ def test_resume_an_interrupted_sweep_subprocess(outputs, tmp_path, blocking, pln
         return [r for r in split(runs)[1] if r.info.status == "FINISHED"]
 
     proc = start("sweep", "sweep=null", *grid, cwd=tmp_path)
-    wait_for(lambda: waiting(blocking), proc, "the third job inside its fit")
+    (pid,) = wait_for(lambda: waiting(blocking), proc, "the third job inside its fit")
+    assert pid == proc.pid  # the basic launcher: the jobs run in the sweep's process
     k = len(finished())
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, (out, err)
+    check_interrupted(proc, signal.SIGINT, "2 of 4 jobs finished, 1 killed, 0 failed, 1 not started", outputs, "res")
+    _, children = split(runs_of(outputs, "res"))
+    assert sorted((r.info.run_name.split("-")[0], r.info.status) for r in children) == [
+        (BLOCKING, "KILLED"),
+        ("scan", "FINISHED"),
+        ("scan", "FINISHED"),
+    ]
     finished_before = finished()
     assert k <= len(finished_before) < n
     assert sorted(r.info.run_name.split("-")[0] for r in finished_before) == ["scan", "scan"]
@@ -404,7 +413,6 @@ def test_resume_an_interrupted_sweep_subprocess(outputs, tmp_path, blocking, pln
         *[a for a in grid if a != "n_iter=5"],
         "n_iter=6",
         "resume=true",
-        "report=false",
         cwd=tmp_path,
     )  # nothing matches: says why, runs every job
     assert other.returncode == 0, other.stderr

@@ -86,19 +86,22 @@ def test_joblib_four_jobs_in_two_workers_lose_nothing_and_are_judged_in_rounds_i
     the sweep's report. The two workers time their jobs at the same time on this host, so the jobs' own
     timings are contended (the report's notes say so); the verdicts do not rest on them: after the
     grid, the driver times each group (a seed's two strategies) in interleaved rounds, in one process.
-    Runs of ~0.1 s (200 iterations of 2000 x 20) fill the 2 s budget under the 30-run cap: each job's
-    timed window lasts seconds, so the jobs that run side by side overlap. (One sweep for both
-    checks: each joblib sweep starts three interpreters, ~10 s of imports.)"""
+    Each job times thirty runs of 100 iterations of 1000 x 10 (``repeats=30``, no time budget): its timed
+    window is a number of runs, so it stretches with the machine's load as the workers' start-up does,
+    and the jobs that run side by side overlap; the runs are short, so the driver's rounds (each
+    program once per round) stay short. (One sweep for both checks: each joblib sweep starts three
+    interpreters.)"""
     proc = plnexp_cli(
         "sweep",
         "sweep=null",
         "dataset=synthetic",
-        "dataset.n=2000",
-        "dataset.p=20",
+        "dataset.n=1000",
+        "dataset.p=10",
         "strategy=scan,fori_loop",
         "seed=0,1",
-        "n_iter=200",
-        "time_budget_s=2",
+        "n_iter=100",
+        "repeats=30",
+        "time_budget_s=0",
         "dataset.optimum=false",  # no convergence metrics: each worker would fit its seed's optimum first
         "experiment=par",
         "hydra/launcher=joblib",
@@ -112,8 +115,8 @@ def test_joblib_four_jobs_in_two_workers_lose_nothing_and_are_judged_in_rounds_i
     assert "4 of 4 jobs finished" in proc.stdout, proc.stdout
     # seed=K is also the synthetic data's seed: a comparison group per seed, each timed in rounds
     for k in (0, 1):
-        assert f"[rounds] 2 programs of synthetic_n2000_p20_d2_s{k} ... ready in" in proc.stdout, proc.stdout
-        assert f"synthetic_n2000_p20_d2_s{k} (2000×20), float32, cpu: scan" in proc.stdout
+        assert f"[rounds] 2 programs of synthetic_n1000_p10_d2_s{k} ... ready in" in proc.stdout, proc.stdout
+        assert f"synthetic_n1000_p10_d2_s{k} (1000×10), float32, cpu: scan" in proc.stdout
     assert proc.stdout.count("(paired with scan over ") == 2 and "do not compare" not in proc.stdout
     (parent,), children = split(runs_of(outputs, "par"))
     md = next((outputs / "reports" / "par").iterdir()) / "report.md"
@@ -137,37 +140,49 @@ def test_joblib_four_jobs_in_two_workers_lose_nothing_and_are_judged_in_rounds_i
     for r in children:  # no lost metric
         for key in ("final_elbo", "n_iter_run", "compile_s", "run_s", "wall_s"):
             assert key in r.data.metrics, (r.info.run_name, key)
-        assert sorted(m.step for m in cl.get_metric_history(r.info.run_id, "elbo")) == list(range(200))
+        assert sorted(m.step for m in cl.get_metric_history(r.info.run_id, "elbo")) == list(range(100))
     assert parent.data.tags["n_done"] == "4" and parent.data.tags["n_failed"] == "0"
     windows = sorted((r.data.metrics["timed_start"], r.data.metrics["timed_end"]) for r in children)
     assert any(b[0] < a[1] for a, b in zip(windows, windows[1:])), "two jobs' timed runs overlapped"
     assert len({r.data.tags["host"] for r in children}) == 1
 
 
+def check_interrupted(proc: subprocess.Popen, signum: int, counts: str, outputs: Path, experiment: str) -> None:
+    """What a sweep under the basic launcher interrupted by ``signum`` while a ``blocking`` job was inside
+    its fit says and leaves (in ``outputs``' store, under ``experiment``): its exit code, one line of
+    counts (``counts``), the summary table of what finished; its parent and the blocked job's run KILLED
+    (interrupted), the fit's result not logged."""
+    out, err = proc.communicate(timeout=120)
+    code = {signal.SIGINT: 130, signal.SIGTERM: 143}[signum]
+    assert proc.returncode == code, err
+    assert "Traceback" not in out + err
+    name = signal.Signals(signum).name
+    # one line says it (beside the info lines of a data set's best known ELBO, computed once per session)
+    (line,) = [line for line in err.strip().splitlines() if not line.startswith("plnexp: info: ")]
+    assert line.startswith(f"plnexp: interrupted by {name}: {counts}"), err
+    (parent,), children = split(runs_of(outputs, experiment))
+    assert parent.info.status == "KILLED" and parent.data.tags["reason"] == "interrupted"
+    killed = [r for r in children if r.info.status == "KILLED"]
+    assert len(killed) == 1
+    assert BLOCKING in killed[0].info.run_name and killed[0].data.tags["status_reason"] == f"interrupted by {name}"
+    assert "final_elbo" not in killed[0].data.metrics  # the fit had not returned: no result
+    assert "scan" in out and "KILLED" in out  # the summary table of what finished
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
-def test_interrupt_mid_sweep(outputs, tmp_path, release, signum, code):
-    """Three jobs in a row: scan finishes, blocking is inside its fit when the signal lands, fori_loop
-    never starts."""
+def test_interrupt_mid_sweep(outputs, tmp_path, release):
+    """SIGTERM (``kill``'s default) of a sweep of three jobs in a row: scan finishes, blocking is inside its
+    fit when the signal lands, fori_loop never starts. (SIGINT, in the same state: the interrupted sweep
+    of test_rerun.py::test_resume_an_interrupted_sweep_subprocess.)"""
     grid = f"strategy.name=scan,{BLOCKING},fori_loop"
     proc = start("run", "--multirun", *DATA, grid, "n_iter=20", "experiment=intr", cwd=tmp_path)
     (pid,) = wait_for(lambda: waiting(release), proc, "the blocking job inside its fit")
     assert pid == proc.pid  # the basic launcher: the jobs run in the sweep's process
-    proc.send_signal(signum)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == code, err
-    assert "Traceback" not in out + err
-    name = signal.Signals(signum).name
-    assert f"plnexp: interrupted by {name}: 1 of 3 jobs finished, 1 killed, 0 failed, 1 not started" in err
-    assert len(err.strip().splitlines()) <= 3, err
-    (parent,), children = split(runs_of(outputs, "intr"))
-    assert parent.info.status == "KILLED" and parent.data.tags["reason"] == "interrupted"
+    proc.send_signal(signal.SIGTERM)
+    check_interrupted(proc, signal.SIGTERM, "1 of 3 jobs finished, 1 killed, 0 failed, 1 not started", outputs, "intr")
+    _, children = split(runs_of(outputs, "intr"))
     status = {r.info.run_name.split("-")[0]: r.info.status for r in children}
     assert status == {"scan": "FINISHED", BLOCKING: "KILLED"}, status
-    killed = next(r for r in children if r.info.status == "KILLED")
-    assert BLOCKING in killed.info.run_name and killed.data.tags["status_reason"] == f"interrupted by {name}"
-    assert "final_elbo" not in killed.data.metrics  # the fit had not returned: no result
-    assert "scan" in out and "KILLED" in out  # the summary table of what finished
 
 
 @pytest.mark.slow
