@@ -37,7 +37,8 @@ def test_profiled_rprop_float64_reaches_the_optimum_on_oaks(oaks):
 @pytest.mark.slow
 def test_simulated_sigma_is_recovered():
     data = plnexp.simulate(n=5000, p=20, d=2, seed=0)
-    res = plnexp.fit(data, model="profiled", optimizer="rprop", n_iter=600, precision="float32", timed=False)
+    # 200 iterations: the Sigma and B of 600 to the 4th digit (rprop has converged on these data)
+    res = plnexp.fit(data, model="profiled", optimizer="rprop", n_iter=200, precision="float32", timed=False)
     off = ~np.eye(20, dtype=bool)
     corr = np.corrcoef(res.params["Sigma"][off], data.truth["Sigma"][off])[0, 1]
     assert corr > 0.9, corr

@@ -43,6 +43,10 @@ def _point(data, seed=0):
     )
 
 
+# jitted as a fit runs it: one program each (called op by op, each of their primitives compiled apart)
+_gauge_columns = jax.jit(pm._pca_gauge_columns)
+
+
 def _elbo(data, B, C, M, S):
     return reference.pca_elbo(data.Y, data.O, data.X, B, C, M, S, log_factorial=False)
 
@@ -88,7 +92,7 @@ def test_gauge_step_is_newtons_along_g(data):
     with jax.enable_x64(True):
         arrays = _arrays(data)
         args = [jnp.asarray(a) for a in (B, C, M, S)]
-        _, _, M3 = pm._pca_gauge_columns(arrays.Y, arrays.O, arrays.X, *args, None)
+        _, _, M3 = _gauge_columns(arrays.Y, arrays.O, arrays.X, *args, None)
 
         def along(delta):  # the exact ELBO along the gauge, by autodiff
             G = jnp.eye(q) + delta.reshape(q, q)
@@ -97,7 +101,8 @@ def test_gauge_step_is_newtons_along_g(data):
             )
 
         zero = jnp.zeros(q * q)
-        step = -np.linalg.solve(np.asarray(jax.hessian(along)(zero)), np.asarray(jax.grad(along)(zero)))
+        hessian, grad = jax.jit(jax.hessian(along))(zero), jax.jit(jax.grad(along))(zero)
+        step = -np.linalg.solve(np.asarray(hessian), np.asarray(grad))
     assert np.linalg.norm(step) < pm.PCA_GAUGE_CLIP  # not clipped: the step is Newton's own
     G = np.linalg.lstsq(M, np.asarray(M3), rcond=None)[0]
     np.testing.assert_allclose(G, np.eye(q) + step.reshape(q, q), atol=1e-8)
@@ -111,7 +116,7 @@ def test_columns_step_is_gauss_newtons_after_the_gauge(data):
         arrays = _arrays(data)
         B4, C4, M3 = (
             np.asarray(a)
-            for a in pm._pca_gauge_columns(arrays.Y, arrays.O, arrays.X, *(jnp.asarray(a) for a in (B, C, M, S)), None)
+            for a in _gauge_columns(arrays.Y, arrays.O, arrays.X, *(jnp.asarray(a) for a in (B, C, M, S)), None)
         )
     G = np.linalg.lstsq(M, M3, rcond=None)[0]
     np.testing.assert_allclose(M @ G, M3, atol=1e-10)
@@ -173,8 +178,9 @@ def test_newton_model_has_no_rotation_and_steps_as_with_r_zero(data):
         params = {k: jnp.asarray(v) for k, v in zip("BCMS", (B, C, M, S))}
         assert set(model.free(model.complete(params, arrays))) == {"B", "C", "M", "S"}
         np.testing.assert_array_equal(np.asarray(model.complete(params, arrays).Omega), np.zeros((RANK, RANK)))
-        value, step = pm.pca_newton_step(params, None, arrays)
-        value_r, step_r = pm.pca_newton_step({**params, "R": jnp.zeros((RANK, RANK))}, None, arrays)
+        newton_step = jax.jit(pm.pca_newton_step)  # one program (op by op, each primitive compiles apart)
+        value, step = newton_step(params, None, arrays)
+        value_r, step_r = newton_step({**params, "R": jnp.zeros((RANK, RANK))}, None, arrays)
         assert set(step) == {"B", "C", "M", "S"} and np.all(np.asarray(step_r["R"]) == 0)
         np.testing.assert_allclose(float(value), float(value_r), rtol=1e-12)
         for k in step:

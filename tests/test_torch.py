@@ -121,7 +121,7 @@ def assert_same_fit(out, ref, precision, label, n_iter=N_ITER):
 # (a cold torch.compile costs ~5 s of CPU, its first in a process ~14 s more): across this file's
 # torch_compile tests each optimizer runs once, each model, precision and gradient at least once
 # (radam_clip full float64 and rprop profiled float32 autodiff here; sgd on oaks; adam in the
-# timing test; the logged run's float32 radam_clip).
+# timed and logged run).
 COMPILED = {
     ("full", "radam_clip", "float64", "analytic"),
     ("profiled", "rprop", "float32", "autodiff"),
@@ -315,15 +315,46 @@ def test_torch_eager_timing_compiles_nothing(small):
     assert res.extra["final_elbo_jit"] == pytest.approx(res.loglik, rel=1e-5)  # checked against the host
 
 
+# ------------------------------------------------------------------ 3. one run through the runner and MLflow
+TINY = ["dataset=synthetic", "dataset.n=40", "dataset.p=5", "n_iter=5"]
+
+
+def _logged_like_any_other(outputs, out, strategy: str, mode: str | None, n_iter: int) -> dict:
+    """The run of ``out`` in ``outputs``' store, logged as any run is: its strategy and only that
+    strategy's options (torch_compile its mode, torch_eager none), torch's version, its timings (a
+    compile for torch_compile alone) and its ELBO curve, one value a step. Returns its metrics."""
+    from conftest import store_client
+
+    assert out.status == "FINISHED", out.reason
+    run = store_client(outputs).get_run(out.run_id)
+    assert run.data.params["strategy.name"] == strategy
+    assert run.data.params.get("strategy.mode") == mode
+    assert run.data.tags["torch_version"].startswith("2.13.0")
+    m = run.data.metrics
+    assert (m["compile_s"] > 0) == (strategy == "torch_compile") and m["run_s"] > 0 and m["n_iter_run"] == n_iter
+    assert np.isfinite(m["final_elbo"]) and np.isfinite(m["loglik"])
+    history = store_client(outputs).get_metric_history(out.run_id, "elbo")
+    assert sorted(h.step for h in history) == list(range(n_iter))
+    return m
+
+
+@needs_torch
+@pytest.mark.slow
+def test_a_torch_eager_run_is_logged_like_any_other(outputs):
+    (job,) = cli.plan([*TINY, "strategy=torch_eager"], multirun=False)
+    _logged_like_any_other(outputs, runner.run_job(job.config, job.overrides, job.name), "torch_eager", None, 5)
+
+
 @needs_torch
 @pytest.mark.slow
 @ONE_WORKER
-# one mode other than the default (which every other torch_compile test runs), with the cold first
-# call timed too: the option reaches torch.compile (seen there) and both timings are measured.
-# reduce-overhead: on the CPU, default's compile (its CUDA graphs are CUDA's); max-autotune-no-cudagraphs
-# compiled the same step in ~2x the CPU (15 against 7-10 s, 2026-11-26) and checked nothing more here
-@pytest.mark.parametrize("mode, first_call", [("reduce-overhead", True)])
-def test_torch_compile_timing(mode, first_call, small, monkeypatch):
+def test_a_torch_compile_run_is_timed_and_logged_like_any_other(outputs, monkeypatch):
+    """A torch_compile run through the runner, logged as torch_eager's above, in one mode other than
+    the default (which every other torch_compile test runs) and with the cold first call timed too:
+    the mode reaches torch.compile (seen there), both timings are measured, and the curve is scan's
+    (the same job with strategy=scan). One run for both: each compile of the step is seconds of C++
+    builds. reduce-overhead: on the CPU, default's compile (its CUDA graphs are CUDA's);
+    max-autotune-no-cudagraphs compiled the same step in about twice the CPU and checked nothing more."""
     import torch
 
     modes = []
@@ -334,53 +365,22 @@ def test_torch_compile_timing(mode, first_call, small, monkeypatch):
         return compile_(*args, **kwargs)
 
     monkeypatch.setattr(torch, "compile", spy)
-    res = plnexp.fit(
-        small,
-        model="full",
-        optimizer="adam",
-        n_iter=20,
-        precision="float64",
-        strategy="torch_compile",
-        mode=mode,
-        first_call=first_call,
-        repeats=2,
-    )
-    t = res.timing
-    assert mode in modes, modes  # the step's compile (the warm-up's own compile takes the default)
-    assert t.compile_s > 0 and t.run_s > 0 and len(t.runs_s) == 2
-    assert t.first_call_s > 0 if first_call else np.isnan(t.first_call_s)
-    assert t.ms_per_iter == pytest.approx(1e3 * t.run_s / 20, rel=1e-12)
-    scan = plnexp.fit(small, model="full", optimizer="adam", n_iter=20, precision="float64", timed=False)
-    assert_close(res.elbo, scan.elbo, RTOL["float64"], f"torch_compile mode={mode} curve")
-
-
-# ------------------------------------------------------------------ 3. one run through the runner and MLflow
-TINY = ["dataset=synthetic", "dataset.n=40", "dataset.p=5", "n_iter=5"]
-
-
-@pytest.mark.parametrize(
-    "strategy",
-    [
-        pytest.param("torch_eager", marks=[needs_torch, pytest.mark.slow]),
-        pytest.param("torch_compile", marks=[needs_torch, pytest.mark.slow, ONE_WORKER]),
-    ],
-)
-def test_a_torch_run_is_logged_like_any_other(strategy, outputs):
-    from conftest import store_client
-
-    (job,) = cli.plan([*TINY, f"strategy={strategy}"], multirun=False)
+    n_iter = 20
+    case = [*TINY[:-1], f"n_iter={n_iter}", "optimizer=adam", "precision=float64", "repeats=2", "time_budget_s=0"]
+    (job,) = cli.plan([*case, "first_call=true", "strategy=torch_compile", "strategy.mode=reduce-overhead"], False)
     out = runner.run_job(job.config, job.overrides, job.name)
-    assert out.status == "FINISHED", out.reason
-    run = store_client(outputs).get_run(out.run_id)
-    assert run.data.params["strategy.name"] == strategy
-    # each strategy logs its own options only: torch_compile its mode, torch_eager none
-    assert run.data.params.get("strategy.mode") == ("default" if strategy == "torch_compile" else None)
-    assert run.data.tags["torch_version"].startswith("2.13.0")
-    m = run.data.metrics
-    assert (m["compile_s"] > 0) == (strategy == "torch_compile") and m["run_s"] > 0 and m["n_iter_run"] == 5
-    assert np.isfinite(m["final_elbo"]) and np.isfinite(m["loglik"])
-    history = store_client(outputs).get_metric_history(out.run_id, "elbo")
-    assert sorted(h.step for h in history) == list(range(5))
+    m = _logged_like_any_other(outputs, out, "torch_compile", "reduce-overhead", n_iter)
+    assert "reduce-overhead" in modes, modes  # the step's compile (the warm-up's own compile takes the default)
+    t = out.result.timing
+    assert t.compile_s > 0 and t.run_s > 0 and len(t.runs_s) == 2 and m["n_runs"] == 2
+    assert t.first_call_s > 0 and m["first_call_s"] == pytest.approx(t.first_call_s)
+    assert t.ms_per_iter == pytest.approx(1e3 * t.run_s / n_iter, rel=1e-12)
+    (ref,) = cli.plan([*case, "strategy=scan"], multirun=False)
+    scan = runner.run_job(ref.config, ref.overrides, ref.name)
+    assert scan.status == "FINISHED", scan.reason
+    curve = scan.result.elbo
+    assert curve[-1] > curve[0], "the fit moved"
+    assert_close(out.result.elbo, curve, RTOL["float64"], "torch_compile mode=reduce-overhead curve")
 
 
 # ------------------------------------------------------------------ 4. without torch, and bad options
