@@ -530,3 +530,29 @@ def scoped_environ(unset, **values: str):
     finally:
         os.environ.clear()
         os.environ.update(before)
+
+
+# ---------------------------------------------------------------- the cluster group's team store
+@dataclass(frozen=True)
+class TeamStore:
+    """A PostgreSQL 15 database and an MLflow server backed by it (tests/daemons.py)."""
+
+    db: object  # daemons.Database: uri, data, port (daemons.halt and daemons.restart take it)
+    server: object  # daemons.Server: uri, artifacts, log, pid
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory):
+    """One PostgreSQL-backed MLflow server (one worker process) for the session, started at the first
+    test that asks (the ``cluster`` group's: one xdist worker runs them all, so it starts once), stopped
+    by PID at the end: test_cluster's sweeps and writers, test_store_outage's database stopped under
+    it (then started again). Skipped, saying why, where the cluster extra or PostgreSQL is missing."""
+    import daemons
+
+    pytest.importorskip("psycopg", reason="needs plnexp's cluster extra: pip install -e '.[cluster]'")
+    try:
+        folder = tmp_path_factory.mktemp("pg_server")
+        with daemons.postgres() as db, daemons.mlflow_server(db.uri, folder, workers=1) as server:
+            yield TeamStore(db, server)
+    except daemons.Unavailable as e:
+        pytest.skip(f"no PostgreSQL-backed MLflow server here: {e}")

@@ -151,9 +151,15 @@ KillWait={kill_wait}
 MinJobAge=300
 MpiDefault=none
 SchedulerType=sched/backfill
+SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
 NodeName={host} CPUs={cpus} RealMemory={mem_mb} State=UNKNOWN
 PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
 """
+
+
+# SchedulerParameters: a batch job (an array's task) is started at the scheduler's next pass, not
+# after slurmctld's default delay of batch scheduling, which is for sites submitting thousands of
+# jobs a second; the tests' arrays of one or two tasks would otherwise wait on it at every sweep
 
 
 @dataclass

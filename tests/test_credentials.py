@@ -427,7 +427,7 @@ SWEEP = (
     "sweep",
     *TINY,
     "dataset.optimum=false",  # no convergence metrics: each worker would fit the data's optimum first
-    "strategy=scan,fori_loop",
+    "strategy=scan",  # one job: one worker (a loky worker, a SLURM task) gets the credential as any other would
     "n_iter=5",
     "dataset.replication=1",
     "report.rounds=0",
@@ -604,7 +604,7 @@ def _watch(proc: subprocess.Popen, marker: str, timeout: float) -> Seen:
 def test_a_sweep_under_joblib_and_slurm_into_the_team_server_leaks_no_password(
     team, tmp_path, request, launcher, user, way
 ):
-    """A 2-job sweep (``python -m plnexp sweep hydra/launcher=...``) into the recipe's server, the
+    """A one-job sweep (``python -m plnexp sweep hydra/launcher=...``) into the recipe's server, the
     account's password in MLFLOW_TRACKING_URI's userinfo (HYDRA_FULL_ERROR=1 set) or in
     ~/.mlflow/credentials: every run
     FINISHED, carrying its MLflow user (the UI's "User" column); then each password (the database's,
@@ -668,7 +668,7 @@ def test_a_sweep_under_joblib_and_slurm_into_the_team_server_leaks_no_password(
     with _env(MLFLOW_TRACKING_USERNAME="admin", MLFLOW_TRACKING_PASSWORD=ADMIN_PASSWORD):
         cl = MlflowClient(team.server.uri)
         runs = cl.search_runs([cl.get_experiment_by_name(experiment).experiment_id])
-    assert len(runs) == 3 and {r.info.status for r in runs} == {"FINISHED"}, runs
+    assert len(runs) == 2 and {r.info.status for r in runs} == {"FINISHED"}, runs  # the parent and its job
     # an MLflow account's name; the OS user's where the store is the database itself
     assert {r.data.tags["mlflow.user"] for r in runs} == {getpass.getuser() if user == "db" else user}
     jobs = {r.data.tags["plnexp.pid"] for r in runs if "mlflow.parentRunId" in r.data.tags}
