@@ -301,29 +301,28 @@ def test_srun_two_tasks_fit_the_curve_of_one_process_and_log_one_run(env, server
     """``srun -n 2 python -m plnexp run strategy=scan_sharded processes=2`` (issue #51: launched as HPC
     users do): both SLURM tasks join one JAX job (``jax.distributed.initialize()`` reading SLURM's
     environment), task 0's process logs the one run; its float64 ELBO curve equals one process's to
-    1e-10 relative. PLN-PCA's fit (its block Newton rounds reduce across the processes); that each
-    model's fit across processes equals one process's is test_processes' (processes plnexp starts):
-    what srun changes is how the tasks find each other, whatever the model."""
+    1e-10 relative, for the full model and for PLN-PCA."""
     from test_processes import FIT, MODELS, _curve
 
     cl = _client(server.uri)
-    fit = [*FIT, *MODELS["pca"], "dataset.optimum=false"]
-    one = plnexp_main("run", *fit, "experiment=srun1", cwd=tmp_path)
-    assert one.returncode == 0, one.stderr
-    cmd = ["srun", "-n", "2", "--cpus-per-task=1", "--partition=debug", sys.executable, "-m", "plnexp"]
-    two = subprocess.run(
-        [*cmd, "run", *fit, "processes=2", "experiment=srun2"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        cwd=tmp_path,
-    )
-    assert two.returncode == 0, two.stderr[-3000:]
-    (run1,) = cl.search_runs([cl.get_experiment_by_name("srun1").experiment_id])
-    (run2,) = cl.search_runs([cl.get_experiment_by_name("srun2").experiment_id])  # task 0's
-    assert run2.info.status == "FINISHED" and run2.data.params["processes"] == "2"
-    assert all(run2.data.metrics[f"peak_rss_mb_process_{i}"] > 0 for i in (0, 1))
-    c1, c2 = _curve(cl, run1), _curve(cl, run2)
-    assert len(c1) == len(c2) == 20
-    np.testing.assert_allclose(c2, c1, rtol=1e-10, atol=0)
+    for model, extra in MODELS.items():
+        fit = [*FIT, *extra, "dataset.optimum=false"]
+        one = plnexp_main("run", *fit, f"experiment=srun1-{model}", cwd=tmp_path)
+        assert one.returncode == 0, one.stderr
+        cmd = ["srun", "-n", "2", "--cpus-per-task=1", "--partition=debug", sys.executable, "-m", "plnexp"]
+        two = subprocess.run(
+            [*cmd, "run", *fit, "processes=2", f"experiment=srun2-{model}"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            cwd=tmp_path,
+        )
+        assert two.returncode == 0, two.stderr[-3000:]
+        (run1,) = cl.search_runs([cl.get_experiment_by_name(f"srun1-{model}").experiment_id])
+        (run2,) = cl.search_runs([cl.get_experiment_by_name(f"srun2-{model}").experiment_id])  # task 0's
+        assert run2.info.status == "FINISHED" and run2.data.params["processes"] == "2"
+        assert all(run2.data.metrics[f"peak_rss_mb_process_{i}"] > 0 for i in (0, 1))
+        c1, c2 = _curve(cl, run1), _curve(cl, run2)
+        assert len(c1) == len(c2) == 20
+        np.testing.assert_allclose(c2, c1, rtol=1e-10, atol=0)
