@@ -556,3 +556,14 @@ def pg_server(tmp_path_factory):
             yield TeamStore(db, server)
     except daemons.Unavailable as e:
         pytest.skip(f"no PostgreSQL-backed MLflow server here: {e}")
+
+
+class Counter:
+    """Counts the calls of a function it stands in for (and still calls it)."""
+
+    def __init__(self, fn):
+        self.fn, self.calls = fn, 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return self.fn(*args, **kwargs)

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import jax
 import jax.numpy as jnp
 import pytest
+from conftest import Counter
 
 from plnexp.experiment import hydra_compat
 from plnexp.store import mlflow_compat
@@ -279,14 +280,3 @@ def _flags(cfg) -> dict:
 
     walk(cfg, "")
     return out
-
-
-class Counter:
-    """Counts the calls of a function it stands in for (and still calls it)."""
-
-    def __init__(self, fn):
-        self.fn, self.calls = fn, 0
-
-    def __call__(self, *args, **kwargs):
-        self.calls += 1
-        return self.fn(*args, **kwargs)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pickle
 
 import pytest
+from conftest import Counter
 
 from plnexp.__main__ import main
 from plnexp.experiment import executors, plan
@@ -15,17 +16,6 @@ from plnexp.jobs.spec import JobSpec, Kind
 
 TINY = ["dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=3", "repeats=1", "time_budget_s=0"]
 QUIET = ["report=false", "report.rounds=0", "report.control=false"]
-
-
-class Counter:
-    """Counts the calls of a function it stands in for (and still calls it)."""
-
-    def __init__(self, fn):
-        self.fn, self.calls = fn, 0
-
-    def __call__(self, *args, **kwargs):
-        self.calls += 1
-        return self.fn(*args, **kwargs)
 
 
 @pytest.fixture
