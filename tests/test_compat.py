@@ -258,7 +258,10 @@ def test_cached_config_sources_compose_what_hydra_composes_and_reread_an_edited_
         assert warm[0].model.rank != 99 and warm[1].dataset.n == 7
         (user / "mine.yaml").write_text("defaults:\n  - synthetic\n  - _self_\nn: 8\n")  # same size, new bytes
         assert compose("config", overrides=jobs[1]).dataset.n == 8 and loads.calls == 1
-    monkeypatch.setattr(hydra_compat, "_cached_sources", False)
+    from hydra._internal.sources_registry import SourcesRegistry
+
+    for scheme in ("file", "pkg", "structured"):  # as in a process not cached yet (the marks back after the test)
+        monkeypatch.delattr(SourcesRegistry.instance().types[scheme], hydra_compat._MARK)
     monkeypatch.setattr(hydra_compat, "HYDRA", OTHER)
     with pytest.warns(CompatWarning, match="cache_config_sources"):
         assert hydra_compat.cache_config_sources() is False

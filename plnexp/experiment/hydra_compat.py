@@ -29,7 +29,7 @@ def parse_overrides(overrides: Sequence[str]) -> list:
 
 # (source kind, its path, its provider, the file's bytes) -> the pickled ConfigResult Hydra made of them
 _SOURCE_CACHE: dict[tuple, bytes] = {}
-_cached_sources = False  # whether this process's config sources are cached (:func:`cache_config_sources`)
+_MARK = "_plnexp_cached"  # set on each Hydra class patched here: whether this process's sources are cached
 
 
 def cache_config_sources() -> bool:
@@ -50,7 +50,6 @@ def cache_config_sources() -> bool:
     and the deep copy of ``StructuredConfigSource`` (``CachingConfigRepository`` deep-copies its
     sources at each composition). Nothing public hands Hydra parsed configs. Gate: on another
     hydra-core, warns, then leaves Hydra's reads uncached."""
-    global _cached_sources
     import copy
     import os
     import pickle
@@ -61,9 +60,7 @@ def cache_config_sources() -> bool:
     # the classes Hydra's repositories are made of: its plugin scan runs their modules again, so
     # these, not the ones an import gives (the registry keeps the class first registered)
     registry = SourcesRegistry.instance()
-    if _cached_sources and all(
-        "_plnexp_cached" in vars(registry.types.get(scheme, object)) for scheme in ("file", "pkg", "structured")
-    ):
+    if all(_MARK in vars(registry.types.get(scheme, object)) for scheme in ("file", "pkg", "structured")):
         return True
     if not gate("hydra-core", HYDRA, "hydra_compat.cache_config_sources", "reading configs uncached"):
         return False
@@ -119,8 +116,7 @@ def cache_config_sources() -> bool:
 
     for scheme, patch in (("file", cache_file), ("pkg", cache_pkg), ("structured", share_store)):
         cls = registry.resolve(scheme)
-        if not cls.__dict__.get("_plnexp_cached"):
+        if _MARK not in vars(cls):
             patch(cls)
-            setattr(cls, "_plnexp_cached", True)  # noqa: B010 - a mark on Hydra's class, not one of its attributes
-    _cached_sources = True
+            setattr(cls, _MARK, True)
     return True

@@ -433,12 +433,11 @@ def _rerun_one(uri: str, src: Source, overrides: list[str]):
     if src.peer is not None:
         return _rerun_peer(uri, src, src.run.experiment_id, None, 0)
     spec = job_spec(src, overrides)
-    # compared with the original's timings: compile_cache auto is off, the compile cold (a sweep's rerun: sweep.Task)
-    if src.config.processes > 1:  # its workers started here, process 0 logging the rerun (processes.run_job)
-        from . import processes
+    from . import sweep
 
-        return processes.run_job(src.config.as_study(), spec.overrides, spec.name, tags=spec.run_tags)
-    job = runner.run_job(src.config.as_study(), spec.overrides, spec.name, tags=spec.run_tags)
+    # compared with the original's timings: compile_cache auto is off, the compile cold (a sweep's rerun:
+    # sweep.Task); a fit across processes through its workers, started here (sweep.run_job, the one switch)
+    job = sweep.run_job(src.config.as_study(), spec.overrides, spec.name, tags=spec.run_tags)
     k = src.run.replicate
     return job.batch[k] if k < len(job.batch) else job
 
