@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import re
 import subprocess
 import sys
 import time
@@ -297,11 +298,13 @@ def test_doctor_sees_the_cluster(cluster, monkeypatch):
     assert check.ok is True and "partitions: debug" in check.detail, check
 
 
-def test_srun_two_tasks_fit_the_curve_of_one_process_and_log_one_run(env, server, plnexp_main, tmp_path):
-    """``srun -n 2 python -m plnexp run strategy=scan_sharded processes=2`` (issue #51: launched as HPC
-    users do): both SLURM tasks join one JAX job (``jax.distributed.initialize()`` reading SLURM's
-    environment), task 0's process logs the one run; its float64 ELBO curve equals one process's to
-    1e-10 relative, for the full model and for PLN-PCA."""
+def test_two_slurm_tasks_fit_the_curve_of_one_process_and_log_one_run(env, server, plnexp_main, tmp_path):
+    """Issue #51, launched as HPC users do, both ways: ``srun -n 2 python -m plnexp run
+    strategy=scan_sharded processes=2`` (the full model), and a sweep of ``processes=2`` under the
+    SLURM launcher, which submits the job as one SLURM job of 2 tasks (PLN-PCA). Either way both tasks
+    join one JAX job (``jax.distributed.initialize()`` reading SLURM's environment) and task 0's
+    process logs the one run; its float64 ELBO curve equals one process's to 1e-10 relative. (Each
+    model across local processes, and each launch path's model-independence: tests/test_processes.py.)"""
     from test_processes import FIT, MODELS, _curve
 
     cl = _client(server.uri)
@@ -309,20 +312,22 @@ def test_srun_two_tasks_fit_the_curve_of_one_process_and_log_one_run(env, server
         fit = [*FIT, *extra, "dataset.optimum=false"]
         one = plnexp_main("run", *fit, f"experiment=srun1-{model}", cwd=tmp_path)
         assert one.returncode == 0, one.stderr
-        cmd = ["srun", "-n", "2", "--cpus-per-task=1", "--partition=debug", sys.executable, "-m", "plnexp"]
-        two = subprocess.run(
-            [*cmd, "run", *fit, "processes=2", f"experiment=srun2-{model}"],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=300,
-            cwd=tmp_path,
-        )
+        if model == "full":
+            cmd = ["srun", "-n", "2", "--cpus-per-task=1", "--partition=debug", sys.executable, "-m", "plnexp"]
+            cmd += ["run", *fit, "processes=2", f"experiment=srun2-{model}"]
+        else:
+            cmd = [sys.executable, "-m", "plnexp", "sweep", "sweep=null", *SWEEP, *fit, "processes=2"]  # run's config
+            cmd.append(f"experiment=srun2-{model}")
+        two = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
         assert two.returncode == 0, two.stderr[-3000:]
         (run1,) = cl.search_runs([cl.get_experiment_by_name(f"srun1-{model}").experiment_id])
-        (run2,) = cl.search_runs([cl.get_experiment_by_name(f"srun2-{model}").experiment_id])  # task 0's
-        assert run2.info.status == "FINISHED" and run2.data.params["processes"] == "2"
+        runs = cl.search_runs([cl.get_experiment_by_name(f"srun2-{model}").experiment_id])
+        (run2,) = [r for r in runs if r.data.params.get("processes") == "2"]  # task 0's (a sweep's: the child)
+        assert run2.info.status == "FINISHED"
         assert all(run2.data.metrics[f"peak_rss_mb_process_{i}"] > 0 for i in (0, 1))
+        if model != "full":  # the sweep's job: one SLURM job of two tasks, on the node
+            assert re.search(r"submitted 1 job\(s\) to slurm as job \d+ of 2 tasks", two.stdout), two.stdout
+            assert run2.data.tags["plnexp.slurm_job"] and len(runs) == 2, [r.data.tags for r in runs]
         c1, c2 = _curve(cl, run1), _curve(cl, run2)
         assert len(c1) == len(c2) == 20
         np.testing.assert_allclose(c2, c1, rtol=1e-10, atol=0)

@@ -189,26 +189,42 @@ def test_bad_processes_fail_in_one_line(overrides, message):
     [
         (
             ["hydra/launcher=joblib"],
-            "hydra/launcher=joblib: a sweep's jobs of processes=2 start their processes from the sweep's driver, "
-            "one job after the other; allowed value with processes > 1 is basic",
+            "hydra/launcher=joblib: a sweep's jobs of processes=2 start their processes from the sweep's driver "
+            "or as one SLURM job of 2 tasks; allowed values with processes > 1 are basic, slurm, submitit_slurm",
         ),
         (
-            ["hydra/launcher=slurm"],
-            "hydra/launcher=slurm: a sweep's jobs of processes=2 start their processes from the sweep's driver, "
-            "one job after the other; allowed value with processes > 1 is basic",
+            ["hydra/launcher=slurm", "hydra.launcher.nodes=3"],
+            "hydra.launcher.nodes=3: a job of processes=2 runs 2 SLURM tasks, the same number on each node; "
+            "allowed values are the divisors of 2",
         ),
         (
             ["device=gpu"],
-            "processes=2 with device=gpu: a sweep's 2 processes start on this machine and would share its "
-            "accelerators; allowed value with processes > 1 in a sweep is device=cpu",
+            "processes=2 with device=gpu: a sweep's 2 processes would share the accelerators of their machine; "
+            "allowed value with processes > 1 in a sweep is device=cpu",
         ),
     ],
 )
-def test_a_sweep_of_processes_refuses_other_launchers_and_accelerators_in_one_line(overrides, message):
-    cli.plan(["strategy=scan_sharded", "processes=2", "n_iter=3,4"], multirun=True)  # the basic launcher: planned
+def test_a_sweep_of_processes_refuses_joblib_uneven_nodes_and_accelerators_in_one_line(overrides, message):
+    """Planned under the basic launcher (workers from the driver) and under SLURM (a job of N tasks,
+    on one node or on two: tests/test_cluster.py runs it); refused in one line otherwise."""
+    for launcher in (["hydra/launcher=basic"], ["hydra/launcher=slurm", "hydra.launcher.nodes=2"]):
+        cli.plan(["strategy=scan_sharded", "processes=2", "n_iter=3,4", *launcher], multirun=True)
     with pytest.raises(ConfigError) as err:
         cli.plan(["strategy=scan_sharded", "processes=2", "n_iter=3,4", *overrides], multirun=True, check_device=False)
     assert str(err.value) == message
+
+
+def test_under_slurm_a_job_of_processes_is_a_job_of_its_own_with_that_many_tasks():
+    """With rounds on, a group's jobs share one SLURM task; jobs of processes > 1 never do (their
+    program spans processes the task is not): each is a unit of its own of N tasks, the rest as before."""
+    from plnexp.experiment import sweep
+
+    grid = ["strategy=scan_sharded", "strategy.via=jit,shard_map", "hydra/launcher=slurm"]
+    specs = cli.plan([*grid, "processes=2"], multirun=True).specs()
+    assert [(u.num, u.tasks) for u in sweep.units_of(specs, rounds=True)] == [(0, 2), (1, 2)]
+    specs = cli.plan(grid, multirun=True).specs()
+    (group,) = sweep.units_of(specs, rounds=True)  # one process each: the group, one task
+    assert group.tasks == 1 and len(group.specs) == 2 and group.rounds
 
 
 def test_processes_is_hashed_only_away_from_1():

@@ -99,11 +99,15 @@ class Slurm:
 
         if not items:
             return []
-        jobs = self.executor().map_array(work, list(items))
-        first = jobs[0].job_id.split("_")[0]
+        jobs = self.submit(work, items)
         partition = self.params.get("partition")
+        tasks = [getattr(item, "tasks", 1) for item in items]
+        arrays = dict.fromkeys(j.job_id.split("_")[0] for j, k in zip(jobs, tasks) if k == 1)
+        what = [f"job array {a}" for a in arrays] + [
+            f"job {j.job_id} of {k} tasks" for j, k in zip(jobs, tasks) if k > 1
+        ]
         print(
-            f"submitted {len(jobs)} job(s) to slurm as job array {first}"
+            f"submitted {len(jobs)} job(s) to slurm as {', '.join(what)}"
             f"{' on partition ' + str(partition) if partition else ''}; "
             f"logs: {jobs[0].paths.stdout} and the like",
             flush=True,
@@ -121,6 +125,35 @@ class Slurm:
                 print(redact_text(f"{label}{item.name}: slurm job {e.job} {e.state}{why}"), flush=True)
 
         return [e.result for e in slurm.wait(jobs, on_end)]
+
+    def submit(self, work: Callable, items: Sequence) -> list:
+        """Submit ``work(item)`` for each item: the items of one task (``item.tasks``, 1 when
+        absent) as one job array; an item of N tasks (a job of ``processes=N``: one fit across N
+        processes) as a job of its own with N tasks, ``nodes`` of the settings sharing them (each
+        task runs ``work(item)``; task 0's result is the job's). In the items' order."""
+        executor = self.executor()
+        jobs: list = [None] * len(items)
+        one = [i for i, item in enumerate(items) if getattr(item, "tasks", 1) == 1]
+        if one:
+            for i, job in zip(one, executor.map_array(work, [items[i] for i in one])):
+                jobs[i] = job
+        nodes = int(self.params.get("nodes") or 1)
+        for i, item in enumerate(items):
+            if jobs[i] is None:
+                executor.update_parameters(nodes=nodes, tasks_per_node=tasks_per_node(item.tasks, nodes))
+                jobs[i] = executor.submit(work, item).task(0)
+        return jobs
+
+
+def tasks_per_node(tasks: int, nodes: int) -> int:
+    """The SLURM tasks per node of a job of ``tasks`` tasks on ``nodes`` nodes; one-line
+    ConfigError where they do not divide."""
+    if tasks % nodes:
+        raise ConfigError(
+            f"hydra.launcher.nodes={nodes}: a job of processes={tasks} runs {tasks} SLURM tasks, the same "
+            f"number on each node; allowed values are the divisors of {tasks}"
+        )
+    return tasks // nodes
 
 
 Executor = InProcess | Joblib | Slurm

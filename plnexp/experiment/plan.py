@@ -388,28 +388,35 @@ def plan(overrides: list[str], multirun: bool, *, check_device: bool = True) -> 
     if multirun and launcher not in executors.LAUNCHERS:
         raise ConfigError(f"hydra/launcher={launcher}: allowed values are {', '.join(executors.LAUNCHERS)}")
     if multirun:
-        _check_processes(jobs, launcher)
+        node = master.hydra.get("launcher") if master is not None else None
+        settings = OmegaConf.to_container(node, resolve=True) if node is not None else {}
+        _check_processes(jobs, launcher, cast(dict[str, Any], settings))
     return Plan(tuple(jobs), launcher, master)
 
 
-def _check_processes(jobs: list[Job], launcher: str) -> None:
-    """A sweep's jobs of ``processes`` > 1: their workers start from the sweep's driver, one job after
-    the other (:func:`plnexp.experiment.processes.run_job`), so only under the basic launcher (a joblib
-    worker or a SLURM task does not start processes of its own), and on CPUs (the N processes share
-    this machine). Else one :class:`ConfigError` line."""
+def _check_processes(jobs: list[Job], launcher: str, settings: dict) -> None:
+    """A sweep's jobs of ``processes`` > 1, on CPUs. Under the basic launcher their workers start from
+    the sweep's driver, one job after the other (:func:`plnexp.experiment.processes.run_job`); under
+    SLURM each is a job of N tasks (:meth:`plnexp.experiment.executors.Slurm.submit`), its tasks spread
+    evenly over the launcher's ``nodes``; a joblib worker does not start processes of its own. Else
+    one :class:`ConfigError` line."""
     across = next((j.config for j in jobs if j.config.processes > 1), None)
     if across is None:
         return
     n = across.processes
-    if launcher != "basic":
-        raise ConfigError(
-            f"hydra/launcher={launcher}: a sweep's jobs of processes={n} start their processes from the sweep's "
-            "driver, one job after the other; allowed value with processes > 1 is basic"
-        )
     if across.device.value != "cpu":
         raise ConfigError(
-            f"processes={n} with device={across.device.value}: a sweep's {n} processes start on this machine and "
-            "would share its accelerators; allowed value with processes > 1 in a sweep is device=cpu"
+            f"processes={n} with device={across.device.value}: a sweep's {n} processes would share the "
+            "accelerators of their machine; allowed value with processes > 1 in a sweep is device=cpu"
+        )
+    if launcher in executors.SLURM:
+        for tasks in {j.config.processes for j in jobs if j.config.processes > 1}:
+            executors.tasks_per_node(tasks, int(settings.get("nodes") or 1))
+    elif launcher != "basic":
+        raise ConfigError(
+            f"hydra/launcher={launcher}: a sweep's jobs of processes={n} start their processes from the sweep's "
+            f"driver or as one SLURM job of {n} tasks; allowed values with processes > 1 are basic, "
+            + ", ".join(executors.SLURM)
         )
 
 

@@ -32,9 +32,11 @@ the other, as always there); process 0 logs the run as a child of the sweep's pa
 travels in the pickled :class:`Job`) and hands its outcome back (:class:`Ran`, in the job's folder);
 a worker that fails makes the job FAILED with the one line, and the sweep goes on. ``resume=true``
 then runs it again like any job that did not finish; ``rerun`` of such a run (or of its sweep)
-starts its workers the same way. A joblib worker or a SLURM task does not start workers: a sweep of
-``processes`` > 1 under those launchers is refused (:mod:`plnexp.experiment.plan`), and the
-interleaved rounds leave such jobs out (:mod:`plnexp.experiment.groups`).
+starts its workers the same way. Under the SLURM launcher such a job is one SLURM job of N tasks,
+each of which joins the others as under ``srun`` (:func:`plnexp.experiment.sweep.across_in_worker`:
+task 0 runs the job, the others :func:`follow`). A joblib worker does not start workers: a sweep of
+``processes`` > 1 under it is refused (:mod:`plnexp.experiment.plan`), and the interleaved rounds
+leave such jobs out (:mod:`plnexp.experiment.groups`).
 """
 
 from __future__ import annotations
@@ -417,8 +419,9 @@ def worker(spec_file: str, output_dir: str, environ: Mapping[str, str] = os.envi
     return code
 
 
-def _other(config: Config, overrides, name: str, output_dir: str) -> int:
-    """A worker other than process 0: the same fit, nothing reported (no store, no floor)."""
+def follow(config: Config, overrides, name: str, output_dir: str) -> int:
+    """A process other than process 0 (a worker, a SLURM task): the same fit, nothing reported (no
+    store, no floor); 0 when it finished, else 1 with one line on stderr."""
     import jax
 
     from . import runner
@@ -435,7 +438,7 @@ def _job(job: Job, output_dir: str, lead: bool) -> int:
     (its run logged, a child of the sweep's parent) and writes its :class:`Ran` into the folder
     (whole or not at all; ``run``'s job: prints its summary instead); the others fit with it."""
     if not lead:
-        return _other(job.config, job.overrides, job.name, output_dir)
+        return follow(job.config, job.overrides, job.name, output_dir)
     from . import runner
 
     try:

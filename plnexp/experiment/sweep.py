@@ -22,7 +22,8 @@ A job in another process gets the record with its spec (pickled), never through 
 memory; a worker tells itself from the driver by what its executor called (:func:`job_of`). A job of
 ``processes`` > 1 (one fit across N JAX processes) runs through its N workers, which :func:`run_job`
 starts from the process running the job (the basic launcher's driver) and waits for
-(:mod:`plnexp.experiment.processes`: process 0 logs the child run and hands the outcome back).
+(:mod:`plnexp.experiment.processes`: process 0 logs the child run and hands the outcome back); under
+SLURM it is one SLURM job of N tasks, each joining the others (:func:`across_in_worker`).
 
 The **control job** (:meth:`Task.control`): after the grid, the sweep's reference job
 (:func:`plnexp.experiment.plan.control_reference`: scan's, else the first) runs once more with the same config,
@@ -457,11 +458,19 @@ def run_job(config: C.Config, overrides=(), name: str | None = None, output_dir:
     ``config.processes`` > 1 processes, through its workers started here and waited for
     (:func:`plnexp.experiment.processes.run_job`: process 0 logs the run, a child of the sweep's
     parent; its outcome comes back, its program does not: ``hold`` is not kept)."""
-    if config.processes > 1:
+    if config.processes > 1 and not _joined():
         from . import processes
 
         return processes.run_job(config, overrides, name, output_dir, **where)
     return runner.run_job(config, overrides, name, output_dir, hold=hold, **where)
+
+
+def _joined() -> bool:
+    """Whether this process has joined a fit across processes already (a SLURM task of a job of N
+    tasks, :func:`across_in_worker`): it runs its share itself, starting no workers."""
+    import jax
+
+    return jax.distributed.is_initialized()
 
 
 @dataclass
@@ -754,6 +763,12 @@ class Unit:
     rounds: bool = False
 
     @property
+    def tasks(self) -> int:
+        """The SLURM tasks the unit's job is one of: ``processes`` of a job of one fit across
+        processes (each task one process), else 1."""
+        return self.specs[0].config.processes if len(self.specs) == 1 else 1
+
+    @property
     def num(self) -> int | None:
         """The job number of a unit of one job (None for a group)."""
         return self.specs[0].num if len(self.specs) == 1 else None
@@ -777,14 +792,19 @@ def units_of(specs, rounds: bool) -> list[Unit]:
     (its jobs in job order, then its rounds); every other job is a task of its own."""
     if not rounds:
         return [Unit((s,)) for s in specs]
-    compared, alone = groups.partition(list(specs))
+    across = [s for s in specs if s.config.processes > 1]  # never in a group (plnexp.experiment.groups)
+    compared, alone = groups.partition([s for s in specs if s.config.processes == 1])
+    alone += across
     units = [Unit(tuple(members), rounds=True) for members in compared] + [Unit((s,)) for s in alone]
     return sorted(units, key=lambda u: u.specs[0].num or 0)
 
 
 def unit_in_worker(task: Task, record: SweepRecord, sweep_dir: str, unit: Unit) -> Finished:
     """A SLURM task: its unit's jobs here, one after the other (their programs kept), then the
-    group's rounds on this node; the verdicts go back to the driver, which logs them."""
+    group's rounds on this node; the verdicts go back to the driver, which logs them. One of the
+    tasks of a job of ``processes`` > 1: :func:`across_in_worker`."""
+    if unit.tasks > 1:
+        return across_in_worker(task, record, sweep_dir, unit.specs[0])
     task = replace(task, held=groups.Held() if unit.rounds else None, grid={})
     lines = [job_of(task, record, sweep_dir, False, spec) for spec in unit.specs]
     verdicts = []
@@ -797,6 +817,34 @@ def unit_in_worker(task: Task, record: SweepRecord, sweep_dir: str, unit: Unit) 
             dropped = f", {v.dropped} dropped" if v.dropped else ""
             lines.append(f"[rounds] {v.label}: {v.rounds} rounds{dropped} in {v.seconds:.1f} s on {node}")
     return Finished([line for line in lines if line], verdicts)
+
+
+def across_in_worker(task: Task, record: SweepRecord, sweep_dir: str, spec: JobSpec) -> Finished:
+    """One of the N tasks of the SLURM job of a job of ``processes=N`` (:class:`plnexp.experiment.executors.Slurm`
+    submits it with N tasks): join the others first (``jax.distributed.initialize()`` reads SLURM's
+    environment, as under ``srun -n N python -m plnexp run``); then task 0 runs the job as any SLURM
+    task does (its run logged, a child of the sweep's parent; its line back to the driver, which
+    reads task 0's result) and the others fit with it, reporting nothing. A task that fails ends
+    non-zero with one line (the driver's wait reports the job)."""
+    from ..system import runtime
+    from . import processes
+
+    n = spec.config.processes
+    runtime.configure()  # this process's settings before JAX starts (as a worker: processes.worker)
+    processes.placement(n)  # srun started another number of tasks: one line (ValueError)
+    processes.Placement(None, None, None).initialize()
+    import jax
+
+    if jax.process_index() == 0:
+        line = job_of(replace(task, held=None, grid={}), record, sweep_dir, False, spec)
+        finished = Finished([line] if line else [], [])
+    else:
+        config, output_dir = spec.config.as_study(), job_dir(Path(sweep_dir), spec.num)
+        if processes.follow(config, spec.overrides, spec.name, output_dir) != 0:
+            raise RuntimeError(f"job {spec.name}: process {jax.process_index()} of {n} did not finish")
+        finished = Finished([], [])
+    jax.distributed.shutdown()  # waits for the others: process 0 is logging the run
+    return finished
 
 
 def run_jobs(task: Task, record: SweepRecord, sweep_dir: Path, specs, executor: executors.Executor) -> list:
