@@ -388,13 +388,12 @@ def plan(overrides: list[str], multirun: bool, *, check_device: bool = True) -> 
     if multirun and launcher not in executors.LAUNCHERS:
         raise ConfigError(f"hydra/launcher={launcher}: allowed values are {', '.join(executors.LAUNCHERS)}")
     if multirun:
-        node = master.hydra.get("launcher") if master is not None else None
-        settings = OmegaConf.to_container(node, resolve=True) if node is not None else {}
-        _check_processes(jobs, launcher, cast(dict[str, Any], settings))
+        nodes = OmegaConf.select(master, "hydra.launcher.nodes", default=None) if master is not None else None
+        _check_processes(jobs, launcher, int(nodes or 1))
     return Plan(tuple(jobs), launcher, master)
 
 
-def _check_processes(jobs: list[Job], launcher: str, settings: dict) -> None:
+def _check_processes(jobs: list[Job], launcher: str, nodes: int = 1) -> None:
     """A sweep's jobs of ``processes`` > 1, on CPUs. Under the basic launcher their workers start from
     the sweep's driver, one job after the other (:func:`plnexp.experiment.processes.run_job`); under
     SLURM each is a job of N tasks (:meth:`plnexp.experiment.executors.Slurm.submit`), its tasks spread
@@ -411,7 +410,7 @@ def _check_processes(jobs: list[Job], launcher: str, settings: dict) -> None:
         )
     if launcher in executors.SLURM:
         for tasks in {j.config.processes for j in jobs if j.config.processes > 1}:
-            executors.tasks_per_node(tasks, int(settings.get("nodes") or 1))
+            executors.tasks_per_node(tasks, nodes)
     elif launcher != "basic":
         raise ConfigError(
             f"hydra/launcher={launcher}: a sweep's jobs of processes={n} start their processes from the sweep's "
