@@ -118,9 +118,9 @@ def sparse_rows(Y, dtype, mesh: Mesh, devices: int, per: int) -> SparseCounts:
     starts = np.minimum(np.arange(devices + 1) * per, Y.shape[0])
     row_nnz = np.diff(Y.indptr)
     nnz = [int(Y.indptr[b] - Y.indptr[a]) for a, b in zip(starts[:-1], starts[1:])]
+    if max(nnz) >= 2**31 - 1:  # int32 offsets (checked before the int32 maximum across processes)
+        raise DataError(f"sparse counts: {max(nnz)} non-zeros on one device; allowed are fewer than 2**31 - 1")
     width = across_processes_max(max(nnz)) + 1  # every device's length: one entry of value 0 at least
-    if width >= 2**31:
-        raise DataError(f"sparse counts: {width - 1} non-zeros on one device; allowed are fewer than 2**31 - 1")
     row_nnz_max = across_processes_max(int(row_nnz.max(initial=0)))
     indptr = np.zeros((devices, per + 1), np.int32)
     indices = np.zeros((devices, width), np.int32)
