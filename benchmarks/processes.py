@@ -13,10 +13,9 @@ The cases:
 - ``full``: the full model on oaks replicated to ``--rows`` rows (default 1,724 x 116 = 199,984 rows
   x 114);
 - ``pca``: PLN-PCA rank ``--rank`` on synthetic counts ``--pca-rows`` x ``--pca-p`` with
-  ``--zero-fraction`` zeros (``dataset=synthetic_pca``). Dense counts: ``scan_sharded`` places dense
-  counts (its registry entry has ``sparse_counts=False``), so sparse counts do not cross processes
-  yet; each process draws only the blocks of rows it holds (per-block seeds: the same data for N = 1
-  and 2).
+  ``--zero-fraction`` zeros (``dataset=synthetic_pca``), dense counts (Newton, every row at once;
+  sparse counts need ``model.block_rows`` and ``strategy.via=shard_map``, not measured here); each
+  process draws only the blocks of rows it holds (per-block seeds: the same data for N = 1 and 2).
 
 One device per process (``JAX_NUM_CPU_DEVICES=--devices``), float32, ``init`` the model's default,
 ``dataset.optimum=false`` (no best known ELBO computed: not the point). The ratios are N = 2's over

@@ -214,6 +214,21 @@ def test_synthetic_pca_config_round_trip_label_and_replication():
     assert default.config.dataset.label == "synthetic_pca_n2000_p200_q5_s0"
 
 
+def test_synthetic_pca_kept_sparse_by_the_config_is_the_dense_draw():
+    """``dataset.sparse=true``: the same counts as CSR, whole and by rows; hashed only when true."""
+    from plnexp.jobs import provenance
+
+    args = ["dataset=synthetic_pca", "dataset.n=50", "dataset.p=8", "dataset.q=2", "dataset.zero_fraction=0.9"]
+    (dense,), (kept,) = (cli.plan([*args, *extra], multirun=False) for extra in ([], ["dataset.sparse=true"]))
+    assert "sparse" not in provenance.hashed(dense.config)["dataset"]  # older runs keep their hash
+    assert provenance.hashed(kept.config)["dataset"]["sparse"] is True
+    assert kept.config.dataset.label == dense.config.dataset.label + "_sparse"
+    want, got, rows = dense.config.dataset.load(), kept.config.dataset.load(), kept.config.dataset.load_rows(10, 30)
+    assert got.sparse and rows.sparse and got.digest() == want.digest()
+    np.testing.assert_array_equal(got.Y.toarray(), want.Y)
+    np.testing.assert_array_equal(rows.Y.toarray(), want.Y[10:30])
+
+
 @pytest.mark.parametrize(
     "extra,message",
     [

@@ -7,7 +7,8 @@ skips these saying so.
 Tolerances (relative, max |x - ref| <= tol * max |ref|): float64 1e-9 (measured <= 8e-15 over
 curves and parameters: the sums over rows are split in two and added, another order than one
 device's); float32 1e-5 with adam (measured <= 3e-7, as for the other fusions of the step, see
-tests/test_strategies.py).
+tests/test_strategies.py). Sparse counts (PLN-PCA, ``via=shard_map``), float64: 1e-10 (each
+device densifies the blocks of its rows: the same numbers as dense rows, the sums split in two).
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from conftest import store_client
 
 import plnexp
 from plnexp.fitting.engine import make_problem
-from plnexp.core.model import MODELS
+from plnexp.core.model import MODELS, pca_model
 from plnexp.core.optim import OptimizerSpec
+from plnexp.core.arrays import SparseCounts
 from plnexp.core.device import resolve_device
 from plnexp.strategies import RowSharded
 
@@ -101,3 +103,62 @@ def test_command_line_run_on_two_devices(outputs, capsys):
     assert run.data.params["strategy.devices"] == "0" and "final_elbo" in run.data.metrics
     assert main(["run", "strategy=scan_sharded", "strategy.devices=3"]) == 2
     assert "strategy.devices=3: only 2 cpu device(s)" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def sparse_odd():
+    """61 rows (one padding row on 2 devices), 90% zeros, some rows without counts; dense and sparse."""
+    args = dict(n=61, p=12, q=2, zero_fraction=0.9, d=2, seed=5)
+    dense, sparse = plnexp.simulate_pca(**args), plnexp.simulate_pca(**args, sparse=True)
+    assert (np.diff(sparse.Y.indptr) == 0).sum() > 0
+    return dense, sparse
+
+
+SPARSE_KW = dict(model="pca", rank=2, block_rows=8, n_iter=15, precision="float64", timed=False)  # 4 blocks a device
+
+
+def test_sparse_rows_give_each_device_the_csr_of_its_rows(sparse_odd):
+    """Each device holds its rows' CSR: row starts rebased to 0, non-zeros padded with zeros to the
+    fullest device's; together the dense counts and one empty padding row."""
+    import jax
+    from scipy import sparse as sp
+
+    dense, sparse = sparse_odd
+    problem = make_problem(pca_model(2, 8), OptimizerSpec("rprop"), "analytic")
+    program = RowSharded(problem, 5, devices=2, via="shard_map")
+    with jax.enable_x64(True):
+        Y = program.place([sparse], np.float64, resolve_device("cpu")).Y
+    assert isinstance(Y, SparseCounts) and Y.shape == (62, 12)
+    assert Y.row_nnz_max == np.diff(sparse.Y.indptr).max()
+    local = lambda a: [np.asarray(s.data) for s in sorted(a.addressable_shards, key=lambda s: s.index[0].start)]
+    parts = list(zip(local(Y.indptr), local(Y.indices), local(Y.values)))
+    assert len({values.shape for _, _, values in parts}) == 1
+    rows = []
+    for indptr, indices, values in parts:
+        assert indptr.shape == (32,) and indptr[0] == 0
+        assert not values[indptr[-1] :].any()  # the padding entries add nothing
+        rows.append(sp.csr_array((values, indices, indptr), shape=(31, 12)).toarray())
+    np.testing.assert_array_equal(np.vstack(rows), np.vstack([dense.Y, np.zeros((1, 12))]))
+
+
+@pytest.mark.parametrize("init, optimizer", [("seed", "rprop"), ("data", "adam")])
+def test_sparse_sharded_fit_is_dense_scans_fit(init, optimizer, sparse_odd):
+    """The blocks each device densifies are the dense rows: scan's float64 curve on the dense counts
+    (the data init: sparse scan's, whose init takes the same blocked sums)."""
+    dense, sparse = sparse_odd
+    kw = dict(SPARSE_KW, init=init, optimizer=optimizer) | ({"lr": 1e-2} if optimizer == "adam" else {})
+    want = plnexp.fit(dense if init == "seed" else sparse, strategy="scan", **kw)
+    got = plnexp.fit(sparse, strategy="scan_sharded", via="shard_map", devices=2, **kw)
+    assert got.params["M"].shape == (61, 2)  # padding row dropped
+    np.testing.assert_allclose(got.elbo, want.elbo, rtol=1e-10)
+    assert got.loglik == pytest.approx(want.loglik, rel=1e-10)
+
+
+def test_sparse_counts_with_via_jit_are_one_line(sparse_odd):
+    _, sparse = sparse_odd
+    with pytest.raises(ValueError) as e:
+        plnexp.fit(sparse, strategy="scan_sharded", via="jit", devices=2, init="seed", **SPARSE_KW)
+    assert str(e.value) == (
+        "sparse counts with strategy='scan_sharded' and strategy.via='jit': it places the dense counts; "
+        "allowed value with sparse counts is strategy.via='shard_map'"
+    )

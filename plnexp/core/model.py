@@ -923,7 +923,7 @@ def _pca_data_init_blocks(data: Arrays, rank: int, noise: jax.Array | None, b: i
         keep = None if rows is None else take(rows.weight)
         return jax.lax.dynamic_update_slice_in_dim(carry, (residual(take, keep) @ V) / scale, start, axis=0)
 
-    M = jax.lax.fori_loop(0, -(-n // b), rows_of_m, jnp.zeros((n, rank), dtype))
+    M = jax.lax.fori_loop(0, -(-n // b), rows_of_m, _own_sums(rows, jnp.zeros((n, rank), dtype)))  # a device's rows
     if noise is not None:
         M = M + noise
     S = jnp.full((n, rank), 0.5, dtype)
@@ -1000,33 +1000,44 @@ def init_state(model: Model, data: Arrays, init: str, seed: int = 0) -> PLNState
     compile of its own, a large share of a one-off oaks fit (docs/results.md, "A one-off fit against
     pyPLNmodels").
     """
+    return _init(model, init, data, init_noise(model, data, init, seed))
+
+
+def init_state_given(model: Model, data: Arrays, init: str, noise: jax.Array | None) -> PLNState:
+    """:func:`init_state` with its noise given (:func:`init_noise`, drawn for every row): what a
+    row-sharded fit of sparse counts runs under ``shard_map`` on each device's rows."""
+    return _init(model, init, data, noise)
+
+
+def init_noise(model: Model, data: Arrays, init: str, seed: int = 0) -> jax.Array | None:
+    """What :func:`init_state` adds to the data init's M: for ``init="random"`` the (n, width) noise
+    (zero on padding rows; across processes, each process's rows of it where its rows of X are),
+    else None. One-line ValueError for an unknown ``init``."""
     if init not in ("seed", "data", "random"):
         raise ValueError(f"init={init!r}: allowed values are 'seed', 'data', 'random'")
-    noise: np.ndarray | jax.Array | None = None
-    if init == "random":
-        width = model.rank or data.Y.shape[1]  # M's columns: q for pca
-        noise = INIT_NOISE * np.random.default_rng(seed).standard_normal((data.Y.shape[0], width))
-        if data.rows is not None:
-            weight = data.rows.weight
-            if isinstance(weight, jax.Array) and not weight.is_fully_addressable:  # a fit across processes
-                from jax.experimental import multihost_utils
+    if init != "random":
+        return None
+    width = model.rank or data.Y.shape[1]  # M's columns: q for pca
+    noise = INIT_NOISE * np.random.default_rng(seed).standard_normal((data.Y.shape[0], width))
+    if data.rows is not None:
+        weight = data.rows.weight
+        if isinstance(weight, jax.Array) and not weight.is_fully_addressable:  # a fit across processes
+            from jax.experimental import multihost_utils
 
-                weight = multihost_utils.process_allgather(weight, tiled=True)
-            noise = noise * np.asarray(weight)
-        if isinstance(data.Y, jax.Array) and not data.Y.is_fully_addressable:
-            # every process drew the same noise: each puts its rows of it where its rows of Y are
-            noise = jax.device_put(np.asarray(noise, data.Y.dtype), data.Y.sharding)
-        else:
-            noise = jnp.asarray(noise, data.Y.dtype)
-    return _init(model, init, data, noise)
+            weight = multihost_utils.process_allgather(weight, tiled=True)
+        noise = noise * np.asarray(weight)
+    if isinstance(data.X, jax.Array) and not data.X.is_fully_addressable:
+        # every process drew the same noise: each puts its rows of it where its rows of X (and Y) are
+        return jax.device_put(np.asarray(noise, data.Y.dtype), data.X.sharding)
+    return jnp.asarray(noise, data.Y.dtype)
 
 
 @partial(jax.jit, static_argnums=(0, 1))
 def _init(model: Model, init: str, data: Arrays, noise: jax.Array | None) -> PLNState:
     if model.rank:
         b = _blocks_of(model.block_rows, data.Y.shape[0])
-        if init != "seed" and isinstance(data.Y, SparseCounts) and b is not None:
-            return _pca_data_init_blocks(data, model.rank, noise, b)
+        if init != "seed" and isinstance(data.Y, SparseCounts):  # one block where b >= n (a device's rows)
+            return _pca_data_init_blocks(data, model.rank, noise, b or data.Y.shape[0])
         return _pca_init(data, model.rank, init, noise)
     n, p = data.Y.shape
     d = data.X.shape[1]

@@ -401,8 +401,8 @@ def check_sparse(spec: FitSpec, data: Data) -> None:
     """One-line ValueError where sparse counts (:attr:`plnexp.Data.sparse`) meet a fit that would
     densify all n x p of them: they are fitted by ``model="pca"`` with ``block_rows`` (each block of
     rows densified on the device only while it is used; so a gradient optimizer, rprop by default,
-    as newton takes every row at once) and a strategy that reads them as placed
-    (``Strategy.sparse_counts`` in the registry)."""
+    as newton takes every row at once) and a strategy, with options, that reads them as placed
+    (``Strategy.sparse_counts`` in the registry: :meth:`~plnexp.strategies.Strategy.sparse_refusal`)."""
     if not data.sparse:
         return
     if spec.model.name != "pca" or spec.model.block_rows is None:
@@ -410,12 +410,9 @@ def check_sparse(spec: FitSpec, data: Data) -> None:
             f"sparse counts with model={spec.model.name!r}, block_rows={spec.model.block_rows!r}: they are read a "
             "block of rows at a time; allowed is model='pca' with block_rows (e.g. block_rows=1000)"
         )
-    if not strategies.STRATEGIES[spec.strategy.name].sparse_counts:
-        allowed = (name for name, s in strategies.STRATEGIES.items() if s.sparse_counts)
-        raise ValueError(
-            f"sparse counts with strategy={spec.strategy.name!r}: it places the dense counts; allowed are "
-            f"{', '.join(allowed)}"
-        )
+    refusal = spec.strategy.entry.sparse_refusal(spec.strategy.options)
+    if refusal is not None:
+        raise ValueError(f"sparse counts with strategy={spec.strategy.name!r}{refusal}")
 
 
 def check_against_host(jitted: float, host: float, precision: Precision, where: str, size: int) -> None:

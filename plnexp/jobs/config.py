@@ -317,6 +317,7 @@ class AnndataData(DatasetSpec):
     layer: str | None = None
     covariates: tuple[str, ...] = ()
     offsets: str = "library_size"
+    sparse: bool = setting(Flag(), False)  # counts kept sparse (CSR), for model=pca with block_rows
     name: ClassVar[str] = "anndata"
 
     def __post_init__(self):
@@ -349,7 +350,7 @@ class AnndataData(DatasetSpec):
     @property
     def base_label(self) -> str:
         layer = f"_{self.layer}" if self.layer else ""
-        return f"anndata_{Path(self.path).stem}{layer}"
+        return f"anndata_{Path(self.path).stem}{layer}" + ("_sparse" if self.sparse else "")
 
     @property
     def label_tail(self) -> str:  # anndata_pbmc_x4+batch: the covariates after the replication, as oaks
@@ -359,7 +360,7 @@ class AnndataData(DatasetSpec):
         """Raises :class:`~plnexp.core.data.DataError` (one line naming the file) for a bad file."""
         from ..core.data import load_anndata
 
-        return load_anndata(self.path, self.layer, self.covariates, self.offsets)
+        return load_anndata(self.path, self.layer, self.covariates, self.offsets, sparse=self.sparse)
 
     def _rows(self) -> int:
         import anndata
@@ -369,7 +370,9 @@ class AnndataData(DatasetSpec):
     def _load_rows(self, start: int, stop: int) -> Data:
         from ..core.data import load_anndata
 
-        return load_anndata(self.path, self.layer, self.covariates, self.offsets, rows=(start, stop))
+        return load_anndata(
+            self.path, self.layer, self.covariates, self.offsets, sparse=self.sparse, rows=(start, stop)
+        )
 
 
 @dataclass(frozen=True)
@@ -382,6 +385,7 @@ class SyntheticPcaData(DatasetSpec):
     d: int = setting(Integer(1), 1)
     zero_fraction: float | None = None
     seed: int = setting(Integer(0), 0)
+    sparse: bool = setting(Flag(), False)  # counts kept sparse (CSR), for model=pca with block_rows
     name: ClassVar[str] = "synthetic_pca"
 
     def __post_init__(self):
@@ -401,12 +405,13 @@ class SyntheticPcaData(DatasetSpec):
     def base_label(self) -> str:
         from ..core.data import pca_name
 
-        return pca_name(self.n, self.p, self.q, self.d, self.zero_fraction, self.seed)
+        tail = "_sparse" if self.sparse else ""
+        return pca_name(self.n, self.p, self.q, self.d, self.zero_fraction, self.seed) + tail
 
     def _load(self) -> Data:
         from ..core.data import simulate_pca
 
-        return simulate_pca(self.n, self.p, self.q, self.zero_fraction, self.d, self.seed)
+        return simulate_pca(self.n, self.p, self.q, self.zero_fraction, self.d, self.seed, sparse=self.sparse)
 
     def _rows(self) -> int:
         return self.n
@@ -414,7 +419,9 @@ class SyntheticPcaData(DatasetSpec):
     def _load_rows(self, start: int, stop: int) -> Data:
         from ..core.data import simulate_pca
 
-        return simulate_pca(self.n, self.p, self.q, self.zero_fraction, self.d, self.seed, rows=(start, stop))
+        return simulate_pca(
+            self.n, self.p, self.q, self.zero_fraction, self.d, self.seed, sparse=self.sparse, rows=(start, stop)
+        )
 
 
 DATASETS = {cls.name: cls for cls in (OaksData, SyntheticData, CsvData, AnndataData, SyntheticPcaData)}

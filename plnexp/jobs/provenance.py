@@ -103,6 +103,7 @@ def package_version() -> str:
 ADDED_KEYS = {
     ("strategy", "mode"): ("default", None),
     ("dataset", "replication"): (1, ("synthetic", "csv")),
+    ("dataset", "sparse"): (False, ("synthetic_pca", "anndata")),
 }  # oaks always had it
 # Provenance format 1 gave every strategy the union of all strategies' options (their defaults where
 # the strategy had no use for them); a strategy entry now owns its options. The hash keeps format 1's

@@ -122,9 +122,11 @@ class Strategy:
     (a :class:`SingleProgram`). ``jax_cache``: JAX's persistent compilation cache serves its compiles
     (``compile_cache``; False for the PyTorch baselines, which compile outside JAX). ``models``: the
     models it runs (None: every model; the step of ``scan_fused`` and of the torch baselines is
-    written for the PLN state of ``full`` and ``profiled``). ``sparse_counts``: its program reads the
-    arrays one device holds as they were placed, so sparse counts (a ``SparseCounts`` Y) reach the
-    model's blocked step as they are (False where it places dense counts itself). ``processes``: the
+    written for the PLN state of ``full`` and ``profiled``). ``sparse_counts``: its program reads
+    sparse counts (a ``SparseCounts`` Y) as the model's blocked step reads them, each device those of
+    its own rows: True with any options, False where it places dense counts itself, or the options
+    it needs for them, as ``(option, value)`` pairs (``scan_sharded``: ``(("via", "shard_map"),)``,
+    whose per-device program sees each device's rows; :meth:`sparse_refusal`). ``processes``: the
     models it fits across several JAX processes (``processes=N``, :mod:`.sharded`; empty: one
     process only)."""
 
@@ -137,12 +139,32 @@ class Strategy:
     check_fit: Callable[[str, str, str], None] | None = None
     jax_cache: bool = True
     models: tuple[str, ...] | None = None
-    sparse_counts: bool = True
+    sparse_counts: bool | tuple[tuple[str, Any], ...] = True
     processes: tuple[str, ...] = ()
 
     @property
     def defaults(self):
         return self.options()
+
+    def sparse_refusal(self, options) -> str | None:
+        """Why this strategy with ``options`` does not read sparse counts, as the end of a one-line
+        error that starts ``sparse counts with strategy=NAME`` (None: it reads them)."""
+        if self.sparse_counts is False:
+            allowed = (s.sparse_name() for s in STRATEGIES.values() if s.sparse_counts is not False)
+            return f": it places the dense counts; allowed are {', '.join(allowed)}"
+        for key, value in () if self.sparse_counts is True else self.sparse_counts:
+            if getattr(options, key) != value:
+                return (
+                    f" and strategy.{key}={getattr(options, key)!r}: it places the dense counts; allowed value "
+                    f"with sparse counts is strategy.{key}={value!r}"
+                )
+        return None
+
+    def sparse_name(self) -> str:
+        """Its name, with the options sparse counts need: ``scan_sharded (strategy.via='shard_map')``."""
+        if isinstance(self.sparse_counts, bool):
+            return self.name
+        return f"{self.name} ({', '.join(f'strategy.{k}={v!r}' for k, v in self.sparse_counts)})"
 
 
 PLN_MODELS = ("full", "profiled")  # the models whose state is the p-dimensional PLN's (not pca)
@@ -166,7 +188,7 @@ STRATEGIES: dict[str, Strategy] = {
             Sharded,
             lambda pb, n, o: RowSharded(pb, n, o.devices, o.via),
             check_device=lambda spec, platform: mesh_of(platform, spec.options.devices) and None,
-            sparse_counts=False,
+            sparse_counts=(("via", "shard_map"),),
             processes=("full", "pca"),
         ),
         Strategy(

@@ -24,6 +24,13 @@ its reductions now between processes (gloo on CPUs). The curve, the final ELBO a
 replicated, so every process reads them. The data a process is given may be its rows alone
 (:attr:`plnexp.core.data.Data.part`, :func:`rows_of_this_process`: what a job of ``processes=N``
 reads); M and S are then read back as each process's rows of them (the whole data: gathered).
+
+Sparse counts (a PLN-PCA fit with ``block_rows``, ``via=shard_map`` only: the registry's
+``sparse_counts``): each device holds the CSR of its own rows (:func:`sparse_rows`), placed like the
+dense arrays as global arrays split evenly over the mesh axis, so that inside ``shard_map`` every
+device sees a :class:`~plnexp.core.arrays.SparseCounts` of its rows (:func:`device_view`) and the
+model's block loop densifies blocks of them. Under ``via=jit`` the program sees the global arrays, whose
+concatenated per-device CSRs are no one CSR: refused before placing (:func:`plnexp.fitting.engine.check_sparse`).
 """
 
 from __future__ import annotations
@@ -36,8 +43,9 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from ..core.data import device_offsets, row_range
-from ..core.model import Arrays, PLNState, Rows, init_state
+from ..core.arrays import SparseCounts
+from ..core.data import DataError, device_offsets, row_range
+from ..core.model import Arrays, PLNState, Rows, init_noise, init_state, init_state_given
 from ..core.problem import FitState, Output, Problem
 from .base import WHOLE_PROGRAM, Compiled, aot_compile, compiled_program
 
@@ -89,6 +97,60 @@ def across_processes_sum(value):
     return float(total) if np.ndim(value) == 0 else total
 
 
+def across_processes_max(value: int) -> int:
+    """The largest over every JAX process of the integer ``value`` (each process calls this at the
+    same point): in one process, itself."""
+    if jax.process_count() == 1:
+        return int(value)
+    from jax.experimental import multihost_utils
+
+    return int(np.max(multihost_utils.process_allgather(np.asarray(value, dtype=np.int32))))
+
+
+def sparse_rows(Y, dtype, mesh: Mesh, devices: int, per: int) -> SparseCounts:
+    """Sparse counts split by rows over ``mesh``: ``Y`` (scipy CSR) the data rows of this process's
+    ``devices`` devices (a run of the mesh's, ``per`` rows each, the rows past ``Y``'s padding rows).
+    Each device's CSR of its rows: its row starts rebased to 0 (``per + 1``), its columns and values
+    padded with entries of value 0 (column 0) to the most non-zeros of any device of the mesh + 1;
+    placed as global arrays of one equal slice per device (``make_array_from_process_local_data``),
+    their ``row_nnz_max`` the mesh's. ``shape`` is the padded data's (:func:`device_view` gives a
+    device's inside ``shard_map``)."""
+    starts = np.minimum(np.arange(devices + 1) * per, Y.shape[0])
+    row_nnz = np.diff(Y.indptr)
+    nnz = [int(Y.indptr[b] - Y.indptr[a]) for a, b in zip(starts[:-1], starts[1:])]
+    if max(nnz) >= 2**31 - 1:  # int32 offsets (checked before the int32 maximum across processes)
+        raise DataError(f"sparse counts: {max(nnz)} non-zeros on one device; allowed are fewer than 2**31 - 1")
+    width = across_processes_max(max(nnz)) + 1  # every device's length: one entry of value 0 at least
+    row_nnz_max = across_processes_max(int(row_nnz.max(initial=0)))
+    indptr = np.zeros((devices, per + 1), np.int32)
+    indices = np.zeros((devices, width), np.int32)
+    values = np.zeros((devices, width), dtype)
+    for k, (a, b) in enumerate(zip(starts[:-1], starts[1:])):
+        first, last = int(Y.indptr[a]), int(Y.indptr[b])
+        indptr[k, : b - a + 1] = Y.indptr[a : b + 1] - first
+        indptr[k, b - a + 1 :] = last - first  # padding rows: empty
+        indices[k, : last - first] = Y.indices[first:last]
+        values[k, : last - first] = Y.data[first:last]
+    rows = NamedSharding(mesh, P(AXIS))
+    put = lambda a: jax.make_array_from_process_local_data(rows, a.reshape(-1), (mesh.size * a.shape[1],))
+    shape = (mesh.size * per, int(Y.shape[1]))
+    return SparseCounts(put(indptr), put(indices), put(values), shape, row_nnz_max)
+
+
+def _counts(Y: SparseCounts) -> jax.Array:
+    """Sparse counts where :class:`~plnexp.core.arrays.Arrays` holds Y (annotated as an array)."""
+    return cast(jax.Array, Y)
+
+
+def device_view(data: Arrays, devices: int) -> Arrays:
+    """Inside ``shard_map`` over ``devices`` devices: the data of one device, whose sparse counts
+    (:func:`sparse_rows`) then have the shape of its rows (dense arrays have it already)."""
+    Y = data.Y
+    if not isinstance(Y, SparseCounts):
+        return data
+    return data._replace(Y=replace(Y, shape=(Y.shape[0] // devices, Y.shape[1])))
+
+
 def state_specs(problem: Problem, state: FitState) -> FitState:
     """The partition spec of every leaf of a fit state: the per-row arrays (M, S and the optimizer's
     state for them) split by rows, the rest (B, Sigma, Omega, step counts) replicated. The
@@ -115,7 +177,7 @@ def data_specs(axis: str | None) -> Arrays:
 
 def _mesh(data: Arrays) -> Mesh:
     """The mesh the rows are split over: ``place`` puts them with a ``NamedSharding`` on a ``Mesh``."""
-    sharding = cast(NamedSharding, data.Y.sharding)
+    sharding = cast(NamedSharding, data.X.sharding)
     return cast(Mesh, sharding.mesh)
 
 
@@ -148,8 +210,9 @@ class RowSharded:
             return jax.device_put(np.concatenate([a, np.zeros((pad, a.shape[1]), dtype)]), rows)
 
         weight = padded(np.ones(one.n))
+        per = (one.n + pad) // mesh.size
         return Arrays(
-            padded(one.Y),
+            _counts(sparse_rows(one.Y, dtype, mesh, mesh.size, per)) if one.sparse else padded(one.Y),
             padded(device_offsets(one.O)),
             padded(one.X),
             jax.device_put(dtype(one.log_factorial), same),
@@ -181,13 +244,17 @@ class RowSharded:
 
         replicated = lambda x: jax.make_array_from_process_local_data(same, np.asarray(x), ())
         log_factorial = one.log_factorial if part is None else across_processes_sum(one.log_factorial)
+        per = n_padded // mesh.size
+        devices = (stop - start + pad) // per  # this process's (a run of the mesh's: _rows_in)
         return Arrays(
-            block(np.asarray(one.Y)),
+            _counts(sparse_rows(one.Y[start - offset : stop - offset], dtype, mesh, devices, per))
+            if one.sparse
+            else block(np.asarray(one.Y)),
             block(device_offsets(one.O)),
             block(np.asarray(one.X)),
             replicated(dtype(log_factorial)),
             Rows(
-                block(np.ones(stop - start + offset)),
+                block(np.ones(stop - offset)),
                 replicated(dtype(n)),
                 AXIS if self.via == "shard_map" else None,
             ),
@@ -199,9 +266,25 @@ class RowSharded:
     def initial(self, problem: Problem, data: Arrays, init: str, seeds: Sequence[int]) -> FitState:
         (seed,) = seeds
         assert data.rows is not None  # place() gives the data its Rows
-        eager = data._replace(rows=replace(data.rows, axis=None))  # outside shard_map: XLA reduces
-        state = problem.init(init_state(problem.model, eager, init, seed))
+        if isinstance(data.Y, SparseCounts):  # each device's CSR: read on its device alone
+            pln = self._initial_per_device(problem, data, init, seed)
+        else:
+            eager = data._replace(rows=replace(data.rows, axis=None))  # outside shard_map: XLA reduces
+            pln = init_state(problem.model, eager, init, seed)
+        state = problem.init(pln)
         return jax.device_put(state, self._shardings(state, _mesh(data)))
+
+    def _initial_per_device(self, problem: Problem, data: Arrays, init: str, seed: int) -> PLNState:
+        """:func:`~plnexp.core.model.init_state` under ``shard_map`` (sparse counts: each device
+        reads its rows' CSR), its sums over rows ``psum``-ed; the noise of ``init="random"`` drawn
+        for every row, as for dense data, each device given its rows of it."""
+        mesh, model = _mesh(data), problem.model
+        noise = init_noise(model, data, init, seed)
+        specs = PLNState(P(), P(AXIS), P(AXIS), P(), P())  # type: ignore[arg-type]  # partition specs, not arrays
+        per_device = lambda d, z: init_state_given(model, device_view(d, mesh.size), init, z)
+        in_specs = (data_specs(AXIS), None if noise is None else P(AXIS))
+        start = jax.shard_map(per_device, mesh=mesh, in_specs=in_specs, out_specs=specs, check_vma=True)
+        return jax.jit(start)(data, noise)
 
     def split(self, state: FitState, data: Arrays) -> list[FitState]:
         """The state without its padding rows (the optimizer's state is left as it is)."""
@@ -221,7 +304,9 @@ class RowSharded:
             if self.via == "shard_map":
                 specs = state_specs(self.problem, state)
                 out = Output(specs, P(), P(), P())  # type: ignore[arg-type]  # partition specs, not arrays
-                per_device = lambda s, d: _scan(self.problem.step, s, d, self.n_iter, self.problem)
+                per_device = lambda s, d: _scan(
+                    self.problem.step, s, device_view(d, mesh.size), self.n_iter, self.problem
+                )
                 fit = jax.shard_map(
                     per_device, mesh=mesh, in_specs=(specs, data_specs(AXIS)), out_specs=out, check_vma=True
                 )
