@@ -286,10 +286,12 @@ def _curve(cl, run) -> np.ndarray:
 
 MODELS = {
     "full": [],
-    # PLN-PCA's blocked fit (blocks of 8 rows), its data drawn from the low-rank model; the seed init,
-    # which reads no counts (the data init's sums in blocks differ from the dense init's in rounding),
-    # and radam_clip (rprop follows the sign of gradients that are rounding noise: 5e-5 apart in 20 iterations)
-    "pca": [
+    # PLN-PCA's default fit (block Newton rounds), its data drawn from the low-rank model
+    "pca": ["model=pca", "model.rank=2", "dataset=synthetic_pca", "dataset.q=2"],
+    # PLN-PCA's blocked fit (blocks of 8 rows: what sparse counts need), the seed init, which reads no
+    # counts (the data init's sums in blocks differ from the dense init's in rounding), and radam_clip
+    # (rprop follows the sign of gradients that are rounding noise: 5e-5 apart in 20 iterations)
+    "pca_sparse": [
         "model=pca",
         "model.rank=2",
         "model.block_rows=8",
@@ -300,9 +302,9 @@ MODELS = {
         "dataset.q=2",
     ],
 }
-# what the fit across processes adds: PLN-PCA's counts kept sparse there (each device its rows' CSR),
-# the one process's dense: the same curve
-ACROSS = {"full": [], "pca": ["dataset.sparse=true"]}
+# what the fit across processes adds: the blocked PLN-PCA's counts kept sparse there (each device its
+# rows' CSR), the one process's dense: the same curve
+ACROSS = {"pca_sparse": ["dataset.sparse=true"]}
 
 
 def _runs(cl, experiment: str) -> dict:
@@ -312,16 +314,17 @@ def _runs(cl, experiment: str) -> dict:
 
 
 @pytest.mark.slow  # two processes paying every import and fitting together (~15 s; a sweep: twice)
-@pytest.mark.parametrize("model,command", [("full", "sweep"), ("pca", "run")])
+@pytest.mark.parametrize("model,command", [("full", "sweep"), ("pca_sparse", "run")])
 def test_two_processes_fit_the_curve_of_one_and_log_one_run(model, command, outputs, tmp_path, plnexp_main):
     """``run`` (then ``rerun`` of its run), and a sweep under the basic launcher (its driver starts
     each job's processes in turn): each job one run, process 0's, the curve of one process's fit; a
-    sweep's runs children of its one parent. PLN-PCA's processes read sparse counts (``ACROSS``)."""
+    sweep's runs children of its one parent. PLN-PCA's processes read sparse counts (``ACROSS``; its
+    default dense Newton fit across processes: tests/test_cluster.py)."""
     fit = [*FIT, *MODELS[model], "dataset.optimum=false"]  # no best known ELBO computed: not the point
     seeds = ["seed=0,1"] if command == "sweep" else []
     one = plnexp_main(command, *fit, *seeds, "experiment=one", cwd=tmp_path)
     assert one.returncode == 0, one.stderr
-    two = plnexp_main(command, *fit, *ACROSS[model], *seeds, "processes=2", "experiment=two", cwd=tmp_path)
+    two = plnexp_main(command, *fit, *ACROSS.get(model, []), *seeds, "processes=2", "experiment=two", cwd=tmp_path)
     assert two.returncode == 0, two.stderr
     assert "[Gloo]" not in two.stdout
     cl = store_client(outputs)
