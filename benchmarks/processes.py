@@ -13,8 +13,9 @@ The cases:
 - ``full``: the full model on oaks replicated to ``--rows`` rows (default 1,724 x 116 = 199,984 rows
   x 114);
 - ``pca``: PLN-PCA rank ``--rank`` on synthetic counts ``--pca-rows`` x ``--pca-p`` with
-  ``--zero-fraction`` zeros (``dataset=synthetic_pca``), dense counts (Newton, every row at once;
-  sparse counts need ``model.block_rows`` and ``strategy.via=shard_map``, not measured here); each
+  ``--zero-fraction`` zeros (``dataset=synthetic_pca``), dense counts (Newton, every row at once),
+  or with ``--sparse`` kept sparse (``dataset.sparse=true``: each device its rows' CSR; the blocked
+  fit, ``model.block_rows=--block-rows``, rprop, ``strategy.via=shard_map``); each
   process draws only the blocks of rows it holds (per-block seeds: the same data for N = 1 and 2).
 
 One device per process (``JAX_NUM_CPU_DEVICES=--devices``), float32, ``init`` the model's default,
@@ -53,6 +54,12 @@ def cases(args) -> dict[str, list[str]]:
             f"dataset.zero_fraction={args.zero_fraction}",
             "model=pca",
             f"model.rank={args.rank}",
+            *(
+                # counts kept sparse: each device its rows' CSR, densified a block at a time (rprop)
+                ["dataset.sparse=true", f"model.block_rows={args.block_rows}", "strategy.via=shard_map"]
+                if args.sparse
+                else []
+            ),
         ],
     }
 
@@ -105,6 +112,8 @@ def main(argv=None) -> None:
     ap.add_argument("--pca-p", type=int, default=5_000)
     ap.add_argument("--rank", type=int, default=10)
     ap.add_argument("--zero-fraction", type=float, default=0.95)
+    ap.add_argument("--sparse", action="store_true", help="pca: counts kept sparse (blocked fit, via=shard_map)")
+    ap.add_argument("--block-rows", type=int, default=1000, help="pca --sparse: model.block_rows")
     ap.add_argument("--iterations", type=int, default=20, help="n_iter of each fit")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs of each compiled fit")
     ap.add_argument("--devices", type=int, default=1, help="JAX CPU devices per process")
