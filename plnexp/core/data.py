@@ -1040,12 +1040,45 @@ def load_anndata(
 
 
 # ---------------------------------------------------------------- low-rank synthetic counts (PLN-PCA)
+def in_threads(f: Callable, items: Sequence) -> Iterator:
+    """``f(item)`` for each of ``items``, in order, computed by a thread per core this process may
+    use (NumPy's draws and array operations release the GIL), at most two per thread at a time (the
+    memory of a few blocks); in this thread alone on one core. The results are those of ``map``."""
+    import os
+
+    workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if workers < 2 or len(items) < 2:
+        yield from map(f, items)
+        return
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(workers, thread_name_prefix="plnexp-draw") as pool:
+        pending: deque = deque()
+        for item in items:
+            pending.append(pool.submit(f, item))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
 def _pca_latent_block(seed: np.random.SeedSequence, eta0: np.ndarray, C: np.ndarray):
     """One block of rows: its latent means ``eta0 + M C^T`` (M ~ N(0, I_q)) and the uniforms that
     decide its zeros, both drawn from the block's own seed (so that they can be drawn again)."""
     rng = np.random.default_rng(seed)
     M = rng.standard_normal((eta0.shape[0], C.shape[1]))
-    return rng, eta0 + M @ C.T, rng.random(eta0.shape)
+    W = np.empty(eta0.shape)
+    rows = max(1, SINGLE_THREADED_GEMM // max(1, C.shape[0] * C.shape[1]))
+    for a in range(0, M.shape[0], rows):  # a few rows a product: BLAS on this thread alone (in_threads)
+        np.matmul(M[a : a + rows], C.T, out=W[a : a + rows])
+    return rng, eta0 + W, rng.random(eta0.shape)
+
+
+# m * n * k of the largest product that OpenBLAS computes on its calling thread (65536 times its
+# GEMM_MULTITHREAD_THRESHOLD, 4): larger ones start its threads, which then spin beside the other
+# blocks' draws (in_threads)
+SINGLE_THREADED_GEMM = 65536 * 4
 
 
 def _sortable(gaps: np.ndarray) -> np.ndarray:
@@ -1058,20 +1091,21 @@ def _sortable(gaps: np.ndarray) -> np.ndarray:
 KEY_SHIFT = 16  # _zero_threshold's first pass counts the gaps in 2**16 bins of their top 16 bits
 
 
-def _zero_threshold(block_gaps: Callable[[], Iterator[np.ndarray]], N: int, zero_fraction: float) -> float:
+def _zero_threshold(map_gaps: Callable[[Callable], Iterator], N: int, zero_fraction: float) -> float:
     """The intercept shift ``delta`` that leaves ``round(zero_fraction * N)`` of the ``N`` gaps
     above it: a count is zero iff its gap ``log(-log U) - eta`` (float32) exceeds ``delta`` (see
     :func:`simulate_pca`): the midpoint of the k-th and (k+1)-th smallest gaps. Found exactly in two
-    passes over ``block_gaps()`` (each drawing the gaps a block of rows at a time): one counting the
-    gaps by the top bits of their sortable keys (:func:`_sortable`), one keeping the gaps of the one
-    or two bins that hold those two, never the ``N`` gaps at once."""
+    passes, ``map_gaps(f)`` giving ``f`` of each block's gaps (drawn again on each pass, a block of rows
+    at a time): one counting the gaps by the top bits of their sortable keys (:func:`_sortable`), one
+    keeping the gaps of the one or two bins that hold those two, never the ``N`` gaps at once."""
     k = min(max(int(round((1 - zero_fraction) * N)), 1), N - 1)  # gaps at or below delta
-    counts = np.zeros(1 << (32 - KEY_SHIFT), dtype=np.int64)
-    for gaps in block_gaps():
-        counts += np.bincount((_sortable(gaps) >> KEY_SHIFT).reshape(-1), minlength=counts.size)
+    bins_n = 1 << (32 - KEY_SHIFT)
+    counts = np.zeros(bins_n, dtype=np.int64)
+    for c in map_gaps(lambda gaps: np.bincount((_sortable(gaps) >> KEY_SHIFT).reshape(-1), minlength=bins_n)):
+        counts += c
     below = np.cumsum(counts)
     bins = np.searchsorted(below, [k - 1, k], side="right")  # the bins of ranks k - 1 and k (0-based)
-    ranked = np.concatenate([g[np.isin(_sortable(g) >> KEY_SHIFT, bins)] for g in block_gaps()])
+    ranked = np.concatenate(list(map_gaps(lambda g: g[np.isin(_sortable(g) >> KEY_SHIFT, bins)])))
     before = int(below[bins[0] - 1]) if bins[0] > 0 else 0  # gaps in the bins below
     at = (k - 1 - before, k - before)
     ranked.partition(at)
@@ -1144,20 +1178,27 @@ def simulate_pca(
     if not sparse:
         Y = _aligned_empty((last - first, p), np.float32) if compact else np.zeros((last - first, p), dtype=np.float64)
     pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # sparse: each block's row sizes, columns, counts
-    for k in chosen:
-        r = slice(k * step, min(k * step + step, n))
-        here = slice(r.start - first, r.stop - first)
-        rng, eta, U = _pca_latent_block(blocks[k], eta0(r), C)
+
+    def draw(k: int):  # block k's non-zeros (a mask; sparse: their row sizes, columns) and their counts
+        rng, eta, U = _pca_latent_block(blocks[k], eta0(slice(k * step, min(k * step + step, n))), C)
         with np.errstate(divide="ignore"):
             gap = (np.log(-np.log(U)) - eta).astype(np.float32)  # as the threshold was found
         nonzero = gap <= np.float64(delta)
         lam = np.exp(eta[nonzero] + delta)
         t = -np.log1p(rng.random(lam.shape) * np.expm1(-lam))  # the first arrival, given one before 1
         counts = 1.0 + rng.poisson(np.maximum(lam - t, 0.0))
-        if Y is None:  # float32 where exact, as the dense counts (the blocks' concatenation: float64 if one is)
-            kept = counts.astype(np.float32) if compact and counts.max(initial=0) < FLOAT32_EXACT else counts
-            pieces.append((nonzero.sum(axis=1), np.nonzero(nonzero)[1].astype(np.int32), kept))
+        if not sparse:
+            return nonzero, counts
+        # float32 where exact, as the dense counts (the blocks' concatenation: float64 if one is)
+        kept = counts.astype(np.float32) if compact and counts.max(initial=0) < FLOAT32_EXACT else counts
+        return nonzero.sum(axis=1), np.nonzero(nonzero)[1].astype(np.int32), kept
+
+    for k, drawn in zip(chosen, in_threads(draw, chosen)):  # the blocks drawn on every core
+        if Y is None:
+            pieces.append(drawn)
             continue
+        nonzero, counts = drawn
+        here = slice(k * step - first, min(k * step + step, n) - first)
         if Y.dtype == np.float32 and counts.size and counts.max() >= FLOAT32_EXACT:
             Y = Y.astype(np.float64)  # the rows so far are exact: float64 from here on
         if compact:
@@ -1199,13 +1240,15 @@ def _pca_setup(n: int, p: int, q: int, zero_fraction: float | None, d: int, seed
     rows = [slice(a, min(a + step, n)) for a in range(0, n, step)]
     eta0 = lambda r: log_totals[r] + X[r] @ B  # the latent mean before W (and before the shift delta)
 
-    def block_gaps():  # the float32 gaps of each block of rows, drawn again on each call
-        for r, s in zip(rows, blocks):
-            _, eta, U = _pca_latent_block(s, eta0(r), C)
-            with np.errstate(divide="ignore"):  # U = 0: an infinite gap, a zero
-                yield (np.log(-np.log(U)) - eta).astype(np.float32)
+    def gaps(i: int) -> np.ndarray:  # the float32 gaps of block i of rows, drawn again on each call
+        _, eta, U = _pca_latent_block(blocks[i], eta0(rows[i]), C)
+        with np.errstate(divide="ignore"):  # U = 0: an infinite gap, a zero
+            return (np.log(-np.log(U)) - eta).astype(np.float32)
 
-    delta = 0.0 if zero_fraction is None else _zero_threshold(block_gaps, n * p, zero_fraction)
+    def map_gaps(f):  # f of each block's gaps, in block order, the blocks drawn on every core
+        return in_threads(lambda i: f(gaps(i)), range(len(rows)))
+
+    delta = 0.0 if zero_fraction is None else _zero_threshold(map_gaps, n * p, zero_fraction)
     for a in (X, B, C, log_totals):
         a.flags.writeable = False
     return step, blocks, X, B, C, log_totals, delta
