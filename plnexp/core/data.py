@@ -1127,7 +1127,8 @@ def simulate_pca(
 
     The documented, seeded choice (numpy ``SeedSequence(seed)``: the parameters from its first
     child, each block of rows from one child of its own, so that memory stays at a few blocks of
-    ``2**22`` entries beyond the returned arrays, for n*p up to ~1e8):
+    ``2**22`` entries beyond the returned arrays, for n*p up to ~1e8; the blocks drawn on every core
+    this process may use, :func:`in_threads`, the same numbers as one after the other):
     X = [1, N(0,1) columns] (n, d); B_kj ~ N(0, 0.5^2) with intercept row 1 + N(0, 0.5^2);
     C_jk ~ N(0, 1/q) (p, q), so Sigma = C C^T has rank q and a diagonal near 1; M ~ N(0, I_q) (n, q);
     offsets O = log(total) with total ~ U(50, 150)/100 per row, as :func:`simulate`.
