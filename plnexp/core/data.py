@@ -275,10 +275,10 @@ def _device_sparse(Y, dtype, device):
 
     if Y.nnz >= 2**31 - 1:
         raise DataError(f"sparse counts: {Y.nnz} non-zeros; allowed are fewer than 2**31 - 1 (int32 offsets)")
-    values = _aligned_empty((Y.nnz + 1,), dtype)
+    values = _aligned_empty((Y.nnz + 1,), dtype)  # 64-byte aligned: JAX's CPU client takes them as they are
     values[:-1], values[-1] = Y.data, 0
-    indices = np.zeros(Y.nnz + 1, np.int32)
-    indices[:-1] = Y.indices
+    indices = _aligned_empty((Y.nnz + 1,), np.int32)  # (not aligned, it copied them once more)
+    indices[:-1], indices[-1] = Y.indices, 0
     row_nnz = np.diff(Y.indptr)
     return SparseCounts(
         jax.device_put(np.asarray(Y.indptr, dtype=np.int32), device),
