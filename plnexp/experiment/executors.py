@@ -99,9 +99,9 @@ class Slurm:
 
         if not items:
             return []
-        jobs = self.submit(work, items)
+        tasks = [getattr(item, "tasks", 1) for item in items]  # a job of processes=N: N, else 1
+        jobs = self.submit(work, items, tasks)
         partition = self.params.get("partition")
-        tasks = [getattr(item, "tasks", 1) for item in items]
         arrays = dict.fromkeys(j.job_id.split("_")[0] for j, k in zip(jobs, tasks) if k == 1)
         what = [f"job array {a}" for a in arrays] + [
             f"job {j.job_id} of {k} tasks" for j, k in zip(jobs, tasks) if k > 1
@@ -126,22 +126,22 @@ class Slurm:
 
         return [e.result for e in slurm.wait(jobs, on_end)]
 
-    def submit(self, work: Callable, items: Sequence) -> list:
-        """Submit ``work(item)`` for each item: the items of one task (``item.tasks``, 1 when
-        absent) as one job array; an item of N tasks (a job of ``processes=N``: one fit across N
-        processes) as a job of its own with N tasks, ``nodes`` of the settings sharing them (each
-        task runs ``work(item)``; task 0's result is the job's). In the items' order."""
+    def submit(self, work: Callable, items: Sequence, tasks: Sequence[int]) -> list:
+        """Submit ``work(item)`` for each item: the items of one task as one job array; an item of
+        N tasks (a job of ``processes=N``: one fit across N processes) as a job of its own with N
+        tasks, ``nodes`` of the settings sharing them (each task runs ``work(item)``; task 0's
+        result is the job's). In the items' order."""
         executor = self.executor()
         jobs: list = [None] * len(items)
-        one = [i for i, item in enumerate(items) if getattr(item, "tasks", 1) == 1]
+        one = [i for i, k in enumerate(tasks) if k == 1]
         if one:
             for i, job in zip(one, executor.map_array(work, [items[i] for i in one])):
                 jobs[i] = job
         nodes = int(self.params.get("nodes") or 1)
-        for i, item in enumerate(items):
-            if jobs[i] is None:
-                executor.update_parameters(nodes=nodes, tasks_per_node=tasks_per_node(item.tasks, nodes))
-                jobs[i] = executor.submit(work, item).task(0)
+        for i, k in enumerate(tasks):
+            if k > 1:
+                executor.update_parameters(nodes=nodes, tasks_per_node=tasks_per_node(k, nodes))
+                jobs[i] = executor.submit(work, items[i]).task(0)
         return jobs
 
 
