@@ -331,3 +331,53 @@ def test_two_slurm_tasks_fit_the_curve_of_one_process_and_log_one_run(env, serve
         c1, c2 = _curve(cl, run1), _curve(cl, run2)
         assert len(c1) == len(c2) == 20
         np.testing.assert_allclose(c2, c1, rtol=1e-10, atol=0)
+
+
+def _task_pid(job: str, task: int) -> int | None:
+    """The pid of task ``task`` of SLURM job ``job`` on this (the only) node: the Python process whose
+    environment says so (submitit's ``_submit``, started by the job's srun)."""
+    want = {f"SLURM_JOB_ID={job}".encode(), f"SLURM_PROCID={task}".encode()}
+    for entry in Path("/proc").iterdir():
+        try:
+            environ = set((entry / "environ").read_bytes().split(b"\0"))
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if want <= environ and b"submitit" in cmdline:
+            return int(entry.name)
+    return None
+
+
+def test_a_task_killed_mid_fit_fails_its_job_in_one_line_and_resume_finishes_it(env, server):
+    """Issue #51: one of the two tasks of a job of ``processes=2`` (one SLURM job of two tasks)
+    killed with SIGKILL mid-fit, as the OOM killer or a crash would: the sweep ends with exit 1 and
+    one line naming the job, nothing is left RUNNING, and ``resume=true`` runs the job again."""
+    from test_processes import SMALL
+
+    grid = ["strategy=scan_sharded", "precision=float64", "n_iter=600", *SMALL, "processes=2"]
+    grid += ["dataset.optimum=false", "experiment=killed-task"]
+    cmd = [sys.executable, "-m", "plnexp", "sweep", *SWEEP, *grid]
+    proc = spawn(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=Path(__file__).parents[1])
+    cl = _client(server.uri)
+    (run,) = _wait_running(cl, "killed-task", 1, proc)  # task 0's run: both tasks have joined
+    job = run.data.tags["plnexp.slurm_job"]
+    t0 = time.monotonic()
+    while (victim := _task_pid(job, 1)) is None:
+        assert proc.poll() is None and time.monotonic() - t0 < 60, proc.communicate()
+        time.sleep(0.1)
+    os.kill(victim, signal.SIGKILL)
+    stdout, stderr = proc.communicate(timeout=240)
+    assert proc.returncode == 1, (stdout[-3000:], stderr[-3000:])
+    (line,) = [line for line in stdout.splitlines() if line.startswith("[1/1] ")]
+    assert re.search(rf": slurm job {job} FAILED: no result \(task 1 of 2 on \S+: Killed\)$", line), stdout
+    ended = cl.get_run(run.info.run_id)  # task 0, ended by SLURM (--kill-on-bad-exit) or by its failed collective
+    assert ended.info.status in ("KILLED", "FAILED"), ended.data.tags
+    everything = cl.search_runs([e.experiment_id for e in cl.search_experiments()])
+    assert not [r for r in everything if r.info.status == "RUNNING"]
+
+    again = plnexp("sweep", *SWEEP, *grid, "resume=true", env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    parent, runs = _sweep(cl, "killed-task")  # the resumed sweep's
+    assert parent.info.status == "FINISHED"
+    (done,) = runs
+    assert done.data.metrics["n_iter_run"] == 600 and done.data.params["processes"] == "2"

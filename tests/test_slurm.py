@@ -339,3 +339,21 @@ def test_a_job_stopped_by_slurm_records_its_run_killed_with_the_reason(outputs, 
     assert run.info.status == "KILLED"
     assert run.data.tags["status_reason"] == f"interrupted by {signal.Signals(signum).name} in slurm job 50_2 ({why})"
     assert run.data.tags["plnexp.slurm_job"] == "50_2" and run.data.tags["slurm_array_task_id"] == "2"
+
+
+def test_first_task_failure_reads_sruns_first_word_on_a_task(tmp_path):
+    """A job across processes that srun ended: the driver's line names the task that ended it, from
+    srun's first ``srun: error: NODE: task K: WHY`` in the job's log; nothing where there is none."""
+    log = tmp_path / "1_0_log.out"
+    log.write_text(
+        "submitit INFO - Starting with JobEnvironment(job_id=1)\n"
+        "srun: error: node7: task 1: Killed\n"
+        "srun: launch/slurm: _step_signal: Terminating StepId=1.0\n"
+        "srun: error: node7: task 0: Killed\n"
+    )
+    assert slurm.first_task_failure(log, 2) == "task 1 of 2 on node7: Killed"
+    log.write_text("srun: error: n2: tasks 2-3: Exited with exit code 1\n")
+    assert slurm.first_task_failure(log, 4) == "tasks 2-3 of 4 on n2: Exited with exit code 1"
+    log.write_text("submitit INFO - all good\n")
+    assert slurm.first_task_failure(log, 2) == ""
+    assert slurm.first_task_failure(tmp_path / "missing.out", 2) == ""

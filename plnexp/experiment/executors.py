@@ -122,6 +122,10 @@ class Slurm:
                 num = getattr(item, "num", None)
                 label = f"[{num + 1}/{total}] " if num is not None else ""
                 why = f": {e.error}" if e.error else ""
+                if tasks[e.index] > 1 and (
+                    task := slurm.first_task_failure(jobs[e.index].paths.stdout, tasks[e.index])
+                ):
+                    why += f" ({task})"  # a job across processes: which of its tasks ended it
                 print(redact_text(f"{label}{item.name}: slurm job {e.job} {e.state}{why}"), flush=True)
 
         return [e.result for e in slurm.wait(jobs, on_end)]
@@ -140,7 +144,12 @@ class Slurm:
         nodes = int(self.params.get("nodes") or 1)
         for i, k in enumerate(tasks):
             if k > 1:
-                executor.update_parameters(nodes=nodes, tasks_per_node=tasks_per_node(k, nodes))
+                # --kill-on-bad-exit: a task that dies ends the others at once (they would otherwise
+                # wait in their next collective until JAX's coordination service gives up on it)
+                srun_args = [*(self.params.get("srun_args") or []), "--kill-on-bad-exit=1"]
+                executor.update_parameters(
+                    nodes=nodes, tasks_per_node=tasks_per_node(k, nodes), slurm_srun_args=srun_args
+                )
                 jobs[i] = executor.submit(work, items[i]).task(0)
         return jobs
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import subprocess
 import time
@@ -197,6 +198,25 @@ def _read(i: int, job, state: str) -> JobEnd:
     except Exception as e:  # noqa: BLE001 - the job's own error, recorded by submitit
         text = [t for t in str(e).strip().splitlines() if t.strip()]
         return JobEnd(i, job.job_id, None, state, text[-1].strip() if text else type(e).__name__)
+
+
+TASK_ENDED = re.compile(r"^srun: error: (\S+): (tasks?) ([\d,-]+): (.+)$")
+
+
+def first_task_failure(log: str | os.PathLike, tasks: int) -> str:
+    """How the first task of a job of ``tasks`` tasks that srun saw end abnormally ended, from the
+    job's log (the batch script's output, where srun writes ``srun: error: NODE: task K: WHY``):
+    ``task K of N on NODE: WHY``; "" where the log is unreadable or says nothing of the kind."""
+    try:
+        with open(log, errors="replace") as f:
+            for line in f:
+                m = TASK_ENDED.match(line.rstrip("\n"))
+                if m:
+                    node, word, which, what = m.groups()
+                    return f"{word} {which} of {tasks} on {node}: {what}"
+    except OSError:
+        pass
+    return ""
 
 
 def cancel(ids: Sequence[str]) -> None:
