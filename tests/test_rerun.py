@@ -355,6 +355,35 @@ def test_resume_reuses_finished_jobs_and_summarises_the_whole_grid(outputs, tmp_
     assert len(resume.find_done(uri, "rr", jobs)) == 3  # a third resume has nothing left to run
 
 
+def test_resume_draws_no_synthetic_data_again_and_compares_a_files_digest(tmp_path, monkeypatch):
+    """resume's check of the data: a drawn data set (synthetic) is known by its config (matched on
+    its hash) and plnexp's version, so it is never drawn again (at atlas scale the draw took longer
+    than the job to resume); a file's data are read and their digest compared: a CSV file changed
+    since is fitted again."""
+    from types import SimpleNamespace
+
+    def never(dataset):
+        raise AssertionError(f"{dataset.label} drawn again")
+
+    with monkeypatch.context() as m:
+        m.setattr(runner, "load_data", never)
+        other = SimpleNamespace(data_digest="0" * 64)  # whatever the run logged
+        for spec in (C.SyntheticData(n=20, p=4), C.SyntheticPcaData(n=20, p=10, q=2)):
+            assert spec.drawn and not resume._data_changed(other, spec)
+    sim = np.random.default_rng(0).poisson(3.0, size=(20, 3))
+    counts = tmp_path / "counts.csv"
+    counts.write_text("a,b,c\n" + "\n".join(",".join(map(str, row)) for row in sim) + "\n")
+    csv = C.CsvData(counts=str(counts))
+    logged = SimpleNamespace(data_digest=csv.load().digest())
+    runner.load_data.cache_clear()
+    assert not csv.drawn and not resume._data_changed(logged, csv)
+    sim[0, 0] += 1
+    counts.write_text("a,b,c\n" + "\n".join(",".join(map(str, row)) for row in sim) + "\n")
+    runner.load_data.cache_clear()  # a resume is a new process
+    assert resume._data_changed(logged, csv)
+    runner.load_data.cache_clear()
+
+
 @pytest.mark.slow
 def test_resume_an_interrupted_sweep_subprocess(outputs, tmp_path, blocking, plnexp_main):
     """A sweep interrupted in a real process (SIGINT), resumed by the next commands (here in this one):

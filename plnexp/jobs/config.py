@@ -161,6 +161,9 @@ class DatasetSpec:
     # or computed once; false = none (no convergence metrics). Scores runs, changes no fit (not hashed)
     optimum: float | bool | None = field(default=None, kw_only=True)
     name: ClassVar[str]
+    # drawn from its settings by plnexp's code (synthetic data): its config and plnexp's version say
+    # what its arrays are, so ``resume`` need not draw it again to compare digests
+    drawn: ClassVar[bool] = False
 
     def __post_init__(self):
         check_fields(self, "dataset.")  # every subclass's declared fields too
@@ -254,6 +257,7 @@ class SyntheticData(DatasetSpec):
     d: int = setting(Integer(1), 2)
     seed: int = setting(Integer(0), 0)
     name: ClassVar[str] = "synthetic"
+    drawn: ClassVar[bool] = True
 
     @property
     def base_label(self) -> str:
@@ -387,6 +391,7 @@ class SyntheticPcaData(DatasetSpec):
     seed: int = setting(Integer(0), 0)
     sparse: bool = setting(Flag(), False)  # counts kept sparse (CSR), for model=pca with block_rows
     name: ClassVar[str] = "synthetic_pca"
+    drawn: ClassVar[bool] = True
 
     def __post_init__(self):
         super().__post_init__()
