@@ -357,19 +357,26 @@ def test_resume_reuses_finished_jobs_and_summarises_the_whole_grid(outputs, tmp_
 
 def test_resume_draws_no_synthetic_data_again_and_compares_a_files_digest(tmp_path, monkeypatch):
     """resume's check of the data: a drawn data set (synthetic) is known by its config (matched on
-    its hash) and plnexp's version, so it is never drawn again (at atlas scale the draw took longer
-    than the job to resume); a file's data are read and their digest compared: a CSV file changed
-    since is fitted again."""
+    its hash) and plnexp's commit, so it is not drawn again (at atlas scale the draw took longer
+    than the job to resume), unless the checkout has uncommitted changes; a file's data are read
+    and their digest compared: a CSV file changed since is fitted again."""
     from types import SimpleNamespace
 
     def never(dataset):
         raise AssertionError(f"{dataset.label} drawn again")
 
+    other = SimpleNamespace(data_digest="0" * 64)  # whatever the run logged
+    drawn = (C.SyntheticData(n=20, p=4), C.SyntheticPcaData(n=20, p=10, q=2))
     with monkeypatch.context() as m:
         m.setattr(runner, "load_data", never)
-        other = SimpleNamespace(data_digest="0" * 64)  # whatever the run logged
-        for spec in (C.SyntheticData(n=20, p=4), C.SyntheticPcaData(n=20, p=10, q=2)):
+        m.setattr(provenance, "git_commit", lambda: "0123abc")
+        for spec in drawn:
             assert spec.drawn and not resume._data_changed(other, spec)
+    with monkeypatch.context() as m:  # a checkout with uncommitted changes: its draw may differ, compared
+        m.setattr(provenance, "git_commit", lambda: "0123abc-dirty")
+        for spec in drawn:
+            assert resume._data_changed(other, spec)
+    runner.load_data.cache_clear()
     sim = np.random.default_rng(0).poisson(3.0, size=(20, 3))
     counts = tmp_path / "counts.csv"
     counts.write_text("a,b,c\n" + "\n".join(",".join(map(str, row)) for row in sim) + "\n")

@@ -3,8 +3,8 @@
 Before the sweep opens, each job of the grid is matched against the FINISHED runs of the sweep's
 experiment on the hash of its resolved config (tag ``config_hash``, see
 :func:`plnexp.jobs.provenance.config_hash`; never on the run name), on the hash of its data (tag
-``data_digest``: a CSV file changed since is fitted again; drawn data are known by their config), and on how it is measured: the timing
-protocol (:data:`PROTOCOL_KEYS`, params) and the environment (:data:`SOFTWARE_KEYS`, and
+``data_digest``: a CSV file changed since is fitted again; drawn data are known by their config and
+plnexp's commit), and on how it is measured: the timing protocol (:data:`PROTOCOL_KEYS`, params) and the environment (:data:`SOFTWARE_KEYS`, and
 :data:`MACHINE_KEYS` when the jobs run on this machine; tags), so that a run timed otherwise, or
 with other software, is not reused as if alike. A key an older run did not log is not compared.
 A job with such a run is not run again:
@@ -233,8 +233,9 @@ def _data_changed(run: RunRecord, dataset) -> bool:
     """Whether the data of ``dataset`` differ from those ``run`` was fitted on (its ``data_digest``).
     A drawn data set (``dataset.drawn``: synthetic data) is the same for the same config (matched
     by its hash) and the same plnexp (``git_commit`` and plnexp's version, :data:`SOFTWARE_KEYS`):
-    never drawn again here, which at atlas scale took longer than the job to resume."""
-    if dataset.drawn:
+    not drawn again here (at atlas scale, longer than the job to resume), unless this checkout has
+    uncommitted changes (``-dirty``: its code, the draw's included, is not known by its commit)."""
+    if dataset.drawn and not provenance.git_commit().endswith("-dirty"):
         return False
     return bool(run.data_digest) and run.data_digest != runner.load_data(dataset).digest()
 

@@ -161,7 +161,7 @@ class DatasetSpec:
     # or computed once; false = none (no convergence metrics). Scores runs, changes no fit (not hashed)
     optimum: float | bool | None = field(default=None, kw_only=True)
     name: ClassVar[str]
-    # drawn from its settings by plnexp's code (synthetic data): its config and plnexp's version say
+    # drawn from its settings by plnexp's code (synthetic data): its config and plnexp's commit say
     # what its arrays are, so ``resume`` need not draw it again to compare digests
     drawn: ClassVar[bool] = False
 
