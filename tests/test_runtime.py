@@ -201,3 +201,15 @@ def test_flags_that_already_have_plnexps_values_need_no_warning(monkeypatch, war
         plnexp.fit(plnexp.simulate(n=20, p=4, d=1), n_iter=2, timed=False, compile_cache=False)
     assert runtime.missing() == []
     assert runtime.describe()["plnexp_xla_flags_missing"] == "none"
+
+
+def test_usable_cores_are_the_affinity_else_the_machines_count(monkeypatch):
+    """The one count of cores a process may use (the draw's threads, torch's, the floor's record)."""
+    from plnexp.system import machine
+
+    assert machine.usable_cores() == len(os.sched_getaffinity(0))
+    monkeypatch.delattr(os, "sched_getaffinity")
+    monkeypatch.setattr(os, "cpu_count", lambda: 7)
+    assert machine.usable_cores() == 7
+    monkeypatch.setattr(os, "cpu_count", lambda: None)
+    assert machine.usable_cores() == 1

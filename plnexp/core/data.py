@@ -1044,9 +1044,9 @@ def in_threads(f: Callable, items: Sequence) -> Iterator:
     """``f(item)`` for each of ``items``, in order, computed by a thread per core this process may
     use (NumPy's draws and array operations release the GIL), at most two per thread at a time (the
     memory of a few blocks); in this thread alone on one core. The results are those of ``map``."""
-    import os
+    from ..system.machine import usable_cores
 
-    workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    workers = usable_cores()
     if workers < 2 or len(items) < 2:
         yield from map(f, items)
         return

@@ -142,11 +142,11 @@ class Slurm:
             for i, job in zip(one, executor.map_array(work, [items[i] for i in one])):
                 jobs[i] = job
         nodes = int(self.params.get("nodes") or 1)
+        # --kill-on-bad-exit: a task that dies ends the others at once (they would otherwise wait in
+        # their next collective until JAX's coordination service gives up on it)
+        srun_args = [*(self.params.get("srun_args") or []), "--kill-on-bad-exit=1"]
         for i, k in enumerate(tasks):
             if k > 1:
-                # --kill-on-bad-exit: a task that dies ends the others at once (they would otherwise
-                # wait in their next collective until JAX's coordination service gives up on it)
-                srun_args = [*(self.params.get("srun_args") or []), "--kill-on-bad-exit=1"]
                 executor.update_parameters(
                     nodes=nodes, tasks_per_node=tasks_per_node(k, nodes), slurm_srun_args=srun_args
                 )

@@ -333,13 +333,10 @@ def identity(device=None) -> dict[str, str]:
     import jax
     import jaxlib
 
-    from ..system.machine import cpu_model
+    from ..system.machine import cpu_model, usable_cores
 
     dev = _device(device)
-    try:
-        cores = len(os.sched_getaffinity(0))  # what this process may use (a SLURM job: its allocation)
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 0
+    cores = usable_cores()  # what this process may use (a SLURM job: its allocation)
     return {
         "host": platform.node(),
         "cpu_model": cpu_model(),

@@ -1,9 +1,19 @@
-"""The machine a process runs on, as the records name it (its CPU model). Imports nothing else of
-plnexp."""
+"""The machine a process runs on, as the records name it (its CPU model, the cores it may use).
+Imports nothing else of plnexp."""
 
 from __future__ import annotations
 
+import os
 import platform
+
+
+def usable_cores() -> int:
+    """The cores this process may use (``os.sched_getaffinity``: a SLURM job's allocation, a
+    ``taskset``), else the machine's count; at least 1."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def cpu_model() -> str:

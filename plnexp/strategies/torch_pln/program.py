@@ -32,7 +32,6 @@ Threads: torch's intra-op pool is set, for the length of a call, to the CPUs thi
 
 from __future__ import annotations
 
-import os
 import re
 import time
 import warnings
@@ -50,6 +49,7 @@ from ...core.model import Arrays
 from ...core.problem import GRADIENTS as JAX_GRADIENTS
 from ...core.problem import FitState, Output, Problem
 from ..base import Compiled, OneDevice
+from ...system.machine import usable_cores
 from ..torch_compat import error_on_recompile
 from .model import GRADIENTS, MODELS, Arrays as TensorArrays, PLNState as TensorState
 from .optim import OPTIMIZERS, apply_updates
@@ -161,7 +161,7 @@ def _synchronize(device: torch.device) -> None:
 def threads():
     """torch's intra-op threads = the CPUs this process may use, restored on exit."""
     previous = torch.get_num_threads()
-    torch.set_num_threads(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    torch.set_num_threads(usable_cores())
     try:
         yield
     finally:
