@@ -338,7 +338,11 @@ def test_hydra_full_error_shows_the_exception(outputs, monkeypatch):
     "args,words",
     [
         ([], ["no command"]),
-        (["ui", "--port", "99999"], ["--port 99999: allowed values are integers from 1 to 65535"]),
+        pytest.param(
+            ["ui", "--port", "99999"],
+            ["--port 99999: allowed values are integers from 1 to 65535"],
+            marks=pytest.mark.slow,
+        ),
         pytest.param(
             ["run", "n_iter=2147483648", "dataset.replication=1"],
             ["n_iter=2147483648: allowed values are integers from 1 to 2147483647"],
@@ -442,6 +446,7 @@ def test_ui_with_an_option_mlflow_refuses_exits_1(outputs, tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_run_help_lists_config_groups(tmp_path, plnexp_main):
     proc = plnexp_main("run", "--help", cwd=tmp_path)  # Hydra's help
     assert proc.returncode == 0
@@ -583,6 +588,7 @@ def test_a_sweep_file_sweeping_the_experiment_is_refused(tmp_path, monkeypatch):
     assert [j.config.seed for j in jobs] == [0, 1]  # one value given: the grid runs
 
 
+@pytest.mark.slow
 def test_job_names_are_unique_within_a_sweep():
     """A key the name hides (the timing protocol: repeats) shows in every job's name where it alone
     tells jobs apart; names that differ already stay as they were."""

@@ -157,6 +157,7 @@ def test_loky_executor_running_reads_lokys_executor(monkeypatch):
 
 
 # ---------------------------------------------------------------- torch
+@pytest.mark.slow
 def test_error_on_recompile_sets_dynamos_flag_in_the_block_only(monkeypatch):
     torch = pytest.importorskip("torch")
     from plnexp.strategies import torch_compat
@@ -173,6 +174,7 @@ def test_error_on_recompile_sets_dynamos_flag_in_the_block_only(monkeypatch):
         assert error is torch._dynamo.exc.RecompileError
 
 
+@pytest.mark.slow
 def test_inductors_cache_switch_is_an_alias_of_the_public_one():
     torch = pytest.importorskip("torch")
     import torch._inductor.config as inductor

@@ -119,6 +119,7 @@ def test_fit_bad_value_is_one_line(tiny, value):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.slow
 def test_a_cache_that_cannot_be_written_is_one_warning_and_the_fit_runs(outputs, tiny):
     blocker = outputs / "a_file"
     blocker.write_text("")

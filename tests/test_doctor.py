@@ -82,6 +82,7 @@ def test_miscompile_probe_passes_here_and_fails_on_a_wrong_sum(oaks):
     assert "1113766.9" in wrong.detail and "1285968.2" in wrong.detail
 
 
+@pytest.mark.slow
 def test_numerics_covers_every_device_model_and_precision():
     names = {c.name for c in doctor.numerics()}
     for dev in doctor.all_devices():

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import time
+
+import pytest
 from types import SimpleNamespace
 
 from conftest import store_client
@@ -34,6 +36,7 @@ def assert_dressed(exp) -> None:
     assert f"]({link})" in exp.tags[store.NOTE_TAG]
 
 
+@pytest.mark.slow
 def test_a_run_tags_its_experiment_and_logs_its_data_set(outputs, plnexp_main):
     ran = plnexp_main("run", *TINY)
     assert ran.returncode == 0, ran.stderr

@@ -178,6 +178,7 @@ def test_fit_replicates_takes_arrays_too(counts):
 
 
 # ---------------------------------------------------------------- a good citizen of the caller's process
+@pytest.mark.slow
 def test_fit_keeps_the_callers_compiled_functions_and_jax_configuration(counts, tmp_path):
     """The caller's jitted function is neither retraced nor recompiled after fits (timed, with every
     cold step, float64, the persistent cache on), and every jax.config value is as it was."""

@@ -311,7 +311,7 @@ def test_an_unwritable_cache_folder_still_gives_the_floor(counted, tmp_path, mon
     assert floor.cached(full(30, 5), np.float32).copy_GBps == 50.0
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dtype", [np.float32, pytest.param(np.float64, marks=pytest.mark.slow)])
 def test_a_real_measurement_at_a_tiny_shape(dtype, monkeypatch, tmp_path):
     monkeypatch.setenv(floor.CACHE_ENV, str(tmp_path))
     f = floor.cached(full(20, 4), dtype, "cpu")
@@ -349,6 +349,7 @@ def test_run_metrics_are_nan_when_measuring_fails_but_the_bytes_are_counted(monk
     assert all(math.isnan(bad_device[k]) for k in timed) and bad_device["floor_bytes_per_iter"] == 14 * 30 * 7 * 4
 
 
+@pytest.mark.slow
 def test_a_job_logs_its_machines_floor_measured_before_the_fit(tiny_config, outputs, monkeypatch):
     """The floor a run logs is this process's cached floor for the data's shape, measured before the
     fit runs, and its arithmetic holds on the logged parts."""
@@ -431,6 +432,7 @@ def test_a_pca_job_logs_the_pca_floor_below_the_full_models_at_the_same_shape(co
     assert sorted(counted["dot"]) == [(n, p, q, "float32"), (n, p, p, "float32")]
 
 
+@pytest.mark.slow
 def test_a_job_whose_floor_fails_finishes_without_it(tiny_config, outputs, monkeypatch):
     """The fit runs and the job finishes; the floor's measured parts are not logged (NaN: not
     measured), its bytes per iteration (counted) are. The fit is a stand-in (this test is about the job around it, and stays fast)."""

@@ -55,6 +55,7 @@ def test_per_row_offsets_are_a_read_only_view_of_their_column():
         plnexp.as_data(Y, np.where(np.arange(9) == 2, -1.0, totals))
 
 
+@pytest.mark.slow
 def test_simulate_pca_large_path_float32_counts_same_data_digest_and_fit(monkeypatch):
     """Above COMPACT_ENTRIES the counts are float32 (64-byte aligned), O a view, Sigma not kept: the
     same values, digest and fit as the float64 arrays."""
@@ -111,6 +112,7 @@ def test_to_device_gives_the_values_of_a_plain_device_put(monkeypatch, precision
             assert placed.O.shape == want_o
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["pca", "full"])
 def test_per_row_offsets_reach_the_device_as_their_column_same_fit(monkeypatch, model):
     """Offsets one per row go to the fit's device as their (n, 1) column (no n x p array there),

@@ -117,6 +117,7 @@ def test_gradients_full_and_profiled():
         )
 
 
+@pytest.mark.slow
 def test_closed_forms_are_stationary_points():
     data = _small(1)
     _, M, S, _ = _random_point(data, 5)

@@ -47,9 +47,9 @@ def test_two_devices_are_visible():
     assert len(jax.devices("cpu")) == 2
 
 
-@pytest.mark.parametrize("via", ["jit", "shard_map"])
-@pytest.mark.parametrize("gradient", ["analytic", "autodiff"])
-@pytest.mark.parametrize("model", ["full", "profiled"])
+@pytest.mark.parametrize("via", ["jit", pytest.param("shard_map", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("gradient", ["analytic", pytest.param("autodiff", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("model", ["full", pytest.param("profiled", marks=pytest.mark.slow)])
 def test_sharded_fit_is_scans_fit(model, gradient, via, odd):
     kw = dict(model=model, optimizer="radam_clip", n_iter=N_ITER, precision="float64", gradient=gradient, timed=False)
     want = plnexp.fit(odd, strategy="scan", **kw)
@@ -61,6 +61,7 @@ def test_sharded_fit_is_scans_fit(model, gradient, via, odd):
     assert got.loglik == pytest.approx(want.loglik, rel=RTOL["float64"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("via", ["jit", "shard_map"])
 def test_sharded_fit_is_scans_fit_in_float32(via, odd):
     kw = dict(model="full", optimizer="adam", lr=1e-2, n_iter=N_ITER, precision="float32", timed=False)
@@ -69,6 +70,7 @@ def test_sharded_fit_is_scans_fit_in_float32(via, odd):
     assert close(got.elbo, want.elbo, RTOL["float32"]), np.max(np.abs(got.elbo - want.elbo))
 
 
+@pytest.mark.slow
 def test_sharded_fit_on_oaks(oaks):
     """The shipped data (d=1, an intercept), timed as a run times it."""
     kw = dict(model="profiled", optimizer="rprop", n_iter=N_ITER, precision="float64")
@@ -93,6 +95,7 @@ def test_rows_are_split_and_padded(odd):
         assert [s.data.shape for s in state.pln.M.addressable_shards] == [(31, 8), (31, 8)]
 
 
+@pytest.mark.slow
 def test_command_line_run_on_two_devices(outputs, capsys):
     from plnexp.__main__ import main
 
@@ -141,6 +144,7 @@ def test_sparse_rows_give_each_device_the_csr_of_its_rows(sparse_odd):
     np.testing.assert_array_equal(np.vstack(rows), np.vstack([dense.Y, np.zeros((1, 12))]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("init, optimizer", [("seed", "rprop"), ("data", "adam")])
 def test_sparse_sharded_fit_is_dense_scans_fit(init, optimizer, sparse_odd):
     """The blocks each device densifies are the dense rows: scan's float64 curve on the dense counts

@@ -109,7 +109,7 @@ def test_reference_has_no_n_by_p_by_q_term_and_blocks_rows(small):
     assert partial - whole == pytest.approx(reference.log_factorial_sum(small.Y), rel=1e-13)
 
 
-@pytest.mark.parametrize("offsets", ["full", "row"])
+@pytest.mark.parametrize("offsets", ["full", pytest.param("row", marks=pytest.mark.slow)])
 def test_analytic_gradient_is_autodiffs(small, offsets):
     model = pm.pca_model(RANK)
     with jax.enable_x64(True):
@@ -154,6 +154,7 @@ def test_models_are_one_per_rank():
         pm.pca_model(0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("init", ["seed", "data", "random"])
 def test_initial_state_is_not_a_saddle(small, init):
     model = pm.pca_model(RANK)
@@ -169,6 +170,7 @@ def test_initial_state_is_not_a_saddle(small, init):
         np.testing.assert_allclose(M.T @ M / small.n, np.eye(RANK), atol=1e-10)
 
 
+@pytest.mark.slow
 def test_data_init_beyond_eigh_max_p_is_the_eigendecomposition(monkeypatch):
     """Above p = EIGH_MAX_P the data init takes R's top-q singular vectors by subspace iteration
     instead of an eigendecomposition of the p x p R'R: the same vectors and values (float64: values
@@ -215,6 +217,7 @@ def test_data_init_b_is_the_poisson_regression_given_the_latent_part():
     np.testing.assert_allclose(one[0], closed, rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_random_init_draws_q_columns_of_noise(small):
     model = pm.pca_model(RANK)
     with jax.enable_x64(True):
@@ -300,6 +303,7 @@ def test_a_rank_for_another_model_is_refused(small):
         plnexp.fit(small, model="full", rank=2)
 
 
+@pytest.mark.slow
 @pytest.mark.multidevice
 @pytest.mark.parametrize("via", ["jit", "shard_map"])
 def test_sharded_on_two_devices_is_scans_fit(via):

@@ -58,7 +58,9 @@ def _evaluate(model, params, arrays):
     return analytic, elbo, autodiff
 
 
-@pytest.mark.parametrize("block_rows", [1, 10, 16, 50, 102, 103, 500])
+@pytest.mark.parametrize(
+    "block_rows", [103, *(pytest.param(b, marks=pytest.mark.slow) for b in (1, 10, 16, 50, 102, 500))]
+)
 def test_blocks_give_the_unblocked_value_and_gradient(odd, block_rows):
     with jax.enable_x64(True):
         arrays = pm.Arrays(*(jnp.asarray(a) for a in (odd.Y, odd.O, odd.X)))
@@ -72,7 +74,7 @@ def test_blocks_give_the_unblocked_value_and_gradient(odd, block_rows):
         assert _rel(ga[name], g0[name]) <= TOL, (name, "autodiff")
 
 
-@pytest.mark.parametrize("block_rows", [None, 4, 9, 64])
+@pytest.mark.parametrize("block_rows", [9, *(pytest.param(b, marks=pytest.mark.slow) for b in (None, 4, 64))])
 def test_blocks_skip_padding_rows(odd, block_rows):
     """Rows as a row-sharded fit pads them (Y = O = X = 0, M = 0, weight 0: data.rows): the value and
     the sums over rows are those of the data rows alone, dM and dS are 0 on the padding rows."""
@@ -100,6 +102,7 @@ def test_blocks_skip_padding_rows(odd, block_rows):
             assert not np.any(np.asarray(grads[name][odd.n :])), name
 
 
+@pytest.mark.slow
 def test_temp_memory_is_blocks_not_rows():
     """XLA's temp bytes at n x p = 4,000 x 500, q = 5, float32 (compiled from shapes, nothing run).
     Measured here (plnexp's XLA flags, jaxlib 0.10.2, CPU): without blocks the value and gradient
@@ -127,7 +130,7 @@ def test_memory_report_names_the_arrays():
         memory.measure(400, 50, what=("loop",))
 
 
-@pytest.mark.parametrize("gradient", ["analytic", "autodiff"])
+@pytest.mark.parametrize("gradient", ["analytic", pytest.param("autodiff", marks=pytest.mark.slow)])
 def test_a_blocked_fit_is_the_unblocked_fit(odd, gradient):
     want = plnexp.fit(odd, gradient=gradient, **KW)
     got = plnexp.fit(odd, gradient=gradient, block_rows=10, **KW)
@@ -185,6 +188,7 @@ def test_config_model_block_rows():
         assert "\n" not in str(info.value)
 
 
+@pytest.mark.slow
 @pytest.mark.multidevice
 @pytest.mark.parametrize("via", ["jit", "shard_map"])
 def test_blocks_in_a_row_sharded_fit(via):

@@ -86,6 +86,7 @@ def test_centring_is_exact_and_gains_the_prior(data):
     np.testing.assert_allclose(_elbo(data, B2, C, M2, S) - _elbo(data, B, C, M, S), gain, rtol=1e-9)
 
 
+@pytest.mark.slow
 def test_gauge_step_is_newtons_along_g(data):
     B, C, M, S = _point(data, 1)
     q = RANK
@@ -162,11 +163,13 @@ def test_newton_refused_with_one_line(data, kwargs, words):
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.slow
 def test_block_rows_keeps_rprop(data):
     res = plnexp.fit(data, model="pca", rank=2, block_rows=40, n_iter=2, timed=False)
     assert res.optimizer == "rprop"
 
 
+@pytest.mark.slow
 def test_newton_model_has_no_rotation_and_steps_as_with_r_zero(data):
     """The Newton model's parameters carry no R (its rounds never turn the latent axes): its step
     and ELBO are those of the same parameters with R = 0 (Q = I) to float64 rounding (1e-12

@@ -96,7 +96,7 @@ def _specs(tmp_path) -> dict:
 
 
 @pytest.mark.parametrize("name", ["synthetic_pca", "synthetic_pca_blocks", "synthetic", "oaks_x3", "csv"])
-@pytest.mark.parametrize("processes", [2, 3])
+@pytest.mark.parametrize("processes", [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_each_process_reads_its_rows_and_together_they_are_the_data_of_one(name, processes, tmp_path):
     spec = _specs(tmp_path)[name]
     whole = spec.load()

@@ -104,6 +104,7 @@ def test_a_sweeps_parent_reads_back_as_its_record(swept):
     assert records.run(uri, "0" * 32) is None
 
 
+@pytest.mark.slow
 def test_finished_answers_the_job_runs_of_config_hashes(swept):
     uri, record, job = swept
     h = provenance.config_hash(job.config)

@@ -113,6 +113,7 @@ def png_size(path) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
+@pytest.mark.slow
 def test_report_numbers_equal_the_logged_metrics(outputs, tmp_path, monkeypatch):
     record = fake_sweep(tmp_path, monkeypatch, list(KNOWN), control=("scan", 60))
     rep, folder, files = report.build(tracking.tracking_uri(), run_id=record.parent_id)
@@ -215,6 +216,7 @@ def test_terminal_summary_names_the_fastest_and_the_failures(outputs, tmp_path, 
     assert report.parent_metrics(rep, [])[1]["fastest_strategy"] == ""
 
 
+@pytest.mark.slow
 def test_one_data_size_has_no_scaling_plot_and_equal_lengths_no_common_column(outputs, tmp_path, monkeypatch):
     record = fake_sweep(tmp_path, monkeypatch, [("scan", 30), ("fori_loop", 30)])
     _, folder, files = report.build(tracking.tracking_uri(), run_id=record.parent_id)
@@ -343,6 +345,7 @@ def test_gap_curve_is_log10_of_the_gap_to_the_best_floored_at_the_precision(outp
     np.testing.assert_allclose(o.gap_curve(), np.log10([999.0, 9.0, eps, eps]))
 
 
+@pytest.mark.slow
 def test_a_real_sweep_reports_at_its_end(swept):
     """The session's real sweep (conftest's ``swept``: ``python -m plnexp sweep``, scan and fori_loop
     on oaks, no report=false) made its report when it ended, led by the verdict of its interleaved
@@ -365,6 +368,7 @@ def test_a_real_sweep_reports_at_its_end(swept):
     assert not any(e.control for e in rep.entries)  # the rounds replace the control job
 
 
+@pytest.mark.slow
 def test_a_sweep_told_not_to_report_makes_no_report(outputs, monkeypatch, plnexp_main):
     """report=false: the sweep ends without its report (its fits faked: the switch is the point here;
     a real sweep's report is checked above)."""
@@ -378,6 +382,7 @@ def test_a_sweep_told_not_to_report_makes_no_report(outputs, monkeypatch, plnexp
     assert len(runs) == 2 and {r.info.status for r in runs} == {"FINISHED"}  # the sweep ran: parent and job
 
 
+@pytest.mark.slow
 def test_a_strategy_swept_over_its_own_option_is_one_row_per_value(outputs, tmp_path, monkeypatch):
     """strategy.tol=1e-3,1e-6 of while_loop used to overwrite itself (rows keyed on the name)."""
 
@@ -642,6 +647,7 @@ def test_a_tie_still_says_what_differs_beyond_the_threshold(compile_s, peak, sai
     )
 
 
+@pytest.mark.slow
 def test_bytes_png_has_a_labelled_point_per_program(tmp_path):
     entries = [
         xla_entry("scan", 7.0, "a", nbytes=80 * MiB),
@@ -663,6 +669,7 @@ def test_bytes_png_has_a_labelled_point_per_program(tmp_path):
     assert 500 <= w <= 3000 and 300 <= h <= 3000
 
 
+@pytest.mark.slow
 def test_a_sweep_with_xlas_figures_reports_them(outputs, tmp_path, monkeypatch):
     """Runs that log XLA's figures (their fits faked, the figures added to what they log): the table
     and bytes.png in the report, the figures per run in report.csv."""

@@ -47,6 +47,7 @@ def curve(outputs, run_id):
 
 
 # ---------------------------------------------------------------- provenance
+@pytest.mark.slow
 def test_config_hash_ignores_where_and_how_it_is_timed_only():
     (base,) = cli.plan(TINY, multirun=False, check_device=False)
     same = [
@@ -75,6 +76,7 @@ def test_config_hash_ignores_where_and_how_it_is_timed_only():
         assert provenance.config_hash(other.config) != provenance.config_hash(base.config), change
 
 
+@pytest.mark.slow
 def test_every_run_carries_its_provenance(outputs):
     out = original()
     run = store_client(outputs).get_run(out.run_id)
@@ -217,6 +219,7 @@ def test_a_changed_csv_file_is_reported_before_rerunning(outputs, tmp_path, caps
     ), err
 
 
+@pytest.mark.slow
 def test_bad_reruns_are_one_line_and_create_nothing(outputs, capsys, monkeypatch):
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
     out = original()
@@ -319,6 +322,7 @@ def test_resume_only_for_sweeps(outputs, capsys):
     assert "resume=true: only for sweeps" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_resume_reuses_finished_jobs_and_summarises_the_whole_grid(outputs, tmp_path, monkeypatch):
     """The bookkeeping of a resumed sweep, with a stand-in fit: FINISHED jobs are reused, FAILED ones
     run again, the summary covers the grid, the parent is tagged with the sweep it completes."""
@@ -461,6 +465,7 @@ def test_resume_an_interrupted_sweep_subprocess(outputs, tmp_path, blocking, pln
     assert len(store_client(outputs).search_runs([new_parent.info.experiment_id])) == len(runs)  # nothing new
 
 
+@pytest.mark.slow
 def test_resume_says_how_many_jobs_matched_and_names_the_nearest_run(outputs, monkeypatch):
     """resume=true is never silent: the matched count always, and when nothing matched (n_iter is
     hashed) the nearest FINISHED run and the keys by which it differs (the command prints the line:
@@ -489,6 +494,7 @@ def _finished(cfg, overrides=(), name=None, output_dir="", outcome=None):
     return outcome
 
 
+@pytest.mark.slow
 def test_resume_reuses_only_runs_timed_and_run_alike(outputs, monkeypatch):
     """A FINISHED run of the same config timed otherwise (another repeats) or run with other
     software (another XLA_FLAGS, as the provenance reads it) is not reused: the job runs again and
@@ -510,6 +516,7 @@ def test_resume_reuses_only_runs_timed_and_run_alike(outputs, monkeypatch):
     )
 
 
+@pytest.mark.slow
 def test_resume_runs_the_jobs_timed_otherwise_in_process(outputs, tmp_path, monkeypatch, plnexp_main):
     """The command line: a sweep, then the same grid with one more value of repeats, resumed. The
     job of the new value (the same config hash) runs, named apart, and the line says why."""

@@ -72,6 +72,7 @@ def test_lapack_threads_can_be_set_and_restored():
     assert runtime.lapack_threads() == [1]
 
 
+@pytest.mark.slow
 def test_checked_flags_are_accepted_by_this_jaxlib():
     """XLA aborts the process on an unknown flag: a computation under exactly plnexp's flags runs. A
     fresh process, as the point: XLA reads its flags once, when JAX starts its CPU backend."""
@@ -95,6 +96,7 @@ def _python(code: str, **env: str) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_import_changes_nothing_and_configure_applies_the_settings_once():
     """A fresh process: ``import plnexp`` leaves the environment, every jax.config value, SciPy's
     OpenBLAS threads and JAX's backend as they were; configure() then adds the flags before JAX
@@ -127,6 +129,7 @@ print(json.dumps(out))
     assert got["again"] == [] and got["flags_again"] == got["flags"] and got["missing_again"] == []
 
 
+@pytest.mark.slow
 def test_the_command_line_applies_the_settings():
     code = """
 import json, os

@@ -65,7 +65,7 @@ def test_device_block_is_the_dense_block(pair):
         np.testing.assert_array_equal(np.asarray(take(Y, start, b)), dense.Y[start : start + b])
 
 
-@pytest.mark.parametrize("optimizer", ["rprop", "adam"])
+@pytest.mark.parametrize("optimizer", [pytest.param("rprop", marks=pytest.mark.slow), "adam"])
 def test_fit_curve_sparse_equals_dense(pair, optimizer):
     dense, sparse = pair
     kw = dict(KW, optimizer=optimizer) | ({"lr": 1e-2} if optimizer == "adam" else {})
@@ -94,6 +94,7 @@ def test_a_fit_that_would_densify_them_is_one_line(pair, kw, says):
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("p", [40, 1100])  # the data init's eigh of R'R, and its subspace iteration beyond 1,000
 def test_data_init_in_blocks_is_the_dense_one(p):
     args = dict(n=150, p=p, q=3, zero_fraction=0.9, d=2, seed=7)

@@ -3,6 +3,7 @@ started) is not a success: the footer counts it, the parent ends FAILED and the 
 
 from __future__ import annotations
 
+import pytest
 from conftest import store_client
 
 from plnexp.experiment import sweep
@@ -16,6 +17,7 @@ def all_runs(outputs):
 TINY = ("dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=3", "warmup=0", "report.rounds=1")
 
 
+@pytest.mark.slow
 def test_a_job_that_never_logged_a_run_fails_the_sweep(outputs, tmp_path, plnexp_main, monkeypatch):
     ran = sweep.Task._job
 
