@@ -102,10 +102,11 @@ def test_rest_search_sees_the_sweep(served_sweep):
     assert all({"ms_per_iter", "paired_ratio"} <= {m["key"] for m in c["data"]["metrics"]} for c in children)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def chrome():
     """Headless Chromium under Debian's chromedriver, named explicitly so that selenium never looks
-    for (or downloads) a driver itself; quit whatever happens in the test."""
+    for (or downloads) a driver itself; one browser for a module's tests (each opens its own page of
+    its own server; a start costs seconds of CPU), quit whatever happens in them."""
     if CHROMIUM is None:
         pytest.skip(
             "Chromium and chromedriver are not installed (apt-get install chromium chromium-driver; .ci/run does it)"
