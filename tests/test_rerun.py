@@ -380,19 +380,23 @@ def test_resume_draws_no_synthetic_data_again_and_compares_a_files_digest(tmp_pa
         m.setattr(provenance, "git_commit", lambda: "0123abc-dirty")
         for spec in drawn:
             assert resume._data_changed(other, spec)
-    runner.load_data.cache_clear()
-    sim = np.random.default_rng(0).poisson(3.0, size=(20, 3))
     counts = tmp_path / "counts.csv"
-    counts.write_text("a,b,c\n" + "\n".join(",".join(map(str, row)) for row in sim) + "\n")
+
+    def changed_since(logged) -> bool:  # as a resume in a new process sees it: nothing loaded yet
+        runner.load_data.cache_clear()
+        try:
+            return resume._data_changed(logged, csv)
+        finally:
+            runner.load_data.cache_clear()
+
+    sim = np.random.default_rng(0).poisson(3.0, size=(20, 3))
+    np.savetxt(counts, sim, fmt="%d", delimiter=",", header="a,b,c", comments="")
     csv = C.CsvData(counts=str(counts))
     logged = SimpleNamespace(data_digest=csv.load().digest())
-    runner.load_data.cache_clear()
-    assert not csv.drawn and not resume._data_changed(logged, csv)
+    assert not csv.drawn and not changed_since(logged)
     sim[0, 0] += 1
-    counts.write_text("a,b,c\n" + "\n".join(",".join(map(str, row)) for row in sim) + "\n")
-    runner.load_data.cache_clear()  # a resume is a new process
-    assert resume._data_changed(logged, csv)
-    runner.load_data.cache_clear()
+    np.savetxt(counts, sim, fmt="%d", delimiter=",", header="a,b,c", comments="")
+    assert changed_since(logged)
 
 
 @pytest.mark.slow

@@ -48,8 +48,8 @@ import torch
 from ...core.model import Arrays
 from ...core.problem import GRADIENTS as JAX_GRADIENTS
 from ...core.problem import FitState, Output, Problem
-from ..base import Compiled, OneDevice
 from ...system.machine import usable_cores
+from ..base import Compiled, OneDevice
 from ..torch_compat import error_on_recompile
 from .model import GRADIENTS, MODELS, Arrays as TensorArrays, PLNState as TensorState
 from .optim import OPTIMIZERS, apply_updates
