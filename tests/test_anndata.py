@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import plnexp
+from plnexp.core.precision import PRECISIONS
 from plnexp import DataError
 from plnexp.experiment import plan as cli
 from plnexp.core import reference
@@ -89,7 +90,10 @@ def test_h5ad_dense_and_sparse_give_the_data_and_the_fit_of_the_same_csv(tmp_pat
         for a, b in ((data.Y, csv.Y), (data.O, csv.O), (data.X, csv.X)):
             np.testing.assert_array_equal(a, b, err_msg=what)
         assert data.digest() == csv.digest(), what
-        np.testing.assert_array_equal(plnexp.fit(data, n_iter=5, timed=False).elbo, ref.elbo, err_msg=what)
+        # The CSV's offsets are a full (n, p) file, the AnnData's one total per cell (their (n, 1) column
+        # on the device): two programs, whose sums XLA may order otherwise, so float32's curve tolerance.
+        got = plnexp.fit(data, n_iter=5, timed=False).elbo
+        np.testing.assert_allclose(got, ref.elbo, rtol=PRECISIONS["float32"].curve_rtol, err_msg=what)
         in_memory = plnexp.load_anndata(ad, layer=layer, covariates=["batch", "depth"])
         assert in_memory.digest() == csv.digest() and in_memory.name == "anndata", what
 

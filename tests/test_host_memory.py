@@ -18,6 +18,7 @@ import plnexp
 from plnexp.core import data as D
 from plnexp.fitting import optimum
 from plnexp.core import reference
+from plnexp.core.precision import PRECISIONS
 
 CPU = jax.devices("cpu")[0]
 
@@ -72,12 +73,18 @@ def test_simulate_pca_large_path_float32_counts_same_data_digest_and_fit(monkeyp
     assert "Sigma" in large.truth and set(dict(large.truth)) == {"B", "C"}
     np.testing.assert_array_equal(large.truth["Sigma"], large.truth["C"] @ large.truth["C"].T)
     dense = plnexp.Data(small.Y, np.array(small.O), small.X)  # O as a full array, as it was stored
+    f32 = PRECISIONS["float32"]
     for block_rows in (None, 50):
         kwargs = dict(model="pca", rank=3, n_iter=4, block_rows=block_rows, timed=False)
         a, b, c = (plnexp.fit(d, **kwargs) for d in (dense, small, large))
-        np.testing.assert_array_equal(b.elbo, a.elbo)
-        np.testing.assert_array_equal(c.elbo, a.elbo)
-        assert a.loglik == b.loglik == c.loglik and np.isfinite(a.loglik)
+        # small and large reach the device as the same arrays (O its (n, 1) column, Y float32): one
+        # program on one layout, so their curves are equal by construction, bit for bit.
+        np.testing.assert_array_equal(c.elbo, b.elbo)
+        assert b.loglik == c.loglik and np.isfinite(a.loglik)
+        # dense's O is a full (n, p) array: another program, whose sums XLA and the BLAS may order
+        # otherwise (they do under the suite's XLA flags): equal to float32's curve tolerance.
+        np.testing.assert_allclose(b.elbo, a.elbo, rtol=f32.curve_rtol)
+        assert b.loglik == pytest.approx(a.loglik, rel=f32.check_rtol)
 
 
 def test_simulate_pca_counts_float32_cannot_hold_go_float64(monkeypatch):
