@@ -177,6 +177,21 @@ class ProgramStats:
     def as_metrics(self) -> dict[str, float]:
         return {"trace_s": self.trace_s, "lower_s": self.lower_s, "xla_compile_s": self.xla_compile_s, **self.xla}
 
+    def __reduce__(self):
+        """Pickled with ``analyse``'s figures, worked out now (after any timed run: the timing is the
+        one measured), not the function, which holds the compiled program (no pickle has it)."""
+        return (ProgramStats, (self.trace_s, self.lower_s, self.xla_compile_s, Known(self.xla), self.hlo))
+
+
+@dataclass(frozen=True)
+class Known:
+    """``analyse`` of a :class:`ProgramStats` read back from a pickle: its figures, as worked out."""
+
+    values: dict[str, float]
+
+    def __call__(self) -> dict[str, float]:
+        return dict(self.values)
+
 
 @dataclass(frozen=True, kw_only=True)
 class Timing:
