@@ -28,6 +28,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from . import row_names
 from .reference import BLOCK_ENTRIES, dense_rows, is_sparse, row_blocks  # the one block size of the host's n x p reads
 
 OAKS_COVARIATES = ("tree", "orientation", "distTOground")
@@ -185,6 +186,8 @@ class Data:
     columns: tuple[str, ...] | None = None
     # rows start:stop of a data set of part.n rows (one process's rows of a fit across processes), else None
     part: RowPart | None = field(default=None, repr=False)
+    # the rows' names (a DataFrame's index, obs_names, a CSV's index column: plnexp.core.row_names), else None
+    row_names: tuple[str, ...] | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         """One line (the arrays' values are never printed: at single-cell scale they are gigabytes):
@@ -398,10 +401,13 @@ def csv_rows(path) -> int:
         return max(sum(1 for ln in f if ln.strip()) - 1, 0)
 
 
-def _read_csv(path: Path, what: str, rows: tuple[int, int] | None = None) -> tuple[list[str], np.ndarray]:
+def _read_csv(
+    path: Path, what: str, rows: tuple[int, int] | None = None, index_col: int | None = None
+) -> tuple[list[str], np.ndarray, tuple[str, ...] | None]:
     """Read a numeric CSV with a header row; one clear DataError for any problem. ``rows``: only the
     data rows ``start:stop`` (0-based, empty lines not counted) are parsed and kept, the others
-    skipped as the file is read line by line."""
+    skipped as the file is read line by line. ``index_col``: that column holds the rows' names
+    (returned third; None without it)."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{what} file {path}: not found")
@@ -415,8 +421,11 @@ def _read_csv(path: Path, what: str, rows: tuple[int, int] | None = None) -> tup
             raise DataError(f"{what} file {path}: no data rows {rows[0] + 1} to {rows[1]}")
         raise DataError(f"{what} file {path}: empty (need a header row and at least one data row)")
     header = [h.strip().strip('"') for h in lines[0].split(",")]
+    body, names = lines[1:], None
+    if index_col is not None:
+        header, body, names = row_names.split_index(header, body, index_col, path, what)
     rows_read = []
-    for i, ln in enumerate(lines[1:], start=first_line):
+    for i, ln in enumerate(body, start=first_line):
         cells = ln.split(",")
         if len(cells) != len(header):
             raise DataError(f"{what} file {path}: line {i} has {len(cells)} fields, header has {len(header)}")
@@ -426,9 +435,9 @@ def _read_csv(path: Path, what: str, rows: tuple[int, int] | None = None) -> tup
             j = next(j for j, c in enumerate(cells) if not _is_number(c))
             raise DataError(
                 f"{what} file {path}: non-numeric value {cells[j].strip()!r} at row {i - 1}, column {j + 1}; "
-                f"allowed values are {NUMBERS_ALLOWED}"
+                f"allowed values are {NUMBERS_ALLOWED}{row_names.hint(header, j)}"
             ) from None
-    return header, np.asarray(rows_read, dtype=np.float64)
+    return header, np.asarray(rows_read, dtype=np.float64), names
 
 
 def _first_bad(a: np.ndarray, bad) -> tuple[int, int] | None:
@@ -567,8 +576,8 @@ def load_oaks(replication: int = 1, covariates: Sequence[str] = ()) -> Data:
     any of 'tree', 'orientation' (categorical, one-hot, first level dropped), 'distTOground'.
     """
     folder = _oaks_dir()
-    header, Y = _read_csv(folder / "counts.csv", "counts")
-    _, totals = _read_csv(folder / "offsets.csv", "offsets")
+    header, Y, _ = _read_csv(folder / "counts.csv", "counts")
+    _, totals, _ = _read_csv(folder / "offsets.csv", "offsets")
     X, names = design_matrix(_read_text_table(folder / "covariates.csv"), covariates, Y.shape[0])
     warn_empty_columns(Y, "oaks")
     data = Data(check_counts(Y, folder / "counts.csv"), np.log(totals), X, "oaks", names, columns=tuple(header))
@@ -584,8 +593,12 @@ def load_csv(
     covariate_columns: Sequence[str] | None = None,
     name: str | None = None,
     rows: tuple[int, int] | None = None,
+    index_col: int | None = None,
 ) -> Data:
     """Load counts (header + integer rows), optional offsets and covariates from CSV files.
+
+    ``index_col``: the column of the counts and offsets files holding the rows' names (pandas'
+    default ``to_csv`` writes them first: ``index_col=0``), kept as :attr:`Data.row_names`.
 
     ``offsets`` are raw positive totals (logged here) unless ``log_offsets=True``. Covariates:
     all columns of the file (text columns one-hot encoded) unless ``covariate_columns`` names
@@ -599,7 +612,7 @@ def load_csv(
         raise DataError(
             f"counts file {counts}: rows={tuple(rows)!r}: allowed are (start, stop) within its {total} rows"
         )
-    header, Y = _read_csv(counts, "counts", rows)
+    header, Y, index = _read_csv(counts, "counts", rows, index_col)
     Y = check_counts(Y, str(counts))
     if rows is None:  # a column without counts in some rows says nothing of the whole file's
         warn_empty_columns(Y, f"file {counts}", header)
@@ -607,7 +620,7 @@ def load_csv(
     if offsets is None:
         O = np.zeros_like(Y)
     else:
-        _, O = _read_csv(offsets, "offsets", rows)
+        _, O, _ = _read_csv(offsets, "offsets", rows, index_col)
         if O.shape != Y.shape or (rows is not None and csv_rows(offsets) != total):
             shape = O.shape if rows is None else (csv_rows(offsets), O.shape[1])
             raise DataError(
@@ -629,13 +642,15 @@ def load_csv(
         found = len(next(iter(table.values())))
         if found != n:
             raise DataError(f"covariates file {path}: {found} rows, counts have {n}")
+        if index_col is not None and index_col < len(table):  # the rows' names: not a covariate
+            del table[list(table)[index_col]]
         X, names = design_matrix(table, covariate_columns if covariate_columns is not None else list(table), n)
         _check_finite(X, _label("covariates", path), COVARIATES_ALLOWED)
     check_full_rank(X, names, covariates)
     if rows is not None:
         X = X[rows[0] : rows[1]]
     part = None if rows is None else RowPart(rows[0], rows[1], n)
-    return Data(Y, O, X, name or Path(counts).stem, names, columns=tuple(header), part=part)
+    return Data(Y, O, X, name or Path(counts).stem, names, columns=tuple(header), part=part, row_names=index)
 
 
 # ---------------------------------------------------------------- counts in memory
@@ -758,7 +773,7 @@ def as_data(counts, offsets=None, covariates=None, *, log_offsets: bool = False,
         else _covariates_argument(covariates, Y.shape[0])
     )
     check_full_rank(X, names, None)
-    return Data(Y, O, X, name or "data", names, columns=columns)
+    return Data(Y, O, X, name or "data", names, columns=columns, row_names=row_names.of_index(counts))
 
 
 def simulate(n: int = 2000, p: int = 50, d: int = 2, seed: int = 0) -> Data:
@@ -1033,10 +1048,20 @@ def load_anndata(
     O = _anndata_offsets(adata, Y, offsets, where if offsets not in ANNDATA_OFFSETS else counts, rows)
     X, names = _anndata_covariates(adata, tuple(covariates), where)
     check_full_rank(X, names, where)
+    cells = tuple(map(str, adata.obs_names))
     if rows is None:
-        return Data(Y, O, X, name or default_name, names, columns=columns)
+        return Data(Y, O, X, name or default_name, names, columns=columns, row_names=cells)
     part = RowPart(rows[0], rows[1], adata.n_obs)
-    return Data(Y, O, X[rows[0] : rows[1]], name or default_name, names, columns=columns, part=part)
+    return Data(
+        Y,
+        O,
+        X[rows[0] : rows[1]],
+        name or default_name,
+        names,
+        columns=columns,
+        part=part,
+        row_names=cells[rows[0] : rows[1]],
+    )
 
 
 # ---------------------------------------------------------------- low-rank synthetic counts (PLN-PCA)
