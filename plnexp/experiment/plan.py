@@ -455,13 +455,19 @@ def check_fit(config: C.Config) -> None:
 
 
 def check_data(jobs: Plan | list[Job]) -> None:
-    """Load and check each distinct data set of the jobs once (kept for the jobs of this process; of a
+    """Check each job's values that size memory against the machine (:func:`plnexp.jobs.limits.check`),
+    then load and check each distinct data set of the jobs once (kept for the jobs of this process; of a
     fit across processes, ``processes`` > 1, only its first row: its processes read their own rows);
     a bad file raises :class:`~plnexp.core.data.DataError` naming the file and what is allowed. Then each
     job against its data: a PLN-PCA ``model.rank`` above the data's p is a :class:`ConfigError` line
     (a file's p is known only once it is read)."""
+    from ..jobs import limits
+    from .processes import srun_tasks
     from .runner import load_data
 
+    # every value that sizes memory against the machine, before the data is loaded (plnexp.jobs.limits)
+    local = getattr(jobs, "launcher", "basic") in LOCAL_LAUNCHERS and srun_tasks() is None
+    limits.check_all([j.config for j in jobs], local=local)
     # a fit across processes reads its rows in each process: here only the first row (p, the file's format)
     across = {j.config.dataset for j in jobs if j.config.processes > 1}
     p = {
