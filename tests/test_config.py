@@ -148,6 +148,8 @@ BAD = [
     (["+foo=1"], "foo: unknown key; allowed keys are dataset"),
     (["dataset.foo=1"], "dataset.foo: unknown key; allowed keys under dataset are name, replication"),
     (["optimizer.lr=-1"], "optimizer.lr=-1: must be a number > 0"),
+    (["optimizer=adam", "optimizer.lr=inf"], "optimizer.lr=inf: must be a number > 0 and finite"),  # #62
+    (["optimizer=adam", "optimizer.lr=nan"], "optimizer.lr=nan: must be a number > 0 and finite"),
     (["strategy=scan_unrolled", "strategy.unroll=0"], "strategy.unroll=0: allowed values are integers >= 1"),
     (["strategy=while_loop", "strategy.tol=-1"], "strategy.tol=-1: allowed values are numbers >= 0"),
     (["strategy.unroll=4"], "strategy.unroll: unknown key; allowed keys under strategy are name"),

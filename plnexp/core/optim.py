@@ -52,8 +52,8 @@ class OptimizerSpec:
             raise ValueError(f"optimizer={self.name!r}: allowed values are {', '.join(OPTIMIZERS)}")
         if self.lr is None:
             object.__setattr__(self, "lr", DEFAULT_LR[self.name])
-        elif not (isinstance(self.lr, (int, float)) and self.lr > 0):
-            raise ValueError(f"optimizer.lr={self.lr!r}: must be a number > 0")
+        elif not (isinstance(self.lr, (int, float)) and 0 < self.lr < float("inf")):  # nan and inf: refused
+            raise ValueError(f"optimizer.lr={self.lr!r}: must be a number > 0 and finite")
 
     def make(self) -> optax.GradientTransformation:
         return OPTIMIZERS[self.name](self.lr) if self.lr is not None else OPTIMIZERS[self.name]()
