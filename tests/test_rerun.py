@@ -569,3 +569,26 @@ def test_runs_are_identified_by_config_hash_and_replicate():
     (done,) = resume._done([run("b" * 32, config_hash=h)], [job])
     assert (done.job, done.config_hash, done.run_id) == (0, h, "b" * 32)
     assert provenance.run_key({"config_hash": h}) == provenance.run_key({"config_hash": h, "replicate": "0"})
+
+
+@pytest.mark.slow  # three tiny fits and their reruns (~10 s)
+def test_a_rerun_that_fails_or_has_nothing_to_compare_is_not_reproduced(outputs, tmp_path, capsys):
+    """#62: a rerun that ends FAILED exits 1 (the original FAILED too: nothing to compare), and a
+    sweep's rerun counts a job whose original has no finished result among those not reproduced."""
+    uri = tracking.check_store()
+    record = sweep.open_sweep(tmp_path / "sw", "s", "rr", uri, 2, {})
+    good = original(parent=record.parent, job_num=0)
+    # adam's first step of 1e38 overflows float32: a non-finite ELBO at iteration 1, the run FAILED
+    (job,) = cli.plan([*TINY, "optimizer=adam", "optimizer.lr=1e38"], multirun=False)
+    bad = runner.run_job(job.config, job.overrides, job.name, parent=record.parent, job_num=1)
+    assert bad.status == "FAILED" and "non-finite ELBO" in bad.reason
+    sweep.close_sweep(record)
+    capsys.readouterr()
+    assert main(["rerun", bad.run_id]) == 1
+    out = capsys.readouterr().out
+    assert "the original run was FAILED: no finished result to compare with; the rerun ended FAILED" in out
+    assert out.rstrip().splitlines()[-1].startswith("rerun FAILED to reproduce: run ")
+    assert main(["rerun", record.parent_id]) == 1
+    out = capsys.readouterr().out
+    assert "rerun FAILED to reproduce: 1 of 2 jobs reproduced: " in out and f"{bad.name} did not" in out
+    assert out.rsplit("reproduced: ", 1)[1].startswith(f"{bad.name} did not;") and good.name != bad.name

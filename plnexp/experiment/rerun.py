@@ -18,8 +18,9 @@ The store is ``tracking_uri=STORE`` on the command line, else ``$MLFLOW_TRACKING
 one under the outputs folder; never the run's logged ``tracking_uri``, which holds ``***`` in place of a
 password (:mod:`plnexp.system.redact`).
 
-Exit status: 0 reproduced; 1 a result that disagrees (see :meth:`Verdict.failed`) or a rerun that
-did not finish; 2 bad input; 130/143 interrupted.
+Exit status: 0 reproduced; 1 a result that disagrees (see :meth:`Verdict.failed`), a rerun that
+did not finish, or an original with no finished result to compare with (FAILED, KILLED): not
+reproduced; 2 bad input; 130/143 interrupted.
 """
 
 from __future__ import annotations
@@ -359,17 +360,13 @@ def report_environment(src: Source, digest: str) -> list[str]:
     return lines
 
 
-def unfinished_ok(src: Source, outcome) -> bool:
-    """An original that did not finish has no result to compare: the rerun reproduces it if it
-    finishes, or fails the way the original did."""
-    return outcome.status in ("FINISHED", src.run.status)
-
-
 def compare(uri: str, src: Source, outcome, env_same: bool) -> tuple[Verdict | None, list[str]]:
-    """After the rerun: the verdict (None when the original has no finished result) and the lines."""
+    """After the rerun: the verdict (None when the original has no finished result: nothing to
+    compare, not reproduced) and the lines."""
     new_run = tracking.records.run(uri, outcome.run_id)
     if src.run.status != "FINISHED":
-        return None, [f"the original run was {src.run.status}: no finished result to compare with"]
+        ended = "" if outcome.status == "FINISHED" else f"; the rerun ended {outcome.status}: {outcome.reason}"
+        return None, [f"the original run was {src.run.status}: no finished result to compare with{ended}"]
     v = verdict(
         src,
         env_same,
@@ -469,7 +466,8 @@ with the overrides applied (group=option, key=value), as a new run tagged rerun_
 experiment; prints every environment difference first, then compares the ELBO curves and timings.
 The store: tracking_uri=STORE, else MLFLOW_TRACKING_URI, else the local one (never the run's logged
 tracking_uri, which holds *** in place of a password).
-Exit 0 reproduced; 1 not reproduced (--strict: also when overrides moved the curve beyond the
+Exit 0 reproduced; 1 not reproduced: a curve that disagrees, a rerun that did not finish, an original with
+no finished result to compare with (--strict: also when overrides moved the curve beyond the
 precision's tolerance); 2 bad input (nothing created)."""
 
 
@@ -527,7 +525,7 @@ def _single(uri: str, src: Source, overrides: list[str], env_same: bool, strict:
     v, lines = compare(uri, src, outcome, env_same)
     for line in lines:
         print(line)
-    failed = not unfinished_ok(src, outcome) if v is None else v.failed(strict)
+    failed = v is None or v.failed(strict)  # nothing to compare, or a rerun that did not finish: not reproduced
     print(f"rerun {'FAILED to reproduce' if failed else 'ok'}: run {outcome.run_id}", flush=True)
     return 1 if failed else 0
 
@@ -592,7 +590,7 @@ def _sweep(
             continue
         outcome = Rerun.of(run)
         v, lines = compare(uri, src, outcome, envs[src.run_id])
-        bad = not unfinished_ok(src, outcome) if v is None else v.failed(strict)
+        bad = v is None or v.failed(strict)  # nothing to compare: not reproduced
         failures.extend([src.name] if bad else [])
         print(f"[{i + 1}/{len(sources)}] {src.name} (run {outcome.run_id}){' DISAGREES' if bad else ''}")
         for line in lines:
