@@ -6,6 +6,7 @@ import plnexp
 data = plnexp.load_oaks(replication=100)
 res = plnexp.fit(data, model="full", optimizer="radam_clip", n_iter=1000)
 res = plnexp.fit(counts)  # counts in memory: a NumPy array or a pandas DataFrame (plnexp.as_data)
+res.save("my_fit"); res = plnexp.load_fit("my_fit")  # or load_fit("runs:/RUN_ID"): a run's model
 ```
 
 Importing plnexp changes nothing in the process (no environment variable, no JAX setting). Its
@@ -14,9 +15,20 @@ by :func:`plnexp.fit` while JAX has not started yet, or by ``plnexp.runtime.conf
 """
 
 from .system import runtime
+from .system.version import VERSION
 from .core.data import Data, DataError, as_data, load_anndata, load_csv, load_oaks, replicate, simulate, simulate_pca
 from .fitting.engine import FitResult, NumericsError, fit, fit_replicates
 from .strategies import STRATEGIES
+
+
+def load_fit(source) -> FitResult:
+    """A saved fit: the folder :meth:`FitResult.save` wrote, or ``"runs:/RUN_ID"``, the fitted model a
+    run logged (the store of ``$MLFLOW_TRACKING_URI``, else plnexp's local one under the outputs
+    folder). See docs/how-to/use-a-fitted-model.md."""
+    from .store.fitted import load_fit as load
+
+    return load(source)
+
 
 __all__ = [
     "Data",
@@ -29,10 +41,11 @@ __all__ = [
     "fit_replicates",
     "load_anndata",
     "load_csv",
+    "load_fit",
     "load_oaks",
     "replicate",
     "runtime",
     "simulate",
     "simulate_pca",
 ]
-__version__ = "0.1.0"
+__version__ = VERSION

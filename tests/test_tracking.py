@@ -107,7 +107,7 @@ def test_log_job_finished(outputs, config):
         assert key in t, key
     assert t["data_digest"] == "abc123" and t["x64"] == "False"
     arts = {a.path for a in store_client(outputs).list_artifacts(run_id)}
-    assert arts == {"config.yaml", "elbo.png", "analysis.json"}
+    assert arts == {"config.yaml", "elbo.png", "analysis.json", "model"}  # model/: the fit (plnexp.store.fitted)
 
 
 def test_log_job_failed_keeps_partial_curve(outputs, config):

@@ -423,7 +423,7 @@ def _read_csv(
     header = [h.strip().strip('"') for h in lines[0].split(",")]
     body, names = lines[1:], None
     if index_col is not None:
-        header, body, names = row_names.split_index(header, body, index_col, path, what)
+        header, body, names = row_names.split_index(header, body, index_col, path, what, DataError)
     rows_read = []
     for i, ln in enumerate(body, start=first_line):
         cells = ln.split(",")
@@ -655,7 +655,7 @@ def load_csv(
 
 # ---------------------------------------------------------------- counts in memory
 ACCEPTED = {
-    "counts": "a NumPy array (n samples x p variables), a pandas DataFrame or a plnexp.Data",
+    "counts": "a NumPy array (n samples x p variables), a pandas DataFrame, an anndata.AnnData (plnexp.fit) or a plnexp.Data",
     "offsets": "a NumPy array ((n, p), or (n,) for one offset per row) or a pandas DataFrame or Series",
     "covariates": "a NumPy array ((n, d), or (n,) for one covariate) or a pandas DataFrame or Series",
 }

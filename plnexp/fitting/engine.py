@@ -21,7 +21,8 @@ import numpy as np
 from ..system import runtime
 from .. import strategies
 from ..measure import timing
-from ..core.data import Data, as_data
+from ..core.data import Data
+from ..core.inputs import to_data
 from ..core import reference
 from ..core.model import PCA_NAME, Model
 from ..core.optim import OptimizerSpec
@@ -29,7 +30,8 @@ from ..core.precision import PRECISIONS, Precision
 from ..core.problem import GRADIENTS, Problem
 from ..core.device import DEVICES, resolve_device
 from .prepared import Prepared
-from .result import FitResult
+from . import saved
+from .result import DataNames, FitResult
 from ..strategies.sharded import across_processes_sum
 from .spec import INITS, FitSpec, parse
 
@@ -124,6 +126,7 @@ def fit(
     *,
     offsets=None,
     covariates=None,
+    layer: str | None = None,
     lr: float | None = None,
     rank: int | None = None,
     block_rows: int | None = None,
@@ -175,6 +178,8 @@ def fit(
     Args:
         data: the counts: an ``(n, p)`` NumPy array of non-negative integers (samples in rows,
             variables in columns), a pandas DataFrame of them (its column names are kept), or a
+            ``anndata.AnnData`` (read as :func:`plnexp.load_anndata` reads it: ``layer``, and
+            ``covariates`` and ``offsets`` as obs column names, offsets by default the library size), or a
             :class:`plnexp.Data` (from :func:`plnexp.load_oaks`, :func:`plnexp.load_csv`,
             :func:`plnexp.simulate` or :func:`plnexp.as_data`, which converts the others).
         offsets: with counts as an array or DataFrame: raw positive totals, ``(n, p)`` or one per
@@ -182,6 +187,7 @@ def fit(
             ``plnexp.as_data(counts, offsets, log_offsets=True)``). Default: none.
         covariates: with counts as an array or DataFrame: ``(n, d)`` covariates (text columns
             one-hot); an intercept is always added. Default: the intercept only.
+        layer: with an AnnData: the layer holding the counts (None: ``adata.X``).
 
     Raises:
         TypeError: ``data`` is none of the above (a list, a file name, ...): one line naming what
@@ -212,7 +218,7 @@ def fit(
         seed=seed,
         **options,
     )
-    return run(as_data(data, offsets, covariates), spec, timed=timed)
+    return run(to_data(data, offsets, covariates, layer=layer), spec, timed=timed)
 
 
 def fit_replicates(
@@ -227,9 +233,9 @@ def fit_replicates(
     (``scan``, its carries, ``fori_loop``, ``while_loop``)."""
     spec = parse(seed=seed, replicates=replicates, **kwargs)
     if isinstance(data, (list, tuple)):
-        datas: Data | list[Data] = [as_data(d, offsets, covariates) for d in data]
+        datas: Data | list[Data] = [to_data(d, offsets, covariates) for d in data]
     else:
-        datas = as_data(data, offsets, covariates)
+        datas = to_data(data, offsets, covariates)
     return run_all(datas, spec, timed=timed)
 
 
@@ -349,8 +355,9 @@ def run_all(
                     spec.optimizer.name,
                     spec.precision.name,
                     str(dev),
-                    {"final_elbo_jit": final, "log_factorial": log_fact},
+                    {"final_elbo_jit": final, "log_factorial": log_fact, "spec": saved.describe(spec)},
                     replicate,
+                    names=DataNames.of(d),
                 )
             )
     return results

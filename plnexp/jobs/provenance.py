@@ -92,9 +92,9 @@ ENV_FIELDS = (
 
 
 def package_version() -> str:
-    from .. import __version__
+    from ..system.version import VERSION
 
-    return __version__
+    return VERSION
 
 
 # Keys added to the config after provenance format 1, hashed only away from their default so that

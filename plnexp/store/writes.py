@@ -25,7 +25,7 @@ from ..jobs.provenance import DATA_TAG, environment_tags
 from ..jobs.tags import JOB_TAG as JOB_TAG
 from ..jobs.tags import DATA_N_TAG, DATA_P_TAG, DATASET_TAG, OVERRIDES_TAG, PARENT_TAG, REASON_TAG, STATUS_REASON_TAG
 from ..system.redact import redact, redact_text
-from . import owners
+from . import fitted, owners
 from .backend import client, dress_experiment
 
 CURVE_KEY = "elbo"  # the ELBO per iteration (step metric)
@@ -202,7 +202,8 @@ def job_record(job) -> dict:
     """Everything :func:`finish_job` writes for ``job`` (a :class:`plnexp.experiment.runner.Outcome`), as plain
     JSON-able values, credentials masked: params, tags, metrics (``[key, value, step, ts]``), the
     text artifacts (the optimized HLO as ``program.hlo.txt``, compressed when written: see
-    :func:`write_record`), the data set (:func:`dataset_inputs`), the ELBO plot's title, the status
+    :func:`write_record`), the fitted model (the folder :func:`plnexp.store.fitted.keep` saved it
+    in, logged as ``model/``), the data set (:func:`dataset_inputs`), the ELBO plot's title, the status
     and end time. What a result kept locally (:mod:`plnexp.store.pending`) holds."""
     cfg: Config = job.config
     tags = {STATUS_REASON_TAG: job.reason or "", "mlflow.note.content": job.note()}
@@ -231,7 +232,10 @@ def job_record(job) -> dict:
         artifacts["analysis.json"] = json.dumps(redact(analysis), indent=1, default=str)
         if job.result.timing.program.hlo:  # the optimized HLO (plnexp.measure.xla_stats reads it: plnexp compare)
             artifacts[HLO_ARTIFACT] = redact_text(job.result.timing.program.hlo)
+    # the fitted model (plnexp.store.fitted): a folder until the store has it, named in the record
+    model = fitted.keep(job.result) if job.result is not None else None
     return {
+        "model": model,
         "params": safe(flatten(cfg.as_dict())),
         "tags": safe(tags),
         "metrics": metrics,
@@ -269,6 +273,7 @@ def write_record(cl, run_id: str, record: dict) -> None:
 
             elbo_png(np.asarray(curve), record["plot_title"], tmp / "elbo.png")
         cl.log_artifacts(run_id, str(tmp))
+    fitted.send(cl, run_id, record.get("model"))  # the run's model/ (a record kept before models were: none)
     cl.set_terminated(run_id, record["status"], end_time=record["end_time"])
 
 

@@ -1,0 +1,27 @@
+"""What :func:`plnexp.fit` accepts as its data, turned into a :class:`~plnexp.core.data.Data`:
+counts in memory (:func:`~plnexp.core.data.as_data`) or an AnnData (:func:`~plnexp.core.data.load_anndata`:
+its counts in X or a layer, obs columns as covariates, offsets the library size or an obs column)."""
+
+from __future__ import annotations
+
+from .data import Data, as_data, load_anndata
+
+
+def is_anndata(value) -> bool:
+    """Whether ``value`` is an ``anndata.AnnData`` (found by its type, anndata never imported here)."""
+    return any(t.__name__ == "AnnData" and t.__module__.startswith("anndata") for t in type(value).__mro__)
+
+
+def to_data(data, offsets=None, covariates=None, *, layer: str | None = None) -> Data:
+    """``data`` as a :class:`Data`. An AnnData: ``layer`` (None: X), ``covariates`` obs column names,
+    ``offsets`` ``"library_size"`` (the default), ``"none"`` or an obs column of totals, as
+    :func:`load_anndata` reads them. Anything else: :func:`as_data` (``layer`` refused in one line)."""
+    if is_anndata(data):
+        if covariates is not None and isinstance(covariates, str):
+            covariates = (covariates,)
+        return load_anndata(
+            data, layer, tuple(covariates or ()), "library_size" if offsets is None else offsets, name="anndata"
+        )
+    if layer is not None:
+        raise TypeError(f"layer={layer!r}: allowed only with data given as an AnnData (got a {type(data).__name__})")
+    return as_data(data, offsets, covariates)
