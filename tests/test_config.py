@@ -328,3 +328,31 @@ def test_a_users_own_config_folder_adds_its_sweep_files(tmp_path):
         cli.plan(["hydra.searchpath=[file:///nowhere]"], multirun=False)
     with pytest.raises(C.ConfigError, match=r"^--config-dir /nowhere: not a folder"):
         config_dir_override(["--config-dir=/nowhere"])
+
+
+SPARSE = ["dataset=synthetic_pca", "dataset.n=40", "dataset.p=8", "dataset.q=2", "dataset.sparse=true", "n_iter=3"]
+PCA = ["model=pca", "model.rank=2"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        (["model=full"], "sparse counts with model='full', block_rows=None: "),
+        (PCA, "sparse counts with model='pca', block_rows=None: "),
+        (
+            [*PCA, "model.block_rows=10", "strategy=scan_sharded", "strategy.via=jit"],
+            "sparse counts with strategy='scan_sharded' and strategy.via='jit': ",
+        ),
+        ([*PCA, "model.block_rows=10", "strategy=eager"], "sparse counts with strategy='eager': it places the dense"),
+    ],
+    ids=["full", "pca-no-blocks", "sharded-jit", "eager"],
+)
+def test_sparse_counts_a_fit_would_refuse_are_refused_before_any_run(outputs, plnexp_main, overrides, says):
+    """#62: every sparse misconfiguration is one line at validation, exit 2, no run (not a FAILED run)."""
+    from conftest import store_client
+
+    ran = plnexp_main("run", *SPARSE, *overrides)
+    assert ran.returncode == 2
+    assert ran.stderr.count("\n") == 1 and ran.stderr.startswith(f"plnexp: error: {says}"), ran.stderr
+    cl = store_client(outputs)
+    assert [r for e in cl.search_experiments() for r in cl.search_runs([e.experiment_id])] == []

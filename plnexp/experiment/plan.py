@@ -459,8 +459,9 @@ def check_data(jobs: Plan | list[Job]) -> None:
     then load and check each distinct data set of the jobs once (kept for the jobs of this process; of a
     fit across processes, ``processes`` > 1, only its first row: its processes read their own rows);
     a bad file raises :class:`~plnexp.core.data.DataError` naming the file and what is allowed. Then each
-    job against its data: a PLN-PCA ``model.rank`` above the data's p is a :class:`ConfigError` line
-    (a file's p is known only once it is read)."""
+    job against its data: a PLN-PCA ``model.rank`` above the data's p, sparse counts with a model or
+    strategy that does not read them (:func:`plnexp.fitting.engine.check_sparse`): one :class:`ConfigError` line."""
+    from ..fitting.engine import check_sparse
     from ..jobs import limits
     from .processes import srun_tasks
     from .runner import load_data
@@ -470,14 +471,13 @@ def check_data(jobs: Plan | list[Job]) -> None:
     limits.check_all([j.config for j in jobs], local=local)
     # a fit across processes reads its rows in each process: here only the first row (p, the file's format)
     across = {j.config.dataset for j in jobs if j.config.processes > 1}
-    p = {
-        dataset: (dataset.load_rows(0, 1) if dataset in across else load_data(dataset)).p
-        for dataset in dict.fromkeys(j.config.dataset for j in jobs)
-    }
-    for job in jobs:
-        if job.config.rank is not None:
+    for dataset in dict.fromkeys(j.config.dataset for j in jobs):
+        data = dataset.load_rows(0, 1) if dataset in across else load_data(dataset)
+        for config in (j.config for j in jobs if j.config.dataset == dataset):
             try:
-                check_rank(job.config.rank, p[job.config.dataset], "model.rank")
+                if config.rank is not None:
+                    check_rank(config.rank, data.p, "model.rank")
+                check_sparse(config.fit_spec(), data)  # sparse counts the fit refuses: here, before a run
             except ValueError as e:
                 raise ConfigError(str(e)) from None
 

@@ -172,7 +172,8 @@ PLN_MODELS = ("full", "profiled")  # the models whose state is the p-dimensional
 STRATEGIES: dict[str, Strategy] = {
     s.name: s
     for s in (
-        Strategy("eager", NoOptions, lambda pb, n, o: EagerProgram(pb, n)),
+        # eager: refused with sparse counts, as docs/how-to/experiments.md says (#62)
+        Strategy("eager", NoOptions, lambda pb, n, o: EagerProgram(pb, n), sparse_counts=False),
         Strategy("jit_per_function", NoOptions, lambda pb, n, o: JitPerFunctionProgram(pb, n)),
         Strategy("scan", NoOptions, lambda pb, n, o: scan_program(pb, n, "dict"), batches=True),
         Strategy("scan_namedtuple", NoOptions, lambda pb, n, o: scan_program(pb, n, "namedtuple"), batches=True),
