@@ -404,7 +404,10 @@ def multirun(overrides: list[str], jobs: cli.Plan, uri: str, resumed: bool = Fal
     done = found.done if found else []
     if found and len(done) < len(jobs):  # (all done: all_done_line says so)
         print(found.line(), flush=True)
-    if resumed and len(done) == len(jobs):  # nothing left to run: nothing is created
+    owed = resumed and len(done) == len(jobs) and resume.rounds_owed(uri, [j.config for j in jobs], done)
+    if owed:  # every job done, the rounds not: a new parent reuses them all and runs the rounds
+        print(f"{found.line() if found else ''}; their rounds did not finish: they run now", flush=True)
+    if resumed and len(done) == len(jobs) and not owed:  # nothing left to run: nothing is created
         print(resume.summary(uri, done), flush=True)
         print(resume.all_done_line(done, first.experiment), flush=True)
         return 0
@@ -421,9 +424,12 @@ def multirun(overrides: list[str], jobs: cli.Plan, uri: str, resumed: bool = Fal
             groups.time_groups(record, [j.config.as_study() for j in jobs], task.held)
 
     def header(record) -> str:
+        from .experiment import presets
+
+        takes = presets.takes_line(name, C.CONF_DIR)  # what the preset says of itself (its "# Takes:" line)
         return (
             f"sweep {name}: {len(jobs)} jobs, experiment {first.experiment!r}, parent run "
-            f"{record.parent_id}{resume.resuming_note(done)}"
+            f"{record.parent_id}{resume.resuming_note(done)}" + (f"\n{takes}" if takes else "")
         )
 
     try:

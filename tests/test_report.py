@@ -17,6 +17,7 @@ from plnexp.measure import floor
 from plnexp.measure import plots
 from plnexp.jobs import provenance
 from plnexp.jobs import ranking
+from plnexp.report import headline as plain
 from plnexp.report import summary as report
 from plnexp.experiment import runner
 from plnexp.experiment import sweep
@@ -118,7 +119,7 @@ def test_report_numbers_equal_the_logged_metrics(outputs, tmp_path, monkeypatch)
     record = fake_sweep(tmp_path, monkeypatch, list(KNOWN), control=("scan", 60))
     rep, folder, files = report.build(tracking.tracking_uri(), run_id=record.parent_id)
     assert folder == outputs / "reports" / "known" / record.parent_id
-    assert set(files) == {"report.md", "report.csv", "elbo_curves.png", "timings.png", "scaling.png"}  # no XLA figures
+    assert set(files) == {"report.html", "report.md", "report.csv", "elbo_curves.png", "timings.png", "scaling.png"}
 
     cl = store_client(outputs)
     rows = list(csv.DictReader(io.StringIO((folder / "report.csv").read_text())))
@@ -160,17 +161,25 @@ def test_report_numbers_equal_the_logged_metrics(outputs, tmp_path, monkeypatch)
         else:  # a run that logged no floor
             assert row["x_floor"] == "" and "floor_ms_per_iter" not in m
 
+    # scan, n=30: 2.00 ms/iter over 14*30*5*4 bytes at 10.5 MB/s (0.8 ms) + 2 x 0.3 ms = 1.4 ms
+    assert float(
+        next(r for r, _, _ in by_key.values() if r["strategy"] == "scan" and r["shape"] == "30x5")["x_floor"]
+    ) == (pytest.approx(2.0 / 1.4, rel=1e-3))
     md = (folder / "report.md").read_text()
-    assert md.count("\n| ") == len(KNOWN) + 2  # header + one line per run (the control's too)
+    assert md.count("\n| ") == len(KNOWN) + 1 + 2  # per group (2) a header, one line per run (the control's too)
     assert "Compiled programs" not in md  # no run logged XLA's figures (the compiler table's own tests below)
     table = [[c.strip() for c in line.strip("|").split("|")] for line in md.splitlines() if line.startswith("| ")]
-    col = table[0].index("× floor")
-    # scan, n=30: 2.00 ms/iter over 14*30*5*4 bytes at 10.5 MB/s (0.8 ms) + 2 x 0.3 ms = 1.4 ms
-    assert {(r[0], r[2], r[col]) for r in table[1:] if r[0].startswith("scan")} == {
-        ("scan (control)", "60×5", "-"),
-        ("scan", "30×5", "1.43"),
-        ("scan", "60×5", "-"),
-    }
+    # without rounds each group ranks its jobs' own medians, fastest first, said to be so
+    assert table[0][:3] == ["strategy", "ms/iter (own runs)", "time ÷ scan"]
+    assert [(r[0], r[1]) for r in table if r[0] != "strategy"] == [
+        ("scan", "2.00"),
+        ("fori_loop", "2.50"),
+        ("eager", "10.00"),
+        ("scan", "4.00"),
+        ("fori_loop", "5.00"),
+        ("eager", "12.00"),
+        ("scan (control)", "4.00"),
+    ]
     assert "compare at iteration 5" in md
     for name in ("elbo_curves.png", "timings.png", "scaling.png"):
         w, h = png_size(folder / name)
@@ -353,14 +362,16 @@ def test_a_real_sweep_reports_at_its_end(swept):
     (folder,) = (swept.outputs / "reports" / "strategies").iterdir()
     assert folder.name == swept.parent_id
     md = (folder / "report.md").read_text()
-    assert "| scan | oaks | 116×114 |" in md and "| fori_loop | oaks | 116×114 |" in md
+    assert "oaks (116×114), float32, cpu:" in md and "\n| scan | " in md and "\n| fori_loop | " in md
     rep = report.load(swept.uri, tracking.find_run(swept.uri, swept.parent_id))
     (verdict,) = rep.verdicts
     assert verdict.reference == "scan" and {s.strategy for s in verdict.strategies} == {"scan", "fori_loop"}
-    assert md.index("## Verdict") < md.index(verdict.headline()) < md.index("## Runs") < md.index("## Glossary")
+    first = plain.lines(verdict, rep.group_label(next(iter(rep.groups))))[0]  # the plain headline
+    assert md.index("## Verdict") < md.index(first) < md.index("## Runs") < md.index("## Glossary")
+    assert "report.html" in {p.name for p in folder.iterdir()}
     tags = store_client(swept.outputs).get_run(folder.name).data.tags
     note, winner = tags["mlflow.note.content"], tags["fastest_strategy"]
-    assert f"- {verdict.headline()}" in note
+    assert f"- {first}" in note
     assert winner == verdict.fastest()  # one source: the rounds
     fori = next(s for s in verdict.strategies if s.strategy == "fori_loop")
     if winner:  # named only beyond the minimum effect, from the paired interval

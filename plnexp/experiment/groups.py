@@ -104,6 +104,9 @@ def finished_members(record, configs: Mapping[int, Config]) -> list[Member]:
     for r in tracking.records.children(record.uri, record.parent):
         if r.job is not None and r.job in configs:
             runs.setdefault(r.job, []).append(r)
+    for d in getattr(record, "reused", ()):  # a resumed sweep's jobs that earlier runs answer: timed too
+        if d.job in configs and d.job not in runs:
+            runs[d.job] = [r for i in d.run_ids or (d.run_id,) if (r := tracking.records.run(record.uri, i))]
     out = []
     for num, rs in sorted(runs.items()):
         k = configs[num].replicates
@@ -268,7 +271,8 @@ def _time_group(members: Sequence[Member], held: Held | None = None) -> V.GroupV
     v = judge(names, fingerprints, [m.runs for m in members], rounds, per_iter, ref, label, min_effect)
     cpu = [_median([1e3 * c / n for c in rounds.cpu_column(i)]) for i, n in enumerate(per_iter)]
     strategies = tuple(replace(s, cpu_ms_per_iter=c) for s, c in zip(v.strategies, cpu))
-    return replace(v, strategies=strategies, extra={"compiled_s": compiled_s})
+    cap = max(rep.rounds, paired.robust_rounds())  # (what the report says would decide an unresolved verdict)
+    return replace(v, strategies=strategies, extra={"compiled_s": compiled_s}, budget_s=rep.rounds_budget_s, max_rounds=cap)
 
 
 def time_groups(record, configs, held: Held | None = None) -> list[V.GroupVerdict]:

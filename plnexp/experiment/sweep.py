@@ -266,7 +266,10 @@ class Summary:
         return f" ({len(self.rows)} runs)" if len(self.rows) != self.n_jobs + self.n_control + self.n_peers else ""
 
     def table(self) -> str:
-        return runner.summary_table(self.rows) if self.rows else "(no job ran)"
+        """One line per job; a sweep with rounds shows the verdict's figures (:mod:`.sweep_table`)."""
+        from . import sweep_table
+
+        return sweep_table.table(self.rows) if self.rows else "(no job ran)"
 
     def footer(self) -> str:
         fit_s = self.fit_s

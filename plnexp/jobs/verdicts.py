@@ -14,6 +14,7 @@ program should be ``tied``).
      "groups": [{"label": "oaks_x100 (11600×114), float32, cpu", "reference": "scan",
                  "rounds": 8, "dropped": 1, "dropped_why": ["calibration moved +41% ..."],
                  "min_effect": 1.1, "confidence": 0.95, "seconds": 61.2, "note": "",
+                 "budget_s": 30.0, "max_rounds": 30,
                  "strategies": [{"strategy": "eager", "runs": ["<run id>"], "fingerprint": "",
                                  "ms_per_iter": 70.1, "cpu_ms_per_iter": 71.0, "ratio": 5.6, "low": 5.2, "high": 6.0,
                                  "verdict": "slower", "rounds": 8, "dropped": 1}, ...],
@@ -122,6 +123,8 @@ class GroupVerdict:
     dropped_why: tuple[str, ...] = ()
     note: str = ""  # e.g. too few clean rounds
     extra: dict = field(default_factory=dict, compare=False)
+    budget_s: float = math.nan  # report.rounds_budget_s the rounds ran under (NaN: a file older than it)
+    max_rounds: int = 0  # the rounds' cap (report.rounds, at least paired.robust_rounds); 0: not known
 
     def as_json(self) -> dict:
         return {
@@ -136,6 +139,8 @@ class GroupVerdict:
             "note": self.note,
             "strategies": [s.as_json() for s in self.strategies],
             "programs": [p.as_json() for p in self.programs],
+            "budget_s": _finite(self.budget_s),
+            "max_rounds": self.max_rounds,
         }
 
     @classmethod
@@ -179,6 +184,8 @@ class GroupVerdict:
             programs,
             tuple(d.get("dropped_why", ())),
             d.get("note", ""),
+            budget_s=_num(d.get("budget_s")),
+            max_rounds=int(d.get("max_rounds") or 0),
         )
 
     def run_tags(self, s: StrategyResult) -> dict[str, str]:

@@ -32,7 +32,16 @@ if TYPE_CHECKING:
 NOT_GROUPING = ("strategy.", "dataset.", "n_iter_cap")
 NOT_GROUPING_KEYS = {"experiment", "tracking_uri", "n_iter", "device", "precision"}
 SHORT = {"optimizer.name": "optimizer", "optimizer.lr": "lr", "n_iter_requested": "n_iter asked"}
-FILES = ("report.md", "report.csv", "elbo_curves.png", "timings.png", "bytes.png", "scaling.png", "convergence.png")
+FILES = (
+    "report.html",
+    "report.md",
+    "report.csv",
+    "elbo_curves.png",
+    "timings.png",
+    "bytes.png",
+    "scaling.png",
+    "convergence.png",
+)
 # What XLA says of a run's compiled program (logged per compiled run; none for eager and PyTorch runs):
 # key -> the compiler table's header (CELLS: how its cells are written)
 COMPILER = {

@@ -53,6 +53,8 @@ from ..jobs.config import ConfigError, min_speedup as check_min_speedup, outputs
 from ..measure.metrics import REPORT, cell
 from ..system.commandline import Parser, UsageError, fail
 from ..system.redact import redact_text
+from . import headline as plain, speed
+from . import table as compact
 from .entries import COMPILER, DASH, SHORT, median
 from .entries import Entry as Entry, Report as Report, compare as compare, load as load  # re-exported
 from .entries import PEER_TAG as PEER_TAG, find_parent as find_parent
@@ -132,17 +134,6 @@ def columns(report: Report) -> list[tuple[str, str, Callable[[Entry], object]]]:
     return cols
 
 
-def markdown_table(report: Report) -> str:
-    cols = columns(report)
-    right = lambda h: h not in ("strategy", "data", "precision", "device", "status", "optimizer")
-    lines = [
-        "| " + " | ".join(h for h, _, _ in cols) + " |",
-        "|" + "|".join("---:" if right(h) else "---" for h, _, _ in cols) + "|",
-    ]
-    lines += ["| " + " | ".join(str(get(e)) for _, _, get in cols) + " |" for e in report.entries]
-    return "\n".join(lines)
-
-
 def csv_text(report: Report) -> str:
     """The table with full-precision numbers (empty cells where a value was not measured)."""
     raw: dict[str, Callable[[Entry], object]] = {
@@ -154,6 +145,9 @@ def csv_text(report: Report) -> str:
         "max_rel_diff_to_scan": lambda e: e.vs_scan,
         "ms_per_iter_iqr": _iqr_ms,
         "shape": lambda e: f"{e.n}x{e.p}" if e.n else "",
+        # the verdict's figures, as the tables rank by them (plnexp.report.speed)
+        "round_ms_per_iter": lambda e: speed.of(report, e).ms_per_iter if report.verdicts else np.nan,
+        "paired_ratio": lambda e: speed.of(report, e).ratio if report.verdicts else np.nan,
     }
     cols = columns(report)
     # then what XLA said of the run's program (the compiler table's, per run; empty where not logged)
@@ -164,7 +158,7 @@ def csv_text(report: Report) -> str:
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
     w.writerow(["run_id", *(name for _, name, _ in cols), *compiler])
-    for e in report.entries:
+    for e in speed.ordered(report):  # each group fastest first, as its verdict ranks it
         row: list[object] = [e.run_id]
         values = [raw[name](e) if name in raw else get(e) for _, name, get in cols] + [g(e) for g in compiler.values()]
         for v in values:
@@ -215,27 +209,35 @@ class Program:
 
     program: str  # the hlo_fingerprint's first 8 characters; DASH without one (eager, PyTorch)
     strategies: str  # the strategies that compiled to it (``a = b``)
-    ms_per_iter: float  # the contender's median ms/iter
+    ms_per_iter: float  # its ms/iter as the ranking's source gives it (plnexp.report.speed: the rounds')
     values: dict  # each COMPILER metric: the median over the program's runs, NaN where none logged it
     bytes_x_floor: float  # XLA's bytes per iteration over the floor's (Entry.bytes_x_floor)
+    span: tuple = (np.nan, np.nan)  # its ms/iter interval: the paired ratio's (rounds), else its runs'
 
 
 def compiler_rows(report: Report, group: tuple) -> list[Program]:
     """One row per program of the group (a contender: its strategies share one ``hlo_fingerprint``,
-    or one strategy without one), fastest first; the control job left out."""
-    rows = []
+    or one strategy without one), fastest first as the group's verdict ranks them
+    (:mod:`plnexp.report.speed`); the control job left out."""
+    rows, ratios = [], []
     for c in report.contenders[group]:
         runs = [e for e in report.groups[group] if e.ok and not e.control and e.strategy in c.names]
+        sp = [speed.of(report, e) for e in runs]
+        ms, ratio = median([x.ms_per_iter for x in sp]), median([x.ratio for x in sp])
+        rounds = all(x.basis == speed.ROUNDS for x in sp)
+        lo, hi = (min(x.low for x in sp), max(x.high for x in sp)) if rounds else (c.lo, c.hi)
         rows.append(
             Program(
                 (runs[0].tags.get("hlo_fingerprint", "") or "")[:8] or DASH,
                 c.label.removesuffix(" (one program)"),
-                c.ms,
+                ms if np.isfinite(ms) else c.ms,
                 {k: median([e.m(k) for e in runs]) for k in COMPILER},
                 median([e.bytes_x_floor for e in runs]),
+                (ms * lo / ratio, ms * hi / ratio) if rounds else (lo, hi),
             )
         )
-    return rows
+        ratios.append(ratio if np.isfinite(ratio) else np.inf)
+    return [r for _, r in sorted(zip(ratios, rows), key=lambda x: x[0])]
 
 
 def compiler_table(report: Report) -> list[str]:
@@ -295,7 +297,7 @@ def notes(report: Report) -> list[str]:
 def summary_lines(report: Report) -> list[str]:
     """The terminal summary: per group, the fastest strategy beyond the noise or those tied within
     it (:func:`ranking.headline`), and whether the curves agree; then contention and failures."""
-    lines = [headline(report, group) for group in report.groups]
+    lines = [line for group in report.groups for line in plain.of_group(report, group) or [ranked_line(report, group)]]
     from . import convergence_report
     from . import rank_report
     from . import tradeoffs  # the presets' headlines, what they measured
@@ -338,15 +340,16 @@ def summary_lines(report: Report) -> list[str]:
 
 
 def headline(report: Report, group: tuple) -> str:
-    """The group's line of the summary: its verdict, from its interleaved rounds
-    (:meth:`plnexp.jobs.verdicts.GroupVerdict.headline`) where it had them, else from the jobs' own
-    timings (:meth:`Report.ranked`, with what still differs between tied strategies:
-    :meth:`Report.differences`); then whether the curves agree with scan's."""
-    agree = [e.vs_scan for e in report.groups[group] if np.isfinite(e.vs_scan) and not e.control]
-    agreement = f"; curves within {max(agree):.1e} of scan's" if agree else ""
-    v = report.verdict_of(group)
-    if v is not None:
-        return v.headline() + agreement
+    """The group's summary in one line: its plain headline (:func:`plnexp.report.headline.of_group`)
+    where it had rounds, else :func:`ranked_line`."""
+    return "; ".join(plain.of_group(report, group)) or ranked_line(report, group)
+
+
+def ranked_line(report: Report, group: tuple) -> str:
+    """The summary's line of a group without interleaved rounds (those have their plain headline:
+    :func:`plnexp.report.headline.of_group`): the jobs' own timings ranked (:meth:`Report.ranked`,
+    with what still differs between tied strategies: :meth:`Report.differences`); then whether the
+    curves agree with scan's."""
     ranked = report.ranked(group)
     differ = report.differences(group, ranked.tied) if ranked.tied else ""
     agree = [e.vs_scan for e in report.groups[group] if np.isfinite(e.vs_scan) and not e.control]
@@ -526,7 +529,7 @@ def bytes_panel(report: Report, group: tuple) -> plots.BytesPanel | None:
     }
     if not points:
         return None
-    spans = {c.label.removesuffix(" (one program)"): (c.lo, c.hi) for c in report.contenders[group]}
+    spans = {r.strategies: r.span for r in rows if np.isfinite(r.span[0]) and np.isfinite(r.span[1])}
     runs = [e for e in report.groups[group] if e.ok and not e.control]
     return plots.BytesPanel(
         report.group_label(group),
@@ -553,38 +556,6 @@ def _size_axis(entries: list[Entry]):
 
 
 # ---------------------------------------------------------------- writing
-def glossary(report: Report) -> list[str]:
-    """The report's definitions, at its end: what each column and verdict means."""
-    return [
-        "Speed-ups compare median ms/iter with `eager` and `scan` on the same data, precision and device; "
-        "a ratio whose intervals overlap ('ms/iter interval': the interquartile range of the timed runs, their "
-        "range below 5 runs) is noise, not a result. 'program' names the strategies of the group whose "
-        "compiled programs are identical (one hlo_fingerprint). '× floor' is the run's ms/iter over the floor "
-        "of the machine that ran it (logged by the run: the arrays its model must stream at its copy bandwidth "
-        "plus its products and factorizations: 14 n×p arrays, two n×p×p products and Sigma's p×p Cholesky "
-        "factor and inverse for full and profiled, 2 n×p and 12 n×q arrays "
-        "and six n×p×q products for pca of rank q, one n×p array fewer for offsets one per row; 1 would be a "
-        "hand-fused kernel at the machine's limits). The last column is the largest relative difference of the run's ELBO curve to "
-        "`scan`'s.",
-        "",
-        f"A strategy is named fastest only when its interval lies below the next one's, its lead is at least "
-        f"the minimum effect {report.min_speedup:.2f}× (report.min_speedup; `python -m plnexp report "
-        "--min-speedup X` ranks again), and it exceeds the A/A noise between jobs: the largest relative "
-        "difference of the median ms/iter of two jobs of one program, or of the control job (marked "
-        "'(control)': the sweep's reference job run again at its end, never ranked) and its original, known "
-        "from 2 such pairs or the control's. Without it, no winner is named.",
-        "",
-        "A verdict of interleaved rounds (the sweep's groups timed again after the grid, every program once per "
-        "round in a random order): 'x reference' is the median over the kept rounds of the run's ms/iter divided "
-        "by its group's reference's in the same round (a paired ratio: a busy neighbour slows both sides of a "
-        "pair alike); 'interval' holds that median with 95% confidence (order statistics, no distribution "
-        f"assumed); 'faster' or 'slower' when the whole interval lies beyond the minimum effect {report.min_speedup:.2f}×, "
-        "'tied' when it lies within it, 'unresolved' otherwise. A round whose host calibration moved during it "
-        "is dropped and counted (docs/concepts/study.md).",
-        "",
-    ]
-
-
 def markdown(report: Report, images: list[str]) -> str:
     p = report.parent
     lines = [
@@ -599,13 +570,16 @@ def markdown(report: Report, images: list[str]) -> str:
         "",
         "## Runs",
         "",
-        markdown_table(report),
+        "Each group's strategies fastest first, as its verdict ranks them; every ratio is time ÷ the reference's "
+        "(below 1: faster). report.csv holds every figure of every run, in this order.",
         "",
+        *compact.markdown(report),
     ]
     compiled = compiler_table(report)
     if compiled:
         lines += [
-            "Compiled programs, one row per program (hlo_fingerprint), fastest first: what XLA says of each "
+            "Compiled programs, one row per program (hlo_fingerprint), fastest first as the verdict ranks them "
+            "(ms/iter: the interleaved rounds' where the group had them): what XLA says of each "
             "(bytes and flops per iteration from its cost analysis, peak memory from its memory analysis; the "
             "median over the program's runs); 'bytes/iter ÷ floor bytes' is its bytes over the bytes an "
             "iteration must stream at least (the floor's arrays, as the run logged them); compile time split into trace, lower and XLA's compile. "
@@ -634,6 +608,8 @@ def markdown(report: Report, images: list[str]) -> str:
     if extra:
         lines += ["Notes:", "", *[f"- {n}" for n in extra], ""]
     lines += [f"![{name}]({name})" for name in images]
+    from .glossary import glossary
+
     lines += ["", "## Glossary", "", *glossary(report)]
     return "\n".join(lines) + "\n"
 
@@ -657,6 +633,11 @@ def write(report: Report, out: Path) -> list[str]:
         # credentials masked again: a run logged before plnexp masked them still holds them
         (tmp / "report.md").write_text(redact_text(markdown(report, images)))
         (tmp / "report.csv").write_text(redact_text(csv_text(report)))
+        from . import html
+        from .glossary import glossary
+
+        page = html.page(report, summary_lines(report), images, tmp, notes(report), glossary(report))
+        (tmp / "report.html").write_text(redact_text(page))
         old = None
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
@@ -667,35 +648,25 @@ def write(report: Report, out: Path) -> list[str]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return ["report.md", "report.csv", *images]
+    return ["report.html", "report.md", "report.csv", *images]
 
 
 def parent_metrics(report: Report, files: list[str]) -> tuple[dict, dict]:
     """The parent run's summary metrics and tags (about :meth:`Report.main_group`); ``files``: the
     report's files, named in the run's description."""
-    metrics = {"n_jobs": float(len(report.grid)), "n_failed": float(len(report.failed))}
-    tags = {}
-    group = report.main_group()
-    best = report.fastest(group) if group is not None else None
-    if best is not None:
-        metrics.update(
-            best_ms_per_iter=best.m("ms_per_iter"),
-            best_speedup_vs_scan=best.speedup_scan,
-            best_speedup_vs_eager=best.speedup_eager,
-        )
-        # only a winner beyond the noise: from the group's interleaved rounds where it had them
-        # (GroupVerdict.fastest), else from the jobs' own timings (ranking.headline); "" when none is
-        assert group is not None  # best is the fastest of it
-        v = report.verdict_of(group)
-        tags["fastest_strategy"] = v.fastest() if v is not None else report.ranked(group).winner
+    from .parent import metrics_and_tags  # the verdict's figures (or, without rounds, the winner's), never a best-of
+
+    metrics, tags = metrics_and_tags(report)
     lines = summary_lines(report)
     note = (
         f"**Sweep `{report.parent.sweep or '?'}`**: {len(report.grid)} runs, one per job"
         f"{', and the control job (its reference job again: an A/A pair)' if any(e.control for e in report.entries) else ''} "
         f"(expand this run's + to see them, or sort by start time).\n\n"
         + "\n".join(f"- {s}" for s in lines)
-        + "\n\nTo read it: compare `ms_per_iter` (steady time per iteration) and `compile_s` across the child "
-        "runs; the `gap_rel_log10` chart shows each run's convergence (log10 of its relative gap to the best known ELBO). "
+        + "\n\nTo read it: open `report/report.html` in this run's artifacts (the verdict, one table, the "
+        "figures); in the runs table, `paired_ratio` (time ÷ the reference's, in the same interleaved rounds) and "
+        "its interval rank the child runs, `ms_per_iter` is each job's own timed run (one measurement, not a "
+        "ranking); the `gap_rel_log10` chart shows each run's convergence. "
         "This run's artifacts hold the report: " + ", ".join(f"`report/{f}`" for f in files) + "."
     )
     tags["mlflow.note.content"] = note
@@ -724,8 +695,14 @@ def build(
 
 
 def show(report: Report, folder: Path, files: list[str]) -> None:
+    """The terminal's answer: the verdict's plain headline first, then each group's strategies
+    fastest first as the verdict ranks them (:mod:`plnexp.report.table`), then where the report is."""
     for line in summary_lines(report):
         print(redact_text(line), flush=True)
+    for group in report.groups:
+        if report.verdict_of(group) is not None:
+            print(f"\n{redact_text(report.group_label(group))}, fastest first (the verdict's figures):", flush=True)
+            print(redact_text(compact.text(report, group)), flush=True)
     print(f"report: {folder} ({', '.join(files)}), also on parent run {report.parent.run_id}", flush=True)
 
 

@@ -5,7 +5,9 @@ A store is named by a ``memory:NAME`` URI (:func:`new`); :func:`plnexp.store.bac
 such a URI with the :class:`MemoryStore` of that name, which has the part of MLflow's client that
 the reading queries call: ``get_run``, ``search_runs`` (the filters :mod:`plnexp.store.queries`
 writes: ``attributes.status``, ``tags.`KEY``` with ``=``, ``!=`` or ``LIKE``, joined by ``and``),
-``get_experiment``, ``get_experiment_by_name`` and ``search_experiments``. Nothing else of MLflow
+``get_experiment``, ``get_experiment_by_name``, ``search_experiments``, ``get_metric_history`` (a
+run's step metrics: :meth:`MemoryStore.add`'s ``histories``) and ``download_artifacts`` (its text
+artifacts: :meth:`MemoryStore.add`'s ``artifacts``), so that a report reads a sweep from here. Nothing else of MLflow
 is faked: a writer still needs a real store (``tests/test_records.py`` checks that a run written
 by the real path reads back from here as it does from there)."""
 
@@ -59,6 +61,12 @@ class _Run:
 
 
 @dataclass(frozen=True)
+class _Step:
+    step: int
+    value: float
+
+
+@dataclass(frozen=True)
 class _Experiment:
     experiment_id: str
     name: str
@@ -95,6 +103,8 @@ class MemoryStore:
 
     experiments: dict[str, _Experiment] = field(default_factory=dict)
     runs: dict[str, _Run] = field(default_factory=dict)
+    histories: dict[tuple[str, str], list[float]] = field(default_factory=dict)  # (run, key) -> values by step
+    artifacts: dict[tuple[str, str], str] = field(default_factory=dict)  # (run, path) -> text
 
     def experiment(self, name: str) -> str:
         """The id of the experiment ``name``, created if new."""
@@ -118,9 +128,16 @@ class MemoryStore:
         end_time: int | None = None,
         run_id: str | None = None,
         deleted: bool = False,
+        histories: dict | None = None,
+        artifacts: dict | None = None,
     ) -> str:
-        """A run of the experiment ``experiment`` (by name), from plain dicts; returns its id."""
+        """A run of the experiment ``experiment`` (by name), from plain dicts; returns its id.
+        ``histories``: step metrics (key -> values, step 0 first); ``artifacts``: text files (path -> text)."""
         run_id = run_id or uuid.uuid4().hex
+        for key, values in (histories or {}).items():
+            self.histories[(run_id, key)] = [float(v) for v in values]
+        for path, text in (artifacts or {}).items():
+            self.artifacts[(run_id, path)] = text
         info = _Info(
             run_id,
             self.experiment(experiment),
@@ -145,6 +162,22 @@ class MemoryStore:
     def search_runs(self, experiment_ids, filter_string: str = "", max_results: int = 1000, page_token=None) -> _Page:
         ids = set(experiment_ids)
         return _Page(r for r in self.runs.values() if r.info.experiment_id in ids and _matches(r, filter_string))
+
+    def get_metric_history(self, run_id: str, key: str) -> list[_Step]:
+        return [_Step(i, v) for i, v in enumerate(self.histories.get((run_id, key), []))]
+
+    def download_artifacts(self, run_id: str, path: str, dst_path: str) -> str:
+        """The artifact written under ``dst_path``; MlflowException where the run has none there."""
+        from pathlib import Path
+
+        from mlflow.exceptions import MlflowException
+
+        if (run_id, path) not in self.artifacts:
+            raise MlflowException(f"run {run_id}: no artifact {path}")
+        out = Path(dst_path) / path
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(self.artifacts[(run_id, path)])
+        return str(out)
 
     def get_experiment(self, experiment_id: str) -> _Experiment:
         return self.experiments[experiment_id]

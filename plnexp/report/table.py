@@ -1,0 +1,80 @@
+"""The report's one compact table: per group, its strategies fastest first as the verdict ranks them,
+in at most ten columns and one speed convention (time ÷ the reference's: :mod:`plnexp.report.speed`).
+
+report.md, report.html and the terminal show this table; report.csv keeps every column of every run
+(:func:`plnexp.report.summary.csv_text`), in this table's order.
+"""
+
+from __future__ import annotations
+
+import math
+
+from . import speed
+
+MAX_COLUMNS = 10
+
+
+def _num(fmt: str, x: float) -> str:
+    return fmt.format(x) if math.isfinite(x) else "-"
+
+
+def head(report, group: tuple) -> list[str]:
+    """The group's columns (at most :data:`MAX_COLUMNS`)."""
+    ref = speed.reference(report, group)
+    if report.verdict_of(group) is not None:
+        cols = ["strategy", "ms/iter (rounds)", f"time ÷ {ref}", "95% interval", "verdict", "rounds"]
+    else:
+        cols = ["strategy", "ms/iter (own runs)", f"time ÷ {ref}", "runs", "timing"]
+    return cols + ["compile s", "final ELBO", f"curve vs {ref}"]
+
+
+def row(report, e) -> list[str]:
+    """One run's cells, in :func:`head`'s order."""
+    s = speed.of(report, e)
+    name = e.label
+    program = report.program(e)
+    if program not in ("-", e.strategy):
+        name += f" ({program})"
+    if report.verdict_of(e.group) is not None:
+        if not e.ok:
+            verdict = e.status
+        elif e.control:
+            verdict = "control (A/A, not ranked)"
+        else:
+            verdict = s.verdict or "-"
+        rounds = str(s.rounds) if s.rounds else "-"
+        cells = [name, _num("{:.2f}", s.ms_per_iter), _num("{:.3f}", s.ratio), s.interval(), verdict, rounds]
+    else:
+        runs = e.m("n_runs")
+        timing = "contended" if e.run_id in report.contended else "ok" if e.ok else e.status
+        cells = [name, _num("{:.2f}", s.ms_per_iter), _num("{:.3f}", s.ratio), _num("{:.0f}", runs), timing]
+    return cells + [_num("{:.3f}", e.m("compile_s")), _num("{:.1f}", e.m("final_elbo")), _num("{:.1e}", e.vs_scan)]
+
+
+def rows(report, group: tuple) -> list[list[str]]:
+    """The group's rows, fastest first (:func:`plnexp.report.speed.ranked`)."""
+    return [row(report, e) for e in speed.ranked(report, group)]
+
+
+def markdown(report) -> list[str]:
+    """Every group's table as Markdown lines, each under its label."""
+    out: list[str] = []
+    for group in report.groups:
+        cols = head(report, group)
+        out += [
+            f"{report.group_label(group)}:",
+            "",
+            "| " + " | ".join(cols) + " |",
+            "|---|" + "---:|" * (len(cols) - 1),
+        ]
+        out += ["| " + " | ".join(r) + " |" for r in rows(report, group)]
+        out.append("")
+    return out
+
+
+def text(report, group: tuple) -> str:
+    """The group's table for the terminal: columns aligned, fastest first."""
+    lines = [head(report, group), *rows(report, group)]
+    widths = [max(len(r[i]) for r in lines) for i in range(len(lines[0]))]
+    fmt = lambda r: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+    return "\n".join([fmt(lines[0]), "  ".join("-" * w for w in widths), *map(fmt, lines[1:])])
