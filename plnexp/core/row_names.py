@@ -20,13 +20,11 @@ def of_index(table) -> tuple[str, ...] | None:
     return tuple(str(v) for v in index.tolist())
 
 
-def split_index(header: list[str], lines: list[str], index_col: int, path: Path, what: str):
-    """(header, lines, row names) with the column ``index_col`` taken out of each line (a DataError
+def split_index(header: list[str], lines: list[str], index_col: int, path: Path, what: str, error: type[Exception]):
+    """(header, lines, row names) with the column ``index_col`` taken out of each line (an ``error``
     line naming the file if the header has no such column)."""
-    from .data import DataError
-
     if not 0 <= index_col < len(header):
-        raise DataError(f"{what} file {path}: index_col={index_col}; allowed are 0 to {len(header) - 1} (its columns)")
+        raise error(f"{what} file {path}: index_col={index_col}; allowed are 0 to {len(header) - 1} (its columns)")
     names, rest = [], []
     for ln in lines:
         cells = ln.split(",")
