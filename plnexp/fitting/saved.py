@@ -41,8 +41,10 @@ DESCRIPTION = "plnexp-fit.json"
 ARRAYS = "arrays.npz"
 # FitResult's fields written under their own keys; any other field (added later: convergence) goes
 # under "fields" when its value is a plain number, string, boolean or None
-_OWN = ("elbo", "loglik", "params", "n_iter", "timing", "model", "strategy", "optimizer", "precision")
-_OWN += ("device", "extra", "replicate", "names")
+_OWN = (
+    *("elbo", "loglik", "params", "n_iter", "timing", "model", "strategy", "optimizer", "precision"),
+    *("device", "extra", "replicate", "names"),
+)
 
 
 class FitFileError(ValueError):
@@ -59,7 +61,7 @@ def describe(spec) -> dict:
         "optimizer": spec.optimizer.name,
         "lr": spec.optimizer.lr,
         "strategy": spec.strategy.name,
-        "strategy_options": _plain(dataclasses.asdict(options)) if dataclasses.is_dataclass(options) else {},
+        "strategy_options": _plain(vars(options)) if dataclasses.is_dataclass(options) else {},
         "precision": spec.precision.name,
         "device": spec.device,
         "n_iter": spec.n_iter,
