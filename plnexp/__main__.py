@@ -406,7 +406,11 @@ def multirun(overrides: list[str], jobs: cli.Plan, uri: str, resumed: bool = Fal
         print(found.line(), flush=True)
     owed = resumed and len(done) == len(jobs) and resume.rounds_owed(uri, [j.config for j in jobs], done)
     if owed:  # every job done, the rounds not: a new parent reuses them all and runs the rounds
-        print(f"{found.line() if found else ''}; their rounds did not finish: they run now", flush=True)
+        print(
+            f"resume: all {len(done)} jobs already FINISHED in experiment {first.experiment!r}; their rounds did "
+            "not finish (no verdict): a new parent run reuses the jobs and runs the rounds",
+            flush=True,
+        )
     if resumed and len(done) == len(jobs) and not owed:  # nothing left to run: nothing is created
         print(resume.summary(uri, done), flush=True)
         print(resume.all_done_line(done, first.experiment), flush=True)

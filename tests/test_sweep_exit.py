@@ -32,3 +32,44 @@ def test_a_job_that_never_logged_a_run_fails_the_sweep(outputs, tmp_path, plnexp
     parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
     assert parent.info.status == "FAILED" and [r.info.status for r in children] == ["FINISHED"]
+
+
+@pytest.mark.slow  # two sweeps of two tiny jobs and their rounds (~15 s)
+def test_a_sweep_interrupted_in_its_rounds_runs_them_on_resume(outputs, tmp_path, plnexp_main, monkeypatch):
+    """#62: Ctrl-C during ``[rounds]`` (every job FINISHED, no verdict yet): ``resume=true`` opens a new
+    parent that reuses both jobs and runs the rounds, its verdict.json on it; a second resume has
+    nothing left to run."""
+    from plnexp.experiment import groups
+    from plnexp.jobs import verdicts as V
+
+    grid = (*TINY[:-1], "report.rounds=3", "report.rounds_budget_s=5", "strategy=scan,fori_loop", "experiment=rounds")
+    grid = (*grid, "report=false")  # the sweeps' own lines: no report read back
+    timed = groups._time_group
+
+    def interrupted(members, held=None):
+        raise KeyboardInterrupt  # as Ctrl-C inside the rounds
+
+    monkeypatch.setattr(groups, "_time_group", interrupted)
+    first = plnexp_main("sweep", "sweep=null", *grid, cwd=tmp_path)
+    assert first.returncode == 130, first.stdout + first.stderr
+    monkeypatch.setattr(groups, "_time_group", timed)
+    cl = store_client(outputs)
+    (parent,) = [r for r in all_runs(outputs) if "mlflow.parentRunId" not in r.data.tags]
+    assert parent.info.status == "KILLED" and V.ARTIFACT not in [a.path for a in cl.list_artifacts(parent.info.run_id)]
+    resumed = plnexp_main("sweep", "sweep=null", *grid, "resume=true", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert resumed.stdout.startswith(
+        "resume: all 2 jobs already FINISHED in experiment 'rounds'; their rounds did not finish (no verdict): "
+    ), resumed.stdout
+    assert "[rounds] 2 programs of " in resumed.stdout
+    new = next(
+        r for r in all_runs(outputs) if "mlflow.parentRunId" not in r.data.tags and r.info.run_id != parent.info.run_id
+    )
+    assert new.data.tags["resumes"] == parent.info.run_id and new.info.status == "FINISHED"
+    path = cl.download_artifacts(new.info.run_id, V.ARTIFACT, str(tmp_path))
+    (group,) = V.loads(open(path).read())
+    assert {s.strategy for s in group.strategies} == {"scan", "fori_loop"}
+    children = [r for r in all_runs(outputs) if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert sorted(r.data.tags["plnexp.verdict"] != "" for r in children) == [True, True]  # the reused runs timed
+    again = plnexp_main("sweep", "sweep=null", *grid, "resume=true", cwd=tmp_path)
+    assert again.returncode == 0 and "all 2 jobs already FINISHED" in again.stdout, again.stdout + again.stderr

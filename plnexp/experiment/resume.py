@@ -264,6 +264,26 @@ def all_done_line(done: list[Reused], experiment: str) -> str:
     )
 
 
+def rounds_owed(uri: str, configs: list[Config], done: list[Reused]) -> bool:
+    """Whether a sweep whose every job FINISHED earlier still owes its interleaved rounds: rounds on
+    (``report.rounds`` > 0) and a reused run of a group of two strategies or more
+    (:func:`plnexp.experiment.groups.partition`) without its verdict (the tags the rounds write on each
+    run they time: a Ctrl-C or a store failure during ``[rounds]`` left none). Then ``resume=true``
+    opens a new parent that reuses every job and runs the rounds (their ``verdict.json`` on it)."""
+    if not configs or configs[0].report.rounds == 0:
+        return False
+    from .groups import partition
+
+    compared, _ = partition([(i, c) for i, c in enumerate(configs) if c.processes == 1], lambda item: item[1])
+    timed = {i for group in compared for i, _ in group}
+    for d in done:
+        if d.job in timed:
+            run = tracking.records.run(uri, d.run_id)
+            if run is not None and not run.verdict:
+                return True
+    return False
+
+
 def reused_run(record, config: Config) -> str | None:
     """In a job: the earlier run that answers ``config`` if the sweep reuses one, else None. Jobs of
     one config hash may be timed otherwise (``repeats=1,3``): the run's timing protocol must be the
