@@ -140,6 +140,13 @@ def ui(args: list[str]) -> int:
     # dashboard of plnexp's runs never runs; off unless the user set it
     env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
     print(f"{' '.join(cmd)} (store {redact_text(uri)})", flush=True)
+    if not any(a == "--help" for a in args):  # the study's address, and a browser on it where one can be shown
+        from .cli import study
+
+        host, port = ui_address(args)
+        url, what = study.address(uri, host, port)
+        print(f"open {url}\n  ({what})", flush=True)
+        study.open_when_up(url, f"{study.base(host, port)}/health")
     return _serve(cmd, out, env)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -51,10 +52,16 @@ def wait_health(url: str, proc: subprocess.Popen, log: Path, timeout: float = 12
 
 
 @pytest.fixture(scope="module")
-def served_sweep(swept_once, tmp_path_factory):
+def ui_stdout(tmp_path_factory) -> Path:
+    """Where the module's ``python -m plnexp ui`` writes what it prints (the study's address)."""
+    return tmp_path_factory.mktemp("dashboard-ui") / "ui.out"
+
+
+@pytest.fixture(scope="module")
+def served_sweep(swept_once, tmp_path_factory, ui_stdout):
     """A copy of the session's real 2-job sweep (and its control job), and the UI serving it, started
     once for the module and ended (its whole process group) whatever happens; yields (url, experiment
-    id, parent run)."""
+    id, parent run). What ``ui`` prints goes to ``ui_stdout``."""
     folder = tmp_path_factory.mktemp("dashboard")
     outputs = folder / "outputs"
     copy_outputs(swept_once.outputs, outputs)
@@ -64,12 +71,12 @@ def served_sweep(swept_once, tmp_path_factory):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     log = folder / "ui.log"  # a file, not a pipe that nobody reads while the server runs
-    with log.open("w") as err:
+    with log.open("w") as err, ui_stdout.open("w") as printed:
         proc = spawn(
             [sys.executable, "-m", "plnexp", "ui", "--port", str(port), "--workers", "1"],
             cwd=folder,
-            env={**env, "PLNEXP_OUTPUTS": str(outputs)},
-            stdout=subprocess.DEVNULL,
+            env={**env, "PLNEXP_OUTPUTS": str(outputs), "PLNEXP_NO_BROWSER": "1"},
+            stdout=printed,
             stderr=err,
             by_test=False,  # the module's: ended below
         )
@@ -276,3 +283,37 @@ def test_the_study_is_three_clicks_from_the_landing_page(chrome, served_sweep, t
     body = chrome.find_element(By.TAG_NAME, "body").text
     assert parent.info.run_name not in body  # the jobs only, no sweep's parent to expand
     chrome.save_screenshot(tmp_path / "study.png")
+
+
+# ---------------------------------------------------------------- the study at the address ui prints (issue #64)
+DOCS_IMG = Path(__file__).resolve().parent.parent / "docs" / "img"  # the docs' screenshots, made here
+
+
+def test_ui_prints_the_study_and_a_browser_there_sees_it(chrome, served_sweep, ui_stdout):
+    """``python -m plnexp ui`` prints the address of the latest sweep's study (MLflow's Model training
+    view, which no server setting chooses: the link names it); headless Chromium at that address
+    sees the sweep's jobs, the reference first, the verdict and paired-ratio columns first, in a
+    1,400 px window with MLflow's assistant panel open. The screenshots are the docs'."""
+    url, exp_id, parent = served_sweep
+    found = re.search(r"^open (http://\S+)$", ui_stdout.read_text(), re.MULTILINE)
+    assert found is not None, ui_stdout.read_text()
+    address = found.group(1)
+    assert address == f"{url}/#/experiments/{exp_id}/runs?workflowType=machine_learning&viewStateShareKey=plnexp-study"
+    chrome.set_window_size(1400, 900)
+    chrome.get(address)
+    jobs = ["scan-oaks-f32-cpu-n_iter20", "fori_loop-oaks-f32-cpu-n_iter20"]
+    wait_text(
+        chrome, f"plnexp study: sweep default, parent run {parent.info.run_id}", "plnexp.verdict", "paired_ratio", *jobs
+    )
+    wait_text(chrome, "reference", timeout=30)  # scan's verdict cell: the verdict column in view beside the panel
+    body = chrome.find_element(By.TAG_NAME, "body").text
+    assert body.index(jobs[0]) < body.index(jobs[1])  # the reference first
+    assert "workflowType=machine_learning" in chrome.current_url
+    DOCS_IMG.mkdir(parents=True, exist_ok=True)
+    assert chrome.save_screenshot(DOCS_IMG / "dashboard-study.png")
+    for close in chrome.find_elements(By.CSS_SELECTOR, CLOSE_ASSISTANT):
+        close.click()
+    wait_text(chrome, "round_ms_per_iter", "rounds_used", timeout=30)  # the rounds' figures too, panel closed
+    time.sleep(1)
+    assert chrome.save_screenshot(DOCS_IMG / "dashboard-after.png")
+    assert png_size(DOCS_IMG / "dashboard-after.png")[0] >= 1000

@@ -70,6 +70,8 @@ class StrategyResult:
             "paired_ratio_hi": self.high,
             "rounds_used": float(self.rounds),
             "rounds_dropped": float(self.dropped),
+            # the study view's order (plnexp.store.writes.sweep_view): the reference first, then by ratio
+            "study_order": 0.0 if self.verdict == REFERENCE else self.ratio,
         }
 
     def as_json(self) -> dict:

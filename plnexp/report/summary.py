@@ -691,6 +691,8 @@ def build(
     files = write(report, folder)
     if attach:
         tracking.log_report(uri, report.parent.run_id, folder, *parent_metrics(report, files))
+        # the dashboard's experiment description: the study's link, then this sweep's plain headline
+        tracking.show_headline(uri, report.parent.experiment_id, summary_lines(report)[:12])
     return report, folder, files
 
 

@@ -273,8 +273,9 @@ def study_note(experiment_id: str) -> str:
     to the study's view."""
     return (
         f"PLN fits timed under JIT strategies (plnexp). **[Open the study]({study_link(experiment_id)})**: "
-        "every job's ms/iter, its spread (run_s_iqr), compile_s and final ELBO, fastest first. A sweep's "
-        "report: its parent run's description and artifacts."
+        "the latest sweep's jobs, the reference first, then by paired ratio to it (time ÷ the reference's, "
+        "in interleaved rounds), with its interval and verdict. A sweep's report: its parent run's "
+        "description and artifacts (report/report.html)."
     )
 
 

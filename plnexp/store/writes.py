@@ -134,7 +134,8 @@ def _metric(key: str, value: float, step: int = 0, ts: int | None = None):
 
 
 def start_job(cl, exp_id: str, job, parent_id: str | None = None, tags: dict | None = None) -> str:
-    """Create the RUNNING run of a job that starts now (one call); returns its id.
+    """Create the RUNNING run of a job that starts now, its ``config.yaml`` logged (what ``rerun``
+    reads); returns its id.
 
     ``job`` is a :class:`plnexp.experiment.runner.Outcome` (its name, overrides, config, start time).
     """
@@ -146,6 +147,8 @@ def start_job(cl, exp_id: str, job, parent_id: str | None = None, tags: dict | N
     if job.output_dir:
         all_tags["hydra_output_dir"] = job.output_dir
     run = cl.create_run(exp_id, start_time=int(job.started * 1000), run_name=redact_text(job.name), tags=safe(all_tags))
+    # its config from the start: a run whose process is killed (SIGKILL, a fit across processes) can be rerun
+    cl.log_text(run.info.run_id, job.config_yaml(), "config.yaml")  # credentials masked (Outcome.config_yaml)
     return run.info.run_id
 
 
@@ -330,13 +333,13 @@ def log_text(uri: str, run_id: str, text: str, path: str) -> None:
 
 # the columns of a sweep's view (show_sweep): the verdict of its rounds first (plnexp.jobs.verdicts)
 SWEEP_COLUMNS = (
+    "tags.`plnexp.verdict`",
     "metrics.`paired_ratio`",
     "metrics.`paired_ratio_lo`",
     "metrics.`paired_ratio_hi`",
-    "tags.`plnexp.verdict`",
-    "metrics.`rounds_dropped`",
-    "metrics.`rounds_used`",
     "metrics.`round_ms_per_iter`",
+    "metrics.`rounds_used`",
+    "metrics.`rounds_dropped`",
     "metrics.`compile_s`",
     "metrics.`final_elbo`",
     "attributes.`Dataset`",
@@ -345,9 +348,9 @@ SWEEP_COLUMNS = (
 
 def sweep_view(parent_id: str, title: str, created_ms: int) -> str:
     """The study view (:data:`~plnexp.store.backend.STUDY_VIEW_TAG`'s value) of one sweep: its
-    child runs only (never a ranking across sweeps), its parent named in the view's name, ordered by
-    their paired ratio to the reference, with the interval, the verdict and the rounds used and
-    dropped as columns."""
+    child runs only (never a ranking across sweeps), its parent named in the view's name, the
+    reference first, then the others by their paired ratio to it; the verdict, the ratio, its
+    interval, the rounds' ms/iter and the rounds used and dropped as its first columns."""
     from .backend import STUDY_VIEW_NAME
 
     state = {
@@ -355,7 +358,7 @@ def sweep_view(parent_id: str, title: str, created_ms: int) -> str:
         "columnOrder": ["attributes.`Run Name`", *SWEEP_COLUMNS],
         "columnWidths": {"attributes.`Run Name`": 280, **{c: 110 for c in SWEEP_COLUMNS[:-1]}},
         "searchFilter": f"tags.mlflow.parentRunId = '{parent_id}'",
-        "orderByKey": "metrics.`paired_ratio`",
+        "orderByKey": "metrics.`study_order`",  # the reference first, then by paired ratio (StrategyResult.metrics)
         "orderByAsc": True,
     }
     return json.dumps({"name": f"{STUDY_VIEW_NAME}: {title}", "createdAt": created_ms, "state": json.dumps(state)})
@@ -375,4 +378,26 @@ def show_sweep(uri: str, experiment_id: str, parent_id: str, title: str) -> bool
         cl.set_experiment_tag(experiment_id, STUDY_VIEW_TAG, sweep_view(parent_id, title, int(time.time() * 1000)))
         return True
     except Exception:  # noqa: BLE001 - the UI's presentation never fails a sweep
+        return False
+
+
+HEADLINE_MARK = "**Latest sweep**"  # where the experiment's description gives the newest report's headline
+
+
+def show_headline(uri: str, experiment_id: str, lines: list[str]) -> bool:
+    """The experiment's description (what MLflow's UI shows above its runs) with the newest sweep's
+    plain headline under the study's link, when the description is plnexp's own (its link to the
+    study: :func:`~plnexp.store.backend.study_note`); a description of the user's own is left as it
+    is. True when set. Never raises: the UI's presentation never fails a report."""
+    from .backend import NOTE_TAG, study_note
+
+    try:
+        cl = client(uri)
+        have = cl.get_experiment(experiment_id).tags.get(NOTE_TAG)
+        if have is not None and not have.startswith(study_note(experiment_id)[:40]):
+            return False
+        text = study_note(experiment_id) + f"\n\n{HEADLINE_MARK}:\n\n" + "\n".join(f"- {line}" for line in lines)
+        cl.set_experiment_tag(experiment_id, NOTE_TAG, redact_text(text))
+        return True
+    except Exception:  # noqa: BLE001 - the UI's presentation never fails a report
         return False
