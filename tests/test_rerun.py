@@ -592,3 +592,41 @@ def test_a_rerun_that_fails_or_has_nothing_to_compare_is_not_reproduced(outputs,
     out = capsys.readouterr().out
     assert "rerun FAILED to reproduce: 1 of 2 jobs reproduced: " in out and f"{bad.name} did not" in out
     assert out.rsplit("reproduced: ", 1)[1].startswith(f"{bad.name} did not;") and good.name != bad.name
+
+
+@pytest.mark.slow  # a tiny fit (~3 s)
+def test_a_run_killed_before_it_logged_anything_can_be_rerun(outputs, capsys):
+    """#62: a run's config is logged when it is created, so a run whose processes were SIGKILLed (a
+    fit across processes: nothing logged at its end) can be rerun: the rerun finishes, and with
+    nothing to compare it is not called reproduced (exit 1)."""
+    (job,) = cli.plan(TINY, multirun=False)
+    uri = tracking.check_store()
+    cl = tracking.client(uri)
+    out = runner.Outcome(job.name, tuple(job.overrides), job.config)
+    run_id = tracking.start_job(cl, tracking.experiment_id(cl, "rr"), out)
+    cl.set_terminated(run_id, "KILLED")  # as the launcher ends the run of a worker killed mid-fit
+    assert tracking.read_artifact(uri, run_id, "config.yaml") == out.config_yaml()
+    assert main(["rerun", run_id]) == 1
+    text = capsys.readouterr().out
+    assert "the original run was KILLED: no finished result to compare with" in text, text
+    (new,) = reruns_of(outputs, run_id)
+    assert new.info.status == "FINISHED" and new.info.run_name == job.name
+
+
+def test_a_rerun_whose_h5ad_file_is_gone_names_the_file(outputs, tmp_path, capsys):
+    """#62: a deleted data file is named as such (as a CSV's is), not as a run of an older plnexp."""
+    anndata = pytest.importorskip("anndata")
+    path = tmp_path / "cells.h5ad"
+    anndata.AnnData(np.random.default_rng(0).poisson(2.0, (20, 4)).astype(np.float32)).write_h5ad(path)
+    (job,) = cli.plan(["dataset=anndata", f"dataset.path={path}", "n_iter=3", "experiment=rr"], multirun=False)
+    cl = tracking.client(tracking.check_store())
+    out = runner.Outcome(job.name, tuple(job.overrides), job.config)
+    run_id = tracking.start_job(cl, tracking.experiment_id(cl, "rr"), out)
+    cl.set_terminated(run_id, "FAILED")
+    path.unlink()
+    capsys.readouterr()
+    assert main(["rerun", run_id]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"plnexp: error: run {run_id}: dataset.path="), err
+    assert "allowed values are paths of existing .h5ad files" in err and "older plnexp" not in err
+    assert reruns_of(outputs, run_id) == []

@@ -154,7 +154,7 @@ def logged_node(uri: str, run: RunRecord) -> dict:
             node = job_node_of_peer(node)
         C.load(node, check_device=False)
     except ConfigError as e:
-        if "existing CSV files" in str(e):  # the config is fine, its data files are gone
+        if "allowed values are paths of existing" in str(e):  # the config is fine, its data file is gone (CSV, .h5ad)
             raise ConfigError(f"run {rid}: {e}") from None
         raise ConfigError(
             f"run {rid}: made by an incompatible older plnexp (its config.yaml does not load: "
