@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import pickle
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -188,3 +189,35 @@ def test_a_cli_run_logs_its_model_and_load_fit_runs_is_plnexp_fit_bit_for_bit(ou
     assert not (outputs / "fits").exists() or not any((outputs / "fits").iterdir())  # sent, then removed
     with pytest.raises(saved.FitFileError, match="no such run"):
         plnexp.load_fit("runs:/" + "0" * 32)
+
+
+def test_a_model_that_cannot_be_saved_is_one_warning_and_the_run_goes_on(outputs, monkeypatch, caplog):
+    from plnexp.fitting.result import FitResult
+    from plnexp.measure.timing import Timing
+    from plnexp.store import fitted
+
+    nan = float("nan")
+    res = FitResult(
+        np.array([-3.0, -2.0]),
+        -2.0,
+        {"B": np.zeros((1, 2)), "M": np.zeros((3, 2)), "S": np.ones((3, 2)), "Sigma": np.eye(2)},
+        2,
+        Timing(compile_s=nan, first_call_s=nan, run_s=nan, ms_per_iter=nan),
+        "full",
+        "scan",
+        "rprop",
+        "float64",
+        "cpu",
+    )
+    folder = fitted.keep(res)
+    assert folder is not None and plnexp.load_fit(folder).loglik == -2.0
+
+    def full(self, path):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(FitResult, "save", full)
+    with caplog.at_level("WARNING", logger="plnexp.store.fitted"):
+        assert fitted.keep(res) is None
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "plnexp.store.fitted"]
+    assert "No space left on device" in line and "\n" not in line
+    assert [p.name for p in (outputs / "fits").iterdir()] == [Path(folder).name]  # no half-written folder left

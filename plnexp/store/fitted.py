@@ -14,6 +14,7 @@ which plnexp does not have yet; the fit format is read without MLflow (docs/how-
 
 from __future__ import annotations
 
+import logging
 import re
 import shutil
 import tempfile
@@ -29,13 +30,24 @@ RUNS_PREFIX = "runs:/"
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 MISSING = "MLFLOW_TRACKING_URI or PLNEXP_OUTPUTS selects another store"
 
+log = logging.getLogger(__name__)
 
-def keep(result: FitResult) -> str:
-    """``result`` saved in a new folder under ``<outputs>/fits`` (its path), to be sent by :func:`send`."""
-    root = outputs_dir() / "fits"
-    root.mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(prefix="fit-", dir=root))
-    result.save(folder)
+
+def keep(result: FitResult) -> str | None:
+    """``result`` saved in a new folder under ``<outputs>/fits`` (its path), to be sent by :func:`send`.
+    Where it cannot be written (a full disk), None and one warning line: the run's other results are
+    still written (its model is the one thing missing)."""
+    folder = None
+    try:
+        root = outputs_dir() / "fits"
+        root.mkdir(parents=True, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix="fit-", dir=root))
+        result.save(folder)
+    except OSError as e:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+        log.warning("the fitted model could not be saved for the run's model/ artifact (%s: %s)", type(e).__name__, e)
+        return None
     return str(folder)
 
 
