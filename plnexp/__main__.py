@@ -26,6 +26,7 @@ import warnings
 from pathlib import Path
 
 from .experiment import plan as cli
+from .experiment import processes
 from .system import credentials, interrupts
 from .experiment import resume
 from .system import runtime
@@ -236,6 +237,7 @@ def _check(overrides: list[str], multirun: bool):
     """Everything before the first run exists; returns the jobs and the store's URI. The device is
     checked here only when the jobs run on this machine (each job checks it again where it runs)."""
     jobs = cli.plan(overrides, multirun, check_device=cli.jobs_run_here(overrides))
+    processes.check_tasks(jobs[0].config.processes, multirun)  # srun -n N: one fit of processes=N
     cli.check_data(jobs)
     cli.check_outputs()
     tracking.set_timeout(jobs[0].config.store_timeout_s)  # one value per sweep (plan.ONE_PER_SWEEP)
@@ -366,8 +368,6 @@ def run(plan: cli.Plan, uri: str) -> int:
     task = sweep.Task()
     (spec,) = plan.specs()
     if spec.config.processes > 1:  # N JAX processes (started here, or one per srun task): process 0 logs the run
-        from .experiment import processes
-
         sweep.write_job_dir(str(plan.run_dir()), spec.config, spec.overrides)  # as the job in this process does
         return processes.run(spec, uri, str(plan.run_dir()))
     with interrupts.handled(lambda signum: sweep.force_stop(None, uri, signal.Signals(signum).name)) as guard:

@@ -36,7 +36,7 @@ def test_estimates_are_the_arrays_they_count():
     assert (shape.rows, shape.p, shape.d) == (data.n, data.p, d) == (90, 5, d)
     found = {n.key: n.nbytes for n in limits.needs(config, shape, resident=100)}
     assert found == {"dataset.replication": 90 * (5 + d + 1) * (8 + 4), "n_iter": 1000 * 2 * (4 + 3 * 8)}
-    across = _config("strategy=scan_sharded", "processes=3")
+    across = _config("strategy=scan_sharded", "model=full", "processes=3")
     assert {n.key: n.nbytes for n in limits.needs(across, shape, resident=100)}["processes"] == 3 * 2 * 100
     assert "processes" not in {n.key for n in limits.needs(across, shape, local=False, resident=100)}
 
@@ -64,11 +64,13 @@ def test_a_value_over_the_memory_is_one_line_with_its_estimate_and_the_largest_t
 
 
 def test_processes_over_the_rows_or_the_memory_refused():
-    config = _config("strategy=scan_sharded", "processes=40")
+    config = _config("strategy=scan_sharded", "model=full", "processes=40")
     shape = limits.Shape.of(config.dataset)
     with pytest.raises(ConfigError, match=r"^processes=40: more processes than the data's 30 rows .* from 1 to 30$"):
         limits.check(config, shape, available=(100 * GB, "x"))
-    ten = _config("strategy=scan_sharded", "processes=10")  # 2 x 0.5 GB each; 9 GB less the data and history: 8
+    ten = _config(
+        "strategy=scan_sharded", "model=full", "processes=10"
+    )  # 2 x 0.5 GB each; 9 GB less the data and history: 8
     with pytest.raises(ConfigError, match=r"^processes=10: needs ~10 GB .* allowed values are integers from 1 to 8$"):
         limits.check(ten, shape, available=(9 * GB, "x"), resident=GB // 2)
     limits.check(ten, shape, available=(9 * GB, "x"), resident=GB // 2, local=False)  # srun: one per task
@@ -77,11 +79,20 @@ def test_processes_over_the_rows_or_the_memory_refused():
 @pytest.mark.parametrize(
     ("args", "start"),
     [
-        (("strategy=scan_sharded", "processes=1000", "dataset.replication=1"), "processes=1000: more processes"),
-        (("strategy=scan_sharded", "processes=1000", "dataset.replication=100"), "processes=1000: needs ~"),
+        (
+            ("strategy=scan_sharded", "model=full", "processes=1000", "dataset.replication=1"),
+            "processes=1000: more processes",
+        ),
+        (
+            ("strategy=scan_sharded", "model=full", "processes=1000", "dataset.replication=100"),
+            "processes=1000: needs ~",
+        ),
         (("n_iter=2147483647",), "n_iter=2147483647: needs ~60.1 GB"),
         (("dataset.replication=1000000000",), "dataset.replication=1000000000: needs ~"),
-        (("strategy=scan_sharded", "processes=3", "dataset=synthetic", "dataset.n=2"), "processes=3: more processes"),
+        (
+            ("strategy=scan_sharded", "model=full", "processes=3", "dataset=synthetic", "dataset.n=2"),
+            "processes=3: more processes",
+        ),
     ],
 )
 def test_the_command_refuses_before_any_run(outputs, plnexp_main, monkeypatch, args, start):

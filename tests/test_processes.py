@@ -437,3 +437,33 @@ def test_the_rounds_leave_out_a_fit_across_processes_in_one_line(monkeypatch, ca
         "[rounds] job(s) 2 of processes > 1 left out: a fit across processes does not run in this process; "
         "their own timings stand\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("command", "args", "says"),
+    [
+        (
+            "run",
+            ("strategy=scan_sharded",),
+            "processes=1 under srun -n 2: the 2 tasks would run 2 separate fits and log 2 runs; allowed are "
+            "processes=2 (the tasks join in one fit, task 0 logging its run) or srun -n 1",
+        ),
+        ("run", ("strategy=scan_sharded", "processes=3"), "processes=3 under srun -n 2: srun started 2 tasks; "),
+        ("sweep", ("sweep=null", "strategy=scan,fori_loop"), "a sweep under srun -n 2: each of the 2 tasks would "),
+    ],
+)
+def test_under_srun_every_task_runs_one_fit_of_processes_n_or_nothing(
+    outputs, plnexp_main, monkeypatch, command, args, says
+):
+    """#62: ``srun -n 2 python -m plnexp run`` without processes=2 (or a sweep under srun) is one line
+    naming processes=N, exit 2, no run: never two fits logging two runs."""
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "2")
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    ran = plnexp_main(command, "dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=3", "model=full", *args)
+    assert ran.returncode == 2
+    assert ran.stderr.count("\n") == 1 and ran.stderr.startswith(f"plnexp: error: {says}"), ran.stderr
+    cl = store_client(outputs)
+    assert [r for e in cl.search_experiments() for r in cl.search_runs([e.experiment_id])] == []
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "1")  # srun -n 1: this process alone, as without srun
+    processes.check_tasks(1, multirun=True)

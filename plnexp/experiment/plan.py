@@ -467,7 +467,7 @@ def check_data(jobs: Plan | list[Job]) -> None:
     from .runner import load_data
 
     # every value that sizes memory against the machine, before the data is loaded (plnexp.jobs.limits)
-    local = getattr(jobs, "launcher", "basic") in LOCAL_LAUNCHERS and srun_tasks() is None
+    local = getattr(jobs, "launcher", "basic") in LOCAL_LAUNCHERS and (srun_tasks() or 1) == 1
     limits.check_all([j.config for j in jobs], local=local)
     # a fit across processes reads its rows in each process: here only the first row (p, the file's format)
     across = {j.config.dataset for j in jobs if j.config.processes > 1}

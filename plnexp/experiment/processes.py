@@ -113,6 +113,32 @@ def placement(processes: int, environ: Mapping[str, str] = os.environ) -> Placem
     return Placement(None, None, None)
 
 
+def check_tasks(processes: int, multirun: bool, environ: Mapping[str, str] = os.environ) -> None:
+    """Before any work: under ``srun -n N`` (N > 1) every task runs this command, so it must be one fit
+    of ``processes=N`` (the tasks join, task 0 owns the run), never N fits of their own nor N sweeps;
+    else one :class:`~plnexp.jobs.config.ConfigError` line naming ``processes=N``."""
+    from ..jobs.config import ConfigError
+
+    tasks = srun_tasks(environ)
+    if tasks is None or tasks == 1:
+        return
+    if multirun:
+        raise ConfigError(
+            f"a sweep under srun -n {tasks}: each of the {tasks} tasks would run the whole sweep; allowed is one "
+            "task (no srun, or srun -n 1): hydra/launcher=submitit_slurm starts each job's tasks itself"
+        )
+    if processes != tasks:
+        raise ConfigError(
+            f"processes={processes} under srun -n {tasks}: "
+            + (
+                f"the {tasks} tasks would run {tasks} separate fits and log {tasks} runs"
+                if processes == 1
+                else f"srun started {tasks} tasks"
+            )
+            + f"; allowed are processes={tasks} (the tasks join in one fit, task 0 logging its run) or srun -n {processes}"
+        )
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
