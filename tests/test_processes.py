@@ -169,6 +169,11 @@ BAD = [
         "processes=2: strategy=scan_sharded with model=profiled runs in one process; allowed with processes > 1: "
         "strategy=scan_sharded with model=full|pca",
     ),
+    (  # #62: the rule, before the devices are counted (64: more than this machine shows JAX)
+        ["strategy=scan_sharded", "model=full", "strategy.devices=64", "processes=2"],
+        "strategy.devices=64: with processes=2 the rows are split across every device of every process; "
+        "allowed value is 0",
+    ),
     (
         ["strategy=scan_sharded", "strategy.devices=1", "processes=2"],
         "strategy.devices=1: with processes=2 the rows are split across every device of every process; "

@@ -746,6 +746,12 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
             # blocks of rows the fit takes the model's default, as plnexp.fit does (one rule)
             optimizer = OptimizerSpec(default_optimizer(model_named(model.value, rank, block_rows)), None)
         strategy = StrategySpec.of(strat.pop("name", None), **strat)
+        devices = getattr(strategy.options, "devices", 0)
+        if processes > 1 and devices != 0:  # before the devices are counted: it is the rule, not their number
+            raise ValueError(
+                f"strategy.devices={devices}: with processes={processes} the rows are split across every "
+                "device of every process; allowed value is 0"
+            )
         strategy.check(
             compile_cache,
             resolve_device(device.value).platform if check_device else None,
@@ -755,12 +761,6 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
             model.value,
             processes,
         )
-        devices = getattr(strategy.options, "devices", 0)
-        if processes > 1 and devices != 0:
-            raise ValueError(
-                f"strategy.devices={devices}: with processes={processes} the rows are split across every "
-                "device of every process; allowed value is 0"
-            )
     except ValueError as e:
         raise ConfigError(str(e)) from None
     n_iter = read(Config, node, "n_iter")
