@@ -52,6 +52,7 @@ def test_a_sweep_interrupted_in_its_rounds_runs_them_on_resume(outputs, tmp_path
     monkeypatch.setattr(groups, "_time_group", interrupted)
     first = plnexp_main("sweep", "sweep=null", *grid, cwd=tmp_path)
     assert first.returncode == 130, first.stdout + first.stderr
+    assert "\n[rounds] 2 programs of synthetic_n30_p5_d2_s0 ... interrupted\n" in first.stdout  # its line ended
     monkeypatch.setattr(groups, "_time_group", timed)
     cl = store_client(outputs)
     (parent,) = [r for r in all_runs(outputs) if "mlflow.parentRunId" not in r.data.tags]

@@ -311,6 +311,9 @@ def judge_groups(record, configs, held: Held | None = None) -> list[V.GroupVerdi
         print(f"{head} ...", end="", flush=True)
         try:
             v = _time_group(group, held)
+        except KeyboardInterrupt:  # Ctrl-C, SIGTERM: the line ends before the interrupt's own
+            print(" interrupted", flush=True)
+            raise
         except Exception as e:  # a program that cannot be compiled again: said, the sweep goes on
             if interrupts.pending() is not None:
                 raise
