@@ -464,7 +464,7 @@ def multirun(overrides: list[str], jobs: cli.Plan, uri: str, resumed: bool = Fal
     if end.summary.store_error:  # said in one line; the report would read the store that failed
         return 1
     code = _report(uri, end.record.parent_id) if with_report and end.summary.rows else 0
-    return 1 if end.summary.n_failed or end.summary.n_missing else code
+    return 1 if end.summary.n_failed or end.summary.n_missing or end.summary.n_skipped else code
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None, _default=warnings.showwarning):

@@ -74,3 +74,14 @@ def test_a_sweep_interrupted_in_its_rounds_runs_them_on_resume(outputs, tmp_path
     assert sorted(r.data.tags["plnexp.verdict"] != "" for r in children) == [True, True]  # the reused runs timed
     again = plnexp_main("sweep", "sweep=null", *grid, "resume=true", cwd=tmp_path)
     assert again.returncode == 0 and "all 2 jobs already FINISHED" in again.stdout, again.stdout + again.stderr
+
+
+def test_a_job_skipped_because_the_store_failed_is_counted_as_skipped_not_failed():
+    """#62: after a store failure the later jobs are SKIPPED (resume=true runs them): the footer says
+    so, they are not counted among the failed runs, and the sweep is still no success."""
+    from plnexp.experiment.runner import Row
+
+    rows = [Row("a", "FINISHED", {}, 1.0), Row("b", "FAILED", {}, 1.0), Row("c", sweep.SKIPPED, {}, 0.0)]
+    summary = sweep.Summary("FAILED", rows, 3, 3.0, "p1")
+    assert (summary.n_failed, summary.n_skipped, summary.n_missing) == (1, 1, 0)
+    assert summary.footer().startswith("3/3 jobs, 1 failed, 1 skipped; ")

@@ -67,6 +67,7 @@ from ..jobs import config as C
 from ..system.redact import redact, redact_text, unredacted
 
 RECORD_NAME = "plnexp-sweep.json"
+SKIPPED = "SKIPPED"  # the status of a job not run because the store had failed (resume=true runs it)
 
 
 @dataclass(frozen=True)
@@ -244,7 +245,12 @@ class Summary:
     def n_failed(self) -> int:
         """The runs that did not finish (including those left RUNNING, see :attr:`n_running`), the
         peers' left out: a peer that fails changes neither the sweep's status nor its exit code."""
-        return sum(r.status != "FINISHED" for j, r in zip(self._job_of(), self.rows) if j <= self.total)
+        return sum(r.status not in ("FINISHED", SKIPPED) for j, r in zip(self._job_of(), self.rows) if j <= self.total)
+
+    @property
+    def n_skipped(self) -> int:
+        """The jobs not run because the store had failed (resume=true runs them): not failed, not a success."""
+        return self.count(SKIPPED)
 
     @property
     def n_running(self) -> int:
@@ -288,6 +294,7 @@ class Summary:
             if self.n_running
             else f"{self.n_failed}{unit} failed"
         )
+        failed += f", {self.n_skipped} skipped" if self.n_skipped else ""
         if self.n_missing and self.status != "KILLED":  # (interrupted: the line says how many not started)
             failed += f", {self.n_missing} without a run"
         return (
@@ -547,7 +554,7 @@ class Task:
         label = f"[{num + 1}/{record.total}] {name}" if record is not None and num is not None else name
         if self.store_down and record is not None:  # each job would wait store_timeout_s on it again
             self.failed += 1
-            _saw(record, num, [runner.Row(name, "SKIPPED", {}, 0.0)])
+            _saw(record, num, [runner.Row(name, SKIPPED, {}, 0.0)])
             line = f"{label} skipped: the store failed ({self.store_down}); resume=true runs it later"
             print(line, flush=True)
             return None if here else line
