@@ -77,29 +77,36 @@ def why_unresolved(v: V.GroupVerdict) -> str:
 
 
 def decide(v: V.GroupVerdict) -> str:
-    """The ``key=value`` that would decide the group's unresolved verdicts: the budget (and cap)
-    that give the rounds :func:`rounds_needed` asks for at the rounds' pace so far; or, where a median
-    sits on a bound of the minimum effect, that no number of rounds would; "" when none is open."""
+    """The ``key=value`` that would decide the group's unresolved verdicts: the budget (and cap) that
+    give the rounds :func:`rounds_needed` asks for at the rounds' pace so far, for those that the
+    largest budget (:data:`MAX_BUDGET_S`) can decide; the others named apart: their median lies so
+    near a bound of the minimum effect that no budget would (``report.min_speedup`` sets the
+    bound); "" when none is open."""
     open_ = [p for p in v.programs if p.verdict == "unresolved"]
     if not open_:
         return ""
-    need = max(rounds_needed(v, p) for p in open_)
-    if not math.isfinite(need):
-        on = [_names(p) for p in open_ if not math.isfinite(rounds_needed(v, p))]
-        return (
-            f"{', '.join(on)}: its median lies on the minimum effect's bound ({v.min_effect:.2f}×) or it has no "
-            f"interval yet: more rounds would call it tied or decide it only by chance; report.min_speedup sets the bound"
-        )
-    need = math.ceil(need)
     per_round = v.seconds / max(v.rounds + v.dropped, 1)
-    keys = []
-    if not math.isfinite(v.budget_s) or need * per_round > SPENT * v.budget_s:
-        keys.append(f"{BUDGET_KEY}={_nice(1.25 * need * per_round):g}")
-    if v.max_rounds and need > v.max_rounds:
-        keys.append(f"{ROUNDS_KEY}={need}")
-    if not keys:
-        return ""
-    return f"{' '.join(keys)} would decide it (about {need} rounds at this pace)"
+    need = {p: rounds_needed(v, p) for p in open_}
+    can = {p: n for p, n in need.items() if math.isfinite(n) and n * per_round * 1.25 <= MAX_BUDGET_S}
+    said = []
+    if can:
+        most = math.ceil(max(can.values()))
+        keys = []
+        if not math.isfinite(v.budget_s) or most * per_round > SPENT * v.budget_s:
+            keys.append(f"{BUDGET_KEY}={_nice(1.25 * most * per_round):g}")
+        if v.max_rounds and most > v.max_rounds:
+            keys.append(f"{ROUNDS_KEY}={most}")
+        if keys:
+            who = "" if len(can) == len(open_) else f" for {', '.join(_names(p) for p in can)}"
+            said.append(f"{' '.join(keys)} would decide it{who} (about {most} rounds at this pace)")
+    stuck = [p for p in open_ if p not in can]
+    if stuck:
+        said.append(
+            f"{', '.join(_names(p) for p in stuck)}: its median too near the minimum effect's bound "
+            f"({1 / v.min_effect:.2f}× or {v.min_effect:.2f}×): no budget up to {MAX_BUDGET_S:g} s decides it at this "
+            "pace (a quieter machine narrows the interval; report.min_speedup sets the bound)"
+        )
+    return "; ".join(said)
 
 
 def lines(v: V.GroupVerdict, label: str) -> list[str]:
@@ -178,8 +185,9 @@ def agreement(report, group: tuple) -> str:
     if not beyond:
         return text + (f", within {precision}'s curve tolerance {tol:.0e}" if math.isfinite(tol) else "")
     optimizer = runs[0].params.get("optimizer.name", "")
+    they = "it runs" if len(beyond) == 1 else "they run"
     why = (
-        "they run the step op by op, where XLA rounds the optimizer's arithmetic otherwise than in one fused "
+        f"{they} the step op by op, where XLA rounds the optimizer's arithmetic otherwise than in one fused "
         "program (radam_clip's rectification term most: the same maths, not the same float32 rounding; "
         "with adam the curves agree within the tolerance)"
         if set(beyond) <= set(OP_BY_OP)

@@ -21,9 +21,9 @@ color:#1a1a1a;line-height:1.4}
 h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.6em}
 .verdict{background:#f3f6fa;border-left:4px solid #2b6cb0;padding:.6em 1em}
 .verdict li{margin:.2em 0}.verdict li.first{font-weight:600}
-table{border-collapse:collapse;margin:.5em 0 1.2em;font-size:.92em}
+table{border-collapse:collapse;margin:.5em 0 1.2em;font-size:.92em;display:block;overflow-x:auto;max-width:100%}
 th,td{border-bottom:1px solid #ddd;padding:.25em .6em;text-align:right;white-space:nowrap}
-th:first-child,td:first-child{text-align:left}th{background:#fafafa}
+th:first-child,td:first-child{text-align:left;white-space:normal;min-width:9em}th{background:#fafafa}
 td.faster{color:#1f7a1f;font-weight:600}td.slower{color:#a33}td.unresolved{color:#a66b00}
 img{max-width:100%;border:1px solid #eee;margin:.5em 0}
 .small{font-size:.85em;color:#444}

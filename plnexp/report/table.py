@@ -32,9 +32,9 @@ def row(report, e) -> list[str]:
     """One run's cells, in :func:`head`'s order."""
     s = speed.of(report, e)
     name = e.label
-    program = report.program(e)
-    if program not in ("-", e.strategy):
-        name += f" ({program})"
+    others = [n for n in report.program(e).split(" = ") if n not in ("-", e.strategy)]
+    if others:  # one compiled program: timed as one
+        name += f" (= {', '.join(others)})"
     if report.verdict_of(e.group) is not None:
         if not e.ok:
             verdict = e.status
