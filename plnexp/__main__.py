@@ -303,15 +303,21 @@ def sync(args: list[str]) -> int:
     uri = tracking.tracking_uri(explicit)
     try:
         cli.check_outputs()
+        bad = tracking.pending.unreadable()
+        for path, why in bad:  # never sent: named, not skipped unsaid
+            print(f"plnexp: error: {path}: a kept result that cannot be read ({why}); not sent", file=sys.stderr)
         if not tracking.pending.waiting(uri):
-            print(f"plnexp: no result kept in {folder} for {redact_text(uri)}: nothing to send", flush=True)
+            other = f" ({len(bad)} unreadable)" if bad else ""
+            print(f"plnexp: no result kept in {folder} for {redact_text(uri)}{other}: nothing to send", flush=True)
             if tracking.store_exists(uri):  # the runs a sweep whose store failed left RUNNING still end
                 _sweep_up(tracking.check_store(explicit))
-            return 0
+            return 1 if bad else 0
         uri = tracking.check_store(explicit)
         for line in tracking.pending.send_all(uri):
             print(line, flush=True)
         _sweep_up(uri)  # then the runs their gone owners left RUNNING (a sweep's parent its store failed under)
+        if bad:
+            return 1
     except (C.ConfigError, tracking.StoreError) as e:
         return fail(e)
     except Exception as e:  # noqa: BLE001 - the store failed while sending: one line

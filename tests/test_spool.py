@@ -222,3 +222,17 @@ def test_a_kept_result_whose_run_is_gone_is_moved_aside_once(outputs, plnexp_mai
     again = plnexp_main("sync")
     assert again.returncode == 0 and "nothing to send" in again.stdout, again.stdout
     assert "no longer has" not in plnexp_main("run", *TINY).stderr
+
+
+def test_sync_names_a_kept_file_it_cannot_read_and_exits_1(outputs, plnexp_main):
+    """#62: a file in pending/ that cannot be read is named (not skipped unsaid under 'nothing to
+    send'), left where it is, and sync exits 1."""
+    folder = tracking.pending.folder()
+    folder.mkdir(parents=True, exist_ok=True)
+    torn = folder / "torn.json"
+    torn.write_text('{"store": "sqlite:///x.db", "run_id": ')  # half-written
+    synced = plnexp_main("sync")
+    assert synced.returncode == 1
+    (line,) = synced.stderr.strip().splitlines()
+    assert line.startswith(f"plnexp: error: {torn}: a kept result that cannot be read (") and line.endswith("not sent")
+    assert "(1 unreadable): nothing to send" in synced.stdout and torn.is_file()

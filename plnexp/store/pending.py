@@ -104,6 +104,22 @@ def waiting(uri: str) -> list[Path]:
     return sorted(found, key=lambda p: p.stat().st_mtime)
 
 
+def unreadable() -> list[tuple[Path, str]]:
+    """The files in the folder that cannot be read as a kept result (unreadable, not JSON, no store),
+    each with why: never sent, so ``sync`` names them rather than skip them unsaid."""
+    if not folder().is_dir():
+        return []
+    out = []
+    for path in sorted(folder().glob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+            if not isinstance(data, dict) or "store" not in data:
+                raise ValueError("not a kept result: no store")
+        except (OSError, ValueError) as e:
+            out.append((path, getattr(e, "strerror", None) or str(e).splitlines()[0] or type(e).__name__))
+    return out
+
+
 def send(uri: str, path: Path) -> str:
     """Send one kept result to its run in ``uri`` (retried), then remove its file; returns the run id."""
     data = json.loads(path.read_text())
