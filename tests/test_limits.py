@@ -104,3 +104,22 @@ def test_the_command_refuses_before_any_run(outputs, plnexp_main, monkeypatch, a
     assert ran.stderr.count("\n") == 1 and ran.stderr.startswith(f"plnexp: error: {start}"), ran.stderr
     assert _runs(outputs) == []
     assert not (outputs / "runs").exists()
+
+
+def test_a_full_disk_is_one_line_naming_the_outputs_folder_before_any_run(outputs, plnexp_main, monkeypatch):
+    """#62: the outputs folder is probed with a byte written through (an empty file is made even on a
+    full disk): ENOSPC is one line naming the folder, exit 2, no run."""
+    import errno
+    import os
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    ran = plnexp_main("run", "dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=3")
+    assert ran.returncode == 2
+    assert ran.stderr == (
+        f"plnexp: error: PLNEXP_OUTPUTS={outputs}: cannot write there (No space left on device); "
+        "allowed values are writable folders\n"
+    )
+    assert _runs(outputs) == []

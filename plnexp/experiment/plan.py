@@ -490,8 +490,8 @@ def check_outputs() -> Path:
     where = f"PLNEXP_OUTPUTS={env}" if env else f"outputs folder {out}"
     try:
         out.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=out):
-            pass
+        with tempfile.TemporaryFile(dir=out) as probe:  # a byte written through: a full disk fails here, named
+            probe.write(b"\0"), probe.flush(), os.fsync(probe.fileno())
     except OSError as e:
         raise ConfigError(
             f"{where}: cannot write there ({e.strerror or e}); allowed values are writable folders"
