@@ -55,13 +55,15 @@ def round_times(strategies: dict, rounds: int = ROUNDS) -> list[list[float]]:
 
 
 def memory_sweep(
-    strategies: dict = STRATEGIES, seconds: float = 5.0, budget_s: float = 30.0
+    strategies: dict = STRATEGIES, seconds: float = 5.0, budget_s: float = 30.0, models: tuple[str, ...] = ("full",)
 ) -> tuple[str, str, V.GroupVerdict]:
-    """A finished sweep of one group in a new in-memory store: (its URI, its parent run id, its verdict)."""
+    """A finished sweep in a new in-memory store, one group per model of ``models`` (the same
+    strategies and times in each): (its URI, its parent run id, its first group's verdict)."""
+    from dataclasses import replace
+
     uri = memory.new("one-answer")
     st = memory.store(uri)
     names = list(strategies)
-    ids = [f"run{i}" for i in range(len(names))]
     times = round_times(strategies)
     rounds = Rounds(
         tuple(names),
@@ -71,49 +73,57 @@ def memory_sweep(
         seconds,
     )
     fps = tuple(fp for _, _, fp in strategies.values())
-    v = G.judge(
-        names, fps, [(i,) for i in ids], rounds, [N_ITER] * len(names), 0, "oaks_x100 (11600×114), float32, cpu", 1.10
-    )
-    from dataclasses import replace
-
-    v = replace(v, budget_s=budget_s, max_rounds=30)
+    curve = -1e5 * (1 + np.exp(-np.arange(N_ITER) / 4.0))
+    verdicts, jobs = [], 0
+    for model in models:
+        ids = [f"run-{model}-{i}" for i in range(len(names))]
+        label = "oaks_x100 (11600×114), float32, cpu"  # as the sweep's rounds name a group: no model
+        v = G.judge(names, fps, [(i,) for i in ids], rounds, [N_ITER] * len(names), 0, label, 1.10)
+        v = replace(v, budget_s=budget_s, max_rounds=30)
+        verdicts.append(v)
+        for i, (name, (one_run, _, fp)) in enumerate(strategies.items()):
+            s = v.strategies[i]
+            st.add(
+                "strategies",
+                f"{name}-{model}-job",
+                params={
+                    "strategy.name": name,
+                    "device": "cpu",
+                    "precision": "float32",
+                    "optimizer.name": "radam_clip",
+                    "model": model,
+                },
+                metrics={
+                    "ms_per_iter": one_run,
+                    "run_s": one_run * N_ITER / 1e3,
+                    "n_runs": 1.0,
+                    "n_iter_run": float(N_ITER),
+                    "compile_s": 1.0 + i,
+                    "final_elbo": float(curve[-1]),
+                    "xla_bytes_per_iter": 1e6 * (i + 1) if fp else math.nan,
+                    **s.metrics(),
+                },
+                tags={
+                    PARENT_TAG: "parent",
+                    JOB_TAG: str(jobs),
+                    DATASET_TAG: "oaks_x100",
+                    DATA_N_TAG: "11600",
+                    DATA_P_TAG: "114",
+                    "hlo_fingerprint": fp,
+                    **v.run_tags(s),
+                },
+                histories={"elbo": curve * (1 + 1e-7 * i)},
+                run_id=ids[i],
+            )
+            jobs += 1
     pid = st.add(
         "strategies",
         "sweep",
-        tags={SWEEP_TAG: "default", JOBS_TAG: str(len(names)), "command": "sweep"},
-        artifacts={V.ARTIFACT: V.dumps([v])},
+        tags={SWEEP_TAG: "default", JOBS_TAG: str(jobs), "command": "sweep"},
+        artifacts={V.ARTIFACT: V.dumps(verdicts)},
         run_id="parent",
     )
-    curve = -1e5 * (1 + np.exp(-np.arange(N_ITER) / 4.0))
-    for i, (name, (one_run, _, fp)) in enumerate(strategies.items()):
-        s = v.strategies[i]
-        st.add(
-            "strategies",
-            f"{name}-job",
-            params={"strategy.name": name, "device": "cpu", "precision": "float32", "optimizer.name": "radam_clip"},
-            metrics={
-                "ms_per_iter": one_run,
-                "run_s": one_run * N_ITER / 1e3,
-                "n_runs": 1.0,
-                "n_iter_run": float(N_ITER),
-                "compile_s": 1.0 + i,
-                "final_elbo": float(curve[-1]),
-                "xla_bytes_per_iter": 1e6 * (i + 1) if fp else math.nan,
-                **s.metrics(),
-            },
-            tags={
-                PARENT_TAG: pid,
-                JOB_TAG: str(i),
-                DATASET_TAG: "oaks_x100",
-                DATA_N_TAG: "11600",
-                DATA_P_TAG: "114",
-                "hlo_fingerprint": fp,
-                **v.run_tags(s),
-            },
-            histories={"elbo": curve * (1 + 1e-7 * i)},
-            run_id=ids[i],
-        )
-    return uri, pid, v
+    return uri, pid, verdicts[0]
 
 
 def verdict_order(v: V.GroupVerdict) -> list[str]:
@@ -192,7 +202,7 @@ def test_the_printed_table_shows_the_verdicts_figures(swept):
     printed = {}
     for line in lines[2 : 2 + len(rows)]:
         fields = line.split()
-        printed[fields[0].removesuffix("-job")] = float(fields[5])  # job, status, iter, compile_s, ms/iter, ratio
+        printed[fields[0].removesuffix("-full-job")] = float(fields[5])  # job, status, iter, compile_s, ms/iter, ratio
     ratio = {s.strategy: s.ratio for s in v.strategies}
     assert printed == pytest.approx(ratio, abs=5e-4)
     assert sorted(printed, key=printed.__getitem__) == verdict_order(v)
@@ -285,3 +295,23 @@ def test_speed_without_rounds_is_said_to_be_the_jobs_own(swept):
     assert "ms/iter (own runs)" in table.head(rep, e.group)
     page = html.page(rep, ["a plain headline"], [], None, [], [])  # no figure: no file read
     assert page.index("a plain headline") < page.index("<table>")
+
+
+def test_group_labels_name_the_model_that_tells_two_groups_apart():
+    """Two groups that differ by model alone (as sweep=fused's): each headline names its model, so
+    that no two read the same, and each group's table ranks its own runs."""
+    uri, pid, _ = memory_sweep(models=("full", "profiled"))
+    rep = report.load(uri, memory.store(uri).get_run(pid))
+    firsts = [line for line in report.summary_lines(rep) if ": fastest: " in line]
+    assert [line.split(": fastest: ")[0] for line in firsts] == [
+        "oaks_x100 (11600×114), float32, cpu, model=full",
+        "oaks_x100 (11600×114), float32, cpu, model=profiled",
+    ]
+    for group in rep.groups:
+        assert [c[0] for c in table.rows(rep, group)] == [
+            "scan_fused",
+            "scan",
+            "fori_loop",
+            "jit_per_function",
+            "eager",
+        ]

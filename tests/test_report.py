@@ -369,6 +369,11 @@ def test_a_real_sweep_reports_at_its_end(swept):
     first = plain.lines(verdict, rep.group_label(next(iter(rep.groups))))[0]  # the plain headline
     assert md.index("## Verdict") < md.index(first) < md.index("## Runs") < md.index("## Glossary")
     assert "report.html" in {p.name for p in folder.iterdir()}
+    # one source of truth: report.csv's rows and ratios are the verdict's, fastest first
+    rows = list(csv.DictReader(io.StringIO((folder / "report.csv").read_text())))
+    ranked = sorted(verdict.strategies, key=lambda s: s.ratio)
+    assert [r["strategy"] for r in rows] == [s.strategy for s in ranked]
+    assert [float(r["paired_ratio"]) for r in rows] == pytest.approx([s.ratio for s in ranked], rel=1e-12)
     tags = store_client(swept.outputs).get_run(folder.name).data.tags
     note, winner = tags["mlflow.note.content"], tags["fastest_strategy"]
     assert f"- {first}" in note

@@ -502,7 +502,7 @@ def figures(report: Report, folder: Path) -> list[str]:
         for e in ok:
             x, y = series.setdefault(_series_label(e, rest), ([], []))
             x.append(get(e))
-            y.append(e.m("ms_per_iter"))
+            y.append(speed.of(report, e).ms_per_iter)  # the rounds' where its group had them
         plots.scaling_png(
             series, label, f"ms per iteration against the data size ({report.experiment})", folder / "scaling.png"
         )
