@@ -444,6 +444,19 @@ def _health(uri: str) -> bool:
         return r.status == 200
 
 
+def server_command(backend_uri: str, artifacts: Path, port: int, workers: int, auth=()) -> tuple[list[str], dict]:
+    """``mlflow server``'s command line and the environment that gives it its store: the store's
+    address in ``MLFLOW_BACKEND_STORE_URI`` and its password in the variable its client reads
+    (``PGPASSWORD``: :func:`plnexp.system.credentials.split_uri`), never on the command line, which
+    every local user reads (``ps -ef``, /proc/PID/cmdline), as docs/how-to/tracking-server.md asks."""
+    from plnexp.system.credentials import split_uri
+
+    address, secret = split_uri(backend_uri)
+    cmd = [sys.executable, "-m", "mlflow", "server", "--artifacts-destination", str(artifacts), "--serve-artifacts"]
+    cmd += ["--host", "127.0.0.1", "--port", str(port), "--workers", str(workers), *auth]
+    return cmd, {"MLFLOW_BACKEND_STORE_URI": address, **secret}
+
+
 @contextmanager
 def mlflow_server(
     backend_uri: str,
@@ -479,29 +492,10 @@ def mlflow_server(
     # MLflow 3's job runner (seven huey_consumer processes, each importing MLflow: ~20 s of CPU and
     # 1.7 GB at every start) serves its GenAI jobs, which a tracking server for plnexp never runs
     environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
+    cmd, store_env = server_command(backend_uri, artifacts, port, workers, auth)
+    environ.update(store_env)
     t0 = time.monotonic()
-    proc = _spawn(
-        [
-            sys.executable,
-            "-m",
-            "mlflow",
-            "server",
-            "--backend-store-uri",
-            backend_uri,
-            "--artifacts-destination",
-            str(artifacts),
-            "--serve-artifacts",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            str(workers),
-            *auth,
-        ],
-        log,
-        env=environ,
-    )
+    proc = _spawn(cmd, log, env=environ)
     try:
         uri = f"http://127.0.0.1:{port}"
         try:

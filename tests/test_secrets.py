@@ -489,3 +489,15 @@ def test_rerun_takes_the_store_from_the_environment_or_the_command(logged):
     assert again.info.status == "FINISHED" and len(children) == 2
     assert {r.data.params["tracking_uri"] for r in (again, *children)} == {logged.address}
     _no_password_anywhere(replace(logged, printed=single + swept))
+
+
+def test_the_test_tracking_server_gets_its_database_password_through_its_environment(tmp_path):
+    """#62: tests/daemons.py's ``mlflow server`` (which the docs point users to) never has the
+    PostgreSQL password on its command line (``ps -ef``): the address in MLFLOW_BACKEND_STORE_URI,
+    the password in PGPASSWORD."""
+    import daemons
+
+    password = "s3cret-Pa55word"
+    cmd, env = daemons.server_command(f"postgresql://plnexp:{password}@127.0.0.1:5433/mlflow", tmp_path, 5000, 1)
+    assert not [a for a in cmd if password in a] and "--backend-store-uri" not in cmd
+    assert env == {"MLFLOW_BACKEND_STORE_URI": "postgresql://plnexp@127.0.0.1:5433/mlflow", "PGPASSWORD": password}
