@@ -279,3 +279,30 @@ def test_anndata_config_round_trip_label_and_bad_values(tmp_path):
     (job,) = cli.plan(["dataset=anndata", f"dataset.path={path}", "dataset.layer=raw"], multirun=False)
     with pytest.raises(DataError, match=r"pbmc.h5ad: no layer 'raw'; allowed values are counts$"):
         cli.check_data([job])
+
+
+@needs_anndata
+@pytest.mark.parametrize("shape", [(0, P), (N, 0)], ids=["0xp", "nx0"])
+@pytest.mark.parametrize("kept_sparse", [False, True], ids=["dense", "sparse"])
+def test_an_empty_count_matrix_is_named_by_its_shape_dense_or_kept_sparse(shape, kept_sparse):
+    """#62: 0 x p and n x 0 counts are one line giving the shape, kept sparse as dense (not a
+    rank-deficient intercept, nor an n x 0 data set accepted)."""
+    import anndata
+    from scipy import sparse
+
+    empty = anndata.AnnData(sparse.csr_matrix(np.zeros(shape, dtype=np.float32)))
+    with pytest.raises(DataError) as err:
+        plnexp.load_anndata(empty, sparse=kept_sparse, offsets="none")
+    assert str(err.value) == (
+        f"AnnData (X): counts: must be a non-empty 2-d table (n samples x p variables), got shape {shape}"
+    )
+
+
+@needs_anndata
+def test_one_covariate_given_as_a_string_is_that_column():
+    """#62: covariates="batch" is the column batch, not the columns b, a, t, c, h."""
+    Y = counts()
+    one = plnexp.load_anndata(adata(Y.astype(np.float32)), covariates="batch")
+    listed = plnexp.load_anndata(adata(Y.astype(np.float32)), covariates=["batch"])
+    assert one.covariate_names == listed.covariate_names == ("intercept", "batch=b", "batch=c")
+    np.testing.assert_array_equal(one.X, listed.X)

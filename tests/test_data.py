@@ -292,7 +292,7 @@ def test_counts_too_large_for_float32_are_one_line_naming_the_largest(tmp_path):
     counts = np.array([[1.0, 2.0], [1e40, 3.0], [5.0, 1e30]])
     largest, allowed = (
         re.escape(f"{1e40:g}"),
-        re.escape(f"allowed values are non-negative integers up to {COUNTS_MAX:.3g}"),
+        re.escape(f"allowed values are non-negative integers up to {COUNTS_MAX!r}"),
     )
     with pytest.raises(
         DataError, match=rf"^counts: too large count {largest} at row 2, column 1 \(the largest\); {allowed}"
@@ -307,6 +307,9 @@ def test_counts_too_large_for_float32_are_one_line_naming_the_largest(tmp_path):
     assert "\n" not in str(err.value)
     with pytest.raises(DataError, match="too large count"):
         plnexp.as_data(np.array([[0.0, np.nextafter(COUNTS_MAX, np.inf)]]))
+    # #62: a count just above the bound and the bound, each to the last digit (not both "1.84e+19")
+    with pytest.raises(DataError, match=re.escape("too large count 1.8446744073709552e+19 at row 1, column 2")):
+        plnexp.as_data(np.array([[0.0, 2.0**64]]))
     # ordinary large counts (deep sequencing), up to the bound itself, are accepted as they are
     big = np.array([[1e6, 0.0], [2.0, 123456789.0], [7.0, np.floor(COUNTS_MAX)]])
     np.testing.assert_array_equal(plnexp.as_data(big).Y, big)

@@ -493,8 +493,8 @@ def check_counts(Y: np.ndarray, source: str | Path | None = None, *, keep_float3
         assert where is not None  # the largest count is somewhere
         r, c = where
         raise DataError(
-            f"{label}: too large count {largest:g} at row {r + 1}, column {c + 1} (the largest); allowed values "
-            f"are {COUNTS_ALLOWED} up to {COUNTS_MAX:.3g} (larger ones overflow float32 arithmetic)"
+            f"{label}: too large count {largest!r} at row {r + 1}, column {c + 1} (the largest); allowed values "
+            f"are {COUNTS_ALLOWED} up to {COUNTS_MAX!r} (larger ones overflow float32 arithmetic)"
         )
     return Y
 
@@ -883,6 +883,10 @@ def _sparse_counts(matrix, where: str):
     if matrix is None:
         raise DataError(f"{where}: no count matrix (X is empty); allowed are AnnData with counts in X or a layer")
     csr = sparse.csr_array(matrix)
+    if 0 in csr.shape:  # as check_counts says it of dense counts
+        raise DataError(
+            f"{where}: counts: must be a non-empty 2-d table (n samples x p variables), got shape {csr.shape}"
+        )
     if csr.dtype.kind not in "biuf":
         raise DataError(f"{where}: counts of dtype {csr.dtype}; allowed values are {COUNTS_ALLOWED}")
     csr.sum_duplicates()  # canonical: sorted columns, no duplicates
@@ -899,8 +903,8 @@ def _sparse_counts(matrix, where: str):
             k = int(found[0])
             r, c = int(np.searchsorted(csr.indptr, k, side="right")) - 1, int(csr.indices[k])
             raise DataError(
-                f"{where}: {what} count {values[k]:g} at row {r + 1}, column {c + 1}; allowed values are "
-                f"{COUNTS_ALLOWED} up to {COUNTS_MAX:.3g}"
+                f"{where}: {what} count {float(values[k])!r} at row {r + 1}, column {c + 1}; allowed values are "
+                f"{COUNTS_ALLOWED} up to {COUNTS_MAX!r}"
             )
     compact = csr.shape[0] * csr.shape[1] >= COMPACT_ENTRIES and _exact_in_float32(values)
     return sparse_counts(csr.indptr, csr.indices, values.astype(np.float32 if compact else np.float64), csr.shape)
@@ -1046,7 +1050,8 @@ def load_anndata(
     if rows is None:  # a gene without counts in some cells says nothing of the whole file's
         warn_empty_columns(Y, counts, columns)
     O = _anndata_offsets(adata, Y, offsets, where if offsets not in ANNDATA_OFFSETS else counts, rows)
-    X, names = _anndata_covariates(adata, tuple(covariates), where)
+    covariates = (covariates,) if isinstance(covariates, str) else tuple(covariates)  # "batch": one column
+    X, names = _anndata_covariates(adata, covariates, where)
     check_full_rank(X, names, where)
     cells = tuple(map(str, adata.obs_names))
     if rows is None:
