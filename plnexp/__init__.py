@@ -18,6 +18,7 @@ from .system import runtime
 from .system.version import VERSION
 from .core.data import Data, DataError, as_data, load_anndata, load_csv, load_oaks, replicate, simulate, simulate_pca
 from .fitting.engine import FitResult, NumericsError, fit, fit_replicates
+from .fitting.saved import FitFileError
 from .strategies import STRATEGIES
 
 
@@ -33,6 +34,7 @@ def load_fit(source) -> FitResult:
 __all__ = [
     "Data",
     "DataError",
+    "FitFileError",
     "FitResult",
     "NumericsError",
     "STRATEGIES",

@@ -225,3 +225,18 @@ def test_a_model_that_cannot_be_saved_is_one_warning_and_the_run_goes_on(outputs
     (line,) = [r.getMessage() for r in caplog.records if r.name == "plnexp.store.fitted"]
     assert "No space left on device" in line and "\n" not in line
     assert [p.name for p in (outputs / "fits").iterdir()] == [Path(folder).name]  # no half-written folder left
+
+
+def test_runs_uri_of_a_run_without_a_model_or_malformed_is_one_line(outputs):
+    from mlflow import MlflowClient
+
+    cl = MlflowClient(f"sqlite:///{outputs / 'mlflow.db'}")
+    run = cl.create_run(cl.create_experiment("no-model", artifact_location=(outputs / "artifacts").as_uri()))
+    for source, words in (
+        (f"runs:/{run.info.run_id}", "the run has no fitted model"),
+        ("runs:/not-an-id", "malformed run id"),
+        ("runs:/" + "0" * 32, "no such run"),
+    ):
+        with pytest.raises(plnexp.FitFileError, match=words) as e:
+            plnexp.load_fit(source)
+        assert "\n" not in str(e.value)

@@ -90,7 +90,7 @@ def load_fit(source) -> FitResult:
             local = None
         if local is None or not Path(local, saved.DESCRIPTION).is_file():
             raise saved.FitFileError(
-                f"{text}: the run has no fitted model (no {ARTIFACT}/{saved.DESCRIPTION}: a failed fit, or a run "
-                "logged before plnexp kept its models); allowed are runs whose fit finished"
+                f"{text}: the run has no fitted model (no {ARTIFACT}/{saved.DESCRIPTION}: a sweep's parent run, a "
+                "failed fit, or a run logged before plnexp kept its models); allowed are the runs of finished fits"
             )
         return load_folder(local)
