@@ -4,7 +4,10 @@ Reads a sweep's runs back from MLflow (never from a process's memory: the childr
 run, and for a resumed sweep the runs it reused, see :func:`plnexp.store.records.sweep`) and writes
 into ``<outputs>/reports/<experiment>/<parent run id>/`` (or ``--out``), whole or not at all:
 
-- ``report.md`` / ``report.csv``: one row per strategy x data size x device x precision (x every
+- ``report.html`` (:mod:`plnexp.report.html`): the verdict's plain headline first, one compact table
+  per group ranked as the verdict ranks (:mod:`plnexp.report.speed`, :mod:`plnexp.report.table`),
+  the figures inline; ``report.md`` the same as Markdown;
+- ``report.csv``: every figure, one row per strategy x data size x device x precision (x every
   other config value that varies across the sweep), with compile time, steady run time, ms per
   iteration and its spread, the number of timed runs, the program's fingerprint, whether the
   timings were contended, speed-up over ``eager`` and over ``scan`` in the same group, how many
@@ -23,9 +26,8 @@ into ``<outputs>/reports/<experiment>/<parent run id>/`` (or ``--out``), whole o
   one point per program, when the runs logged it) and, when the sweep varies the data size,
   ``scaling.png``.
 
-The same files go to the parent run's artifacts (``report/``), with summary metrics on the parent
-(``best_ms_per_iter``, ``best_speedup_vs_scan``, ``best_speedup_vs_eager``, ``n_failed``) and a
-description. Runs that stopped at different lengths (a cap, an early stop) are compared at their
+The same files go to the parent run's artifacts (``report/``), with the verdict's summary metrics on
+the parent (:mod:`plnexp.report.parent`) and a description. Runs that stopped at different lengths (a cap, an early stop) are compared at their
 common length, and the table says so.
 """
 
