@@ -139,12 +139,14 @@ def test_a_sweep_times_its_group_in_rounds_and_every_reader_sees_one_verdict(pln
         "reference",
         by["fori_loop"].verdict,
     ]
-    assert group.headline() in ran.stdout  # the report's summary line leads with it
+    from plnexp.report import headline
+
+    assert headline.lines(group, group.label)[0] in ran.stdout  # the report's plain headline leads
     check_printed_shapes(ran.stdout)  # and Getting started shows what a sweep prints now
     view = json.loads(exp.tags["mlflow.sharedViewState.plnexp-study"])
     state = json.loads(view["state"])
     assert parent.info.run_id in view["name"] and parent.info.run_id in state["searchFilter"]
-    assert state["orderByKey"] == "metrics.`paired_ratio`" and "tags.`plnexp.verdict`" in state["selectedColumns"]
+    assert state["orderByKey"] == "metrics.`study_order`" and state["selectedColumns"][0] == "tags.`plnexp.verdict`"
 
 
 # The lines a sweep prints, each kind as a pattern: what Getting started's "What a sweep prints" shows
@@ -153,12 +155,14 @@ def test_a_sweep_times_its_group_in_rounds_and_every_reader_sees_one_verdict(pln
 PRINTED = {
     "progress": r"^\[\d+/\d+\] \S+ \.\.\. done \d+\.\d s \(\+\d+\.\d s logging\)$",
     "rounds": r"^\[rounds\] \d+ programs of \S+ \.\.\. ready in \d+\.\d s, \d+ rounds(, \d+ dropped)? in \d+\.\d s$",
-    "table": r"^job +status +iter +compile_s +cached_s +first_s +run_s +spread_s +runs +ms/iter +final ELBO +wall_s$",
+    "table": r"^job +status +iter +compile_s +ms/iter \(rounds\) +time ÷ ref +95% interval +rounds +final ELBO +wall_s$",
     "footer": r"^\d+/\d+ jobs, \d+ failed; \d+\.\d s in the sweep, \d+\.\d s in fits \(\d+% outside\); parent run \S+ FINISHED$",
-    "verdict": r"^\S+ \(\d+×\d+\), float32, cpu: .+ \(paired with scan over \d+ rounds(, \d+ dropped)?; "
-    r"minimum effect 1\.10×\)(; curves within \S+ of scan's)?$",
+    "verdict": r"^\S+ \(\d+×\d+\), float32, cpu: (fastest: .+|no compiled loop is measurably faster than scan|faster "
+    r"than scan.+) \(\d+ rounds(, \d+ dropped)?, minimum effect 1\.10×\)$",
+    "ranked": r"^\S+ \(\d+×\d+\), float32, cpu, fastest first \(the verdict's figures\):$",
     "finished": r"^\d+ of \d+ jobs finished$",
-    "report": r"^report: \S+ \(report\.md, report\.csv, elbo_curves\.png, timings\.png(, bytes\.png)?\), also on parent run \S+$",
+    "report": r"^report: \S+ \(report\.html, report\.md, report\.csv, elbo_curves\.png, timings\.png(, bytes\.png)?\), "
+    r"also on parent run \S+$",
 }
 
 

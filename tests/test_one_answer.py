@@ -315,3 +315,19 @@ def test_group_labels_name_the_model_that_tells_two_groups_apart():
             "jit_per_function",
             "eager",
         ]
+
+
+def test_every_preset_says_how_long_it_takes():
+    """Each conf/sweep preset states its duration in one "# Takes:" line, which the sweep prints at
+    its start; a preset without one (a user's own) prints nothing."""
+    from plnexp.experiment import presets
+    from plnexp.jobs.config import CONF_DIR
+
+    names = sorted(p.stem for p in (CONF_DIR / "sweep").glob("*.yaml"))
+    assert "default" in names and "fused" in names
+    for name in names:
+        line = presets.takes_line(name, CONF_DIR)
+        assert re.match(rf"^sweep={name} takes (about |\d).+ on (an idle )?a? ?2-core CPU", line), (name, line)
+    assert presets.takes_line("no-such-preset", CONF_DIR) == ""
+    # the default sweep runs the README's headline strategy
+    assert "scan_fused" in (CONF_DIR / "sweep" / "default.yaml").read_text().split("strategy:")[-1]
