@@ -218,7 +218,7 @@ def test_flat_params_and_fit_spec():
     assert "strategy.unroll" not in flat and "strategy.mode" not in flat  # scan has no options of its own
     spec = job.config.fit_spec()  # typed objects, no names to parse again
     assert spec.n_iter == 5 and spec.strategy is job.config.strategy and spec.precision is PRECISIONS["float32"]
-    assert spec.model is MODELS["full"] and spec.optimizer is job.config.optimizer
+    assert spec.model is MODELS["profiled"] and spec.optimizer is job.config.optimizer  # run's default model
 
 
 def test_timing_protocol_defaults_and_switches(tmp_path, monkeypatch):
@@ -281,13 +281,15 @@ def test_replication_stacks_the_rows_of_every_data_set(tmp_path):
 
 def test_replication_at_1_keeps_the_hash_of_older_synthetic_and_csv_runs():
     """replication was added to synthetic and csv after runs were logged: at its default it is not
-    hashed for them (resume and rerun still match the older runs); oaks always had it."""
-    (syn,) = cli.plan(["dataset=synthetic"], multirun=False)
+    hashed for them (resume and rerun still match the older runs); oaks always had it. (Those runs
+    took run's defaults of then, the tutorial's workload, named here since #63 changed the defaults.)"""
+    tutorial = ["model=full", "optimizer=radam_clip", "init=seed", "n_iter=1000"]
+    (syn,) = cli.plan(["dataset=synthetic", *tutorial], multirun=False)
     assert "replication" not in provenance.hashed(syn.config)["dataset"]
-    (big,) = cli.plan(["dataset=synthetic", "dataset.replication=2"], multirun=False)
+    (big,) = cli.plan(["dataset=synthetic", "dataset.replication=2", *tutorial], multirun=False)
     assert provenance.hashed(big.config)["dataset"]["replication"] == 2
     assert provenance.config_hash(big.config) != provenance.config_hash(syn.config)
-    (oaks,) = cli.plan(["dataset=oaks"], multirun=False)
+    (oaks,) = cli.plan(["dataset=oaks", *tutorial], multirun=False)
     assert provenance.hashed(oaks.config)["dataset"]["replication"] == 1
     # the hashes plnexp logged for these two configs before replication was added (commit 77f8968)
     assert provenance.config_hash(syn.config) == "099fdd9f304f63b066fc1b8bae6f35df39dcb8065ced9e58b83a9f51c50bd996"
@@ -356,3 +358,11 @@ def test_sparse_counts_a_fit_would_refuse_are_refused_before_any_run(outputs, pl
     assert ran.stderr.count("\n") == 1 and ran.stderr.startswith(f"plnexp: error: {says}"), ran.stderr
     cl = store_client(outputs)
     assert [r for e in cl.search_experiments() for r in cl.search_runs([e.experiment_id])] == []
+
+
+def test_a_key_given_twice_is_named_once_with_its_last_value():
+    """#62: a rerun's name is its logged overrides then its own (n_iter=5 then n_iter=10): each key
+    once, with the value it runs with (Hydra's last), not -n_iter10-n_iter10 nor -seed2-...-seed3."""
+    (job,) = cli.plan(["dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=10", "seed=3"], multirun=False)
+    name = job.config.job_name(("n_iter=5", "seed=2", "n_iter=10", "seed=3"))
+    assert name == f"{job.config.run_name}-n_iter10-seed3"

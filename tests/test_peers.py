@@ -372,6 +372,8 @@ def test_a_sweep_with_a_peer_reruns_whole_and_reproduces(outputs, plnexp_main, c
     again = plnexp_main("rerun", parent.info.run_id, cwd=tmp_path)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "rerun ok: 4 of 4 jobs reproduced" in again.stdout  # 2 jobs, the control job, the peer's run
+    # #62: the peer's run numbered past the control job's, as a sweep numbers it: a peer run, not "the control job"
+    assert "3/3 jobs + 1 peer run, " in again.stdout and "the control job" not in again.stdout, again.stdout
     runs = cl.search_runs([exp.experiment_id], "tags.rerun_of != ''")
     reruns = {r.data.tags["rerun_of"]: r for r in runs if "mlflow.parentRunId" in r.data.tags}
     originals = [

@@ -172,6 +172,9 @@ def test_rerun_of_a_replicate_and_of_a_replicates_sweep(outputs, capsys):
     capsys.readouterr()
     assert main(["rerun", rep1.info.run_id]) == 0
     assert "ELBO curves: identical, bit for bit (10 iterations)" in capsys.readouterr().out
+    names = sorted(r.info.run_name for r in cl.search_runs([parent.info.experiment_id]) if "rerun_of" in r.data.tags)
+    assert names == sorted(r.info.run_name for r in runs if r.data.tags.get("replicate"))  # -rep1, not -rep1-rep1
     assert main(["rerun", parent.info.run_id]) == 0
     out = capsys.readouterr().out
-    assert "1 of 1 jobs reproduced" in out and out.count("identical, bit for bit") == 1, out
+    # #62: every replicate's run compared with its rerun, not replicate 0's alone
+    assert "1 of 1 jobs reproduced" in out and out.count("identical, bit for bit") == 3, out

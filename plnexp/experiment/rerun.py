@@ -38,7 +38,7 @@ import yaml
 from ..jobs import config as C
 from ..system import interrupts
 from ..jobs import provenance
-from . import runner
+from . import rerun_pairs, runner
 from .. import store as tracking
 from ..jobs.config import Config, ConfigError
 from ..core.data import DataError
@@ -229,7 +229,7 @@ def originals(uri: str, run: RunRecord) -> list[RunRecord]:
     """The runs a rerun of ``run`` repeats: ``[run]``, or for a sweep's parent the runs of the sweep
     (its children and the FINISHED children of the sweeps it resumed: :func:`tracking.records.sweep`)."""
     runs = tracking.records.sweep(uri, run)
-    # a job of replicates=K is K runs of one program: it reruns as one job, compared on replicate 0
+    # a job of replicates=K is K runs of one program: it reruns as one job, each run compared (rerun_pairs)
     return [r for r in runs if r.replicate == 0] or [run]
 
 
@@ -417,8 +417,9 @@ def job_spec(src: Source, overrides: list[str], num: int | None = None) -> JobSp
     that config is (precision=float64 gives ...-f64-...) when overrides change it, else the
     original's name; tagged with the run it repeats; job number ``num`` of the rerun's sweep. A
     sweep's control job reruns as the control job (its tags kept: the rerun's A/A pair)."""
-    logged = src.run.overrides + tuple(overrides)
-    name = src.config.job_name(logged) if overrides else src.name
+    logged = src.run.overrides + tuple(overrides)  # (job_name names a key given twice once, as it runs)
+    base = src.name.removesuffix(f"-rep{src.run.replicate}") if src.original.replicates > 1 else src.name
+    name = src.config.job_name(logged) if overrides else base  # a replicate's run reruns as its job: one suffix
     kind = Kind.CONTROL if src.run.control else Kind.JOB
     tags = {**src.run.control_tags, provenance.RERUN_TAG: src.run_id}
     return JobSpec(src.config, name, num, logged, kind, tags=tags)
@@ -551,7 +552,7 @@ def _sweep(
             sweep.run_jobs(sweep.Task(extras=False), record, sweep_dir, specs, InProcess())
         from ..jobs.peers import PEERS
 
-        for num, s in enumerate(sources[len(jobs) :], start=len(jobs)):
+        for num, s in enumerate(sources[len(jobs) :], start=len(jobs) + 1):  # past the control job's, as a sweep
             assert s.peer is not None
             why = PEERS[s.peer].available()
             if why is not None:  # compared below as "no rerun was recorded"
@@ -578,24 +579,20 @@ def _sweep(
         raise end.error
     if end.summary.store_error:  # said in one line; the comparison would read the store that failed
         return 1
-    new = {
-        r.job: r for r in tracking.records.children(uri, end.record.parent) if r.job is not None and r.replicate == 0
-    }
-    failures: list[str] = []
-    for i, src in enumerate(sources):
-        run = new.get(i)
+    failed: dict[int, str] = {}  # a job not reproduced, by its place: any of its runs (every replicate's)
+    for i, src, run in rerun_pairs.pairs(uri, parent_run, sources, end.record.parent, len(jobs)):
         if run is None:
-            failures.append(src.name)
+            failed[i] = sources[i].name
             print(f"[{i + 1}/{len(sources)}] {src.name}: no rerun was recorded")
             continue
         outcome = Rerun.of(run)
-        v, lines = compare(uri, src, outcome, envs[src.run_id])
+        v, lines = compare(uri, src, outcome, envs[sources[i].run_id])
         bad = v is None or v.failed(strict)  # nothing to compare: not reproduced
-        failures.extend([src.name] if bad else [])
+        failed.update({i: sources[i].name} if bad else {})
         print(f"[{i + 1}/{len(sources)}] {src.name} (run {outcome.run_id}){' DISAGREES' if bad else ''}")
         for line in lines:
             print(f"  {line}")
-    n = len(sources)
+    n, failures = len(sources), list(failed.values())
     print(
         f"rerun {'FAILED to reproduce' if failures else 'ok'}: {n - len(failures)} of {n} jobs reproduced"
         f"{': ' + ', '.join(failures) + ' did not' if failures else ''}; parent run {end.record.parent_id}",

@@ -567,7 +567,7 @@ class Config:
         although the name hides them (:func:`hidden_in_name`), those that alone tell jobs of a
         sweep apart (``repeats1``, ``repeats3``: :func:`plnexp.experiment.plan.plan`)."""
         extra = self.strategy.name_parts()
-        for o in overrides:
+        for o in {o.lstrip("+~").partition("=")[0]: o for o in overrides}.values():  # a key given twice: the last
             key, _, value = o.lstrip("+~").partition("=")
             if hidden_in_name(key) and key not in shown:
                 continue
