@@ -82,6 +82,8 @@ class Outcome:
         if r is not None:
             out.update(r.timing.as_metrics())
             out.update(n_iter_run=float(r.n_iter), final_elbo=r.extra.get("final_elbo_jit", np.nan), loglik=r.loglik)
+            if r.converged is not None:  # how it ended (plnexp.measure.convergence.ending)
+                out.update(converged=float(r.converged), gap_to_best=r.gap_to_best, at_best=float(bool(r.at_best)))
             if (
                 "B" in r.params and "S" in r.params
             ):  # n_params, bic, icl (plnexp.measure.criteria: PLNmodels' conventions)
@@ -179,6 +181,10 @@ class Outcome:
             f"run {g('run_s', '{:.3f}')} s ({g('ms_per_iter', '{:.2f}')} ms/iter{spread})",
             f"final ELBO {g('final_elbo', '{:.6g}')}",
         ]
+        if self.result.converged is not None:
+            parts.append("converged" if self.result.converged else "not converged")
+            if not self.result.at_best:  # more than its precision's rounding below the best it reached
+                parts.append(f"ended {self.result.gap_to_best:.4g} nats below its best ELBO")
         text = f"{self.name} {self.shown_status()}: " + ", ".join(parts)
         return text + (f" [{self.reason}]" if self.reason else "")
 

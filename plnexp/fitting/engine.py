@@ -20,7 +20,7 @@ import numpy as np
 
 from ..system import runtime
 from .. import strategies
-from ..measure import timing
+from ..measure import convergence, timing
 from ..core.data import Data
 from ..core.inputs import to_data
 from ..core import reference
@@ -30,10 +30,10 @@ from ..core.precision import PRECISIONS, Precision
 from ..core.problem import GRADIENTS, Problem
 from ..core.device import DEVICES, resolve_device
 from .prepared import Prepared
-from . import saved
+from . import progress as progress_bar, saved
 from .result import DataNames, FitResult
 from ..strategies.sharded import across_processes_sum
-from .spec import INITS, FitSpec, parse
+from .spec import DEFAULT_N_ITER, INITS, FitSpec, parse
 
 __all__ = [
     "DEVICES",
@@ -119,7 +119,7 @@ def fit(
     data,
     model: str = "profiled",
     optimizer: str | None = None,
-    n_iter: int = 1000,
+    n_iter: int = DEFAULT_N_ITER,
     precision: str = "float32",
     device: str = "cpu",
     strategy: str = "scan",
@@ -140,6 +140,7 @@ def fit(
     time_budget_s: float = 0.0,
     seed: int = 0,
     timed: bool = True,
+    progress: bool | None = None,
     **options,
 ) -> FitResult:
     """Fit a PLN model by variational inference and time it.
@@ -159,9 +160,16 @@ def fit(
     ``timed=True`` (see :mod:`plnexp.measure.timing`) costs one cold AOT compile and one run by default;
     ``first_call=True`` adds a cold plain call, ``warmup``/``repeats`` add runs (median and spread of
     at least ``repeats``, more while they took less than ``time_budget_s`` seconds, after ``warmup``).
-    ``timed=False`` makes one plain call. ``init``: the start, ``"seed"`` (the tutorial's),
-    ``"data"`` or ``"random"``; None: ``"data"`` for ``model="pca"`` (the start that serves PCA),
-    ``"seed"`` otherwise. ``seed``: the noise of ``init="random"``.
+    ``timed=False`` makes one plain call. ``progress``: a progress bar on stderr (iterations per second,
+    the ELBO) for an untimed fit, run in chunks; None (default): where stderr is a terminal; a timed fit
+    never shows one, its program stays the one timed (:mod:`plnexp.fitting.progress`).
+    ``init``: the start, ``"seed"`` (the tutorial's), ``"data"`` or ``"random"``; None: ``"data"``.
+    ``seed``: the noise of ``init="random"``.
+
+    The defaults (no optimizer, init or n_iter named) converge: they end within 1e-4 of the float64
+    optimum and at their best on the data sets of docs/results.md, "Defaults that converge"; every
+    result says how it ended (``converged``, ``gap_to_best``, ``at_best``:
+    :func:`plnexp.measure.convergence.ending`).
     By default (``compile_cache=None``) the fit's compile goes through JAX's persistent compilation
     cache in ``compile_cache_dir`` (default ``<outputs>/jax_cache``, see
     :func:`plnexp.system.paths.outputs_dir`): the first process writes the program, a later one reads it
@@ -218,7 +226,7 @@ def fit(
         seed=seed,
         **options,
     )
-    return run(to_data(data, offsets, covariates, layer=layer), spec, timed=timed)
+    return run(to_data(data, offsets, covariates, layer=layer), spec, timed=timed, progress=progress)
 
 
 def fit_replicates(
@@ -239,11 +247,13 @@ def fit_replicates(
     return run_all(datas, spec, timed=timed)
 
 
-def run(data: Data, spec: FitSpec, *, timed: bool = True, owns_process: bool = False) -> FitResult:
+def run(
+    data: Data, spec: FitSpec, *, timed: bool = True, owns_process: bool = False, progress: bool | None = None
+) -> FitResult:
     """The fit ``spec`` describes (one replicate; see :func:`run_all`)."""
     if spec.replicates != 1:
         raise ValueError(f"replicates={spec.replicates}: plnexp.fitting.engine.run is one fit; use run_all")
-    (result,) = run_all(data, spec, timed=timed, owns_process=owns_process)
+    (result,) = run_all(data, spec, timed=timed, owns_process=owns_process, progress=progress)
     return result
 
 
@@ -254,6 +264,7 @@ def run_all(
     timed: bool = True,
     owns_process: bool = False,
     hold: Callable[[Prepared], None] | None = None,
+    progress: bool | None = None,
 ) -> list[FitResult]:
     """The ``spec.replicates`` fits ``spec`` describes, in one program: on one data set ``data``
     (replicate k from initial seed ``spec.seed + k``), or replicate k on ``data[k]``. Placed as the
@@ -264,7 +275,8 @@ def run_all(
     ``owns_process``: True only where plnexp owns the process (a job of its command line): the timed
     measurement may then also clear JAX's in-memory caches (see :mod:`plnexp.measure.timing`); never in a
     library call. ``hold``: given the timed program, compiled, with its data and initial state, to run
-    it again (a sweep's interleaved rounds: :mod:`plnexp.fitting.rounds`)."""
+    it again (a sweep's interleaved rounds: :mod:`plnexp.fitting.rounds`). ``progress``: an untimed
+    fit's progress bar (:mod:`plnexp.fitting.progress`; a timed fit never shows one)."""
     # before anything starts JAX's backend (resolve_device does): see plnexp.system.runtime
     runtime.configure_or_warn()
     datas = list(data) if isinstance(data, (list, tuple)) else [data]
@@ -320,6 +332,17 @@ def run_all(
                 n_run = max(int(np.max(np.asarray(out.n_run))), 1)
                 x64 = dtype == np.float64
                 hold(Prepared(spec.strategy.name, n_run, times.fingerprint, x64, kept[0], state, arrays))
+        elif progress_bar.wanted(progress) and progress_bar.can_chunk(
+            spec.strategy.name, spec.replicates, datas[0].part is not None
+        ):  # the same iterations in chunks, the bar updated between them (never a timed program's)
+            out, times = progress_bar.run_chunks(
+                lambda k: strategies.build(problem, k, spec.strategy, spec.replicates),
+                state,
+                arrays,
+                spec.n_iter,
+                log_factorial=datas[0].log_factorial,
+                compile_cache_dir=cache_dir,
+            )
         else:
             out, times = timing.untimed(program, state, arrays, compile_cache_dir=cache_dir)
         del state
@@ -343,6 +366,9 @@ def run_all(
             check_against_host(curve[0] - log_fact, start, spec.precision, "initial state", size)
             final = float(one.final_elbo) - log_fact
             check_against_host(final, loglik, spec.precision, "final state", size)
+            converged, gap, at_best = convergence.ending(
+                curve[: int(one.n_run)] - log_fact, final, spec.precision.eps, size, log_fact
+            )
             results.append(
                 FitResult(
                     curve - log_fact,
@@ -358,6 +384,9 @@ def run_all(
                     {"final_elbo_jit": final, "log_factorial": log_fact, "spec": saved.describe(spec)},
                     replicate,
                     names=DataNames.of(d),
+                    converged=converged,
+                    gap_to_best=gap,
+                    at_best=at_best,
                 )
             )
     return results

@@ -71,6 +71,11 @@ class FitResult:
     extra: dict = field(default_factory=dict)
     replicate: int = 0  # its place in the program's batch (runs are identified by config hash and replicate)
     names: DataNames | None = None  # the data's (None: a result made by hand; generic names)
+    # how the fit ended (plnexp.measure.convergence.ending; None/NaN: a result made by hand): converged, the
+    # best ELBO it reached minus its final one (nats, compiled), and whether that gap is within its rounding
+    converged: bool | None = None
+    gap_to_best: float = float("nan")
+    at_best: bool | None = None
 
     def __repr__(self) -> str:
         """One line (the curve and the parameters are never printed: they are n x p arrays): the

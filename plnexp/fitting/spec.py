@@ -26,18 +26,29 @@ as an int32 (``jnp.asarray(n_iter, jnp.int32)``) and ``while_loop`` counts up to
 int32; nothing is tighter (the ELBO curve has ``n_iter`` entries, and XLA's shapes are int64)."""
 
 
+DEFAULT_N_ITER = 4000
+"""The iterations of a fit that names none (``plnexp.fit``, ``run``'s ``n_iter``): enough for the
+default optimizer from the data start to end within 1e-4 of the float64 optimum, with margin, on the
+counts of docs/results.md, "Defaults that converge" (2000 x 200 at 90% zeros, the slowest there, first
+within 1e-4 after ~2,300 and still 8.8e-5 away at 3,000). The timing study's sweeps name their own
+(the tutorial's 1,000 and fewer)."""
+
+
 def default_init(model: Model) -> str:
     """The initial state a fit of ``model`` starts from when none is named (``init=None``): ``"data"``
-    for PLN-PCA (C and M from the data's top-q singular vectors: a far better start than the
-    tutorial's), ``"seed"`` (the tutorial's, the timing study's) for the others."""
-    return "data" if model.name == PCA_NAME else "seed"
+    (M from log(Y + 1) - O; PLN-PCA's C and M from the data's top-q singular vectors), far nearer the
+    optimum than the tutorial's ``"seed"`` (M = 0, S = 1), which the timing study's sweeps name."""
+    del model  # every model's: one rule
+    return "data"
 
 
 def default_optimizer(model: Model) -> str:
     """The optimizer a fit of ``model`` takes when none is named (``optimizer=None``): ``"newton"``
     for PLN-PCA (block Newton rounds, :func:`plnexp.core.model.pca_newton_step`: no learning rate,
     whatever the counts' density), ``"rprop"`` where its rows go in blocks (``block_rows``: the
-    Newton step takes every row at once) and for the others."""
+    Newton step takes every row at once) and for the others: both reach the float64 optimum's
+    neighbourhood and stay at their best there (docs/results.md, "Defaults that converge"), where the
+    tutorial's ``radam_clip`` drifts off it."""
     return NEWTON if model.name == PCA_NAME and model.block_rows is None else "rprop"
 
 
@@ -148,14 +159,14 @@ class FitSpec:
     """One fit: the model, optimizer, strategy (with its options), precision, device, number of
     iterations, initialisation, gradient and timing protocol; ``replicates`` fits of it in one
     program (``vmap``), replicate k from seed ``seed + k``. Validated on construction; ``init=None``:
-    the model's default (:func:`default_init`: ``"data"`` for pca, ``"seed"`` otherwise)."""
+    the default (:func:`default_init`: ``"data"``)."""
 
     model: Model
     optimizer: OptimizerSpec
     strategy: StrategySpec
     precision: Precision = PRECISIONS["float32"]
     device: str = "cpu"
-    n_iter: int = 1000
+    n_iter: int = DEFAULT_N_ITER
     init: str = None  # type: ignore[assignment]  # None: default_init(model), set in __post_init__
     gradient: str = "analytic"
     timing: TimingSpec = field(default_factory=TimingSpec)
@@ -185,7 +196,7 @@ class FitSpec:
 def parse(
     model: str = "profiled",
     optimizer: str | None = None,
-    n_iter: int = 1000,
+    n_iter: int = DEFAULT_N_ITER,
     precision: str = "float32",
     device: str = "cpu",
     strategy: str = "scan",
@@ -209,7 +220,7 @@ def parse(
 
     ``rank``: the q of ``model="pca"`` (and of no other model); ``block_rows``: its rows per block
     inside a step (None: every row at once; see docs/concepts/memory.md). ``init``: the initial state,
-    one of :data:`INITS` (None: ``"data"`` for pca, ``"seed"`` otherwise: :func:`default_init`).
+    one of :data:`INITS` (None: ``"data"``: :func:`default_init`). ``n_iter``: :data:`DEFAULT_N_ITER`.
     ``optimizer``: None is the model's default (:func:`default_optimizer`: ``"newton"`` for pca,
     ``"rprop"`` otherwise).
     ``options``: strategy options

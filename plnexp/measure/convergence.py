@@ -114,3 +114,43 @@ def while_stop(curve, tol: float, patience: int) -> int:
         if calm >= patience:
             return i + 1
     return len(c)
+
+
+# How a fit ended (plnexp.fitting.engine puts it on every FitResult: converged, gap_to_best, at_best).
+# Converged: over its last WINDOW iterations its ELBO, averaged over BLOCK iterations at each end (the
+# compiled values step by their rounding: float32 rounds oaks' to 0.125 nats), rose by at most
+# CONVERGED_RTOL (relative) plus CURVE_ULPS/2 rounding steps of the compiled values. 1e-6 over 500
+# iterations: a fit still that far from its optimum gains more (docs/results.md, "Defaults that converge").
+WINDOW = 500
+BLOCK = 50
+CONVERGED_RTOL = 1e-6
+CURVE_ULPS = 4
+
+
+def ending(curve, compiled_final: float, eps: float, size: int, log_factorial: float = 0.0) -> tuple[bool, float, bool]:
+    """How a fit ended, from its compiled ELBO curve (``curve[i]`` before update i, the iterations
+    run, with the exact log y!) and its compiled ELBO at the final state: (converged, gap_to_best,
+    at_best).
+
+    ``converged``: the mean of its last :data:`BLOCK` ELBOs exceeds that of the block :data:`WINDOW`
+    iterations earlier (or its first, in a shorter fit) by at most :data:`CONVERGED_RTOL` relative
+    plus two rounding steps of the compiled values (it may have fallen: a drifting fit is converged,
+    not at its best). ``gap_to_best``: the best ELBO it reached minus its final one, in nats (>= 0),
+    both compiled. ``at_best``: that gap is within the rounding of a sum of ``size`` = n*p terms in
+    a precision of machine epsilon ``eps`` (``eps * sqrt(size)`` relative: :func:`resolution`'s), or
+    within :data:`CURVE_ULPS` rounding steps of the compiled values themselves (they are the partial
+    ELBO, ``ELBO + log_factorial`` with ``log_factorial`` = sum log y!, often far larger), so that
+    rounding is not taken for a drift. A non-finite curve or final: (False, nan, False)."""
+    c = np.asarray(curve, dtype=np.float64)
+    if not len(c) or not np.all(np.isfinite(c)) or not math.isfinite(compiled_final):
+        return False, math.nan, False
+    scale = abs(compiled_final) or 1.0
+    step = eps * abs(compiled_final + log_factorial)  # the compiled values' rounding step, about
+    n = len(c)
+    block = max(1, min(BLOCK, n // 4))
+    back = min(WINDOW, n - block)
+    gain = float(np.mean(c[n - block :]) - np.mean(c[n - block - back : n - back])) if back > 0 else math.inf
+    converged = gain <= CONVERGED_RTOL * scale + 2 * step
+    gap = max(float(c.max()) - compiled_final, 0.0)
+    at_best = gap <= max(eps * math.sqrt(max(size, 1)) * scale, CURVE_ULPS * step)
+    return bool(converged), gap, bool(at_best)

@@ -31,6 +31,8 @@ from .backend import client, dress_experiment
 CURVE_KEY = "elbo"  # the ELBO per iteration (step metric)
 GAP_KEY = "gap_rel_log10"  # log10 of the relative gap to the best known ELBO: what reads on MLflow's linear chart
 FINGERPRINT_TAG = "hlo_fingerprint"  # of the compiled program (plnexp.measure.fingerprint): same value, same program
+CONVERGED_TAG = "plnexp.converged"  # true/false: the fit's ELBO had stopped rising (FitResult.converged)
+BELOW_BEST_TAG = "plnexp.below_best"  # set only where its last ELBO is below its best beyond rounding: by how much
 HLO_ARTIFACT = "program.hlo.txt"  # the optimized HLO of a compiled run (several functions: a header line each)
 GZIP_OVER = 1 << 20  # bytes: a larger text artifact is written as NAME.gz
 
@@ -215,6 +217,10 @@ def job_record(job) -> dict:
     if job.result is not None:
         tags["device"] = job.result.device
         tags[FINGERPRINT_TAG] = job.result.timing.fingerprint  # "": no XLA program (eager, torch)
+        if job.result.converged is not None:  # how the fit ended (plnexp.measure.convergence.ending)
+            tags[CONVERGED_TAG] = str(bool(job.result.converged)).lower()
+            if not job.result.at_best:  # its last ELBO below its best by more than its precision's rounding
+                tags[BELOW_BEST_TAG] = f"{job.result.gap_to_best:.6g} nats"
     if job.data_digest:
         tags[DATA_TAG] = job.data_digest
     if job.data_shape:
