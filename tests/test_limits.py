@@ -67,7 +67,9 @@ def test_processes_over_the_rows_or_the_memory_refused():
     config = _config("strategy=scan_sharded", "model=full", "processes=40")
     shape = limits.Shape.of(config.dataset)
     with pytest.raises(ConfigError, match=r"^processes=40: more processes than the data's 30 rows .* from 1 to 30$"):
-        limits.check(config, shape, available=(100 * GB, "x"))
+        limits.check(config, shape, available=(100 * GB, "x"), resident=GB // 2)
+    with pytest.raises(ConfigError, match=r"^processes=40: more processes than the data's 30 rows .* from 1 to 8$"):
+        limits.check(config, shape, available=(9 * GB, "x"), resident=GB // 2)  # fewer still fit in memory
     ten = _config(
         "strategy=scan_sharded", "model=full", "processes=10"
     )  # 2 x 0.5 GB each; 9 GB less the data and history: 8

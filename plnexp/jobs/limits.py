@@ -143,15 +143,18 @@ def check(
     exceeds the data's rows, or where what its values need (:func:`needs`) exceeds what the machine
     can give (``available``: bytes and their source, :func:`plnexp.system.machine.available_memory`
     by default; unknown: not checked)."""
+    limit, where = machine.available_memory() if available is None else available
+    found = needs(config, shape, local=local, resident=resident)
     if config.processes > shape.rows:
+        most = shape.rows  # and no more than the memory holds (the processes' need is the last one)
+        if limit is not None and found[-1].key == "processes" and found[-1].per_unit > 0:
+            most = min(most, max(1, (limit - sum(n.nbytes for n in found[:-1])) // found[-1].per_unit))
         raise ConfigError(
             f"processes={config.processes}: more processes than the data's {shape.rows:,} rows (each process fits "
-            f"rows of its own); allowed values are integers from 1 to {shape.rows:,}"
+            f"rows of its own); allowed values are integers from 1 to {most:,}"
         )
-    limit, where = machine.available_memory() if available is None else available
     if limit is None:
         return
-    found = needs(config, shape, local=local, resident=resident)
     total = sum(n.nbytes for n in found)
     if total <= limit:
         return
