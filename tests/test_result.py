@@ -127,7 +127,7 @@ def _elbo_with_full_covariances(Y, O, X, B, C, M, cov) -> float:
 
 
 @pytest.mark.slow
-def test_pca_on_a_sparse_anndata_ordered_orthonormal_axes_at_the_fits_elbo():
+def test_pca_on_a_sparse_anndata_ordered_orthonormal_axes_at_the_fits_elbo(monkeypatch):
     anndata = pytest.importorskip("anndata")
     from scipy import sparse
 
@@ -166,6 +166,15 @@ def test_pca_on_a_sparse_anndata_ordered_orthonormal_axes_at_the_fits_elbo():
     other = adata[:, ::-1].copy()
     with pytest.raises(ValueError, match="var_names"):
         res.to_anndata(other)
+
+    # with block_rows, the AnnData's counts reach the fit sparse (as load_anndata(sparse=True) keeps them)
+    from plnexp.fitting import engine
+
+    seen = []
+    run = engine.run
+    monkeypatch.setattr(engine, "run", lambda data, *a, **k: seen.append(data.sparse) or run(data, *a, **k))
+    blocked = plnexp.fit(adata, model="pca", rank=3, block_rows=50, precision="float64", n_iter=5, timed=False)
+    assert seen == [True] and np.isfinite(blocked.loglik)
 
 
 @pytest.mark.slow

@@ -12,15 +12,21 @@ def is_anndata(value) -> bool:
     return any(t.__name__ == "AnnData" and t.__module__.startswith("anndata") for t in type(value).__mro__)
 
 
-def to_data(data, offsets=None, covariates=None, *, layer: str | None = None) -> Data:
+def to_data(data, offsets=None, covariates=None, *, layer: str | None = None, sparse: bool = False) -> Data:
     """``data`` as a :class:`Data`. An AnnData: ``layer`` (None: X), ``covariates`` obs column names,
     ``offsets`` ``"library_size"`` (the default), ``"none"`` or an obs column of totals, as
-    :func:`load_anndata` reads them. Anything else: :func:`as_data` (``layer`` refused in one line)."""
+    :func:`load_anndata` reads them; ``sparse``: its counts kept sparse (for a fit that reads them
+    so: PLN-PCA with ``block_rows``). Anything else: :func:`as_data` (``layer`` refused in one line)."""
     if is_anndata(data):
         if covariates is not None and isinstance(covariates, str):
             covariates = (covariates,)
         return load_anndata(
-            data, layer, tuple(covariates or ()), "library_size" if offsets is None else offsets, name="anndata"
+            data,
+            layer,
+            tuple(covariates or ()),
+            "library_size" if offsets is None else offsets,
+            name="anndata",
+            sparse=sparse,
         )
     if layer is not None:
         raise TypeError(f"layer={layer!r}: allowed only with data given as an AnnData (got a {type(data).__name__})")
