@@ -307,8 +307,8 @@ def sync(args: list[str]) -> int:
         for path, why in bad:  # never sent: named, not skipped unsaid
             print(f"plnexp: error: {path}: a kept result that cannot be read ({why}); not sent", file=sys.stderr)
         if not tracking.pending.waiting(uri):
-            other = f" ({len(bad)} unreadable)" if bad else ""
-            print(f"plnexp: no result kept in {folder} for {redact_text(uri)}{other}: nothing to send", flush=True)
+            unread = f" ({len(bad)} unreadable)" if bad else ""
+            print(f"plnexp: no result kept in {folder} for {redact_text(uri)}{unread}: nothing to send", flush=True)
             if tracking.store_exists(uri):  # the runs a sweep whose store failed left RUNNING still end
                 _sweep_up(tracking.check_store(explicit))
             return 1 if bad else 0

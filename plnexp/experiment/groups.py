@@ -106,7 +106,8 @@ def finished_members(record, configs: Mapping[int, Config]) -> list[Member]:
             runs.setdefault(r.job, []).append(r)
     for d in getattr(record, "reused", ()):  # a resumed sweep's jobs that earlier runs answer: timed too
         if d.job in configs and d.job not in runs:
-            runs[d.job] = [r for i in d.run_ids or (d.run_id,) if (r := tracking.records.run(record.uri, i))]
+            found = (tracking.records.run(record.uri, i) for i in d.run_ids or (d.run_id,))
+            runs[d.job] = [r for r in found if r is not None]
     out = []
     for num, rs in sorted(runs.items()):
         k = configs[num].replicates
@@ -272,7 +273,9 @@ def _time_group(members: Sequence[Member], held: Held | None = None) -> V.GroupV
     cpu = [_median([1e3 * c / n for c in rounds.cpu_column(i)]) for i, n in enumerate(per_iter)]
     strategies = tuple(replace(s, cpu_ms_per_iter=c) for s, c in zip(v.strategies, cpu))
     cap = max(rep.rounds, paired.robust_rounds())  # (what the report says would decide an unresolved verdict)
-    return replace(v, strategies=strategies, extra={"compiled_s": compiled_s}, budget_s=rep.rounds_budget_s, max_rounds=cap)
+    return replace(
+        v, strategies=strategies, extra={"compiled_s": compiled_s}, budget_s=rep.rounds_budget_s, max_rounds=cap
+    )
 
 
 def time_groups(record, configs, held: Held | None = None) -> list[V.GroupVerdict]:

@@ -12,7 +12,6 @@ import itertools
 import os
 import re
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ from omegaconf import OmegaConf, open_dict
 
 from ..jobs import config as C
 from ..jobs.config import ConfigError
-from ..system.paths import install_command
+from ..system.paths import install_command, probe_writes
 from ..fitting.spec import check_rank
 from ..jobs.spec import JobSpec
 from . import executors, hydra_compat
@@ -490,8 +489,7 @@ def check_outputs() -> Path:
     where = f"PLNEXP_OUTPUTS={env}" if env else f"outputs folder {out}"
     try:
         out.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=out) as probe:  # a byte written through: a full disk fails here, named
-            probe.write(b"\0"), probe.flush(), os.fsync(probe.fileno())
+        probe_writes(out)  # a byte written through: a full disk fails here, named
     except OSError as e:
         raise ConfigError(
             f"{where}: cannot write there ({e.strerror or e}); allowed values are writable folders"

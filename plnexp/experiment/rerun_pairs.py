@@ -10,9 +10,12 @@ from .. import store as tracking
 
 if TYPE_CHECKING:
     from ..store.records import RunRecord
+    from .rerun import Source
 
 
-def pairs(uri: str, parent_run: RunRecord, sources: list, new_parent, n_jobs: int) -> list[tuple[int, object, object]]:
+def pairs(
+    uri: str, parent_run: RunRecord, sources: list[Source], new_parent, n_jobs: int
+) -> list[tuple[int, Source, RunRecord | None]]:
     """``(i, source, rerun)`` for each run of each of ``sources`` (``plnexp.experiment.rerun.Source``,
     replicate 0 of a job): the source itself, then one per other replicate of its job (the source with
     that replicate's original run), each with its rerun among ``new_parent``'s children (None: none
@@ -20,7 +23,7 @@ def pairs(uri: str, parent_run: RunRecord, sources: list, new_parent, n_jobs: in
     control job's, ``i + 1``, as a sweep numbers its peers."""
     new = {(r.job, r.replicate): r for r in tracking.records.children(uri, new_parent) if r.job is not None}
     earlier = tracking.records.sweep(uri, parent_run)
-    out: list[tuple[int, object, object]] = []
+    out: list[tuple[int, Source, RunRecord | None]] = []
     for i, src in enumerate(sources):
         num = i if i < n_jobs else i + 1
         out.append((i, src, new.get((num, 0))))

@@ -51,3 +51,14 @@ def write_atomic(path: Path, text: str, mode: int | None = None) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def probe_writes(folder: Path) -> None:
+    """Write a byte into ``folder`` through to its disk (a temporary file, fsynced, removed): OSError
+    where it cannot be written, a full disk included (an empty file is made even then)."""
+    import tempfile
+
+    with tempfile.TemporaryFile(dir=folder) as probe:
+        probe.write(b"\0")
+        probe.flush()
+        os.fsync(probe.fileno())
