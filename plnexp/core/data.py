@@ -655,7 +655,7 @@ def load_csv(
 
 # ---------------------------------------------------------------- counts in memory
 ACCEPTED = {
-    "counts": "a NumPy array (n samples x p variables), a pandas DataFrame, an anndata.AnnData (plnexp.fit) or a plnexp.Data",
+    "counts": "a NumPy array (n samples x p variables), a pandas DataFrame or a plnexp.Data",
     "offsets": "a NumPy array ((n, p), or (n,) for one offset per row) or a pandas DataFrame or Series",
     "covariates": "a NumPy array ((n, d), or (n,) for one covariate) or a pandas DataFrame or Series",
 }

@@ -4,7 +4,14 @@ its counts in X or a layer, obs columns as covariates, offsets the library size 
 
 from __future__ import annotations
 
+import numpy as np
+
 from .data import Data, as_data, load_anndata
+
+FIT_ACCEPTS = (
+    "a NumPy array (n samples x p variables), a pandas DataFrame, an anndata.AnnData (plnexp.load_anndata reads it) "
+    "or a plnexp.Data (plnexp.load_csv, plnexp.load_oaks, plnexp.as_data, plnexp.simulate)"
+)
 
 
 def is_anndata(value) -> bool:
@@ -30,4 +37,8 @@ def to_data(data, offsets=None, covariates=None, *, layer: str | None = None, sp
         )
     if layer is not None:
         raise TypeError(f"layer={layer!r}: allowed only with data given as an AnnData (got a {type(data).__name__})")
+    if not isinstance(data, (Data, np.ndarray)) and not hasattr(data, "to_numpy"):
+        raise TypeError(
+            f"counts: got a {type(data).__name__}; allowed are {FIT_ACCEPTS} (np.asarray(...) converts other arrays)"
+        )
     return as_data(data, offsets, covariates)
