@@ -318,3 +318,19 @@ def test_ui_prints_the_study_and_a_browser_there_sees_it(chrome, served_sweep, u
     time.sleep(1)
     assert chrome.save_screenshot(DOCS_IMG / "dashboard-after.png")
     assert png_size(DOCS_IMG / "dashboard-after.png")[0] >= 1000
+
+
+def test_the_artifact_viewer_shows_the_html_report(chrome, served_sweep):
+    """report.html on the parent run, as MLflow's artifact viewer shows it (in a frame): the verdict
+    first, then the table of the strategies fastest first."""
+    url, exp_id, parent = served_sweep
+    chrome.get(f"{url}/#/experiments/{exp_id}/runs/{parent.info.run_id}/artifacts/report/report.html")
+    frame = WebDriverWait(chrome, 60).until(ec.presence_of_element_located((By.TAG_NAME, "iframe")))
+    chrome.switch_to.frame(frame)
+    try:
+        wait_text(chrome, "Verdict", "Strategies, fastest first", "time ÷ scan", "reference")
+        body = chrome.find_element(By.TAG_NAME, "body").text
+        assert body.index("Verdict") < body.index("Strategies, fastest first") < body.index("Figures")
+        assert chrome.find_elements(By.CSS_SELECTOR, "img[src^='data:image/png;base64,']")  # the figures, inline
+    finally:
+        chrome.switch_to.default_content()
