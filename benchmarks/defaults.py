@@ -7,8 +7,8 @@ PLN), and an AnnData of single-cell-like counts fitted by PLN-PCA of rank 5 (``p
 model="pca", rank=5)``, the AnnData handed to ``fit`` directly):
 
 - the default fit (``timed=False``: one plain call; the defaults: model profiled, or pca where
-  named, the model's optimizer, init ``data``, ``n_iter`` = ``plnexp.fitting.spec.DEFAULT_N_ITER``,
-  float32): its float64 ELBO at its final parameters (exact log y!), its relative gap to the
+  named, the model's optimizer, init ``data``, the model's ``n_iter``
+  (``plnexp.fitting.spec.default_n_iter``: 4000, 1000 for pca), float32): its float64 ELBO at its final parameters (exact log y!), its relative gap to the
   reference, how it ended (``converged``, ``gap_to_best`` in nats, ``at_best``: the result's own
   fields, :func:`plnexp.measure.convergence.ending`) and its wall time;
 - the reference: the float64 optimum. The PLN's is the profiled reference of

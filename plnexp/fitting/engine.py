@@ -33,7 +33,7 @@ from .prepared import Prepared
 from . import progress as progress_bar, saved
 from .result import DataNames, FitResult
 from ..strategies.sharded import across_processes_sum
-from .spec import DEFAULT_N_ITER, INITS, FitSpec, parse
+from .spec import INITS, FitSpec, parse
 
 __all__ = [
     "DEVICES",
@@ -119,7 +119,7 @@ def fit(
     data,
     model: str = "profiled",
     optimizer: str | None = None,
-    n_iter: int = DEFAULT_N_ITER,
+    n_iter: int | None = None,
     precision: str = "float32",
     device: str = "cpu",
     strategy: str = "scan",
@@ -166,6 +166,7 @@ def fit(
     ``init``: the start, ``"seed"`` (the tutorial's), ``"data"`` or ``"random"``; None: ``"data"``.
     ``seed``: the noise of ``init="random"``.
 
+    ``n_iter``: None is the model's default (4000; 1000 for pca: :func:`plnexp.fitting.spec.default_n_iter`).
     The defaults (no optimizer, init or n_iter named) converge: they end within 1e-4 of the float64
     optimum and at their best on the data sets of docs/results.md, "Defaults that converge"; every
     result says how it ended (``converged``, ``gap_to_best``, ``at_best``:
