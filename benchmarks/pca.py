@@ -219,7 +219,9 @@ def main(argv=None) -> None:
         "--device", default="cpu", help="plnexp's device (cpu or gpu); pyPLNmodels takes the GPU where torch sees one"
     )
     ap.add_argument("--n-iter", type=int, default=400)
-    ap.add_argument("--init", default="data", help="plnexp's init: seed or data (see plnexp.core.model.init_state)")
+    ap.add_argument(
+        "--init", default="data", help="plnexp's init: seed or data (see plnexp.core.initial_state.init_state)"
+    )
     ap.add_argument("--block-rows", type=int, default=0, help="plnexp's block_rows (0: every row at once)")
     ap.add_argument("--peer-max-s", type=float, default=900.0, help="pyPLNmodels' full fit only where projected below")
     ap.add_argument("--probe-iter", type=int, default=5)

@@ -33,7 +33,8 @@ import jax
 
 from plnexp.fitting import engine as fitting
 from plnexp import strategies
-from plnexp.core.model import MODELS, init_state
+from plnexp.core.initial_state import init_state
+from plnexp.core.model import MODELS
 from plnexp.core.optim import OptimizerSpec
 from plnexp.core.precision import PRECISIONS
 

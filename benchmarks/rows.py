@@ -41,7 +41,8 @@ import numpy as np
 from plnexp.measure import floor
 from plnexp.fitting import engine as fitting
 from plnexp import strategies
-from plnexp.core.model import MODELS, init_state
+from plnexp.core.initial_state import init_state
+from plnexp.core.model import MODELS
 from plnexp.core.optim import OptimizerSpec
 
 # oaks x1, x100 (W1), x400, then ~2e5, ~5e5 and ~1e6 rows (116 rows each)

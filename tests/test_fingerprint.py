@@ -11,7 +11,7 @@ import pytest
 from plnexp.measure import fingerprint
 from plnexp import strategies
 from plnexp.fitting.engine import make_problem
-from plnexp.core.model import init_state
+from plnexp.core.initial_state import init_state
 from plnexp.fitting.spec import parse
 
 

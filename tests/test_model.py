@@ -12,6 +12,9 @@ import pytest
 from jax.test_util import check_grads
 from reference_np import elbo_np, profiled_closed_forms, profiled_elbo_and_grad
 
+from plnexp.core.arrays import Arrays
+from plnexp.core import initial_state
+from plnexp.core import pln_elbo
 from plnexp.core import model as pm
 from plnexp.core import reference
 
@@ -31,7 +34,7 @@ def _random_point(data, seed):
 
 
 def _arrays(data, dtype):
-    return pm.Arrays(*(jnp.asarray(a, dtype) for a in (data.Y, data.O, data.X)))
+    return Arrays(*(jnp.asarray(a, dtype) for a in (data.Y, data.O, data.X)))
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -40,9 +43,9 @@ def test_full_elbo_jitted_matches_numpy(oaks, dtype):
     with jax.enable_x64(dtype == np.float64):
         data = _arrays(oaks, dtype)
         # Omega at the closed form of (M, S): exactly what the fit loop evaluates
-        Sigma = pm.closed_form_sigma(jnp.asarray(M, dtype), jnp.asarray(S, dtype))
-        pln = pm.PLNState(*(jnp.asarray(a, dtype) for a in (B, M, S)), Sigma, jnp.linalg.inv(Sigma))
-        got = float(jax.jit(pm.full_elbo)(pm.FULL.free(pln), pln, data))
+        Sigma = pln_elbo.closed_form_sigma(jnp.asarray(M, dtype), jnp.asarray(S, dtype))
+        pln = pln_elbo.PLNState(*(jnp.asarray(a, dtype) for a in (B, M, S)), Sigma, jnp.linalg.inv(Sigma))
+        got = float(jax.jit(pln_elbo.full_elbo)(pm.FULL.free(pln), pln, data))
     want = elbo_np(oaks.Y, oaks.O, oaks.X, B, M, S, np.asarray(Sigma, np.float64)) + reference.log_factorial_sum(oaks.Y)
     np.testing.assert_allclose(got, want, rtol=RTOL[dtype])
 
@@ -52,8 +55,8 @@ def test_full_elbo_trace_term_keeps_omega_on_mtm(oaks):
     B, M, S, Sigma = _random_point(oaks, 1)
     with jax.enable_x64(True):
         data = _arrays(oaks, np.float64)
-        pln = pm.PLNState(*(jnp.asarray(a) for a in (B, M, S, Sigma)), jnp.asarray(np.linalg.inv(Sigma)))
-        got = float(jax.jit(pm.full_elbo)(pm.FULL.free(pln), pln, data))
+        pln = pln_elbo.PLNState(*(jnp.asarray(a) for a in (B, M, S, Sigma)), jnp.asarray(np.linalg.inv(Sigma)))
+        got = float(jax.jit(pln_elbo.full_elbo)(pm.FULL.free(pln), pln, data))
     want = elbo_np(oaks.Y, oaks.O, oaks.X, B, M, S, Sigma) + reference.log_factorial_sum(oaks.Y)
     seed_trace = np.trace(M.T @ M + np.diag((S**2).sum(0)) @ np.linalg.inv(Sigma))
     right_trace = np.trace(np.linalg.inv(Sigma) @ (M.T @ M + np.diag((S**2).sum(0))))
@@ -68,7 +71,7 @@ def test_profiled_elbo_jitted_matches_numpy(oaks, dtype):
     with jax.enable_x64(dtype == np.float64):
         data = _arrays(oaks, dtype)
         params = {"M": jnp.asarray(M_full, dtype), "S": jnp.asarray(S, dtype)}
-        got = float(jax.jit(pm.profiled_elbo)(params, None, data))
+        got = float(jax.jit(pln_elbo.profiled_elbo)(params, None, data))
     B, R, Sigma = profiled_closed_forms(oaks.X, M_full, S)
     want = elbo_np(oaks.Y, oaks.O, oaks.X, B, R, S, Sigma) + reference.log_factorial_sum(oaks.Y)
     np.testing.assert_allclose(got, want, rtol=RTOL[dtype])
@@ -104,12 +107,12 @@ def test_gradients_full_and_profiled():
     B, M, S, Sigma = _random_point(data, 4)
     with jax.enable_x64(True):
         arrays = _arrays(data, np.float64)
-        pln = pm.PLNState(*(jnp.asarray(a) for a in (B, M, S, Sigma)), jnp.asarray(np.linalg.inv(Sigma)))
+        pln = pln_elbo.PLNState(*(jnp.asarray(a) for a in (B, M, S, Sigma)), jnp.asarray(np.linalg.inv(Sigma)))
         check_grads(
-            lambda q: pm.full_elbo(q, pln, arrays), (pm.FULL.free(pln),), order=1, modes=["fwd", "rev"], rtol=1e-6
+            lambda q: pln_elbo.full_elbo(q, pln, arrays), (pm.FULL.free(pln),), order=1, modes=["fwd", "rev"], rtol=1e-6
         )
         check_grads(
-            lambda q: pm.profiled_elbo(q, None, arrays),
+            lambda q: pln_elbo.profiled_elbo(q, None, arrays),
             ({"M": pln.M, "S": pln.S},),
             order=1,
             modes=["fwd", "rev"],
@@ -126,22 +129,24 @@ def test_closed_forms_are_stationary_points():
         M, S = jnp.asarray(M), jnp.asarray(S)
         B = jnp.zeros((data.d, data.p))
         # full model: Sigma = (M'M + diag(sum S^2)) / n maximises the ELBO over Sigma
-        sigma_hat = pm.closed_form_sigma(M, S)
-        g_sigma = jax.grad(lambda Sg: pm.elbo_given_sigma(B, M, S, Sg, arrays))(sigma_hat)
-        g_random = jax.grad(lambda Sg: pm.elbo_given_sigma(B, M, S, Sg, arrays))(sigma_hat + 0.1 * jnp.eye(data.p))
+        sigma_hat = pln_elbo.closed_form_sigma(M, S)
+        g_sigma = jax.grad(lambda Sg: pln_elbo.elbo_given_sigma(B, M, S, Sg, arrays))(sigma_hat)
+        g_random = jax.grad(lambda Sg: pln_elbo.elbo_given_sigma(B, M, S, Sg, arrays))(
+            sigma_hat + 0.1 * jnp.eye(data.p)
+        )
         assert float(jnp.max(jnp.abs(g_sigma))) < 1e-8 * float(jnp.max(jnp.abs(g_random)))
         # profiled model: B_hat and Sigma_hat maximise the ELBO given the uncentred M
-        b_hat = pm.closed_form_b(arrays.X, M)
-        sigma_p = pm.closed_form_sigma(M - arrays.X @ b_hat, S)
-        g_b = jax.grad(lambda b: pm.elbo_given_sigma(b, M - arrays.X @ b, S, sigma_p, arrays))(b_hat)
-        g_b_off = jax.grad(lambda b: pm.elbo_given_sigma(b, M - arrays.X @ b, S, sigma_p, arrays))(b_hat + 0.1)
+        b_hat = pln_elbo.closed_form_b(arrays.X, M)
+        sigma_p = pln_elbo.closed_form_sigma(M - arrays.X @ b_hat, S)
+        g_b = jax.grad(lambda b: pln_elbo.elbo_given_sigma(b, M - arrays.X @ b, S, sigma_p, arrays))(b_hat)
+        g_b_off = jax.grad(lambda b: pln_elbo.elbo_given_sigma(b, M - arrays.X @ b, S, sigma_p, arrays))(b_hat + 0.1)
         assert float(jnp.max(jnp.abs(g_b))) < 1e-8 * float(jnp.max(jnp.abs(g_b_off)))
-        g_sp = jax.grad(lambda Sg: pm.elbo_given_sigma(b_hat, M - arrays.X @ b_hat, S, Sg, arrays))(sigma_p)
+        g_sp = jax.grad(lambda Sg: pln_elbo.elbo_given_sigma(b_hat, M - arrays.X @ b_hat, S, Sg, arrays))(sigma_p)
         assert float(jnp.max(jnp.abs(g_sp))) < 1e-8 * float(jnp.max(jnp.abs(g_random)))
         # and the profiled ELBO is the general ELBO at those closed forms
         np.testing.assert_allclose(
-            float(pm.profiled_elbo({"M": M, "S": S}, None, arrays)),
-            float(pm.elbo_given_sigma(b_hat, M - arrays.X @ b_hat, S, sigma_p, arrays)),
+            float(pln_elbo.profiled_elbo({"M": M, "S": S}, None, arrays)),
+            float(pln_elbo.elbo_given_sigma(b_hat, M - arrays.X @ b_hat, S, sigma_p, arrays)),
             rtol=1e-12,
         )
 
@@ -151,7 +156,7 @@ def test_closed_forms_are_stationary_points():
 def test_init_states_are_complete_and_finite(oaks, model, init):
     with jax.enable_x64(True):
         arrays = _arrays(oaks, np.float64)
-        st = pm.init_state(pm.MODELS[model], arrays, init)
+        st = initial_state.init_state(pm.MODELS[model], arrays, init)
         for name, a in st._asdict().items():
             assert np.all(np.isfinite(np.asarray(a))), name
         np.testing.assert_allclose(np.asarray(st.Sigma @ st.Omega), np.eye(oaks.p), atol=1e-8)
@@ -165,7 +170,7 @@ def _complete_random_state(model, data, dtype, seed):
     B, M, S, _ = _random_point(data, seed)
     if model is pm.PROFILED:
         M = M + 0.5  # uncentred latent mean
-    state = pm.PLNState(*(jnp.asarray(a, dtype) for a in (B, M, S)), None, None)
+    state = pln_elbo.PLNState(*(jnp.asarray(a, dtype) for a in (B, M, S)), None, None)
     return model.complete(model.free(state), _arrays(data, dtype))
 
 
@@ -246,9 +251,9 @@ def test_init_is_one_compiled_program_and_matches_numpy():
     try:
         with jax.enable_x64(True):
             arrays = _arrays(data, np.float64)
-            first = pm.init_state(pm.FULL, arrays, "random", seed=1)
+            first = initial_state.init_state(pm.FULL, arrays, "random", seed=1)
             n_first = len(compiles)
-            second = pm.init_state(pm.FULL, arrays, "random", seed=2)
+            second = initial_state.init_state(pm.FULL, arrays, "random", seed=2)
     finally:
         jax.monitoring.unregister_event_duration_listener(listener)
     assert n_first == 1 and len(compiles) == 1, compiles

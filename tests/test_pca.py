@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 
 import plnexp
+from plnexp.core.arrays import Arrays
+from plnexp.core import initial_state
 from plnexp.core import model as pm
 from plnexp.core import reference
 from plnexp.core.precision import PRECISIONS
@@ -76,7 +78,7 @@ def _arrays(data, dtype, offsets="full"):
     offsets (the model then takes sum_j Y (O + XB) from a product; ``small``'s O is one per row)."""
     O = data.O[:, :1] if offsets == "row" else data.O
     assert offsets == "full" or np.array_equal(np.broadcast_to(O, data.O.shape), data.O)
-    return pm.Arrays(*(jnp.asarray(a, dtype) for a in (data.Y, O, data.X)))
+    return Arrays(*(jnp.asarray(a, dtype) for a in (data.Y, O, data.X)))
 
 
 def _jitted_elbo(data, params, dtype, offsets="full") -> float:
@@ -160,7 +162,7 @@ def test_initial_state_is_not_a_saddle(small, init):
     model = pm.pca_model(RANK)
     with jax.enable_x64(True):
         arrays = _arrays(small, np.float64)
-        state = pm.init_state(model, arrays, init, seed=1)
+        state = initial_state.init_state(model, arrays, init, seed=1)
         _, grads = model.value_and_grad(model.free(state), state, arrays)
     assert state.M.shape == state.S.shape == (small.n, RANK) and state.Sigma.shape == (small.p, RANK)
     # NumPy on the float64 gradients (jnp outside enable_x64 would truncate them to float32, with a warning)
@@ -180,10 +182,10 @@ def test_data_init_beyond_eigh_max_p_is_the_eigendecomposition(monkeypatch):
         Z = jnp.log1p(jnp.asarray(data.Y)) - jnp.asarray(data.O)
         X = jnp.asarray(data.X)
         R = Z - X @ jnp.linalg.lstsq(X, Z)[0]
-        monkeypatch.setattr(pm, "EIGH_MAX_P", 10**9)
-        V0, lam0 = (np.asarray(a) for a in pm._top_right_singular(R, None, 3))
-        monkeypatch.setattr(pm, "EIGH_MAX_P", 0)
-        V, lam = (np.asarray(a) for a in pm._top_right_singular(R, None, 3))
+        monkeypatch.setattr(initial_state, "EIGH_MAX_P", 10**9)
+        V0, lam0 = (np.asarray(a) for a in initial_state._top_right_singular(R, None, 3))
+        monkeypatch.setattr(initial_state, "EIGH_MAX_P", 0)
+        V, lam = (np.asarray(a) for a in initial_state._top_right_singular(R, None, 3))
     Rn = np.asarray(R)
     w, U = np.linalg.eigh(Rn.T @ Rn)  # NumPy's, independently
     np.testing.assert_allclose(lam0, w[::-1][:3], rtol=1e-12)
@@ -200,11 +202,11 @@ def test_data_init_b_is_the_poisson_regression_given_the_latent_part():
     init's 6 steps); with d = 1 the closed form log(sum Y + 1/2) - log(sum exp(shift))."""
     data = plnexp.simulate_pca(n=300, p=20, q=2, d=2, zero_fraction=0.8, seed=4)
     with jax.enable_x64(True):
-        arrays = pm.Arrays(*(jnp.asarray(a) for a in (data.Y, data.O, data.X)))
-        state = pm.init_state(pm.pca_model(2), arrays, "data")
+        arrays = Arrays(*(jnp.asarray(a) for a in (data.Y, data.O, data.X)))
+        state = initial_state.init_state(pm.pca_model(2), arrays, "data")
         B, C, M, S = (np.asarray(a) for a in (state.B, state.Sigma, state.M, state.S))
         shift = data.O + M @ C.T + 0.5 * (S * S) @ (C * C).T
-        one = np.asarray(pm._poisson_b(pm.Arrays(arrays.Y, arrays.O, arrays.X[:, :1]), jnp.asarray(shift)))
+        one = np.asarray(initial_state._poisson_b(Arrays(arrays.Y, arrays.O, arrays.X[:, :1]), jnp.asarray(shift)))
     want = np.zeros_like(B)
     for j in range(data.Y.shape[1]):
         b = np.zeros(2)
@@ -222,10 +224,12 @@ def test_random_init_draws_q_columns_of_noise(small):
     model = pm.pca_model(RANK)
     with jax.enable_x64(True):
         arrays = _arrays(small, np.float64)
-        data_init = pm.init_state(model, arrays, "data")
-        one, again = (pm.init_state(model, arrays, "random", seed=5) for _ in range(2))
+        data_init = initial_state.init_state(model, arrays, "data")
+        one, again = (initial_state.init_state(model, arrays, "random", seed=5) for _ in range(2))
     noise = np.asarray(one.M - data_init.M)
-    np.testing.assert_allclose(noise, pm.INIT_NOISE * np.random.default_rng(5).standard_normal((small.n, RANK)))
+    np.testing.assert_allclose(
+        noise, initial_state.INIT_NOISE * np.random.default_rng(5).standard_normal((small.n, RANK))
+    )
     np.testing.assert_array_equal(np.asarray(one.M), np.asarray(again.M))
 
 

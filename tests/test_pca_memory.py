@@ -16,6 +16,7 @@ import pytest
 
 import plnexp
 from plnexp.fitting import memory
+from plnexp.core.arrays import Arrays, Rows
 from plnexp.core import model as pm
 
 RANK = 3
@@ -63,7 +64,7 @@ def _evaluate(model, params, arrays):
 )
 def test_blocks_give_the_unblocked_value_and_gradient(odd, block_rows):
     with jax.enable_x64(True):
-        arrays = pm.Arrays(*(jnp.asarray(a) for a in (odd.Y, odd.O, odd.X)))
+        arrays = Arrays(*(jnp.asarray(a) for a in (odd.Y, odd.O, odd.X)))
         params = {k: jnp.asarray(v) for k, v in _point(odd.n, odd.p, odd.d).items()}
         (v0, g0), _, _ = _evaluate(pm.pca_model(RANK), params, arrays)
         (v, g), elbo, (va, ga) = _evaluate(pm.pca_model(RANK, block_rows), params, arrays)
@@ -83,10 +84,10 @@ def test_blocks_skip_padding_rows(odd, block_rows):
         raw = _point(odd.n + pad, odd.p, odd.d, seed=4)
         raw["M"][odd.n :] = 0.0
         data_rows = {k: (v[: odd.n] if k in ("M", "S") else v) for k, v in raw.items()}
-        plain = pm.Arrays(*(jnp.asarray(a) for a in (odd.Y, odd.O, odd.X)))
-        padded = pm.Arrays(
+        plain = Arrays(*(jnp.asarray(a) for a in (odd.Y, odd.O, odd.X)))
+        padded = Arrays(
             *(jnp.asarray(np.vstack([a, np.zeros((pad, a.shape[1]))])) for a in (odd.Y, odd.O, odd.X)),
-            rows=pm.Rows(jnp.asarray(np.r_[np.ones(odd.n), np.zeros(pad)][:, None]), jnp.asarray(float(odd.n))),
+            rows=Rows(jnp.asarray(np.r_[np.ones(odd.n), np.zeros(pad)][:, None]), jnp.asarray(float(odd.n))),
         )
         model = pm.pca_model(RANK, block_rows)
         want = pm.pca_model(RANK)

@@ -1,4 +1,4 @@
-"""PLN-PCA's block Newton rounds (``optimizer="newton"``, pca's default: plnexp.core.model.pca_newton_step).
+"""PLN-PCA's block Newton rounds (``optimizer="newton"``, pca's default: plnexp.core.pca_newton.pca_newton_step).
 
 Checked against independent float64 references: the batched Cholesky solve against NumPy's solve
 and with I + D, |D| < 1, and a matrix of right-hand sides (1e-10 relative); the exact centring (M C' + XB unchanged to 1e-12, the ELBO up by the prior's
@@ -18,6 +18,9 @@ import numpy as np
 import pytest
 
 import plnexp
+from plnexp.core.arrays import Arrays
+from plnexp.core import pca_elbo
+from plnexp.core import pca_newton
 from plnexp.core import model as pm
 from plnexp.core import reference
 
@@ -30,7 +33,7 @@ def data():
 
 
 def _arrays(data):
-    return pm.Arrays(*(jnp.asarray(a, jnp.float64) for a in (data.Y, data.O, data.X)))
+    return Arrays(*(jnp.asarray(a, jnp.float64) for a in (data.Y, data.O, data.X)))
 
 
 def _point(data, seed=0):
@@ -44,7 +47,7 @@ def _point(data, seed=0):
 
 
 # jitted as a fit runs it: one program each (called op by op, each of their primitives compiled apart)
-_gauge_columns = jax.jit(pm._pca_gauge_columns)
+_gauge_columns = jax.jit(pca_newton._pca_gauge_columns)
 
 
 def _elbo(data, B, C, M, S):
@@ -58,7 +61,7 @@ def test_spd_solve_matches_numpy():
         H = F @ np.swapaxes(F, 1, 2) + 0.1 * np.eye(k)
         g = rng.normal(size=(50, k))
         with jax.enable_x64(True):
-            got = np.asarray(pm._spd_solve(jnp.asarray(H), jnp.asarray(g)))
+            got = np.asarray(pca_newton._spd_solve(jnp.asarray(H), jnp.asarray(g)))
         want = np.linalg.solve(H, g[..., None])[..., 0]
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10 * np.abs(want).max())
 
@@ -71,14 +74,14 @@ def test_spd_solve_takes_i_plus_small_d_and_many_right_hand_sides():
     G = np.eye(k) + 0.9 * D / np.linalg.norm(D)
     R = rng.normal(size=(k, 40))
     with jax.enable_x64(True):
-        got = np.asarray(pm._spd_solve(jnp.asarray(G), jnp.asarray(R)))
+        got = np.asarray(pca_newton._spd_solve(jnp.asarray(G), jnp.asarray(R)))
     np.testing.assert_allclose(got, np.linalg.solve(G, R), rtol=1e-10, atol=1e-10)
 
 
 def test_centring_is_exact_and_gains_the_prior(data):
     B, C, M, S = _point(data)
     with jax.enable_x64(True):
-        M2, B2 = (np.asarray(a) for a in pm._pca_centre(*(jnp.asarray(a) for a in (data.X, B, C, M)), None))
+        M2, B2 = (np.asarray(a) for a in pca_newton._pca_centre(*(jnp.asarray(a) for a in (data.X, B, C, M)), None))
     np.testing.assert_allclose(M2 @ C.T + data.X @ B2, M @ C.T + data.X @ B, atol=1e-12)
     gamma = np.linalg.lstsq(data.X, M, rcond=None)[0]
     gain = 0.5 * (np.sum(M * M) - np.sum((M - data.X @ gamma) ** 2))
@@ -97,14 +100,14 @@ def test_gauge_step_is_newtons_along_g(data):
 
         def along(delta):  # the exact ELBO along the gauge, by autodiff
             G = jnp.eye(q) + delta.reshape(q, q)
-            return pm._pca_block_elbo(
+            return pca_elbo._pca_block_elbo(
                 arrays.Y, arrays.O, arrays.X, args[0], jnp.linalg.solve(G, args[1].T).T, args[2] @ G, args[3], None
             )
 
         zero = jnp.zeros(q * q)
         hessian, grad = jax.jit(jax.hessian(along))(zero), jax.jit(jax.grad(along))(zero)
         step = -np.linalg.solve(np.asarray(hessian), np.asarray(grad))
-    assert np.linalg.norm(step) < pm.PCA_GAUGE_CLIP  # not clipped: the step is Newton's own
+    assert np.linalg.norm(step) < pca_newton.PCA_GAUGE_CLIP  # not clipped: the step is Newton's own
     G = np.linalg.lstsq(M, np.asarray(M3), rcond=None)[0]
     np.testing.assert_allclose(G, np.eye(q) + step.reshape(q, q), atol=1e-8)
 
@@ -132,7 +135,7 @@ def test_columns_step_is_gauss_newtons_after_the_gauge(data):
         H[d:, d:] += np.diag(W)
         g = U.T @ (Y[:, j] - A[:, j])
         g[d:] -= W * C3[j]
-        step = np.clip(np.linalg.solve(H, g), -pm.PCA_NEWTON_CLIP, pm.PCA_NEWTON_CLIP)
+        step = np.clip(np.linalg.solve(H, g), -pca_newton.PCA_NEWTON_CLIP, pca_newton.PCA_NEWTON_CLIP)
         np.testing.assert_allclose(B4[:, j], B[:, j] + step[:d], rtol=1e-9, atol=1e-10)
         np.testing.assert_allclose(C4[j], C3[j] + step[d:], rtol=1e-9, atol=1e-10)
 
@@ -181,7 +184,7 @@ def test_newton_model_has_no_rotation_and_steps_as_with_r_zero(data):
         params = {k: jnp.asarray(v) for k, v in zip("BCMS", (B, C, M, S))}
         assert set(model.free(model.complete(params, arrays))) == {"B", "C", "M", "S"}
         np.testing.assert_array_equal(np.asarray(model.complete(params, arrays).Omega), np.zeros((RANK, RANK)))
-        newton_step = jax.jit(pm.pca_newton_step)  # one program (op by op, each primitive compiles apart)
+        newton_step = jax.jit(pca_newton.pca_newton_step)  # one program (op by op, each primitive compiles apart)
         value, step = newton_step(params, None, arrays)
         value_r, step_r = newton_step({**params, "R": jnp.zeros((RANK, RANK))}, None, arrays)
         assert set(step) == {"B", "C", "M", "S"} and np.all(np.asarray(step_r["R"]) == 0)
@@ -190,6 +193,6 @@ def test_newton_model_has_no_rotation_and_steps_as_with_r_zero(data):
             np.testing.assert_allclose(np.asarray(step[k]), np.asarray(step_r[k]), rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(
             float(model.elbo(params, None, arrays)),
-            float(pm.pca_elbo({**params, "R": jnp.zeros((RANK, RANK))}, None, arrays)),
+            float(pca_elbo.pca_elbo({**params, "R": jnp.zeros((RANK, RANK))}, None, arrays)),
             rtol=1e-12,
         )

@@ -39,7 +39,10 @@ import pytest
 import plnexp
 from plnexp.measure import timing
 from plnexp.fitting.engine import make_problem
-from plnexp.core.model import MODELS, Arrays, PLNState, full_elbo, init_state, profiled_elbo
+from plnexp.core.arrays import Arrays
+from plnexp.core.initial_state import init_state
+from plnexp.core.model import MODELS
+from plnexp.core.pln_elbo import PLNState, full_elbo, profiled_elbo
 from plnexp.core.optim import OptimizerSpec
 from plnexp.core.problem import FitState
 from plnexp.strategies import NATIVE_STRATEGIES, TORCH_STRATEGIES, StrategySpec, build, torch_loops

@@ -39,7 +39,8 @@ from plnexp.experiment import plan as cli
 from plnexp.experiment import runner
 from plnexp.jobs import config as C
 from plnexp.fitting.engine import make_problem
-from plnexp.core.model import MODELS, init_state
+from plnexp.core.initial_state import init_state
+from plnexp.core.model import MODELS
 from plnexp.core.optim import OptimizerSpec
 from plnexp.strategies import StrategySpec, build, torch_loops
 

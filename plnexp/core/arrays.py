@@ -1,6 +1,7 @@
 """The data as the fit sees it: device arrays (:class:`Arrays`) and which of their rows are data
-(:class:`Rows`). Shared by the maths (:mod:`plnexp.core.model`) and the data's move to a device
-(:meth:`plnexp.core.data.Data.to_device`), so that neither imports the other.
+(:class:`Rows`). Shared by the maths (:mod:`plnexp.core.pln_elbo`, :mod:`plnexp.core.pca_elbo`, ...)
+and the data's move to a device (:meth:`plnexp.core.data.Data.to_device`), so that neither imports
+the other.
 """
 
 from __future__ import annotations

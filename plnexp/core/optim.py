@@ -18,7 +18,7 @@ def radam_clip(lr: float | None = None) -> optax.GradientTransformation:
 
 
 def newton(lr: float | None = None) -> optax.GradientTransformation:
-    """PLN-PCA's block Newton rounds (:func:`plnexp.core.model.pca_newton_step`): the model's
+    """PLN-PCA's block Newton rounds (:func:`plnexp.core.pca_newton.pca_newton_step`): the model's
     ``value_and_grad`` gives the whole step, which this adds to the parameters as it is (the fit
     minimises the negative ELBO, whose "gradient" the Problem negates: scale by -1). No learning rate."""
     del lr
@@ -32,7 +32,7 @@ OPTIMIZERS: dict[str, Callable[..., optax.GradientTransformation]] = {
     "sgd": optax.sgd,
     "newton": newton,
 }
-NEWTON = "newton"  # model="pca" only: plnexp.core.model.pca_newton_step
+NEWTON = "newton"  # model="pca" only: plnexp.core.pca_newton.pca_newton_step
 # Defaults measured on oaks (profiled model, float64, seed init, 1000 iterations; benchmarks/convergence.py):
 # rprop at 0.01 reaches the optimum (-32026.02) in ~520 iterations; adam plateaus short of it
 # (lr 0.01: -590731, 0.1: -39683, 0.2: -34233); sgd stays far (lr 1e-4: -97074; larger rates

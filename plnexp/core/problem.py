@@ -14,7 +14,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from .model import Arrays, Model, PLNState
+from .arrays import Arrays
+from .model import Model
+from .pln_elbo import PLNState
 from .optim import OptimizerSpec
 
 

@@ -63,7 +63,7 @@ def _shapes(model, n: int, p: int, d: int, dtype, offsets: str = "row"):
     import jax
     from jax import ShapeDtypeStruct as Shape
 
-    from ..core.model import Arrays
+    from ..core.arrays import Arrays
 
     # shapes where Arrays types arrays: jit lowers either alike
     o_shape = (n, 1) if offsets == "row" else (n, p)

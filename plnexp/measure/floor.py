@@ -32,7 +32,7 @@ times its work, not one dispatch):
   256 MiB: a fit whose arrays stay in cache is held to the cache's bandwidth, a large one to
   memory's). Measured once per machine, device, dtype and buffer size;
 - one n x p times p x q product: measured once per machine, device, dtype and (n, p, q);
-- one p x p Cholesky factor and inverse, as the model computes it (:func:`plnexp.core.model.inverse_spd`:
+- one p x p Cholesky factor and inverse, as the model computes it (:func:`plnexp.core.pln_elbo.inverse_spd`:
   XLA's own factorization, no faster one being at hand): once per machine, device, dtype and p.
 
 Measured values are cached per machine (:func:`cached`) in a JSON file of the user's cache folder
@@ -280,12 +280,12 @@ def measure_dot(n: int, p: int, k: int, dtype, device=None) -> float:
 
 def measure_factor(p: int, dtype, device=None) -> float:
     """Milliseconds of one p x p Cholesky factor and the inverse it gives, as the full model computes
-    Omega (:func:`plnexp.core.model.inverse_spd`), chained in one call: X <- X^-1 from 2 I (X stays 2 I
+    Omega (:func:`plnexp.core.pln_elbo.inverse_spd`), chained in one call: X <- X^-1 from 2 I (X stays 2 I
     or I / 2; the factorization's work does not depend on the values)."""
     import jax
     import jax.numpy as jnp
 
-    from ..core.model import inverse_spd
+    from ..core.pln_elbo import inverse_spd
 
     dtype, dev = np.dtype(dtype), _device(device)
     count = int(min(max(math.ceil(DOT_FLOPS / (2 * p**3)), 1), MAX_LOOP))

@@ -24,7 +24,8 @@ from jax.extend import core as jax_core
 
 from ..measure import xla_stats
 from ..measure.timing import ProgramStats
-from ..core.model import Arrays, init_state
+from ..core.arrays import Arrays
+from ..core.initial_state import init_state
 from ..core.problem import FitState, Output, Problem
 
 NAN = float("nan")

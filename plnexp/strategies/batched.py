@@ -18,7 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..core.data import device_offsets
-from ..core.model import Arrays, init_state
+from ..core.arrays import Arrays
+from ..core.initial_state import init_state
 from ..core.problem import FitState, Output, Problem
 from .base import WHOLE_PROGRAM, Compiled, SingleProgram, aot_compile, compiled_program
 

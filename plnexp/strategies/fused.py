@@ -38,7 +38,9 @@ import numpy as np
 import optax
 from jax.scipy.linalg import cho_solve
 
-from ..core.model import FULL, Arrays, PLNState, logdet_from_cholesky
+from ..core.arrays import Arrays
+from ..core.model import FULL
+from ..core.pln_elbo import PLNState, logdet_from_cholesky
 from ..core.problem import FitState, Output, Problem, analytic
 from .base import SingleProgram
 

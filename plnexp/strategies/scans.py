@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 from jax.tree_util import register_pytree_node_class
 
-from ..core.model import PLNState
+from ..core.pln_elbo import PLNState
 from ..core.problem import FitState, Output, Problem
 from .base import SingleProgram
 

@@ -2,7 +2,7 @@
 
 A PLN fit is data-parallel by rows: Y, O, X, M, S and the optimizer's per-row state split by rows;
 the only quantities that mix rows are sums over rows (the ELBO's, M'M, sum S^2, X'M, X'(Y - A)),
-which :mod:`plnexp.core.model` takes in one place (``_total``). The p x p closed forms (Sigma, Omega, B)
+which :mod:`plnexp.core.row_sums` takes in one place (``_total``). The p x p closed forms (Sigma, Omega, B)
 are then computed on every device from the reduced statistics (replicated).
 
 Two ways to write it, an option of the strategy (``strategy.via``):
@@ -45,7 +45,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ..core.arrays import SparseCounts
 from ..core.data import DataError, device_offsets, row_range
-from ..core.model import Arrays, PLNState, Rows, init_noise, init_state, init_state_given
+from ..core.arrays import Arrays, Rows
+from ..core.initial_state import init_noise, init_state, init_state_given
+from ..core.pln_elbo import PLNState
 from ..core.problem import FitState, Output, Problem
 from .base import WHOLE_PROGRAM, Compiled, aot_compile, compiled_program
 
@@ -275,7 +277,7 @@ class RowSharded:
         return jax.device_put(state, self._shardings(state, _mesh(data)))
 
     def _initial_per_device(self, problem: Problem, data: Arrays, init: str, seed: int) -> PLNState:
-        """:func:`~plnexp.core.model.init_state` under ``shard_map`` (sparse counts: each device
+        """:func:`~plnexp.core.initial_state.init_state` under ``shard_map`` (sparse counts: each device
         reads its rows' CSR), its sums over rows ``psum``-ed; the noise of ``init="random"`` drawn
         for every row, as for dense data, each device given its rows of it."""
         mesh, model = _mesh(data), problem.model

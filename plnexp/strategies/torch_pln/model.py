@@ -1,18 +1,18 @@
-"""The PLN maths of :mod:`plnexp.core.model` in PyTorch: partial ELBOs (no log y!), closed forms and the
+"""The PLN maths of :mod:`plnexp.core.pln_elbo` in PyTorch: partial ELBOs (no log y!), closed forms and the
 gradients, as pure functions of tensors. No device, dtype or thread setting here: they come from
 the tensors passed in, and no memory layout either: LAPACK's solves (``cholesky_solve``) return
 column-major tensors, and the step of :mod:`plnexp.strategies.torch_pln.program` makes every tensor of the
 state it returns row-major (:func:`plnexp.strategies.torch_pln.program.row_major`), as ``torch.compile``'s
 guards on strides need.
 
-The containers are :mod:`plnexp.core.model`'s own NamedTuples holding tensors: :class:`PLNState`
-(B, M, S, Sigma, Omega) and :class:`Arrays` (Y, O, X). ``full`` and ``profiled`` follow the JAX
-definitions line by line (Omega multiplies the whole trace bracket; Cholesky factors, never a
-general inverse); see :mod:`plnexp.core.model` for the formulas.
+The containers are :mod:`plnexp.core.pln_elbo`'s and :mod:`plnexp.core.arrays`' own NamedTuples
+holding tensors: :class:`PLNState` (B, M, S, Sigma, Omega) and :class:`Arrays` (Y, O, X). ``full``
+and ``profiled`` follow the JAX definitions line by line (Omega multiplies the whole trace bracket;
+Cholesky factors, never a general inverse); see :mod:`plnexp.core.pln_elbo` for the formulas.
 
 Two gradients, like :data:`plnexp.core.problem.GRADIENTS`: ``autodiff`` (``torch.func.grad_and_value``
 of the ELBO, which ``torch.compile`` traces into the same graph) and ``analytic`` (the closed-form
-gradient of :func:`plnexp.core.model.full_value_and_grad` / ``profiled_value_and_grad``).
+gradient of :func:`plnexp.core.pln_elbo.full_value_and_grad` / ``profiled_value_and_grad``).
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from collections.abc import Callable
 import torch
 
 if TYPE_CHECKING:
-    # plnexp.core.model's NamedTuples as this module takes and makes them, holding tensors (their fields
-    # are annotated for JAX arrays there): the very same classes at run time, typed for tensors here
+    # plnexp.core's NamedTuples (arrays.Arrays, pln_elbo.PLNState) as this module takes and makes them,
+    # holding tensors (their fields are annotated for JAX arrays there): the very same classes at run
+    # time, typed for tensors here
 
     class Arrays(NamedTuple):
         Y: torch.Tensor
@@ -42,9 +43,10 @@ if TYPE_CHECKING:
         Omega: torch.Tensor
 
 else:
-    from ...core.model import Arrays, PLNState
+    from ...core.arrays import Arrays
+    from ...core.pln_elbo import PLNState
 
-Params = dict  # {"B", "M", "S"} (full) or {"M", "S"} (profiled), as in plnexp.core.model
+Params = dict  # {"B", "M", "S"} (full) or {"M", "S"} (profiled), as in plnexp.core.pln_elbo
 
 
 def cholesky(A: torch.Tensor) -> torch.Tensor:
@@ -80,7 +82,7 @@ def _poisson_part(data: Arrays, Z: torch.Tensor, S: torch.Tensor) -> torch.Tenso
 
 
 def full_elbo(params: Params, state: PLNState, data: Arrays) -> torch.Tensor:
-    """:func:`plnexp.core.model.full_elbo`: (B, M, S) free, Sigma and Omega held at the state's."""
+    """:func:`plnexp.core.pln_elbo.full_elbo`: (B, M, S) free, Sigma and Omega held at the state's."""
     B, M, S = params["B"], params["M"], params["S"]
     n, p = M.shape
     logdet_omega = -_logdet_from_cholesky(cholesky(state.Sigma))
@@ -90,7 +92,7 @@ def full_elbo(params: Params, state: PLNState, data: Arrays) -> torch.Tensor:
 
 
 def profiled_elbo(params: Params, state: PLNState, data: Arrays) -> torch.Tensor:
-    """:func:`plnexp.core.model.profiled_elbo`: B and Sigma at their closed forms given (M, S)."""
+    """:func:`plnexp.core.pln_elbo.profiled_elbo`: B and Sigma at their closed forms given (M, S)."""
     del state
     M, S = params["M"], params["S"]
     n = M.shape[0]
@@ -100,7 +102,7 @@ def profiled_elbo(params: Params, state: PLNState, data: Arrays) -> torch.Tensor
 
 
 def _value_and_grad_given_omega(data: Arrays, M, B, M_res, S, Sigma, Omega):
-    """:func:`plnexp.core.model._value_and_grad_given_omega`: value, dZ, dS and A = exp(Z + S^2/2)."""
+    """:func:`plnexp.core.pln_elbo._value_and_grad_given_omega`: value, dZ, dS and A = exp(Z + S^2/2)."""
     n, p = S.shape
     Z = data.O + M if B is None else data.O + data.X @ B + M
     A = torch.exp(Z + 0.5 * S * S)
@@ -112,14 +114,14 @@ def _value_and_grad_given_omega(data: Arrays, M, B, M_res, S, Sigma, Omega):
 
 
 def full_value_and_grad(params: Params, state: PLNState, data: Arrays):
-    """:func:`plnexp.core.model.full_value_and_grad` (for a complete state)."""
+    """:func:`plnexp.core.pln_elbo.full_value_and_grad` (for a complete state)."""
     B, M, S = params["B"], params["M"], params["S"]
     value, dM, dS, residual = _value_and_grad_given_omega(data, M, B, M, S, state.Sigma, state.Omega)
     return value, {"B": data.X.T @ residual, "M": dM, "S": dS}
 
 
 def profiled_value_and_grad(params: Params, state: PLNState, data: Arrays):
-    """:func:`plnexp.core.model.profiled_value_and_grad` (for a complete state: B, Sigma, Omega closed forms)."""
+    """:func:`plnexp.core.pln_elbo.profiled_value_and_grad` (for a complete state: B, Sigma, Omega closed forms)."""
     M, S = params["M"], params["S"]
     R = M - data.X @ state.B
     value, dM, dS, _ = _value_and_grad_given_omega(data, M, None, R, S, state.Sigma, state.Omega)

@@ -45,7 +45,7 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from ...core.model import Arrays
+from ...core.arrays import Arrays
 from ...core.problem import GRADIENTS as JAX_GRADIENTS
 from ...core.problem import FitState, Output, Problem
 from ...system.machine import usable_cores
