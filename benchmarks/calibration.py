@@ -47,7 +47,7 @@ def pairs(n: int, gap: float) -> tuple[np.ndarray, np.ndarray]:
         before = calibrate()
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < gap:
-            plnexp.fit(data, n_iter=20, strategy="scan", model="full", optimizer="radam_clip", timed=False)
+            plnexp.fit(data, n_iter=20, strategy="scan", model="full", optimizer="radam_clip", init="seed", timed=False)
         out.append((before, calibrate()))
     a = np.asarray(out)
     return a[:, 0], a[:, 1]

@@ -34,7 +34,9 @@ def main(argv=None) -> None:
     print(f"{'model':<9} {'optimizer':<10} {'precision':<9} {'loglik':>12} {'gap':>9} {'wall_s':>7}  iters to gap<0.05")
     for model, optimizer, precision in GRID:
         t0 = time.perf_counter()
-        res = plnexp.fit(data, model=model, optimizer=optimizer, precision=precision, n_iter=args.n_iter, timed=False)
+        res = plnexp.fit(
+            data, model=model, optimizer=optimizer, precision=precision, n_iter=args.n_iter, init="seed", timed=False
+        )
         wall = time.perf_counter() - t0
         close = (OPTIMUM - res.elbo[: res.n_iter]) < 0.05
         first = int(close.argmax()) + 1 if close.any() else "-"

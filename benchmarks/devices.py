@@ -76,6 +76,7 @@ def sharding(label: str, data, n_iter: int, args) -> None:
         model="full",
         optimizer="radam_clip",
         n_iter=n_iter,
+        init="seed",  # W1's start (plnexp.fit's default is the data's since #63)
         precision="float32",
         repeats=args.repeats,
         warmup=args.warmup,

@@ -144,6 +144,7 @@ def run_one(args) -> int:
         model=args.model,
         optimizer=args.optimizer,
         n_iter=args.n_iter,
+        init="seed",  # the tutorial's start (plnexp.fit's default is the data's since #63)
         precision=args.precision,
         strategy=args.strategy,
         repeats=args.repeats,

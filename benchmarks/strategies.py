@@ -197,6 +197,7 @@ def fit_row(data, args, name: str, gradient: str = "analytic", label: str | None
         model=args.model,
         optimizer=args.optimizer,
         n_iter=n_iter,
+        init="seed",  # W1, the tutorial's workload (plnexp.fit's default start is the data's since #63)
         precision=args.precision,
         strategy=name,
         unroll=args.unroll,

@@ -114,6 +114,7 @@ def fit_row(data, args, strategy: str, gradient: str, mode: str = "default") -> 
         model=args.model,
         optimizer=args.optimizer,
         n_iter=args.n_iter,
+        init="seed",  # W1, the tutorial's workload (plnexp.fit's default start is the data's since #63)
         precision=args.precision,
         device=args.device,
         strategy=strategy,
