@@ -24,6 +24,7 @@ import pytest
 import daemons
 from conftest import session_env
 from plnexp.cli import doctor
+from plnexp.cli.doctor import store_server
 
 # one xdist worker runs them all: the module's server is started once
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("auth"), pytest.mark.timeout(300)]
@@ -203,7 +204,7 @@ def test_doctor_says_whether_the_server_accepts_the_credentials(server, as_user)
     assert found["store_writable"].ok is False, found
     assert found["store_writable"].detail == (
         f"{uri}: the server accepted the credentials of bob but refused to let it create a run in experiment "
-        f"{doctor.DOCTOR_EXPERIMENT} and log to it (HTTP 403: permission denied): ask the server's admin to "
+        f"{store_server.DOCTOR_EXPERIMENT} and log to it (HTTP 403: permission denied): ask the server's admin to "
         f"grant bob that permission, or set {ACCOUNT} to an account that has it"
     )
     assert all(p not in c.detail for c in found.values() for p in (*USERS.values(), ADMIN_PASSWORD))

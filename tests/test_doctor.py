@@ -10,17 +10,22 @@ import jax
 import pytest
 
 from plnexp.cli import doctor
+from plnexp.cli.doctor import jitted_numerics
+from plnexp.cli.doctor import machine
+from plnexp.cli.doctor import store_local
+from plnexp.cli.doctor import store_server
 from plnexp.system import runtime
 from plnexp.core.model import MODELS, PCA_NAME
 
 CPU = jax.devices("cpu")[0]
-CHECKED = {m.name: m for m in doctor.checked_models()}  # full, profiled and pca (rank doctor.PCA_RANK)
+# full, profiled and pca (rank jitted_numerics.PCA_RANK)
+CHECKED = {m.name: m for m in jitted_numerics.checked_models()}
 
 
 @pytest.mark.parametrize("precision", ["float32", "float64"])
 @pytest.mark.parametrize("model", list(CHECKED))
 def test_jitted_elbo_matches_host_reference_here(oaks, model, precision):
-    check = doctor.elbo_check(CHECKED[model], CPU, precision, oaks)
+    check = jitted_numerics.elbo_check(CHECKED[model], CPU, precision, oaks)
     assert check.ok is True, check.detail
     assert check.name == f"elbo[{model},{precision},cpu:{CPU.id}]"
 
@@ -29,15 +34,15 @@ def test_jitted_elbo_matches_host_reference_here(oaks, model, precision):
 def test_wrong_jitted_value_fails_naming_model_device_dtype(oaks, model):
     # off by 1e-3 relative: ten times the float32 tolerance, far below the 13% of the known miscompile
     def perturbed(m, state, arrays):
-        value = doctor.jitted_state_elbo(m, state, arrays)
+        value = jitted_numerics.jitted_state_elbo(m, state, arrays)
         return value + 1e-3 * abs(float(value))
 
-    check = doctor.elbo_check(
+    check = jitted_numerics.elbo_check(
         CHECKED[model],
         CPU,
         "float32",
         oaks,
-        functions=[("value_and_grad", doctor.jitted_value_and_grad), ("state_elbo", perturbed)],
+        functions=[("value_and_grad", jitted_numerics.jitted_value_and_grad), ("state_elbo", perturbed)],
     )
     assert check.ok is False
     assert check.label == "FAIL"
@@ -47,37 +52,38 @@ def test_wrong_jitted_value_fails_naming_model_device_dtype(oaks, model):
 
 
 def test_the_pca_check_is_against_pca_elbo_at_the_rotated_axes(oaks):
-    """PLN-PCA at rank doctor.PCA_RANK is among the checked models; its host value is
+    """PLN-PCA at rank jitted_numerics.PCA_RANK is among the checked models; its host value is
     reference.pca_elbo at (B, C Q, M Q, S), Q the Cayley transform of R - R' (by NumPy here), R not 0."""
     import numpy as np
 
     from plnexp.core import reference
 
-    assert list(CHECKED) == [*MODELS, PCA_NAME] and CHECKED[PCA_NAME].rank == doctor.PCA_RANK
-    params = doctor.random_params(CHECKED[PCA_NAME], oaks)
+    assert list(CHECKED) == [*MODELS, PCA_NAME] and CHECKED[PCA_NAME].rank == jitted_numerics.PCA_RANK
+    params = jitted_numerics.random_params(CHECKED[PCA_NAME], oaks)
     W = params["R"] - params["R"].T
     assert np.abs(W).max() > 0.01  # a rotation: Q is not I
-    eye = np.eye(doctor.PCA_RANK)
+    eye = np.eye(jitted_numerics.PCA_RANK)
     Q = np.linalg.solve(eye - W, eye + W)
     want = reference.pca_elbo(oaks.Y, oaks.O, oaks.X, params["B"], params["C"] @ Q, params["M"] @ Q, params["S"])
-    check = doctor.elbo_check(CHECKED[PCA_NAME], CPU, "float64", oaks)
+    check = jitted_numerics.elbo_check(CHECKED[PCA_NAME], CPU, "float64", oaks)
     assert check.ok is True and f"= {want:.4f} within" in check.detail, (want, check.detail)
-    wrong = doctor.elbo_check(
+    wrong = jitted_numerics.elbo_check(
         CHECKED[PCA_NAME], CPU, "float64", oaks, functions=[("state_elbo", lambda m, s, a: float("nan"))]
     )
-    assert wrong.ok is False and f"model pca (rank {doctor.PCA_RANK}) on cpu:" in wrong.detail
+    assert wrong.ok is False and f"model pca (rank {jitted_numerics.PCA_RANK}) on cpu:" in wrong.detail
 
 
 def test_nan_jitted_value_fails(oaks):
-    check = doctor.elbo_check(
+    check = jitted_numerics.elbo_check(
         MODELS["full"], CPU, "float64", oaks, functions=[("state_elbo", lambda m, s, a: float("nan"))]
     )
     assert check.ok is False and "nan" in check.detail
 
 
 def test_miscompile_probe_passes_here_and_fails_on_a_wrong_sum(oaks):
-    assert doctor.stirling_probe(CPU, oaks).ok is True
-    wrong = doctor.stirling_probe(CPU, oaks, jitted=lambda k: 1113766.9)  # what jaxlib 0.10.2 gave without the flag
+    assert jitted_numerics.stirling_probe(CPU, oaks).ok is True
+    # what jaxlib 0.10.2 gave without the flag
+    wrong = jitted_numerics.stirling_probe(CPU, oaks, jitted=lambda k: 1113766.9)
     assert wrong.ok is False
     assert "1113766.9" in wrong.detail and "1285968.2" in wrong.detail
 
@@ -85,8 +91,8 @@ def test_miscompile_probe_passes_here_and_fails_on_a_wrong_sum(oaks):
 @pytest.mark.slow
 def test_numerics_covers_every_device_model_and_precision():
     names = {c.name for c in doctor.numerics()}
-    for dev in doctor.all_devices():
-        label = doctor.device_label(dev)
+    for dev in machine.all_devices():
+        label = machine.device_label(dev)
         assert f"miscompile_probe[{label}]" in names
         for model in CHECKED:
             for precision in ("float32", "float64"):
@@ -257,20 +263,20 @@ tmpfs /scratch/tmp\\011a\\134b tmpfs rw 0 0
 
 
 def test_filesystem_of_takes_the_longest_mount_point():
-    assert doctor.filesystem_of(Path("/shared/proj/outputs/mlflow.db"), MOUNTS) == ("nfs4", "/shared")
-    assert doctor.filesystem_of(Path("/shared"), MOUNTS) == ("nfs4", "/shared")
-    assert doctor.filesystem_of(Path("/home/u/outputs/mlflow.db"), MOUNTS) == ("ext4", "/")
-    assert doctor.filesystem_of(Path("/sharedness/mlflow.db"), MOUNTS) == ("ext4", "/")  # a prefix, not a parent
-    assert doctor.filesystem_of(Path("/scratch/u/mlflow.db"), MOUNTS) == ("lustre", "/scratch")
-    assert doctor.filesystem_of(Path("/x"), "") is None
+    assert store_local.filesystem_of(Path("/shared/proj/outputs/mlflow.db"), MOUNTS) == ("nfs4", "/shared")
+    assert store_local.filesystem_of(Path("/shared"), MOUNTS) == ("nfs4", "/shared")
+    assert store_local.filesystem_of(Path("/home/u/outputs/mlflow.db"), MOUNTS) == ("ext4", "/")
+    assert store_local.filesystem_of(Path("/sharedness/mlflow.db"), MOUNTS) == ("ext4", "/")  # a prefix, not a parent
+    assert store_local.filesystem_of(Path("/scratch/u/mlflow.db"), MOUNTS) == ("lustre", "/scratch")
+    assert store_local.filesystem_of(Path("/x"), "") is None
 
 
 def test_filesystem_of_decodes_escaped_mount_points_and_takes_the_last_mount():
-    assert doctor.filesystem_of(Path("/shared/proj x/mlflow.db"), MOUNTS) == ("nfs", "/shared/proj x")
-    assert doctor.filesystem_of(Path("/shared/proj/mlflow.db"), MOUNTS) == ("nfs4", "/shared")
-    assert doctor.filesystem_of(Path("/scratch/tmp\ta\\b/mlflow.db"), MOUNTS) == ("tmpfs", "/scratch/tmp\ta\\b")
+    assert store_local.filesystem_of(Path("/shared/proj x/mlflow.db"), MOUNTS) == ("nfs", "/shared/proj x")
+    assert store_local.filesystem_of(Path("/shared/proj/mlflow.db"), MOUNTS) == ("nfs4", "/shared")
+    assert store_local.filesystem_of(Path("/scratch/tmp\ta\\b/mlflow.db"), MOUNTS) == ("tmpfs", "/scratch/tmp\ta\\b")
     over = MOUNTS + "server2:/x /shared nfs rw 0 0\n"  # mounted over /shared: the later one is what is seen
-    assert doctor.filesystem_of(Path("/shared/a/mlflow.db"), over) == ("nfs", "/shared")
+    assert store_local.filesystem_of(Path("/shared/a/mlflow.db"), over) == ("nfs", "/shared")
 
 
 def _mounted(tmp_path, fstype):
@@ -279,7 +285,7 @@ def _mounted(tmp_path, fstype):
 
 @pytest.mark.parametrize("fstype", ["nfs", "nfs4", "lustre", "gpfs", "beegfs", "cifs", "fuse.sshfs"])
 def test_a_sqlite_store_on_a_network_filesystem_is_a_warning_not_a_failure(monkeypatch, tmp_path, fstype):
-    monkeypatch.setattr(doctor, "_mounts_text", lambda: _mounted(tmp_path, fstype))
+    monkeypatch.setattr(store_local, "_mounts_text", lambda: _mounted(tmp_path, fstype))
     found = doctor.store(f"sqlite:///{tmp_path}/mlflow.db")
     assert [(c.name, c.ok) for c in found] == [
         ("store_reachable", True),
@@ -305,7 +311,7 @@ def test_a_sqlite_store_on_a_network_filesystem_is_a_warning_not_a_failure(monke
     ],
 )
 def test_a_sqlite_store_on_a_local_filesystem_passes(monkeypatch, tmp_path, mounts, ok, detail):
-    monkeypatch.setattr(doctor, "_mounts_text", lambda: mounts(tmp_path))
+    monkeypatch.setattr(store_local, "_mounts_text", lambda: mounts(tmp_path))
     found = {c.name: c for c in doctor.store(f"sqlite:///{tmp_path}/outputs/mlflow.db")}  # outputs/ not made yet
     assert found["store_filesystem"].ok is ok and detail in found["store_filesystem"].detail, found
     assert not found["store_filesystem"].detail.startswith("warning")
@@ -356,7 +362,7 @@ def test_server_writes_report_each_failure_in_one_line_and_restore_the_environme
     monkeypatch.setattr(FakeClient, "calls", [])
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "77")
     monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)
-    writable, artifacts = doctor._server_writes("http://h:5000", timeout=2.0)
+    writable, artifacts = store_server._server_writes("http://h:5000", timeout=2.0)
     assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "77" and "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ
     assert {t for _, t in FakeClient.calls} == {"6"}  # every call under the short limit
     names = [n for n, _ in FakeClient.calls]
@@ -371,7 +377,7 @@ def test_server_writes_report_each_failure_in_one_line_and_restore_the_environme
     elif failing == "log_text":
         assert writable.ok is True and artifacts.ok is False and "log_text refused" in artifacts.detail
     else:
-        assert writable.ok is True and f"experiment {doctor.DOCTOR_EXPERIMENT}" in writable.detail
+        assert writable.ok is True and f"experiment {store_server.DOCTOR_EXPERIMENT}" in writable.detail
         assert ("could not delete it (run r1 stays)" in writable.detail) == (failing == "delete_run")
         assert ("created and deleted a run" in writable.detail) == (failing == "")
         assert artifacts.ok is True and "artifact_uri /nfs/mlruns/1/r1/artifacts" in artifacts.detail
@@ -409,7 +415,7 @@ def test_a_tracking_server_is_written_to_and_its_artifacts_read_back(tmp_path, m
             )
             assert "MLFLOW_HTTP_REQUEST_TIMEOUT" not in os.environ
             cl = MlflowClient(server.uri)
-            exp = cl.get_experiment_by_name(doctor.DOCTOR_EXPERIMENT)
+            exp = cl.get_experiment_by_name(store_server.DOCTOR_EXPERIMENT)
             assert cl.search_runs([exp.experiment_id]) == []  # the run it made is deleted
             [deleted] = cl.search_runs([exp.experiment_id], run_view_type=ViewType.DELETED_ONLY)
             assert [p.name for p in (tmp_path / "server" / "artifacts").rglob("doctor.txt")] == ["doctor.txt"]
@@ -420,7 +426,7 @@ def test_a_tracking_server_is_written_to_and_its_artifacts_read_back(tmp_path, m
             # an experiment whose artifacts go to a path: the client writes there, bypassing the server
             cl.rename_experiment(exp.experiment_id, "plnexp-doctor-before")
             direct = tmp_path / "direct"
-            cl.create_experiment(doctor.DOCTOR_EXPERIMENT, artifact_location=str(direct))
+            cl.create_experiment(store_server.DOCTOR_EXPERIMENT, artifact_location=str(direct))
             found = {c.name: c for c in doctor.store(server.uri)}
             assert found["store_writable"].ok is True and found["store_artifacts"].ok is True, found
             assert str(direct) in found["store_artifacts"].detail
