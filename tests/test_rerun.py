@@ -630,3 +630,18 @@ def test_a_rerun_whose_h5ad_file_is_gone_names_the_file(outputs, tmp_path, capsy
     assert err.count("\n") == 1 and err.startswith(f"plnexp: error: run {run_id}: dataset.path="), err
     assert "allowed values are paths of existing .h5ad files" in err and "older plnexp" not in err
     assert reruns_of(outputs, run_id) == []
+
+
+@pytest.mark.slow  # a tiny fit (~3 s)
+def test_a_rerun_whose_overrides_exceed_the_machine_is_refused_before_any_run(outputs, capsys, monkeypatch):
+    """#62: a rerun's jobs get run's and sweep's checks (plan.check_data): an n_iter whose ELBO
+    history the memory cannot hold is one line, exit 2, no rerun."""
+    from plnexp.system import machine
+
+    out = original()
+    monkeypatch.setattr(machine, "available_memory", lambda: (10**9, "of memory available on this machine"))
+    capsys.readouterr()
+    assert main(["rerun", out.run_id, "n_iter=100000000"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("plnexp: error: n_iter=100000000: needs ~2.8 GB"), err
+    assert reruns_of(outputs, out.run_id) == []

@@ -271,6 +271,7 @@ def plan(
                 f"run {r.run_id}{of}: still RUNNING; allowed values are ended runs (FINISHED, FAILED, KILLED)"
             )
     sources = [source(uri, r, overrides, experiment) for r in originals(uri, run)]
+    cli.check_data([cli.Job((), s.config) for s in sources])  # as run and sweep: limits, rank, sparse counts
     digests = {s.run_id: runner.load_data(s.config.dataset).digest() for s in sources}
     return uri, run, sources, digests
 
