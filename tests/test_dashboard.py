@@ -208,7 +208,7 @@ def test_runs_page_shows_the_sweep_children_and_metrics(chrome, served_sweep, tm
 
 # ---------------------------------------------------------------- the study, from the landing page (issue #32)
 # the study view of the sweep (plnexp.store.writes.sweep_view): its verdict's columns first
-STUDY_COLUMNS = ("paired_ratio", "paired_ratio_lo", "paired_ratio_hi", "plnexp.verdict")
+STUDY_COLUMNS = ("plnexp.verdict", "plnexp.ratio", "paired_ratio")  # the ratio's interval: in plnexp.ratio
 MORE_COLUMNS = ("rounds_dropped", "rounds_used")  # in view once the assistant's panel is closed
 
 
@@ -306,7 +306,8 @@ def test_ui_prints_the_study_and_a_browser_there_sees_it(chrome, served_sweep, u
     wait_text(
         chrome, f"plnexp study: sweep default, parent run {parent.info.run_id}", "plnexp.verdict", "paired_ratio", *jobs
     )
-    wait_text(chrome, "reference", timeout=30)  # scan's verdict cell: the verdict column in view beside the panel
+    # scan's verdict cell and its ratio as read, in view beside the assistant's panel
+    wait_text(chrome, "reference", "plnexp.ratio", "1 (the reference)", timeout=30)
     body = chrome.find_element(By.TAG_NAME, "body").text
     assert body.index(jobs[0]) < body.index(jobs[1])  # the reference first
     assert "workflowType=machine_learning" in chrome.current_url

@@ -209,6 +209,21 @@ def test_the_printed_table_shows_the_verdicts_figures(swept):
     assert " 5.00 " not in text  # fori_loop's lucky single run is no speed of the table
 
 
+def test_each_runs_ratio_tag_reads_as_the_verdict(swept):
+    """The dashboard's ratio column (a tag: shown as written) says the verdict's ratio and interval."""
+    uri, rep, v = swept
+    st = memory.store(uri)
+    for s in v.strategies:
+        (run_id,) = s.runs
+        text = st.get_run(run_id).data.tags[V.RATIO_TAG]
+        if s.verdict == V.REFERENCE:
+            assert text == "1 (the reference)"
+        else:
+            m = re.fullmatch(r"(\d\.\d{3})× \[(\d\.\d\d)–(\d\.\d\d)\]", text)
+            assert m is not None, text
+            assert [float(x) for x in m.groups()] == pytest.approx([s.ratio, s.low, s.high], abs=5e-3)
+
+
 def test_the_parents_metrics_are_the_verdicts(swept):
     _, rep, v = swept
     metrics, tags = parent.metrics_and_tags(rep)

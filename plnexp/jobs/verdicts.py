@@ -37,6 +37,8 @@ from .tags import GROUP_TAG, REFERENCE_TAG, VERDICT_TAG
 SCHEMA = 1
 ARTIFACT = "verdict.json"
 REFERENCE = "reference"
+# a run's paired ratio as a person reads it (the dashboard shows a tag as written, a metric unrounded)
+RATIO_TAG = "plnexp.ratio"
 
 
 def _finite(x: float) -> float | None:
@@ -191,7 +193,7 @@ class GroupVerdict:
         )
 
     def run_tags(self, s: StrategyResult) -> dict[str, str]:
-        return {VERDICT_TAG: s.verdict, REFERENCE_TAG: self.reference, GROUP_TAG: self.label}
+        return {VERDICT_TAG: s.verdict, REFERENCE_TAG: self.reference, GROUP_TAG: self.label, RATIO_TAG: ratio_text(s)}
 
     def of(self, verdict: str) -> list[ProgramResult]:
         return [p for p in self.programs if p.verdict == verdict]
@@ -229,6 +231,18 @@ class GroupVerdict:
         basis += f"; minimum effect {self.min_effect:.2f}×"
         note = f"; {self.note}" if self.note else ""
         return f"{self.label}: {'; '.join(parts)} ({basis}){note}"
+
+
+def ratio_text(s: StrategyResult) -> str:
+    """``0.918× [0.81–1.70]`` (time ÷ the reference's, its interval), ``1 (the reference)``, or
+    ``0.918× [unbounded]`` (too few rounds); "-" without a ratio."""
+    if s.verdict == REFERENCE:
+        return "1 (the reference)"
+    if not math.isfinite(s.ratio):
+        return "-"
+    if not (math.isfinite(s.low) and math.isfinite(s.high)):
+        return f"{s.ratio:.3f}× [unbounded]"
+    return f"{s.ratio:.3f}× [{s.low:.2f}–{s.high:.2f}]"
 
 
 def dumps(groups: list[GroupVerdict]) -> str:

@@ -340,9 +340,8 @@ def log_text(uri: str, run_id: str, text: str, path: str) -> None:
 # the columns of a sweep's view (show_sweep): the verdict of its rounds first (plnexp.jobs.verdicts)
 SWEEP_COLUMNS = (
     "tags.`plnexp.verdict`",
-    "metrics.`paired_ratio`",
-    "metrics.`paired_ratio_lo`",
-    "metrics.`paired_ratio_hi`",
+    "tags.`plnexp.ratio`",  # the paired ratio and its interval, rounded as read (plnexp.jobs.verdicts.ratio_text)
+    "metrics.`paired_ratio`",  # (its interval in the tag beside it; paired_ratio_lo/_hi stay on the run)
     "metrics.`round_ms_per_iter`",
     "metrics.`rounds_used`",
     "metrics.`rounds_dropped`",
@@ -362,7 +361,7 @@ def sweep_view(parent_id: str, title: str, created_ms: int) -> str:
     state = {
         "selectedColumns": list(SWEEP_COLUMNS),
         "columnOrder": ["attributes.`Run Name`", *SWEEP_COLUMNS],
-        "columnWidths": {"attributes.`Run Name`": 280, **{c: 110 for c in SWEEP_COLUMNS[:-1]}},
+        "columnWidths": {"attributes.`Run Name`": 280, **{c: 110 for c in SWEEP_COLUMNS[:-1]}, SWEEP_COLUMNS[1]: 170},
         "searchFilter": f"tags.mlflow.parentRunId = '{parent_id}'",
         "orderByKey": "metrics.`study_order`",  # the reference first, then by paired ratio (StrategyResult.metrics)
         "orderByAsc": True,
