@@ -57,7 +57,7 @@ def main() -> int:
     ap.add_argument("--busy", action="store_true", help="a process keeps one core busy meanwhile")
     args = ap.parse_args()
 
-    from plnexp.core.data import load_oaks
+    from plnexp.core.oaks import load_oaks
     from plnexp.experiment.groups import judge
     from plnexp.fitting import rounds as R
     from plnexp.fitting.spec import parse

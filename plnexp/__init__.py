@@ -16,7 +16,13 @@ by :func:`plnexp.fit` while JAX has not started yet, or by ``plnexp.runtime.conf
 
 from .system import runtime
 from .system.version import VERSION
-from .core.data import Data, DataError, as_data, load_anndata, load_csv, load_oaks, replicate, simulate, simulate_pca
+from .core.anndata_counts import load_anndata
+from .core.csv_files import load_csv
+from .core.data import Data, DataError
+from .core.data_rows import replicate
+from .core.inputs import as_data
+from .core.oaks import load_oaks
+from .core.simulation import simulate, simulate_pca
 from .fitting.engine import FitResult, NumericsError, fit, fit_replicates
 from .fitting.saved import FitFileError
 from .strategies import STRATEGIES

@@ -17,7 +17,7 @@ from plnexp import DataError
 from plnexp.experiment import plan as cli
 from plnexp.core import reference
 from plnexp.jobs import config as C
-from plnexp.core import data as D
+from plnexp.core import simulation
 
 needs_anndata = pytest.mark.skipif(
     importlib.util.find_spec("anndata") is None,
@@ -196,7 +196,7 @@ def test_simulate_pca_draws_poisson_counts_of_its_truth_block_by_block(monkeypat
     mean = np.exp(data.O + data.X @ data.truth["B"] + np.diag(data.truth["Sigma"]) / 2).mean(axis=0)
     np.testing.assert_allclose(data.Y.mean(axis=0), mean, rtol=0.06)
     assert data.name == "synthetic_pca_n20000_p4_q2_s3"
-    monkeypatch.setattr(D, "BLOCK_ENTRIES", 64)  # 16 rows a block: 19 blocks
+    monkeypatch.setattr(simulation, "BLOCK_ENTRIES", 64)  # 16 rows a block: 19 blocks
     small = plnexp.simulate_pca(n=300, p=4, q=2, zero_fraction=0.9, seed=3)
     assert abs((small.Y == 0).mean() - 0.9) <= 0.01
     with pytest.raises(DataError, match=r"^simulate_pca: q=5 must be an integer <= p=4"):

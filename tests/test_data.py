@@ -287,7 +287,7 @@ def test_as_data_bad_values_are_one_line_naming_the_argument(counts, kwargs, mes
 def test_counts_too_large_for_float32_are_one_line_naming_the_largest(tmp_path):
     """A count of 1e40 overflows float32 (a failed fit, its optimum cached): refused before the fit, in
     one line naming the argument (or file), the largest count, its place and the allowed range."""
-    from plnexp.core.data import COUNTS_MAX
+    from plnexp.core.data_checks import COUNTS_MAX
 
     counts = np.array([[1.0, 2.0], [1e40, 3.0], [5.0, 1e30]])
     largest, allowed = (

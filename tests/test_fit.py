@@ -110,7 +110,8 @@ def test_all_zero_counts_fit_without_a_false_alarm(model, precision):
     """Counts that are all zero drive the ELBO to 0, where a purely relative host check failed on
     rounding alone (float64 profiled: relative error 4.9e-05 > 1e-9 at an ELBO of -2.9e-9). The fit
     must end, with a one-line warning about the empty columns, and its ELBO near 0 (the optimum)."""
-    from plnexp.core.data import Data, DataWarning, warn_empty_columns
+    from plnexp.core.data import Data, DataWarning
+    from plnexp.core.data_checks import warn_empty_columns
 
     zeros = Data(np.zeros((20, 4)), np.zeros((20, 4)), np.ones((20, 1)), "zeros")
     with pytest.warns(DataWarning, match=r"4 of 4 column\(s\) have no counts at all \(columns 1, 2, 3, 4\)"):

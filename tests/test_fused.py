@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 
 import plnexp
-from plnexp.core.data import simulate
+from plnexp.core.simulation import simulate
 from plnexp.strategies import StrategySpec, fused
 
 pytestmark = pytest.mark.native

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import plnexp
-from plnexp.core import data as D
+from plnexp.core import anndata_counts, simulation
 from plnexp.fitting import optimum
 from plnexp.core import reference
 from plnexp.core.precision import PRECISIONS
@@ -62,7 +62,7 @@ def test_simulate_pca_large_path_float32_counts_same_data_digest_and_fit(monkeyp
     same values, digest and fit as the float64 arrays."""
     kw = dict(n=120, p=30, q=3, zero_fraction=0.8, seed=2)
     small = plnexp.simulate_pca(**kw)
-    monkeypatch.setattr(D, "COMPACT_ENTRIES", 1000)
+    monkeypatch.setattr(simulation, "COMPACT_ENTRIES", 1000)
     large = plnexp.simulate_pca(**kw)
     assert small.Y.dtype == np.float64 and large.Y.dtype == np.float32 and large.Y.ctypes.data % 64 == 0
     np.testing.assert_array_equal(large.Y, small.Y)
@@ -88,10 +88,10 @@ def test_simulate_pca_large_path_float32_counts_same_data_digest_and_fit(monkeyp
 
 
 def test_simulate_pca_counts_float32_cannot_hold_go_float64(monkeypatch):
-    monkeypatch.setattr(D, "COMPACT_ENTRIES", 100)
-    monkeypatch.setattr(D, "FLOAT32_EXACT", 2)  # a count of 2 or more is "not exact": float64 from there on
+    monkeypatch.setattr(simulation, "COMPACT_ENTRIES", 100)
+    monkeypatch.setattr(simulation, "FLOAT32_EXACT", 2)  # a count of 2 or more is "not exact": float64 from there on
     data = plnexp.simulate_pca(n=60, p=10, q=2, seed=1)
-    monkeypatch.setattr(D, "COMPACT_ENTRIES", 1 << 26)
+    monkeypatch.setattr(simulation, "COMPACT_ENTRIES", 1 << 26)
     want = plnexp.simulate_pca(n=60, p=10, q=2, seed=1)
     assert data.Y.dtype == np.float64 and (want.Y >= 2).any()
     np.testing.assert_array_equal(data.Y, want.Y)
@@ -100,7 +100,7 @@ def test_simulate_pca_counts_float32_cannot_hold_go_float64(monkeypatch):
 @pytest.mark.parametrize("precision", [np.float32, np.float64])
 def test_to_device_gives_the_values_of_a_plain_device_put(monkeypatch, precision):
     monkeypatch.setattr(reference, "BLOCK_ENTRIES", 5 * 114)  # the conversion in blocks of 5 rows
-    monkeypatch.setattr(D, "COMPACT_ENTRIES", 1000)
+    monkeypatch.setattr(simulation, "COMPACT_ENTRIES", 1000)
     datasets = [
         plnexp.load_oaks(),
         plnexp.simulate_pca(50, 20, 2, 0.7),
@@ -152,7 +152,7 @@ def test_per_row_offsets_reach_the_device_as_their_column_same_fit(monkeypatch, 
 
 
 def test_float32_counts_go_to_the_cpu_without_a_copy(monkeypatch):
-    monkeypatch.setattr(D, "COMPACT_ENTRIES", 1000)
+    monkeypatch.setattr(simulation, "COMPACT_ENTRIES", 1000)
     data = plnexp.simulate_pca(100, 40, 2)
     assert data.to_device(np.float32, CPU).Y.unsafe_buffer_pointer() == data.Y.ctypes.data
 
@@ -182,7 +182,7 @@ def test_sparse_anndata_large_path_float32_counts_same_data(monkeypatch):
     Y[:, 0] += 1
     ad = anndata.AnnData(X=sparse.csr_matrix(Y.astype(np.float32)))
     want = plnexp.load_anndata(ad)
-    monkeypatch.setattr(D, "COMPACT_ENTRIES", 100)
+    monkeypatch.setattr(anndata_counts, "COMPACT_ENTRIES", 100)
     got = plnexp.load_anndata(ad)
     assert want.Y.dtype == np.float64 and got.Y.dtype == np.float32 and got.O.strides[1] == 0
     np.testing.assert_array_equal(got.Y, want.Y)

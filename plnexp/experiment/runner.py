@@ -21,7 +21,8 @@ import yaml
 
 from ..system import interrupts, jax_compat
 from ..jobs.config import Config
-from ..core.data import Data, digest_by_rows
+from ..core.data import Data
+from ..core.data_rows import digest_by_rows
 from ..system.redact import redact
 
 if TYPE_CHECKING:

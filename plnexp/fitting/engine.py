@@ -1,7 +1,7 @@
 """``plnexp.fit``: a typed :class:`~plnexp.fitting.spec.FitSpec` -> run a strategy, check and package the result.
 
 :func:`run` takes the spec (what the command line builds from its config); :func:`fit` is the thin
-parser of strings (and of counts in memory: :func:`plnexp.core.data.as_data`) for Python users.
+parser of strings (and of counts in memory: :func:`plnexp.core.inputs.as_data`) for Python users.
 
 A fit is a good citizen of the caller's process: it applies plnexp's process settings only while
 JAX has not started (:func:`plnexp.system.runtime.configure_or_warn`), never clears JAX's caches (a cold

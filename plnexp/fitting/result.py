@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DataNames", "FitResult", "INTERCEPT", "load_fit"]
 
-INTERCEPT = "intercept"  # the intercept's name among the covariates (plnexp.core.data.design_matrix's)
+INTERCEPT = "intercept"  # the intercept's name among the covariates (plnexp.core.data_checks.design_matrix's)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,8 @@ from typing import Any, ClassVar, TypeVar, cast
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
-from ..core.data import OAKS_COVARIATES, Data
+from ..core.data import Data
+from ..core.oaks import OAKS_COVARIATES
 from ..core.model import PCA_NAME, check_block_rows
 from ..core.optim import OptimizerSpec
 from ..system.credentials import refusal, secret_value
@@ -197,7 +198,7 @@ class DatasetSpec:
         raise NotImplementedError
 
     def load(self) -> Data:
-        from ..core.data import replicate
+        from ..core.data_rows import replicate
 
         return replicate(self._load(), self.replication)
 
@@ -207,7 +208,7 @@ class DatasetSpec:
 
     def _load_rows(self, start: int, stop: int) -> Data:
         """Rows ``start:stop`` of the data before replication; this default reads them whole first."""
-        from ..core.data import take_rows
+        from ..core.data_rows import take_rows
 
         return take_rows(self._load(), start, stop)
 
@@ -217,10 +218,10 @@ class DatasetSpec:
 
     def load_rows(self, start: int, stop: int) -> Data:
         """Rows ``start:stop`` of :meth:`load`'s data (:attr:`~plnexp.core.data.Data.part` set), the same
-        numbers, read alone where the source allows (CSV and ``.h5ad`` rows, :func:`~plnexp.core.data.simulate_pca`'s
+        numbers, read alone where the source allows (CSV and ``.h5ad`` rows, :func:`~plnexp.core.simulation.simulate_pca`'s
         blocks); replicated data: the base data read once, then only these rows made. What one process
         of a fit across processes reads (:mod:`plnexp.experiment.processes`)."""
-        from ..core.data import replicate_rows
+        from ..core.data_rows import replicate_rows
 
         if self.replication == 1:
             return self._load_rows(start, stop)
@@ -245,7 +246,7 @@ class OaksData(DatasetSpec):
         return "+" + "+".join(self.covariates) if self.covariates else ""
 
     def _load(self) -> Data:
-        from ..core.data import load_oaks
+        from ..core.oaks import load_oaks
 
         return load_oaks(1, self.covariates)
 
@@ -264,7 +265,7 @@ class SyntheticData(DatasetSpec):
         return f"synthetic_n{self.n}_p{self.p}_d{self.d}_s{self.seed}"
 
     def _load(self) -> Data:
-        from ..core.data import simulate
+        from ..core.simulation import simulate
 
         return simulate(self.n, self.p, self.d, self.seed)
 
@@ -296,24 +297,24 @@ class CsvData(DatasetSpec):
 
     def _load(self) -> Data:
         """Raises :class:`~plnexp.core.data.DataError` (one line naming the file) for a bad file."""
-        from ..core.data import load_csv
+        from ..core.csv_files import load_csv
 
         return load_csv(self.counts, self.offsets, self.covariates, log_offsets=self.log_offsets)
 
     def _rows(self) -> int:
-        from ..core.data import csv_rows
+        from ..core.csv_files import csv_rows
 
         return csv_rows(self.counts)
 
     def _load_rows(self, start: int, stop: int) -> Data:
-        from ..core.data import load_csv
+        from ..core.csv_files import load_csv
 
         return load_csv(self.counts, self.offsets, self.covariates, log_offsets=self.log_offsets, rows=(start, stop))
 
 
 @dataclass(frozen=True)
 class AnndataData(DatasetSpec):
-    """Single-cell counts of an ``.h5ad`` file (:func:`plnexp.core.data.load_anndata`; the ``single-cell``
+    """Single-cell counts of an ``.h5ad`` file (:func:`plnexp.core.anndata_counts.load_anndata`; the ``single-cell``
     extra). The file, anndata and the keys' types are checked here; the layer and obs columns when
     the file is read (before any run: a :class:`~plnexp.core.data.DataError` line naming the ones there are)."""
 
@@ -362,7 +363,7 @@ class AnndataData(DatasetSpec):
 
     def _load(self) -> Data:
         """Raises :class:`~plnexp.core.data.DataError` (one line naming the file) for a bad file."""
-        from ..core.data import load_anndata
+        from ..core.anndata_counts import load_anndata
 
         return load_anndata(self.path, self.layer, self.covariates, self.offsets, sparse=self.sparse)
 
@@ -372,7 +373,7 @@ class AnndataData(DatasetSpec):
         return int(anndata.read_h5ad(self.path, backed="r").n_obs)
 
     def _load_rows(self, start: int, stop: int) -> Data:
-        from ..core.data import load_anndata
+        from ..core.anndata_counts import load_anndata
 
         return load_anndata(
             self.path, self.layer, self.covariates, self.offsets, sparse=self.sparse, rows=(start, stop)
@@ -381,7 +382,7 @@ class AnndataData(DatasetSpec):
 
 @dataclass(frozen=True)
 class SyntheticPcaData(DatasetSpec):
-    """Counts drawn from the low-rank PLN-PCA model (:func:`plnexp.core.data.simulate_pca`)."""
+    """Counts drawn from the low-rank PLN-PCA model (:func:`plnexp.core.simulation.simulate_pca`)."""
 
     n: int = setting(Integer(2), 2000)
     p: int = setting(Integer(1), 200)
@@ -408,13 +409,13 @@ class SyntheticPcaData(DatasetSpec):
 
     @property
     def base_label(self) -> str:
-        from ..core.data import pca_name
+        from ..core.simulation import pca_name
 
         tail = "_sparse" if self.sparse else ""
         return pca_name(self.n, self.p, self.q, self.d, self.zero_fraction, self.seed) + tail
 
     def _load(self) -> Data:
-        from ..core.data import simulate_pca
+        from ..core.simulation import simulate_pca
 
         return simulate_pca(self.n, self.p, self.q, self.zero_fraction, self.d, self.seed, sparse=self.sparse)
 
@@ -422,7 +423,7 @@ class SyntheticPcaData(DatasetSpec):
         return self.n
 
     def _load_rows(self, start: int, stop: int) -> Data:
-        from ..core.data import simulate_pca
+        from ..core.simulation import simulate_pca
 
         return simulate_pca(
             self.n, self.p, self.q, self.zero_fraction, self.d, self.seed, sparse=self.sparse, rows=(start, stop)

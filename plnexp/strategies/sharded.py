@@ -18,7 +18,7 @@ Sigma divides by the number of data rows. One device gives scan's program on one
 
 Across JAX processes (``processes=N``: :mod:`plnexp.experiment.processes` starts them and calls
 ``jax.distributed.initialize`` first), the mesh is every process's devices (``jax.devices()``) and
-each process puts on its own devices only the rows they hold (:func:`plnexp.core.data.row_range`),
+each process puts on its own devices only the rows they hold (:func:`plnexp.core.data_rows.row_range`),
 the global arrays made with ``jax.make_array_from_process_local_data``; the program is the same,
 its reductions now between processes (gloo on CPUs). The curve, the final ELBO and B, Sigma are
 replicated, so every process reads them. The data a process is given may be its rows alone
@@ -44,7 +44,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ..core.arrays import SparseCounts
-from ..core.data import DataError, device_offsets, row_range
+from ..core.data import DataError, device_offsets
+from ..core.data_rows import row_range
 from ..core.arrays import Arrays, Rows
 from ..core.initial_state import init_noise, init_state, init_state_given
 from ..core.pln_elbo import PLNState

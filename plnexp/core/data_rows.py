@@ -1,0 +1,112 @@
+"""A data set's rows: which rows a JAX process of a fit across processes holds (:func:`row_range`),
+those rows taken (:func:`take_rows`), a data set stacked on itself (:func:`replicate`, and its rows
+alone: :func:`replicate_rows`), and its digest read a block of rows at a time
+(:func:`digest_by_rows`)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+
+import numpy as np
+
+from .data import Data, DataError, RowPart, _row_column, row_offsets
+from .reference import BLOCK_ENTRIES, dense_rows, is_sparse, row_blocks  # the one block size of the host's n x p reads
+
+
+def row_range(n: int, devices: int, first: int, count: int) -> tuple[int, int, int]:
+    """The rows of a data set of ``n`` rows that devices ``first`` to ``first + count - 1`` of a
+    1-D mesh of ``devices`` hold when its rows are split evenly across them, padded to a multiple of
+    ``devices`` (each device ``ceil(n / devices)`` rows; the padding rows, past the data's, are
+    the last devices'): ``(start, stop, pad)``, the data rows ``start:stop`` followed by ``pad``
+    padding rows. What one JAX process of a fit across processes reads (its devices' rows)."""
+    for key, value, low in (("n", n, 1), ("devices", devices, 1), ("first", first, 0), ("count", count, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{key}={value!r}: allowed values are integers >= {low}")
+    if first + count > devices:
+        raise ValueError(f"first={first}, count={count}: allowed are devices within the mesh's {devices}")
+    per = -(-n // devices)
+    lo, hi = first * per, (first + count) * per
+    start, stop = min(lo, n), min(hi, n)
+    return start, stop, (hi - lo) - (stop - start)
+
+
+def replicate(data: Data, times: int) -> Data:
+    """Stack the rows ``times`` times (the seed's way of making oaks bigger)."""
+    if int(times) != times or times < 1:
+        raise DataError(f"replication={times!r}: must be an integer >= 1")
+    if times == 1:
+        return data
+    rep = lambda a: np.tile(a, (int(times), 1))
+    if data.sparse:
+        from scipy import sparse
+
+        Y = sparse.csr_array(sparse.vstack([data.Y] * int(times), format="csr"))
+    else:
+        Y = rep(data.Y)
+    column = _row_column(np.asarray(data.O))  # offsets one per row stay a view of their column
+    return Data(
+        Y,
+        rep(data.O) if column is None else row_offsets(rep(column), data.p),
+        rep(data.X),
+        f"{data.name}_x{times}",
+        data.covariate_names,
+        data.truth,
+        data.columns,
+    )
+
+
+def take_rows(data: Data, start: int, stop: int) -> Data:
+    """Rows ``start:stop`` of the whole ``data`` (:attr:`Data.part` set): for a source that cannot be
+    read by rows (the draw of :func:`simulate`), the data read whole, then only these rows kept."""
+    column = _row_column(np.asarray(data.O))
+    O = np.asarray(data.O)[start:stop] if column is None else row_offsets(column[start:stop], data.p)
+    Y = data.Y[start:stop]
+    return Data(
+        Y if is_sparse(Y) else np.ascontiguousarray(Y),
+        O,
+        np.asarray(data.X)[start:stop],
+        data.name,
+        data.covariate_names,
+        data.truth,
+        data.columns,
+        RowPart(start, stop, data.n),
+    )
+
+
+def replicate_rows(data: Data, times: int, start: int, stop: int) -> Data:
+    """Rows ``start:stop`` of :func:`replicate` ``(data, times)`` without its other rows: row ``i`` is
+    the base data's row ``i % n`` (oaks x 1,724 is 116 rows read once, then only one process's rows)."""
+    n = data.n
+    if not (0 <= start <= stop <= n * times):
+        raise DataError(f"rows {start}:{stop}: allowed are rows within the {n * times} of replication={times}")
+    index = np.arange(start, stop) % n
+    column = _row_column(np.asarray(data.O))
+    Y = data.Y[index] if not is_sparse(data.Y) else data.Y[index]
+    return Data(
+        Y,
+        np.asarray(data.O)[index] if column is None else row_offsets(column[index], data.p),
+        np.asarray(data.X)[index],
+        f"{data.name}_x{times}" if times > 1 else data.name,
+        data.covariate_names,
+        data.truth,
+        data.columns,
+        RowPart(start, stop, n * times),
+    )
+
+
+def digest_by_rows(read: Callable[[int, int], Data], n: int, p: int) -> str:
+    """:meth:`Data.digest` of a data set of ``n`` rows read ``read(start, stop)`` a block of rows at a
+    time, never whole: the same bytes in the same order (Y's rows, then O's, then X's), so the same
+    digest as the data read whole, in the memory of one block (three passes over the rows)."""
+    step = max(1, BLOCK_ENTRIES // max(p, 1))
+    h = hashlib.sha256()
+    for k in range(3):  # Y, O, X: each after its shape
+        for start in range(0, n, step):
+            part = read(start, min(start + step, n))
+            a = (part.Y, part.O, part.X)[k]
+            if start == 0:
+                h.update(str((n, *a.shape[1:])).encode())
+            for r in row_blocks(*a.shape):
+                h.update(np.ascontiguousarray(dense_rows(a, r), dtype=np.float64).reshape(-1).data)
+    return h.hexdigest()
