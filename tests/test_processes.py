@@ -16,7 +16,8 @@ import pytest
 from conftest import spawn, store_client
 
 from plnexp.core import data as D
-from plnexp.core.data import row_range
+from plnexp.core import csv_files, data_rows, simulation
+from plnexp.core.data_rows import row_range
 from plnexp.experiment import plan as cli
 from plnexp.experiment import processes
 from plnexp.experiment.runner import check_processes
@@ -75,8 +76,8 @@ def _assert_rows_equal(parts, whole, read=None) -> None:
         (whole.name, whole.covariate_names, whole.columns)
     }
     # process 0 hashes the whole data a block of rows at a time: the digest of one process's run
-    read = read or (lambda a, b: D.take_rows(whole, a, b))
-    assert D.digest_by_rows(read, whole.n, whole.p) == whole.digest()
+    read = read or (lambda a, b: data_rows.take_rows(whole, a, b))
+    assert data_rows.digest_by_rows(read, whole.n, whole.p) == whole.digest()
 
 
 def _specs(tmp_path) -> dict:
@@ -105,8 +106,8 @@ def test_each_process_reads_its_rows_and_together_they_are_the_data_of_one(name,
 
 
 def test_the_rows_of_sparse_synthetic_counts_are_those_of_the_whole_draw():
-    whole = D.simulate_pca(9000, 500, 2, 0.95, sparse=True)
-    parts = [D.simulate_pca(9000, 500, 2, 0.95, sparse=True, rows=r) for r in ((0, 4500), (4500, 9000))]
+    whole = simulation.simulate_pca(9000, 500, 2, 0.95, sparse=True)
+    parts = [simulation.simulate_pca(9000, 500, 2, 0.95, sparse=True, rows=r) for r in ((0, 4500), (4500, 9000))]
     assert all(p.sparse for p in parts)
     _assert_rows_equal(parts, whole)
 
@@ -135,18 +136,18 @@ def test_anndata_rows_are_read_in_backed_mode(tmp_path, monkeypatch):
 
 def test_csv_rows_skip_the_other_lines_and_name_the_files_line(tmp_path):
     (tmp_path / "c.csv").write_text("a,b\n1,2\n\n3,4\n5,x\n")
-    header, Y = D._read_csv(tmp_path / "c.csv", "counts", (0, 2))
+    header, Y = csv_files._read_csv(tmp_path / "c.csv", "counts", (0, 2))
     assert header == ["a", "b"] and Y.tolist() == [[1, 2], [3, 4]]
     with pytest.raises(D.DataError, match=r"non-numeric value 'x' at row 3, column 2"):
-        D._read_csv(tmp_path / "c.csv", "counts", (2, 3))
+        csv_files._read_csv(tmp_path / "c.csv", "counts", (2, 3))
     with pytest.raises(D.DataError, match=r"rows=\(2, 5\): allowed are \(start, stop\) within its 3 rows"):
-        D.load_csv(tmp_path / "c.csv", rows=(2, 5))
+        csv_files.load_csv(tmp_path / "c.csv", rows=(2, 5))
 
 
 def test_the_full_models_host_elbo_is_the_sum_of_its_rows_parts():
     from plnexp.core import reference
 
-    data = D.simulate(n=41, p=5, seed=3)
+    data = simulation.simulate(n=41, p=5, seed=3)
     rng = np.random.default_rng(0)
     B, M, S = rng.normal(size=(2, 5)), rng.normal(size=(41, 5)) * 0.1, np.full((41, 5), 0.4)
     Sigma = np.cov(M.T) + np.eye(5)
@@ -470,5 +471,8 @@ def test_under_srun_every_task_runs_one_fit_of_processes_n_or_nothing(
     assert ran.stderr.count("\n") == 1 and ran.stderr.startswith(f"plnexp: error: {says}"), ran.stderr
     cl = store_client(outputs)
     assert [r for e in cl.search_experiments() for r in cl.search_runs([e.experiment_id])] == []
+    monkeypatch.setenv("SLURM_PROCID", "1")  # task 1 says nothing (task 0 says the line): one line for the srun
+    quiet = plnexp_main(command, "dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=3", "model=full", *args)
+    assert (quiet.returncode, quiet.stderr, quiet.stdout) == (2, "", "")
     monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "1")  # srun -n 1: this process alone, as without srun
     processes.check_tasks(1, multirun=True)

@@ -116,12 +116,15 @@ def placement(processes: int, environ: Mapping[str, str] = os.environ) -> Placem
 def check_tasks(processes: int, multirun: bool, environ: Mapping[str, str] = os.environ) -> None:
     """Before any work: under ``srun -n N`` (N > 1) every task runs this command, so it must be one fit
     of ``processes=N`` (the tasks join, task 0 owns the run), never N fits of their own nor N sweeps;
-    else one :class:`~plnexp.jobs.config.ConfigError` line naming ``processes=N``."""
+    else one :class:`~plnexp.jobs.config.ConfigError` line naming ``processes=N``, said by task 0 (the
+    other tasks exit 2 silently)."""
     from ..jobs.config import ConfigError
 
     tasks = srun_tasks(environ)
-    if tasks is None or tasks == 1:
+    if tasks is None or tasks == 1 or (processes == tasks and not multirun):
         return
+    if environ.get("SLURM_PROCID", "0") != "0":  # task 0 says the line: one line for the srun, not one a task
+        raise SystemExit(2)
     if multirun:
         raise ConfigError(
             f"a sweep under srun -n {tasks}: each of the {tasks} tasks would run the whole sweep; allowed is one "
