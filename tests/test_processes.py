@@ -136,8 +136,8 @@ def test_anndata_rows_are_read_in_backed_mode(tmp_path, monkeypatch):
 
 def test_csv_rows_skip_the_other_lines_and_name_the_files_line(tmp_path):
     (tmp_path / "c.csv").write_text("a,b\n1,2\n\n3,4\n5,x\n")
-    header, Y = csv_files._read_csv(tmp_path / "c.csv", "counts", (0, 2))
-    assert header == ["a", "b"] and Y.tolist() == [[1, 2], [3, 4]]
+    header, Y, names = csv_files._read_csv(tmp_path / "c.csv", "counts", (0, 2))
+    assert header == ["a", "b"] and Y.tolist() == [[1, 2], [3, 4]] and names is None
     with pytest.raises(D.DataError, match=r"non-numeric value 'x' at row 3, column 2"):
         csv_files._read_csv(tmp_path / "c.csv", "counts", (2, 3))
     with pytest.raises(D.DataError, match=r"rows=\(2, 5\): allowed are \(start, stop\) within its 3 rows"):

@@ -242,24 +242,3 @@ def _device_sparse(Y, dtype, device):
         (int(Y.shape[0]), int(Y.shape[1])),
         int(row_nnz.max()) if row_nnz.size else 0,
     )
-
-
-# Temporary (#65): the names tests/test_processes.py still reads from this module, until its import lines
-# move to the new homes (the file has another engineer's uncommitted edits); imported when read, so no cycle.
-_MOVED = {
-    "row_range": "data_rows",
-    "take_rows": "data_rows",
-    "digest_by_rows": "data_rows",
-    "simulate": "simulation",
-    "simulate_pca": "simulation",
-    "load_csv": "csv_files",
-    "_read_csv": "csv_files",
-}
-
-
-def __getattr__(name: str):
-    if name in _MOVED:
-        from importlib import import_module
-
-        return getattr(import_module(f"{__package__}.{_MOVED[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

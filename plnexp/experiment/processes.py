@@ -13,7 +13,7 @@ before any other use of JAX (CPU collectives over gloo), then runs the job. Wher
   (:func:`placement`); SLURM's task 0 is JAX's process 0.
 
 The mesh of ``scan_sharded`` then spans every process's devices, and each process puts on them
-only its own rows (:func:`plnexp.core.data.row_range`), which is all it reads of the data where the
+only its own rows (:func:`plnexp.core.data_rows.row_range`), which is all it reads of the data where the
 source allows (:meth:`plnexp.jobs.config.DatasetSpec.load_rows`: CSV lines, ``.h5ad`` rows in
 backed mode, ``simulate_pca``'s blocks; ``simulate``'s draw is whole, then sliced); the float64 host
 reference and log y! are summed across processes over each one's rows; each process's peak memory is
