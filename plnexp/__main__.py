@@ -26,7 +26,7 @@ import warnings
 from pathlib import Path
 
 from .experiment import plan as cli
-from .experiment import processes
+from .experiment import processes, srun
 from .system import credentials, interrupts
 from .experiment import resume
 from .system import runtime
@@ -237,7 +237,7 @@ def _check(overrides: list[str], multirun: bool):
     """Everything before the first run exists; returns the jobs and the store's URI. The device is
     checked here only when the jobs run on this machine (each job checks it again where it runs)."""
     jobs = cli.plan(overrides, multirun, check_device=cli.jobs_run_here(overrides))
-    processes.check_tasks(jobs[0].config.processes, multirun)  # srun -n N: one fit of processes=N
+    srun.check_tasks(jobs[0].config.processes, multirun)  # srun -n N: one fit of processes=N
     cli.check_data(jobs)
     cli.check_outputs()
     tracking.set_timeout(jobs[0].config.store_timeout_s)  # one value per sweep (plan.ONE_PER_SWEEP)

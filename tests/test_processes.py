@@ -19,7 +19,7 @@ from plnexp.core import data as D
 from plnexp.core import csv_files, data_rows, simulation
 from plnexp.core.data_rows import row_range
 from plnexp.experiment import plan as cli
-from plnexp.experiment import processes
+from plnexp.experiment import processes, srun
 from plnexp.experiment.runner import check_processes
 from plnexp.jobs import provenance
 from plnexp.jobs import config as C
@@ -475,4 +475,4 @@ def test_under_srun_every_task_runs_one_fit_of_processes_n_or_nothing(
     quiet = plnexp_main(command, "dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=3", "model=full", *args)
     assert (quiet.returncode, quiet.stderr, quiet.stdout) == (2, "", "")
     monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "1")  # srun -n 1: this process alone, as without srun
-    processes.check_tasks(1, multirun=True)
+    srun.check_tasks(1, multirun=True)

@@ -462,7 +462,7 @@ def check_data(jobs: Plan | list[Job]) -> None:
     strategy that does not read them (:func:`plnexp.fitting.engine.check_sparse`): one :class:`ConfigError` line."""
     from ..fitting.engine import check_sparse
     from ..jobs import limits
-    from .processes import srun_tasks
+    from .srun import srun_tasks
     from .runner import load_data
 
     # every value that sizes memory against the machine, before the data is loaded (plnexp.jobs.limits)
