@@ -30,7 +30,7 @@ from .experiment import processes, srun
 from .system import credentials, interrupts
 from .experiment import resume
 from .system import runtime
-from .experiment import groups, sweep
+from .experiment import groups, job_task, sweep, sweep_record
 from . import store as tracking
 from .jobs import config as C
 from .core.data import DataError, DataWarning
@@ -261,10 +261,10 @@ def _machinery_error(e: BaseException) -> int:
 
 def run(plan: cli.Plan, uri: str) -> int:
     """A single run: the plan's one job, in this process."""
-    task = sweep.Task()
+    task = job_task.Task()
     (spec,) = plan.specs()
     if spec.config.processes > 1:  # N JAX processes (started here, or one per srun task): process 0 logs the run
-        sweep.write_job_dir(str(plan.run_dir()), spec.config, spec.overrides)  # as the job in this process does
+        job_task.write_job_dir(str(plan.run_dir()), spec.config, spec.overrides)  # as the job in this process does
         return processes.run(spec, uri, str(plan.run_dir()))
     with interrupts.handled(lambda signum: sweep.force_stop(None, uri, signal.Signals(signum).name)) as guard:
         try:
@@ -318,13 +318,13 @@ def multirun(overrides: list[str], jobs: cli.Plan, uri: str, resumed: bool = Fal
         print(resume.summary(uri, done), flush=True)
         print(resume.all_done_line(done, first.experiment), flush=True)
         return 0
-    sweep_dir = Path(given.strip("'\"")).resolve() if given else sweep.new_sweep_dir()
+    sweep_dir = Path(given.strip("'\"")).resolve() if given else sweep_record.new_sweep_dir()
 
     def launch(record) -> None:
         executor = jobs.executor(sweep_dir)
         timed = executor.name in cli.LOCAL_LAUNCHERS and first.report.rounds > 0  # each group timed in rounds, here
         # the driver's jobs keep their programs for the rounds
-        task = sweep.Task(held=groups.Held() if timed and executor.in_driver else None)
+        task = job_task.Task(held=groups.Held() if timed and executor.in_driver else None)
         verdicts = sweep.run_jobs(task, record, sweep_dir, jobs.specs(), executor)
         groups.log_verdicts(record, verdicts)  # SLURM: each group timed in rounds on its node
         if timed:
@@ -397,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     # (python -m plnexp masks the whole process: its last traceback too)
     with credentials.boundary():
         # plnexp owns this process: its settings before anything starts JAX (a job in another process,
-        # which a launcher starts, applies them itself: sweep.Task)
+        # which a launcher starts, applies them itself: job_task.Task)
         runtime.configure()
         quiet_sacct()  # hydra/launcher=submitit_slurm on a cluster without accounting: one line, not one per poll
         with warnings.catch_warnings():  # restores the default display on return (callers in Python)
@@ -428,7 +428,7 @@ def _main(argv: list[str] | None = None) -> int:
         return sync(args)
     if command == "rerun":
         from .experiment.rerun import main as rerun
-        from .experiment.rerun import store_override
+        from .experiment.rerun_sources import store_override
 
         _send_pending(tracking.tracking_uri(store_override(args)[0]))
         return rerun(args)

@@ -29,7 +29,8 @@ from plnexp import store as tracking
 from plnexp.jobs.config import ConfigError
 from plnexp.fitting.engine import FitResult
 from plnexp.measure.timing import Timing
-from plnexp.experiment.sweep import GridJob, SweepRecord, Task
+from plnexp.experiment.job_task import GridJob, Task
+from plnexp.experiment.sweep_record import SweepRecord
 
 NEEDS_PYPLN = pytest.mark.skipif(
     importlib.util.find_spec("pyPLNmodels") is None,

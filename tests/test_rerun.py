@@ -13,10 +13,10 @@ from conftest import store_client, waiting
 
 from plnexp.experiment import plan as cli
 from plnexp.jobs import provenance
-from plnexp.experiment import rerun
+from plnexp.experiment import rerun_verdict
 from plnexp.experiment import resume
 from plnexp.experiment import runner
-from plnexp.experiment import sweep
+from plnexp.experiment import sweep, sweep_record
 from plnexp import store as tracking
 from plnexp.jobs import config as C
 from plnexp.__main__ import main
@@ -100,7 +100,9 @@ def test_curve_difference():
 # ---------------------------------------------------------------- rerun
 def test_verdict_rules():
     def v(rel, same_config=True, expect=False, n=(5, 5), ok=True):
-        return rerun.Verdict(rel == 0.0 and n[0] == n[1], rel, n[0], n[1], 1e-5, "float32", same_config, expect, ok)
+        return rerun_verdict.Verdict(
+            rel == 0.0 and n[0] == n[1], rel, n[0], n[1], 1e-5, "float32", same_config, expect, ok
+        )
 
     assert not v(0.0, expect=True).failed()  # bit for bit where it must be
     assert v(1e-9, expect=True).failed()  # within the tolerance is not enough on the same CPU environment
@@ -117,20 +119,20 @@ def test_verdict_rules():
 def test_timing_line_says_how_the_machine_floor_moved():
     old = {"compile_s": 1.0, "ms_per_iter": 2.0, "floor_ms_per_iter": 0.5, "floor_bytes_per_iter": 4800.0}
     new = {"compile_s": 1.5, "ms_per_iter": 3.0, "floor_ms_per_iter": 1.0, "floor_bytes_per_iter": 4800.0}
-    assert rerun.timing_line(old, new) == (
+    assert rerun_verdict.timing_line(old, new) == (
         "timing new/original: compile 1.50x (1.500 vs 1.000 s), steady 1.50x "
         "(3.000 vs 2.000 ms/iter), machine floor 2.00x (1.000 vs 0.500 ms/iter)"
     )
-    assert rerun.timing_line({"ms_per_iter": 2.0}, new).endswith("machine floor -")  # an original older than it
+    assert rerun_verdict.timing_line({"ms_per_iter": 2.0}, new).endswith("machine floor -")  # an original older than it
     # floors that counted different iterations are not compared: an original logged before the floor
     # knew the model (no floor_bytes_per_iter), or another count of bytes
     legacy = {k: v for k, v in old.items() if k != "floor_bytes_per_iter"}
-    assert rerun.timing_line(legacy, new).endswith("machine floor - (counted differently)")
-    assert rerun.timing_line(old, {**new, "floor_bytes_per_iter": 2400.0}).endswith(
+    assert rerun_verdict.timing_line(legacy, new).endswith("machine floor - (counted differently)")
+    assert rerun_verdict.timing_line(old, {**new, "floor_bytes_per_iter": 2400.0}).endswith(
         "machine floor - (counted differently)"
     )
     unmeasured = {**new, "floor_ms_per_iter": float("nan")}  # the rerun's floor not measured, its bytes counted
-    assert rerun.timing_line(old, unmeasured).endswith("machine floor -")
+    assert rerun_verdict.timing_line(old, unmeasured).endswith("machine floor -")
 
 
 def test_rerun_on_the_same_machine_is_bit_for_bit(outputs, capsys):
@@ -344,7 +346,7 @@ def test_resume_reuses_finished_jobs_and_summarises_the_whole_grid(outputs, tmp_
     assert [(d.job, d.parent_id) for d in done] == [(0, first.parent_id)]
     assert done[0].config_hash == provenance.config_hash(jobs[0].config)
     second = sweep.open_sweep(tmp_path / "b", "s", "rr", uri, 3, resume.tags(done), reused=tuple(done))
-    assert sweep.read_record(tmp_path / "b") == second  # what the jobs read
+    assert sweep_record.read_record(tmp_path / "b") == second  # what the jobs read
     assert resume.reused_run(second, jobs[0].config) == done[0].run_id
     assert resume.reused_run(second, jobs[1].config) is None
     for i in (1, 2):

@@ -22,7 +22,7 @@ from conftest import scoped_environ
 import yaml
 
 import daemons
-from plnexp.experiment import sweep
+from plnexp.experiment import sweep_record
 from plnexp import store as tracking
 from plnexp.jobs.config import ConfigError
 from plnexp.system.redact import is_redacted, redact, redact_text, secret_name, unredacted
@@ -233,30 +233,30 @@ def test_a_credential_in_a_config_file_is_refused_in_one_line(plnexp_main, outpu
     assert _count(outputs, "hunter2") == {} and not list(outputs.glob("runs/*"))
 
 
-def _record(uri: str) -> sweep.SweepRecord:
-    return sweep.SweepRecord(uri, "1", "a" * 32, "s", 2, "host", 1, 0.0, 0.0, ())
+def _record(uri: str) -> sweep_record.SweepRecord:
+    return sweep_record.SweepRecord(uri, "1", "a" * 32, "s", 2, "host", 1, 0.0, 0.0, ())
 
 
 def test_the_sweep_record_holds_the_store_masked(tmp_path, monkeypatch):
     real = "postgresql://u:hunter2@h:5432/db"
-    monkeypatch.setattr(sweep, "_OWN_STORES", {})  # what this process keeps (here: this test's)
-    sweep.write_record(tmp_path, _record(real))
-    text = (tmp_path / sweep.RECORD_NAME).read_text()
+    monkeypatch.setattr(sweep_record, "_OWN_STORES", {})  # what this process keeps (here: this test's)
+    sweep_record.write_record(tmp_path, _record(real))
+    text = (tmp_path / sweep_record.RECORD_NAME).read_text()
     assert text.count("hunter2") == 0 and text.count("postgresql://u:***@h:5432/db") == 1
-    record = sweep.read_record(tmp_path)
+    record = sweep_record.read_record(tmp_path)
     assert record is not None and record.uri == "postgresql://u:***@h:5432/db"
     # a job finds the real URI: the driver's own, the job's tracking_uri, MLFLOW_TRACKING_URI
-    assert sweep.store_of(record, None) == real  # this process wrote the record
-    monkeypatch.setattr(sweep, "_OWN_STORES", {})
+    assert sweep_record.store_of(record, None) == real  # this process wrote the record
+    monkeypatch.setattr(sweep_record, "_OWN_STORES", {})
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    assert sweep.store_of(record, real) == real
+    assert sweep_record.store_of(record, real) == real
     monkeypatch.setenv("MLFLOW_TRACKING_URI", real)
-    assert sweep.store_of(record, record.uri) == real  # the job's own (a rerun's) redacted: from the environment
+    assert sweep_record.store_of(record, record.uri) == real  # the job's own (a rerun's) redacted: from the environment
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "postgresql://u:hunter2@elsewhere:5432/db")
     with pytest.raises(
         ConfigError, match=r"^the sweep's store postgresql://u:\*\*\*@h:5432/db: .* MLFLOW_TRACKING_URI$"
     ):
-        sweep.store_of(record, "postgresql://u:***@h:5432/db")
+        sweep_record.store_of(record, "postgresql://u:***@h:5432/db")
 
 
 def _count(root: Path, secret: str) -> dict[str, int]:
@@ -456,12 +456,12 @@ def test_run_and_sweep_into_postgres_never_write_the_password(logged):
     (sweep_dir,) = [
         d
         for d in logged.outputs.glob("multirun/*")
-        if getattr(sweep.read_record(d), "parent_id", "") == logged.parent_id
+        if getattr(sweep_record.read_record(d), "parent_id", "") == logged.parent_id
     ]
     assert [yaml.safe_load(p.read_text())["tracking_uri"] for p in sorted(sweep_dir.glob("*/config.yaml"))] == [
         logged.address
     ] * 2
-    assert f'"uri": "{logged.address}"' in (sweep_dir / sweep.RECORD_NAME).read_text()
+    assert f'"uri": "{logged.address}"' in (sweep_dir / sweep_record.RECORD_NAME).read_text()
     assert list(logged.outputs.glob("reports/secret-sweep/*/report.md")), "the sweep's report was written"
 
 

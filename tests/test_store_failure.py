@@ -14,7 +14,7 @@ import time
 import pytest
 
 from plnexp import store as tracking
-from plnexp.experiment import runner, sweep
+from plnexp.experiment import runner, sweep, sweep_record, sweep_summary
 from plnexp.jobs import config as C
 from plnexp.store import backend
 from plnexp.system import interrupts
@@ -90,8 +90,8 @@ class _Down:
         return call
 
 
-def _record(uri="http://127.0.0.1:1") -> sweep.SweepRecord:
-    return sweep.SweepRecord(uri, "1", "parent123", "s", 3, "elsewhere", 1, time.time() - 5)
+def _record(uri="http://127.0.0.1:1") -> sweep_record.SweepRecord:
+    return sweep_record.SweepRecord(uri, "1", "parent123", "s", 3, "elsewhere", 1, time.time() - 5)
 
 
 def test_close_sweep_never_raises_when_the_store_fails(monkeypatch, capsys, outputs):
@@ -99,8 +99,8 @@ def test_close_sweep_never_raises_when_the_store_fails(monkeypatch, capsys, outp
     monkeypatch.setattr("plnexp.store.running.client", lambda uri: _Down())
     monkeypatch.setattr("plnexp.store.writes.client", lambda uri: _Down())
     record = _record()
-    sweep._saw(record, 0, [runner.Row("job-a", "FINISHED", {"ms_per_iter": 1.0}, 1.5)])
-    sweep._saw(record, 1, [runner.Row("job-b", "FAILED", {}, 0.0)])
+    sweep_summary._saw(record, 0, [runner.Row("job-a", "FINISHED", {"ms_per_iter": 1.0}, 1.5)])
+    sweep_summary._saw(record, 1, [runner.Row("job-b", "FAILED", {}, 0.0)])
     summary = sweep.close_sweep(record, "FINISHED")
     summary.show()
     out, err = capsys.readouterr()

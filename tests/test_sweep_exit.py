@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from conftest import store_client
 
-from plnexp.experiment import sweep
+from plnexp.experiment import job_task, sweep_summary
 
 
 def all_runs(outputs):
@@ -19,12 +19,12 @@ TINY = ("dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=3", "warmup=
 
 @pytest.mark.slow
 def test_a_job_that_never_logged_a_run_fails_the_sweep(outputs, tmp_path, plnexp_main, monkeypatch):
-    ran = sweep.Task._job
+    ran = job_task.Task._job
 
     def job_one_dies_first(self, spec, record, output_dir, here):  # as a process killed before its run
         return None if spec.num == 1 else ran(self, spec, record, output_dir, here)
 
-    monkeypatch.setattr(sweep.Task, "_job", job_one_dies_first)
+    monkeypatch.setattr(job_task.Task, "_job", job_one_dies_first)
     proc = plnexp_main("sweep", *TINY, "strategy=scan,fori_loop", cwd=tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "1/2 jobs, 0 failed, 1 without a run; " in proc.stdout, proc.stdout
@@ -81,7 +81,7 @@ def test_a_job_skipped_because_the_store_failed_is_counted_as_skipped_not_failed
     so, they are not counted among the failed runs, and the sweep is still no success."""
     from plnexp.experiment.runner import Row
 
-    rows = [Row("a", "FINISHED", {}, 1.0), Row("b", "FAILED", {}, 1.0), Row("c", sweep.SKIPPED, {}, 0.0)]
-    summary = sweep.Summary("FAILED", rows, 3, 3.0, "p1")
+    rows = [Row("a", "FINISHED", {}, 1.0), Row("b", "FAILED", {}, 1.0), Row("c", sweep_summary.SKIPPED, {}, 0.0)]
+    summary = sweep_summary.Summary("FAILED", rows, 3, 3.0, "p1")
     assert (summary.n_failed, summary.n_skipped, summary.n_missing) == (1, 1, 0)
     assert summary.footer().startswith("3/3 jobs, 1 failed, 1 skipped; ")

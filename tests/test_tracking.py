@@ -15,7 +15,7 @@ from conftest import store_client
 from plnexp.experiment import plan as cli
 from plnexp.system import interrupts
 from plnexp.experiment import runner
-from plnexp.experiment import sweep
+from plnexp.experiment import sweep, sweep_record
 from plnexp import store as tracking
 from plnexp.jobs import config as C
 from plnexp.fitting.engine import FitResult
@@ -159,7 +159,7 @@ def test_sweep_parent_and_children(outputs, config, monkeypatch, tmp_path):
     monkeypatch.setattr(runner, "execute", fake_execute)
     uri = tracking.check_store()
     record = sweep.open_sweep(tmp_path / "sw", "s1", "sw", uri, 3, {"command": "test"})
-    assert sweep.read_record(tmp_path / "sw") == record  # what a job in any process reads
+    assert sweep_record.read_record(tmp_path / "sw") == record  # what a job in any process reads
     runner.run_job(config, ("strategy=scan",), "a", parent=record.parent, job_num=0)
     runner.run_job(config, ("strategy=fori_loop",), "b", parent=record.parent, job_num=1)
     assert seen_running == ["RUNNING", "RUNNING"]

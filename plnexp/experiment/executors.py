@@ -115,7 +115,7 @@ class Slurm:
 
         def on_end(e: slurm.JobEnd) -> None:
             lines = getattr(e.result, "lines", [e.result] if e.result else [])
-            for line in lines:  # the jobs' own lines (plnexp.experiment.sweep.Task)
+            for line in lines:  # the jobs' own lines (plnexp.experiment.job_task.Task)
                 print(line, flush=True)
             if not lines:
                 item = items[e.index]

@@ -420,7 +420,7 @@ def _check_processes(jobs: list[Job], launcher: str, nodes: int = 1) -> None:
 
 def control_reference(configs: list[C.Config]) -> int | None:
     """The job of a sweep's grid (in job order) that its control job repeats
-    (:meth:`plnexp.experiment.sweep.Task.control`): the first whose strategy is ``scan`` (the reference strategy
+    (:meth:`plnexp.experiment.job_task.Task.control`): the first whose strategy is ``scan`` (the reference strategy
     of the report's ``× scan``), else the first job. None when the sweep has no control job:
     ``report.control=false``, rounds on (``report.rounds`` > 0: they measure the noise, paired:
     :mod:`plnexp.experiment.groups`), fewer than 2 jobs, or no timings compared (one strategy only, or the

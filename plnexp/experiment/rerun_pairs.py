@@ -10,13 +10,13 @@ from .. import store as tracking
 
 if TYPE_CHECKING:
     from ..store.records import RunRecord
-    from .rerun import Source
+    from .rerun_sources import Source
 
 
 def pairs(
     uri: str, parent_run: RunRecord, sources: list[Source], new_parent, n_jobs: int
 ) -> list[tuple[int, Source, RunRecord | None]]:
-    """``(i, source, rerun)`` for each run of each of ``sources`` (``plnexp.experiment.rerun.Source``,
+    """``(i, source, rerun)`` for each run of each of ``sources`` (``plnexp.experiment.rerun_sources.Source``,
     replicate 0 of a job): the source itself, then one per other replicate of its job (the source with
     that replicate's original run), each with its rerun among ``new_parent``'s children (None: none
     was recorded). Source ``i``'s rerun is job ``i``; a peer's (``i >= n_jobs``) is numbered past the

@@ -8,7 +8,7 @@ plnexp's commit), and on how it is measured: the timing protocol (:data:`PROTOCO
 and the environment (:data:`SOFTWARE_KEYS`, and :data:`MACHINE_KEYS` when the jobs run on this
 machine; tags), so that a run timed otherwise, or with other software, is not reused as if alike.
 A key an older run did not log is not compared. A job with such a run is not run again: the
-sweep's record lists it (:attr:`plnexp.experiment.sweep.SweepRecord.reused`), its Hydra job skips
+sweep's record lists it (:attr:`plnexp.experiment.sweep_record.SweepRecord.reused`), its Hydra job skips
 it, and the summary (and the parent's ``n_done``) covers the whole grid, reusing that run's row. FAILED,
 KILLED and orphaned jobs run again. The new parent run is tagged ``resumes`` with the parent runs
 whose children it reuses. When every job is done already, nothing is created.
