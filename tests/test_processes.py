@@ -27,7 +27,7 @@ from plnexp.jobs.config import ConfigError, Device
 
 # 41 rows: padded on 2 devices and on 4 (two processes of JAX_NUM_CPU_DEVICES=2 devices each)
 SMALL = ["dataset=synthetic", "dataset.n=41", "dataset.p=6", "repeats=1", "warmup=0", "time_budget_s=0"]
-FIT = ["strategy=scan_sharded", "precision=float64", "n_iter=20", *SMALL]
+FIT = ["strategy=scan_sharded", "model=full", "precision=float64", "n_iter=20", *SMALL]
 
 
 @pytest.mark.parametrize("n", [1, 2, 7, 41, 44])
@@ -162,7 +162,7 @@ BAD = [
     (["processes=two"], "processes='two': allowed values are integers >= 1"),
     (
         ["processes=2"],
-        "processes=2: strategy=scan with model=full runs in one process; allowed with processes > 1: "
+        "processes=2: strategy=scan with model=profiled runs in one process; allowed with processes > 1: "
         "strategy=scan_sharded with model=full|pca",
     ),
     (
@@ -176,7 +176,7 @@ BAD = [
         "allowed value is 0",
     ),
     (
-        ["strategy=scan_sharded", "strategy.devices=1", "processes=2"],
+        ["strategy=scan_sharded", "model=full", "strategy.devices=1", "processes=2"],
         "strategy.devices=1: with processes=2 the rows are split across every device of every process; "
         "allowed value is 0",
     ),
@@ -214,9 +214,13 @@ def test_a_sweep_of_processes_refuses_joblib_uneven_nodes_and_accelerators_in_on
     """Planned under the basic launcher (workers from the driver) and under SLURM (a job of N tasks,
     on one node or on two: tests/test_cluster.py runs it); refused in one line otherwise."""
     for launcher in (["hydra/launcher=basic"], ["hydra/launcher=slurm", "hydra.launcher.nodes=2"]):
-        cli.plan(["strategy=scan_sharded", "processes=2", "n_iter=3,4", *launcher], multirun=True)
+        cli.plan(["strategy=scan_sharded", "model=full", "processes=2", "n_iter=3,4", *launcher], multirun=True)
     with pytest.raises(ConfigError) as err:
-        cli.plan(["strategy=scan_sharded", "processes=2", "n_iter=3,4", *overrides], multirun=True, check_device=False)
+        cli.plan(
+            ["strategy=scan_sharded", "model=full", "processes=2", "n_iter=3,4", *overrides],
+            multirun=True,
+            check_device=False,
+        )
     assert str(err.value) == message
 
 
@@ -225,7 +229,7 @@ def test_under_slurm_a_job_of_processes_is_a_job_of_its_own_with_that_many_tasks
     program spans processes the task is not): each is a unit of its own of N tasks, the rest as before."""
     from plnexp.experiment import sweep
 
-    grid = ["strategy=scan_sharded", "strategy.via=jit,shard_map", "hydra/launcher=slurm"]
+    grid = ["strategy=scan_sharded", "model=full", "strategy.via=jit,shard_map", "hydra/launcher=slurm"]
     specs = cli.plan([*grid, "processes=2"], multirun=True).specs()
     assert [(u.num, u.tasks) for u in sweep.units_of(specs, rounds=True)] == [(0, 2), (1, 2)]
     specs = cli.plan(grid, multirun=True).specs()
@@ -235,22 +239,24 @@ def test_under_slurm_a_job_of_processes_is_a_job_of_its_own_with_that_many_tasks
 
 def test_processes_is_hashed_only_away_from_1():
     """A spec without processes hashes as before it existed (resume and rerun match older runs)."""
-    (one,) = cli.plan(["strategy=scan_sharded"], multirun=False)
-    (two,) = cli.plan(["strategy=scan_sharded", "processes=2"], multirun=False)
+    (one,) = cli.plan(["strategy=scan_sharded", "model=full"], multirun=False)
+    (two,) = cli.plan(["strategy=scan_sharded", "model=full", "processes=2"], multirun=False)
     assert one.config.processes == 1 and "processes" not in provenance.hashed(one.config)
     assert provenance.hashed(two.config)["processes"] == 2
     assert provenance.config_hash(one.config) != provenance.config_hash(two.config)
-    (syn,) = cli.plan(["dataset=synthetic"], multirun=False)  # pinned before processes existed (test_config)
+    # pinned before processes existed (test_config), with the run defaults of then (#63 changed them)
+    then = ["model=full", "optimizer=radam_clip", "init=seed", "n_iter=1000"]
+    (syn,) = cli.plan(["dataset=synthetic", *then], multirun=False)
     assert provenance.config_hash(syn.config) == "099fdd9f304f63b066fc1b8bae6f35df39dcb8065ced9e58b83a9f51c50bd996"
-    assert two.name == "scan_sharded-oaks-f32-cpu-processes2"
+    assert two.name == "scan_sharded-oaks-f32-cpu-full-processes2"  # full: not the default model
 
 
 def test_a_fit_across_processes_refuses_to_run_in_one():
     """A rerun (in process) of a processes=2 run: one line, the job FAILED, not a fit in one process."""
-    (two,) = cli.plan(["strategy=scan_sharded", "processes=2"], multirun=False)
+    (two,) = cli.plan(["strategy=scan_sharded", "model=full", "processes=2"], multirun=False)
     with pytest.raises(ValueError, match=r"^processes=2: this process is one of 1 JAX process\(es\); .*srun -n 2$"):
         check_processes(two.config)
-    check_processes(cli.plan(["strategy=scan_sharded"], multirun=False)[0].config)  # 1: nothing to check
+    check_processes(cli.plan(["strategy=scan_sharded", "model=full"], multirun=False)[0].config)  # 1: nothing to check
 
 
 @pytest.mark.parametrize(
@@ -276,7 +282,7 @@ def test_srun_with_another_number_of_tasks_is_one_line():
 
 
 def test_processes_started_here_refuse_an_accelerator_in_one_line(tmp_path, capsys):
-    (spec,) = cli.plan(["strategy=scan_sharded", "processes=2"], multirun=False).specs()
+    (spec,) = cli.plan(["strategy=scan_sharded", "model=full", "processes=2"], multirun=False).specs()
     on_gpu = replace(spec, config=replace(spec.config, device=Device("gpu")))
     assert processes.run(on_gpu, "sqlite:///unused.db", str(tmp_path)) == 2
     assert capsys.readouterr().err == (
@@ -433,8 +439,8 @@ def test_the_rounds_leave_out_a_fit_across_processes_in_one_line(monkeypatch, ca
     other strategy, alone, has no rounds), said in one line; nothing is timed."""
     from plnexp.experiment import groups
 
-    (one,) = cli.plan(["strategy=scan", "report.rounds=9"], multirun=False)
-    (two,) = cli.plan(["strategy=scan_sharded", "processes=2", "report.rounds=9"], multirun=False)
+    (one,) = cli.plan(["strategy=scan", "model=full", "report.rounds=9"], multirun=False)
+    (two,) = cli.plan(["strategy=scan_sharded", "model=full", "processes=2", "report.rounds=9"], multirun=False)
     members = [groups.Member(0, one.config, ("a",)), groups.Member(1, two.config, ("b",))]
     assert len(groups.groups_of(members)) == 1  # one group, had it been timed here
     monkeypatch.setattr(groups, "finished_members", lambda record, configs: members)
@@ -450,11 +456,18 @@ def test_the_rounds_leave_out_a_fit_across_processes_in_one_line(monkeypatch, ca
     [
         (
             "run",
-            ("strategy=scan_sharded",),
+            (
+                "strategy=scan_sharded",
+                "model=full",
+            ),
             "processes=1 under srun -n 2: the 2 tasks would run 2 separate fits and log 2 runs; allowed are "
             "processes=2 (the tasks join in one fit, task 0 logging its run) or srun -n 1",
         ),
-        ("run", ("strategy=scan_sharded", "processes=3"), "processes=3 under srun -n 2: srun started 2 tasks; "),
+        (
+            "run",
+            ("strategy=scan_sharded", "model=full", "processes=3"),
+            "processes=3 under srun -n 2: srun started 2 tasks; ",
+        ),
         ("sweep", ("sweep=null", "strategy=scan,fori_loop"), "a sweep under srun -n 2: each of the 2 tasks would "),
     ],
 )
