@@ -11,6 +11,7 @@ import pytest
 
 from plnexp.jobs.tags import SWEEP_TAG
 from plnexp.measure import convergence
+from plnexp.report import convergence_figures
 from plnexp.report import convergence_report as cr
 from plnexp.report import summary as report
 from plnexp.report.summary import Entry, Report
@@ -176,8 +177,11 @@ def test_the_headline_is_sweep_convergences_only_and_its_tables_name_every_run(t
     assert len(table) == 2 + 3 and "| scan, float32 |" in "".join(table) and "below resolution" in table[2]
     assert cr.lines(made(*runs, sweep="default")) == []  # another sweep: no headline ...
     assert cr.markdown(made(*runs, sweep="default"))  # ... but the section, where it varies the precision
-    assert cr.figures(rep, tmp_path) == ["convergence.png"] and (tmp_path / "convergence.png").stat().st_size
-    (panel,) = cr.panels(rep)  # one model: one panel, float32 and float64 in it
+    assert (
+        convergence_figures.figures(rep, tmp_path) == ["convergence.png"]
+        and (tmp_path / "convergence.png").stat().st_size
+    )
+    (panel,) = convergence_figures.panels(rep)  # one model: one panel, float32 and float64 in it
     assert {line.precision for line in panel.lines} == {"float32", "float64"}
     assert panel.lines[0].x[0] == 0.5  # the curve starts at its compile time
 

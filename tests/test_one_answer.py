@@ -23,7 +23,7 @@ from plnexp.jobs import verdicts as V
 from plnexp.jobs.tags import DATA_N_TAG, DATA_P_TAG, DATASET_TAG, JOB_TAG, JOBS_TAG, PARENT_TAG, SWEEP_TAG
 from plnexp.report import headline, html, parent, speed
 from plnexp.report import summary as report
-from plnexp.report import table
+from plnexp.report import compiler_table, csv_table, sweep_figures, table
 from plnexp.store import memory
 
 N_ITER = 20
@@ -159,7 +159,7 @@ def test_every_table_ranks_as_the_verdict(swept, tmp_path):
     want = verdict_order(v)
     ratio = {s.strategy: s.ratio for s in v.strategies}
     # report.csv: rows in the verdict's order, its paired ratios the verdict's
-    rows = list(csv.DictReader(io.StringIO(report.csv_text(rep))))
+    rows = list(csv.DictReader(io.StringIO(csv_table.csv_text(rep))))
     assert [r["strategy"] for r in rows] == want
     for r in rows:
         assert float(r["paired_ratio"]) == pytest.approx(ratio[r["strategy"]], rel=1e-12)
@@ -171,11 +171,11 @@ def test_every_table_ranks_as_the_verdict(swept, tmp_path):
     assert [float(c[col]) for c in cells] == pytest.approx([ratio[s] for s in want], abs=5e-4)
     assert len(table.head(rep, group)) <= table.MAX_COLUMNS
     # the compiled programs' table and bytes.png: the rounds' ms/iter, in the verdict's order
-    programs = report.compiler_rows(rep, group)
+    programs = compiler_table.compiler_rows(rep, group)
     assert [p.strategies for p in programs] == want
     ms = {s.strategy: s.ms_per_iter for s in v.strategies}
     assert [p.ms_per_iter for p in programs] == pytest.approx([ms[s] for s in want], rel=1e-12)
-    panel = report.bytes_panel(rep, group)
+    panel = sweep_figures.bytes_panel(rep, group)
     assert panel is not None
     assert {k: y for k, (_, y) in panel.points.items()} == pytest.approx({k: ms[k] for k in panel.points}, rel=1e-12)
     # the files: report.md's and report.html's tables in that order; the figures inline in the html

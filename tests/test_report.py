@@ -17,6 +17,7 @@ from plnexp.measure import floor
 from plnexp.measure import plots
 from plnexp.jobs import provenance
 from plnexp.jobs import ranking
+from plnexp.report import compiler_table, sweep_figures, sweep_plots
 from plnexp.report import headline as plain
 from plnexp.report import summary as report
 from plnexp.experiment import runner
@@ -304,7 +305,7 @@ def test_elbo_curves_png_with_curves_equal_to_scan_bit_for_bit(tmp_path, others)
         "scan": scan,
         **{k: scan.copy() if v == "same" else known_curve("eager", 30, 8) for k, v in others.items()},
     }
-    path = plots.elbo_curves_png([plots.CurvePanel("t", curves)], tmp_path / "c.png")
+    path = sweep_plots.elbo_curves_png([sweep_plots.CurvePanel("t", curves)], tmp_path / "c.png")
     w, h = png_size(path)
     assert w >= 500 and h >= 300
 
@@ -328,9 +329,9 @@ def test_a_runs_elbo_figure_fits_its_fixed_margins_at_any_scale(tmp_path):
 
 def test_converged_tells_a_plateau_from_a_descent():
     i = np.arange(200.0)
-    assert plots.converged(-1e3 * np.exp(-i / 10) - 5.0)
-    assert not plots.converged(-1e3 + i)
-    assert not plots.converged(np.array([-3.0, -2.0]))
+    assert sweep_plots.converged(-1e3 * np.exp(-i / 10) - 5.0)
+    assert not sweep_plots.converged(-1e3 + i)
+    assert not sweep_plots.converged(np.array([-3.0, -2.0]))
 
 
 def test_gap_curve_is_log10_of_the_gap_to_the_best_floored_at_the_precision(outputs):
@@ -477,9 +478,9 @@ def test_panels_and_references_never_cross_precision_or_model(outputs, tmp_path,
         runner.run_job(job.config, job.overrides, job.name, parent=record.parent, job_num=i)
     sweep.close_sweep(record, "FINISHED")
     panels = []
-    monkeypatch.setattr(report.plots, "elbo_curves_png", lambda p, path: panels.extend(p))
+    monkeypatch.setattr(sweep_plots, "elbo_curves_png", lambda p, path: panels.extend(p))
     rep = report.load(uri, tracking.find_run(uri, record.parent_id))
-    report.figures(rep, tmp_path)
+    sweep_figures.figures(rep, tmp_path)
     assert len(panels) == len(rep.groups) == 4
     for panel in panels:
         assert len(panel.curves) == 2  # scan and fori_loop of one precision and model
@@ -518,21 +519,21 @@ def test_the_summary_counts_the_whole_grid(outputs, tmp_path, monkeypatch):
 
 
 def test_scaling_slopes_use_the_sizes_every_strategy_has():
-    from plnexp.measure import plots
 
     # scan: y = n exactly (slope 1); eager: y = n^2 at 10 and 100 but failed at 1000 (missing)
     series = {"scan": ([10, 100, 1000], [10.0, 100.0, 1000.0]), "eager": ([10, 100], [100.0, 10000.0])}
-    slopes, missing, span = plots.common_slopes(series)
+    slopes, missing, span = sweep_plots.common_slopes(series)
     assert slopes["scan"] == pytest.approx(1.0) and slopes["eager"] == pytest.approx(2.0)
     assert missing == {"scan": [], "eager": [1000.0]} and span == (10.0, 100.0)
     # a non-finite point is missing too
-    slopes, missing, _ = plots.common_slopes({"a": ([10, 100, 1000], [1.0, 10.0, float("nan")])})
+    slopes, missing, _ = sweep_plots.common_slopes({"a": ([10, 100, 1000], [1.0, 10.0, float("nan")])})
     assert missing == {"a": []} and slopes["a"] == pytest.approx(1.0)
 
 
 def test_the_iqr_column_says_where_it_is_a_range():
     # timing.Spread: quartiles from 5 runs on, the whole range below; the table says which
-    from plnexp.report.summary import Entry, _iqr_cell
+    from plnexp.report.csv_table import _iqr_cell
+    from plnexp.report.summary import Entry
 
     def entry(runs_s):
         lo, hi = min(runs_s), max(runs_s)
@@ -605,7 +606,7 @@ def test_the_compiler_table_reads_xlas_figures_and_dashes_what_is_missing():
         xla_entry("eager", 50.0, ""),
         xla_entry("scan", 7.05, "aaaaaaaaaaaa", control=True, nbytes=1.0),  # never a row of its own
     ]
-    rows = report.compiler_rows(hand_report(entries), next(iter(hand_report(entries).groups)))
+    rows = compiler_table.compiler_rows(hand_report(entries), next(iter(hand_report(entries).groups)))
     assert [(r.program, r.strategies) for r in rows] == [
         ("aaaaaaaa", "scan"),
         ("bbbbbbbb", "scan_namedtuple = scan_pytree"),
@@ -615,7 +616,7 @@ def test_the_compiler_table_reads_xlas_figures_and_dashes_what_is_missing():
     assert rows[0].bytes_x_floor == pytest.approx(80 * MiB / floor_bytes)
     assert rows[1].values["compile_s"] == pytest.approx(1.3)  # the median over the program's runs
     assert rows[1].values["xla_compile_s"] == pytest.approx(0.7 * 1.3)
-    lines = report.compiler_table(hand_report(entries))
+    lines = compiler_table.compiler_table(hand_report(entries))
     header = next(line for line in lines if line.startswith("| program"))
     assert header == (
         "| program | strategies | ms/iter | instructions | fusions | bytes/iter | bytes/iter ÷ floor bytes | "
@@ -629,9 +630,9 @@ def test_the_compiler_table_reads_xlas_figures_and_dashes_what_is_missing():
     assert table[2] == "| – | eager | 50.00 | – | – | – | – | – | – | 0.000 | – | – | – |"  # absent: "–"
     # runs older than XLA's figures (or eager and PyTorch alone): no table, no bytes.png panel, no error
     old = [xla_entry("scan", 7.0, ""), xla_entry("fori_loop", 8.0, "")]
-    assert report.compiler_table(hand_report(old)) == []
+    assert compiler_table.compiler_table(hand_report(old)) == []
     rep = hand_report(old)
-    assert report.bytes_panel(rep, next(iter(rep.groups))) is None
+    assert sweep_figures.bytes_panel(rep, next(iter(rep.groups))) is None
 
 
 @pytest.mark.parametrize(
@@ -673,7 +674,7 @@ def test_bytes_png_has_a_labelled_point_per_program(tmp_path):
         xla_entry("eager", 50.0, ""),
     ]
     rep = hand_report(entries)
-    panel = report.bytes_panel(rep, next(iter(rep.groups)))
+    panel = sweep_figures.bytes_panel(rep, next(iter(rep.groups)))
     assert panel is not None
     assert panel.points == {
         "scan": (80 * MiB, 7.0),
@@ -681,7 +682,7 @@ def test_bytes_png_has_a_labelled_point_per_program(tmp_path):
         "jit_per_function": (900 * MiB, 14.0),
     }
     assert panel.missing == ["eager"] and panel.floor_bytes == 14 * 11600 * 114 * 4
-    w, h = png_size(plots.bytes_png([panel, panel], tmp_path / "b.png"))
+    w, h = png_size(sweep_plots.bytes_png([panel, panel], tmp_path / "b.png"))
     assert 500 <= w <= 3000 and 300 <= h <= 3000
 
 

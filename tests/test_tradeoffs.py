@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from plnexp.jobs.tags import SWEEP_TAG
-from plnexp.report import tradeoffs
+from plnexp.report import differences, dispatch_overhead, loop_forms, tradeoffs, unroll_cost
 from plnexp.report.summary import Entry
 from plnexp.store.records import RunRecord
 
@@ -65,14 +65,14 @@ def unrolled(ms=UNROLL_MS, spread=0.01, instr=True):
 
 
 def test_least_squares_recovers_a_line():
-    b, a, se = tradeoffs.least_squares([1, 2, 4, 8], [3 + 2 * x for x in (1, 2, 4, 8)])
+    b, a, se = differences.least_squares([1, 2, 4, 8], [3 + 2 * x for x in (1, 2, 4, 8)])
     assert (b, a) == pytest.approx((2.0, 3.0)) and se == pytest.approx(0.0, abs=1e-12)
-    assert math.isnan(tradeoffs.least_squares([1, 2], [1, 2])[2])  # no error from two points
+    assert math.isnan(differences.least_squares([1, 2], [1, 2])[2])  # no error from two points
 
 
 def test_unroll_slopes_best_gain_and_break_even():
-    r = tradeoffs.unroll(unrolled(), "G")
-    assert isinstance(r, tradeoffs.Unroll)
+    r = unroll_cost.unroll(unrolled(), "G")
+    assert isinstance(r, unroll_cost.Unroll)
     assert r.slope_s == pytest.approx(0.02) and r.slope_instr == pytest.approx(50)
     assert r.best == 8 and r.gain == pytest.approx(2.0 / 1.6) and r.beyond_noise
     assert r.gain_lo == pytest.approx(2.0 * 0.99 / (1.6 * 1.01)) and r.gain_hi == pytest.approx(
@@ -89,20 +89,20 @@ def test_unroll_slopes_best_gain_and_break_even():
 
 
 def test_unroll_without_instruction_counts_says_not_logged():
-    (first, *_) = tradeoffs.unroll(unrolled(instr=False), "G").lines()
+    (first, *_) = unroll_cost.unroll(unrolled(instr=False), "G").lines()
     assert "XLA instruction count not logged" in first
 
 
 def test_unroll_gain_within_the_noise_pays_for_no_compile_time():
     flat = (2.0, 1.99, 1.98, 2.01, 2.02, 2.03)  # every interval (±5%) overlaps unroll 1's
-    r = tradeoffs.unroll(unrolled(flat, spread=0.05), "G")
-    assert isinstance(r, tradeoffs.Unroll) and not r.beyond_noise and math.isnan(r.break_even[0])
+    r = unroll_cost.unroll(unrolled(flat, spread=0.05), "G")
+    assert isinstance(r, unroll_cost.Unroll) and not r.beyond_noise and math.isnan(r.break_even[0])
     _, second, third = r.lines()
     assert "no unroll runs faster than unroll 1 beyond the noise" in second
     assert "break-even at unroll 1: unrolling saves no measurable run time" in third
     # beyond the runs' intervals but not beyond the between-job noise a control job measured (30%)
-    assert not tradeoffs.unroll(unrolled(), "G", noise=0.3).beyond_noise
-    assert "fewer than two unroll factors" in tradeoffs.unroll(unrolled()[:1], "G")
+    assert not unroll_cost.unroll(unrolled(), "G", noise=0.3).beyond_noise
+    assert "fewer than two unroll factors" in unroll_cost.unroll(unrolled()[:1], "G")
 
 
 SIZES = ((116, "oaks"), (1160, "oaks_x10"), (11600, "oaks_x100"))
@@ -114,7 +114,7 @@ def sized(strategy, values):
 
 def test_dispatch_overhead_crosses_the_threshold_between_two_sizes():
     runs = sized("scan", (0.2, 2.0, 20.0)) + sized("jit_per_function", (0.5, 2.4, 20.6)) + sized("eager", (6, 15, 60))
-    jit, eager = tradeoffs.dispatch(runs, "float32, cpu")
+    jit, eager = dispatch_overhead.dispatch(runs, "float32, cpu")
     assert (jit.strategy, eager.strategy) == ("jit_per_function", "eager")
     assert [s.diff.share for s in jit.sizes] == pytest.approx([1.5, 0.2, 0.03])
     k, at = jit.crossing
@@ -126,9 +126,9 @@ def test_dispatch_overhead_crosses_the_threshold_between_two_sizes():
     assert f"n ≈ {at:,.0f}" in line
     assert eager.crossing == (None, math.nan) or eager.crossing[0] is None
     assert "never falls under 10% of scan's ms/iter in the sizes swept (still 200% at n=11600)" in eager.line()
-    small = tradeoffs.dispatch(sized("scan", (1, 2, 3)) + sized("jit_per_function", (1.01, 2.01, 3.01)), "G")
+    small = dispatch_overhead.dispatch(sized("scan", (1, 2, 3)) + sized("jit_per_function", (1.01, 2.01, 3.01)), "G")
     assert "under 10% of scan's ms/iter at every size swept" in small[0].line()
-    assert "no scan run finished" in tradeoffs.dispatch(sized("eager", (1, 2, 3)), "G")
+    assert "no scan run finished" in dispatch_overhead.dispatch(sized("eager", (1, 2, 3)), "G")
 
 
 def test_dispatch_overhead_splits_into_a_fixed_part_and_one_that_grows_with_the_data():
@@ -136,7 +136,7 @@ def test_dispatch_overhead_splits_into_a_fixed_part_and_one_that_grows_with_the_
     and 0.5% of scan's ms/iter, under 10% from n=1160 on, while the whole overhead is so from 11600 on."""
     scan = (0.2, 2.0, 20.0)
     runs = sized("scan", scan) + sized("jit_per_function", [ms + 0.1 + 1e-4 * n for ms, (n, _) in zip(scan, SIZES)])
-    (jit,) = tradeoffs.dispatch(runs, "G")
+    (jit,) = dispatch_overhead.dispatch(runs, "G")
     assert jit.split == pytest.approx((0.1, 1e-4))
     k, at = jit.fixed_crossing
     assert k == 1 and at == pytest.approx(116 * 10 ** (0.4 / 0.45))
@@ -145,14 +145,14 @@ def test_dispatch_overhead_splits_into_a_fixed_part_and_one_that_grows_with_the_
     assert "0.1 ms/iter whatever the size (the dispatch itself), +0.1 ms/iter per 1000 rows" in line
     assert f"that fixed part falls under 10% of scan's ms/iter from n=1160 on (crossing at n ≈ {at:,.0f}" in line
     # a fixed part over the threshold everywhere: where scan's ms/iter, extrapolated, would make it 10%
-    (slow,) = tradeoffs.dispatch(sized("scan", scan) + sized("eager", [ms + 30 for ms in scan]), "G")
+    (slow,) = dispatch_overhead.dispatch(sized("scan", scan) + sized("eager", [ms + 30 for ms in scan]), "G")
     k, at = slow.fixed_crossing
     assert k is None and at == pytest.approx((30 / 0.1 - 0.0) / (19.8 / 11484), rel=0.01)
     assert "is over 10% of scan's ms/iter at every size swept (under it past n ≈" in slow.line()
 
 
 def test_loop_costs_within_the_spread_are_no_measurable_cost():
-    r = tradeoffs.loop(
+    r = loop_forms.loop(
         [entry("scan", 0.40, 0.05), entry("fori_loop", 0.405, 0.05), entry("while_loop", 0.41, 0.05)], "G"
     )
     line = r.line()
@@ -164,7 +164,7 @@ def test_loop_costs_within_the_spread_are_no_measurable_cost():
 def test_loop_cost_beyond_the_spread_and_an_early_stop_are_said():
     runs = [entry("scan", 0.40), entry("fori_loop", 0.40, fp="same"), entry("while_loop", 0.50, n_iter_run=600)]
     runs[0].tags["hlo_fingerprint"] = "same"
-    line = tradeoffs.loop(runs, "G").line()
+    line = loop_forms.loop(runs, "G").line()
     assert "the stopping condition, while_loop − fori_loop = +0.1 [" in line and "(+25.0%" in line
     assert "a cost, beyond the runs' spread" in line
     assert "the loop form, fori_loop − scan = +0 [" in line and "no measurable cost" in line
@@ -176,17 +176,17 @@ def test_the_control_job_is_not_compared_and_gives_the_noise():
     control = entry("scan", 0.46, tags={"plnexp.control": "true"})
     control.run_id = "control"
     runs = [entry("scan", 0.40), entry("fori_loop", 0.44), control]  # 10% apart, beyond the ±1% intervals
-    noise = tradeoffs.aa_noise(runs)
+    noise = differences.aa_noise(runs)
     assert noise == pytest.approx(0.15)
-    r = tradeoffs.loop(runs, "G", noise)
+    r = loop_forms.loop(runs, "G", noise)
     assert r.timed["scan"].ms == 0.40  # the original, not the control
     assert "no measurable cost (within the A/A noise between jobs, 15.0%)" in r.line()
     assert "A/A noise between jobs 15.0% (the control job)" in r.line()
     # without the control's noise: beyond the spread, a result where the minimum effect allows it
-    assert "a cost, beyond the runs' spread" in tradeoffs.loop(runs, "G", min_effect=1.05).line()
+    assert "a cost, beyond the runs' spread" in loop_forms.loop(runs, "G", min_effect=1.05).line()
     assert (
         "no result: a cost by 1.10×, beyond the runs' spread but under the minimum effect 1.20× (report.min_speedup)"
-        in tradeoffs.loop(runs, "G", min_effect=1.2).line()
+        in loop_forms.loop(runs, "G", min_effect=1.2).line()
     )
 
 

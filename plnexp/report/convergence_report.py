@@ -2,8 +2,9 @@
 ``while_loop``'s stopping rule judged on scan's curves.
 
 A report (:mod:`plnexp.report.summary`) asks :func:`lines` (the headline, ``sweep=convergence`` only),
-:func:`markdown` (its tables) and :func:`figures` (``convergence.png``: the relative gap to the
-optimum against seconds, for ``sweep=convergence`` and any sweep that varies the precision).
+:func:`markdown` (its tables) and :func:`plnexp.report.convergence_figures.figures` (``convergence.png``:
+the relative gap to the optimum against seconds, for ``sweep=convergence`` and any sweep that varies the
+precision).
 Everything is read from the runs' metrics (:mod:`plnexp.measure.convergence` names them): ``optimum_elbo``,
 ``gap_final_rel``, ``gap_resolution_rel``, ``iters_to_<ε>`` and ``s_to_<ε>`` (absent where the run
 never came within ε, or where ε is at or below the resolution of its precision), ``run_s_lo`` and
@@ -14,7 +15,7 @@ never came within ε, or where ε is at or below the resolution of its precision
   ``run_s_hi``, scaled alike). Per ε and data set, a run is named first only when its interval lies
   wholly below the next one's, it leads by at least the minimum effect (``report.min_speedup``)
   and by more than the A/A noise between jobs where the sweep measured it (its control job,
-  :func:`plnexp.report.tradeoffs.aa_noise`); else the runs within that reach are tied. The control job and
+  :func:`plnexp.report.differences.aa_noise`); else the runs within that reach are tied. The control job and
   the peer (a run tagged :data:`plnexp.report.summary.PEER_TAG`, pyPLNmodels' own fit) are shown, never ranked.
 - **while_loop's rule**: on each scan run's curve (the same iterations as a while_loop run's),
   where the rule "relative ELBO change below ``tol`` for ``patience`` iterations in a row" would
@@ -27,22 +28,20 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..measure import convergence
-from ..measure import plots
 from ..jobs import ranking
 
 if TYPE_CHECKING:
     from .entries import Entry, Report
 
+
 PRESET = "convergence"  # the sweep file whose report has the headline (conf/sweep/convergence.yaml)
 TOLS = (1e-4, 1e-6, 1e-8, 1e-10)  # the while_loop tolerances judged on scan's curves
 PATIENCE = 10  # while_loop's default patience (plnexp.strategies.EarlyStop), for a sweep without while_loop runs
-FLOOR = 1e-10  # the figure draws a gap at or below this (float32 can end above the optimum) at this value
 NOT_LOGGED = "not logged"  # runs from before the convergence metrics
 
 
@@ -340,7 +339,7 @@ def _data_label(report: Report, data: str) -> str:
 
 def races(report: Report) -> list[Race]:
     """Per data set and ε of :data:`plnexp.measure.convergence.EPSILONS`, its race (:func:`race`)."""
-    from .tradeoffs import aa_noise
+    from .differences import aa_noise
 
     noise = aa_noise(report.entries)
     out = []
@@ -452,84 +451,3 @@ def markdown(report: Report) -> list[str]:
     if found:
         out += ["while_loop runs against the prediction:", "", *(f"- {c.line()}" for c in found), ""]
     return out
-
-
-def panels(report: Report) -> list[plots.GapPanel]:
-    """The panels of ``convergence.png``: one per data set and value of the other grouping keys but the
-    optimizer (and per strategy where a panel would hold more than :data:`plots.MAX_LINES` curves);
-    in each, float32 and float64 runs of one config in one colour (:func:`plots.gaps_png`)."""
-    runs = [e for e in report.entries if e.ok and not e.control and not e.peer and len(e.curve)]
-    if not runs:
-        return []
-    fields = [_fields(e) for e in runs]
-    varying = [i for i in range(len(fields[0])) if len({f[i] for f in fields}) > 1]
-    optimizer = {3 + i for i, k in enumerate(report.extra_keys) if k.startswith("optimizer.")}
-    split = [i for i in varying if i != 2 and i not in optimizer and i != 0]  # precision and optimizer: in a panel
-    by = _panel_split(runs, varying, split)
-    out = []
-    for key, members in by.items():
-        series = []
-        for e in members:
-            value, _ = optimum(report, e.data)
-            line = _line(e, value, [i for i in varying if i not in key[0]])
-            if line is not None:
-                series.append(line)
-        peers = [e for e in report.entries if e.ok and e.peer and e.data == members[0].data and len(e.curve)]
-        for e in peers:
-            line = _line(e, optimum(report, e.data)[0], [])
-            if line is not None:
-                series.append(line)
-        title = ", ".join(f"{_FIELD_NAMES.get(i, report.extra_keys[i - 3] if i >= 3 else i)}={v}" for i, v in key[1])
-        out.append(plots.GapPanel(title or _data_label(report, members[0].data), series))
-    return out
-
-
-_FIELD_NAMES = {0: "strategy", 1: "data", 2: "precision"}
-
-
-def _panel_split(runs: list[Entry], varying: list[int], split: list[int]) -> dict[tuple, list[Entry]]:
-    """Runs by the panel fields ``split``; strategy (field 0) added where a panel would hold too many."""
-
-    def by(fields: list[int]) -> dict[tuple, list[Entry]]:
-        out: dict[tuple, list[Entry]] = {}
-        for e in runs:
-            out.setdefault((tuple(fields), tuple((i, _fields(e)[i]) for i in fields)), []).append(e)
-        return out
-
-    panels = by(split)
-    if 0 in varying and max(len(es) for es in panels.values()) > plots.MAX_LINES:
-        panels = by([0, *split])
-    return panels
-
-
-def _line(e: Entry, optimum_elbo: float, fields: list[int]) -> plots.GapLine | None:
-    """The run's gap curve against seconds: ``curve[i]`` (the ELBO after i updates) at
-    compile_s + i × run_s / n_iter_run, so that the curve starts at its compile time."""
-    n, run_s = e.m("n_iter_run"), e.m("run_s")
-    if not (math.isfinite(optimum_elbo) and n > 0 and math.isfinite(run_s)):
-        return None
-    curve = np.asarray(e.curve, dtype=float)
-    compile_s = e.m("compile_s") if math.isfinite(e.m("compile_s")) else 0.0
-    x = compile_s + np.arange(len(curve)) * run_s / n
-    gap = convergence.gap_rel(curve, optimum_elbo)
-    resolution = e.m("gap_resolution_rel") if math.isfinite(e.m("gap_resolution_rel")) else 0.0
-    if e.peer:
-        return plots.GapLine(f"{e.peer} (peer)", "peer", "", x, gap, resolution)
-    name = ", ".join(_fields(e)[i] for i in fields if i != 2) or e.strategy
-    return plots.GapLine(name, name, e.precision, x, gap, resolution)
-
-
-def figures(report: Report, folder: Path) -> list[str]:
-    """``convergence.png`` in ``folder`` where the report has it (:func:`drawn`); its name, or []."""
-    if not drawn(report):
-        return []
-    found = panels(report)
-    if not any(p.lines for p in found):
-        return []
-    resolutions: dict[str, float] = {}
-    for e in report.entries:
-        r = e.m("gap_resolution_rel")
-        if e.ok and math.isfinite(r):
-            resolutions[e.precision] = max(resolutions.get(e.precision, 0.0), r)
-    plots.gaps_png(found, Path(folder) / "convergence.png", convergence.EPSILONS, resolutions, FLOOR)
-    return ["convergence.png"]

@@ -2,7 +2,7 @@
 in at most ten columns and one speed convention (time ÷ the reference's: :mod:`plnexp.report.speed`).
 
 report.md, report.html and the terminal show this table; report.csv keeps every column of every run
-(:func:`plnexp.report.summary.csv_text`), in this table's order.
+(:func:`plnexp.report.csv_table.csv_text`), in this table's order.
 """
 
 from __future__ import annotations
