@@ -15,7 +15,7 @@ from types import SimpleNamespace
 from conftest import store_client
 
 from plnexp import store as tracking
-from plnexp.store import backend as store
+from plnexp.store import experiment_view
 from plnexp.store import writes
 
 TINY = ("dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=3")
@@ -23,8 +23,8 @@ TINY = ("dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=3")
 
 def assert_dressed(exp) -> None:
     """The experiment opens on the study: its kind, the saved view, the description's link."""
-    assert exp.tags[store.EXPERIMENT_KIND_TAG] == "custom_model_development"
-    view = json.loads(exp.tags[store.STUDY_VIEW_TAG])
+    assert exp.tags[experiment_view.EXPERIMENT_KIND_TAG] == "custom_model_development"
+    view = json.loads(exp.tags[experiment_view.STUDY_VIEW_TAG])
     assert view["name"] == "plnexp study" and isinstance(view["createdAt"], int)
     state = json.loads(view["state"])
     assert state["selectedColumns"][:4] == [
@@ -33,7 +33,7 @@ def assert_dressed(exp) -> None:
     assert state["orderByKey"] == "metrics.`ms_per_iter`" and state["orderByAsc"] is True
     link = f"#/experiments/{exp.experiment_id}/runs?workflowType=machine_learning&viewStateShareKey=plnexp-study"
     assert tracking.study_link(exp.experiment_id) == link
-    assert f"]({link})" in exp.tags[store.NOTE_TAG]
+    assert f"]({link})" in exp.tags[experiment_view.NOTE_TAG]
 
 
 @pytest.mark.slow
@@ -56,7 +56,7 @@ def test_a_run_tags_its_experiment_and_logs_its_data_set(outputs, plnexp_main):
 
 def test_an_existing_experiment_gets_the_missing_tags_once_and_keeps_its_description(outputs):
     cl = store_client(outputs)
-    exp_id = cl.create_experiment("theirs", tags={store.NOTE_TAG: "our own words"})
+    exp_id = cl.create_experiment("theirs", tags={experiment_view.NOTE_TAG: "our own words"})
     calls = []
 
     class Counting:
@@ -70,10 +70,10 @@ def test_an_existing_experiment_gets_the_missing_tags_once_and_keeps_its_descrip
             return cl.set_experiment_tag(*args)
 
     assert writes.experiment_id(Counting(), "theirs") == exp_id
-    assert sorted(calls) == sorted([store.EXPERIMENT_KIND_TAG, store.STUDY_VIEW_TAG])
+    assert sorted(calls) == sorted([experiment_view.EXPERIMENT_KIND_TAG, experiment_view.STUDY_VIEW_TAG])
     exp = cl.get_experiment(exp_id)
-    assert exp.tags[store.NOTE_TAG] == "our own words"  # the user's description stays
-    assert exp.tags[store.EXPERIMENT_KIND_TAG] == "custom_model_development"
+    assert exp.tags[experiment_view.NOTE_TAG] == "our own words"  # the user's description stays
+    assert exp.tags[experiment_view.EXPERIMENT_KIND_TAG] == "custom_model_development"
     calls.clear()
     assert writes.experiment_id(Counting(), "theirs") == exp_id
     assert calls == []  # once there, never written again (a view the user changed stays too)
@@ -92,7 +92,7 @@ def test_tags_the_store_refuses_never_fail_the_fit(outputs):
             raise PermissionError("HTTP 403: no permission to update the experiment")
 
     exp_id = writes.experiment_id(Refusing(), "refused")
-    assert store.EXPERIMENT_KIND_TAG not in cl.get_experiment(exp_id).tags
+    assert experiment_view.EXPERIMENT_KIND_TAG not in cl.get_experiment(exp_id).tags
 
 
 def test_a_result_kept_locally_sends_its_data_set_later(outputs, tiny_config):

@@ -5,7 +5,7 @@ MLflow's UI (3.x) chooses between its GenAI and "Model training" views per brows
 no server option or setting chooses it (its ``main`` bundle reads the parameter first, then the
 stored value ``mlflow.workflowType``, initially ``genai``). So the landing page opens on GenAI's
 welcome, and plnexp links past it: :func:`address` is the experiment's study view of the newest
-sweep (:func:`plnexp.store.backend.study_link`: ``workflowType=machine_learning``, the saved view
+sweep (:func:`plnexp.store.experiment_view.study_link`: ``workflowType=machine_learning``, the saved view
 of its runs, reference first, verdict and ratio columns first), which ``ui`` prints and, where a
 browser can be shown, opens once the server answers (:func:`open_when_up`).
 """
@@ -19,7 +19,7 @@ import time
 import urllib.request
 
 from .. import store as tracking
-from ..store.backend import study_link
+from ..store.experiment_view import study_link
 
 NO_BROWSER_VAR = "PLNEXP_NO_BROWSER"  # set (to anything but ""): ui opens no browser
 

@@ -61,8 +61,6 @@ from .running import (
     sweep_up_orphans,
 )
 from .backend import (
-    EXPERIMENT_KIND,
-    EXPERIMENT_KIND_TAG,
     LOCKED,
     PROBE_TIMEOUT_S,
     AFTER_FIT_DELAYS_S,
@@ -73,15 +71,13 @@ from .backend import (
     after_fit,
     check_store,
     client,
-    dress_experiment,
-    experiment_tags,
     check_existing_store,
     set_timeout,
     store_timeout,
     store_exists,
-    study_link,
     tracking_uri,
 )
+from .experiment_view import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, dress_experiment, experiment_tags, study_link
 from .writes import (
     CURVE_KEY,
     DATA_CONTEXT,

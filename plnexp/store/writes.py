@@ -26,7 +26,8 @@ from ..jobs.tags import JOB_TAG as JOB_TAG
 from ..jobs.tags import DATA_N_TAG, DATA_P_TAG, DATASET_TAG, OVERRIDES_TAG, PARENT_TAG, REASON_TAG, STATUS_REASON_TAG
 from ..system.redact import redact, redact_text
 from . import fitted, owners
-from .backend import client, dress_experiment
+from .backend import client
+from .experiment_view import dress_experiment
 
 CURVE_KEY = "elbo"  # the ELBO per iteration (step metric)
 GAP_KEY = "gap_rel_log10"  # log10 of the relative gap to the best known ELBO: what reads on MLflow's linear chart
@@ -55,7 +56,7 @@ def experiment_id(cl, name: str) -> str:
     ``<outputs>/artifacts/<name>``; on a tracking server where the server puts them (with
     ``--serve-artifacts``: uploaded through it, so the cluster's nodes need no access to them).
     Either way tagged to open on the study in MLflow's UI, where it is not yet
-    (:func:`~plnexp.store.backend.dress_experiment`)."""
+    (:func:`~plnexp.store.experiment_view.dress_experiment`)."""
     exp = cl.get_experiment_by_name(name)
     if exp is not None:
         dress_experiment(cl, exp.experiment_id, getattr(exp, "tags", None))
@@ -352,11 +353,11 @@ SWEEP_COLUMNS = (
 
 
 def sweep_view(parent_id: str, title: str, created_ms: int) -> str:
-    """The study view (:data:`~plnexp.store.backend.STUDY_VIEW_TAG`'s value) of one sweep: its
+    """The study view (:data:`~plnexp.store.experiment_view.STUDY_VIEW_TAG`'s value) of one sweep: its
     child runs only (never a ranking across sweeps), its parent named in the view's name, the
     reference first, then the others by their paired ratio to it; the verdict, the ratio, its
     interval, the rounds' ms/iter and the rounds used and dropped as its first columns."""
-    from .backend import STUDY_VIEW_NAME
+    from .experiment_view import STUDY_VIEW_NAME
 
     state = {
         "selectedColumns": list(SWEEP_COLUMNS),
@@ -373,7 +374,7 @@ def show_sweep(uri: str, experiment_id: str, parent_id: str, title: str) -> bool
     """Point the experiment's study view at this sweep (:func:`sweep_view`), unless the user made the
     view their own (a name plnexp did not write); True when set. Never raises: the UI's presentation
     never fails a sweep."""
-    from .backend import STUDY_VIEW_NAME, STUDY_VIEW_TAG
+    from .experiment_view import STUDY_VIEW_NAME, STUDY_VIEW_TAG
 
     try:
         cl = client(uri)
@@ -392,9 +393,9 @@ HEADLINE_MARK = "**Latest sweep**"  # where the experiment's description gives t
 def show_headline(uri: str, experiment_id: str, lines: list[str]) -> bool:
     """The experiment's description (what MLflow's UI shows above its runs) with the newest sweep's
     plain headline under the study's link, when the description is plnexp's own (its link to the
-    study: :func:`~plnexp.store.backend.study_note`); a description of the user's own is left as it
+    study: :func:`~plnexp.store.experiment_view.study_note`); a description of the user's own is left as it
     is. True when set. Never raises: the UI's presentation never fails a report."""
-    from .backend import NOTE_TAG, study_note
+    from .experiment_view import NOTE_TAG, study_note
 
     try:
         cl = client(uri)
