@@ -17,6 +17,7 @@ from plnexp import DataError
 from plnexp.experiment import plan as cli
 from plnexp.core import reference
 from plnexp.jobs import config as C
+from plnexp.jobs import config_load
 from plnexp.core import simulation
 
 needs_anndata = pytest.mark.skipif(
@@ -211,7 +212,7 @@ def test_synthetic_pca_config_round_trip_label_and_replication():
     ds = job.config.dataset
     assert isinstance(ds, C.SyntheticPcaData) and (ds.n, ds.p, ds.q, ds.d, ds.zero_fraction) == (50, 8, 2, 1, 0.9)
     assert ds.label == "synthetic_pca_n50_p8_q2_zf0.9_s0_x2" and job.name.startswith("scan-synthetic_pca_n50")
-    assert C.load(C.loadable(job.config), check_device=False) == job.config
+    assert config_load.load(config_load.loadable(job.config), check_device=False) == job.config
     data, once = ds.load(), dataclasses.replace(ds, replication=1).load()
     assert data.n == 100 and np.array_equal(data.Y, np.tile(once.Y, (2, 1)))
     (default,) = cli.plan(["dataset=synthetic_pca"], multirun=False)
@@ -262,7 +263,7 @@ def test_anndata_config_round_trip_label_and_bad_values(tmp_path):
     assert isinstance(ds, C.AnndataData) and ds.layer == "counts" and ds.covariates == ("batch",)
     assert ds.offsets == "library_size"
     assert ds.label == "anndata_pbmc_counts_x3+batch"
-    assert C.load(C.loadable(job.config), check_device=False) == job.config
+    assert config_load.load(config_load.loadable(job.config), check_device=False) == job.config
     data = ds.load()
     assert data.n == 3 * N and data.covariate_names == ("intercept", "batch=b", "batch=c")
     cli.check_data([job])  # the layer and columns exist: no error

@@ -11,6 +11,7 @@ from conftest import Counter
 from plnexp.__main__ import main
 from plnexp.experiment import executors, plan
 from plnexp.jobs import config as C
+from plnexp.jobs import config_load
 from plnexp.jobs import provenance
 from plnexp.jobs.spec import JobSpec, Kind
 
@@ -21,13 +22,13 @@ QUIET = ["report=false", "report.rounds=0", "report.control=false"]
 @pytest.fixture
 def counted(monkeypatch, outputs):
     """Every Hydra composition (plan's ``compose``: the only caller of Hydra's compose API) and every
-    validation of a composed config (``C.load``) of the command, counted; ``hydra.main`` refused (no
+    validation of a composed config (``config_load.load``) of the command, counted; ``hydra.main`` refused (no
     job reaches its run through it). The store: a copy of the session's migrated one (``outputs``)."""
     import hydra
 
-    compose, load = Counter(plan.compose), Counter(C.load)
+    compose, load = Counter(plan.compose), Counter(config_load.load)
     monkeypatch.setattr(plan, "compose", compose)
-    monkeypatch.setattr(C, "load", load)
+    monkeypatch.setattr(config_load, "load", load)
 
     def refused(*a, **k):
         raise AssertionError("hydra.main was called")

@@ -354,14 +354,15 @@ def test_config_model_pca_with_its_rank():
     from hydra import compose, initialize_config_dir
 
     from plnexp.jobs import config as C
+    from plnexp.jobs import config_load
     from plnexp.system.paths import CONF_DIR
 
     def load(*overrides):
         with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-            return C.load(compose("config", ["dataset=synthetic", "dataset.p=20", *overrides]))
+            return config_load.load(compose("config", ["dataset=synthetic", "dataset.p=20", *overrides]))
 
     cfg = load("model=pca", "model.rank=3")
-    assert cfg.as_dict()["model"] == {"name": "pca", "rank": 3} and C.load(C.loadable(cfg)) == cfg
+    assert cfg.as_dict()["model"] == {"name": "pca", "rank": 3} and config_load.load(config_load.loadable(cfg)) == cfg
     # the command line's default optimizer for pca is plnexp.fit's: newton (conf/model/pca.yaml), its own model
     assert cfg.optimizer.name == "newton" and cfg.fit_spec().model is plnexp.core.model.pca_model(3, newton=True)
     assert load("model=pca", "optimizer=rprop").fit_spec().model is plnexp.core.model.pca_model(5)

@@ -170,15 +170,16 @@ def test_config_model_block_rows():
     from hydra import compose, initialize_config_dir
 
     from plnexp.jobs import config as C
+    from plnexp.jobs import config_load
     from plnexp.system.paths import CONF_DIR
 
     def load(*overrides):
         with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-            return C.load(compose("config", ["dataset=synthetic", "dataset.p=20", "model=pca", *overrides]))
+            return config_load.load(compose("config", ["dataset=synthetic", "dataset.p=20", "model=pca", *overrides]))
 
     cfg = load("model.rank=3", "model.block_rows=500")
     assert cfg.as_dict()["model"] == {"name": "pca", "rank": 3, "block_rows": 500}
-    assert C.load(C.loadable(cfg)) == cfg
+    assert config_load.load(config_load.loadable(cfg)) == cfg
     assert cfg.fit_spec().model is pm.pca_model(3, 500)
     assert load("model.rank=3").as_dict()["model"] == {"name": "pca", "rank": 3}
     for value, shown in (("0", "0"), ("-3", "-3"), ("1.5", "1.5"), ("many", "'many'")):

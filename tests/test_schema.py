@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 
 from plnexp.jobs import config as C
+from plnexp.jobs import config_load
 from plnexp.jobs import schema
 
 # field -> (a bad value, the line it must give), written out here, not read from the schema
@@ -31,14 +32,14 @@ BAD = {
 
 @pytest.fixture
 def node(tiny_config):
-    return C.loadable(tiny_config)
+    return config_load.loadable(tiny_config)
 
 
 @pytest.mark.parametrize("key", sorted(BAD))
 def test_a_bad_top_level_value_is_one_line_from_the_node_and_from_code(node, tiny_config, key):
     value, line = BAD[key]
     with pytest.raises(C.ConfigError) as loaded:
-        C.load({**node, key: value}, check_device=False)
+        config_load.load({**node, key: value}, check_device=False)
     assert str(loaded.value) == line
     field = "n_iter_requested" if key == "n_iter" else key
     with pytest.raises(C.ConfigError) as built:
@@ -77,6 +78,6 @@ def test_the_nested_specs_check_their_fields_with_their_key_path(cls, key, value
 def test_values_are_held_converted_and_a_missing_key_takes_its_default(node):
     node = {**node, "time_budget_s": 2, "init": "data"}
     del node["processes"]  # a config logged before the key existed
-    config = C.load(node, check_device=False)
+    config = config_load.load(node, check_device=False)
     assert config.time_budget_s == 2.0 and isinstance(config.time_budget_s, float)
     assert config.init is C.Init("data") and config.processes == 1

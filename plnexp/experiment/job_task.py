@@ -34,6 +34,7 @@ from ..jobs.spec import JobSpec
 from . import groups, resume
 from . import runner
 from ..jobs import config as C
+from ..jobs import config_load
 from ..system.redact import redact, redact_text
 from .driver_watch import watch_driver
 from .sweep_record import SweepRecord, store_of
@@ -326,5 +327,5 @@ def write_job_dir(output_dir: str, config: C.Config, overrides=()) -> None:
 
     folder = Path(output_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.yaml").write_text(yaml.safe_dump(redact(C.loadable(config)), sort_keys=False))
+    (folder / "config.yaml").write_text(yaml.safe_dump(redact(config_load.loadable(config)), sort_keys=False))
     (folder / "overrides.yaml").write_text(yaml.safe_dump([redact_text(o) for o in overrides]))

@@ -59,7 +59,7 @@ def peer_config(peer: Peer, config: Config) -> PeerConfig:
     model: its ``peer``): its model (pca's rank the job's), optimizer, precision and iteration cap,
     one fit (no replicates), at least one warm-up fit; its device: the job's where the peer uses a
     GPU here, else the CPU. A model the peer does not fit: :class:`PeerError` (the config refuses it
-    first: :func:`plnexp.jobs.config.load`)."""
+    first: :func:`plnexp.jobs.config_load.load`)."""
     peer = following(peer, config.model.value, config.rank)
     fields_of = {f: getattr(config, f) for f in Config.__dataclass_fields__}
     return replace(

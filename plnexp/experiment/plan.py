@@ -22,6 +22,7 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf, open_dict
 
 from ..jobs import config as C
+from ..jobs import config_load
 from ..jobs.config import ConfigError
 from ..system.paths import install_command, probe_writes
 from ..fitting.spec import check_rank
@@ -374,7 +375,7 @@ def plan(overrides: list[str], multirun: bool, *, check_device: bool = True) -> 
                 with open_dict(composed):
                     del composed["hydra"]
             _check_keys(parsed, composed)  # keys that Hydra's compose let through (a node not in struct mode)
-            config = C.load(composed, check_device=check_device)
+            config = config_load.load(composed, check_device=check_device)
             check_fit(config)
             jobs.append(Job(tuple(job), config))
     if multirun:

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 import yaml
 
 from ..jobs import config as C
+from ..jobs import config_load
 from ..jobs import provenance
 from . import runner
 from .. import store as tracking
@@ -124,7 +125,7 @@ def logged_node(uri: str, run: RunRecord) -> dict:
         node = provenance.migrate_node(node)
         if peer_of(run) is not None:
             node = job_node_of_peer(node)
-        C.load(node, check_device=False)
+        config_load.load(node, check_device=False)
     except ConfigError as e:
         if "allowed values are paths of existing" in str(e):  # the config is fine, its data file is gone (CSV, .h5ad)
             raise ConfigError(f"run {rid}: {e}") from None
@@ -178,9 +179,9 @@ def job_node_of_peer(node: dict) -> dict:
 
 def source(uri: str, run: RunRecord, overrides: list[str], experiment: str) -> Source:
     node = logged_node(uri, run)
-    original = C.load(node, check_device=False)
+    original = config_load.load(node, check_device=False)
     node = {**node, "experiment": experiment, "tracking_uri": uri}
-    return Source(run, original, C.load(apply_overrides(node, overrides)), peer_of(run))
+    return Source(run, original, config_load.load(apply_overrides(node, overrides)), peer_of(run))
 
 
 def find(uri: str, run_id: str) -> RunRecord:

@@ -286,7 +286,7 @@ def execute_all(config: Config, outcomes: list[Outcome], *, lead: bool = True) -
 def load_rows(dataset, config: Config) -> Data:
     """This JAX process's rows of ``dataset`` in a fit across ``config.processes`` processes (those
     its devices hold in ``scan_sharded``'s mesh), read alone where the source allows
-    (:meth:`plnexp.jobs.config.DatasetSpec.load_rows`)."""
+    (:meth:`plnexp.jobs.dataset_specs.DatasetSpec.load_rows`)."""
     from ..strategies.sharded import rows_of_this_process
     from ..core.device import resolve_device
 

@@ -203,7 +203,7 @@ def best_known(base: Data, model: str, replication: int = 1, given: float | None
 
 
 def for_dataset(spec, model: str, load=None) -> Optimum | None:
-    """The best known ELBO of the data set ``spec`` (a :class:`plnexp.jobs.config.DatasetSpec`) as fitted
+    """The best known ELBO of the data set ``spec`` (a :class:`plnexp.jobs.dataset_specs.DatasetSpec`) as fitted
     (its replication included). ``load``: how the data before replication is loaded (the runner's
     cached loader), ``spec.load`` by default. ``dataset.optimum=false``, or a model without a family
     (pca): None (no convergence metrics)."""

@@ -54,7 +54,7 @@ class Shape:
 
     @classmethod
     def of(cls, dataset) -> Shape:
-        """The shape of ``dataset`` as :meth:`~plnexp.jobs.config.DatasetSpec.load` would give it, read
+        """The shape of ``dataset`` as :meth:`~plnexp.jobs.dataset_specs.DatasetSpec.load` would give it, read
         from its settings or its first row (never its whole data)."""
         rows = int(dataset.rows())
         base = rows // max(1, dataset.replication)

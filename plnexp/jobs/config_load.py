@@ -1,0 +1,266 @@
+"""A composed config (Hydra's, a logged run's node) into a frozen :class:`~plnexp.jobs.config.Config`:
+``load(DictConfig) -> Config``, validated once (:func:`load`), and back (:func:`loadable`).
+
+Every bad value raises :class:`~plnexp.jobs.schema.ConfigError` with one line naming the key and the
+allowed values: the keys known (:data:`TOP_KEYS`), a value left unset (:data:`REQUIRED`), the rules
+that span fields (a model's rank against the data, a strategy against the device, the replicates and
+the processes, the report's peers against the model); a field with a simple rule is checked by the
+dataclass itself (:mod:`plnexp.jobs.schema`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from enum import Enum
+from typing import Any, TypeVar, cast
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue
+
+from ..core.model import PCA_NAME, check_block_rows
+from ..core.optim import OptimizerSpec
+from ..system.credentials import refusal, secret_value
+from ..core.precision import Precision, precision as precision_named
+from ..core.device import resolve_device
+from ..fitting.spec import check_compile_cache, default_optimizer, model_named
+from ..strategies import STRATEGIES, StrategySpec
+from .config import DATASETS, REPORT_KEYS, Config, ModelName, ReportSpec, allowed_options
+from .schema import ConfigError, Integer, OneOf, read
+
+_E = TypeVar("_E", bound=Enum)
+
+
+def _choice(key: str, value: Any, enum: type[_E]) -> _E:
+    return cast(_E, OneOf(enum)(key, value))
+
+
+def _model(value: Any) -> tuple[ModelName, int | None, int | None]:
+    """``model``: a name (full, profiled) or ``{name: pca, rank: q, block_rows: b or null}`` -> (its
+    name, pca's rank or None, pca's rows per block or None)."""
+    if not isinstance(value, dict):
+        if value == PCA_NAME:
+            raise ConfigError(f"model.rank: required for model={PCA_NAME}; allowed values are integers >= 1")
+        return _choice("model", value, ModelName), None, None
+    _keys("model", value, ("name", "rank", "block_rows"))
+    name = _choice("model.name", value.get("name"), ModelName)
+    if name.value != PCA_NAME:
+        raise ConfigError(f"model.rank: only model={PCA_NAME} has one; allowed keys for model={name.value} are none")
+    rank = value.get("rank")
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise ConfigError(f"model.rank={rank!r}: allowed values are integers >= 1 (at most the data set's p)")
+    try:
+        block_rows = check_block_rows(value.get("block_rows"), "model.block_rows", "null")
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return name, rank, block_rows
+
+
+def _precision(value: Any) -> Precision:
+    try:
+        return precision_named(value)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+def _keys(key: str, node: dict, allowed) -> None:
+    unknown = sorted(set(node) - set(allowed))
+    if unknown:
+        where = f"{key}." if key else ""
+        raise ConfigError(
+            f"{where}{unknown[0]}: unknown key; allowed keys{' under ' + key if key else ''} are {', '.join(allowed)}"
+        )
+
+
+def _strategy_options(per) -> dict[str, dict]:
+    """``strategy_options``: strategy name -> its options, applied when that strategy is the job's
+    (what a sweep's grid over ``strategy`` cannot say: ``strategy.tol=0`` would be refused for scan).
+    Each entry is checked against the registry, whichever strategy the job runs."""
+    per = per or {}
+    if not isinstance(per, dict) or not all(isinstance(v, dict) for v in per.values()):
+        raise ConfigError(
+            f"strategy_options={per!r}: allowed values are maps strategy -> map of its options "
+            "(e.g. strategy_options.while_loop.tol=0)"
+        )
+    for name, opts in per.items():
+        if name not in STRATEGIES:
+            raise ConfigError(f"strategy_options.{name}: unknown strategy; allowed keys are {', '.join(STRATEGIES)}")
+        try:
+            StrategySpec.of(name, **opts)
+        except ValueError as e:
+            raise ConfigError(f"strategy_options.{name}: {e}") from None
+    return per
+
+
+REQUIRED = {
+    "dataset.counts": "paths of existing CSV files (dataset=csv needs one)",
+    "dataset.path": "paths of existing .h5ad files (dataset=anndata needs one)",
+}
+TOP_KEYS = (
+    "dataset",
+    "optimizer",
+    "strategy",
+    "model",
+    "device",
+    "precision",
+    "n_iter",
+    "n_iter_cap",
+    "strategy_options",
+    "repeats",
+    "warmup",
+    "time_budget_s",
+    "first_call",
+    "compile_cache",
+    "init",
+    "gradient",
+    "seed",
+    "replicates",
+    "processes",
+    "experiment",
+    "tracking_uri",
+    "store_timeout_s",
+    "report",
+)
+
+
+def loadable(config: Config) -> dict:
+    """The node that :func:`load` turns back into ``config`` (its ``as_dict``, with ``n_iter`` as it
+    was asked: the caps apply again)."""
+    node = config.as_dict()
+    node["n_iter"] = node.pop("n_iter_requested")
+    return node
+
+
+def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
+    """Validate and resolve a composed config into a frozen :class:`Config` (one-line errors)."""
+    node: dict[str, Any]
+    if isinstance(cfg, DictConfig):
+        try:
+            # a DictConfig converts to a dict (to_container's return type covers lists and values too)
+            node = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True))
+        except Exception as e:  # noqa: BLE001 - a ??? left unset, a broken interpolation: one line
+            key = getattr(e, "full_key", "") or "config"
+            if isinstance(e, MissingMandatoryValue):
+                allowed = REQUIRED.get(key, "a value")
+                raise ConfigError(
+                    f"{key}: required, no value given (set {key}=...); allowed values are {allowed}"
+                ) from None
+            raise ConfigError(f"{key}: {str(e).splitlines()[0]}") from None
+    else:
+        node = dict(cfg)
+    node.pop("hydra", None)
+    node.pop("sweep", None)
+    secret = secret_value(node)
+    if secret is not None:  # a config file's (an override's is refused before Hydra: plnexp.__main__)
+        raise ConfigError(refusal(secret))
+    _keys("", node, TOP_KEYS)
+    for key in ("dataset", "optimizer", "strategy"):
+        if not isinstance(node.get(key), dict):
+            raise ConfigError(f"{key}={node.get(key)!r}: allowed values are {allowed_options(key)}")
+
+    ds = dict(node["dataset"])
+    kind = ds.pop("name", None)
+    if kind not in DATASETS:
+        raise ConfigError(f"dataset.name={kind!r}: allowed values are {', '.join(DATASETS)}")
+    cls = DATASETS[kind]
+    _keys("dataset", ds, ["name"] + [f.name for f in fields(cls)])
+    if "covariates" in ds and kind == "oaks":
+        ds["covariates"] = tuple(ds["covariates"] or ())
+    try:
+        dataset = cls(**ds)
+    except TypeError as e:
+        raise ConfigError(f"dataset: {e}") from None
+
+    opt = dict(node["optimizer"])
+    _keys("optimizer", opt, ("name", "lr"))
+    strat = dict(node["strategy"])
+    strat.update(_strategy_options(node.get("strategy_options")).get(str(strat.get("name")), {}))
+    device = read(Config, node, "device")
+    try:
+        compile_cache = check_compile_cache(node.get("compile_cache"))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    replicates = read(Config, node, "replicates")
+    processes = read(Config, node, "processes")  # a config logged before it: 1
+    model, rank, block_rows = _model(node.get("model"))
+    p = getattr(dataset, "p", None)  # known without loading for the simulated data sets
+    if rank is not None and isinstance(p, int) and rank > p:
+        raise ConfigError(f"model.rank={rank}: allowed values are integers from 1 to dataset.p={p}")
+    try:
+        # the name as given (None where missing): OptimizerSpec checks it against its registry
+        optimizer = OptimizerSpec(cast(str, opt.get("name")), opt.get("lr"))
+        if optimizer.name == "newton" and block_rows is not None:
+            # PLN-PCA's Newton round (its default, conf/model/pca.yaml) takes every row at once: in
+            # blocks of rows the fit takes the model's default, as plnexp.fit does (one rule)
+            optimizer = OptimizerSpec(default_optimizer(model_named(model.value, rank, block_rows)), None)
+        strategy = StrategySpec.of(strat.pop("name", None), **strat)
+        devices = getattr(strategy.options, "devices", 0)
+        if processes > 1 and devices != 0:  # before the devices are counted: it is the rule, not their number
+            raise ValueError(
+                f"strategy.devices={devices}: with processes={processes} the rows are split across every "
+                "device of every process; allowed value is 0"
+            )
+        strategy.check(
+            compile_cache,
+            resolve_device(device.value).platform if check_device else None,
+            replicates,
+            optimizer.name,
+            str(node.get("gradient")),
+            model.value,
+            processes,
+        )
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    n_iter = read(Config, node, "n_iter")
+    caps = node.get("n_iter_cap") or {}
+    if not isinstance(caps, dict):
+        raise ConfigError(f"n_iter_cap={caps!r}: allowed values are maps strategy -> integer >= 1")
+    for name, cap in caps.items():
+        if name not in STRATEGIES:
+            raise ConfigError(f"n_iter_cap.{name}: unknown strategy; allowed keys are {', '.join(STRATEGIES)}")
+        Integer(1)(f"n_iter_cap.{name}", cap)
+    rep = node.get("report") or {}  # a logged config (rerun) has none: the defaults
+    if not isinstance(rep, dict):
+        raise ConfigError(f"report={rep!r}: allowed values are maps with the keys {', '.join(REPORT_KEYS)}")
+    _keys("report", rep, REPORT_KEYS)
+    report = ReportSpec(**rep)
+    if report.peers:  # each peer follows the job's model: one it does not fit is refused before any run
+        from .peers import PEERS, model_error
+
+        for name in report.peers:
+            why = model_error(PEERS[name], model.value)
+            if why is not None:
+                raise ConfigError(why)
+    return Config(
+        dataset=dataset,
+        optimizer=optimizer,
+        strategy=strategy,
+        model=model,
+        rank=rank,
+        block_rows=block_rows,
+        device=device,
+        precision=_precision(node.get("precision")),
+        n_iter=min(n_iter, caps.get(strategy.name, n_iter)),
+        n_iter_requested=n_iter,
+        compile_cache=compile_cache,
+        replicates=replicates,
+        processes=processes,
+        n_iter_cap=dict(caps),
+        report=report,
+        # the rest as given (their defaults where a logged config lacks them), checked by Config
+        **{key: node[key] for key in AS_GIVEN if key in node},
+    )
+
+
+# the top-level keys Config checks itself (plnexp.jobs.schema): load passes them on as given
+AS_GIVEN = (
+    "repeats",
+    "warmup",
+    "time_budget_s",
+    "first_call",
+    "init",
+    "gradient",
+    "seed",
+    "experiment",
+    "tracking_uri",
+    "store_timeout_s",
+)

@@ -1,0 +1,300 @@
+"""The data sets a config may name (``dataset=``): each a frozen spec of where its counts come from
+(:class:`OaksData`, :class:`SyntheticData`, :class:`CsvData`, :class:`AnndataData`,
+:class:`SyntheticPcaData`), its fields checked when it is built (one line naming the key and its
+allowed values), and how it loads (:meth:`DatasetSpec.load`, its rows: :meth:`DatasetSpec.load_rows`).
+The config's union of them and the registry by name: :mod:`plnexp.jobs.config`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+
+from ..core.data import Data
+from ..core.oaks import OAKS_COVARIATES
+from ..system.paths import install_command
+from .schema import ConfigError, Flag, Integer, check_fields, checked, setting
+
+
+# ---------------------------------------------------------------- data sets
+@dataclass(frozen=True)
+class DatasetSpec:
+    """What every data set has: ``replication``, the number of times its rows are stacked (the
+    seed's way of making a data set bigger), an axis of its own for oaks, synthetic and CSV data
+    alike. Subclasses declare their own fields and ``_load`` (the data before replication)."""
+
+    # (field, not setting: mypy reads kw_only from dataclasses.field alone)
+    replication: int = field(default=1, kw_only=True, metadata=checked(Integer(1)))
+    # the best known ELBO of the data as fitted (exact log y!; plnexp.fitting.optimum): None = shipped, cached
+    # or computed once; false = none (no convergence metrics). Scores runs, changes no fit (not hashed)
+    optimum: float | bool | None = field(default=None, kw_only=True)
+    name: ClassVar[str]
+    # drawn from its settings by plnexp's code (synthetic data): its config and plnexp's commit say
+    # what its arrays are, so ``resume`` need not draw it again to compare digests
+    drawn: ClassVar[bool] = False
+
+    def __post_init__(self):
+        check_fields(self, "dataset.")  # every subclass's declared fields too
+        opt = self.optimum
+        if opt is True or not (
+            opt is None or opt is False or (isinstance(opt, (int, float)) and math.isfinite(opt) and opt != 0)
+        ):
+            raise ConfigError(
+                f"dataset.optimum={opt!r}: allowed values are null (the best known ELBO: shipped, cached or "
+                "computed once), false (none) or the ELBO (a finite non-zero number)"
+            )
+        if opt is not None and opt is not False:
+            object.__setattr__(self, "optimum", float(opt))
+
+    @property
+    def base_label(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def label_tail(self) -> str:
+        """After the replication (oaks: its covariates)."""
+        return ""
+
+    @property
+    def label(self) -> str:
+        """``oaks``, ``oaks_x100+tree``, ``synthetic_n2000_p50_d2_s0_x10``, ``csv_counts_x4``..."""
+        times = f"_x{self.replication}" if self.replication > 1 else ""
+        return f"{self.base_label}{times}{self.label_tail}"
+
+    def _load(self) -> Data:
+        raise NotImplementedError
+
+    def load(self) -> Data:
+        from ..core.data_rows import replicate
+
+        return replicate(self._load(), self.replication)
+
+    def _rows(self) -> int:
+        """The rows of the data before replication (read without the data where the source allows)."""
+        return self._load().n
+
+    def _load_rows(self, start: int, stop: int) -> Data:
+        """Rows ``start:stop`` of the data before replication; this default reads them whole first."""
+        from ..core.data_rows import take_rows
+
+        return take_rows(self._load(), start, stop)
+
+    def rows(self) -> int:
+        """The number of rows of :meth:`load`'s data."""
+        return self._rows() * self.replication
+
+    def load_rows(self, start: int, stop: int) -> Data:
+        """Rows ``start:stop`` of :meth:`load`'s data (:attr:`~plnexp.core.data.Data.part` set), the same
+        numbers, read alone where the source allows (CSV and ``.h5ad`` rows, :func:`~plnexp.core.simulation.simulate_pca`'s
+        blocks); replicated data: the base data read once, then only these rows made. What one process
+        of a fit across processes reads (:mod:`plnexp.experiment.processes`)."""
+        from ..core.data_rows import replicate_rows
+
+        if self.replication == 1:
+            return self._load_rows(start, stop)
+        return replicate_rows(self._load(), self.replication, start, stop)
+
+
+@dataclass(frozen=True)
+class OaksData(DatasetSpec):
+    covariates: tuple[str, ...] = ()
+    name: ClassVar[str] = "oaks"
+
+    def __post_init__(self):
+        super().__post_init__()
+        for c in self.covariates:
+            if c not in OAKS_COVARIATES:
+                raise ConfigError(f"dataset.covariates={c!r}: allowed values are {', '.join(OAKS_COVARIATES)}")
+
+    base_label: ClassVar[str] = "oaks"
+
+    @property
+    def label_tail(self) -> str:  # oaks_x100+tree: the covariates after the replication, as ever
+        return "+" + "+".join(self.covariates) if self.covariates else ""
+
+    def _load(self) -> Data:
+        from ..core.oaks import load_oaks
+
+        return load_oaks(1, self.covariates)
+
+
+@dataclass(frozen=True)
+class SyntheticData(DatasetSpec):
+    n: int = setting(Integer(2), 2000)
+    p: int = setting(Integer(1), 50)
+    d: int = setting(Integer(1), 2)
+    seed: int = setting(Integer(0), 0)
+    name: ClassVar[str] = "synthetic"
+    drawn: ClassVar[bool] = True
+
+    @property
+    def base_label(self) -> str:
+        return f"synthetic_n{self.n}_p{self.p}_d{self.d}_s{self.seed}"
+
+    def _load(self) -> Data:
+        from ..core.simulation import simulate
+
+        return simulate(self.n, self.p, self.d, self.seed)
+
+    def _rows(self) -> int:
+        return self.n
+
+
+@dataclass(frozen=True)
+class CsvData(DatasetSpec):
+    counts: str
+    offsets: str | None = None
+    covariates: str | None = None
+    log_offsets: bool = setting(Flag(), False)
+    name: ClassVar[str] = "csv"
+
+    def __post_init__(self):
+        super().__post_init__()
+        for key in ("counts", "offsets", "covariates"):
+            value = getattr(self, key)
+            if value is None and key != "counts":
+                continue
+            if not isinstance(value, str) or not Path(value).is_file():
+                raise ConfigError(f"dataset.{key}={value!r}: allowed values are paths of existing CSV files")
+            object.__setattr__(self, key, str(Path(value).resolve()))
+
+    @property
+    def base_label(self) -> str:
+        return f"csv_{Path(self.counts).stem}"
+
+    def _load(self) -> Data:
+        """Raises :class:`~plnexp.core.data.DataError` (one line naming the file) for a bad file."""
+        from ..core.csv_files import load_csv
+
+        return load_csv(self.counts, self.offsets, self.covariates, log_offsets=self.log_offsets)
+
+    def _rows(self) -> int:
+        from ..core.csv_files import csv_rows
+
+        return csv_rows(self.counts)
+
+    def _load_rows(self, start: int, stop: int) -> Data:
+        from ..core.csv_files import load_csv
+
+        return load_csv(self.counts, self.offsets, self.covariates, log_offsets=self.log_offsets, rows=(start, stop))
+
+
+@dataclass(frozen=True)
+class AnndataData(DatasetSpec):
+    """Single-cell counts of an ``.h5ad`` file (:func:`plnexp.core.anndata_counts.load_anndata`; the ``single-cell``
+    extra). The file, anndata and the keys' types are checked here; the layer and obs columns when
+    the file is read (before any run: a :class:`~plnexp.core.data.DataError` line naming the ones there are)."""
+
+    path: str
+    layer: str | None = None
+    covariates: tuple[str, ...] = ()
+    offsets: str = "library_size"
+    sparse: bool = setting(Flag(), False)  # counts kept sparse (CSR), for model=pca with block_rows
+    name: ClassVar[str] = "anndata"
+
+    def __post_init__(self):
+        super().__post_init__()
+        import importlib.util
+
+        path = self.path
+        if not isinstance(path, str) or Path(path).suffix != ".h5ad" or not Path(path).is_file():
+            raise ConfigError(f"dataset.path={path!r}: allowed values are paths of existing .h5ad files")
+        object.__setattr__(self, "path", str(Path(path).resolve()))
+        if importlib.util.find_spec("anndata") is None:
+            raise ConfigError(
+                "dataset=anndata: needs the anndata package, which is not installed; install plnexp's "
+                f"single-cell extra ({install_command('single-cell')})"
+            )
+        if self.layer is not None and (not isinstance(self.layer, str) or not self.layer):
+            raise ConfigError(f"dataset.layer={self.layer!r}: allowed values are null (X) or the name of a layer")
+        covariates = self.covariates if isinstance(self.covariates, (list, tuple)) else [self.covariates]
+        covariates = () if self.covariates is None else covariates
+        for c in covariates:
+            if not isinstance(c, str) or not c:
+                raise ConfigError(f"dataset.covariates={c!r}: allowed values are names of obs columns")
+        object.__setattr__(self, "covariates", tuple(covariates))
+        if not isinstance(self.offsets, str) or not self.offsets:
+            raise ConfigError(
+                f"dataset.offsets={self.offsets!r}: allowed values are library_size, none or the name of an "
+                "obs column of positive totals"
+            )
+
+    @property
+    def base_label(self) -> str:
+        layer = f"_{self.layer}" if self.layer else ""
+        return f"anndata_{Path(self.path).stem}{layer}" + ("_sparse" if self.sparse else "")
+
+    @property
+    def label_tail(self) -> str:  # anndata_pbmc_x4+batch: the covariates after the replication, as oaks
+        return "+" + "+".join(self.covariates) if self.covariates else ""
+
+    def _load(self) -> Data:
+        """Raises :class:`~plnexp.core.data.DataError` (one line naming the file) for a bad file."""
+        from ..core.anndata_counts import load_anndata
+
+        return load_anndata(self.path, self.layer, self.covariates, self.offsets, sparse=self.sparse)
+
+    def _rows(self) -> int:
+        import anndata
+
+        return int(anndata.read_h5ad(self.path, backed="r").n_obs)
+
+    def _load_rows(self, start: int, stop: int) -> Data:
+        from ..core.anndata_counts import load_anndata
+
+        return load_anndata(
+            self.path, self.layer, self.covariates, self.offsets, sparse=self.sparse, rows=(start, stop)
+        )
+
+
+@dataclass(frozen=True)
+class SyntheticPcaData(DatasetSpec):
+    """Counts drawn from the low-rank PLN-PCA model (:func:`plnexp.core.simulation.simulate_pca`)."""
+
+    n: int = setting(Integer(2), 2000)
+    p: int = setting(Integer(1), 200)
+    q: int = setting(Integer(1), 5)
+    d: int = setting(Integer(1), 1)
+    zero_fraction: float | None = None
+    seed: int = setting(Integer(0), 0)
+    sparse: bool = setting(Flag(), False)  # counts kept sparse (CSR), for model=pca with block_rows
+    name: ClassVar[str] = "synthetic_pca"
+    drawn: ClassVar[bool] = True
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.q > self.p:
+            raise ConfigError(f"dataset.q={self.q!r}: allowed values are integers from 1 to dataset.p={self.p}")
+        zf = self.zero_fraction
+        if zf is not None and (isinstance(zf, bool) or not isinstance(zf, (int, float)) or not 0 < zf < 1):
+            raise ConfigError(
+                f"dataset.zero_fraction={zf!r}: allowed values are null (as drawn) or numbers in (0, 1) "
+                "(the fraction of zero counts: 0.8 to 0.95 in single-cell data)"
+            )
+        if zf is not None:
+            object.__setattr__(self, "zero_fraction", float(zf))
+
+    @property
+    def base_label(self) -> str:
+        from ..core.simulation import pca_name
+
+        tail = "_sparse" if self.sparse else ""
+        return pca_name(self.n, self.p, self.q, self.d, self.zero_fraction, self.seed) + tail
+
+    def _load(self) -> Data:
+        from ..core.simulation import simulate_pca
+
+        return simulate_pca(self.n, self.p, self.q, self.zero_fraction, self.d, self.seed, sparse=self.sparse)
+
+    def _rows(self) -> int:
+        return self.n
+
+    def _load_rows(self, start: int, stop: int) -> Data:
+        from ..core.simulation import simulate_pca
+
+        return simulate_pca(
+            self.n, self.p, self.q, self.zero_fraction, self.d, self.seed, sparse=self.sparse, rows=(start, stop)
+        )
