@@ -30,7 +30,7 @@ from .experiment import processes, srun
 from .system import credentials, interrupts
 from .experiment import resume
 from .system import runtime
-from .experiment import groups, job_task, sweep, sweep_record
+from .experiment import groups, job_task, sweep, sweep_dispatch, sweep_record
 from . import store as tracking
 from .jobs import config as C
 from .core.data import DataError, DataWarning
@@ -325,7 +325,7 @@ def multirun(overrides: list[str], jobs: cli.Plan, uri: str, resumed: bool = Fal
         timed = executor.name in cli.LOCAL_LAUNCHERS and first.report.rounds > 0  # each group timed in rounds, here
         # the driver's jobs keep their programs for the rounds
         task = job_task.Task(held=groups.Held() if timed and executor.in_driver else None)
-        verdicts = sweep.run_jobs(task, record, sweep_dir, jobs.specs(), executor)
+        verdicts = sweep_dispatch.run_jobs(task, record, sweep_dir, jobs.specs(), executor)
         groups.log_verdicts(record, verdicts)  # SLURM: each group timed in rounds on its node
         if timed:
             groups.time_groups(record, [j.config.as_study() for j in jobs], task.held)

@@ -227,13 +227,13 @@ def test_a_sweep_of_processes_refuses_joblib_uneven_nodes_and_accelerators_in_on
 def test_under_slurm_a_job_of_processes_is_a_job_of_its_own_with_that_many_tasks():
     """With rounds on, a group's jobs share one SLURM task; jobs of processes > 1 never do (their
     program spans processes the task is not): each is a unit of its own of N tasks, the rest as before."""
-    from plnexp.experiment import sweep
+    from plnexp.experiment import sweep_dispatch
 
     grid = ["strategy=scan_sharded", "model=full", "strategy.via=jit,shard_map", "hydra/launcher=slurm"]
     specs = cli.plan([*grid, "processes=2"], multirun=True).specs()
-    assert [(u.num, u.tasks) for u in sweep.units_of(specs, rounds=True)] == [(0, 2), (1, 2)]
+    assert [(u.num, u.tasks) for u in sweep_dispatch.units_of(specs, rounds=True)] == [(0, 2), (1, 2)]
     specs = cli.plan(grid, multirun=True).specs()
-    (group,) = sweep.units_of(specs, rounds=True)  # one process each: the group, one task
+    (group,) = sweep_dispatch.units_of(specs, rounds=True)  # one process each: the group, one task
     assert group.tasks == 1 and len(group.specs) == 2 and group.rounds
 
 

@@ -14,7 +14,7 @@ before any other use of JAX (CPU collectives over gloo), then runs the job. Wher
 
 The mesh of ``scan_sharded`` then spans every process's devices, and each process puts on them
 only its own rows (:func:`plnexp.core.data_rows.row_range`), which is all it reads of the data where the
-source allows (:meth:`plnexp.jobs.config.DatasetSpec.load_rows`: CSV lines, ``.h5ad`` rows in
+source allows (:meth:`plnexp.jobs.dataset_specs.DatasetSpec.load_rows`: CSV lines, ``.h5ad`` rows in
 backed mode, ``simulate_pca``'s blocks; ``simulate``'s draw is whole, then sliced); the float64 host
 reference and log y! are summed across processes over each one's rows; each process's peak memory is
 gathered onto process 0's run (:func:`plnexp.experiment.runner.peak_rss_by_process`).
@@ -33,7 +33,7 @@ travels in the pickled :class:`Job`) and hands its outcome back (:class:`Ran`, i
 a worker that fails makes the job FAILED with the one line, and the sweep goes on. ``resume=true``
 then runs it again like any job that did not finish; ``rerun`` of such a run (or of its sweep)
 starts its workers the same way. Under the SLURM launcher such a job is one SLURM job of N tasks,
-each of which joins the others as under ``srun`` (:func:`plnexp.experiment.sweep.across_in_worker`:
+each of which joins the others as under ``srun`` (:func:`plnexp.experiment.sweep_dispatch.across_in_worker`:
 task 0 runs the job, the others :func:`follow`). A joblib worker does not start workers: a sweep of
 ``processes`` > 1 under it is refused (:mod:`plnexp.experiment.plan`), and the interleaved rounds
 leave such jobs out (:mod:`plnexp.experiment.groups`).
@@ -283,7 +283,7 @@ RAN_FILE = "outcome.pkl"
 @dataclass(frozen=True)
 class Ran:
     """A job's outcome as process 0 hands it back to the process that started the workers (its runs
-    are in the store): what a sweep's :class:`plnexp.experiment.sweep.Task` and a rerun read of a
+    are in the store): what a sweep's :class:`plnexp.experiment.job_task.Task` and a rerun read of a
     :class:`plnexp.experiment.runner.Outcome`."""
 
     name: str

@@ -201,7 +201,7 @@ def _sweep(
     """A new sweep of the sources' jobs, run in this process (the one sweep path,
     :func:`plnexp.experiment.sweep.session`), each job's spec made from its original's logged config; then
     every new run is compared with its original."""
-    from . import job_task, sweep, sweep_record
+    from . import job_task, sweep, sweep_dispatch, sweep_record
 
     name = parent_run.sweep if parent_run.sweep is not None else "sweep"
     sweep_dir = sweep_record.new_sweep_dir()
@@ -213,7 +213,7 @@ def _sweep(
 
     def launch(record) -> None:
         if specs:  # the given jobs alone: no control job, no peers of the sweep's own (they are given too)
-            sweep.run_jobs(job_task.Task(extras=False), record, sweep_dir, specs, InProcess())
+            sweep_dispatch.run_jobs(job_task.Task(extras=False), record, sweep_dir, specs, InProcess())
         from ..jobs.peers import PEERS
 
         for num, s in enumerate(sources[len(jobs) :], start=len(jobs) + 1):  # past the control job's, as a sweep
