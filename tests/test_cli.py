@@ -399,7 +399,7 @@ def test_ui_refuses_a_port_in_use_in_one_line(outputs, no_server, capsys):
 def test_ui_checks_the_port_on_the_host_it_serves(no_server):
     import socket
 
-    from plnexp.__main__ import check_port_free, ui_address
+    from plnexp.cli.ui import check_port_free, ui_address
 
     assert ui_address([]) == ("127.0.0.1", 5000)
     assert ui_address(["--host", "0.0.0.0", "-p", "8080"]) == ("0.0.0.0", 8080)
