@@ -66,9 +66,9 @@ def test_config_hash_ignores_where_and_how_it_is_timed_only():
         "precision=float64",
         "seed=1",
         "strategy=fori_loop",
-        "optimizer.lr=0.01",
+        "optimizer.lr=0.02",
         "dataset.n=51",
-        "model=profiled",
+        "model=full",
         "gradient=autodiff",
         "device=auto",
     ):
@@ -155,7 +155,9 @@ def test_rerun_on_the_same_machine_is_bit_for_bit(outputs, capsys):
 
 @pytest.mark.slow
 def test_rerun_with_a_precision_override_reports_the_difference(outputs, capsys):
-    out = original(["n_iter=200"])
+    # the tutorial's workload (radam_clip from the seed's start), whose float32 curve leaves float64's
+    # (the converging default agrees across precisions within float32's tolerance here)
+    out = original(["n_iter=200", "model=full", "optimizer=radam_clip", "init=seed"])
     assert main(["rerun", out.run_id, "precision=float64"]) == 0  # another experiment: reported only
     text = capsys.readouterr().out
     assert "x64 (x64): 'False' -> 'True'" in text
