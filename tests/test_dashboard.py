@@ -290,7 +290,15 @@ def test_the_study_is_three_clicks_from_the_landing_page(chrome, served_sweep, t
 DOCS_IMG = Path(__file__).resolve().parent.parent / "docs" / "img"  # the docs' screenshots, made here
 
 
-def test_ui_prints_the_study_and_a_browser_there_sees_it(chrome, served_sweep, ui_stdout):
+def screenshots_dir(tmp_path: Path) -> Path:
+    """Where the study's screenshots go: the docs' folder when PLNEXP_DOCS_SCREENSHOTS=1 (to renew
+    them: docs/development.md), else the test's own folder. A test run never writes into the
+    checkout by default: a tracked file changed mid-suite makes the checkout dirty, and the suite's
+    resume tests (which match runs by plnexp's commit and its clean state) then see other code."""
+    return DOCS_IMG if os.environ.get("PLNEXP_DOCS_SCREENSHOTS") == "1" else tmp_path
+
+
+def test_ui_prints_the_study_and_a_browser_there_sees_it(chrome, served_sweep, ui_stdout, tmp_path):
     """``python -m plnexp ui`` prints the address of the latest sweep's study (MLflow's Model training
     view, which no server setting chooses: the link names it); headless Chromium at that address
     sees the sweep's jobs, the reference first, the verdict and paired-ratio columns first, in a
@@ -311,14 +319,15 @@ def test_ui_prints_the_study_and_a_browser_there_sees_it(chrome, served_sweep, u
     body = chrome.find_element(By.TAG_NAME, "body").text
     assert body.index(jobs[0]) < body.index(jobs[1])  # the reference first
     assert "workflowType=machine_learning" in chrome.current_url
-    DOCS_IMG.mkdir(parents=True, exist_ok=True)
-    assert chrome.save_screenshot(DOCS_IMG / "dashboard-study.png")
+    shots = screenshots_dir(tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+    assert chrome.save_screenshot(shots / "dashboard-study.png")
     for close in chrome.find_elements(By.CSS_SELECTOR, CLOSE_ASSISTANT):
         close.click()
     wait_text(chrome, "round_ms_per_iter", "rounds_used", timeout=30)  # the rounds' figures too, panel closed
     time.sleep(1)
-    assert chrome.save_screenshot(DOCS_IMG / "dashboard-after.png")
-    assert png_size(DOCS_IMG / "dashboard-after.png")[0] >= 1000
+    assert chrome.save_screenshot(shots / "dashboard-after.png")
+    assert png_size(shots / "dashboard-after.png")[0] >= 1000
 
 
 def test_the_artifact_viewer_shows_the_html_report(chrome, served_sweep):

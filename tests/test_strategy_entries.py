@@ -71,7 +71,7 @@ def test_a_new_strategy_with_a_new_option_needs_only_its_entry_and_yaml(toy):
     # the fit: the toy's scan with 3 steps per body runs the same maths as scan
     data = plnexp.simulate(40, 4, 2, seed=1)
     toy_fit = fitting.run(data, job.config.fit_spec(), timed=False)
-    scan_fit = plnexp.fit(data, model="full", optimizer="radam_clip", n_iter=7, strategy="scan", timed=False)
+    scan_fit = plnexp.fit(data, n_iter=7, strategy="scan", timed=False)  # run's defaults are plnexp.fit's
     np.testing.assert_allclose(toy_fit.elbo, scan_fit.elbo, rtol=1e-5)  # float32: fusion rounding
     assert plnexp.fit(data, n_iter=4, strategy="toy_chunked", chunk=2, timed=False).n_iter == 4
 
