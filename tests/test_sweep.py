@@ -10,6 +10,7 @@ the process under test runs in this one (``plnexp_main``)."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -118,7 +119,9 @@ def test_joblib_four_jobs_in_two_workers_lose_nothing_and_are_judged_in_rounds_i
         assert f"[rounds] 2 programs of synthetic_n1000_p10_d2_s{k} ... ready in" in proc.stdout, proc.stdout
         # the plain headline, its group named by what tells the groups apart (the seed)
         assert f"synthetic_n1000_p10_d2_s{k} (1000×10), float32, cpu, seed={k}: " in proc.stdout
-    assert proc.stdout.count(" rounds, minimum effect 1.10×)") == 2 and "do not compare" not in proc.stdout
+    # one headline per group, whatever its verdict (on a busy machine some rounds may be dropped as noise)
+    assert len(re.findall(r" rounds(?:, \d+ dropped)?, minimum effect 1\.10×\)", proc.stdout)) == 2, proc.stdout
+    assert "do not compare" not in proc.stdout
     (parent,), children = split(runs_of(outputs, "par"))
     md = next((outputs / "reports" / "par").iterdir()) / "report.md"
     assert "timed runs overlapped with" in md.read_text()  # the jobs' own timings: contended, noted
