@@ -85,13 +85,8 @@ class Outcome:
             out.update(n_iter_run=float(r.n_iter), final_elbo=r.extra.get("final_elbo_jit", np.nan), loglik=r.loglik)
             if r.converged is not None:  # how it ended (plnexp.measure.convergence.ending)
                 out.update(converged=float(r.converged), gap_to_best=r.gap_to_best, at_best=float(bool(r.at_best)))
-            if (
-                "B" in r.params and "S" in r.params
-            ):  # n_params, bic, icl (plnexp.measure.criteria: PLNmodels' conventions)
-                from ..measure.criteria import criteria
-
-                n, p = self.data_shape or (np.shape(r.params["S"])[0], np.shape(r.params["B"])[1])
-                out.update(criteria(self.config.model.value, r.loglik, r.params, n, p, self.config.rank))
+            if "B" in r.params and "S" in r.params:  # the result's own criteria (PLNmodels' conventions)
+                out.update(n_params=float(r.n_params), bic=r.bic, icl=r.icl)
             k = self.config.replicates
             if k > 1 and "run_s" in out:  # one fit of a batch: its share of the batch's run time
                 out.update(batch_run_s=out["run_s"], replicates=float(k))
