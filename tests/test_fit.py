@@ -86,15 +86,53 @@ def test_gpu_request_without_gpu_is_a_clear_error(oaks):
 
 def test_host_check_refuses_a_miscompiled_elbo():
     # the jaxlib 0.10.2 miscompile is off by 13% (oaks x100: 11600 x 114 entries): far outside the
-    # float32 tolerance, absolute floor included
+    # float32 tolerance, absolute floor and the rounding of its terms (100 times |ELBO| on oaks) included
     size = 11600 * 114
     with pytest.raises(NumericsError, match="float64 host reference"):
-        check_against_host(1113766.9, 1285968.2, PRECISIONS["float32"], "final state", size)
-    check_against_host(1285968.0, 1285968.2, PRECISIONS["float32"], "final state", size)  # rounding passes
-    # oaks x1 (116 x 114): a 1% error is still refused, in both precisions
+        check_against_host(1113766.9, 1285968.2, PRECISIONS["float32"], "final state", size, terms=1.3e8)
+    check_against_host(1285968.0, 1285968.2, PRECISIONS["float32"], "final state", size, terms=1.3e8)  # rounding passes
+    # oaks x1 (116 x 114, its terms 3.2e6 in magnitude): a 1% error is still refused, in both precisions
     for precision in PRECISIONS.values():
         with pytest.raises(NumericsError):
-            check_against_host(-32026.0 * 1.01, -32026.0, precision, "final state", 116 * 114)
+            check_against_host(-32026.0 * 1.01, -32026.0, precision, "final state", 116 * 114, terms=3.2e6)
+
+
+@pytest.mark.parametrize("model, precision", [("full", "float64"), ("full", "float32"), ("pca", "float64")])
+def test_a_huge_count_fits_without_a_false_alarm(model, precision):
+    """#62: a count of 1e12 makes Y Z and log Y! near 3e13 each while the ELBO is a few hundred; a
+    tolerance scaled by the final ELBO alone refused these fits (float64 errors of 1e-2, float32 of
+    1e5, the count's own rounding). The tolerance scales with the terms' magnitude: they fit, with
+    no warning."""
+    import warnings
+
+    Y = np.random.default_rng(0).poisson(3, size=(30, 4))
+    Y[0, 0] = 10**12
+    rank = {"rank": 2} if model == "pca" else {}
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        result = plnexp.fit(Y, model=model, precision=precision, n_iter=50, timed=False, **rank)
+    assert np.isfinite(result.loglik) and result.extra["final_elbo_jit"] != result.loglik
+    assert not [w for w in seen if "ELBO" in str(w.message) or "XLA_FLAGS" in str(w.message)]
+
+
+@pytest.mark.parametrize("precision", ["float64", "float32"])
+def test_a_wrong_compiled_elbo_is_one_line_naming_the_difference(precision, monkeypatch):
+    """The host reference moved by more than the bound (check_rtol |ELBO| + 16 eps terms + the floor):
+    one line naming the two values and the difference, no XLA flags."""
+    from plnexp.core import reference
+
+    true = reference.elbo_and_terms
+    monkeypatch.setattr(
+        reference, "elbo_and_terms", lambda *a, **k: (true(*a, **k)[0] + 1e-3 * true(*a, **k)[1], true(*a, **k)[1])
+    )
+    Y = np.random.default_rng(0).poisson(3, size=(30, 4))
+    Y[0, 0] = 10**12
+    with pytest.raises(
+        NumericsError, match=r"at the initial state is .*, the float64 host reference .*: off by"
+    ) as err:
+        plnexp.fit(Y, model="full", precision=precision, n_iter=5, timed=False)
+    message = str(err.value)
+    assert "\n" not in message and "XLA_FLAGS" not in message and len(message) < 400, message
 
 
 @pytest.mark.parametrize(
@@ -120,7 +158,7 @@ def test_all_zero_counts_fit_without_a_false_alarm(model, precision):
     assert np.all(np.isfinite(result.elbo)) and -0.5 < result.loglik <= 1e-6
     assert abs(result.extra["final_elbo_jit"] - result.loglik) <= PRECISIONS[precision].check_tolerance(
         result.loglik, zeros.Y.size
-    )
+    )  # its terms' rounding left out: the floor alone holds there
 
 
 # ---------------------------------------------------------------- counts in memory

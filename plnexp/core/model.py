@@ -38,8 +38,8 @@ def _pln_params(centred_m: Callable[[PLNState, Arrays | Data], jax.Array]) -> Ca
     return lambda s, data: {"B": s.B, "M": centred_m(s, data), "S": s.S, "Sigma": s.Sigma}
 
 
-def _pln_host_elbo(params: dict, data: Data) -> float:
-    return reference.elbo(data.Y, data.O, data.X, params["B"], params["M"], params["S"], params["Sigma"])
+def _pln_host_reference(params: dict, data: Data) -> tuple[float, float]:
+    return reference.elbo_and_terms(data.Y, data.O, data.X, params["B"], params["M"], params["S"], params["Sigma"])
 
 
 @dataclass(frozen=True)
@@ -55,8 +55,9 @@ class Model:
       ``data.X`` only, so the host's :class:`~plnexp.core.data.Data` does as well;
     - ``params(state, data)``: what a :class:`~plnexp.fitting.engine.FitResult` reports, by name (B, centred
       M, S, Sigma for ``full`` and ``profiled``; B, C, M, S for ``pca``), arrays of the state's kind;
-    - ``host_elbo(params, data)``: the ELBO (exact log y!) at those params, by :mod:`plnexp.core.reference`
-      in float64 on the host: what every compiled ELBO is checked against;
+    - ``host_reference(params, data)``: the ELBO (exact log y!) at those params, by :mod:`plnexp.core.reference`
+      in float64 on the host (what every compiled ELBO is checked against), and the sum of the
+      magnitudes of its terms (what the check's tolerance scales with);
     - ``work``: the least traffic and products of one iteration, in n x p data arrays, n x q latent
       arrays (q: ``rank``, or p where it is 0) and n x p x q products (:class:`Work`).
     """
@@ -68,7 +69,7 @@ class Model:
     complete: Callable[[Params, Arrays], PLNState]
     centred_m: Callable[[PLNState, Arrays | Data], jax.Array]
     params: Callable[[PLNState, Data], dict]
-    host_elbo: Callable[[dict, Data], float]
+    host_reference: Callable[[dict, Data], tuple[float, float]]
     work: Work  # what one iteration must do at least (plnexp.measure.floor: the machine's floor for the fit)
     rank: int = 0  # the latent dimension q of ``pca``; 0: the models whose latent is p-dimensional
     block_rows: int | None = None  # ``pca``: rows per block inside a step (None: every row at once)
@@ -122,7 +123,7 @@ FULL = Model(
     complete=_complete_full,
     centred_m=_full_centred_m,
     params=_pln_params(_full_centred_m),
-    host_elbo=_pln_host_elbo,
+    host_reference=_pln_host_reference,
     work=PLN_WORK,
 )
 PROFILED = Model(
@@ -133,7 +134,7 @@ PROFILED = Model(
     complete=_complete_profiled,
     centred_m=_profiled_centred_m,
     params=_pln_params(_profiled_centred_m),
-    host_elbo=_pln_host_elbo,
+    host_reference=_pln_host_reference,
     work=PLN_WORK,
 )
 MODELS: dict[str, Model] = {m.name: m for m in (FULL, PROFILED)}
@@ -147,8 +148,8 @@ PCA_NAME = "pca"
 PCA_WORK = Work(data_arrays=2, latent_arrays=6, dots=6)
 
 
-def _pca_host_elbo(params: dict, data: Data) -> float:
-    return reference.pca_elbo(data.Y, data.O, data.X, params["B"], params["C"], params["M"], params["S"])
+def _pca_host_reference(params: dict, data: Data) -> tuple[float, float]:
+    return reference.pca_elbo_and_terms(data.Y, data.O, data.X, params["B"], params["C"], params["M"], params["S"])
 
 
 def pca_model(rank: int, block_rows: int | None = None, newton: bool = False) -> Model:
@@ -199,7 +200,7 @@ def _pca_model(rank: int, block_rows: int | None, newton: bool = False) -> Model
         complete=_pca_complete,
         centred_m=lambda s, data: s.M,
         params=_pca_params,
-        host_elbo=_pca_host_elbo,
+        host_reference=_pca_host_reference,
         work=PCA_WORK,
         rank=rank,
         block_rows=block_rows,

@@ -12,6 +12,7 @@ import numpy as np
 
 
 FLOOR_ULPS = 4  # the host check's absolute floor, in units of size * eps * |log eps| (Precision.check_tolerance)
+TERMS_ULPS = 16  # and its rounding of the terms summed, in units of eps * sum |terms| (Precision.check_tolerance)
 
 
 @dataclass(frozen=True)
@@ -38,9 +39,17 @@ class Precision:
     def x64(self) -> bool:
         return self.dtype == np.float64
 
-    def check_tolerance(self, host: float, size: int) -> float:
-        """How far a compiled ELBO may be from the float64 host reference: ``check_rtol * |host|`` plus
-        an absolute floor ``FLOOR_ULPS * size * eps * |log eps|`` (``size`` = n*p entries). The ELBO
+    def check_tolerance(self, host: float, size: int, terms: float = 0.0) -> float:
+        """How far a compiled ELBO may be from the float64 host reference ``host``: ``check_rtol * |host|``
+        plus the rounding of the terms summed, ``TERMS_ULPS * eps * terms`` (``terms``: the sum of the
+        magnitudes of the ELBO's terms, :func:`plnexp.core.reference.elbo_and_terms`), plus an absolute
+        floor ``FLOOR_ULPS * size * eps * |log eps|`` (``size`` = n*p entries).
+
+        Rounding scales with the terms, not with their sum: where they cancel it is far above
+        ``check_rtol * |host|`` (a count of 1e12: Y Z and log Y! near 3e13 each, the ELBO a few
+        hundred; float64 errors of 4e-3, float32 ones of 1e5 from the count's own rounding to
+        float32, 0.02 eps * terms). On oaks the terms are 100 times |ELBO|, their part of the bound 6
+        nats in float32 (a 1% error, 320, is refused). The ELBO
         sums n*p entries whose terms (log S^2 against log det Sigma, Y*Z against exp(Z + S^2/2)) can
         each be as large as |log eps| and cancel, so where the ELBO tends to 0 (all-zero counts) a
         purely relative test fails on rounding alone. 20x4 zeros after 1000 iterations, measured
@@ -50,7 +59,8 @@ class Precision:
         ``size * eps * |log eps|``; hence a floor of 4 times that (2.6e-12 and 6.1e-4 there), which
         a compiler's or a device's other summation order stays within. On oaks x100 (float32) the
         floor is 10 nats, far below the 1.7e5 of the jaxlib 0.10.2 miscompile."""
-        return self.check_rtol * abs(host) + FLOOR_ULPS * size * self.eps * abs(np.log(self.eps))
+        rounding = TERMS_ULPS * self.eps * abs(terms) + FLOOR_ULPS * size * self.eps * abs(np.log(self.eps))
+        return self.check_rtol * abs(host) + rounding
 
 
 PRECISIONS: dict[str, Precision] = {

@@ -61,42 +61,52 @@ def elbo(Y, O, X, B, M, S, Sigma, *, log_factorial: bool = True, rows: int | Non
     ``rows`` rows at a time (default :func:`block_rows`), so the host memory stays O(rows x p)
     however large n is.
     """
+    return elbo_and_terms(Y, O, X, B, M, S, Sigma, log_factorial=log_factorial, rows=rows)[0]
+
+
+def elbo_and_terms(Y, O, X, B, M, S, Sigma, *, log_factorial: bool = True, rows: int | None = None):
+    """(:func:`elbo`, the sum of the magnitudes of the terms it adds up): what a compiled ELBO's
+    rounding scales with (``Precision.check_tolerance``), far above |ELBO| where the terms cancel (a
+    count of 1e12: Y Z and log Y! near 3e13 each, the ELBO a few hundred)."""
     sums = elbo_sums(Y, O, X, B, M, S, log_factorial=log_factorial, rows=rows)
     return elbo_of_sums(*sums, Sigma, np.shape(M)[0])
 
 
 def elbo_sums(
     Y, O, X, B, M, S, *, log_factorial: bool = True, rows: int | None = None
-) -> tuple[float, np.ndarray, float]:
+) -> tuple[float, np.ndarray, float, float]:
     """What :func:`elbo` sums over the rows: (the Poisson and entropy terms, the p x p second moment
-    M'M + diag(sum S^2), sum log y!), so that rows held apart (one process's each) give the whole
-    ELBO once summed: :func:`elbo_of_sums`."""
+    M'M + diag(sum S^2), sum log y!, the sum of those row terms' magnitudes), so that rows held apart
+    (one process's each) give the whole ELBO once summed: :func:`elbo_of_sums`."""
     B = np.asarray(B, dtype=np.float64)
     Y, O, X, M, S = (np.asarray(a) for a in (Y, O, X, M, S))  # host views, dtype kept
     n, p = M.shape
     rows = block_rows(p, rows)
-    poisson, second_moment, log_fact = 0.0, np.zeros((p, p)), 0.0
+    poisson, second_moment, log_fact, terms = 0.0, np.zeros((p, p)), 0.0, 0.0
     for start in range(0, n, rows):
         block = slice(start, min(start + rows, n))
         y, o, x, m, s = (np.asarray(a[block], dtype=np.float64) for a in (Y, O, X, M, S))
         z = o + x @ B + m
         s2 = s * s
-        poisson += np.sum(y * z - np.exp(z + s2 / 2)) + 0.5 * np.sum(np.log(s2))
+        yz, a, log_s2 = y * z, np.exp(z + s2 / 2), np.log(s2)
+        poisson += np.sum(yz - a) + 0.5 * np.sum(log_s2)
+        terms += np.sum(np.abs(yz)) + np.sum(a) + 0.5 * np.sum(np.abs(log_s2))
         second_moment += m.T @ m + np.diag(s2.sum(axis=0))
         if log_factorial:
             log_fact += float(np.sum(gammaln(y + 1.0)))
-    return poisson, second_moment, log_fact
+    return poisson, second_moment, log_fact, terms
 
 
-def elbo_of_sums(poisson, second_moment, log_fact, Sigma, n: int) -> float:
-    """:func:`elbo` of the sums :func:`elbo_sums` gives over all ``n`` rows."""
+def elbo_of_sums(poisson, second_moment, log_fact, terms, Sigma, n: int) -> tuple[float, float]:
+    """(:func:`elbo`, the magnitude of its terms) of the sums :func:`elbo_sums` gives over all ``n`` rows."""
     Sigma = np.asarray(Sigma, dtype=np.float64)
     p = Sigma.shape[0]
     L = np.linalg.cholesky(Sigma)
     logdet_sigma = 2.0 * np.sum(np.log(np.diag(L)))
     # tr(Sigma^-1 C) through two triangular solves of the Cholesky factor
     trace = np.trace(np.linalg.solve(L.T, np.linalg.solve(L, second_moment)))
-    return float(poisson - 0.5 * n * logdet_sigma - 0.5 * trace + 0.5 * n * p - log_fact)
+    value = poisson - 0.5 * n * logdet_sigma - 0.5 * trace + 0.5 * n * p - log_fact
+    return float(value), float(terms + 0.5 * n * abs(logdet_sigma) + 0.5 * abs(trace) + 0.5 * n * p + log_fact)
 
 
 def block_gradients(y, o, x, m, s, B, Omega) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -134,13 +144,18 @@ def pca_elbo(Y, O, X, B, C, M, S, *, log_factorial: bool = True, rows: int | Non
 
     Z = O + XB + MC'. Converted to float64 ``rows`` rows at a time, as :func:`elbo`.
     """
+    return pca_elbo_and_terms(Y, O, X, B, C, M, S, log_factorial=log_factorial, rows=rows)[0]
+
+
+def pca_elbo_and_terms(Y, O, X, B, C, M, S, *, log_factorial: bool = True, rows: int | None = None):
+    """(:func:`pca_elbo`, the sum of the magnitudes of the terms it adds up), as :func:`elbo_and_terms`."""
     B, C = np.asarray(B, dtype=np.float64), np.asarray(C, dtype=np.float64)
     sparse_counts = is_sparse(Y)
     Y = sparse.csr_array(Y) if sparse_counts else np.asarray(Y)
     O, X, M, S = (np.asarray(a) for a in (O, X, M, S))
     C2 = C * C
     rows = block_rows(C.shape[0], rows)
-    total = 0.0
+    total, terms = 0.0, 0.0
     for start in range(0, M.shape[0], rows):
         block = slice(start, min(start + rows, M.shape[0]))
         o, x, m, s = (np.asarray(a[block], dtype=np.float64) for a in (O, X, M, S))
@@ -148,14 +163,20 @@ def pca_elbo(Y, O, X, B, C, M, S, *, log_factorial: bool = True, rows: int | Non
         s2 = s * s
         a = np.exp(z + 0.5 * s2 @ C2.T)
         prior = 0.5 * np.sum(m * m + s2 - np.log(s2) - 1.0)
+        terms += np.sum(a) + 0.5 * np.sum(m * m + s2 + np.abs(np.log(s2)) + 1.0)
         if sparse_counts:  # the Y-terms over the block's stored entries alone
             lo, hi = int(Y.indptr[block.start]), int(Y.indptr[block.stop])
             y = np.asarray(Y.data[lo:hi], dtype=np.float64)
             i = np.repeat(np.arange(block.stop - block.start), np.diff(Y.indptr[block.start : block.stop + 1]))
-            total += np.sum(y * z[i, Y.indices[lo:hi]]) - np.sum(a) - prior
+            yz = y * z[i, Y.indices[lo:hi]]
+            total += np.sum(yz) - np.sum(a) - prior
         else:
             y = np.asarray(Y[block], dtype=np.float64)
-            total += np.sum(y * z - a) - prior
+            yz = y * z
+            total += np.sum(yz - a) - prior
+        terms += np.sum(np.abs(yz))
         if log_factorial:
-            total -= float(np.sum(gammaln(y + 1.0)))
-    return float(total)
+            log_y = float(np.sum(gammaln(y + 1.0)))
+            total -= log_y
+            terms += log_y
+    return float(total), float(terms)

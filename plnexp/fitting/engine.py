@@ -11,7 +11,6 @@ compile is one of functions built for it: :mod:`plnexp.measure.timing`), and lea
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from functools import lru_cache
 
@@ -102,17 +101,21 @@ def _local_rows(state, data: Data):
     return state._replace(M=rows(state.M), S=rows(state.S))
 
 
-def _host_elbo_of_parts(model, params: dict, data: Data) -> float:
-    """The float64 host ELBO of a data set whose rows are held apart, one process's each (``data``:
-    this process's, ``params``' M and S its rows): every process calls it at the same point. PLN-PCA's
-    sums over the rows alone; the full model's sums its row terms and M'M + diag(S'S), then Sigma's
-    terms once, with the whole n."""
+def _host_reference_of_parts(model, params: dict, data: Data) -> tuple[float, float]:
+    """The float64 host ELBO, and the magnitude of its terms, of a data set whose rows are held apart,
+    one process's each (``data``: this process's, ``params``' M and S its rows): every process calls it
+    at the same point. PLN-PCA's sums over the rows alone; the full model's sums its row terms and
+    M'M + diag(S'S), then Sigma's terms once, with the whole n."""
     assert data.part is not None
     if model.name == PCA_NAME:
-        return float(across_processes_sum(model.host_elbo(params, data)))
-    poisson, second, log_fact = reference.elbo_sums(data.Y, data.O, data.X, params["B"], params["M"], params["S"])
-    total = across_processes_sum(np.concatenate([[poisson, log_fact], second.reshape(-1)]))
-    return reference.elbo_of_sums(total[0], total[2:].reshape(second.shape), total[1], params["Sigma"], data.part.n)
+        elbo, terms = across_processes_sum(np.array(model.host_reference(params, data)))
+        return float(elbo), float(terms)
+    poisson, second, log_fact, terms = reference.elbo_sums(
+        data.Y, data.O, data.X, params["B"], params["M"], params["S"]
+    )
+    total = across_processes_sum(np.concatenate([[poisson, log_fact, terms], second.reshape(-1)]))
+    second = total[3:].reshape(second.shape)
+    return reference.elbo_of_sums(total[0], second, total[1], total[2], params["Sigma"], data.part.n)
 
 
 def fit(
@@ -356,20 +359,20 @@ def run_all(
             model = problem.model
             if d.part is None:
                 log_fact = d.log_factorial
-                start = model.host_elbo(model.params(_readable(first), d), d)
+                start = model.host_reference(model.params(_readable(first), d), d)
                 params = _host(model.params(_host(_readable(one.state.pln)), d))
-                loglik = model.host_elbo(params, d)
+                loglik, terms = model.host_reference(params, d)
                 size = d.n * d.p
             else:  # this process's rows of a fit across processes: its M and S rows, the sums across processes
                 log_fact = across_processes_sum(d.log_factorial)
-                start = _host_elbo_of_parts(model, model.params(_host(_local_rows(first, d)), d), d)
+                start = _host_reference_of_parts(model, model.params(_host(_local_rows(first, d)), d), d)
                 params = _host(model.params(_host(_local_rows(one.state.pln, d)), d))
-                loglik = _host_elbo_of_parts(model, params, d)
+                loglik, terms = _host_reference_of_parts(model, params, d)
                 size = d.part.n * d.p
             curve = np.asarray(one.elbo, dtype=np.float64)
-            check_against_host(curve[0] - log_fact, start, spec.precision, "initial state", size)
+            check_against_host(curve[0] - log_fact, start[0], spec.precision, "initial state", size, terms=start[1])
             final = float(one.final_elbo) - log_fact
-            check_against_host(final, loglik, spec.precision, "final state", size)
+            check_against_host(final, loglik, spec.precision, "final state", size, terms=terms)
             converged, gap, at_best = convergence.ending(
                 curve[: int(one.n_run)] - log_fact, final, spec.precision.eps, size, log_fact
             )
@@ -420,15 +423,19 @@ def check_sparse(spec: FitSpec, data: Data) -> None:
         raise ValueError(f"sparse counts with strategy={spec.strategy.name!r}{refusal}")
 
 
-def check_against_host(jitted: float, host: float, precision: Precision, where: str, size: int) -> None:
-    """Refuse to report an ELBO that the compiled code got wrong (see plnexp.system.runtime), beyond
-    :meth:`Precision.check_tolerance` for data of ``size`` = n*p entries."""
+def check_against_host(
+    jitted: float, host: float, precision: Precision, where: str, size: int, *, terms: float
+) -> None:
+    """Refuse to report an ELBO that the compiled code got wrong (see plnexp.system.runtime): a
+    one-line :class:`NumericsError` beyond :meth:`Precision.check_tolerance` for data of ``size`` =
+    n*p entries, whose ELBO's terms sum to ``terms`` in magnitude."""
     if not np.isfinite(jitted) or not np.isfinite(host):
         return  # a diverged fit is reported as such by its caller, not as a compiler bug
-    tol = precision.check_tolerance(host, size)
+    tol = precision.check_tolerance(host, size, terms)
     if abs(jitted - host) > tol:
         raise NumericsError(
-            f"compiled ELBO at the {where} is {jitted:.9g} but the float64 host reference gives {host:.9g} "
-            f"(error {abs(jitted - host):.2e} > {tol:.2e} = {precision.check_rtol:g} relative + the absolute "
-            f"floor of {size} entries); XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}"
+            f"compiled {precision.name} ELBO at the {where} is {jitted:.9g}, the float64 host reference "
+            f"{host:.9g}: off by {abs(jitted - host):.2e}, beyond the bound {tol:.2e} ({precision.check_rtol:g} "
+            f"relative + the rounding of terms {terms:.2e} in size and of {size} entries); a compiler or "
+            "numerics bug: `python -m plnexp doctor` checks this machine's jitted ELBO"
         )
