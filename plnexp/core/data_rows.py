@@ -31,47 +31,30 @@ def row_range(n: int, devices: int, first: int, count: int) -> tuple[int, int, i
     return start, stop, (hi - lo) - (stop - start)
 
 
+def _rows(data: Data, index, name: str, part: RowPart | None = None) -> Data:
+    """The rows ``index`` (a slice, or row numbers) of ``data``, named ``name``: offsets one per row
+    stay a view of their column (:func:`~plnexp.core.data.row_offsets`), dense counts contiguous."""
+    column = _row_column(np.asarray(data.O))
+    O = np.asarray(data.O)[index] if column is None else row_offsets(column[index], data.p)
+    Y = data.Y[index]
+    Y = Y if is_sparse(Y) else np.ascontiguousarray(Y)
+    X = np.asarray(data.X)[index]
+    return Data(Y, O, X, name, data.covariate_names, data.truth, data.columns, part)
+
+
 def replicate(data: Data, times: int) -> Data:
     """Stack the rows ``times`` times (the seed's way of making oaks bigger)."""
     if int(times) != times or times < 1:
         raise DataError(f"replication={times!r}: must be an integer >= 1")
     if times == 1:
         return data
-    rep = lambda a: np.tile(a, (int(times), 1))
-    if data.sparse:
-        from scipy import sparse
-
-        Y = sparse.csr_array(sparse.vstack([data.Y] * int(times), format="csr"))
-    else:
-        Y = rep(data.Y)
-    column = _row_column(np.asarray(data.O))  # offsets one per row stay a view of their column
-    return Data(
-        Y,
-        rep(data.O) if column is None else row_offsets(rep(column), data.p),
-        rep(data.X),
-        f"{data.name}_x{times}",
-        data.covariate_names,
-        data.truth,
-        data.columns,
-    )
+    return _rows(data, np.arange(data.n * int(times)) % data.n, f"{data.name}_x{times}")
 
 
 def take_rows(data: Data, start: int, stop: int) -> Data:
     """Rows ``start:stop`` of the whole ``data`` (:attr:`Data.part` set): for a source that cannot be
     read by rows (the draw of :func:`simulate`), the data read whole, then only these rows kept."""
-    column = _row_column(np.asarray(data.O))
-    O = np.asarray(data.O)[start:stop] if column is None else row_offsets(column[start:stop], data.p)
-    Y = data.Y[start:stop]
-    return Data(
-        Y if is_sparse(Y) else np.ascontiguousarray(Y),
-        O,
-        np.asarray(data.X)[start:stop],
-        data.name,
-        data.covariate_names,
-        data.truth,
-        data.columns,
-        RowPart(start, stop, data.n),
-    )
+    return _rows(data, slice(start, stop), data.name, RowPart(start, stop, data.n))
 
 
 def replicate_rows(data: Data, times: int, start: int, stop: int) -> Data:
@@ -80,19 +63,8 @@ def replicate_rows(data: Data, times: int, start: int, stop: int) -> Data:
     n = data.n
     if not (0 <= start <= stop <= n * times):
         raise DataError(f"rows {start}:{stop}: allowed are rows within the {n * times} of replication={times}")
-    index = np.arange(start, stop) % n
-    column = _row_column(np.asarray(data.O))
-    Y = data.Y[index] if not is_sparse(data.Y) else data.Y[index]
-    return Data(
-        Y,
-        np.asarray(data.O)[index] if column is None else row_offsets(column[index], data.p),
-        np.asarray(data.X)[index],
-        f"{data.name}_x{times}" if times > 1 else data.name,
-        data.covariate_names,
-        data.truth,
-        data.columns,
-        RowPart(start, stop, n * times),
-    )
+    name = f"{data.name}_x{times}" if times > 1 else data.name
+    return _rows(data, np.arange(start, stop) % n, name, RowPart(start, stop, n * times))
 
 
 def digest_by_rows(read: Callable[[int, int], Data], n: int, p: int) -> str:

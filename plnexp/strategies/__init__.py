@@ -142,10 +142,6 @@ class Strategy:
     sparse_counts: bool | tuple[tuple[str, Any], ...] = True
     processes: tuple[str, ...] = ()
 
-    @property
-    def defaults(self):
-        return self.options()
-
     def sparse_refusal(self, options) -> str | None:
         """Why this strategy with ``options`` does not read sparse counts, as the end of a one-line
         error that starts ``sparse counts with strategy=NAME`` (None: it reads them)."""

@@ -200,34 +200,13 @@ class RowSharded:
     # ------------------------------------------------------------ data and state
     def place(self, data: Sequence, dtype, device) -> Arrays:
         """The data set's rows split across the mesh, padded to a multiple of the device count (O as
-        :func:`~plnexp.core.data.device_offsets` gives it: the (n, 1) column of offsets one per row)."""
+        :func:`~plnexp.core.data.device_offsets` gives it: the (n, 1) column of offsets one per row):
+        the global row-sharded arrays, this process giving only the rows of its own devices (its
+        padding rows included: they are the last; in one process, every row). ``one``: the whole
+        data, or this process's rows of it (:attr:`~plnexp.core.data.Data.part`, which must be the
+        rows :func:`rows_of_this_process` gives), whose log y! is summed across the processes."""
         (one,) = data
         mesh = mesh_of(device.platform, self.devices)
-        if jax.process_count() > 1:
-            return self._place_rows_of_this_process(one, dtype, mesh)
-        pad = -one.n % mesh.size
-        rows, same = NamedSharding(mesh, P(AXIS)), NamedSharding(mesh, P())
-
-        def padded(a):
-            a = np.asarray(a, dtype=dtype).reshape(one.n, -1)
-            return jax.device_put(np.concatenate([a, np.zeros((pad, a.shape[1]), dtype)]), rows)
-
-        weight = padded(np.ones(one.n))
-        per = (one.n + pad) // mesh.size
-        return Arrays(
-            _counts(sparse_rows(one.Y, dtype, mesh, mesh.size, per)) if one.sparse else padded(one.Y),
-            padded(device_offsets(one.O)),
-            padded(one.X),
-            jax.device_put(dtype(one.log_factorial), same),
-            Rows(weight, jax.device_put(dtype(one.n), same), AXIS if self.via == "shard_map" else None),
-        )
-
-    def _place_rows_of_this_process(self, one, dtype, mesh: Mesh) -> Arrays:
-        """``place`` in one of several JAX processes: the global row-sharded arrays, this process
-        giving only the rows of its own devices (its padding rows included: they are the last).
-        ``one``: the whole data, or this process's rows of it (:attr:`~plnexp.core.data.Data.part`,
-        which must be the rows :func:`rows_of_this_process` gives), whose log y! is summed across
-        the processes."""
         part = one.part
         n = one.n if part is None else part.n
         start, stop, pad = _rows_in(mesh, n)
