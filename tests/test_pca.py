@@ -291,7 +291,7 @@ def test_strategies_written_for_the_pln_state_refuse_pca(small, strategy):
     ("rank", "words"),
     [
         (0, "rank=0: allowed values are integers from 1"),
-        (9, "rank=9: allowed values are integers from 1 to p=8"),
+        (9, r"rank=9: allowed values are integers from 1 to the data's p \(8\)"),
         (2.0, "rank=2.0: allowed values are integers"),
         (None, "rank=None: model=pca needs one"),
     ],

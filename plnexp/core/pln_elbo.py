@@ -75,16 +75,6 @@ def _poisson_part(data: Arrays, Z: jax.Array, S: jax.Array) -> jax.Array:
     return _total(data.rows, jnp.sum(per_entry))
 
 
-def elbo_given_sigma(B, M, S, Sigma, data: Arrays) -> jax.Array:
-    """Partial ELBO at any (B, centred M, S, Sigma): the general formula, used for checks."""
-    n, p = _n(data.rows, M), M.shape[1]
-    L = jnp.linalg.cholesky(Sigma)
-    Omega = cho_solve((L, True), jnp.eye(p, dtype=Sigma.dtype))
-    second_moment = _total(data.rows, M.T @ M + jnp.diag(jnp.sum(_data_rows(data.rows, S * S), axis=0)))
-    gauss = -0.5 * n * logdet_from_cholesky(L) - 0.5 * jnp.sum(Omega * second_moment)
-    return _poisson_part(data, data.O + data.X @ B + M, S) + gauss + 0.5 * n * p
-
-
 def full_elbo(params: Params, state: PLNState, data: Arrays) -> jax.Array:
     """Partial ELBO of the ``full`` model at (B, M, S) with Omega held at ``state.Omega``.
 

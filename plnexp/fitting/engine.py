@@ -32,7 +32,7 @@ from .prepared import Prepared
 from . import progress as progress_bar, saved
 from .result import DataNames, FitResult
 from ..strategies.sharded import across_processes_sum
-from .spec import INITS, FitSpec, parse
+from .spec import INITS, FitSpec, check_rank, parse
 
 __all__ = [
     "DEVICES",
@@ -290,7 +290,7 @@ def run_all(
     if len(datas) not in (1, spec.replicates):
         raise ValueError(f"replicates={spec.replicates}: got {len(datas)} data sets (give 1 or {spec.replicates})")
     for d in datas:
-        check_rank(spec.model, d.p)
+        check_rank(spec.model.rank, d.p)
         check_sparse(spec, d)
     problem = make_problem(spec.model, spec.optimizer, spec.gradient)
     dtype = spec.precision.dtype
@@ -397,12 +397,6 @@ def run_all(
                 )
             )
     return results
-
-
-def check_rank(model: Model, p: int) -> None:
-    """One-line ValueError where a PLN-PCA model's rank exceeds the data's p."""
-    if model.rank > p:
-        raise ValueError(f"rank={model.rank}: allowed values are integers from 1 to p={p} (the data's variables)")
 
 
 def check_sparse(spec: FitSpec, data: Data) -> None:

@@ -23,6 +23,7 @@ The numbers are for the backend JAX runs on (CPU here), with plnexp's XLA flags
 from __future__ import annotations
 
 import argparse
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -166,39 +167,25 @@ def report(found: dict[str, Memory]) -> list[str]:
     return lines
 
 
+# the command line's help beside measure's own arguments, which it takes as --name (its defaults too)
+HELP = {
+    "rank": "pca's q",
+    "block_rows": "pca's rows per block (default: none)",
+    "what": f"comma-separated, of {', '.join(WHAT)}",
+    "offsets": "O on the device: row, the (n, 1) column; full, (n, p)",
+}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m plnexp.fitting.memory", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n", type=int, default=20000)
-    parser.add_argument("--p", type=int, default=1000)
-    parser.add_argument("--d", type=int, default=1)
-    parser.add_argument("--model", default="pca")
-    parser.add_argument("--rank", type=int, default=5, help="pca's q")
-    parser.add_argument("--block-rows", type=int, default=None, help="pca's rows per block (default: none)")
-    parser.add_argument("--precision", default="float32")
-    parser.add_argument("--optimizer", default="rprop")
-    parser.add_argument("--gradient", default="analytic")
-    parser.add_argument("--strategy", default="scan")
-    parser.add_argument("--n-iter", type=int, default=10)
-    parser.add_argument("--what", default=",".join(WHAT), help=f"comma-separated, of {', '.join(WHAT)}")
-    parser.add_argument(
-        "--offsets", default="row", choices=OFFSETS, help="O on the device: row, the (n, 1) column; full, (n, p)"
-    )
+    for name, param in inspect.signature(measure).parameters.items():
+        default = {"n": 20000, "p": 1000, "what": ",".join(WHAT)}.get(name, param.default)
+        kind = str if isinstance(default, str) else int
+        choices = OFFSETS if name == "offsets" else None
+        flag = "--" + name.replace("_", "-")
+        parser.add_argument(flag, type=kind, default=default, choices=choices, help=HELP.get(name))
     a = parser.parse_args(argv)
-    found = measure(
-        a.n,
-        a.p,
-        a.d,
-        model=a.model,
-        rank=a.rank,
-        block_rows=a.block_rows,
-        precision=a.precision,
-        optimizer=a.optimizer,
-        gradient=a.gradient,
-        strategy=a.strategy,
-        n_iter=a.n_iter,
-        what=tuple(w for w in a.what.split(",") if w),
-        offsets=a.offsets,
-    )
+    found = measure(**{**vars(a), "what": tuple(w for w in a.what.split(",") if w)})
     blocks = f", block_rows={a.block_rows}" if a.block_rows else ""
     print(
         f"# {a.model} n={a.n} p={a.p} d={a.d}{f' q={a.rank}' if a.model == 'pca' else ''}{blocks} {a.precision}"

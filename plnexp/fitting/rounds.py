@@ -41,9 +41,9 @@ import numpy as np
 from .. import strategies
 from ..core.data import Data
 from ..measure import fingerprint, timing
-from .engine import make_problem, resolve_device, check_rank
+from .engine import make_problem, resolve_device
 from .prepared import Prepared
-from .spec import FitSpec
+from .spec import FitSpec, check_rank
 
 
 # A round is dropped when the host calibration around it moved by more than this (relative): heavy
@@ -57,7 +57,7 @@ def prepare(name: str, data: Data | Sequence[Data], spec: FitSpec) -> Prepared:
     compiled ahead of time, not run."""
     datas: list[Data] = list(data) if isinstance(data, (list, tuple)) else [data]  # type: ignore[list-item]
     for d in datas:
-        check_rank(spec.model, d.p)
+        check_rank(spec.model.rank, d.p)
     problem = make_problem(spec.model, spec.optimizer, spec.gradient)
     dtype = spec.precision.dtype
     dev = resolve_device(spec.device)

@@ -23,14 +23,13 @@ import dataclasses
 import io
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..measure import timing as timing_module
+from ..system.paths import write_atomic
 
 if TYPE_CHECKING:
     from .result import DataNames, FitResult
@@ -150,20 +149,6 @@ def description(res: FitResult) -> dict:
     }
 
 
-def _replace_with(path: Path, write) -> None:
-    """``write(file)`` into a temporary file beside ``path``, then renamed into place."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def save(res: FitResult, path) -> Path:
     """Write ``res`` to the folder ``path`` (created; a plnexp fit there is replaced); returns it.
     A file, or a folder holding other things, is refused in one line."""
@@ -176,14 +161,10 @@ def save(res: FitResult, path) -> Path:
     doc = description(res)
     arrays = {k: np.asarray(v, dtype=np.float64) for k, v in res.params.items()}
 
-    def write_arrays(f):
-        buffer = io.BytesIO()  # np.savez seeks: written whole, then copied
-        np.savez(buffer, **arrays)
-        f.write(buffer.getbuffer())
-
-    _replace_with(folder / ARRAYS, write_arrays)
-    text = json.dumps(doc, indent=1, allow_nan=False)
-    _replace_with(folder / DESCRIPTION, lambda f: f.write(text.encode()))
+    buffer = io.BytesIO()  # np.savez seeks: written whole, then copied
+    np.savez(buffer, **arrays)
+    write_atomic(folder / ARRAYS, buffer.getvalue())
+    write_atomic(folder / DESCRIPTION, json.dumps(doc, indent=1, allow_nan=False))
     return folder
 
 

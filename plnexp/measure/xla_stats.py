@@ -303,12 +303,3 @@ def join_functions(texts: dict[str, str]) -> str:
     if len(texts) <= 1:
         return next(iter(texts.values()), "")
     return "\n".join(f"{FUNCTION_HEADER}{name}\n{text.rstrip()}" for name, text in texts.items()) + "\n"
-
-
-def program_stats(text: str) -> Stats:
-    """:func:`stats` of a logged program, summed over its functions (:func:`split_functions`)."""
-    parts = [stats(t) for t in split_functions(text).values()]
-    total = parts[0]
-    for s in parts[1:]:
-        total = total + s
-    return total

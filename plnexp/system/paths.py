@@ -32,8 +32,8 @@ def install_command(extra: str | None = None) -> str:
     return f"pip install 'plnexp[{extra}]'" if extra else "pip install --force-reinstall plnexp"
 
 
-def write_atomic(path: Path, text: str, mode: int | None = None) -> None:
-    """Write ``text`` to ``path`` whole or not at all: a temporary file in the same folder (created
+def write_atomic(path: Path, text: str | bytes, mode: int | None = None) -> None:
+    """Write ``text`` (or bytes) to ``path`` whole or not at all: a temporary file in the same folder (created
     with it), flushed to disk, then renamed into place; ``mode``: its permissions (default: mkstemp's
     private 0o600). Parallel writers never leave a half-written file; the last rename wins."""
     import tempfile
@@ -41,7 +41,7 @@ def write_atomic(path: Path, text: str, mode: int | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
