@@ -19,12 +19,14 @@ set's rows (one process's, replicated, hashed by rows): :mod:`plnexp.core.data_r
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
 
-from .reference import is_sparse, row_blocks
+from .reference import BLOCK_ENTRIES, dense_rows, is_sparse, row_blocks
 
 COMPACT_ENTRIES = (
     1 << 26
@@ -180,9 +182,7 @@ class Data:
         """sha256 of Y, O and X (float64 bytes, row-major, each after its shape): identifies the data a
         run was fitted on. Hashed a block of rows at a time: the same bytes in the same order as the
         whole arrays' (so the digest does not depend on how the arrays are stored), no n x p copy."""
-        from .data_rows import digest_by_rows, take_rows  # (they import this module)
-
-        return digest_by_rows(lambda start, stop: take_rows(self, start, stop), self.n, self.p)
+        return digest_by_rows(lambda a, b: Data(self.Y[a:b], self.O[a:b], self.X[a:b]), self.n, self.p)
 
     def to_device(self, dtype, device):
         """The arrays as :class:`plnexp.core.arrays.Arrays` of ``dtype``, committed to ``device``, without a
@@ -238,3 +238,20 @@ def _device_sparse(Y, dtype, device):
         (int(Y.shape[0]), int(Y.shape[1])),
         int(row_nnz.max()) if row_nnz.size else 0,
     )
+
+
+def digest_by_rows(read: Callable[[int, int], Data], n: int, p: int) -> str:
+    """:meth:`Data.digest` of a data set of ``n`` rows read ``read(start, stop)`` a block of rows at a
+    time, never whole: the same bytes in the same order (Y's rows, then O's, then X's), so the same
+    digest as the data read whole, in the memory of one block (three passes over the rows)."""
+    step = max(1, BLOCK_ENTRIES // max(p, 1))
+    h = hashlib.sha256()
+    for k in range(3):  # Y, O, X: each after its shape
+        for start in range(0, n, step):
+            part = read(start, min(start + step, n))
+            a = (part.Y, part.O, part.X)[k]
+            if start == 0:
+                h.update(str((n, *a.shape[1:])).encode())
+            for r in row_blocks(*a.shape):
+                h.update(np.ascontiguousarray(dense_rows(a, r), dtype=np.float64).reshape(-1).data)
+    return h.hexdigest()

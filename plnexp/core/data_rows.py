@@ -1,17 +1,15 @@
 """A data set's rows: which rows a JAX process of a fit across processes holds (:func:`row_range`),
 those rows taken (:func:`take_rows`), a data set stacked on itself (:func:`replicate`, and its rows
-alone: :func:`replicate_rows`), and its digest read a block of rows at a time
-(:func:`digest_by_rows`)."""
+alone: :func:`replicate_rows`); its digest read a block of rows at a time
+(:func:`~plnexp.core.data.digest_by_rows`) is the data's own."""
 
 from __future__ import annotations
-
-import hashlib
-from collections.abc import Callable
 
 import numpy as np
 
 from .data import Data, DataError, RowPart, _row_column, row_offsets
-from .reference import BLOCK_ENTRIES, dense_rows, is_sparse, row_blocks  # the one block size of the host's n x p reads
+from .data import digest_by_rows as digest_by_rows  # a data set's digest read by rows: where Data.digest is
+from .reference import is_sparse
 
 
 def row_range(n: int, devices: int, first: int, count: int) -> tuple[int, int, int]:
@@ -65,20 +63,3 @@ def replicate_rows(data: Data, times: int, start: int, stop: int) -> Data:
         raise DataError(f"rows {start}:{stop}: allowed are rows within the {n * times} of replication={times}")
     name = f"{data.name}_x{times}" if times > 1 else data.name
     return _rows(data, np.arange(start, stop) % n, name, RowPart(start, stop, n * times))
-
-
-def digest_by_rows(read: Callable[[int, int], Data], n: int, p: int) -> str:
-    """:meth:`Data.digest` of a data set of ``n`` rows read ``read(start, stop)`` a block of rows at a
-    time, never whole: the same bytes in the same order (Y's rows, then O's, then X's), so the same
-    digest as the data read whole, in the memory of one block (three passes over the rows)."""
-    step = max(1, BLOCK_ENTRIES // max(p, 1))
-    h = hashlib.sha256()
-    for k in range(3):  # Y, O, X: each after its shape
-        for start in range(0, n, step):
-            part = read(start, min(start + step, n))
-            a = (part.Y, part.O, part.X)[k]
-            if start == 0:
-                h.update(str((n, *a.shape[1:])).encode())
-            for r in row_blocks(*a.shape):
-                h.update(np.ascontiguousarray(dense_rows(a, r), dtype=np.float64).reshape(-1).data)
-    return h.hexdigest()

@@ -24,7 +24,7 @@ import io
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -159,7 +159,7 @@ def save(res: FitResult, path) -> Path:
         raise FitFileError(f"{folder}: a folder holding other files; allowed is a new folder or a plnexp fit's")
     folder.mkdir(parents=True, exist_ok=True)
     doc = description(res)
-    arrays = {k: np.asarray(v, dtype=np.float64) for k, v in res.params.items()}
+    arrays: dict[str, Any] = {k: np.asarray(v, dtype=np.float64) for k, v in res.params.items()}
 
     buffer = io.BytesIO()  # np.savez seeks: written whole, then copied
     np.savez(buffer, **arrays)
