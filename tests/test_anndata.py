@@ -307,3 +307,20 @@ def test_one_covariate_given_as_a_string_is_that_column():
     listed = plnexp.load_anndata(adata(Y.astype(np.float32)), covariates=["batch"])
     assert one.covariate_names == listed.covariate_names == ("intercept", "batch=b", "batch=c")
     np.testing.assert_array_equal(one.X, listed.X)
+
+
+@needs_anndata
+@pytest.mark.parametrize("kept_sparse", [False, True], ids=["dense", "sparse"])
+@pytest.mark.parametrize("rows", [None, (0, 2)], ids=["whole", "rows"])
+def test_an_anndata_without_counts_is_one_line(kept_sparse, rows):
+    """An AnnData whose X is empty (None) is one line, dense or kept sparse, whole or some rows
+    (rows: it was a TypeError from slicing None)."""
+    import anndata
+    import pandas as pd
+
+    empty = anndata.AnnData(obs=pd.DataFrame(index=[f"c{i}" for i in range(3)]))
+    with pytest.raises(DataError) as err:
+        plnexp.load_anndata(empty, sparse=kept_sparse, offsets="none", rows=rows)
+    assert str(err.value) == (
+        "AnnData (X): no count matrix (X is empty); allowed are AnnData with counts in X or a layer"
+    )

@@ -65,8 +65,6 @@ def _dense_counts(matrix, where: str) -> np.ndarray:
     copy in the stored dtype."""
     from scipy import sparse
 
-    if matrix is None:
-        raise DataError(f"{where}: no count matrix (X is empty); allowed are AnnData with counts in X or a layer")
     if sparse.issparse(matrix):
         csr = sparse.csr_matrix(matrix)
         if csr.dtype.kind not in "biuf":
@@ -90,8 +88,6 @@ def _sparse_counts(matrix, where: str):
     the row and column)."""
     from scipy import sparse
 
-    if matrix is None:
-        raise DataError(f"{where}: no count matrix (X is empty); allowed are AnnData with counts in X or a layer")
     csr = sparse.csr_array(matrix)
     if 0 in csr.shape:  # as check_counts says it of dense counts
         raise DataError(
@@ -246,6 +242,8 @@ def load_anndata(
         raise DataError(f"{where}: no layer {layer!r}; allowed values are {allowed}")
     else:
         matrix, counts = adata.layers[layer], f"{where} (layer {layer!r})"
+    if matrix is None:
+        raise DataError(f"{counts}: no count matrix (X is empty); allowed are AnnData with counts in X or a layer")
     if rows is not None:
         matrix = matrix[rows[0] : rows[1]]  # backed X: only these rows read from the file
     if sparse:
