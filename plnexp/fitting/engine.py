@@ -25,7 +25,7 @@ from ..core.inputs import to_data
 from ..core import reference
 from ..core.model import PCA_NAME, Model
 from ..core.optim import OptimizerSpec
-from ..core.precision import PRECISIONS, Precision
+from ..core.precision import PRECISIONS, TERMS_ULPS, Precision
 from ..core.problem import GRADIENTS, Problem
 from ..core.device import DEVICES, resolve_device
 from .prepared import Prepared
@@ -429,7 +429,7 @@ def check_against_host(
     if abs(jitted - host) > tol:
         raise NumericsError(
             f"compiled {precision.name} ELBO at the {where} is {jitted:.9g}, the float64 host reference "
-            f"{host:.9g}: off by {abs(jitted - host):.2e}, beyond the bound {tol:.2e} ({precision.check_rtol:g} "
-            f"relative + the rounding of terms {terms:.2e} in size and of {size} entries); a compiler or "
-            "numerics bug: `python -m plnexp doctor` checks this machine's jitted ELBO"
+            f"{host:.9g}: off by {abs(jitted - host):.2e}, beyond the bound {tol:.2e} ({precision.check_rtol:g} of "
+            f"|ELBO| + {TERMS_ULPS} eps of its terms' magnitude {terms:.2e} + a floor for {size} entries); a "
+            "compiler or numerics bug: `python -m plnexp doctor` checks this machine's jitted ELBO"
         )
