@@ -413,7 +413,7 @@ def test_a_process_killed_mid_sweep_fails_its_job_in_one_line_and_resume_finishe
     assert proc.returncode == 1, (out, err)
     (line,) = [line for line in out.splitlines() if "SIGKILL" in line]
     assert line.startswith("[1/2] ") and "-n_iter200-processes2 ... FAILED " in line
-    assert "(the fit across 2 processes failed: process 1 of 2 was killed by SIGKILL; run " in line
+    assert f"(the fit across 2 processes failed: process 1 of 2 (pid {victim}) was killed by SIGKILL; run " in line
     everything = lambda: cl.search_runs([e.experiment_id for e in cl.search_experiments()])
     assert not [r for r in everything() if r.info.status == "RUNNING"]
     job_runs = lambda: [r for r in everything() if "mlflow.parentRunId" in r.data.tags]  # (a killed run: no params)
