@@ -153,10 +153,12 @@ def _culprit(procs: Sequence[subprocess.Popen]) -> int:
 
 
 def _end(procs: Sequence[subprocess.Popen], signum: int = signal.SIGTERM) -> None:
-    """Signal the workers still running, then SIGKILL those left after :data:`GRACE_S`."""
+    """Signal the workers still running (and SIGCONT: a stopped one takes the signal then), then
+    SIGKILL those left after :data:`GRACE_S`."""
     for p in procs:
         if p.poll() is None:
             p.send_signal(signum)
+            p.send_signal(signal.SIGCONT)
     deadline = time.monotonic() + GRACE_S
     for p in procs:
         try:
@@ -185,20 +187,34 @@ def _replay(logs: Sequence[Path]) -> None:
 @dataclass(frozen=True)
 class Launched:
     """How the workers of one fit ended: ``failure`` "" when every one exited 0, else the failure's
-    words (``process 1 of 2 (pid 4242) was killed by SIGKILL``); ``closed``: the runs they left
-    RUNNING, ended FAILED then; ``logs``: where each worker's output went."""
+    words (``process 1 of 2 (pid 4242) was killed by SIGKILL``); ``runs``: process 0's runs as they
+    are once all ended (those left RUNNING ended FAILED with those words); ``logs``: where each
+    worker's output went."""
 
     failure: str = ""
-    closed: tuple = ()
+    runs: tuple = ()
     logs: str = ""
 
-    def line(self, n: int, ran: Ran | None = None) -> str:
+    def line(self, n: int) -> str:
         """The one line of the failure: the worker, what happened to it, the run (ended FAILED here,
         or as process 0 ended it) and where the workers' output is (their errors, gloo's, XLA's)."""
-        run = f"{self.closed[0].info.run_id} ended FAILED" if self.closed else ""
-        run = run or (f"{ran.run_id} ended {ran.status}" if ran is not None and ran.run_id else "")
-        run = f"; run {run}" if run else ""
+        run = f"; run {self.runs[0].info.run_id} ended {self.runs[0].info.status}" if self.runs else ""
         return f"the fit across {n} processes failed: {self.failure}{run}; the processes' output: {self.logs}"
+
+
+def _close(uri: str, procs: Sequence[subprocess.Popen], line: str, first: int, since_ms: int) -> tuple:
+    """The runs the workers ``procs`` (ended) left RUNNING ended FAILED with ``line``; process 0's
+    runs (``first``: the process id of ``procs[0]``), in any status, as they are now: by their host
+    and PID tags, started since ``since_ms`` (process 0 may have ended its run itself, its peer lost)."""
+    from .. import store as tracking
+    from ..store.queries import search_experiments
+
+    tracking.end_runs_of_processes(uri, [p.pid for p in procs], "FAILED", line, REASON)
+    if first != 0:
+        return ()
+    host, pid = tracking.LocalProcess.here().host, procs[0].pid
+    where = f"tags.`{tracking.HOST_TAG}` = '{host}' and tags.`{tracking.PID_TAG}` = '{pid}'"
+    return tuple(r for r in search_experiments(tracking.client(uri), where) if (r.info.start_time or 0) >= since_ms)
 
 
 def launch(
@@ -217,6 +233,7 @@ def launch(
 
     procs: list[subprocess.Popen] = []
     logs = [folder / LOG.format(first + i) for i in range(len(envs))]
+    since_ms = int(time.time() * 1000)
     try:
         for env, log in zip(envs, logs):
             with log.open("wb") as out:
@@ -242,8 +259,7 @@ def launch(
         _said(logs[i]) if code and code > 0 else ""
     )
     _end(procs)
-    closed = tracking.end_runs_of_processes(uri, [p.pid for p in procs], "FAILED", line, REASON)
-    return Launched(line, tuple(closed), str(folder / LOG.format("*")))
+    return Launched(line, _close(uri, procs, line, first, since_ms), str(folder / LOG.format("*")))
 
 
 def run(spec: JobSpec, uri: str, output_dir: str) -> int:
@@ -272,7 +288,7 @@ def run(spec: JobSpec, uri: str, output_dir: str) -> int:
             print(f"plnexp: interrupted by {stop.name}: the fit across {n} processes was stopped", file=sys.stderr)
             return stop.exit_code
     if done.failure:
-        print(f"plnexp: error: {done.line(n, ran)}", file=sys.stderr, flush=True)
+        print(f"plnexp: error: {done.line(n)}", file=sys.stderr, flush=True)
         return 1
     if first != 0:  # another srun task's: process 0's task says the run's summary
         return 0
@@ -405,8 +421,8 @@ def run_job(
         folder = Path(tempfile.mkdtemp(prefix=time.strftime("%Y-%m-%d_%H-%M-%S-"), dir=root))
     done, ran = start(Job(config, tuple(overrides), name, parent, job_num, tags), folder, uri, _local(n))
     if done.failure or ran is None:
-        why = done.line(n, ran) if done.failure else f"the fit across {n} processes: process 0 handed back no outcome"
-        run_id = done.closed[0].info.run_id if done.closed else (ran.run_id if ran is not None else "")
+        why = done.line(n) if done.failure else f"the fit across {n} processes: process 0 handed back no outcome"
+        run_id = done.runs[0].info.run_id if done.runs else (ran.run_id if ran is not None else "")
         return Ran(name, "FAILED", why, run_id, clock=clock, wall_s=time.monotonic() - clock)
     return ran
 
