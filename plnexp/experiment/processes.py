@@ -149,7 +149,7 @@ def _culprit(procs: Sequence[subprocess.Popen]) -> int:
     codes = [p.poll() for p in procs]
     stopped = [i for i, (p, c) in enumerate(zip(procs, codes)) if c is None and _stopped(p.pid)]
     failed = [i for i, c in enumerate(codes) if c not in (None, 0)]
-    return min(stopped or failed, key=lambda i: (codes[i] is not None and codes[i] >= 0, i))
+    return min(stopped or failed, key=lambda i: ((codes[i] or -1) > 0, i))  # a signal first
 
 
 def _end(procs: Sequence[subprocess.Popen], signum: int = signal.SIGTERM) -> None:
