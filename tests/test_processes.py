@@ -472,22 +472,20 @@ def test_the_launcher_names_the_failed_worker_and_keeps_the_workers_output_in_th
     ended = []  # the store's part: the runs the workers left RUNNING ended with the line
     monkeypatch.setattr(processes, "_close", lambda *args: ended.append(args) or ())
     monkeypatch.setenv("PLAN", plan)
-    launched = processes.launch([sys.executable, "-c", WORKER], processes._local(2), "uri", 2, tmp_path)
+    line, run_id = processes.launch([sys.executable, "-c", WORKER], processes._local(2), "uri", 2, tmp_path)
     logs = [(tmp_path / f"process-{k}.log").read_text() for k in (0, 1)]
     pid = int(logs[1].split()[1])
     out, err = capfd.readouterr()
-    assert launched.failure == (f"process 1 of 2 (pid {pid}) {says}" if says else "")
     if says:
-        assert (out, err) == ("", "")
-        assert launched.logs == f"{tmp_path}/process-*.log"
-        ((uri, procs, line, first, since_ms),) = ended
-        assert (uri, procs[1].pid, line, first) == ("uri", pid, launched.failure, 0)
+        assert (out, err, run_id) == ("", "", "")
+        ((uri, procs, what, first, since_ms),) = ended
+        assert what == f"process 1 of 2 (pid {pid}) {says}"
+        assert (uri, procs[1].pid, first) == ("uri", pid, 0)
         assert time.time() * 1000 - 60_000 < since_ms <= time.time() * 1000  # the runs of this launch only
-        assert launched.line(2) == (
-            f"the fit across 2 processes failed: {launched.failure}; the processes' output: {tmp_path}/process-*.log"
-        )
+        assert line == f"the fit across 2 processes failed: {what}; the processes' output: {tmp_path}/process-*.log"
     else:
-        assert (out, err, ended) == ("", f"a warning of process 0\npid {pid}\na warning of process 1\n", [])
+        assert (line, run_id, ended) == ("", "", [])
+        assert (out, err) == ("", f"a warning of process 0\npid {pid}\na warning of process 1\n")
     if plan == "stop":
         assert "*** Check failure stack trace: ***" in logs[0]
     assert not Path(f"/proc/{pid}").exists()  # every worker ended (the stopped one too)

@@ -57,13 +57,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..jobs.spec import JobSpec
 from .srun import srun_tasks
 from ..system import interrupts
 from ..system.redact import redact_text
 
 if TYPE_CHECKING:
     from ..jobs.config import Config
+    from ..jobs.spec import JobSpec
     from ..store import Parent
 
 COORDINATOR, NUM_PROCESSES, PROCESS_ID = "PLNEXP_COORDINATOR", "PLNEXP_NUM_PROCESSES", "PLNEXP_PROCESS_ID"
@@ -184,24 +184,6 @@ def _replay(logs: Sequence[Path]) -> None:
     sys.stderr.flush()
 
 
-@dataclass(frozen=True)
-class Launched:
-    """How the workers of one fit ended: ``failure`` "" when every one exited 0, else the failure's
-    words (``process 1 of 2 (pid 4242) was killed by SIGKILL``); ``runs``: process 0's runs as they
-    are once all ended (those left RUNNING ended FAILED with those words); ``logs``: where each
-    worker's output went."""
-
-    failure: str = ""
-    runs: tuple = ()
-    logs: str = ""
-
-    def line(self, n: int) -> str:
-        """The one line of the failure: the worker, what happened to it, the run (ended FAILED here,
-        or as process 0 ended it) and where the workers' output is (their errors, gloo's, XLA's)."""
-        run = f"; run {self.runs[0].info.run_id} ended {self.runs[0].info.status}" if self.runs else ""
-        return f"the fit across {n} processes failed: {self.failure}{run}; the processes' output: {self.logs}"
-
-
 def _close(uri: str, procs: Sequence[subprocess.Popen], line: str, first: int, since_ms: int) -> tuple:
     """The runs the workers ``procs`` (ended) left RUNNING ended FAILED with ``line``; process 0's
     runs (``first``: the process id of ``procs[0]``), in any status, as they are now: by their host
@@ -219,16 +201,17 @@ def _close(uri: str, procs: Sequence[subprocess.Popen], line: str, first: int, s
 
 def launch(
     cmd: Sequence[str], envs: Sequence[Mapping[str, str]], uri: str, n: int, folder: Path, first: int = 0
-) -> Launched:
+) -> tuple[str, str]:
     """Start one worker ``cmd`` per environment of ``envs`` and wait for them all: the one loop of
     ``run``, a sweep's and a rerun's job (:func:`start`). Each worker's output (stdout and stderr) goes
     to ``folder/process-K.log``, on this process's stderr only once all exited 0 (:func:`_replay`): what
     the others say once one failed is how the loss of a peer reached them (a collective's connection
     reset, JAX's coordination service aborting them with a C++ stack). The first to fail (an error, a
     signal, stopped past JAX's heartbeat) ends the others, and the runs they left RUNNING are ended
-    FAILED with its words. On an interrupt (Ctrl-C, SIGTERM: raised in this process's main thread),
-    the workers are sent it, then SIGKILL after :data:`GRACE_S`, their runs ended KILLED, and the
-    interrupt raised again."""
+    FAILED with its words. Returns ("", "") when all exited 0, else the failure's one line (the
+    worker, what happened to it, process 0's run as it ended, the logs) and that run's id. On an
+    interrupt (Ctrl-C, SIGTERM: raised in this process's main thread), the workers are sent it, then
+    SIGKILL after :data:`GRACE_S`, their runs ended KILLED, and the interrupt raised again."""
     from .. import store as tracking
 
     procs: list[subprocess.Popen] = []
@@ -244,7 +227,7 @@ def launch(
                 break
             if all(c == 0 for c in codes):
                 _replay(logs)
-                return Launched()
+                return "", ""
             time.sleep(POLL_S)
     except KeyboardInterrupt as e:
         stop = interrupts.as_interrupted(e)
@@ -255,11 +238,14 @@ def launch(
         raise
     i = _culprit(procs)
     code = procs[i].poll()
-    line = f"process {first + i} of {n} (pid {procs[i].pid}) {_how(code)}" + (
+    what = f"process {first + i} of {n} (pid {procs[i].pid}) {_how(code)}" + (
         _said(logs[i]) if code and code > 0 else ""
     )
     _end(procs)
-    return Launched(line, _close(uri, procs, line, first, since_ms), str(folder / LOG.format("*")))
+    runs = _close(uri, procs, what, first, since_ms)
+    run = f"; run {runs[0].info.run_id} ended {runs[0].info.status}" if runs else ""
+    line = f"the fit across {n} processes failed: {what}{run}; the processes' output: {folder / LOG.format('*')}"
+    return line, runs[0].info.run_id if runs else ""
 
 
 def run(spec: JobSpec, uri: str, output_dir: str) -> int:
@@ -281,19 +267,16 @@ def run(spec: JobSpec, uri: str, output_dir: str) -> int:
     job = Job(spec.config, tuple(spec.overrides), spec.name, tags=spec.run_tags or None)
     with interrupts.handled() as guard:
         try:
-            done, ran = start(job, Path(output_dir), uri, envs, first)
+            ran = start(job, Path(output_dir), uri, envs, first)
         except KeyboardInterrupt as e:
             guard.stopping()
             stop = interrupts.as_interrupted(e)
             print(f"plnexp: interrupted by {stop.name}: the fit across {n} processes was stopped", file=sys.stderr)
             return stop.exit_code
-    if done.failure:
-        print(f"plnexp: error: {done.line(n)}", file=sys.stderr, flush=True)
-        return 1
-    if first != 0:  # another srun task's: process 0's task says the run's summary
+    if ran is None:  # another srun task's, which ended well: process 0's task says the run's summary
         return 0
-    if ran is None:
-        print(f"plnexp: error: the fit across {n} processes: process 0 handed back no outcome", file=sys.stderr)
+    if not ran.text:  # no outcome of process 0: the one line of the failure
+        print(f"plnexp: error: {ran.reason}", file=sys.stderr, flush=True)
         return 1
     print(f"{ran.summary()}  (run {ran.run_id}, experiment {job.config.experiment!r})", flush=True)
     return 0 if ran.status == "FINISHED" else 1
@@ -375,19 +358,24 @@ def _write(path: Path, thing) -> None:
     os.replace(tmp, path)
 
 
-def start(
-    job: Job, folder: Path, uri: str, envs: Sequence[Mapping[str, str]], first: int = 0
-) -> tuple[Launched, Ran | None]:
+def start(job: Job, folder: Path, uri: str, envs: Sequence[Mapping[str, str]], first: int = 0) -> Ran | None:
     """``job``'s workers (one per environment of ``envs``: N here, or this srun task's one) started
-    with ``job`` pickled into ``folder`` and waited for: how they ended, and process 0's outcome
-    (None where it handed back none, or is another srun task's)."""
+    with ``job`` pickled into ``folder`` and waited for: process 0's outcome; where a worker failed or
+    process 0 handed back none, a FAILED one whose reason is the one line (and no ``text``); None for
+    another srun task's, which ended well."""
+    n, clock = job.config.processes, time.monotonic()
     folder.mkdir(parents=True, exist_ok=True)
     job_file, ran_file = folder / "job.pkl", folder / RAN_FILE
     ran_file.unlink(missing_ok=True)
     _write(job_file, job)
     cmd = [sys.executable, "-m", "plnexp.experiment.processes", str(job_file), str(folder)]
-    done = launch(cmd, envs, uri, job.config.processes, folder, first)
-    return done, (pickle.loads(ran_file.read_bytes()) if ran_file.is_file() else None)
+    why, run_id = launch(cmd, envs, uri, n, folder, first)
+    ran = pickle.loads(ran_file.read_bytes()) if ran_file.is_file() else None
+    if not why and (ran is not None or first != 0):
+        return ran
+    why = why or f"the fit across {n} processes: process 0 handed back no outcome"
+    run_id = run_id or (ran.run_id if ran is not None else "")
+    return Ran(job.name, "FAILED", why, run_id, clock=clock, wall_s=time.monotonic() - clock)
 
 
 def run_job(
@@ -409,9 +397,8 @@ def run_job(
     from ..jobs.config import outputs_dir
 
     n, name = config.processes, name or config.run_name
-    clock = time.monotonic()
     if config.device.value != "cpu":
-        return Ran(name, "FAILED", device_line(n, config.device.value), clock=clock)
+        return Ran(name, "FAILED", device_line(n, config.device.value), clock=time.monotonic())
     uri = parent.uri if parent is not None else tracking.tracking_uri(config.tracking_uri)
     if output_dir:
         folder = Path(output_dir)
@@ -419,11 +406,8 @@ def run_job(
         root = outputs_dir() / "processes"
         root.mkdir(parents=True, exist_ok=True)
         folder = Path(tempfile.mkdtemp(prefix=time.strftime("%Y-%m-%d_%H-%M-%S-"), dir=root))
-    done, ran = start(Job(config, tuple(overrides), name, parent, job_num, tags), folder, uri, _local(n))
-    if done.failure or ran is None:
-        why = done.line(n) if done.failure else f"the fit across {n} processes: process 0 handed back no outcome"
-        run_id = done.runs[0].info.run_id if done.runs else (ran.run_id if ran is not None else "")
-        return Ran(name, "FAILED", why, run_id, clock=clock, wall_s=time.monotonic() - clock)
+    ran = start(Job(config, tuple(overrides), name, parent, job_num, tags), folder, uri, _local(n))
+    assert ran is not None  # every process here: process 0's outcome, or a FAILED one
     return ran
 
 
