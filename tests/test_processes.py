@@ -384,6 +384,113 @@ def _worker(launcher: int, process_id: int) -> int | None:
     return None
 
 
+def _kill_worker_once_running(proc, cl, experiment: str, child: bool) -> int:
+    """SIGKILL worker 1 of the launcher ``proc`` as soon as its job's run (``child``: a sweep's child
+    run) is RUNNING in ``experiment``; its pid."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        exp = cl.get_experiment_by_name(experiment)
+        runs = cl.search_runs([exp.experiment_id]) if exp else []
+        running = [r for r in runs if r.info.status == "RUNNING" and ("mlflow.parentRunId" in r.data.tags or not child)]
+        victim = _worker(proc.pid, 1) if running else None
+        if victim is not None:
+            os.kill(victim, signal.SIGKILL)
+            return victim
+        time.sleep(0.2)
+    raise AssertionError("the run never started")
+
+
+@pytest.mark.slow  # a run's two workers, one killed once the run exists
+def test_a_process_killed_mid_run_is_one_line_the_run_failed_and_the_workers_output_in_their_logs(outputs, tmp_path):
+    """#62: ``run ... processes=2`` whose worker 1 is SIGKILLed: exit 1, one line on the terminal
+    naming the process, its pid, the run and the workers' logs (the peer's gloo error and any C++
+    stack go there, not to the terminal), the run FAILED, nothing left RUNNING."""
+    args = [*FIT[:3], "n_iter=200", *SMALL, "processes=2", "experiment=killed"]
+    proc = spawn([sys.executable, "-m", "plnexp", "run", *args], cwd=tmp_path, stdout=-1, stderr=-1, text=True)
+    cl = store_client(outputs)
+    victim = _kill_worker_once_running(proc, cl, "killed", child=False)
+    out, err = proc.communicate(timeout=180)
+    assert (proc.returncode, out) == (1, ""), err
+    (run,) = cl.search_runs([cl.get_experiment_by_name("killed").experiment_id])
+    assert run.info.status == "FAILED"
+    (folder,) = (outputs / "runs").iterdir()
+    assert err == (
+        f"plnexp: error: the fit across 2 processes failed: process 1 of 2 (pid {victim}) was killed by SIGKILL; "
+        f"run {run.info.run_id} ended FAILED; the processes' output: {folder}/process-*.log\n"
+    )
+    assert sorted(p.name for p in folder.glob("process-*.log")) == ["process-0.log", "process-1.log"]
+
+
+# a worker of launch's tests (not a fit: what one does, by its process id): process 1 says its pid and
+# PLAN's word for it, then does it; process 0 does what a peer's failure makes JAX do to it
+WORKER = """
+import os, signal, sys, time
+plan, me = os.environ["PLAN"], os.environ["PLNEXP_PROCESS_ID"]
+def peer_stopped():
+    parent = os.getppid()
+    for pid in open(f"/proc/{parent}/task/{parent}/children").read().split():
+        if int(pid) != os.getpid() and open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "T":
+            return True
+if me == "1":
+    print("pid", os.getpid(), flush=True)
+    print("[Gloo] Rank 1 is connected to 1 peer ranks", file=sys.stderr, flush=True)
+    if plan == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
+    elif plan == "error":
+        print("plnexp: error: process 1: the fit did not finish", file=sys.stderr, flush=True)
+        sys.exit(1)
+    print("a warning of process 1", file=sys.stderr, flush=True)
+elif plan == "stop":  # JAX's coordination service, once the stopped peer missed its heartbeats
+    while not peer_stopped():
+        time.sleep(0.01)
+    print("F1128 client.h:80] Terminating process because the JAX distributed service detected fatal errors", file=sys.stderr)
+    print("*** Check failure stack trace: ***", file=sys.stderr, flush=True)
+    os.abort()
+elif plan == "error":
+    time.sleep(60)  # until the launcher ends it
+else:
+    print("a warning of process 0", file=sys.stderr, flush=True)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a stopped process is read in Linux's /proc")
+@pytest.mark.parametrize(
+    "plan,says",
+    [
+        ("stop", "was stopped (SIGSTOP or SIGTSTP) and sent no heartbeat for 20 s"),
+        ("error", "exited with code 1 (process 1: the fit did not finish)"),
+        ("ok", ""),
+    ],
+)
+def test_the_launcher_names_the_failed_worker_and_keeps_the_workers_output_in_their_logs(
+    plan, says, tmp_path, monkeypatch, capfd
+):
+    """#62: a worker stopped past JAX's heartbeat (the others aborted with a C++ stack) or one that
+    exited with an error is named in the one line (its own error line with it), the runs the workers
+    left RUNNING are ended FAILED with it, and nothing of the workers reaches the terminal; workers
+    that all succeeded: their output said as they said it, but gloo's connection lines."""
+    ended = []  # the store's part: the runs the workers left RUNNING ended with the line
+    monkeypatch.setattr(processes, "_close", lambda *args: ended.append(args) or ())
+    monkeypatch.setenv("PLAN", plan)
+    line, run_id = processes.launch([sys.executable, "-c", WORKER], processes._local(2), "uri", 2, tmp_path)
+    logs = [(tmp_path / f"process-{k}.log").read_text() for k in (0, 1)]
+    pid = int(logs[1].split()[1])
+    out, err = capfd.readouterr()
+    if says:
+        assert (out, err, run_id) == ("", "", "")
+        ((uri, procs, what, first, since_ms),) = ended
+        assert what == f"process 1 of 2 (pid {pid}) {says}"
+        assert (uri, procs[1].pid, first) == ("uri", pid, 0)
+        assert time.time() * 1000 - 60_000 < since_ms <= time.time() * 1000  # the runs of this launch only
+        assert line == f"the fit across 2 processes failed: {what}; the processes' output: {tmp_path}/process-*.log"
+    else:
+        assert (line, run_id, ended) == ("", "", [])
+        assert (out, err) == ("", f"a warning of process 0\npid {pid}\na warning of process 1\n")
+    if plan == "stop":
+        assert "*** Check failure stack trace: ***" in logs[0]
+    assert not Path(f"/proc/{pid}").exists()  # every worker ended (the stopped one too)
+
+
 @pytest.mark.slow  # a sweep's driver and two workers, one killed once its run exists; then resume=true
 def test_a_process_killed_mid_sweep_fails_its_job_in_one_line_and_resume_finishes_the_grid(
     outputs, tmp_path, plnexp_main
@@ -397,23 +504,12 @@ def test_a_process_killed_mid_sweep_fails_its_job_in_one_line_and_resume_finishe
     grid = ["sweep", *FIT[:-4], "n_iter=200,20", *SMALL, "processes=2", "experiment=killed"]
     proc = spawn([sys.executable, "-m", "plnexp", *grid], cwd=tmp_path, stdout=-1, stderr=-1, text=True)
     cl = store_client(outputs)
-    deadline = time.monotonic() + 120
-    victim = None
-    while time.monotonic() < deadline and proc.poll() is None:
-        exp = cl.get_experiment_by_name("killed")
-        runs = cl.search_runs([exp.experiment_id]) if exp else []
-        running = [r for r in runs if "mlflow.parentRunId" in r.data.tags and r.info.status == "RUNNING"]
-        victim = _worker(proc.pid, 1) if running else None
-        if victim is not None:
-            break
-        time.sleep(0.2)
-    assert victim is not None, "the run never started"
-    os.kill(victim, signal.SIGKILL)
+    victim = _kill_worker_once_running(proc, cl, "killed", child=True)
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 1, (out, err)
     (line,) = [line for line in out.splitlines() if "SIGKILL" in line]
     assert line.startswith("[1/2] ") and "-n_iter200-processes2 ... FAILED " in line
-    assert "(the fit across 2 processes failed: process 1 of 2 was killed by SIGKILL; run " in line
+    assert f"(the fit across 2 processes failed: process 1 of 2 (pid {victim}) was killed by SIGKILL; run " in line
     everything = lambda: cl.search_runs([e.experiment_id for e in cl.search_experiments()])
     assert not [r for r in everything() if r.info.status == "RUNNING"]
     job_runs = lambda: [r for r in everything() if "mlflow.parentRunId" in r.data.tags]  # (a killed run: no params)

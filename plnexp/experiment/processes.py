@@ -20,11 +20,14 @@ reference and log y! are summed across processes over each one's rows; each proc
 gathered onto process 0's run (:func:`plnexp.experiment.runner.peak_rss_by_process`).
 
 Process 0 runs the job (:func:`plnexp.experiment.runner.run_job`: its run created RUNNING, logged,
-ended; ``run``'s one-line summary); the others run the same fit and report nothing
-(:func:`plnexp.experiment.runner.execute` with ``lead=False``: no store, no floor). The launcher
-(:func:`launch`) waits for its workers; the first to fail (an error, a signal, SIGKILL) ends the
-others, the run left RUNNING by a worker is ended FAILED with that reason, and the command exits 1
-with one line. A worker ends when its launcher does (Linux: ``PR_SET_PDEATHSIG``).
+ended) and hands its outcome back (:class:`Ran`: ``run``'s one-line summary); the others run the
+same fit and report nothing (:func:`plnexp.experiment.runner.execute` with ``lead=False``: no store,
+no floor). The launcher (:func:`launch`) waits for its workers, each one's output in a file of its
+own (``process-K.log`` in the run's folder), said only once all succeeded; the first to fail (an
+error, a signal, SIGKILL, stopped past JAX's heartbeat: :data:`HEARTBEAT_S`) ends the others, the
+run left RUNNING by a worker is ended FAILED with that reason, and the command exits 1 with one
+line naming that worker and the logs. A worker ends when its launcher does (Linux:
+``PR_SET_PDEATHSIG``).
 
 **A sweep's jobs and a rerun** (:func:`run_job`): under the basic launcher, a sweep's driver runs
 each job of ``processes`` > 1 by starting its N workers here and waiting for them (jobs one after
@@ -48,26 +51,29 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..jobs.spec import JobSpec
 from .srun import srun_tasks
 from ..system import interrupts
 from ..system.redact import redact_text
 
 if TYPE_CHECKING:
     from ..jobs.config import Config
+    from ..jobs.spec import JobSpec
     from ..store import Parent
 
 COORDINATOR, NUM_PROCESSES, PROCESS_ID = "PLNEXP_COORDINATOR", "PLNEXP_NUM_PROCESSES", "PLNEXP_PROCESS_ID"
 GRACE_S = 5.0  # the other workers' time to end on SIGTERM once one failed, before SIGKILL
 POLL_S = 0.05
 REASON = "processes"  # the reason tag of a run ended by the launcher
+# a process that sends JAX's coordination service no heartbeat for this long (stopped, hung) is gone:
+# the others are aborted (JAX's default: 100 s; a busy machine still heartbeats well within this)
+HEARTBEAT_S = 20
+LOG = "process-{}.log"  # a worker's output (stdout and stderr), in its job's folder
 
 
 @dataclass(frozen=True)
@@ -83,10 +89,9 @@ class Placement:
         import jax
 
         jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPUs' collectives across processes
-        if self.coordinator is None:
-            jax.distributed.initialize()
-        else:
-            jax.distributed.initialize(self.coordinator, self.num_processes, self.process_id)
+        jax.distributed.initialize(
+            self.coordinator, self.num_processes, self.process_id, heartbeat_timeout_seconds=HEARTBEAT_S
+        )
 
 
 def placement(processes: int, environ: Mapping[str, str] = os.environ) -> Placement | None:
@@ -111,7 +116,18 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def _how(code: int) -> str:
+def _stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (SIGSTOP, SIGTSTP: state ``T`` in Linux's /proc; elsewhere
+    never said)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "Tt"
+    except (OSError, IndexError):
+        return False
+
+
+def _how(code: int | None) -> str:
+    if code is None:  # still there, stopped: JAX's coordination service ended the others
+        return f"was stopped (SIGSTOP or SIGTSTP) and sent no heartbeat for {HEARTBEAT_S} s"
     if code < 0:
         try:
             return f"was killed by {signal.Signals(-code).name}"
@@ -120,27 +136,29 @@ def _how(code: int) -> str:
     return f"exited with code {code}"
 
 
-def _forward(stream, out, ended: threading.Event) -> None:
-    """A worker's output (``stream``) on this process's (``out``), without gloo's connection lines
-    (``[Gloo] Rank 0 is connected to 1 peer ranks``, one per process and run), and nothing once the
-    fit is ``ended`` (a process failed or was stopped): what the others then say is how the loss of a
-    peer reached them (a collective's connection reset, JAX's coordination service ending them)."""
-    for line in stream:
-        if not line.startswith("[Gloo]") and not ended.is_set():
-            out.write(line)
-            out.flush()
+def _said(log: Path) -> str:
+    """The last error line a worker said itself (``plnexp: error: WHAT``) in its ``log``: `` (WHAT)``."""
+    said = [line for line in log.read_text(errors="replace").splitlines() if line.startswith("plnexp: error: ")]
+    return f" ({said[-1].removeprefix('plnexp: error: ')})" if said else ""
 
 
-def _join(threads: Sequence[threading.Thread]) -> None:
-    for t in threads:
-        t.join(GRACE_S)
+def _culprit(procs: Sequence[subprocess.Popen]) -> int:
+    """The worker whose failure the others' is: one stopped (the others ended by the heartbeat that
+    it missed), else the first killed by a signal (the others' errors are the loss of that peer), else
+    the first that exited with an error."""
+    codes = [p.poll() for p in procs]
+    stopped = [i for i, (p, c) in enumerate(zip(procs, codes)) if c is None and _stopped(p.pid)]
+    failed = [i for i, c in enumerate(codes) if c not in (None, 0)]
+    return min(stopped or failed, key=lambda i: ((codes[i] or -1) > 0, i))  # a signal first
 
 
 def _end(procs: Sequence[subprocess.Popen], signum: int = signal.SIGTERM) -> None:
-    """Signal the workers still running, then SIGKILL those left after :data:`GRACE_S`."""
+    """Signal the workers still running (and SIGCONT: a stopped one takes the signal then), then
+    SIGKILL those left after :data:`GRACE_S`."""
     for p in procs:
         if p.poll() is None:
             p.send_signal(signum)
+            p.send_signal(signal.SIGCONT)
     deadline = time.monotonic() + GRACE_S
     for p in procs:
         try:
@@ -156,74 +174,84 @@ def _local(n: int) -> list[dict[str, str]]:
     return [{**os.environ, COORDINATOR: address, NUM_PROCESSES: str(n), PROCESS_ID: str(i)} for i in range(n)]
 
 
-@dataclass(frozen=True)
-class Launched:
-    """How the workers of one fit ended: ``failure`` "" when every one exited 0, else the first
-    failure's words (``process 1 of 2 was killed by SIGKILL``); ``closed``: the runs they left
-    RUNNING, ended FAILED then."""
-
-    failure: str = ""
-    closed: tuple = ()
-
-    def line(self, n: int) -> str:
-        run_note = f"; run {self.closed[0].info.run_id} ended FAILED" if self.closed else ""
-        return f"the fit across {n} processes failed: {self.failure}{run_note}"
+def _replay(logs: Sequence[Path]) -> None:
+    """The workers' output, once they all exited 0, on this process's stderr as they said it, but gloo's
+    connection lines (``[Gloo] Rank 0 is connected to 1 peer ranks``, one per process and run)."""
+    for log in logs:
+        for line in log.read_text(errors="replace").splitlines(keepends=True):
+            if not line.startswith("[Gloo]"):
+                sys.stderr.write(line)
+    sys.stderr.flush()
 
 
-def launch(cmd: Sequence[str], envs: Sequence[Mapping[str, str]], uri: str, n: int, first: int = 0) -> Launched:
+def _close(uri: str, procs: Sequence[subprocess.Popen], line: str, first: int, since_ms: int) -> tuple:
+    """The runs the workers ``procs`` (ended) left RUNNING ended FAILED with ``line``; process 0's
+    runs (``first``: the process id of ``procs[0]``), in any status, as they are now: by their host
+    and PID tags, started since ``since_ms`` (process 0 may have ended its run itself, its peer lost)."""
+    from .. import store as tracking
+    from ..store.queries import search_experiments
+
+    tracking.end_runs_of_processes(uri, [p.pid for p in procs], "FAILED", line, REASON)
+    if first != 0:
+        return ()
+    host, pid = tracking.LocalProcess.here().host, procs[0].pid
+    where = f"tags.`{tracking.HOST_TAG}` = '{host}' and tags.`{tracking.PID_TAG}` = '{pid}'"
+    return tuple(r for r in search_experiments(tracking.client(uri), where) if (r.info.start_time or 0) >= since_ms)
+
+
+def launch(
+    cmd: Sequence[str], envs: Sequence[Mapping[str, str]], uri: str, n: int, folder: Path, first: int = 0
+) -> tuple[str, str]:
     """Start one worker ``cmd`` per environment of ``envs`` and wait for them all: the one loop of
-    ``run`` (its command) and of a sweep's or a rerun's job (:func:`run_job`). The first to fail (an
-    error, a signal) ends the others, and the runs they left RUNNING are ended FAILED with its words.
-    On an interrupt (Ctrl-C, SIGTERM: raised in this process's main thread), the workers are sent
-    it, then SIGKILL after :data:`GRACE_S`, their runs ended KILLED, and the interrupt raised again."""
+    ``run``, a sweep's and a rerun's job (:func:`start`). Each worker's output (stdout and stderr) goes
+    to ``folder/process-K.log``, on this process's stderr only once all exited 0 (:func:`_replay`): what
+    the others say once one failed is how the loss of a peer reached them (a collective's connection
+    reset, JAX's coordination service aborting them with a C++ stack). The first to fail (an error, a
+    signal, stopped past JAX's heartbeat) ends the others, and the runs they left RUNNING are ended
+    FAILED with its words. Returns ("", "") when all exited 0, else the failure's one line (the
+    worker, what happened to it, process 0's run as it ended, the logs) and that run's id. On an
+    interrupt (Ctrl-C, SIGTERM: raised in this process's main thread), the workers are sent it, then
+    SIGKILL after :data:`GRACE_S`, their runs ended KILLED, and the interrupt raised again."""
     from .. import store as tracking
 
     procs: list[subprocess.Popen] = []
-    threads: list[threading.Thread] = []
-    ended = threading.Event()
-    failed: tuple[int, int] | None = None
+    logs = [folder / LOG.format(first + i) for i in range(len(envs))]
+    since_ms = int(time.time() * 1000)
     try:
-        pipe = subprocess.PIPE
-        procs = [subprocess.Popen(list(cmd), env=dict(env), stdout=pipe, stderr=pipe, text=True) for env in envs]
-        threads = [
-            threading.Thread(target=_forward, args=(stream, out, ended), daemon=True)
-            for p in procs
-            for stream, out in ((p.stdout, sys.stdout), (p.stderr, sys.stderr))
-        ]
-        for t in threads:
-            t.start()
+        for env, log in zip(envs, logs):
+            with log.open("wb") as out:
+                procs.append(subprocess.Popen(list(cmd), env=dict(env), stdout=out, stderr=subprocess.STDOUT))
         while True:
             codes = [p.poll() for p in procs]
-            bad = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
-            if bad:  # a worker killed by a signal first: the others' errors are what it left them
-                ended.set()
-                failed = min(bad, key=lambda b: (b[1] >= 0, b[0]))
+            if any(c not in (None, 0) for c in codes):
                 break
             if all(c == 0 for c in codes):
-                _join(threads)
-                return Launched()
+                _replay(logs)
+                return "", ""
             time.sleep(POLL_S)
     except KeyboardInterrupt as e:
-        ended.set()
         stop = interrupts.as_interrupted(e)
         with interrupts.deferred():  # a second signal waits for the workers' end and their runs'
             _end(procs, stop.signum)
-            _join(threads)
             reason = f"interrupted by {stop.name}"
             tracking.end_runs_of_processes(uri, [p.pid for p in procs], "KILLED", reason, "interrupted")
         raise
+    i = _culprit(procs)
+    code = procs[i].poll()
+    what = f"process {first + i} of {n} (pid {procs[i].pid}) {_how(code)}" + (
+        _said(logs[i]) if code and code > 0 else ""
+    )
     _end(procs)
-    _join(threads)
-    assert failed is not None  # the loop ends on a failure, else returns
-    i, code = failed
-    line = f"process {first + i} of {n} {_how(code)}"
-    closed = tracking.end_runs_of_processes(uri, [p.pid for p in procs], "FAILED", line, REASON)
-    return Launched(line, tuple(closed))
+    runs = _close(uri, procs, what, first, since_ms)
+    run = f"; run {runs[0].info.run_id} ended {runs[0].info.status}" if runs else ""
+    line = f"the fit across {n} processes failed: {what}{run}; the processes' output: {folder / LOG.format('*')}"
+    return line, runs[0].info.run_id if runs else ""
 
 
 def run(spec: JobSpec, uri: str, output_dir: str) -> int:
     """``python -m plnexp run ... processes=N``: start the workers (N here, or this srun task's one),
-    wait for them; the exit code: 0, 1 when a worker failed, 128 + the signal on an interrupt."""
+    wait for them; process 0's summary (as ``run`` says it) or the failure's one line. The exit code:
+    0, 1 when the run did not finish or a worker failed, 128 + the signal on an interrupt."""
     n = spec.config.processes
     try:
         where = placement(n)
@@ -234,25 +262,24 @@ def run(spec: JobSpec, uri: str, output_dir: str) -> int:
     if where is None and device != "cpu":
         print(f"plnexp: error: {device_line(n, device)}", file=sys.stderr, flush=True)
         return 2
-    folder = Path(output_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    spec_file = folder / "job_spec.pkl"
-    spec_file.write_bytes(pickle.dumps(spec))
-    cmd = [sys.executable, "-m", "plnexp.experiment.processes", str(spec_file), str(folder)]
     envs = _local(n) if where is None else [dict(os.environ)]
     first = int(os.environ.get("SLURM_PROCID", "0") or 0) if where is not None else 0
+    job = Job(spec.config, tuple(spec.overrides), spec.name, tags=spec.run_tags or None)
     with interrupts.handled() as guard:
         try:
-            done = launch(cmd, envs, uri, n, first)
+            ran = start(job, Path(output_dir), uri, envs, first)
         except KeyboardInterrupt as e:
             guard.stopping()
             stop = interrupts.as_interrupted(e)
             print(f"plnexp: interrupted by {stop.name}: the fit across {n} processes was stopped", file=sys.stderr)
             return stop.exit_code
-    if not done.failure:
+    if ran is None:  # another srun task's, which ended well: process 0's task says the run's summary
         return 0
-    print(f"plnexp: error: {done.line(n)}", file=sys.stderr, flush=True)
-    return 1
+    if not ran.text:  # no outcome of process 0: the one line of the failure
+        print(f"plnexp: error: {ran.reason}", file=sys.stderr, flush=True)
+        return 1
+    print(f"{ran.summary()}  (run {ran.run_id}, experiment {job.config.experiment!r})", flush=True)
+    return 0 if ran.status == "FINISHED" else 1
 
 
 def device_line(n: int, device: str) -> str:
@@ -264,8 +291,8 @@ def device_line(n: int, device: str) -> str:
 
 @dataclass(frozen=True)
 class Job:
-    """A job whose workers a sweep's driver or a rerun starts (:func:`run_job`), pickled into its
-    folder: what process 0 hands :func:`plnexp.experiment.runner.run_job` (``parent``: the sweep's
+    """A job whose workers ``run``, a sweep's driver or a rerun starts (:func:`start`), pickled into
+    its folder: what process 0 hands :func:`plnexp.experiment.runner.run_job` (``parent``: the sweep's
     parent run, whose child the job's run is; None: a run of its own, in the config's store)."""
 
     config: Config
@@ -274,7 +301,6 @@ class Job:
     parent: Parent | None = None
     num: int | None = None
     tags: dict | None = None
-    shown: bool = False  # python -m plnexp run's job: process 0 prints its summary, exits 1 unless FINISHED
 
 
 RAN_FILE = "outcome.pkl"
@@ -283,8 +309,8 @@ RAN_FILE = "outcome.pkl"
 @dataclass(frozen=True)
 class Ran:
     """A job's outcome as process 0 hands it back to the process that started the workers (its runs
-    are in the store): what a sweep's :class:`plnexp.experiment.job_task.Task` and a rerun read of a
-    :class:`plnexp.experiment.runner.Outcome`."""
+    are in the store): what ``run`` says, and what a sweep's :class:`plnexp.experiment.job_task.Task`
+    and a rerun read of a :class:`plnexp.experiment.runner.Outcome`."""
 
     name: str
     status: str
@@ -325,6 +351,33 @@ class Ran:
         return self.text or f"{self.name} {self.status}: {self.reason}"
 
 
+def _write(path: Path, thing) -> None:
+    """``thing`` pickled into ``path``, whole or not at all (a reader never sees half of it)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_bytes(pickle.dumps(thing))
+    os.replace(tmp, path)
+
+
+def start(job: Job, folder: Path, uri: str, envs: Sequence[Mapping[str, str]], first: int = 0) -> Ran | None:
+    """``job``'s workers (one per environment of ``envs``: N here, or this srun task's one) started
+    with ``job`` pickled into ``folder`` and waited for: process 0's outcome; where a worker failed or
+    process 0 handed back none, a FAILED one whose reason is the one line (and no ``text``); None for
+    another srun task's, which ended well."""
+    n, clock = job.config.processes, time.monotonic()
+    folder.mkdir(parents=True, exist_ok=True)
+    job_file, ran_file = folder / "job.pkl", folder / RAN_FILE
+    ran_file.unlink(missing_ok=True)
+    _write(job_file, job)
+    cmd = [sys.executable, "-m", "plnexp.experiment.processes", str(job_file), str(folder)]
+    why, run_id = launch(cmd, envs, uri, n, folder, first)
+    ran = pickle.loads(ran_file.read_bytes()) if ran_file.is_file() else None
+    if not why and (ran is not None or first != 0):
+        return ran
+    why = why or f"the fit across {n} processes: process 0 handed back no outcome"
+    run_id = run_id or (ran.run_id if ran is not None else "")
+    return Ran(job.name, "FAILED", why, run_id, clock=clock, wall_s=time.monotonic() - clock)
+
+
 def run_job(
     config: Config,
     overrides=(),
@@ -344,27 +397,17 @@ def run_job(
     from ..jobs.config import outputs_dir
 
     n, name = config.processes, name or config.run_name
-    clock = time.monotonic()
     if config.device.value != "cpu":
-        return Ran(name, "FAILED", device_line(n, config.device.value), clock=clock)
+        return Ran(name, "FAILED", device_line(n, config.device.value), clock=time.monotonic())
     uri = parent.uri if parent is not None else tracking.tracking_uri(config.tracking_uri)
     if output_dir:
         folder = Path(output_dir)
-        folder.mkdir(parents=True, exist_ok=True)
     else:
         root = outputs_dir() / "processes"
         root.mkdir(parents=True, exist_ok=True)
         folder = Path(tempfile.mkdtemp(prefix=time.strftime("%Y-%m-%d_%H-%M-%S-"), dir=root))
-    job_file, ran_file = folder / "job.pkl", folder / RAN_FILE
-    ran_file.unlink(missing_ok=True)
-    job_file.write_bytes(pickle.dumps(Job(config, tuple(overrides), name, parent, job_num, tags)))
-    cmd = [sys.executable, "-m", "plnexp.experiment.processes", str(job_file), str(folder)]
-    done = launch(cmd, _local(n), uri, n)
-    ran = pickle.loads(ran_file.read_bytes()) if ran_file.is_file() else None
-    if done.failure or ran is None:
-        why = done.line(n) if done.failure else f"the fit across {n} processes: process 0 handed back no outcome"
-        run_id = done.closed[0].info.run_id if done.closed else (ran.run_id if ran is not None else "")
-        return Ran(name, "FAILED", why, run_id, clock=clock, wall_s=time.monotonic() - clock)
+    ran = start(Job(config, tuple(overrides), name, parent, job_num, tags), folder, uri, _local(n))
+    assert ran is not None  # every process here: process 0's outcome, or a FAILED one
     return ran
 
 
@@ -385,12 +428,11 @@ def _end_with_launcher() -> None:
         os._exit(1)
 
 
-def worker(spec_file: str, output_dir: str, environ: Mapping[str, str] = os.environ) -> int:
-    """One worker: join the others (before any other use of JAX), then run the job: process 0 as
-    ``run`` does (its run logged; of a :class:`Job`, a sweep's or a rerun's, its outcome written into
-    ``output_dir`` for the process that started the workers), the others without any store. The
-    exit code: 0, or 1 when the job did not finish (of a :class:`Job`: when process 0 wrote no
-    outcome)."""
+def worker(job_file: str, output_dir: str, environ: Mapping[str, str] = os.environ) -> int:
+    """One worker: join the others (before any other use of JAX), then run the :class:`Job`: process 0
+    as :func:`plnexp.experiment.runner.run_job` (its run logged, its outcome written into ``output_dir``
+    for the process that started the workers), the others without any store. The exit code: 0, or 1
+    when the job did not finish (process 0: when it wrote no outcome)."""
     from ..system import credentials, runtime
 
     _end_with_launcher()
@@ -402,10 +444,7 @@ def worker(spec_file: str, output_dir: str, environ: Mapping[str, str] = os.envi
         Placement(None, None, None).initialize()
     import jax
 
-    work: JobSpec | Job = pickle.loads(Path(spec_file).read_bytes())
-    if not isinstance(work, Job):  # python -m plnexp run: process 0 says the run's summary, as run does
-        work = Job(work.config, tuple(work.overrides), work.name, tags=work.run_tags or None, shown=True)
-    code = _job(work, output_dir, jax.process_index() == 0)
+    code = _job(pickle.loads(Path(job_file).read_bytes()), output_dir, jax.process_index() == 0)
     if code == 0:
         jax.distributed.shutdown()  # waits for the others: process 0 is logging the run
     return code
@@ -428,7 +467,7 @@ def follow(config: Config, overrides, name: str, output_dir: str) -> int:
 def _job(job: Job, output_dir: str, lead: bool) -> int:
     """A :class:`Job` in a worker: process 0 runs it as :func:`plnexp.experiment.runner.run_job`
     (its run logged, a child of the sweep's parent) and writes its :class:`Ran` into the folder
-    (whole or not at all; ``run``'s job: prints its summary instead); the others fit with it."""
+    (whole or not at all); the others fit with it."""
     if not lead:
         return follow(job.config, job.overrides, job.name, output_dir)
     from . import runner
@@ -441,22 +480,23 @@ def _job(job: Job, output_dir: str, lead: bool) -> int:
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         print(f"plnexp: error: job {job.name}: {type(e).__name__}: {redact_text(first)}", file=sys.stderr, flush=True)
         return 1
-    if job.shown:
-        print(f"{out.summary()}  (run {out.run_id}, experiment {job.config.experiment!r})", flush=True)
-        return 0 if out.status == "FINISHED" else 1
-    path = Path(output_dir) / RAN_FILE
-    tmp = path.with_name(f".{RAN_FILE}.{os.getpid()}")
-    tmp.write_bytes(pickle.dumps(Ran.of(out)))
-    os.replace(tmp, path)
+    _write(Path(output_dir) / RAN_FILE, Ran.of(out))
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 2:
-        print("plnexp: error: usage: python -m plnexp.experiment.processes SPEC_FILE OUTPUT_DIR", file=sys.stderr)
-        return 2
-    return worker(args[0], args[1])
+    from ..system.commandline import Parser, UsageError, fail
+
+    parser = Parser(
+        "python -m plnexp.experiment.processes JOB_FILE OUTPUT_DIR", prog="python -m plnexp.experiment.processes"
+    )
+    parser.add_argument("job_file", help="the pickled Job (processes.start writes it)")
+    parser.add_argument("output_dir", help="the job's folder: its outcome goes there")
+    try:
+        args = parser.parse(sys.argv[1:] if argv is None else argv)
+    except UsageError as e:
+        return fail(e)
+    return 0 if args is None else worker(args.job_file, args.output_dir)
 
 
 if __name__ == "__main__":
