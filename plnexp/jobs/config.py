@@ -201,7 +201,7 @@ class Config:
     # how long a store call may take: not the fit's (left out of as_dict)
     store_timeout_s: float = setting(STORE_TIMEOUT, STORE_TIMEOUT_S)
     n_iter_cap: dict = field(default_factory=dict)
-    report: ReportSpec = ReportSpec()  # the report's settings: not the fit's (left out of as_dict)
+    report: ReportSpec = field(default_factory=ReportSpec)  # the report's settings: not the fit's (left out of as_dict)
 
     def __post_init__(self):
         check_fields(self)  # the fields' declared allowed values (plnexp.jobs.schema)

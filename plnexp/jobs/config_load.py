@@ -11,8 +11,7 @@ dataclass itself (:mod:`plnexp.jobs.schema`).
 from __future__ import annotations
 
 from dataclasses import fields
-from enum import Enum
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
@@ -25,13 +24,7 @@ from ..core.device import resolve_device
 from ..fitting.spec import check_compile_cache, default_optimizer, model_named
 from ..strategies import STRATEGIES, StrategySpec
 from .config import DATASETS, REPORT_KEYS, Config, ModelName, ReportSpec, allowed_options
-from .schema import ConfigError, Integer, OneOf, read
-
-_E = TypeVar("_E", bound=Enum)
-
-
-def _choice(key: str, value: Any, enum: type[_E]) -> _E:
-    return cast(_E, OneOf(enum)(key, value))
+from .schema import ConfigError, Integer, OneOf, allowed_values, read
 
 
 def _model(value: Any) -> tuple[ModelName, int | None, int | None]:
@@ -40,14 +33,12 @@ def _model(value: Any) -> tuple[ModelName, int | None, int | None]:
     if not isinstance(value, dict):
         if value == PCA_NAME:
             raise ConfigError(f"model.rank: required for model={PCA_NAME}; allowed values are integers >= 1")
-        return _choice("model", value, ModelName), None, None
+        return OneOf(ModelName)("model", value), None, None
     _keys("model", value, ("name", "rank", "block_rows"))
-    name = _choice("model.name", value.get("name"), ModelName)
+    name = OneOf(ModelName)("model.name", value.get("name"))
     if name.value != PCA_NAME:
         raise ConfigError(f"model.rank: only model={PCA_NAME} has one; allowed keys for model={name.value} are none")
-    rank = value.get("rank")
-    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-        raise ConfigError(f"model.rank={rank!r}: allowed values are integers >= 1 (at most the data set's p)")
+    rank = Integer(1, "integers >= 1 (at most the data set's p)")("model.rank", value.get("rank"))
     try:
         block_rows = check_block_rows(value.get("block_rows"), "model.block_rows", "null")
     except ValueError as e:
@@ -71,19 +62,24 @@ def _keys(key: str, node: dict, allowed) -> None:
         )
 
 
+def _per_strategy(key: str, per: Any, each: type, allowed: str) -> dict:
+    """A map strategy name -> a value of type ``each`` (``n_iter_cap``, ``strategy_options``; unset:
+    empty); one line naming ``key`` for another shape or a name that is not a strategy's."""
+    per = per or {}
+    if not isinstance(per, dict) or not all(isinstance(v, each) for v in per.values()):
+        raise ConfigError(f"{key}={per!r}: allowed values are maps strategy -> {allowed}")
+    for name in per:
+        if name not in STRATEGIES:
+            raise ConfigError(f"{key}.{name}: unknown strategy; allowed keys are {', '.join(STRATEGIES)}")
+    return per
+
+
 def _strategy_options(per) -> dict[str, dict]:
     """``strategy_options``: strategy name -> its options, applied when that strategy is the job's
     (what a sweep's grid over ``strategy`` cannot say: ``strategy.tol=0`` would be refused for scan).
     Each entry is checked against the registry, whichever strategy the job runs."""
-    per = per or {}
-    if not isinstance(per, dict) or not all(isinstance(v, dict) for v in per.values()):
-        raise ConfigError(
-            f"strategy_options={per!r}: allowed values are maps strategy -> map of its options "
-            "(e.g. strategy_options.while_loop.tol=0)"
-        )
+    per = _per_strategy("strategy_options", per, dict, "map of its options (e.g. strategy_options.while_loop.tol=0)")
     for name, opts in per.items():
-        if name not in STRATEGIES:
-            raise ConfigError(f"strategy_options.{name}: unknown strategy; allowed keys are {', '.join(STRATEGIES)}")
         try:
             StrategySpec.of(name, **opts)
         except ValueError as e:
@@ -95,30 +91,11 @@ REQUIRED = {
     "dataset.counts": "paths of existing CSV files (dataset=csv needs one)",
     "dataset.path": "paths of existing .h5ad files (dataset=anndata needs one)",
 }
+# the keys of a node: Config's fields as the node names them (the model's rank and block_rows under
+# model, n_iter as asked), and the strategies' options
 TOP_KEYS = (
-    "dataset",
-    "optimizer",
-    "strategy",
-    "model",
-    "device",
-    "precision",
-    "n_iter",
-    "n_iter_cap",
+    *(f.name for f in fields(Config) if f.name not in ("rank", "block_rows", "n_iter_requested")),
     "strategy_options",
-    "repeats",
-    "warmup",
-    "time_budget_s",
-    "first_call",
-    "compile_cache",
-    "init",
-    "gradient",
-    "seed",
-    "replicates",
-    "processes",
-    "experiment",
-    "tracking_uri",
-    "store_timeout_s",
-    "report",
 )
 
 
@@ -211,12 +188,8 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     n_iter = read(Config, node, "n_iter")
-    caps = node.get("n_iter_cap") or {}
-    if not isinstance(caps, dict):
-        raise ConfigError(f"n_iter_cap={caps!r}: allowed values are maps strategy -> integer >= 1")
+    caps = _per_strategy("n_iter_cap", node.get("n_iter_cap"), object, "integer >= 1")
     for name, cap in caps.items():
-        if name not in STRATEGIES:
-            raise ConfigError(f"n_iter_cap.{name}: unknown strategy; allowed keys are {', '.join(STRATEGIES)}")
         Integer(1)(f"n_iter_cap.{name}", cap)
     rep = node.get("report") or {}  # a logged config (rerun) has none: the defaults
     if not isinstance(rep, dict):
@@ -252,15 +225,6 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
 
 
 # the top-level keys Config checks itself (plnexp.jobs.schema): load passes them on as given
-AS_GIVEN = (
-    "repeats",
-    "warmup",
-    "time_budget_s",
-    "first_call",
-    "init",
-    "gradient",
-    "seed",
-    "experiment",
-    "tracking_uri",
-    "store_timeout_s",
+AS_GIVEN = tuple(
+    k for k in allowed_values(Config) if k not in ("device", "n_iter", "n_iter_requested", "replicates", "processes")
 )

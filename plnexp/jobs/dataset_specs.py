@@ -10,13 +10,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 
 from ..core.data import Data
 from ..core.oaks import OAKS_COVARIATES
 from ..system.paths import install_command
-from .schema import ConfigError, Flag, Integer, check_fields, checked, setting
+from .schema import ConfigError, Flag, Integer, Number, Rule, Text, check_fields, checked, setting
 
 
 # ---------------------------------------------------------------- data sets
@@ -100,14 +100,11 @@ class DatasetSpec:
 
 @dataclass(frozen=True)
 class OaksData(DatasetSpec):
-    covariates: tuple[str, ...] = ()
+    # a list given converts to a tuple (not strict); each name one of the oaks data's columns
+    covariates: tuple[str, ...] = setting(
+        Rule(tuple[Literal[OAKS_COVARIATES], ...], ", ".join(OAKS_COVARIATES), strict=False), ()
+    )
     name: ClassVar[str] = "oaks"
-
-    def __post_init__(self):
-        super().__post_init__()
-        for c in self.covariates:
-            if c not in OAKS_COVARIATES:
-                raise ConfigError(f"dataset.covariates={c!r}: allowed values are {', '.join(OAKS_COVARIATES)}")
 
     base_label: ClassVar[str] = "oaks"
 
@@ -189,9 +186,9 @@ class AnndataData(DatasetSpec):
     the file is read (before any run: a :class:`~plnexp.core.data.DataError` line naming the ones there are)."""
 
     path: str
-    layer: str | None = None
+    layer: str | None = setting(Text("null (X) or the name of a layer", nullable=True), None)
     covariates: tuple[str, ...] = ()
-    offsets: str = "library_size"
+    offsets: str = setting(Text("library_size, none or the name of an obs column of positive totals"), "library_size")
     sparse: bool = setting(Flag(), False)  # counts kept sparse (CSR), for model=pca with block_rows
     name: ClassVar[str] = "anndata"
 
@@ -208,19 +205,12 @@ class AnndataData(DatasetSpec):
                 "dataset=anndata: needs the anndata package, which is not installed; install plnexp's "
                 f"single-cell extra ({install_command('single-cell')})"
             )
-        if self.layer is not None and (not isinstance(self.layer, str) or not self.layer):
-            raise ConfigError(f"dataset.layer={self.layer!r}: allowed values are null (X) or the name of a layer")
         covariates = self.covariates if isinstance(self.covariates, (list, tuple)) else [self.covariates]
         covariates = () if self.covariates is None else covariates
         for c in covariates:
             if not isinstance(c, str) or not c:
                 raise ConfigError(f"dataset.covariates={c!r}: allowed values are names of obs columns")
         object.__setattr__(self, "covariates", tuple(covariates))
-        if not isinstance(self.offsets, str) or not self.offsets:
-            raise ConfigError(
-                f"dataset.offsets={self.offsets!r}: allowed values are library_size, none or the name of an "
-                "obs column of positive totals"
-            )
 
     @property
     def base_label(self) -> str:
@@ -258,7 +248,17 @@ class SyntheticPcaData(DatasetSpec):
     p: int = setting(Integer(1), 200)
     q: int = setting(Integer(1), 5)
     d: int = setting(Integer(1), 1)
-    zero_fraction: float | None = None
+    zero_fraction: float | None = setting(
+        Number(
+            0,
+            1,
+            "null (as drawn) or numbers in (0, 1) (the fraction of zero counts: 0.8 to 0.95 in single-cell data)",
+            low_open=True,
+            high_open=True,
+            nullable=True,
+        ),
+        None,
+    )
     seed: int = setting(Integer(0), 0)
     sparse: bool = setting(Flag(), False)  # counts kept sparse (CSR), for model=pca with block_rows
     name: ClassVar[str] = "synthetic_pca"
@@ -268,14 +268,6 @@ class SyntheticPcaData(DatasetSpec):
         super().__post_init__()
         if self.q > self.p:
             raise ConfigError(f"dataset.q={self.q!r}: allowed values are integers from 1 to dataset.p={self.p}")
-        zf = self.zero_fraction
-        if zf is not None and (isinstance(zf, bool) or not isinstance(zf, (int, float)) or not 0 < zf < 1):
-            raise ConfigError(
-                f"dataset.zero_fraction={zf!r}: allowed values are null (as drawn) or numbers in (0, 1) "
-                "(the fraction of zero counts: 0.8 to 0.95 in single-cell data)"
-            )
-        if zf is not None:
-            object.__setattr__(self, "zero_fraction", float(zf))
 
     @property
     def base_label(self) -> str:
