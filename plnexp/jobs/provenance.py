@@ -50,12 +50,6 @@ def batch_key(tags: dict) -> tuple:
     return tags.get(HASH_TAG), tags.get(PARENT_TAG, "")
 
 
-def run_key(tags: dict) -> tuple[str | None, str]:
-    """What identifies a run's fit: its config hash and replicate (runs logged before replicates
-    were tagged are replicate 0)."""
-    return tags.get(HASH_TAG), tags.get(REPLICATE_TAG, "0")
-
-
 DATA_TAG = "data_digest"
 FILE_TAG = "data_sha256."  # + counts, offsets, covariates (CSV data sets)
 
