@@ -162,11 +162,8 @@ def config_hash(config: Config) -> str:
 
 
 def file_sha256(path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def data_files(config: Config) -> dict[str, str]:

@@ -62,4 +62,3 @@ class JobSpec:
     @property
     def run_tags(self) -> dict[str, str]:
         return dict(self.tags)
-

@@ -252,15 +252,6 @@ class MaskedStream:
         for line in lines:
             self.write(line)
 
-    def flush(self) -> None:
-        self.raw.flush()
-
-    def isatty(self) -> bool:
-        return self.raw.isatty()
-
-    def fileno(self) -> int:
-        return self.raw.fileno()
-
     def __getattr__(self, name: str) -> Any:
         return getattr(self.raw, name)
 
