@@ -19,7 +19,7 @@ from omegaconf.errors import MissingMandatoryValue
 from ..core.model import PCA_NAME, check_block_rows
 from ..core.optim import OptimizerSpec
 from ..system.credentials import refusal, secret_value
-from ..core.precision import Precision, precision as precision_named
+from ..core.precision import precision as precision_named
 from ..core.device import resolve_device
 from ..fitting.spec import check_compile_cache, default_optimizer, model_named
 from ..strategies import STRATEGIES, StrategySpec
@@ -39,18 +39,7 @@ def _model(value: Any) -> tuple[ModelName, int | None, int | None]:
     if name.value != PCA_NAME:
         raise ConfigError(f"model.rank: only model={PCA_NAME} has one; allowed keys for model={name.value} are none")
     rank = Integer(1, "integers >= 1 (at most the data set's p)")("model.rank", value.get("rank"))
-    try:
-        block_rows = check_block_rows(value.get("block_rows"), "model.block_rows", "null")
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    return name, rank, block_rows
-
-
-def _precision(value: Any) -> Precision:
-    try:
-        return precision_named(value)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+    return name, rank, check_block_rows(value.get("block_rows"), "model.block_rows", "null")
 
 
 def _keys(key: str, node: dict, allowed) -> None:
@@ -109,6 +98,13 @@ def loadable(config: Config) -> dict:
 
 def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
     """Validate and resolve a composed config into a frozen :class:`Config` (one-line errors)."""
+    try:
+        return _load(cfg, check_device)
+    except ValueError as e:  # the registries' own one-line checks (precision, optimizer, strategy, block rows...)
+        raise ConfigError(str(e)) from None
+
+
+def _load(cfg: DictConfig | dict, check_device: bool) -> Config:
     node: dict[str, Any]
     if isinstance(cfg, DictConfig):
         try:
@@ -152,41 +148,35 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
     strat = dict(node["strategy"])
     strat.update(_strategy_options(node.get("strategy_options")).get(str(strat.get("name")), {}))
     device = read(Config, node, "device")
-    try:
-        compile_cache = check_compile_cache(node.get("compile_cache"))
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+    compile_cache = check_compile_cache(node.get("compile_cache"))
     replicates = read(Config, node, "replicates")
     processes = read(Config, node, "processes")  # a config logged before it: 1
     model, rank, block_rows = _model(node.get("model"))
     p = getattr(dataset, "p", None)  # known without loading for the simulated data sets
     if rank is not None and isinstance(p, int) and rank > p:
         raise ConfigError(f"model.rank={rank}: allowed values are integers from 1 to dataset.p={p}")
-    try:
-        # the name as given (None where missing): OptimizerSpec checks it against its registry
-        optimizer = OptimizerSpec(cast(str, opt.get("name")), opt.get("lr"))
-        if optimizer.name == "newton" and block_rows is not None:
-            # PLN-PCA's Newton round (its default, conf/model/pca.yaml) takes every row at once: in
-            # blocks of rows the fit takes the model's default, as plnexp.fit does (one rule)
-            optimizer = OptimizerSpec(default_optimizer(model_named(model.value, rank, block_rows)), None)
-        strategy = StrategySpec.of(strat.pop("name", None), **strat)
-        devices = getattr(strategy.options, "devices", 0)
-        if processes > 1 and devices != 0:  # before the devices are counted: it is the rule, not their number
-            raise ValueError(
-                f"strategy.devices={devices}: with processes={processes} the rows are split across every "
-                "device of every process; allowed value is 0"
-            )
-        strategy.check(
-            compile_cache,
-            resolve_device(device.value).platform if check_device else None,
-            replicates,
-            optimizer.name,
-            str(node.get("gradient")),
-            model.value,
-            processes,
+    # the name as given (None where missing): OptimizerSpec checks it against its registry
+    optimizer = OptimizerSpec(cast(str, opt.get("name")), opt.get("lr"))
+    if optimizer.name == "newton" and block_rows is not None:
+        # PLN-PCA's Newton round (its default, conf/model/pca.yaml) takes every row at once: in
+        # blocks of rows the fit takes the model's default, as plnexp.fit does (one rule)
+        optimizer = OptimizerSpec(default_optimizer(model_named(model.value, rank, block_rows)), None)
+    strategy = StrategySpec.of(strat.pop("name", None), **strat)
+    devices = getattr(strategy.options, "devices", 0)
+    if processes > 1 and devices != 0:  # before the devices are counted: it is the rule, not their number
+        raise ConfigError(
+            f"strategy.devices={devices}: with processes={processes} the rows are split across every "
+            "device of every process; allowed value is 0"
         )
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+    strategy.check(
+        compile_cache,
+        resolve_device(device.value).platform if check_device else None,
+        replicates,
+        optimizer.name,
+        str(node.get("gradient")),
+        model.value,
+        processes,
+    )
     n_iter = read(Config, node, "n_iter")
     caps = _per_strategy("n_iter_cap", node.get("n_iter_cap"), object, "integer >= 1")
     for name, cap in caps.items():
@@ -211,7 +201,7 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
         rank=rank,
         block_rows=block_rows,
         device=device,
-        precision=_precision(node.get("precision")),
+        precision=precision_named(node.get("precision")),
         n_iter=min(n_iter, caps.get(strategy.name, n_iter)),
         n_iter_requested=n_iter,
         compile_cache=compile_cache,
