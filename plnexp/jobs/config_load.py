@@ -201,7 +201,7 @@ def _load(cfg: DictConfig | dict, check_device: bool) -> Config:
         rank=rank,
         block_rows=block_rows,
         device=device,
-        precision=precision_named(node.get("precision")),
+        precision=precision_named(cast(str, node.get("precision"))),  # checked by its registry
         n_iter=min(n_iter, caps.get(strategy.name, n_iter)),
         n_iter_requested=n_iter,
         compile_cache=compile_cache,
