@@ -28,6 +28,7 @@ varies, see :attr:`plnexp.report.summary.Entry.group`):
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -87,9 +88,7 @@ def contenders(entries) -> list[Contender]:
     out = []
     for members in by_program.values():
         spans = [interval_ms(e) for e in members]
-        medians = sorted(e.m("ms_per_iter") for e in members)
-        mid = len(medians) // 2
-        ms = medians[mid] if len(medians) % 2 else (medians[mid - 1] + medians[mid]) / 2
+        ms = statistics.median(e.m("ms_per_iter") for e in members)
         out.append(
             Contender(
                 tuple(dict.fromkeys(e.strategy for e in members)),  # a strategy twice (a rerun's): one name
