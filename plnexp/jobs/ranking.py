@@ -32,12 +32,13 @@ import statistics
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from .config import ReportSpec
 from .provenance import HASH_TAG, batch_key, replicate
 from .tags import CONTROL_OF_TAG as CONTROL_OF_TAG, CONTROL_TAG, JOB_TAG, MIN_SPEEDUP_TAG as MIN_SPEEDUP_TAG
 from ..measure.timing import CALIBRATION_LEVEL_TOLERANCE, CALIBRATION_TOLERANCE
 
 MIN_RUNS = 3  # timed runs a contender needs before it is ranked
-MIN_SPEEDUP = 1.10  # the default minimum effect (report.min_speedup): as asv's default factor
+MIN_SPEEDUP = ReportSpec.min_speedup  # the default minimum effect (report.min_speedup): as asv's default factor
 MIN_PAIRS = 2  # A/A pairs a noise estimate needs, unless one of them is the control pair
 CLEAN = "for clean timings run the sweep alone on its machine with hydra/launcher=basic (one job at a time)"
 
