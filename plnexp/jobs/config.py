@@ -76,13 +76,7 @@ ModelName = Enum("ModelName", {k: k for k in MODEL_NAMES}, type=str)  # type: ig
 Init = Enum("Init", {k: k for k in INITS}, type=str)  # type: ignore[misc]  # members built from INITS
 Gradient = Enum("Gradient", {k: k for k in GRADIENTS}, type=str)  # type: ignore[misc]  # members built from GRADIENTS
 
-SECONDS = Number(0, None, "numbers >= 0 (seconds)")
 STORE_TIMEOUT_S = 30.0  # store_timeout_s's default (conf/config.yaml)
-STORE_TIMEOUT_RANGE = (1, 3600)
-# store_timeout_s: how long one call to the store may take, its retries included (seconds)
-STORE_TIMEOUT = Number(
-    *STORE_TIMEOUT_RANGE, f"numbers from {STORE_TIMEOUT_RANGE[0]} to {STORE_TIMEOUT_RANGE[1]} (seconds)"
-)
 
 
 def min_speedup(value: Any, key: str = "report.min_speedup") -> float:
@@ -186,7 +180,7 @@ class Config:
     n_iter_requested: int = setting(Integer(1), 1000)  # (the config's n_iter)
     repeats: int = setting(Integer(1), 1)
     warmup: int = setting(Integer(0), 0)
-    time_budget_s: float = setting(SECONDS, 0.0)
+    time_budget_s: float = setting(Number(0, None, "numbers >= 0 (seconds)"), 0.0)
     first_call: bool = setting(Flag(), False)
     compile_cache: bool | None = None  # None: auto (on for a run, off in a sweep or a rerun: see as_study)
     init: Init = setting(OneOf(Init), Init("seed"))
@@ -198,8 +192,8 @@ class Config:
     processes: int = setting(Integer(1), 1)
     experiment: str = setting(Text("non-empty strings"), "run")
     tracking_uri: str | None = setting(Text("null or an MLflow tracking URI string", nullable=True, empty=True), None)
-    # how long a store call may take: not the fit's (left out of as_dict)
-    store_timeout_s: float = setting(STORE_TIMEOUT, STORE_TIMEOUT_S)
+    # how long one call to the store may take, its retries included: not the fit's (left out of as_dict)
+    store_timeout_s: float = setting(Number(1, 3600, "numbers from 1 to 3600 (seconds)"), STORE_TIMEOUT_S)
     n_iter_cap: dict = field(default_factory=dict)
     report: ReportSpec = field(default_factory=ReportSpec)  # the report's settings: not the fit's (left out of as_dict)
 
