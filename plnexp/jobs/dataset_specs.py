@@ -10,13 +10,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 
 from ..core.data import Data
 from ..core.oaks import OAKS_COVARIATES
 from ..system.paths import install_command
-from .schema import ConfigError, Flag, Integer, Number, Rule, Text, check_fields, checked, setting
+from .schema import ConfigError, Flag, Integer, Names, Number, Text, check_fields, checked, setting
 
 
 # ---------------------------------------------------------------- data sets
@@ -98,12 +98,7 @@ class DatasetSpec:
 
 @dataclass(frozen=True)
 class OaksData(DatasetSpec):
-    # a list given converts to a tuple (not strict); each name one of the oaks data's columns (a Literal of
-    # OAKS_COVARIATES, built at import time, which mypy cannot read)
-    covariates: tuple[str, ...] = setting(
-        Rule(tuple[Literal[OAKS_COVARIATES], ...], ", ".join(OAKS_COVARIATES), strict=False),  # type: ignore[valid-type]
-        (),
-    )
+    covariates: tuple[str, ...] = setting(Names(OAKS_COVARIATES), ())  # each a column of the oaks data
     name: ClassVar[str] = "oaks"
 
     base_label: ClassVar[str] = "oaks"

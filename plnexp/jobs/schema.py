@@ -1,5 +1,5 @@
 """The config's schema: each field of a config dataclass declares its allowed values once, beside
-its type and default (``n_iter: int = setting(Integer(1), 1000)``), and pydantic checks them.
+its type and default (``n_iter: int = setting(Integer(1), 1000)``), and pydantic's core checks them.
 
 A :class:`Rule` turns a raw value (as Hydra composed it, or as a logged config holds it) into the
 field's value, or raises :class:`ConfigError` with the one line the command line prints: the key and
@@ -8,8 +8,10 @@ its allowed values (``n_iter=-5: allowed values are integers >= 1``). The config
 so a config built in code is held to the same rules as one composed from ``conf/``; :func:`read`
 checks one field of a node where the loader needs its value before the whole config exists.
 
-pydantic is imported at the first check, not with the config: a worker that receives its config
-pickled (never built again) does not pay for it.
+The rules are pydantic-core schemas (``pydantic_core.core_schema``: pydantic v2's validators), built
+in microseconds where pydantic's ``TypeAdapter`` takes milliseconds a field; ``pydantic_core`` is
+imported at the first check, not with the config: a worker that receives its config pickled (never
+built again) does not import it at all.
 """
 
 from __future__ import annotations
@@ -28,45 +30,46 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Rule:
-    """A field's allowed values: the type pydantic validates a value as (``strict``: no string or
-    bool for a number, no 0 or 1 for a bool), its constraints (``limits``: pydantic ``Field``'s
-    ``ge``, ``gt``, ``le``, ``lt``, ``min_length``) and ``allowed``, how the error line says them.
+    """A field's allowed values: pydantic-core's ``<schema>_schema(**limits)`` (``int``, ``bool``,
+    ``float``, ``str``, ``enum``, ``literal``; ``strict`` among the limits: no string or bool for a
+    number, no 0 or 1 for a bool), ``null`` too where ``nullable``, a tuple of such values where
+    ``many`` (a list given converts), and ``allowed``, how the error line says them.
     ``rule(key, value)`` returns the value to hold (converted: a float for a number field, an enum
     member for a name) or raises :class:`ConfigError` naming ``key`` and the value refused (the
-    element of a tuple, the entry of a map)."""
+    element of a tuple)."""
 
-    type: Any
+    schema: str
     allowed: str
-    strict: bool = True
     limits: tuple[tuple[str, Any], ...] = ()
+    nullable: bool = False
+    many: bool = False
+
+    @functools.cached_property
+    def _validator(self) -> Any:
+        from pydantic_core import SchemaValidator, core_schema
+
+        schema = getattr(core_schema, f"{self.schema}_schema")(**dict(self.limits))
+        if self.many:
+            schema = core_schema.tuple_schema([schema], variadic_item_index=0, strict=False)
+        return SchemaValidator(core_schema.nullable_schema(schema) if self.nullable else schema)
 
     def __call__(self, key: str, value: Any) -> Any:
-        from pydantic import ValidationError
+        from pydantic_core import ValidationError
 
         try:
-            return _adapter(self.type, self.strict, self.limits).validate_python(value)
+            return self._validator.validate_python(value)
         except ValidationError as e:
             raise ConfigError(f"{key}={e.errors()[0]['input']!r}: allowed values are {self.allowed}") from None
 
 
-@functools.cache
-def _adapter(type_: Any, strict: bool, limits: tuple[tuple[str, Any], ...]) -> Any:
-    """pydantic's validator of a rule, built once per rule (a rule made again shares it)."""
-    from typing import Annotated
-
-    from pydantic import Field, TypeAdapter
-
-    return TypeAdapter(Annotated[type_, Field(strict=strict, **dict(limits))])
-
-
 def Integer(low: int, allowed: str = "") -> Rule:
     """An integer of at least ``low`` (a bool is not one)."""
-    return Rule(int, allowed or f"integers >= {low}", limits=(("ge", low),))
+    return Rule("int", allowed or f"integers >= {low}", (("ge", low), ("strict", True)))
 
 
 def Flag() -> Rule:
     """true or false (a YAML bool; not 0, 1 or a string)."""
-    return Rule(bool, "true, false")
+    return Rule("bool", "true, false", (("strict", True),))
 
 
 def Number(
@@ -80,20 +83,25 @@ def Number(
     """A finite number from ``low`` to ``high`` (either end open where ``*_open``; ``high`` None: no
     upper bound; ``null`` allowed too where ``nullable``), held as a float; ``allowed``: how the
     error line says it."""
-    limits = [("allow_inf_nan", False), ("gt" if low_open else "ge", low)]
+    limits = [("allow_inf_nan", False), ("strict", True), ("gt" if low_open else "ge", low)]
     if high is not None:
         limits.append(("lt" if high_open else "le", high))
-    return Rule(float | None if nullable else float, allowed, limits=tuple(limits))
+    return Rule("float", allowed, tuple(limits), nullable)
 
 
 def OneOf(enum: type[Enum]) -> Rule:
     """A member of ``enum`` (a str enum built from a registry), given as its name or as itself."""
-    return Rule(enum, ", ".join(e.value for e in enum), strict=False)
+    return Rule("enum", ", ".join(e.value for e in enum), (("cls", enum), ("members", list(enum)), ("sub_type", "str")))
 
 
 def Text(allowed: str, nullable: bool = False, empty: bool = False) -> Rule:
     """A string, non-empty unless ``empty``; ``null`` allowed too where ``nullable``."""
-    return Rule(str | None if nullable else str, allowed, limits=() if empty else (("min_length", 1),))
+    return Rule("str", allowed, (("strict", True),) + ((("min_length", 1),) if not empty else ()), nullable)
+
+
+def Names(names: tuple[str, ...]) -> Rule:
+    """A tuple of names each one of ``names`` (a list given converts)."""
+    return Rule("literal", ", ".join(names), (("expected", list(names)),), many=True)
 
 
 def checked(rule: Rule) -> dict:
