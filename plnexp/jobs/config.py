@@ -37,7 +37,8 @@ from ..fitting.spec import (
     model_named,
 )
 from ..strategies import StrategySpec
-from .schema import ConfigError, Flag, Integer, Number, OneOf, Text, check_fields, setting
+from .peers import PEERS
+from .schema import ConfigError, Flag, Integer, Names, Number, OneOf, Text, check_fields, setting
 from .dataset_specs import AnndataData, CsvData, OaksData, SyntheticData, SyntheticPcaData
 
 GROUPS = ("dataset", "optimizer", "strategy", "device", "precision", "model", "sweep")
@@ -109,7 +110,8 @@ class ReportSpec:
     min_speedup: float = 1.10  # a winner leads the next by at least this factor (asv's default factor)
     # the sweep's reference job run again at its end, an A/A pair (plnexp.experiment.sweep)
     control: bool = setting(Flag(), True)
-    peers: tuple[str, ...] = ()  # other packages' fits run beside the grid, for the report (plnexp.jobs.peers)
+    # other packages' fits run beside the grid, for the report (plnexp.jobs.peers)
+    peers: tuple[str, ...] = setting(Names(tuple(PEERS)), ())
     # interleaved rounds of a group at most (plnexp.experiment.groups); 0: none, the jobs' own timings
     rounds: int = setting(Integer(0), 30)
     # a group's rounds stop after about this long, decided or not (seconds)
@@ -118,16 +120,6 @@ class ReportSpec:
     def __post_init__(self):
         object.__setattr__(self, "min_speedup", min_speedup(self.min_speedup))
         check_fields(self, "report.")
-        peers = () if self.peers is None else self.peers
-        if isinstance(peers, str) or not isinstance(peers, (list, tuple)):
-            peers = (peers,)
-        if peers:
-            from .peers import PEERS
-
-            for name in peers:
-                if name not in PEERS:
-                    raise ConfigError(f"report.peers={name!r}: allowed values are {', '.join(PEERS)}")
-        object.__setattr__(self, "peers", tuple(peers))
 
 
 REPORT_KEYS = tuple(f.name for f in fields(ReportSpec))

@@ -23,6 +23,7 @@ from ..core.precision import precision as precision_named
 from ..core.device import resolve_device
 from ..fitting.spec import check_compile_cache, default_optimizer, model_named
 from ..strategies import STRATEGIES, StrategySpec
+from .peers import PEERS, model_error
 from .config import DATASETS, REPORT_KEYS, Config, ModelName, ReportSpec, allowed_options
 from .schema import ConfigError, Integer, OneOf, allowed_values, read
 
@@ -136,8 +137,6 @@ def _load(cfg: DictConfig | dict, check_device: bool) -> Config:
         raise ConfigError(f"dataset.name={kind!r}: allowed values are {', '.join(DATASETS)}")
     cls = DATASETS[kind]
     _keys("dataset", ds, ["name"] + [f.name for f in fields(cls)])
-    if "covariates" in ds and kind == "oaks":
-        ds["covariates"] = tuple(ds["covariates"] or ())
     try:
         dataset = cls(**ds)
     except TypeError as e:
@@ -187,8 +186,6 @@ def _load(cfg: DictConfig | dict, check_device: bool) -> Config:
     _keys("report", rep, REPORT_KEYS)
     report = ReportSpec(**rep)
     if report.peers:  # each peer follows the job's model: one it does not fit is refused before any run
-        from .peers import PEERS, model_error
-
         for name in report.peers:
             why = model_error(PEERS[name], model.value)
             if why is not None:

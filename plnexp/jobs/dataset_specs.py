@@ -178,7 +178,7 @@ class AnndataData(DatasetSpec):
 
     path: str
     layer: str | None = setting(Text("null (X) or the name of a layer", nullable=True), None)
-    covariates: tuple[str, ...] = ()
+    covariates: tuple[str, ...] = setting(Text("names of obs columns", many=True), ())
     offsets: str = setting(Text("library_size, none or the name of an obs column of positive totals"), "library_size")
     sparse: bool = setting(Flag(), False)  # counts kept sparse (CSR), for model=pca with block_rows
     name: ClassVar[str] = "anndata"
@@ -197,12 +197,6 @@ class AnndataData(DatasetSpec):
                 "dataset=anndata: needs the anndata package, which is not installed; install plnexp's "
                 f"single-cell extra ({install_command('single-cell')})"
             )
-        covariates = self.covariates if isinstance(self.covariates, (list, tuple)) else [self.covariates]
-        covariates = () if self.covariates is None else covariates
-        for c in covariates:
-            if not isinstance(c, str) or not c:
-                raise ConfigError(f"dataset.covariates={c!r}: allowed values are names of obs columns")
-        object.__setattr__(self, "covariates", tuple(covariates))
 
     @property
     def base_label(self) -> str:

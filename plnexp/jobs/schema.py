@@ -33,7 +33,7 @@ class Rule:
     """A field's allowed values: pydantic-core's ``<schema>_schema(**limits)`` (``int``, ``bool``,
     ``float``, ``str``, ``enum``, ``literal``; ``strict`` among the limits: no string or bool for a
     number, no 0 or 1 for a bool), ``null`` too where ``nullable``, a tuple of such values where
-    ``many`` (a list given converts), and ``allowed``, how the error line says them.
+    ``many`` (a list given converts; one value is a tuple of one, ``null`` an empty one), and ``allowed``, how the error line says them.
     ``rule(key, value)`` returns the value to hold (converted: a float for a number field, an enum
     member for a name) or raises :class:`ConfigError` naming ``key`` and the value refused (the
     element of a tuple)."""
@@ -56,6 +56,8 @@ class Rule:
     def __call__(self, key: str, value: Any) -> Any:
         from pydantic_core import ValidationError
 
+        if self.many and not isinstance(value, (list, tuple)):  # one value, or none
+            value = () if value is None else (value,)
         try:
             return self._validator.validate_python(value)
         except ValidationError as e:
@@ -94,9 +96,10 @@ def OneOf(enum: type[Enum]) -> Rule:
     return Rule("enum", ", ".join(e.value for e in enum), (("cls", enum), ("members", list(enum)), ("sub_type", "str")))
 
 
-def Text(allowed: str, nullable: bool = False, empty: bool = False) -> Rule:
-    """A string, non-empty unless ``empty``; ``null`` allowed too where ``nullable``."""
-    return Rule("str", allowed, (("strict", True),) + ((("min_length", 1),) if not empty else ()), nullable)
+def Text(allowed: str, nullable: bool = False, empty: bool = False, many: bool = False) -> Rule:
+    """A string, non-empty unless ``empty``; ``null`` allowed too where ``nullable``; a tuple of
+    them where ``many``."""
+    return Rule("str", allowed, (("strict", True),) + ((("min_length", 1),) if not empty else ()), nullable, many)
 
 
 def Names(names: tuple[str, ...]) -> Rule:
