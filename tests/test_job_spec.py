@@ -87,7 +87,7 @@ def test_a_spec_is_frozen_pickles_whole_and_hashes_as_its_config():
     assert spec.overrides == ("n_iter=3",) and spec.kind is Kind.JOB
     with pytest.raises(AttributeError):
         spec.num = 3  # type: ignore[misc]
-    assert spec.for_study().config.compile_cache is False and spec.config.compile_cache is None
+    assert spec.config.as_study().compile_cache is False and spec.config.compile_cache is None
     with pytest.raises(ValueError, match="names its peer"):
         _spec(kind=Kind.PEER)
     with pytest.raises(ValueError, match="names its peer"):

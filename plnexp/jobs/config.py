@@ -37,7 +37,8 @@ from ..fitting.spec import (
     model_named,
 )
 from ..strategies import StrategySpec
-from .schema import ConfigError, Flag, Integer, Number, OneOf, Text, check_fields, setting
+from .peers import PEERS
+from .schema import ConfigError, Flag, Integer, Names, Number, OneOf, Text, check_fields, setting
 from .dataset_specs import AnndataData, CsvData, OaksData, SyntheticData, SyntheticPcaData
 
 GROUPS = ("dataset", "optimizer", "strategy", "device", "precision", "model", "sweep")
@@ -76,13 +77,7 @@ ModelName = Enum("ModelName", {k: k for k in MODEL_NAMES}, type=str)  # type: ig
 Init = Enum("Init", {k: k for k in INITS}, type=str)  # type: ignore[misc]  # members built from INITS
 Gradient = Enum("Gradient", {k: k for k in GRADIENTS}, type=str)  # type: ignore[misc]  # members built from GRADIENTS
 
-SECONDS = Number(0, None, "numbers >= 0 (seconds)")
 STORE_TIMEOUT_S = 30.0  # store_timeout_s's default (conf/config.yaml)
-STORE_TIMEOUT_RANGE = (1, 3600)
-# store_timeout_s: how long one call to the store may take, its retries included (seconds)
-STORE_TIMEOUT = Number(
-    *STORE_TIMEOUT_RANGE, f"numbers from {STORE_TIMEOUT_RANGE[0]} to {STORE_TIMEOUT_RANGE[1]} (seconds)"
-)
 
 
 def min_speedup(value: Any, key: str = "report.min_speedup") -> float:
@@ -115,7 +110,8 @@ class ReportSpec:
     min_speedup: float = 1.10  # a winner leads the next by at least this factor (asv's default factor)
     # the sweep's reference job run again at its end, an A/A pair (plnexp.experiment.sweep)
     control: bool = setting(Flag(), True)
-    peers: tuple[str, ...] = ()  # other packages' fits run beside the grid, for the report (plnexp.jobs.peers)
+    # other packages' fits run beside the grid, for the report (plnexp.jobs.peers)
+    peers: tuple[str, ...] = setting(Names(tuple(PEERS)), ())
     # interleaved rounds of a group at most (plnexp.experiment.groups); 0: none, the jobs' own timings
     rounds: int = setting(Integer(0), 30)
     # a group's rounds stop after about this long, decided or not (seconds)
@@ -124,16 +120,6 @@ class ReportSpec:
     def __post_init__(self):
         object.__setattr__(self, "min_speedup", min_speedup(self.min_speedup))
         check_fields(self, "report.")
-        peers = () if self.peers is None else self.peers
-        if isinstance(peers, str) or not isinstance(peers, (list, tuple)):
-            peers = (peers,)
-        if peers:
-            from .peers import PEERS
-
-            for name in peers:
-                if name not in PEERS:
-                    raise ConfigError(f"report.peers={name!r}: allowed values are {', '.join(PEERS)}")
-        object.__setattr__(self, "peers", tuple(peers))
 
 
 REPORT_KEYS = tuple(f.name for f in fields(ReportSpec))
@@ -186,7 +172,7 @@ class Config:
     n_iter_requested: int = setting(Integer(1), 1000)  # (the config's n_iter)
     repeats: int = setting(Integer(1), 1)
     warmup: int = setting(Integer(0), 0)
-    time_budget_s: float = setting(SECONDS, 0.0)
+    time_budget_s: float = setting(Number(0, None, "numbers >= 0 (seconds)"), 0.0)
     first_call: bool = setting(Flag(), False)
     compile_cache: bool | None = None  # None: auto (on for a run, off in a sweep or a rerun: see as_study)
     init: Init = setting(OneOf(Init), Init("seed"))
@@ -198,10 +184,10 @@ class Config:
     processes: int = setting(Integer(1), 1)
     experiment: str = setting(Text("non-empty strings"), "run")
     tracking_uri: str | None = setting(Text("null or an MLflow tracking URI string", nullable=True, empty=True), None)
-    # how long a store call may take: not the fit's (left out of as_dict)
-    store_timeout_s: float = setting(STORE_TIMEOUT, STORE_TIMEOUT_S)
+    # how long one call to the store may take, its retries included: not the fit's (left out of as_dict)
+    store_timeout_s: float = setting(Number(1, 3600, "numbers from 1 to 3600 (seconds)"), STORE_TIMEOUT_S)
     n_iter_cap: dict = field(default_factory=dict)
-    report: ReportSpec = ReportSpec()  # the report's settings: not the fit's (left out of as_dict)
+    report: ReportSpec = field(default_factory=ReportSpec)  # the report's settings: not the fit's (left out of as_dict)
 
     def __post_init__(self):
         check_fields(self)  # the fields' declared allowed values (plnexp.jobs.schema)

@@ -11,8 +11,7 @@ dataclass itself (:mod:`plnexp.jobs.schema`).
 from __future__ import annotations
 
 from dataclasses import fields
-from enum import Enum
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
@@ -20,18 +19,13 @@ from omegaconf.errors import MissingMandatoryValue
 from ..core.model import PCA_NAME, check_block_rows
 from ..core.optim import OptimizerSpec
 from ..system.credentials import refusal, secret_value
-from ..core.precision import Precision, precision as precision_named
+from ..core.precision import precision as precision_named
 from ..core.device import resolve_device
 from ..fitting.spec import check_compile_cache, default_optimizer, model_named
 from ..strategies import STRATEGIES, StrategySpec
+from .peers import PEERS, model_error
 from .config import DATASETS, REPORT_KEYS, Config, ModelName, ReportSpec, allowed_options
-from .schema import ConfigError, Integer, OneOf, read
-
-_E = TypeVar("_E", bound=Enum)
-
-
-def _choice(key: str, value: Any, enum: type[_E]) -> _E:
-    return cast(_E, OneOf(enum)(key, value))
+from .schema import ConfigError, Integer, OneOf, allowed_values, read
 
 
 def _model(value: Any) -> tuple[ModelName, int | None, int | None]:
@@ -40,26 +34,13 @@ def _model(value: Any) -> tuple[ModelName, int | None, int | None]:
     if not isinstance(value, dict):
         if value == PCA_NAME:
             raise ConfigError(f"model.rank: required for model={PCA_NAME}; allowed values are integers >= 1")
-        return _choice("model", value, ModelName), None, None
+        return OneOf(ModelName)("model", value), None, None
     _keys("model", value, ("name", "rank", "block_rows"))
-    name = _choice("model.name", value.get("name"), ModelName)
+    name = OneOf(ModelName)("model.name", value.get("name"))
     if name.value != PCA_NAME:
         raise ConfigError(f"model.rank: only model={PCA_NAME} has one; allowed keys for model={name.value} are none")
-    rank = value.get("rank")
-    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-        raise ConfigError(f"model.rank={rank!r}: allowed values are integers >= 1 (at most the data set's p)")
-    try:
-        block_rows = check_block_rows(value.get("block_rows"), "model.block_rows", "null")
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    return name, rank, block_rows
-
-
-def _precision(value: Any) -> Precision:
-    try:
-        return precision_named(value)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+    rank = Integer(1, "integers >= 1 (at most the data set's p)")("model.rank", value.get("rank"))
+    return name, rank, check_block_rows(value.get("block_rows"), "model.block_rows", "null")
 
 
 def _keys(key: str, node: dict, allowed) -> None:
@@ -71,19 +52,24 @@ def _keys(key: str, node: dict, allowed) -> None:
         )
 
 
+def _per_strategy(key: str, per: Any, each: type, allowed: str) -> dict:
+    """A map strategy name -> a value of type ``each`` (``n_iter_cap``, ``strategy_options``; unset:
+    empty); one line naming ``key`` for another shape or a name that is not a strategy's."""
+    per = per or {}
+    if not isinstance(per, dict) or not all(isinstance(v, each) for v in per.values()):
+        raise ConfigError(f"{key}={per!r}: allowed values are maps strategy -> {allowed}")
+    for name in per:
+        if name not in STRATEGIES:
+            raise ConfigError(f"{key}.{name}: unknown strategy; allowed keys are {', '.join(STRATEGIES)}")
+    return per
+
+
 def _strategy_options(per) -> dict[str, dict]:
     """``strategy_options``: strategy name -> its options, applied when that strategy is the job's
     (what a sweep's grid over ``strategy`` cannot say: ``strategy.tol=0`` would be refused for scan).
     Each entry is checked against the registry, whichever strategy the job runs."""
-    per = per or {}
-    if not isinstance(per, dict) or not all(isinstance(v, dict) for v in per.values()):
-        raise ConfigError(
-            f"strategy_options={per!r}: allowed values are maps strategy -> map of its options "
-            "(e.g. strategy_options.while_loop.tol=0)"
-        )
+    per = _per_strategy("strategy_options", per, dict, "map of its options (e.g. strategy_options.while_loop.tol=0)")
     for name, opts in per.items():
-        if name not in STRATEGIES:
-            raise ConfigError(f"strategy_options.{name}: unknown strategy; allowed keys are {', '.join(STRATEGIES)}")
         try:
             StrategySpec.of(name, **opts)
         except ValueError as e:
@@ -95,30 +81,11 @@ REQUIRED = {
     "dataset.counts": "paths of existing CSV files (dataset=csv needs one)",
     "dataset.path": "paths of existing .h5ad files (dataset=anndata needs one)",
 }
+# the keys of a node: Config's fields as the node names them (the model's rank and block_rows under
+# model, n_iter as asked), and the strategies' options
 TOP_KEYS = (
-    "dataset",
-    "optimizer",
-    "strategy",
-    "model",
-    "device",
-    "precision",
-    "n_iter",
-    "n_iter_cap",
+    *(f.name for f in fields(Config) if f.name not in ("rank", "block_rows", "n_iter_requested")),
     "strategy_options",
-    "repeats",
-    "warmup",
-    "time_budget_s",
-    "first_call",
-    "compile_cache",
-    "init",
-    "gradient",
-    "seed",
-    "replicates",
-    "processes",
-    "experiment",
-    "tracking_uri",
-    "store_timeout_s",
-    "report",
 )
 
 
@@ -132,6 +99,13 @@ def loadable(config: Config) -> dict:
 
 def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
     """Validate and resolve a composed config into a frozen :class:`Config` (one-line errors)."""
+    try:
+        return _load(cfg, check_device)
+    except ValueError as e:  # the registries' own one-line checks (precision, optimizer, strategy, block rows...)
+        raise ConfigError(str(e)) from None
+
+
+def _load(cfg: DictConfig | dict, check_device: bool) -> Config:
     node: dict[str, Any]
     if isinstance(cfg, DictConfig):
         try:
@@ -163,8 +137,6 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
         raise ConfigError(f"dataset.name={kind!r}: allowed values are {', '.join(DATASETS)}")
     cls = DATASETS[kind]
     _keys("dataset", ds, ["name"] + [f.name for f in fields(cls)])
-    if "covariates" in ds and kind == "oaks":
-        ds["covariates"] = tuple(ds["covariates"] or ())
     try:
         dataset = cls(**ds)
     except TypeError as e:
@@ -175,48 +147,38 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
     strat = dict(node["strategy"])
     strat.update(_strategy_options(node.get("strategy_options")).get(str(strat.get("name")), {}))
     device = read(Config, node, "device")
-    try:
-        compile_cache = check_compile_cache(node.get("compile_cache"))
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+    compile_cache = check_compile_cache(node.get("compile_cache"))
     replicates = read(Config, node, "replicates")
     processes = read(Config, node, "processes")  # a config logged before it: 1
     model, rank, block_rows = _model(node.get("model"))
     p = getattr(dataset, "p", None)  # known without loading for the simulated data sets
     if rank is not None and isinstance(p, int) and rank > p:
         raise ConfigError(f"model.rank={rank}: allowed values are integers from 1 to dataset.p={p}")
-    try:
-        # the name as given (None where missing): OptimizerSpec checks it against its registry
-        optimizer = OptimizerSpec(cast(str, opt.get("name")), opt.get("lr"))
-        if optimizer.name == "newton" and block_rows is not None:
-            # PLN-PCA's Newton round (its default, conf/model/pca.yaml) takes every row at once: in
-            # blocks of rows the fit takes the model's default, as plnexp.fit does (one rule)
-            optimizer = OptimizerSpec(default_optimizer(model_named(model.value, rank, block_rows)), None)
-        strategy = StrategySpec.of(strat.pop("name", None), **strat)
-        devices = getattr(strategy.options, "devices", 0)
-        if processes > 1 and devices != 0:  # before the devices are counted: it is the rule, not their number
-            raise ValueError(
-                f"strategy.devices={devices}: with processes={processes} the rows are split across every "
-                "device of every process; allowed value is 0"
-            )
-        strategy.check(
-            compile_cache,
-            resolve_device(device.value).platform if check_device else None,
-            replicates,
-            optimizer.name,
-            str(node.get("gradient")),
-            model.value,
-            processes,
+    # the name as given (None where missing): OptimizerSpec checks it against its registry
+    optimizer = OptimizerSpec(cast(str, opt.get("name")), opt.get("lr"))
+    if optimizer.name == "newton" and block_rows is not None:
+        # PLN-PCA's Newton round (its default, conf/model/pca.yaml) takes every row at once: in
+        # blocks of rows the fit takes the model's default, as plnexp.fit does (one rule)
+        optimizer = OptimizerSpec(default_optimizer(model_named(model.value, rank, block_rows)), None)
+    strategy = StrategySpec.of(strat.pop("name", None), **strat)
+    devices = getattr(strategy.options, "devices", 0)
+    if processes > 1 and devices != 0:  # before the devices are counted: it is the rule, not their number
+        raise ConfigError(
+            f"strategy.devices={devices}: with processes={processes} the rows are split across every "
+            "device of every process; allowed value is 0"
         )
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+    strategy.check(
+        compile_cache,
+        resolve_device(device.value).platform if check_device else None,
+        replicates,
+        optimizer.name,
+        str(node.get("gradient")),
+        model.value,
+        processes,
+    )
     n_iter = read(Config, node, "n_iter")
-    caps = node.get("n_iter_cap") or {}
-    if not isinstance(caps, dict):
-        raise ConfigError(f"n_iter_cap={caps!r}: allowed values are maps strategy -> integer >= 1")
+    caps = _per_strategy("n_iter_cap", node.get("n_iter_cap"), object, "integer >= 1")
     for name, cap in caps.items():
-        if name not in STRATEGIES:
-            raise ConfigError(f"n_iter_cap.{name}: unknown strategy; allowed keys are {', '.join(STRATEGIES)}")
         Integer(1)(f"n_iter_cap.{name}", cap)
     rep = node.get("report") or {}  # a logged config (rerun) has none: the defaults
     if not isinstance(rep, dict):
@@ -224,8 +186,6 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
     _keys("report", rep, REPORT_KEYS)
     report = ReportSpec(**rep)
     if report.peers:  # each peer follows the job's model: one it does not fit is refused before any run
-        from .peers import PEERS, model_error
-
         for name in report.peers:
             why = model_error(PEERS[name], model.value)
             if why is not None:
@@ -238,7 +198,7 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
         rank=rank,
         block_rows=block_rows,
         device=device,
-        precision=_precision(node.get("precision")),
+        precision=precision_named(cast(str, node.get("precision"))),  # checked by its registry
         n_iter=min(n_iter, caps.get(strategy.name, n_iter)),
         n_iter_requested=n_iter,
         compile_cache=compile_cache,
@@ -252,15 +212,6 @@ def load(cfg: DictConfig | dict, *, check_device: bool = True) -> Config:
 
 
 # the top-level keys Config checks itself (plnexp.jobs.schema): load passes them on as given
-AS_GIVEN = (
-    "repeats",
-    "warmup",
-    "time_budget_s",
-    "first_call",
-    "init",
-    "gradient",
-    "seed",
-    "experiment",
-    "tracking_uri",
-    "store_timeout_s",
+AS_GIVEN = tuple(
+    k for k in allowed_values(Config) if k not in ("device", "n_iter", "n_iter_requested", "replicates", "processes")
 )

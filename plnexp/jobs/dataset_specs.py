@@ -16,7 +16,7 @@ from typing import ClassVar
 from ..core.data import Data
 from ..core.oaks import OAKS_COVARIATES
 from ..system.paths import install_command
-from .schema import ConfigError, Flag, Integer, check_fields, checked, setting
+from .schema import ConfigError, Flag, Integer, Names, Number, Text, check_fields, checked, setting
 
 
 # ---------------------------------------------------------------- data sets
@@ -64,7 +64,11 @@ class DatasetSpec:
         times = f"_x{self.replication}" if self.replication > 1 else ""
         return f"{self.base_label}{times}{self.label_tail}"
 
-    def _load(self) -> Data:
+    # whether _load reads rows alone (CSV and .h5ad rows, simulate_pca's blocks); else it reads them whole
+    reads_rows: ClassVar[bool] = False
+
+    def _load(self, rows: tuple[int, int] | None = None) -> Data:
+        """The data before replication; rows ``start:stop`` of it alone where ``rows`` and :attr:`reads_rows`."""
         raise NotImplementedError
 
     def load(self) -> Data:
@@ -76,12 +80,6 @@ class DatasetSpec:
         """The rows of the data before replication (read without the data where the source allows)."""
         return self._load().n
 
-    def _load_rows(self, start: int, stop: int) -> Data:
-        """Rows ``start:stop`` of the data before replication; this default reads them whole first."""
-        from ..core.data_rows import take_rows
-
-        return take_rows(self._load(), start, stop)
-
     def rows(self) -> int:
         """The number of rows of :meth:`load`'s data."""
         return self._rows() * self.replication
@@ -91,23 +89,17 @@ class DatasetSpec:
         numbers, read alone where the source allows (CSV and ``.h5ad`` rows, :func:`~plnexp.core.simulation.simulate_pca`'s
         blocks); replicated data: the base data read once, then only these rows made. What one process
         of a fit across processes reads (:mod:`plnexp.experiment.processes`)."""
-        from ..core.data_rows import replicate_rows
+        from ..core.data_rows import replicate_rows, take_rows
 
-        if self.replication == 1:
-            return self._load_rows(start, stop)
-        return replicate_rows(self._load(), self.replication, start, stop)
+        if self.replication > 1:
+            return replicate_rows(self._load(), self.replication, start, stop)
+        return self._load((start, stop)) if self.reads_rows else take_rows(self._load(), start, stop)
 
 
 @dataclass(frozen=True)
 class OaksData(DatasetSpec):
-    covariates: tuple[str, ...] = ()
+    covariates: tuple[str, ...] = setting(Names(OAKS_COVARIATES), ())  # each a column of the oaks data
     name: ClassVar[str] = "oaks"
-
-    def __post_init__(self):
-        super().__post_init__()
-        for c in self.covariates:
-            if c not in OAKS_COVARIATES:
-                raise ConfigError(f"dataset.covariates={c!r}: allowed values are {', '.join(OAKS_COVARIATES)}")
 
     base_label: ClassVar[str] = "oaks"
 
@@ -115,7 +107,7 @@ class OaksData(DatasetSpec):
     def label_tail(self) -> str:  # oaks_x100+tree: the covariates after the replication, as ever
         return "+" + "+".join(self.covariates) if self.covariates else ""
 
-    def _load(self) -> Data:
+    def _load(self, rows: tuple[int, int] | None = None) -> Data:
         from ..core.oaks import load_oaks
 
         return load_oaks(1, self.covariates)
@@ -134,7 +126,7 @@ class SyntheticData(DatasetSpec):
     def base_label(self) -> str:
         return f"synthetic_n{self.n}_p{self.p}_d{self.d}_s{self.seed}"
 
-    def _load(self) -> Data:
+    def _load(self, rows: tuple[int, int] | None = None) -> Data:
         from ..core.simulation import simulate
 
         return simulate(self.n, self.p, self.d, self.seed)
@@ -150,6 +142,7 @@ class CsvData(DatasetSpec):
     covariates: str | None = None
     log_offsets: bool = setting(Flag(), False)
     name: ClassVar[str] = "csv"
+    reads_rows: ClassVar[bool] = True
 
     def __post_init__(self):
         super().__post_init__()
@@ -165,21 +158,16 @@ class CsvData(DatasetSpec):
     def base_label(self) -> str:
         return f"csv_{Path(self.counts).stem}"
 
-    def _load(self) -> Data:
+    def _load(self, rows: tuple[int, int] | None = None) -> Data:
         """Raises :class:`~plnexp.core.data.DataError` (one line naming the file) for a bad file."""
         from ..core.csv_files import load_csv
 
-        return load_csv(self.counts, self.offsets, self.covariates, log_offsets=self.log_offsets)
+        return load_csv(self.counts, self.offsets, self.covariates, log_offsets=self.log_offsets, rows=rows)
 
     def _rows(self) -> int:
         from ..core.csv_files import csv_rows
 
         return csv_rows(self.counts)
-
-    def _load_rows(self, start: int, stop: int) -> Data:
-        from ..core.csv_files import load_csv
-
-        return load_csv(self.counts, self.offsets, self.covariates, log_offsets=self.log_offsets, rows=(start, stop))
 
 
 @dataclass(frozen=True)
@@ -189,11 +177,12 @@ class AnndataData(DatasetSpec):
     the file is read (before any run: a :class:`~plnexp.core.data.DataError` line naming the ones there are)."""
 
     path: str
-    layer: str | None = None
-    covariates: tuple[str, ...] = ()
-    offsets: str = "library_size"
+    layer: str | None = setting(Text("null (X) or the name of a layer", nullable=True), None)
+    covariates: tuple[str, ...] = setting(Text("names of obs columns", many=True), ())
+    offsets: str = setting(Text("library_size, none or the name of an obs column of positive totals"), "library_size")
     sparse: bool = setting(Flag(), False)  # counts kept sparse (CSR), for model=pca with block_rows
     name: ClassVar[str] = "anndata"
+    reads_rows: ClassVar[bool] = True
 
     def __post_init__(self):
         super().__post_init__()
@@ -208,19 +197,6 @@ class AnndataData(DatasetSpec):
                 "dataset=anndata: needs the anndata package, which is not installed; install plnexp's "
                 f"single-cell extra ({install_command('single-cell')})"
             )
-        if self.layer is not None and (not isinstance(self.layer, str) or not self.layer):
-            raise ConfigError(f"dataset.layer={self.layer!r}: allowed values are null (X) or the name of a layer")
-        covariates = self.covariates if isinstance(self.covariates, (list, tuple)) else [self.covariates]
-        covariates = () if self.covariates is None else covariates
-        for c in covariates:
-            if not isinstance(c, str) or not c:
-                raise ConfigError(f"dataset.covariates={c!r}: allowed values are names of obs columns")
-        object.__setattr__(self, "covariates", tuple(covariates))
-        if not isinstance(self.offsets, str) or not self.offsets:
-            raise ConfigError(
-                f"dataset.offsets={self.offsets!r}: allowed values are library_size, none or the name of an "
-                "obs column of positive totals"
-            )
 
     @property
     def base_label(self) -> str:
@@ -231,23 +207,16 @@ class AnndataData(DatasetSpec):
     def label_tail(self) -> str:  # anndata_pbmc_x4+batch: the covariates after the replication, as oaks
         return "+" + "+".join(self.covariates) if self.covariates else ""
 
-    def _load(self) -> Data:
+    def _load(self, rows: tuple[int, int] | None = None) -> Data:
         """Raises :class:`~plnexp.core.data.DataError` (one line naming the file) for a bad file."""
         from ..core.anndata_counts import load_anndata
 
-        return load_anndata(self.path, self.layer, self.covariates, self.offsets, sparse=self.sparse)
+        return load_anndata(self.path, self.layer, self.covariates, self.offsets, sparse=self.sparse, rows=rows)
 
     def _rows(self) -> int:
         import anndata
 
         return int(anndata.read_h5ad(self.path, backed="r").n_obs)
-
-    def _load_rows(self, start: int, stop: int) -> Data:
-        from ..core.anndata_counts import load_anndata
-
-        return load_anndata(
-            self.path, self.layer, self.covariates, self.offsets, sparse=self.sparse, rows=(start, stop)
-        )
 
 
 @dataclass(frozen=True)
@@ -258,24 +227,27 @@ class SyntheticPcaData(DatasetSpec):
     p: int = setting(Integer(1), 200)
     q: int = setting(Integer(1), 5)
     d: int = setting(Integer(1), 1)
-    zero_fraction: float | None = None
+    zero_fraction: float | None = setting(
+        Number(
+            0,
+            1,
+            "null (as drawn) or numbers in (0, 1) (the fraction of zero counts: 0.8 to 0.95 in single-cell data)",
+            low_open=True,
+            high_open=True,
+            nullable=True,
+        ),
+        None,
+    )
     seed: int = setting(Integer(0), 0)
     sparse: bool = setting(Flag(), False)  # counts kept sparse (CSR), for model=pca with block_rows
     name: ClassVar[str] = "synthetic_pca"
+    reads_rows: ClassVar[bool] = True
     drawn: ClassVar[bool] = True
 
     def __post_init__(self):
         super().__post_init__()
         if self.q > self.p:
             raise ConfigError(f"dataset.q={self.q!r}: allowed values are integers from 1 to dataset.p={self.p}")
-        zf = self.zero_fraction
-        if zf is not None and (isinstance(zf, bool) or not isinstance(zf, (int, float)) or not 0 < zf < 1):
-            raise ConfigError(
-                f"dataset.zero_fraction={zf!r}: allowed values are null (as drawn) or numbers in (0, 1) "
-                "(the fraction of zero counts: 0.8 to 0.95 in single-cell data)"
-            )
-        if zf is not None:
-            object.__setattr__(self, "zero_fraction", float(zf))
 
     @property
     def base_label(self) -> str:
@@ -284,17 +256,12 @@ class SyntheticPcaData(DatasetSpec):
         tail = "_sparse" if self.sparse else ""
         return pca_name(self.n, self.p, self.q, self.d, self.zero_fraction, self.seed) + tail
 
-    def _load(self) -> Data:
-        from ..core.simulation import simulate_pca
-
-        return simulate_pca(self.n, self.p, self.q, self.zero_fraction, self.d, self.seed, sparse=self.sparse)
-
-    def _rows(self) -> int:
-        return self.n
-
-    def _load_rows(self, start: int, stop: int) -> Data:
+    def _load(self, rows: tuple[int, int] | None = None) -> Data:
         from ..core.simulation import simulate_pca
 
         return simulate_pca(
-            self.n, self.p, self.q, self.zero_fraction, self.d, self.seed, sparse=self.sparse, rows=(start, stop)
+            self.n, self.p, self.q, self.zero_fraction, self.d, self.seed, sparse=self.sparse, rows=rows
         )
+
+    def _rows(self) -> int:
+        return self.n

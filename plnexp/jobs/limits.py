@@ -22,6 +22,7 @@ loaded and before any run exists.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -176,8 +177,6 @@ def check(
 
 def check_all(configs: Any, local: bool = True) -> None:
     """:func:`check` for each of ``configs`` (each distinct data set's shape read once)."""
-    shapes: dict = {}
+    shape = functools.cache(Shape.of)
     for config in configs:
-        if config.dataset not in shapes:
-            shapes[config.dataset] = Shape.of(config.dataset)
-        check(config, shapes[config.dataset], local=local)
+        check(config, shape(config.dataset), local=local)

@@ -50,12 +50,6 @@ def batch_key(tags: dict) -> tuple:
     return tags.get(HASH_TAG), tags.get(PARENT_TAG, "")
 
 
-def run_key(tags: dict) -> tuple[str | None, str]:
-    """What identifies a run's fit: its config hash and replicate (runs logged before replicates
-    were tagged are replicate 0)."""
-    return tags.get(HASH_TAG), tags.get(REPLICATE_TAG, "0")
-
-
 DATA_TAG = "data_digest"
 FILE_TAG = "data_sha256."  # + counts, offsets, covariates (CSV data sets)
 
@@ -168,11 +162,8 @@ def config_hash(config: Config) -> str:
 
 
 def file_sha256(path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def data_files(config: Config) -> dict[str, str]:

@@ -28,15 +28,17 @@ varies, see :attr:`plnexp.report.summary.Entry.group`):
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from .config import ReportSpec
 from .provenance import HASH_TAG, batch_key, replicate
 from .tags import CONTROL_OF_TAG as CONTROL_OF_TAG, CONTROL_TAG, JOB_TAG, MIN_SPEEDUP_TAG as MIN_SPEEDUP_TAG
 from ..measure.timing import CALIBRATION_LEVEL_TOLERANCE, CALIBRATION_TOLERANCE
 
 MIN_RUNS = 3  # timed runs a contender needs before it is ranked
-MIN_SPEEDUP = 1.10  # the default minimum effect (report.min_speedup): as asv's default factor
+MIN_SPEEDUP = ReportSpec.min_speedup  # the default minimum effect (report.min_speedup): as asv's default factor
 MIN_PAIRS = 2  # A/A pairs a noise estimate needs, unless one of them is the control pair
 CLEAN = "for clean timings run the sweep alone on its machine with hydra/launcher=basic (one job at a time)"
 
@@ -87,9 +89,7 @@ def contenders(entries) -> list[Contender]:
     out = []
     for members in by_program.values():
         spans = [interval_ms(e) for e in members]
-        medians = sorted(e.m("ms_per_iter") for e in members)
-        mid = len(medians) // 2
-        ms = medians[mid] if len(medians) % 2 else (medians[mid - 1] + medians[mid]) / 2
+        ms = statistics.median(e.m("ms_per_iter") for e in members)
         out.append(
             Contender(
                 tuple(dict.fromkeys(e.strategy for e in members)),  # a strategy twice (a rerun's): one name

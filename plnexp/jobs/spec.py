@@ -11,7 +11,7 @@ credential in a config value is refused before any spec exists: :mod:`plnexp.sys
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from . import provenance
@@ -62,10 +62,3 @@ class JobSpec:
     @property
     def run_tags(self) -> dict[str, str]:
         return dict(self.tags)
-
-    def numbered(self, num: int) -> JobSpec:
-        return replace(self, num=num)
-
-    def for_study(self) -> JobSpec:
-        """This job as a timing study runs it (:meth:`plnexp.jobs.config.Config.as_study`)."""
-        return replace(self, config=self.config.as_study())

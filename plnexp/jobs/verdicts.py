@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+import typing
+from dataclasses import dataclass, field, fields, is_dataclass
 
 from .tags import GROUP_TAG, REFERENCE_TAG, VERDICT_TAG
 
@@ -41,12 +42,37 @@ REFERENCE = "reference"
 RATIO_TAG = "plnexp.ratio"
 
 
-def _finite(x: float) -> float | None:
-    return float(x) if math.isfinite(x) else None
+def _json(value):
+    """``value`` as verdict.json holds it: a result's fields (not ``extra``), a number that is not
+    finite as null, a tuple as a list."""
+    if is_dataclass(value):
+        return {f.name: _json(getattr(value, f.name)) for f in fields(value) if f.compare}
+    if isinstance(value, (tuple, list)):
+        return [_json(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
-def _num(x) -> float:
-    return float(x) if x is not None else math.nan
+def _from_json(cls, d: dict):
+    """The result of type ``cls`` that :func:`_json` wrote as ``d``: a null number is NaN, but an
+    interval's null end unbounded (``low`` -inf, ``high`` inf: too few rounds for an interval); a
+    field ``d`` lacks (a file older than it) takes its default."""
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for f in fields(cls):
+        if f.name not in d or not f.compare:
+            continue
+        v, kind = d[f.name], hints[f.name]
+        if kind is float:
+            v = {"low": -math.inf, "high": math.inf}.get(f.name, math.nan) if v is None else float(v)
+        elif kind is int:
+            v = int(v or 0)
+        elif typing.get_origin(kind) is tuple:
+            (item, _) = typing.get_args(kind)
+            v = tuple(_from_json(item, x) if is_dataclass(item) else x for x in v)
+        values[f.name] = v
+    return cls(**values)
 
 
 @dataclass(frozen=True)
@@ -76,13 +102,6 @@ class StrategyResult:
             "study_order": 0.0 if self.verdict == REFERENCE else self.ratio,
         }
 
-    def as_json(self) -> dict:
-        d = asdict(self)
-        d.update(runs=list(self.runs), low=_finite(self.low), high=_finite(self.high), ratio=_finite(self.ratio))
-        d["ms_per_iter"] = _finite(self.ms_per_iter)
-        d["cpu_ms_per_iter"] = _finite(self.cpu_ms_per_iter)
-        return d
-
 
 @dataclass(frozen=True)
 class ProgramResult:
@@ -102,16 +121,6 @@ class ProgramResult:
             return f"{self.ratio:.2f}× [too few rounds for an interval]"
         return f"{self.ratio:.2f}× [{self.low:.2f}–{self.high:.2f}]"
 
-    def as_json(self) -> dict:
-        return {
-            "names": list(self.names),
-            "fingerprint": self.fingerprint,
-            "ratio": _finite(self.ratio),
-            "low": _finite(self.low),
-            "high": _finite(self.high),
-            "verdict": self.verdict,
-        }
-
 
 @dataclass(frozen=True)
 class GroupVerdict:
@@ -129,68 +138,6 @@ class GroupVerdict:
     extra: dict = field(default_factory=dict, compare=False)
     budget_s: float = math.nan  # report.rounds_budget_s the rounds ran under (NaN: a file older than it)
     max_rounds: int = 0  # the rounds' cap (report.rounds, at least paired.robust_rounds); 0: not known
-
-    def as_json(self) -> dict:
-        return {
-            "label": self.label,
-            "reference": self.reference,
-            "rounds": self.rounds,
-            "dropped": self.dropped,
-            "dropped_why": list(self.dropped_why),
-            "min_effect": self.min_effect,
-            "confidence": self.confidence,
-            "seconds": round(self.seconds, 3),
-            "note": self.note,
-            "strategies": [s.as_json() for s in self.strategies],
-            "programs": [p.as_json() for p in self.programs],
-            "budget_s": _finite(self.budget_s),
-            "max_rounds": self.max_rounds,
-        }
-
-    @classmethod
-    def from_json(cls, d: dict) -> GroupVerdict:
-        strategies = tuple(
-            StrategyResult(
-                s["strategy"],
-                tuple(s["runs"]),
-                s["fingerprint"],
-                _num(s["ms_per_iter"]),
-                _num(s["ratio"]),
-                _num(s["low"]) if s["low"] is not None else -math.inf,
-                _num(s["high"]) if s["high"] is not None else math.inf,
-                s["verdict"],
-                int(s["rounds"]),
-                int(s["dropped"]),
-                _num(s.get("cpu_ms_per_iter")),
-            )
-            for s in d["strategies"]
-        )
-        programs = tuple(
-            ProgramResult(
-                tuple(p["names"]),
-                p["fingerprint"],
-                _num(p["ratio"]),
-                _num(p["low"]) if p["low"] is not None else -math.inf,
-                _num(p["high"]) if p["high"] is not None else math.inf,
-                p["verdict"],
-            )
-            for p in d["programs"]
-        )
-        return cls(
-            d["label"],
-            d["reference"],
-            int(d["rounds"]),
-            int(d["dropped"]),
-            float(d["min_effect"]),
-            float(d["confidence"]),
-            float(d["seconds"]),
-            strategies,
-            programs,
-            tuple(d.get("dropped_why", ())),
-            d.get("note", ""),
-            budget_s=_num(d.get("budget_s")),
-            max_rounds=int(d.get("max_rounds") or 0),
-        )
 
     def run_tags(self, s: StrategyResult) -> dict[str, str]:
         return {VERDICT_TAG: s.verdict, REFERENCE_TAG: self.reference, GROUP_TAG: self.label, RATIO_TAG: ratio_text(s)}
@@ -246,7 +193,8 @@ def ratio_text(s: StrategyResult) -> str:
 
 
 def dumps(groups: list[GroupVerdict]) -> str:
-    return json.dumps({"schema": SCHEMA, "groups": [g.as_json() for g in groups]}, indent=1, ensure_ascii=False)
+    out = [{**_json(g), "seconds": round(g.seconds, 3)} for g in groups]
+    return json.dumps({"schema": SCHEMA, "groups": out}, indent=1, ensure_ascii=False)
 
 
 def loads(text: str) -> list[GroupVerdict]:
@@ -255,4 +203,4 @@ def loads(text: str) -> list[GroupVerdict]:
     if not isinstance(d, dict) or d.get("schema") != SCHEMA:
         got = d.get("schema") if isinstance(d, dict) else None
         raise ValueError(f"verdict.json: schema {got!r}: allowed is {SCHEMA}")
-    return [GroupVerdict.from_json(g) for g in d["groups"]]
+    return [_from_json(GroupVerdict, g) for g in d["groups"]]

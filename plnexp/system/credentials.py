@@ -252,15 +252,6 @@ class MaskedStream:
         for line in lines:
             self.write(line)
 
-    def flush(self) -> None:
-        self.raw.flush()
-
-    def isatty(self) -> bool:
-        return self.raw.isatty()
-
-    def fileno(self) -> int:
-        return self.raw.fileno()
-
     def __getattr__(self, name: str) -> Any:
         return getattr(self.raw, name)
 
@@ -293,8 +284,11 @@ def installed() -> bool:
     return isinstance(sys.stdout, MaskedStream) and isinstance(sys.stderr, MaskedStream)
 
 
-def _enter(environ: MutableMapping[str, str], home: Path | None) -> Masker:
-    """Split ``MLFLOW_TRACKING_URI``'s credential off, then mask stdout, stderr and every log record."""
+def install(environ: MutableMapping[str, str] = os.environ, home: Path | None = None) -> Masker:
+    """What :func:`boundary` does, for the rest of the process (its last traceback included, which
+    the interpreter writes to ``sys.stderr``): at the start of each process role (``python -m
+    plnexp``, a joblib worker, a SLURM task). Splits ``MLFLOW_TRACKING_URI``'s credential off, then
+    masks stdout, stderr and every log record."""
     split_store_uri(environ)
     mask = Masker(known_secrets(environ, home))
     if sys.stdout is not None:
@@ -314,17 +308,10 @@ def boundary(environ: MutableMapping[str, str] = os.environ, home: Path | None =
     streams = sys.stdout, sys.stderr
     make = logging.getLogRecordFactory()
     try:
-        yield _enter(environ, home)
+        yield install(environ, home)
     finally:
         sys.stdout, sys.stderr = streams
         logging.setLogRecordFactory(make)
-
-
-def install(environ: MutableMapping[str, str] = os.environ, home: Path | None = None) -> Masker:
-    """What :func:`boundary` does, for the rest of the process (its last traceback included, which
-    the interpreter writes to ``sys.stderr``): at the start of each process role (``python -m
-    plnexp``, a joblib worker, a SLURM task)."""
-    return _enter(environ, home)
 
 
 def _unwrapped(stream: TextIO) -> TextIO:

@@ -43,11 +43,11 @@ import sys
 import warnings
 from dataclasses import dataclass
 from functools import cache
-from importlib import metadata
 from pathlib import Path
 from types import FrameType
 
 from . import jax_compat
+from .versions import installed
 
 CHECKED_JAXLIB = ("0.10.2",)
 SAFETY_FLAGS = ("--xla_cpu_experimental_ynn_fusion_type=-reduce",)
@@ -69,10 +69,7 @@ def _flag_name(flag: str) -> str:
 
 def jaxlib_version() -> str:
     """The installed jaxlib's version, read from its metadata (importing jaxlib is not needed)."""
-    try:
-        return metadata.version("jaxlib")
-    except metadata.PackageNotFoundError:
-        return "not installed"
+    return installed("jaxlib") or "not installed"
 
 
 def plnexp_flags(environ=os.environ, version: str | None = None) -> tuple[str, ...]:

@@ -264,8 +264,6 @@ class QuietSacct:
 
 def quiet_sacct() -> None:
     """Install :class:`QuietSacct` on submitit's logger (once)."""
-    import logging
-
     logger = logging.getLogger("submitit")
     if not any(isinstance(f, QuietSacct) for f in logger.filters):
         logger.addFilter(QuietSacct())
