@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 from ...system.credentials import split_uri
-from .check import Check
+from .check import Check, finding
 from .store_server import _environ, _http_checks
 
 HTTP_TIMEOUT_S = 3.0
@@ -98,22 +98,21 @@ def filesystem_of(path: Path, mounts_text: str) -> tuple[str, str] | None:
     return best
 
 
-def _filesystem_check(uri: str, db: Path) -> Check:
-    """``store_filesystem``: the filesystem of the folder holding a sqlite store; a warning (information,
+@finding
+def store_filesystem(uri: str, db: Path) -> tuple[bool | None, str]:
+    """The filesystem of the folder holding a sqlite store; a warning (information,
     not a failure: one writer at a time is fine) when it is a network filesystem."""
     found = filesystem_of(db.parent, _mounts_text())
     if found is None:
-        return Check("store_filesystem", None, f"{uri}: filesystem of {db.parent} not known (no /proc/self/mounts)")
+        return None, f"{uri}: filesystem of {db.parent} not known (no /proc/self/mounts)"
     fstype, point = found
     if fstype in NETWORK_FILESYSTEMS:
-        return Check(
-            "store_filesystem",
-            None,
+        return None, (
             f"warning: sqlite store on {fstype} ({point}): sqlite locking is "
             "unsafe on network filesystems; several jobs writing at once can corrupt it or fail with "
-            f"'database is locked' ({db}). Use a tracking server: README 'A shared tracking server'",
+            f"'database is locked' ({db}). Use a tracking server: README 'A shared tracking server'"
         )
-    return Check("store_filesystem", True, f"sqlite store on {fstype} ({point})")
+    return True, f"sqlite store on {fstype} ({point})"
 
 
 def _postgres_checks(uri: str) -> list[Check]:
@@ -162,7 +161,7 @@ def store(uri: str | None = None, timeout: float = HTTP_TIMEOUT_S) -> list[Check
             return [Check("store_reachable", None, f"{uri}: in-memory sqlite store, nothing persists")]
         db = db.resolve()
         found = _dir_checks(uri, db.parent, db)
-        return found + ([_filesystem_check(uri, db)] if found[0].ok else [])
+        return found + (store_filesystem(uri, db) if found[0].ok else [])
     if scheme in ("http", "https"):
         return _http_checks(uri, timeout)
     if scheme in ("postgresql", "postgresql+psycopg"):
