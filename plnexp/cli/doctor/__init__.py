@@ -28,22 +28,23 @@ from collections.abc import Callable
 
 from ...system.commandline import Parser, UsageError, fail
 from ...system.redact import redact, redact_text
-from .check import Check
+from .check import Check, first_line
 from .jitted_numerics import numerics
-from .machine import devices, lapack, slurm, versions, x64, xla_flags
+from .machine import devices, lapack_threads, slurm, versions, x64, xla_flags
 from .store_local import store
 
 
-CHECKS: tuple[Callable[[], list[Check]], ...] = (versions, devices, x64, xla_flags, lapack, store, slurm, numerics)
+# a check: its findings, in order
+CheckFn = Callable[[], list[Check]]
+CHECKS: tuple[CheckFn, ...] = (versions, devices, x64, xla_flags, lapack_threads, store, slurm, numerics)
 
 
-def _guarded(fn: Callable[[], list[Check]]) -> list[Check]:
+def _guarded(fn: CheckFn) -> list[Check]:
     """A check that raises is reported as a failure of that check, never a crash of the doctor."""
     try:
         return list(fn())
     except Exception as e:  # noqa: BLE001 - a check that raises fails that check, never the doctor
-        first = (str(e).splitlines() or [""])[0]
-        return [Check(fn.__name__, False, redact_text(f"raised {type(e).__name__}: {first}"))]
+        return [Check(fn.__name__, False, redact_text(f"raised {first_line(e)}"))]
 
 
 def checks() -> list[Check]:

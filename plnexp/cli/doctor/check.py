@@ -1,8 +1,11 @@
 """One finding of ``python -m plnexp doctor`` (:class:`Check`): what every check of
-:mod:`plnexp.cli.doctor` returns a list of."""
+:mod:`plnexp.cli.doctor` returns a list of; :func:`finding`, a check of one finding named after its
+function; :func:`first_line`, how an error is told in a finding."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -17,3 +20,19 @@ class Check:
     @property
     def label(self) -> str:
         return {True: "ok", False: "FAIL", None: "info"}[self.ok]
+
+
+def finding(fn: Callable[..., tuple[bool | None, str]]) -> Callable[..., list[Check]]:
+    """A check of one finding: ``fn`` returns (ok, detail); the check is named after ``fn``."""
+
+    @functools.wraps(fn)
+    def check(*args, **kwargs) -> list[Check]:
+        return [Check(fn.__name__, *fn(*args, **kwargs))]
+
+    return check
+
+
+def first_line(e: BaseException) -> str:
+    """An error in one line: its type and the first line of its message."""
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"

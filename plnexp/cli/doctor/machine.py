@@ -10,19 +10,20 @@ from importlib import metadata
 
 from ...system import runtime
 from ...system.paths import install_command
-from .check import Check
+from .check import finding
 
 PACKAGES = ("jax", "jaxlib", "optax", "numpy", "scipy", "mlflow", "hydra-core", "plnexp")
 
 
-def versions() -> list[Check]:
+@finding
+def versions() -> tuple[bool | None, str]:
     found = [f"python {platform.python_version()}"]
     for name in PACKAGES:
         try:
             found.append(f"{name} {metadata.version(name)}")
         except metadata.PackageNotFoundError:
             found.append(f"{name} not installed")
-    return [Check("versions", None, ", ".join(found))]
+    return None, ", ".join(found)
 
 
 def all_devices() -> list:
@@ -38,20 +39,17 @@ def device_label(device) -> str:
     return f"{device.platform}:{device.id}"
 
 
-def devices() -> list[Check]:
+@finding
+def devices() -> tuple[bool | None, str]:
     import jax
 
     by_platform: dict[str, list[str]] = {}
     for d in all_devices():
         by_platform.setdefault(d.platform, []).append(f"{device_label(d)} {d.device_kind}")
+    if not by_platform:
+        return False, "JAX found no device"
     detail = "; ".join(f"{p}: {len(ds)} ({', '.join(ds)})" for p, ds in by_platform.items())
-    return [
-        Check(
-            "devices",
-            True if by_platform else False,
-            f"{detail}; default backend {jax.default_backend()}" if by_platform else "JAX found no device",
-        )
-    ]
+    return True, f"{detail}; default backend {jax.default_backend()}"
 
 
 def x64_works() -> bool:
@@ -63,68 +61,52 @@ def x64_works() -> bool:
         return out.dtype == jnp.float64
 
 
-def x64() -> list[Check]:
+@finding
+def x64() -> tuple[bool | None, str]:
     if x64_works():
-        return [Check("x64", True, "float64 computations available under jax.enable_x64(True)")]
-    return [Check("x64", False, "jax.enable_x64(True) still computes in float32: precision=float64 is unavailable")]
+        return True, "float64 computations available under jax.enable_x64(True)"
+    return False, "jax.enable_x64(True) still computes in float32: precision=float64 is unavailable"
 
 
-def xla_flags(environ=os.environ, version: str | None = None) -> list[Check]:
+@finding
+def xla_flags(environ=os.environ, version: str | None = None) -> tuple[bool | None, str]:
     """XLA_FLAGS now, and the flags plnexp adds for this jaxlib (none for an unchecked one)."""
     version = version or runtime.jaxlib_version()
     current = environ.get("XLA_FLAGS", "")
     shown = f"XLA_FLAGS={current!r}"
     if version not in runtime.CHECKED_JAXLIB:
-        return [
-            Check(
-                "xla_flags",
-                None,
-                f"plnexp added no XLA flags (jaxlib {version} is not among the checked "
-                f"versions {', '.join(runtime.CHECKED_JAXLIB)}); {shown}",
-            )
-        ]
-    added = runtime.plnexp_flags(environ, version)
-    present = dict((f.split("=", 1) + [""])[:2] for f in current.split())
-    missing = [f for f in added if f.split("=", 1)[0] not in present]
+        return None, (
+            f"plnexp added no XLA flags (jaxlib {version} is not among the checked "
+            f"versions {', '.join(runtime.CHECKED_JAXLIB)}); {shown}"
+        )
+    missing = runtime._absent_flags(environ, version)
     if missing:
-        return [
-            Check(
-                "xla_flags",
-                False,
-                f"jaxlib {version} is checked but XLA_FLAGS lacks {' '.join(missing)} "
-                f"(was plnexp.runtime.configure() called before JAX started?); {shown}",
-            )
-        ]
+        return False, (
+            f"jaxlib {version} is checked but XLA_FLAGS lacks {' '.join(missing)} "
+            f"(was plnexp.runtime.configure() called before JAX started?); {shown}"
+        )
+    present = dict((f.split("=", 1) + [""])[:2] for f in current.split())
     for flag in runtime.SAFETY_FLAGS:  # a user's own value for a safety flag's name is kept: does it keep the safety?
         name, value = flag.split("=", 1)
         if not set(value.split(",")) <= set(present[name].split(",")):
-            return [
-                Check(
-                    "xla_flags",
-                    False,
-                    f"XLA_FLAGS sets {name}={present[name]}, without plnexp's safety "
-                    f"setting {value} (see plnexp/system/runtime.py); {shown}",
-                )
-            ]
-    return [Check("xla_flags", True, f"jaxlib {version} is checked; plnexp's flags: {' '.join(added)}; {shown}")]
+            return False, (
+                f"XLA_FLAGS sets {name}={present[name]}, without plnexp's safety "
+                f"setting {value} (see plnexp/system/runtime.py); {shown}"
+            )
+    added = runtime.plnexp_flags(environ, version)
+    return True, f"jaxlib {version} is checked; plnexp's flags: {' '.join(added)}; {shown}"
 
 
-def lapack() -> list[Check]:
+@finding
+def lapack_threads() -> tuple[bool | None, str]:
     threads = runtime.lapack_threads()
     if not threads:
-        return [
-            Check("lapack_threads", None, "SciPy's OpenBLAS not found in this process (not Linux, or another BLAS)")
-        ]
-    return [
-        Check(
-            "lapack_threads",
-            None,
-            f"SciPy's OpenBLAS (jaxlib's CPU LAPACK) runs {','.join(map(str, threads))} thread(s)",
-        )
-    ]
+        return None, "SciPy's OpenBLAS not found in this process (not Linux, or another BLAS)"
+    return None, f"SciPy's OpenBLAS (jaxlib's CPU LAPACK) runs {','.join(map(str, threads))} thread(s)"
 
 
-def slurm(run=None) -> list[Check]:
+@finding
+def slurm(run=None) -> tuple[bool | None, str]:
     """Whether ``hydra/launcher=slurm`` can submit from here: the cluster extra, the SLURM client
     (sbatch, squeue, scancel) and a controller that answers (``sinfo``: its partitions)."""
     import importlib.util
@@ -134,45 +116,29 @@ def slurm(run=None) -> list[Check]:
     run = run or subprocess.run
     missing = [tool for tool in ("sbatch", "squeue", "scancel") if shutil.which(tool) is None]
     if missing:
-        return [
-            Check(
-                "slurm",
-                None,
-                f"no SLURM client here ({', '.join(missing)} not on PATH): sweeps run on this "
-                "machine (hydra/launcher=slurm needs a login node)",
-            )
-        ]
+        return None, (
+            f"no SLURM client here ({', '.join(missing)} not on PATH): sweeps run on this "
+            "machine (hydra/launcher=slurm needs a login node)"
+        )
     if importlib.util.find_spec("hydra_plugins.hydra_submitit_launcher") is None:
         # plnexp's own sweeps still run here: the cluster is an option this install does not use
-        return [
-            Check(
-                "slurm",
-                None,
-                "SLURM client found but plnexp's cluster extra is not installed (hydra/launcher=slurm "
-                f"needs it: {install_command('cluster')}); sweeps run on this machine",
-            )
-        ]
+        return None, (
+            "SLURM client found but plnexp's cluster extra is not installed (hydra/launcher=slurm "
+            f"needs it: {install_command('cluster')}); sweeps run on this machine"
+        )
     try:
         out = run(["sinfo", "-h", "-o", "%P %a %D %t"], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError) as e:
-        return [Check("slurm", False, f"sinfo failed: {e}")]
+        return False, f"sinfo failed: {e}"
     if out.returncode != 0:  # a client with no cluster configured: nothing this machine must do
         first = (out.stderr or out.stdout).strip().splitlines()
-        return [
-            Check(
-                "slurm",
-                None,
-                f"warning: SLURM client found but no controller answers "
-                f"({first[0] if first else out.returncode}): hydra/launcher=slurm cannot submit "
-                "from here",
-            )
-        ]
-    parts = sorted({line.split()[0] for line in out.stdout.splitlines() if line.strip()})
-    return [
-        Check(
-            "slurm",
-            True,
-            f"controller answers; partitions: {', '.join(parts) or '(none)'} "
-            "(hydra/launcher=slurm hydra.launcher.partition=NAME)",
+        return None, (
+            f"warning: SLURM client found but no controller answers "
+            f"({first[0] if first else out.returncode}): hydra/launcher=slurm cannot submit "
+            "from here"
         )
-    ]
+    parts = sorted({line.split()[0] for line in out.stdout.splitlines() if line.strip()})
+    return True, (
+        f"controller answers; partitions: {', '.join(parts) or '(none)'} "
+        "(hydra/launcher=slurm hydra.launcher.partition=NAME)"
+    )

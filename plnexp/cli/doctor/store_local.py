@@ -11,18 +11,10 @@ import tempfile
 from pathlib import Path
 
 from ...system.credentials import split_uri
-from .check import Check
+from .check import Check, finding
 from .store_server import _environ, _http_checks
 
 HTTP_TIMEOUT_S = 3.0
-
-
-def _sqlite_path(uri: str) -> Path | None:
-    """The database file of a sqlite URI (``sqlite:///rel`` or ``sqlite:////abs``); None for in-memory."""
-    rest = uri[len("sqlite://") :].split("?", 1)[0]
-    if rest in ("", "/", "/:memory:"):
-        return None
-    return Path(rest[1:]).resolve() if rest.startswith("/") else Path(rest).resolve()
 
 
 def _dir_checks(where: str, folder: Path, db: Path | None) -> list[Check]:
@@ -106,24 +98,21 @@ def filesystem_of(path: Path, mounts_text: str) -> tuple[str, str] | None:
     return best
 
 
-def _filesystem_check(uri: str, db: Path) -> list[Check]:
-    """``store_filesystem``: the filesystem of the folder holding a sqlite store; a warning (information,
+@finding
+def store_filesystem(uri: str, db: Path) -> tuple[bool | None, str]:
+    """The filesystem of the folder holding a sqlite store; a warning (information,
     not a failure: one writer at a time is fine) when it is a network filesystem."""
     found = filesystem_of(db.parent, _mounts_text())
     if found is None:
-        return [Check("store_filesystem", None, f"{uri}: filesystem of {db.parent} not known (no /proc/self/mounts)")]
+        return None, f"{uri}: filesystem of {db.parent} not known (no /proc/self/mounts)"
     fstype, point = found
     if fstype in NETWORK_FILESYSTEMS:
-        return [
-            Check(
-                "store_filesystem",
-                None,
-                f"warning: sqlite store on {fstype} ({point}): sqlite locking is "
-                "unsafe on network filesystems; several jobs writing at once can corrupt it or fail with "
-                f"'database is locked' ({db}). Use a tracking server: README 'A shared tracking server'",
-            )
-        ]
-    return [Check("store_filesystem", True, f"sqlite store on {fstype} ({point})")]
+        return None, (
+            f"warning: sqlite store on {fstype} ({point}): sqlite locking is "
+            "unsafe on network filesystems; several jobs writing at once can corrupt it or fail with "
+            f"'database is locked' ({db}). Use a tracking server: README 'A shared tracking server'"
+        )
+    return True, f"sqlite store on {fstype} ({point})"
 
 
 def _postgres_checks(uri: str) -> list[Check]:
@@ -165,11 +154,14 @@ def store(uri: str | None = None, timeout: float = HTTP_TIMEOUT_S) -> list[Check
             return store(uri, timeout)
     scheme = uri.split(":", 1)[0].lower() if "://" in uri else ""
     if scheme == "sqlite":
+        from ...store.backend import _sqlite_path
+
         db = _sqlite_path(uri)
         if db is None:
             return [Check("store_reachable", None, f"{uri}: in-memory sqlite store, nothing persists")]
+        db = db.resolve()
         found = _dir_checks(uri, db.parent, db)
-        return found + (_filesystem_check(uri, db) if found[0].ok else [])
+        return found + (store_filesystem(uri, db) if found[0].ok else [])
     if scheme in ("http", "https"):
         return _http_checks(uri, timeout)
     if scheme in ("postgresql", "postgresql+psycopg"):

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ...system.credentials import address
-from .check import Check
+from .check import Check, finding, first_line
 
 SEARCH_PATH = "/api/2.0/mlflow/experiments/search?max_results=1"
 
@@ -24,30 +24,41 @@ SEARCH_PATH = "/api/2.0/mlflow/experiments/search?max_results=1"
 def _http_checks(uri: str, timeout: float) -> list[Check]:
     """``store_reachable`` (``/health``, else the REST API, answers within ``timeout``); then, only
     when it answers, the writes of :func:`_server_writes` (skipped when the server refuses this
-    client's credentials) and ``store_auth`` (:func:`_auth_check`), last."""
-    base = address(uri).rstrip("/")  # urllib never sees a userinfo (its errors would quote it)
-    answered = None
+    client's credentials) and ``store_auth`` (:func:`store_auth`), last."""
     for path in ("/health", SEARCH_PATH):
         try:
-            with urllib.request.urlopen(base + path, timeout=timeout) as resp:
-                answered = f"GET {path} answered {resp.status}"
-                break
-        except urllib.error.HTTPError as e:  # the server is there; try the API endpoint next
-            answered = f"GET {path} answered {e.code}"
+            status, _ = _get(uri, path, timeout)
         except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as e:
             # (ValueError, InvalidURL: an address urllib cannot read, a port that is not a number)
             reason = getattr(e, "reason", e)
-            return [
-                Check("store_reachable", False, f"{uri}: no answer ({reason}; timeout {timeout:g} s)"),
-                Check("store_writable", None, f"{uri}: not checked: server unreachable"),
-                Check("store_artifacts", None, f"{uri}: not checked: server unreachable"),
-            ]
-    reach = Check("store_reachable", True, f"{uri}: {answered}")
-    auth = _auth_check(uri, timeout)
+            failed = Check("store_reachable", False, f"{uri}: no answer ({reason}; timeout {timeout:g} s)")
+            return [failed, *_not_written(uri, "server unreachable")]
+        if status < 400:  # else the server is there; try the API endpoint next
+            break
+    reach = Check("store_reachable", True, f"{uri}: GET {path} answered {status}")
+    [auth] = store_auth(uri, timeout)
     if auth.ok is False:  # refused: every write would be refused the same way; store_auth says why, once
-        skipped = f"{uri}: not checked: the server refused this client's credentials (see store_auth)"
-        return [reach, Check("store_writable", None, skipped), Check("store_artifacts", None, skipped), auth]
+        return [reach, *_not_written(uri, "the server refused this client's credentials (see store_auth)"), auth]
     return [reach, *_server_writes(uri, timeout), auth]
+
+
+def _not_written(uri: str, why: str) -> list[Check]:
+    """``store_writable`` and ``store_artifacts``, not checked because of ``why``."""
+    return [Check(name, None, f"{uri}: not checked: {why}") for name in ("store_writable", "store_artifacts")]
+
+
+def _get(uri: str, path: str, timeout: float) -> tuple[int, str]:
+    """GET ``path`` of the server without credentials: its HTTP status, and the start of an error's
+    body ('' where there is none or it cannot be read). urllib sees the address only, never a
+    userinfo (its errors would quote it)."""
+    try:
+        with urllib.request.urlopen(address(uri).rstrip("/") + path, timeout=timeout) as resp:
+            return resp.status, ""
+    except urllib.error.HTTPError as e:
+        try:
+            return e.code, e.read(1000).decode("utf-8", "replace")
+        except OSError:
+            return e.code, ""
 
 
 def _http_limits(timeout: float) -> dict[str, str]:
@@ -56,16 +67,9 @@ def _http_limits(timeout: float) -> dict[str, str]:
     return {"MLFLOW_HTTP_REQUEST_TIMEOUT": str(max(1, round(3 * timeout))), "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1"}
 
 
-def _body(e: urllib.error.HTTPError) -> str:
-    """The start of an HTTP error's body ('' where it cannot be read)."""
-    try:
-        return e.read(1000).decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
-def _auth_check(uri: str, timeout: float) -> Check:
-    """``store_auth``: whether the server requires authentication (its REST API refuses a request
+@finding
+def store_auth(uri: str, timeout: float) -> tuple[bool | None, str]:
+    """Whether the server requires authentication (its REST API refuses a request
     without credentials, as MLflow's ``--app-name basic-auth`` does while ``/health`` stays open)
     and, when it does, whether MLflow's client gets in with this environment's credentials
     (``MLFLOW_TRACKING_USERNAME`` and ``MLFLOW_TRACKING_PASSWORD``). Fails only when the server
@@ -74,23 +78,18 @@ def _auth_check(uri: str, timeout: float) -> Check:
     from ...store.backend import HOST_REFUSED, INVALID_HOST, auth_refusal, credentials
 
     try:
-        with urllib.request.urlopen(address(uri).rstrip("/") + SEARCH_PATH, timeout=timeout) as resp:  # no credentials
-            status = resp.status
-    except urllib.error.HTTPError as e:
-        status = e.code
-        if status == 403 and INVALID_HOST in _body(e):
-            return Check("store_auth", False, f"{uri}: {HOST_REFUSED}")
+        status, body = _get(uri, SEARCH_PATH, timeout)
     except (urllib.error.URLError, OSError) as e:
-        return Check("store_auth", None, f"{uri}: not checked: GET {SEARCH_PATH} ({getattr(e, 'reason', e)})")
+        return None, f"{uri}: not checked: GET {SEARCH_PATH} ({getattr(e, 'reason', e)})"
+    if status == 403 and INVALID_HOST in body:
+        return False, f"{uri}: {HOST_REFUSED}"
     if status == 200:
-        return Check(
-            "store_auth",
-            None,
+        return None, (
             f"warning: {uri} requires no authentication: anyone who reaches it can read, change or "
-            "delete every run (run it with mlflow server --app-name basic-auth: docs/how-to/tracking-server.md)",
+            "delete every run (run it with mlflow server --app-name basic-auth: docs/how-to/tracking-server.md)"
         )
     if status not in (401, 403):
-        return Check("store_auth", None, f"{uri}: not known: GET {SEARCH_PATH} without credentials answered {status}")
+        return None, f"{uri}: not known: GET {SEARCH_PATH} without credentials answered {status}"
     from ...store.backend import plain_client
 
     with _environ(**_http_limits(timeout)):
@@ -99,13 +98,11 @@ def _auth_check(uri: str, timeout: float) -> Check:
         except Exception as e:  # noqa: BLE001 - the finding is the error, in one line
             refused = auth_refusal(e)
             if refused:
-                return Check("store_auth", False, f"{uri}: {refused}")
-            return Check(
-                "store_auth", None, f"{uri}: authentication required; credentials not checked: {_first_line(e)}"
-            )
+                return False, f"{uri}: {refused}"
+            return None, f"{uri}: authentication required; credentials not checked: {first_line(e)}"
     user, _ = credentials()
     who = f"credentials of {user}" if user else "this client's credentials"
-    return Check("store_auth", True, f"{uri}: authentication required; {who} accepted")
+    return True, f"{uri}: authentication required; {who} accepted"
 
 
 DOCTOR_EXPERIMENT = "plnexp-doctor"
@@ -139,7 +136,7 @@ def _doctor_experiment(cl) -> str:
 
 def _server_writes(uri: str, timeout: float) -> list[Check]:
     """A run created in the experiment ``plnexp-doctor`` (a param, a metric), an artifact uploaded and
-    read back (:func:`_artifact_check`), the run deleted: ``store_writable`` and ``store_artifacts``.
+    read back (:func:`store_artifacts`), the run deleted: ``store_writable`` and ``store_artifacts``.
     Each call is bounded by MLflow's HTTP timeout, set to 3 * ``timeout`` for the while and retried
     at most once, so a server that stops answering holds the doctor for seconds, not minutes."""
     from ...store.backend import auth_refusal, plain_client
@@ -154,37 +151,22 @@ def _server_writes(uri: str, timeout: float) -> list[Check]:
         except Exception as e:  # noqa: BLE001 - the finding is the error, in one line
             if run_id is not None:
                 _delete_run(cl, run_id)
-            refused = auth_refusal(e, f"create a run in experiment {DOCTOR_EXPERIMENT} and log to it")
+            action = f"create a run in experiment {DOCTOR_EXPERIMENT} and log to it"
+            why = auth_refusal(e, action) or f"cannot {action}: {first_line(e)}"
             return [
-                Check(
-                    "store_writable",
-                    False,
-                    f"{uri}: {refused}"
-                    if refused
-                    else f"{uri}: cannot create a run in experiment {DOCTOR_EXPERIMENT} and log to it: {_first_line(e)}",
-                ),
+                Check("store_writable", False, f"{uri}: {why}"),
                 Check("store_artifacts", None, f"{uri}: not checked (no run to upload to)"),
             ]
-        artifacts = _artifact_check(cl, uri, run_id)  # before the run is deleted
+        artifacts = store_artifacts(cl, uri, run_id)  # before the run is deleted
         failed = _delete_run(cl, run_id)
     if failed:  # plnexp itself never deletes runs: what it needs worked (a server may let only managers delete)
-        return [
-            Check(
-                "store_writable",
-                True,
-                f"{uri}: created a run in experiment {DOCTOR_EXPERIMENT} (a param, a "
-                f"metric) but could not delete it (run {run_id} stays): {failed}",
-            ),
-            artifacts,
-        ]
-    return [
-        Check(
-            "store_writable",
-            True,
-            f"{uri}: created and deleted a run in experiment {DOCTOR_EXPERIMENT} (a param, a metric)",
-        ),
-        artifacts,
-    ]
+        wrote = (
+            f"created a run in experiment {DOCTOR_EXPERIMENT} (a param, a metric) but could not delete it "
+            f"(run {run_id} stays): {failed}"
+        )
+    else:
+        wrote = f"created and deleted a run in experiment {DOCTOR_EXPERIMENT} (a param, a metric)"
+    return [Check("store_writable", True, f"{uri}: {wrote}"), *artifacts]
 
 
 def _delete_run(cl, run_id: str) -> str:
@@ -192,11 +174,12 @@ def _delete_run(cl, run_id: str) -> str:
     try:
         cl.delete_run(run_id)
     except Exception as e:  # noqa: BLE001 - any store failure is the finding, in one line
-        return _first_line(e)
+        return first_line(e)
     return ""
 
 
-def _artifact_check(cl, uri: str, run_id: str) -> Check:
+@finding
+def store_artifacts(cl, uri: str, run_id: str) -> tuple[bool | None, str]:
     """``doctor.txt`` uploaded to the run and read back. The run's artifact_uri tells who writes the
     artifacts: the server (``mlflow-artifacts:``, proxied) or this client, straight to the location."""
     text = f"plnexp doctor {run_id}"
@@ -206,34 +189,19 @@ def _artifact_check(cl, uri: str, run_id: str) -> Check:
             back = Path(cl.download_artifacts(run_id, "doctor.txt", tmp)).read_text()
         location = cl.get_run(run_id).info.artifact_uri
     except Exception as e:  # noqa: BLE001 - any artifact store failure is the finding, in one line
-        return Check("store_artifacts", False, f"{uri}: artifact upload or read-back failed: {_first_line(e)}")
+        return False, f"{uri}: artifact upload or read-back failed: {first_line(e)}"
     if back != text:
-        return Check(
-            "store_artifacts",
-            False,
-            f"{uri}: the artifact read back differs from the one uploaded (artifact_uri {location})",
-        )
+        return False, f"{uri}: the artifact read back differs from the one uploaded (artifact_uri {location})"
     if location.startswith("mlflow-artifacts:"):
-        return Check(
-            "store_artifacts",
-            True,
-            f"{uri}: artifact uploaded and read back through the server (artifact_uri {location})",
-        )
+        return True, f"{uri}: artifact uploaded and read back through the server (artifact_uri {location})"
     scheme = location.split(":", 1)[0] if "://" in location else "file"
     must = (
         "see that path (a shared filesystem)"
         if scheme == "file"
         else f"reach that location with its own {scheme} credentials"
     )
-    return Check(
-        "store_artifacts",
-        True,
+    return True, (
         f"{uri}: artifact uploaded and read back (artifact_uri {location}); "
         f"artifacts bypass the server, this client writes them there directly, so "
-        f"every machine that logs, cluster nodes included, must {must}",
+        f"every machine that logs, cluster nodes included, must {must}"
     )
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
