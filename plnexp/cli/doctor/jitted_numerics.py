@@ -85,7 +85,7 @@ def elbo_check(
     seed: int = SEED,
 ) -> Check:
     """Each jitted ELBO of ``functions`` at a random complete state vs the float64 host reference
-    (``model.host_elbo`` at ``model.params`` of the state copied to the host in float64:
+    (``model.host_reference`` at ``model.params`` of the state copied to the host in float64:
     :func:`plnexp.core.reference.elbo`; PLN-PCA: :func:`plnexp.core.reference.pca_elbo` at the C and M
     the ELBO sees, rotated by the state's R)."""
     import jax
@@ -101,7 +101,7 @@ def elbo_check(
         state = jax.jit(model.complete)(params, arrays)
         jitted = [(label, float(fn(model, state, arrays))) for label, fn in functions]
     host_state = PLNState._make(np.asarray(a, np.float64) for a in state)  # float64 copies on the host
-    host = model.host_elbo(model.params(host_state, data), data)  # by NumPy in float64
+    host, _ = model.host_reference(model.params(host_state, data), data)  # by NumPy in float64
     log_fact = reference.log_factorial_sum(data.Y)
     rtol = prec.check_rtol
     tol = prec.check_tolerance(host, data.Y.size)
