@@ -31,7 +31,7 @@ def fail(e: Exception) -> int:
     return 2
 
 
-class _Helped(Exception):
+class Helped(Exception):
     """The help was printed (``-h``/``--help``): the command ends, exit 0."""
 
 
@@ -71,7 +71,7 @@ class Parser(argparse.ArgumentParser):
 
     def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
         if status == 0:  # after --help
-            raise _Helped
+            raise Helped
         self.error((message or "").strip())
 
     def allowed(self) -> str:
@@ -83,7 +83,7 @@ class Parser(argparse.ArgumentParser):
         help was asked for (and printed). An argument the command does not take: a :class:`UsageError`."""
         try:
             ns, extra = self.parse_known_intermixed_args(list(args))
-        except _Helped:
+        except Helped:
             return None
         if extra:
             arg = extra[0]
