@@ -597,7 +597,7 @@ def test_a_sweep_file_sweeping_the_experiment_is_refused(tmp_path, monkeypatch):
     with one more sweep file)."""
     import shutil
 
-    from plnexp.experiment import plan as cli
+    from plnexp.experiment import plan
     from plnexp.jobs import config as C
 
     conf = tmp_path / "conf"
@@ -607,13 +607,13 @@ def test_a_sweep_file_sweeping_the_experiment_is_refused(tmp_path, monkeypatch):
     )
     monkeypatch.setattr(C, "CONF_DIR", conf)
     with pytest.raises(C.ConfigError) as e:
-        cli.plan(["sweep=two_experiments", "n_iter=3"], multirun=True, check_device=False)
+        plan.plan(["sweep=two_experiments", "n_iter=3"], multirun=True, check_device=False)
     assert str(e.value).startswith(
         "experiment=alpha,beta (swept by sweep=two_experiments): a sweep writes into one experiment (its parent "
         "run's), so allowed is one value per sweep; run one sweep per value: python -m plnexp sweep "
         "sweep=two_experiments n_iter=3 experiment=alpha (then experiment=beta)"
     )
-    jobs = cli.plan(["sweep=two_experiments", "n_iter=3", "experiment=alpha"], multirun=True, check_device=False)
+    jobs = plan.plan(["sweep=two_experiments", "n_iter=3", "experiment=alpha"], multirun=True, check_device=False)
     assert [j.config.seed for j in jobs] == [0, 1]  # one value given: the grid runs
 
 
@@ -621,21 +621,21 @@ def test_a_sweep_file_sweeping_the_experiment_is_refused(tmp_path, monkeypatch):
 def test_job_names_are_unique_within_a_sweep():
     """A key the name hides (the timing protocol: repeats) shows in every job's name where it alone
     tells jobs apart; names that differ already stay as they were."""
-    from plnexp.experiment import plan as cli
+    from plnexp.experiment import plan
 
     base = [*UNTIMED, "n_iter=3"]  # a plain multirun (the command line's sweep=null)
-    jobs = cli.plan([*base, "strategy=scan,fori_loop", "repeats=1,2"], multirun=True, check_device=False)
+    jobs = plan.plan([*base, "strategy=scan,fori_loop", "repeats=1,2"], multirun=True, check_device=False)
     names = [j.name for j in jobs]
     assert len(set(names)) == 4 and names[:2] == [
         "scan-synthetic_n30_p5_d2_s0-f32-cpu-n_iter3-repeats1",
         "scan-synthetic_n30_p5_d2_s0-f32-cpu-n_iter3-repeats2",
     ]
-    jobs = cli.plan([*base, "seed=0,1"], multirun=True, check_device=False)
+    jobs = plan.plan([*base, "seed=0,1"], multirun=True, check_device=False)
     assert [j.name for j in jobs] == [
         "scan-synthetic_n30_p5_d2_s0-f32-cpu-n_iter3-seed0",
         "scan-synthetic_n30_p5_d2_s1-f32-cpu-n_iter3-seed1",  # synthetic data's seed follows seed
     ] and {j.shown for j in jobs} == {()}
-    (one,) = cli.plan([*UNTIMED, "n_iter=3", "repeats=2"], multirun=False, check_device=False)
+    (one,) = plan.plan([*UNTIMED, "n_iter=3", "repeats=2"], multirun=False, check_device=False)
     assert one.name == "scan-synthetic_n30_p5_d2_s0-f32-cpu-n_iter3"  # protocol switches do not rename a run
 
 

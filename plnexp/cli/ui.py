@@ -13,9 +13,9 @@ import signal
 import sys
 from pathlib import Path
 
-from ..experiment import plan as cli
+from ..experiment import plan
 from ..system import credentials
-from .. import store as tracking
+from .. import store
 from ..jobs import config as C
 from ..system.redact import redact_text
 from ..system.commandline import fail
@@ -86,12 +86,12 @@ def ui(args: list[str]) -> int:
     that cannot be written: one line, exit 2, nothing started. mlflow ui ending with an error: one
     line, exit 1; Ctrl-C or SIGTERM (passed on to it): exit 130 or 143."""
     try:
-        out = cli.check_outputs()
+        out = plan.check_outputs()
         if not any(a == "--help" for a in args):  # mlflow ui's help: nothing is served
             check_port_free(*ui_address(args))
     except C.ConfigError as e:
         return fail(e)
-    uri = tracking.tracking_uri(None)
+    uri = store.tracking_uri(None)
     cmd = [sys.executable, "-m", "mlflow", "ui", "--host", UI_HOST, *args]
     # the store and the artifacts' folder through mlflow's own environment variables, never its
     # argv: every local user reads a process's command line (/proc/PID/cmdline, ps)

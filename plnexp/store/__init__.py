@@ -11,7 +11,7 @@ this host, a SLURM job that ended), with that owner's reason.
 
 One module per responsibility; every name is re-exported here (``tracking.X``):
 
-- :mod:`.store`: the URI, the (retrying) client, the check and creation of a store, the tags that
+- :mod:`.backend`: the URI, the (retrying) client, the check and creation of a store, the tags that
   make an experiment open on the study in MLflow's UI
 - :mod:`.writes`: experiments, parent runs, a job's run (with its data set as a dataset input),
   reports and tags
@@ -35,7 +35,7 @@ from . import queries
 from . import records
 from .records import RunRecord, record
 from . import running
-from . import backend as store
+from . import backend
 from . import writes
 from .owners import HOST_TAG, PID_TAG, SLURM_CLUSTER_TAG, SLURM_JOB_TAG, LocalProcess, Owner, SlurmJob, owner_of
 from .queries import (
@@ -179,7 +179,7 @@ __all__ = [
     "show_sweep",
     "start_job",
     "start_parent",
-    "store",
+    "backend",
     "check_existing_store",
     "store_exists",
     "study_link",
