@@ -23,8 +23,7 @@ from ..core.data import DataError
 from ..experiment import groups, job_task, plan, processes, resume, srun, sweep, sweep_dispatch, sweep_record
 from ..jobs import config as C
 from ..system import interrupts
-from ..system.commandline import fail
-from ..system.redact import redact_text
+from ..system.commandline import fail, first_line
 from .sync import send_pending, sweep_up
 
 
@@ -44,12 +43,7 @@ def _machinery_error(e: BaseException) -> int:
     """An error of Hydra's machinery (not of a job, which never raises): one line, exit 1."""
     if os.environ.get("HYDRA_FULL_ERROR") == "1" or isinstance(e, SystemExit):
         raise e
-    first = redact_text(str(e).strip().splitlines()[0]) if str(e).strip() else ""
-    print(
-        f"plnexp: error: {type(e).__name__}: {first} (HYDRA_FULL_ERROR=1 for the traceback)",
-        file=sys.stderr,
-        flush=True,
-    )
+    print(f"plnexp: error: {first_line(e)} (HYDRA_FULL_ERROR=1 for the traceback)", file=sys.stderr, flush=True)
     return 1
 
 
@@ -84,7 +78,7 @@ def _report(uri: str, parent_id: str) -> int:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
         print(
-            f"plnexp: error: the report failed ({type(e).__name__}: {redact_text(str(e).strip().splitlines()[0]) if str(e).strip() else ''}); "
+            f"plnexp: error: the report failed ({first_line(e)}); "
             f"the runs are in the store: python -m plnexp report --run {parent_id}",
             file=sys.stderr,
             flush=True,

@@ -9,13 +9,8 @@ import sys
 from .. import store
 from ..experiment import plan
 from ..jobs import config as C
-from ..system.commandline import Parser, UsageError, fail
+from ..system.commandline import Parser, UsageError, fail, first_line
 from ..system.redact import redact_text
-
-
-def _first(e: BaseException) -> str:
-    text = redact_text(str(e).strip().splitlines()[0]) if str(e).strip() else ""
-    return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
 def send_pending(uri: str) -> None:
@@ -29,7 +24,7 @@ def send_pending(uri: str) -> None:
             print(line, file=sys.stderr, flush=True)
     except Exception as e:  # noqa: BLE001 - the store's failure: the results stay kept
         print(
-            f"plnexp: warning: cannot send the results kept in {store.pending.folder()} yet ({_first(e)}); "
+            f"plnexp: warning: cannot send the results kept in {store.pending.folder()} yet ({first_line(e)}); "
             "`python -m plnexp sync` sends them",
             file=sys.stderr,
             flush=True,
@@ -90,7 +85,7 @@ def sync(args: list[str]) -> int:
         return fail(e)
     except Exception as e:  # noqa: BLE001 - the store failed while sending: one line
         print(
-            f"plnexp: store error: {redact_text(uri)}: cannot send the results kept in {folder} ({_first(e)}); "
+            f"plnexp: store error: {redact_text(uri)}: cannot send the results kept in {folder} ({first_line(e)}); "
             "they stay kept: run python -m plnexp sync again once the store is back",
             file=sys.stderr,
             flush=True,

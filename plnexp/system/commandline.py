@@ -31,6 +31,13 @@ def fail(e: Exception) -> int:
     return 2
 
 
+def first_line(e: BaseException) -> str:
+    """An exception in one line: ``TYPE: the first line of its message`` (credentials masked), or
+    ``TYPE`` alone."""
+    text = str(e).strip()
+    return f"{type(e).__name__}: {redact_text(text.splitlines()[0])}" if text else type(e).__name__
+
+
 class Helped(Exception):
     """The help was printed (``-h``/``--help``): the command ends, exit 0."""
 

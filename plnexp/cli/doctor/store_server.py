@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ...system.credentials import address
+from ...system.commandline import first_line
 from .check import Check
 
 SEARCH_PATH = "/api/2.0/mlflow/experiments/search?max_results=1"
@@ -101,7 +102,7 @@ def _auth_check(uri: str, timeout: float) -> Check:
             if refused:
                 return Check("store_auth", False, f"{uri}: {refused}")
             return Check(
-                "store_auth", None, f"{uri}: authentication required; credentials not checked: {_first_line(e)}"
+                "store_auth", None, f"{uri}: authentication required; credentials not checked: {first_line(e)}"
             )
     user, _ = credentials()
     who = f"credentials of {user}" if user else "this client's credentials"
@@ -161,7 +162,7 @@ def _server_writes(uri: str, timeout: float) -> list[Check]:
                     False,
                     f"{uri}: {refused}"
                     if refused
-                    else f"{uri}: cannot create a run in experiment {DOCTOR_EXPERIMENT} and log to it: {_first_line(e)}",
+                    else f"{uri}: cannot create a run in experiment {DOCTOR_EXPERIMENT} and log to it: {first_line(e)}",
                 ),
                 Check("store_artifacts", None, f"{uri}: not checked (no run to upload to)"),
             ]
@@ -192,7 +193,7 @@ def _delete_run(cl, run_id: str) -> str:
     try:
         cl.delete_run(run_id)
     except Exception as e:  # noqa: BLE001 - any store failure is the finding, in one line
-        return _first_line(e)
+        return first_line(e)
     return ""
 
 
@@ -206,7 +207,7 @@ def _artifact_check(cl, uri: str, run_id: str) -> Check:
             back = Path(cl.download_artifacts(run_id, "doctor.txt", tmp)).read_text()
         location = cl.get_run(run_id).info.artifact_uri
     except Exception as e:  # noqa: BLE001 - any artifact store failure is the finding, in one line
-        return Check("store_artifacts", False, f"{uri}: artifact upload or read-back failed: {_first_line(e)}")
+        return Check("store_artifacts", False, f"{uri}: artifact upload or read-back failed: {first_line(e)}")
     if back != text:
         return Check(
             "store_artifacts",
@@ -232,8 +233,3 @@ def _artifact_check(cl, uri: str, run_id: str) -> Check:
         f"artifacts bypass the server, this client writes them there directly, so "
         f"every machine that logs, cluster nodes included, must {must}",
     )
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
