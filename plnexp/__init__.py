@@ -20,8 +20,17 @@ from typing import TYPE_CHECKING
 from .system import runtime
 from .system.version import VERSION
 
-if TYPE_CHECKING:
-    from .fitting.engine import FitResult
+if TYPE_CHECKING:  # the names as the documentation and type checkers see them
+    from .core.anndata_counts import load_anndata
+    from .core.csv_files import load_csv
+    from .core.data import Data, DataError
+    from .core.data_rows import replicate
+    from .core.inputs import as_data
+    from .core.oaks import load_oaks
+    from .core.simulation import simulate, simulate_pca
+    from .fitting.engine import FitResult, NumericsError, fit, fit_replicates
+    from .fitting.saved import FitFileError
+    from .strategies import STRATEGIES
 
 # the public names, imported when first used (PEP 562): ``python -m plnexp --help`` and the commands
 # that fit nothing never import JAX
