@@ -18,6 +18,7 @@ import logging
 from pathlib import Path
 
 from ..jobs.config import outputs_dir
+from ..system.commandline import first_line
 from ..system.paths import write_atomic
 from ..system.redact import redact_text
 from . import writes
@@ -41,17 +42,12 @@ def keep(uri: str, run_id: str, record: dict) -> Path:
 
 def kept_line(run_id: str, path: Path, error: BaseException) -> str:
     return (
-        f"the store failed after the fit of run {run_id} ({_why(error)}): its result is kept in {path}, "
+        f"the store failed after the fit of run {run_id} ({first_line(error)}): its result is kept in {path}, "
         "and sent by `python -m plnexp sync` or the next plnexp command on this store"
     )
 
 
 SHOWN_METRICS = ("final_elbo", "ms_per_iter", "n_iter_run")  # what a lost result's line names
-
-
-def _why(error: BaseException) -> str:
-    first = (str(error).strip().splitlines() or [""])[0]
-    return redact_text(f"{type(error).__name__}: {first}" if first else type(error).__name__)
 
 
 def lost_line(run_id: str, record: dict, error: BaseException, unkept: BaseException) -> str:
@@ -60,8 +56,8 @@ def lost_line(run_id: str, record: dict, error: BaseException, unkept: BaseExcep
     values = {k: v for k, v, step, _ in record.get("metrics", []) if step == 0 and k in SHOWN_METRICS}
     shown = ", ".join(f"{k}={values[k]:.6g}" for k in SHOWN_METRICS if k in values)
     return (
-        f"the store failed after the fit of run {run_id} ({_why(error)}) and its result could not be kept in "
-        f"{folder()} either ({_why(unkept)}): lost: the {record.get('status', '')} result of run {run_id}"
+        f"the store failed after the fit of run {run_id} ({first_line(error)}) and its result could not be kept in "
+        f"{folder()} either ({first_line(unkept)}): lost: the {record.get('status', '')} result of run {run_id}"
         f"{f' ({shown})' if shown else ''}; free space, then run the job again"
     )
 
