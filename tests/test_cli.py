@@ -535,6 +535,9 @@ def test_overrides_alone_mean_run():
         parse(["sweeep"])
     with pytest.raises(ValueError, match="unknown option --dry-run; usage: "):  # a sweep's option only
         parse(["run", "--dry-run"])
+    for flag in ("-cd", "--cfg"):  # named by its long name, whichever was given
+        with pytest.raises(ValueError, match=f"^--{'config-dir' if flag == '-cd' else 'cfg'}: needs a value; usage: "):
+            parse(["run", flag])
 
 
 @pytest.mark.parametrize("name", [c for c in COMMANDS if c not in ("run", "sweep", "ui")])

@@ -41,14 +41,15 @@ its artifacts) go to ./outputs or $PLNEXP_OUTPUTS."""
 SEARCHPATH = "hydra.searchpath"
 
 # Hydra's help and inspection flags (hydra.main's own), with the values each takes: Hydra answers them
-HYDRA_FLAGS: tuple[tuple[tuple[str, ...], int | str], ...] = (
-    (("--help", "-h"), 0),
+# (the long name last: argparse names an option by its last name in its errors)
+HYDRA_FLAGS: tuple[tuple[tuple[str, ...], int | str | None], ...] = (
+    (("-h", "--help"), 0),
     (("--hydra-help",), 0),
-    (("--cfg", "-c"), 1),
-    (("--info", "-i"), "?"),
+    (("-c", "--cfg"), None),
+    (("-i", "--info"), "?"),
     (("--resolve",), 0),
-    (("--package", "-p"), 1),
-    (("--shell-completion", "-sc"), 0),
+    (("-p", "--package"), None),
+    (("-sc", "--shell-completion"), 0),
     (("--version",), 0),
 )
 
@@ -66,7 +67,7 @@ def _overrides_parser(p: Parser, sweep: bool) -> None:
     p.set_defaults(hydra_flags=[], dry_run=False, json=False)
     for names, nargs in HYDRA_FLAGS:
         p.add_argument(*names, nargs=nargs, action=_HydraFlag, help=argparse.SUPPRESS)
-    p.add_argument("--config-dir", "-cd", action="append", default=[], metavar="DIR")
+    p.add_argument("-cd", "--config-dir", action="append", default=[], metavar="DIR")
     p.add_argument("-m", "--multirun", action="store_true")
     if sweep:
         p.add_argument("--dry-run", action="store_true", help="print the jobs the sweep would run; write nothing")
