@@ -85,35 +85,30 @@ def finish(cl, uri: str, run_id: str, job) -> Path | None:
         return path
 
 
+def _kept() -> list[tuple[Path, dict | None, str]]:
+    """Each file of the folder: its kept result, or None and why it cannot be read as one."""
+    out: list[tuple[Path, dict | None, str]] = []
+    for path in sorted(folder().glob("*.json")) if folder().is_dir() else []:
+        try:
+            data = json.loads(path.read_text())
+            if not isinstance(data, dict) or "store" not in data:
+                raise ValueError("not a kept result: no store")
+            out.append((path, data, ""))
+        except (OSError, ValueError) as e:
+            out.append((path, None, getattr(e, "strerror", None) or str(e).splitlines()[0] or type(e).__name__))
+    return out
+
+
 def waiting(uri: str) -> list[Path]:
     """The files of the results kept for the store ``uri``, oldest first."""
-    if not folder().is_dir():
-        return []
-    found = []
-    for path in folder().glob("*.json"):
-        try:
-            store = json.loads(path.read_text()).get("store")
-        except (OSError, ValueError):
-            continue
-        if store == redact_text(uri):
-            found.append(path)
+    found = [path for path, data, _ in _kept() if data is not None and data["store"] == redact_text(uri)]
     return sorted(found, key=lambda p: p.stat().st_mtime)
 
 
 def unreadable() -> list[tuple[Path, str]]:
     """The files in the folder that cannot be read as a kept result (unreadable, not JSON, no store),
     each with why: never sent, so ``sync`` names them rather than skip them unsaid."""
-    if not folder().is_dir():
-        return []
-    out = []
-    for path in sorted(folder().glob("*.json")):
-        try:
-            data = json.loads(path.read_text())
-            if not isinstance(data, dict) or "store" not in data:
-                raise ValueError("not a kept result: no store")
-        except (OSError, ValueError) as e:
-            out.append((path, getattr(e, "strerror", None) or str(e).splitlines()[0] or type(e).__name__))
-    return out
+    return [(path, why) for path, data, why in _kept() if data is None]
 
 
 def send(uri: str, path: Path) -> str:
