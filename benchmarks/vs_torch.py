@@ -40,6 +40,7 @@ import plnexp
 import numpy as np
 from _header import machine_header  # benchmarks/, on sys.path as the script's folder
 
+import plnexp.fitting.engine  # (plnexp.fitting.engine.resolve_device below: `import plnexp` imports it lazily)
 from plnexp.strategies import TORCH_STRATEGIES, torch_loops
 
 JAX_STRATEGIES = [s for s in plnexp.STRATEGIES if s not in TORCH_STRATEGIES]

@@ -68,8 +68,11 @@ import plnexp  # noqa: E402 - first of plnexp's imports (changes nothing in the 
 # applied before any test touches jax, and in every xdist worker (each imports this file first)
 plnexp.runtime.configure()
 
-# after plnexp's registry has loaded its plugins: the test process's registry holds the blocking
-# strategy only inside the tests that ask for it (fixture ``blocking``)
+# after plnexp's registry has loaded its plugins (imported here: ``import plnexp`` imports it lazily):
+# the test process's registry holds the blocking strategy only inside the tests that ask for it
+# (fixture ``blocking``)
+import plnexp.strategies  # noqa: E402 - the registry, loaded before PLUGINS is on the path
+
 sys.path.append(str(PLUGINS))
 
 

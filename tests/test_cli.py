@@ -472,6 +472,25 @@ def test_help_lists_every_command(plnexp_main, flag):
     assert "run and sweep take Hydra overrides" in proc.stdout and "python -m plnexp run --help" in proc.stdout
 
 
+def test_help_imports_neither_jax_nor_mlflow(tmp_path):
+    """What a process imports is the point: ``--help`` and Hydra's ``run --help`` answered in this one
+    interpreter (no second one) without JAX or MLflow (``run --help`` composes the configs: Hydra)."""
+    import subprocess
+    import sys
+
+    said = (
+        "import io, sys, contextlib\n"
+        "from plnexp.__main__ import main\n"
+        "for argv in (['--help'], ['run', '--help']):\n"
+        "    with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+        "        code = main(argv)\n"
+        "    print(code, 'dataset:' in out.getvalue(), sorted(m for m in ('jax', 'mlflow') if m in sys.modules))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", said], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["0 False []", "0 True []"], proc.stdout
+
+
 def test_no_arguments_lists_the_commands_then_one_error_line(plnexp_main):
     proc = plnexp_main()
     assert proc.returncode == 2
@@ -495,17 +514,30 @@ def test_an_unknown_command_is_one_line_and_exit_2(outputs, capsys):
 
 
 def test_overrides_alone_mean_run():
-    from plnexp.cli.parser import command
+    from plnexp.cli.parser import parse
 
-    assert command(["n_iter=5", "dataset.replication=1"]) == ("run", ["n_iter=5", "dataset.replication=1"])
-    assert command(["+extra=1"]) == ("run", ["+extra=1"])
-    assert command(["~peers"]) == ("run", ["~peers"])
-    assert command(["--multirun", "n_iter=5,6"]) == ("run", ["--multirun", "n_iter=5,6"])
-    assert command(["--cfg", "job"]) == ("run", ["--cfg", "job"])  # Hydra's flags: Hydra answers
-    assert command(["sweep", "sweep=seed"]) == ("sweep", ["sweep=seed"])
-    assert command(["--help"]) == (None, [])
+    def said(argv):
+        ns = parse(argv)
+        return ns.command, [*ns.hydra_flags, *(["--multirun"] if ns.multirun else []), *ns.overrides]
+
+    assert said(["n_iter=5", "dataset.replication=1"]) == ("run", ["n_iter=5", "dataset.replication=1"])
+    assert said(["+extra=1"]) == ("run", ["+extra=1"])
+    assert said(["~peers"]) == ("run", ["~peers"])
+    assert said(["--multirun", "n_iter=5,6"]) == ("run", ["--multirun", "n_iter=5,6"])
+    assert said(["--cfg", "job"]) == ("run", ["--cfg", "job"])  # Hydra's flags: Hydra answers
+    assert said(["sweep", "sweep=seed"]) == ("sweep", ["sweep=seed"])
+    assert said(["run", "a=1", "--cfg", "job", "b=2"]) == ("run", ["--cfg", "job", "a=1", "b=2"])  # order kept
+    assert parse(["report", "--run", "x"]).args == ["--run", "x"]  # for the command's own parser, as given
+    ns = parse(["sweep", "--dry-run", "--json", "-cd", "/d", "n_iter=3"])
+    assert (ns.dry_run, ns.json, ns.config_dir, ns.overrides) == (True, True, ["/d"], ["n_iter=3"])
+    assert parse(["--help"]) is None  # printed
     with pytest.raises(ValueError, match="unknown command 'sweeep'; allowed commands are run, sweep"):
-        command(["sweeep"])
+        parse(["sweeep"])
+    with pytest.raises(ValueError, match="unknown option --dry-run; usage: "):  # a sweep's option only
+        parse(["run", "--dry-run"])
+    for flag in ("-cd", "--cfg"):  # named by its long name, whichever was given
+        with pytest.raises(ValueError, match=f"^--{'config-dir' if flag == '-cd' else 'cfg'}: needs a value; usage: "):
+            parse(["run", flag])
 
 
 @pytest.mark.parametrize("name", [c for c in COMMANDS if c not in ("run", "sweep", "ui")])
@@ -568,7 +600,7 @@ def test_a_sweep_file_sweeping_the_experiment_is_refused(tmp_path, monkeypatch):
     with one more sweep file)."""
     import shutil
 
-    from plnexp.experiment import plan as cli
+    from plnexp.experiment import plan
     from plnexp.jobs import config as C
 
     conf = tmp_path / "conf"
@@ -578,13 +610,13 @@ def test_a_sweep_file_sweeping_the_experiment_is_refused(tmp_path, monkeypatch):
     )
     monkeypatch.setattr(C, "CONF_DIR", conf)
     with pytest.raises(C.ConfigError) as e:
-        cli.plan(["sweep=two_experiments", "n_iter=3"], multirun=True, check_device=False)
+        plan.plan(["sweep=two_experiments", "n_iter=3"], multirun=True, check_device=False)
     assert str(e.value).startswith(
         "experiment=alpha,beta (swept by sweep=two_experiments): a sweep writes into one experiment (its parent "
         "run's), so allowed is one value per sweep; run one sweep per value: python -m plnexp sweep "
         "sweep=two_experiments n_iter=3 experiment=alpha (then experiment=beta)"
     )
-    jobs = cli.plan(["sweep=two_experiments", "n_iter=3", "experiment=alpha"], multirun=True, check_device=False)
+    jobs = plan.plan(["sweep=two_experiments", "n_iter=3", "experiment=alpha"], multirun=True, check_device=False)
     assert [j.config.seed for j in jobs] == [0, 1]  # one value given: the grid runs
 
 
@@ -592,21 +624,21 @@ def test_a_sweep_file_sweeping_the_experiment_is_refused(tmp_path, monkeypatch):
 def test_job_names_are_unique_within_a_sweep():
     """A key the name hides (the timing protocol: repeats) shows in every job's name where it alone
     tells jobs apart; names that differ already stay as they were."""
-    from plnexp.experiment import plan as cli
+    from plnexp.experiment import plan
 
     base = [*UNTIMED, "n_iter=3"]  # a plain multirun (the command line's sweep=null)
-    jobs = cli.plan([*base, "strategy=scan,fori_loop", "repeats=1,2"], multirun=True, check_device=False)
+    jobs = plan.plan([*base, "strategy=scan,fori_loop", "repeats=1,2"], multirun=True, check_device=False)
     names = [j.name for j in jobs]
     assert len(set(names)) == 4 and names[:2] == [
         "scan-synthetic_n30_p5_d2_s0-f32-cpu-n_iter3-repeats1",
         "scan-synthetic_n30_p5_d2_s0-f32-cpu-n_iter3-repeats2",
     ]
-    jobs = cli.plan([*base, "seed=0,1"], multirun=True, check_device=False)
+    jobs = plan.plan([*base, "seed=0,1"], multirun=True, check_device=False)
     assert [j.name for j in jobs] == [
         "scan-synthetic_n30_p5_d2_s0-f32-cpu-n_iter3-seed0",
         "scan-synthetic_n30_p5_d2_s1-f32-cpu-n_iter3-seed1",  # synthetic data's seed follows seed
     ] and {j.shown for j in jobs} == {()}
-    (one,) = cli.plan([*UNTIMED, "n_iter=3", "repeats=2"], multirun=False, check_device=False)
+    (one,) = plan.plan([*UNTIMED, "n_iter=3", "repeats=2"], multirun=False, check_device=False)
     assert one.name == "scan-synthetic_n30_p5_d2_s0-f32-cpu-n_iter3"  # protocol switches do not rename a run
 
 

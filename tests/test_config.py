@@ -314,7 +314,11 @@ def test_a_users_own_config_folder_adds_its_sweep_files(tmp_path):
     """--config-dir DIR (hydra.searchpath=[file://DIR]): DIR's sweep files are sweep options beside
     plnexp's own; a folder that does not exist is one line."""
     from plnexp.experiment import plan as cli
-    from plnexp.__main__ import config_dir_override
+    from plnexp.cli.parser import parse, searchpath
+
+    def config_dir_override(argv):
+        ns = parse(["sweep", *argv])
+        return searchpath(ns.config_dir, ns.overrides)
 
     (tmp_path / "sweep").mkdir()
     (tmp_path / "sweep" / "mine.yaml").write_text(

@@ -407,14 +407,14 @@ def test_a_pca_job_logs_the_pca_floor_below_the_full_models_at_the_same_shape(co
     model's (14 n x p arrays, two n x p x p products). The fits are stand-ins: the floor is measured
     before them."""
     import plnexp.fitting.engine
-    from plnexp.experiment import plan as cli
+    from plnexp.experiment import plan
 
     monkeypatch.setattr(plnexp.fitting.engine, "run_all", stand_in_fit)
     monkeypatch.setattr(runner, "best_known", lambda *a: None)
     logged = {}
     for model in (["model=full"], ["model=pca", "model.rank=2"]):
         args = ["dataset=synthetic", "dataset.n=30", "dataset.p=20", "n_iter=3", *model]
-        (job,) = cli.plan(args, multirun=False)
+        (job,) = plan.plan(args, multirun=False)
         out = runner.run_job(job.config, (), model[0])
         assert out.status == "FINISHED", out.reason
         logged[model[0]] = store_client(outputs).get_run(out.run_id).data.metrics

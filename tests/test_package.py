@@ -167,9 +167,11 @@ def test_run_a_sweep_and_the_dashboard_from_another_folder_write_there_only(inst
 @pytest.mark.parametrize("args", [["run", "--help"], ["sweep"], ["run", "n_iter=3"], ["rerun", "latest"]])
 def test_an_install_without_its_configs_says_so_in_one_line(monkeypatch, capsys, args, tmp_path):
     from plnexp.jobs import config
+    from plnexp.system import paths
     from plnexp.__main__ import main
 
-    monkeypatch.setattr(config, "CONF_DIR", tmp_path / "conf")  # as a wheel built without conf/ had it
+    for where in (config, paths):  # as a wheel built without conf/ had it
+        monkeypatch.setattr(where, "CONF_DIR", tmp_path / "conf")
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
     assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()

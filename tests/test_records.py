@@ -187,11 +187,14 @@ def test_a_resumed_sweeps_runs_are_its_own_and_the_earlier_finished_ones_it_reus
 def test_the_in_memory_store_filters_as_the_queries_ask():
     mem = memory.new()
     st = memory.store(mem)
-    a = st.add("exp", "a", tags={PEER_TAG: "pyplnmodels", provenance.HASH_TAG: "h"})
+    a = st.add("exp", "a", tags={PEER_TAG: "pyplnmodels", provenance.HASH_TAG: "h"}, metrics={"x": 2.0})
     st.add("exp", "b", "FAILED", tags={provenance.HASH_TAG: "h"})
     assert [r.run_id for r in records.finished_runs(mem, "exp")] == [a]  # FINISHED, with a config hash
     assert records.run(mem, a).kind is Kind.PEER and records.run(mem, a).peer == "pyplnmodels"
     assert len(st.search_runs(["1"], "tags.`plnexp.peer` LIKE 'pypln%' and attributes.status = 'FINISHED'")) == 1
     assert len(st.search_runs(["1"], "attributes.status != 'FINISHED'")) == 1
-    with pytest.raises(ValueError, match="not understood"):
-        st.search_runs(["1"], "metrics.x > 1")
+    assert [r.info.run_id for r in st.search_runs(["1"], "metrics.x > 1")] == [a]  # MLflow's own filter
+    from mlflow.exceptions import MlflowException
+
+    with pytest.raises(MlflowException, match="Invalid"):  # refused as MLflow's stores refuse it
+        st.search_runs(["1"], "metrics.x >> 1")

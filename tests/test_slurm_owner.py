@@ -238,7 +238,7 @@ def _start(cl, exp, config, owner, parent=None, num=0):
 
 
 def test_sweep_up_fails_the_runs_of_ended_jobs_only(scheduler, outputs, config, exited_pid, capsys, monkeypatch):
-    from plnexp.__main__ import _sweep_up
+    from plnexp.cli.sync import sweep_up as _sweep_up
 
     uri = tracking.check_store()
     cl = tracking.client(uri)

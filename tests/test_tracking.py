@@ -248,7 +248,7 @@ def test_client_retries_a_locked_database(monkeypatch):
             calls.append("broken")
             raise RuntimeError("no such table")
 
-    monkeypatch.setattr(tracking.store.time, "sleep", lambda s: None)  # the retrying client lives in tracking.store
+    monkeypatch.setattr(tracking.backend.time, "sleep", lambda s: None)  # the retrying client lives in tracking.backend
     cl = tracking.Retrying(Flaky())
     assert cl.get_thing(21) == 42 and calls == [21, 21, 21]
     with pytest.raises(RuntimeError, match="no such table"):

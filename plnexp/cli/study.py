@@ -18,7 +18,7 @@ import threading
 import time
 import urllib.request
 
-from .. import store as tracking
+from .. import store
 from ..store.experiment_view import study_link
 
 NO_BROWSER_VAR = "PLNEXP_NO_BROWSER"  # set (to anything but ""): ui opens no browser
@@ -37,7 +37,7 @@ def address(uri: str, host: str, port: int) -> tuple[str, str]:
     server's root where the store holds no sweep yet (or cannot be read)."""
     root = base(host, port)
     try:
-        latest = tracking.latest_parent(uri)
+        latest = store.latest_parent(uri)
     except Exception:  # noqa: BLE001 - no store yet, or one that fails: the root, said so
         latest = None
     if latest is None:

@@ -6,30 +6,25 @@ from __future__ import annotations
 
 import sys
 
-from .. import store as tracking
-from ..experiment import plan as cli
+from .. import store
+from ..experiment import plan
 from ..jobs import config as C
-from ..system.commandline import Parser, UsageError, fail
+from ..system.commandline import Parser, UsageError, fail, first_line
 from ..system.redact import redact_text
-
-
-def _first(e: BaseException) -> str:
-    text = redact_text(str(e).strip().splitlines()[0]) if str(e).strip() else ""
-    return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
 def send_pending(uri: str) -> None:
     """Send the fits' results kept locally for this store (:mod:`plnexp.store.pending`): before
     anything reads the store or sweeps up orphans, so such a run is neither marked FAILED nor fitted
     again by ``resume=true``. A store that still fails leaves them kept, with one line."""
-    if not tracking.store_exists(uri) or not tracking.pending.waiting(uri):
+    if not store.store_exists(uri) or not store.pending.waiting(uri):
         return
     try:
-        for line in tracking.pending.send_all(uri):
+        for line in store.pending.send_all(uri):
             print(line, file=sys.stderr, flush=True)
     except Exception as e:  # noqa: BLE001 - the store's failure: the results stay kept
         print(
-            f"plnexp: warning: cannot send the results kept in {tracking.pending.folder()} yet ({_first(e)}); "
+            f"plnexp: warning: cannot send the results kept in {store.pending.folder()} yet ({first_line(e)}); "
             "`python -m plnexp sync` sends them",
             file=sys.stderr,
             flush=True,
@@ -67,30 +62,30 @@ def sync(args: list[str]) -> int:
         return fail(e)
     given = [a.split("=", 1)[1] for a in ns.settings if a.startswith("tracking_uri=")]
     explicit = given[-1] if given else None
-    folder = tracking.pending.folder()
-    uri = tracking.tracking_uri(explicit)
+    folder = store.pending.folder()
+    uri = store.tracking_uri(explicit)
     try:
-        cli.check_outputs()
-        bad = tracking.pending.unreadable()
+        plan.check_outputs()
+        bad = store.pending.unreadable()
         for path, why in bad:  # never sent: named, not skipped unsaid
             print(f"plnexp: error: {path}: a kept result that cannot be read ({why}); not sent", file=sys.stderr)
-        if not tracking.pending.waiting(uri):
+        if not store.pending.waiting(uri):
             unread = f" ({len(bad)} unreadable)" if bad else ""
             print(f"plnexp: no result kept in {folder} for {redact_text(uri)}{unread}: nothing to send", flush=True)
-            if tracking.store_exists(uri):  # the runs a sweep whose store failed left RUNNING still end
-                sweep_up(tracking.check_store(explicit))
+            if store.store_exists(uri):  # the runs a sweep whose store failed left RUNNING still end
+                sweep_up(store.check_store(explicit))
             return 1 if bad else 0
-        uri = tracking.check_store(explicit)
-        for line in tracking.pending.send_all(uri):
+        uri = store.check_store(explicit)
+        for line in store.pending.send_all(uri):
             print(line, flush=True)
         sweep_up(uri)  # then the runs their gone owners left RUNNING (a sweep's parent its store failed under)
         if bad:
             return 1
-    except (C.ConfigError, tracking.StoreError) as e:
+    except (C.ConfigError, store.StoreError) as e:
         return fail(e)
     except Exception as e:  # noqa: BLE001 - the store failed while sending: one line
         print(
-            f"plnexp: store error: {redact_text(uri)}: cannot send the results kept in {folder} ({_first(e)}); "
+            f"plnexp: store error: {redact_text(uri)}: cannot send the results kept in {folder} ({first_line(e)}); "
             "they stay kept: run python -m plnexp sync again once the store is back",
             file=sys.stderr,
             flush=True,
@@ -102,11 +97,11 @@ def sync(args: list[str]) -> int:
 def sweep_up(uri: str) -> None:
     """Mark FAILED the runs whose owners are gone; one line per kind of owner (the states of the
     SLURM jobs read back from the reason each run was ended with: ``slurm job <id> <state>``)."""
-    orphans = [tracking.record(r) for r in tracking.sweep_up_orphans(uri)]
-    jobs = [r for r in orphans if isinstance(r.owner, tracking.SlurmJob)]
-    local = [r for r in orphans if not isinstance(r.owner, tracking.SlurmJob)]
+    orphans = [store.record(r) for r in store.sweep_up_orphans(uri)]
+    jobs = [r for r in orphans if isinstance(r.owner, store.SlurmJob)]
+    local = [r for r in orphans if not isinstance(r.owner, store.SlurmJob)]
     if local:
-        pids = sorted({str(r.owner.pid) if isinstance(r.owner, tracking.LocalProcess) else "?" for r in local})
+        pids = sorted({str(r.owner.pid) if isinstance(r.owner, store.LocalProcess) else "?" for r in local})
         print(
             f"plnexp: {len(local)} run(s) left RUNNING by process(es) {', '.join(pids)} on this host, which "
             f"no longer exist, marked FAILED (reason=orphaned)",
@@ -114,7 +109,7 @@ def sweep_up(uri: str) -> None:
             flush=True,
         )
     if jobs:
-        state = {r.owner.job: r.reason.rsplit(" ", 1)[-1] for r in jobs if isinstance(r.owner, tracking.SlurmJob)}
+        state = {r.owner.job: r.reason.rsplit(" ", 1)[-1] for r in jobs if isinstance(r.owner, store.SlurmJob)}
         ids = sorted(state, key=lambda j: (tuple(int(p) if p.isdigit() else 0 for p in j.split("_")), j))
         print(
             f"plnexp: {len(jobs)} run(s) left RUNNING by slurm job(s) {', '.join(ids)}, which ended "

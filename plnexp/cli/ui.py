@@ -13,45 +13,29 @@ import signal
 import sys
 from pathlib import Path
 
-from ..experiment import plan as cli
+from ..experiment import plan
 from ..system import credentials
-from .. import store as tracking
+from .. import store
 from ..jobs import config as C
 from ..system.redact import redact_text
-from ..system.commandline import fail
+from ..system.commandline import Parser, UsageError, fail
 
 UI_HOST, UI_PORT = "127.0.0.1", 5000  # mlflow ui's defaults (plnexp names its host)
 PORTS = "integers from 1 to 65535"
 
 
-def _option(args: list[str], names: tuple[str, ...]) -> str | None:
-    """The value of mlflow ui's option ``names`` (``--port N``, ``--port=N``, ``-p N``, ``-pN``) in
-    ``args``, the last given (as click takes it); None where not given."""
-    value = None
-    it = iter(args)
-    for a in it:
-        for name in names:
-            if a == name:
-                value = next(it, "")
-            elif a.startswith(f"{name}=") or (len(name) == 2 and a.startswith(name) and not a.startswith("--")):
-                value = a[len(name) :].removeprefix("=")
-    return value
-
-
 def ui_address(args: list[str]) -> tuple[str, int]:
     """The host and port that ``python -m plnexp ui [args]`` serves on (``--host``/``-h``, else
-    127.0.0.1; ``--port``/``-p``, else 5000); a port out of range is one :class:`ConfigError` line."""
-    host = _option(args, ("--host", "-h")) or UI_HOST
-    given = _option(args, ("--port", "-p"))
-    if given is None:
-        return host, UI_PORT
-    try:
-        port = int(given)
-    except ValueError:
-        port = 0
+    127.0.0.1; ``--port``/``-p``, else 5000; the last given, as mlflow ui's click takes it); a port
+    out of range is one :class:`ConfigError` line."""
+    p = Parser("python -m plnexp ui [--host HOST] [--port N] [mlflow ui options]", add_help=False)
+    p.add_argument("-h", "--host", default=UI_HOST)
+    p.add_argument("-p", "--port", default=str(UI_PORT))
+    ns, _ = p.parse_known_args(args)  # the other options are mlflow ui's
+    port = int(ns.port) if ns.port.isdigit() else 0
     if not 1 <= port <= 65535:
-        raise C.ConfigError(f"--port {given}: allowed values are {PORTS}")
-    return host, port
+        raise C.ConfigError(f"--port {ns.port}: allowed values are {PORTS}")
+    return ns.host, port
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -86,12 +70,12 @@ def ui(args: list[str]) -> int:
     that cannot be written: one line, exit 2, nothing started. mlflow ui ending with an error: one
     line, exit 1; Ctrl-C or SIGTERM (passed on to it): exit 130 or 143."""
     try:
-        out = cli.check_outputs()
+        out = plan.check_outputs()
         if not any(a == "--help" for a in args):  # mlflow ui's help: nothing is served
             check_port_free(*ui_address(args))
-    except C.ConfigError as e:
+    except (C.ConfigError, UsageError) as e:
         return fail(e)
-    uri = tracking.tracking_uri(None)
+    uri = store.tracking_uri(None)
     cmd = [sys.executable, "-m", "mlflow", "ui", "--host", UI_HOST, *args]
     # the store and the artifacts' folder through mlflow's own environment variables, never its
     # argv: every local user reads a process's command line (/proc/PID/cmdline, ps)

@@ -11,7 +11,7 @@ this host, a SLURM job that ended), with that owner's reason.
 
 One module per responsibility; every name is re-exported here (``tracking.X``):
 
-- :mod:`.store`: the URI, the (retrying) client, the check and creation of a store, the tags that
+- :mod:`.backend`: the URI, the (retrying) client, the check and creation of a store, the tags that
   make an experiment open on the study in MLflow's UI
 - :mod:`.writes`: experiments, parent runs, a job's run (with its data set as a dataset input),
   reports and tags
@@ -35,9 +35,9 @@ from . import queries
 from . import records
 from .records import RunRecord, record
 from . import running
-from . import backend as store
+from . import backend
 from . import writes
-from .owners import HOST_TAG, PID_TAG, SLURM_CLUSTER_TAG, SLURM_JOB_TAG, LocalProcess, Owner, SlurmJob, owner_of
+from .owners import HOST_TAG, PID_TAG, SLURM_CLUSTER_TAG, SLURM_JOB_TAG, LocalProcess, Owner, SlurmJob
 from .queries import (
     children,
     experiment_name,
@@ -45,7 +45,6 @@ from .queries import (
     find_experiment,
     find_run,
     finished_runs,
-    is_parent,
     latest_parent,
     read_artifact,
     read_curve,
@@ -54,18 +53,11 @@ from .queries import (
 from .running import (
     end_children,
     end_process_runs,
-    end_running,
     end_runs_of_processes,
-    may_end,
     process_runs,
     sweep_up_orphans,
 )
 from .backend import (
-    LOCKED,
-    PROBE_TIMEOUT_S,
-    AFTER_FIT_DELAYS_S,
-    RETRY_DELAYS_S,
-    SCHEMES,
     StoreError,
     Retrying,
     after_fit,
@@ -73,25 +65,18 @@ from .backend import (
     client,
     check_existing_store,
     set_timeout,
-    store_timeout,
     store_exists,
     tracking_uri,
 )
-from .experiment_view import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, dress_experiment, experiment_tags, study_link
+from .experiment_view import study_link
 from .writes import (
-    CURVE_KEY,
-    DATA_CONTEXT,
-    FINGERPRINT_TAG,
-    GAP_KEY,
     JOB_TAG,
     Parent,
     close_parent,
-    dataset_inputs,
     end_run,
     experiment_id,
     finish_job,
     job_record,
-    log_dataset_inputs,
     log_job,
     log_report,
     open_parent,
@@ -107,20 +92,9 @@ from .writes import (
 )
 
 __all__ = [
-    "AFTER_FIT_DELAYS_S",
-    "CURVE_KEY",
-    "DATA_CONTEXT",
-    "EXPERIMENT_KIND",
-    "EXPERIMENT_KIND_TAG",
-    "FINGERPRINT_TAG",
-    "GAP_KEY",
     "HOST_TAG",
     "JOB_TAG",
-    "LOCKED",
     "PID_TAG",
-    "PROBE_TIMEOUT_S",
-    "RETRY_DELAYS_S",
-    "SCHEMES",
     "SLURM_CLUSTER_TAG",
     "SLURM_JOB_TAG",
     "LocalProcess",
@@ -131,36 +105,27 @@ __all__ = [
     "StoreError",
     "after_fit",
     "set_timeout",
-    "store_timeout",
     "check_store",
     "children",
     "client",
     "close_parent",
-    "dataset_inputs",
-    "dress_experiment",
     "end_children",
     "end_process_runs",
     "end_run",
-    "end_running",
     "end_runs_of_processes",
     "experiment_id",
     "experiment_name",
     "experiment_names",
-    "experiment_tags",
     "find_experiment",
     "find_run",
     "finish_job",
     "finished_runs",
-    "is_parent",
     "job_record",
     "latest_parent",
-    "log_dataset_inputs",
     "log_job",
     "log_report",
-    "may_end",
     "memory",
     "open_parent",
-    "owner_of",
     "owners",
     "pending",
     "process_runs",
@@ -179,7 +144,7 @@ __all__ = [
     "show_sweep",
     "start_job",
     "start_parent",
-    "store",
+    "backend",
     "check_existing_store",
     "store_exists",
     "study_link",

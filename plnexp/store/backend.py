@@ -22,6 +22,8 @@ from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
+import tenacity
+
 from ..jobs.config import STORE_TIMEOUT_S, ConfigError, outputs_dir
 from ..system.credentials import address
 from ..system.paths import install_command
@@ -150,39 +152,30 @@ def store_timeout() -> float:
 
 
 class Retrying:
-    """An MlflowClient whose calls are retried (with backoff, ``delays``) on the errors ``retry_on``
-    accepts: by default when sqlite says the database is locked (:func:`client`); after a fit, on any
-    transient error (:func:`after_fit`). With ``deadline_s``, no try starts later than that many
-    seconds after a call's first (a store that hangs costs a bounded time, whatever its timeouts)."""
+    """An MlflowClient whose calls are retried by tenacity, waiting ``delays`` in turn between tries, on
+    the errors ``retry_on`` accepts: by default when sqlite says the database is locked (:func:`client`);
+    after a fit, on any transient error (:func:`after_fit`). With ``deadline_s``, no try starts later
+    than that many seconds after a call's first (a store that hangs costs a bounded time, whatever its
+    timeouts)."""
 
     def __init__(self, cl, delays=None, retry_on=_is_locked, what: str = "database is locked", deadline_s=None):
-        self._cl = cl
-        self._delays = delays
-        self._retry_on = retry_on
-        self._what = what
-        self._deadline_s = deadline_s
+        delays = RETRY_DELAYS_S if delays is None else delays
+        stop = tenacity.stop_after_attempt(len(delays) + 1)
+        self._cl, self._what = cl, what
+        self._tries = tenacity.Retrying(
+            stop=stop if deadline_s is None else stop | tenacity.stop_before_delay(deadline_s),
+            wait=tenacity.wait_chain(*map(tenacity.wait_fixed, delays)),
+            retry=tenacity.retry_if_exception(retry_on),
+            sleep=lambda seconds: time.sleep(seconds),  # (looked up at each wait: tests patch it)
+            reraise=True,  # the store's own error, not tenacity's RetryError
+        )
 
     def __getattr__(self, name):
         attr = getattr(self._cl, name)
         if not callable(attr):
             return attr
-
-        @functools.wraps(attr)
-        def call(*args, **kwargs):
-            start = time.monotonic()
-            for delay in RETRY_DELAYS_S if self._delays is None else self._delays:
-                try:
-                    return attr(*args, **kwargs)
-                except Exception as e:  # only what retry_on accepts is retried
-                    if not self._retry_on(e):
-                        raise
-                    if self._deadline_s is not None and time.monotonic() + delay - start > self._deadline_s:
-                        raise  # tried long enough: the caller keeps the result (plnexp.store.pending)
-                    log.info("%s: %s, retrying in %.2f s", name, self._what, delay)
-                    time.sleep(delay)
-            return attr(*args, **kwargs)
-
-        return call
+        said = lambda state: log.info("%s: %s, retrying in %.2f s", name, self._what, state.upcoming_sleep)
+        return functools.partial(self._tries.copy(before_sleep=said), attr)  # each call its own state
 
 
 def after_fit(cl) -> Retrying:

@@ -3,8 +3,8 @@ queries and records (:mod:`plnexp.store.records`) that read a real store.
 
 A store is named by a ``memory:NAME`` URI (:func:`new`); :func:`plnexp.store.backend.client` answers
 such a URI with the :class:`MemoryStore` of that name, which has the part of MLflow's client that
-the reading queries call: ``get_run``, ``search_runs`` (the filters :mod:`plnexp.store.queries`
-writes: ``attributes.status``, ``tags.`KEY``` with ``=``, ``!=`` or ``LIKE``, joined by ``and``),
+the reading queries call: ``get_run``, ``search_runs`` (any filter string, read by MLflow's own
+search filter: :func:`plnexp.store.mlflow_compat.filter_runs`),
 ``get_experiment``, ``get_experiment_by_name``, ``search_experiments``, ``get_metric_history`` (a
 run's step metrics: :meth:`MemoryStore.add`'s ``histories``) and ``download_artifacts`` (its text
 artifacts: :meth:`MemoryStore.add`'s ``artifacts``), so that a report reads a sweep from here. Nothing else of MLflow
@@ -13,9 +13,14 @@ by the real path reads back from here as it does from there)."""
 
 from __future__ import annotations
 
-import re
 import uuid
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from . import mlflow_compat
+
+if TYPE_CHECKING:
+    from mlflow.entities import Experiment, Metric, Run
 
 SCHEME = "memory:"  # the URIs of in-memory stores: memory:NAME
 _STORES: dict[str, MemoryStore] = {}
@@ -36,73 +41,16 @@ def store(uri: str) -> MemoryStore:
         raise KeyError(f"{uri}: no such in-memory store (plnexp.store.memory.new makes one)") from None
 
 
-@dataclass(frozen=True)
-class _Info:
-    run_id: str
-    experiment_id: str
-    run_name: str
-    status: str
-    lifecycle_stage: str
-    start_time: int | None
-    end_time: int | None
-
-
-@dataclass(frozen=True)
-class _Data:
-    params: dict
-    metrics: dict
-    tags: dict
-
-
-@dataclass(frozen=True)
-class _Run:
-    info: _Info
-    data: _Data
-
-
-@dataclass(frozen=True)
-class _Step:
-    step: int
-    value: float
-
-
-@dataclass(frozen=True)
-class _Experiment:
-    experiment_id: str
-    name: str
-
-
 class _Page(list):
     token = None  # one page holds every run
 
 
-_CLAUSE = re.compile(r"^(attributes|tags|params)\.(?:`([^`]+)`|([\w.]+))\s*(=|!=|LIKE)\s*'(.*)'$", re.IGNORECASE)
-
-
-def _matches(run: _Run, filter_string: str) -> bool:
-    for clause in filter(None, (c.strip() for c in re.split(r"\s+and\s+", filter_string, flags=re.IGNORECASE))):
-        m = _CLAUSE.match(clause)
-        if m is None:
-            raise ValueError(f"in-memory store: filter {clause!r} not understood")
-        where, quoted, bare, op, value = m.groups()
-        key = quoted or bare
-        have = {"attributes": vars(run.info), "tags": run.data.tags, "params": run.data.params}[where.lower()].get(key)
-        if op.upper() == "LIKE":
-            pattern = "^" + ".*".join(map(re.escape, value.split("%"))) + "$"
-            ok = have is not None and re.match(pattern, str(have)) is not None
-        else:
-            ok = (have is not None and str(have) == value) == (op == "=")
-        if not ok:
-            return False
-    return True
-
-
 @dataclass
 class MemoryStore:
-    """Experiments and runs held in dicts, in the shape MLflow's client returns them."""
+    """Experiments and runs held in dicts, as MLflow's own entities (``Run``, ``Experiment``, ``Metric``)."""
 
-    experiments: dict[str, _Experiment] = field(default_factory=dict)
-    runs: dict[str, _Run] = field(default_factory=dict)
+    experiments: dict[str, Experiment] = field(default_factory=dict)
+    runs: dict[str, Run] = field(default_factory=dict)
     histories: dict[tuple[str, str], list[float]] = field(default_factory=dict)  # (run, key) -> values by step
     artifacts: dict[tuple[str, str], str] = field(default_factory=dict)  # (run, path) -> text
 
@@ -111,8 +59,10 @@ class MemoryStore:
         for e in self.experiments.values():
             if e.name == name:
                 return e.experiment_id
+        from mlflow.entities import Experiment
+
         exp_id = str(len(self.experiments) + 1)
-        self.experiments[exp_id] = _Experiment(exp_id, name)
+        self.experiments[exp_id] = Experiment(exp_id, name, "", "active")
         return exp_id
 
     def add(
@@ -133,25 +83,33 @@ class MemoryStore:
     ) -> str:
         """A run of the experiment ``experiment`` (by name), from plain dicts; returns its id.
         ``histories``: step metrics (key -> values, step 0 first); ``artifacts``: text files (path -> text)."""
+        from mlflow.entities import Metric, Param, Run, RunData, RunInfo, RunTag
+
         run_id = run_id or uuid.uuid4().hex
         for key, values in (histories or {}).items():
             self.histories[(run_id, key)] = [float(v) for v in values]
         for path, text in (artifacts or {}).items():
             self.artifacts[(run_id, path)] = text
-        info = _Info(
+        info = RunInfo(
             run_id,
             self.experiment(experiment),
-            name,
+            "",
             status,
-            "deleted" if deleted else "active",
             start_time if start_time is not None else len(self.runs),
             end_time,
+            "deleted" if deleted else "active",
+            run_name=name,
         )
-        self.runs[run_id] = _Run(info, _Data(dict(params or {}), dict(metrics or {}), dict(tags or {})))
+        data = RunData(
+            [Metric(k, v, 0, 0) for k, v in (metrics or {}).items()],
+            [Param(k, str(v)) for k, v in (params or {}).items()],
+            [RunTag(k, str(v)) for k, v in (tags or {}).items()],
+        )
+        self.runs[run_id] = Run(info, data)
         return run_id
 
     # ------------------------------------------------------------ MLflow's client, the part read
-    def get_run(self, run_id: str) -> _Run:
+    def get_run(self, run_id: str) -> Run:
         from mlflow.exceptions import MlflowException
         from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST
 
@@ -161,10 +119,13 @@ class MemoryStore:
 
     def search_runs(self, experiment_ids, filter_string: str = "", max_results: int = 1000, page_token=None) -> _Page:
         ids = set(experiment_ids)
-        return _Page(r for r in self.runs.values() if r.info.experiment_id in ids and _matches(r, filter_string))
+        runs = [r for r in self.runs.values() if r.info.experiment_id in ids]
+        return _Page(mlflow_compat.filter_runs(runs, filter_string))
 
-    def get_metric_history(self, run_id: str, key: str) -> list[_Step]:
-        return [_Step(i, v) for i, v in enumerate(self.histories.get((run_id, key), []))]
+    def get_metric_history(self, run_id: str, key: str) -> list[Metric]:
+        from mlflow.entities import Metric
+
+        return [Metric(key, v, 0, i) for i, v in enumerate(self.histories.get((run_id, key), []))]
 
     def download_artifacts(self, run_id: str, path: str, dst_path: str) -> str:
         """The artifact written under ``dst_path``; MlflowException where the run has none there."""
@@ -179,11 +140,11 @@ class MemoryStore:
         out.write_text(self.artifacts[(run_id, path)])
         return str(out)
 
-    def get_experiment(self, experiment_id: str) -> _Experiment:
+    def get_experiment(self, experiment_id: str) -> Experiment:
         return self.experiments[experiment_id]
 
-    def get_experiment_by_name(self, name: str) -> _Experiment | None:
+    def get_experiment_by_name(self, name: str) -> Experiment | None:
         return next((e for e in self.experiments.values() if e.name == name), None)
 
-    def search_experiments(self, view_type=None, max_results: int | None = None) -> list[_Experiment]:
+    def search_experiments(self, view_type=None, max_results: int | None = None) -> list[Experiment]:
         return list(self.experiments.values())

@@ -18,6 +18,7 @@ import logging
 from pathlib import Path
 
 from ..jobs.config import outputs_dir
+from ..system.commandline import first_line
 from ..system.paths import write_atomic
 from ..system.redact import redact_text
 from . import writes
@@ -41,17 +42,12 @@ def keep(uri: str, run_id: str, record: dict) -> Path:
 
 def kept_line(run_id: str, path: Path, error: BaseException) -> str:
     return (
-        f"the store failed after the fit of run {run_id} ({_why(error)}): its result is kept in {path}, "
+        f"the store failed after the fit of run {run_id} ({first_line(error)}): its result is kept in {path}, "
         "and sent by `python -m plnexp sync` or the next plnexp command on this store"
     )
 
 
 SHOWN_METRICS = ("final_elbo", "ms_per_iter", "n_iter_run")  # what a lost result's line names
-
-
-def _why(error: BaseException) -> str:
-    first = (str(error).strip().splitlines() or [""])[0]
-    return redact_text(f"{type(error).__name__}: {first}" if first else type(error).__name__)
 
 
 def lost_line(run_id: str, record: dict, error: BaseException, unkept: BaseException) -> str:
@@ -60,8 +56,8 @@ def lost_line(run_id: str, record: dict, error: BaseException, unkept: BaseExcep
     values = {k: v for k, v, step, _ in record.get("metrics", []) if step == 0 and k in SHOWN_METRICS}
     shown = ", ".join(f"{k}={values[k]:.6g}" for k in SHOWN_METRICS if k in values)
     return (
-        f"the store failed after the fit of run {run_id} ({_why(error)}) and its result could not be kept in "
-        f"{folder()} either ({_why(unkept)}): lost: the {record.get('status', '')} result of run {run_id}"
+        f"the store failed after the fit of run {run_id} ({first_line(error)}) and its result could not be kept in "
+        f"{folder()} either ({first_line(unkept)}): lost: the {record.get('status', '')} result of run {run_id}"
         f"{f' ({shown})' if shown else ''}; free space, then run the job again"
     )
 
@@ -89,35 +85,30 @@ def finish(cl, uri: str, run_id: str, job) -> Path | None:
         return path
 
 
+def _kept() -> list[tuple[Path, dict | None, str]]:
+    """Each file of the folder: its kept result, or None and why it cannot be read as one."""
+    out: list[tuple[Path, dict | None, str]] = []
+    for path in sorted(folder().glob("*.json")) if folder().is_dir() else []:
+        try:
+            data = json.loads(path.read_text())
+            if not isinstance(data, dict) or "store" not in data:
+                raise ValueError("not a kept result: no store")
+            out.append((path, data, ""))
+        except (OSError, ValueError) as e:
+            out.append((path, None, getattr(e, "strerror", None) or str(e).splitlines()[0] or type(e).__name__))
+    return out
+
+
 def waiting(uri: str) -> list[Path]:
     """The files of the results kept for the store ``uri``, oldest first."""
-    if not folder().is_dir():
-        return []
-    found = []
-    for path in folder().glob("*.json"):
-        try:
-            store = json.loads(path.read_text()).get("store")
-        except (OSError, ValueError):
-            continue
-        if store == redact_text(uri):
-            found.append(path)
+    found = [path for path, data, _ in _kept() if data is not None and data["store"] == redact_text(uri)]
     return sorted(found, key=lambda p: p.stat().st_mtime)
 
 
 def unreadable() -> list[tuple[Path, str]]:
     """The files in the folder that cannot be read as a kept result (unreadable, not JSON, no store),
     each with why: never sent, so ``sync`` names them rather than skip them unsaid."""
-    if not folder().is_dir():
-        return []
-    out = []
-    for path in sorted(folder().glob("*.json")):
-        try:
-            data = json.loads(path.read_text())
-            if not isinstance(data, dict) or "store" not in data:
-                raise ValueError("not a kept result: no store")
-        except (OSError, ValueError) as e:
-            out.append((path, getattr(e, "strerror", None) or str(e).splitlines()[0] or type(e).__name__))
-    return out
+    return [(path, why) for path, data, why in _kept() if data is None]
 
 
 def send(uri: str, path: Path) -> str:

@@ -15,13 +15,17 @@ from .writes import CURVE_KEY, JOB_TAG, Parent
 
 
 def _search_all(cl, exp_ids: list[str], filter_string: str) -> list:
-    runs, token = [], None
-    while exp_ids:
-        page = cl.search_runs(exp_ids, filter_string, max_results=1000, page_token=token)
-        runs.extend(page)
-        token = page.token
-        if not token:
-            break
+    """The runs of the experiments ``exp_ids`` that match ``filter_string``: every page, 100
+    experiments a query (MLflow's limit)."""
+    runs = []
+    for start in range(0, len(exp_ids), 100):
+        token = None
+        while True:
+            page = cl.search_runs(exp_ids[start : start + 100], filter_string, max_results=1000, page_token=token)
+            runs.extend(page)
+            token = page.token
+            if not token:
+                break
     return runs
 
 
@@ -29,11 +33,7 @@ def search_experiments(cl, filter_string: str) -> list:
     """The runs of every experiment (deleted ones included) that match ``filter_string``."""
     from mlflow.entities import ViewType
 
-    exps = [e.experiment_id for e in cl.search_experiments(view_type=ViewType.ALL)]
-    runs = []
-    for start in range(0, len(exps), 100):
-        runs += _search_all(cl, exps[start : start + 100], filter_string)
-    return runs
+    return _search_all(cl, [e.experiment_id for e in cl.search_experiments(view_type=ViewType.ALL)], filter_string)
 
 
 def children(cl, parent: Parent) -> list:
@@ -95,12 +95,8 @@ def latest_parent(uri: str, experiment: str | None = None):
         exp_ids = [exp_id] if exp_id is not None else []
     else:
         exp_ids = [e.experiment_id for e in cl.search_experiments(view_type=ViewType.ACTIVE_ONLY)]
-    newest = None
-    for start in range(0, len(exp_ids), 100):
-        for r in _search_all(cl, exp_ids[start : start + 100], f"tags.`{SWEEP_TAG}` LIKE '%'"):
-            if is_parent(r) and (newest is None or (r.info.start_time or 0) > (newest.info.start_time or 0)):
-                newest = r
-    return newest
+    parents = [r for r in _search_all(cl, exp_ids, f"tags.`{SWEEP_TAG}` LIKE '%'") if is_parent(r)]
+    return max(parents, key=lambda r: r.info.start_time or 0, default=None)
 
 
 def experiment_names(uri: str) -> list[str]:

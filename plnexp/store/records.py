@@ -62,8 +62,9 @@ field              tag                                         read as
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar, overload
 
 from ..jobs.provenance import DATA_TAG, FORMAT_TAG, HASH_TAG, PLATFORM_TAG, REPLICATE_TAG, RERUN_TAG, RESUMES_TAG
 from ..jobs.provenance import VERSION_TAG
@@ -78,39 +79,54 @@ from .writes import FINGERPRINT_TAG, Parent
 
 SCHEMA = 1  # the mapping of the module's docstring; a field whose source or meaning changes bumps it
 
-# field -> the tag it is read from (one tag each; kind, owner and data_shape read several: see the docstring)
-FIELDS = {
-    "parent_id": PARENT_TAG,
-    "status_reason": STATUS_REASON_TAG,
-    "reason": REASON_TAG,
-    "job": JOB_TAG,
-    "control_of": CONTROL_OF_TAG,
-    "peer": PEER_TAG,
-    "replicate": REPLICATE_TAG,
-    "rerun_of": RERUN_TAG,
-    "config_hash": HASH_TAG,
-    "overrides": OVERRIDES_TAG,
-    "verdict": VERDICT_TAG,
-    "reference": REFERENCE_TAG,
-    "group": GROUP_TAG,
-    "data_digest": DATA_TAG,
-    "dataset": DATASET_TAG,
-    "platform": PLATFORM_TAG,
-    "fingerprint": FINGERPRINT_TAG,
-    "provenance": FORMAT_TAG,
-    "version": VERSION_TAG,
-    "sweep": SWEEP_TAG,
-    "jobs": JOBS_TAG,
-    "command": COMMAND_TAG,
-    "resumes": RESUMES_TAG,
-}
-
 
 def _int(text: str | None) -> int | None:
     try:
         return int(text) if text is not None else None
     except ValueError:
         return None
+
+
+def _text(text: str | None) -> str:
+    return text or ""
+
+
+def _maybe(text: str | None) -> str | None:
+    return text
+
+
+def _job(text: str | None) -> int | None:
+    return int(text) if text is not None and text.isdigit() else None
+
+
+def _replicate(text: str | None) -> int:
+    return int(text or 0)  # 0 when absent: runs logged before replicates were tagged
+
+
+def _words(text: str | None) -> tuple[str, ...]:
+    return tuple(filter(None, (text or "").split(" ")))
+
+
+def _ids(text: str | None) -> tuple[str, ...]:
+    return tuple(filter(None, (text or "").split(",")))
+
+
+T = TypeVar("T")
+
+
+class _Tag(Generic[T]):
+    """A field of :class:`RunRecord` read from one tag of the run: ``read`` of its value (None where
+    the run has none)."""
+
+    def __init__(self, key: str, read: Callable[[str | None], T]):
+        self.key, self.read = key, read
+
+    @overload
+    def __get__(self, record: None, owner: type) -> _Tag[T]: ...
+    @overload
+    def __get__(self, record: RunRecord, owner: type) -> T: ...
+    def __get__(self, record, owner):
+        return self if record is None else self.read(record.tags.get(self.key))
 
 
 @dataclass(frozen=True)
@@ -130,19 +146,35 @@ class RunRecord:
     schema: int = field(default=SCHEMA, compare=False, repr=False)
 
     # ------------------------------------------------------------ what the run is in its sweep
-    @property
-    def parent_id(self) -> str:
-        return self.tags.get(PARENT_TAG, "")
+    parent_id = _Tag(PARENT_TAG, _text)
+    job = _Tag(JOB_TAG, _job)
+    peer = _Tag(PEER_TAG, _maybe)
+    control_of = _Tag(CONTROL_OF_TAG, _int)
+    replicate = _Tag(REPLICATE_TAG, _replicate)
+    rerun_of = _Tag(RERUN_TAG, _text)
+    config_hash = _Tag(HASH_TAG, _maybe)
+    overrides = _Tag(OVERRIDES_TAG, _words)
+    # ------------------------------------------------------------ how it ended
+    status_reason = _Tag(STATUS_REASON_TAG, _text)
+    reason = _Tag(REASON_TAG, _text)
+    # ------------------------------------------------------------ the verdict of its group's rounds
+    verdict = _Tag(VERDICT_TAG, _text)
+    reference = _Tag(REFERENCE_TAG, _text)
+    group = _Tag(GROUP_TAG, _text)
+    # ------------------------------------------------------------ its data and environment
+    data_digest = _Tag(DATA_TAG, _text)
+    dataset = _Tag(DATASET_TAG, _text)
+    platform = _Tag(PLATFORM_TAG, _text)
+    fingerprint = _Tag(FINGERPRINT_TAG, _text)
+    provenance = _Tag(FORMAT_TAG, _maybe)
+    version = _Tag(VERSION_TAG, _text)
+    # ------------------------------------------------------------ a sweep's parent run
+    sweep = _Tag(SWEEP_TAG, _maybe)
+    jobs = _Tag(JOBS_TAG, _int)
+    command = _Tag(COMMAND_TAG, _text)
+    resumes = _Tag(RESUMES_TAG, _ids)
 
-    @property
-    def job(self) -> int | None:
-        text = self.tags.get(JOB_TAG)
-        return int(text) if text is not None and text.isdigit() else None
-
-    @property
-    def peer(self) -> str | None:
-        return self.tags.get(PEER_TAG)
-
+    # ------------------------------------------------------------ fields of several tags
     @property
     def kind(self) -> Kind:
         if self.peer is not None:
@@ -155,25 +187,9 @@ class RunRecord:
         return self.kind is Kind.CONTROL
 
     @property
-    def control_of(self) -> int | None:
-        return _int(self.tags.get(CONTROL_OF_TAG))
-
-    @property
     def control_tags(self) -> dict[str, str]:
         """The control job's own tags, as logged (a rerun of the control job keeps them)."""
         return {k: self.tags[k] for k in (CONTROL_TAG, CONTROL_OF_TAG) if k in self.tags}
-
-    @property
-    def replicate(self) -> int:
-        return int(self.tags.get(REPLICATE_TAG, "0") or 0)
-
-    @property
-    def rerun_of(self) -> str:
-        return self.tags.get(RERUN_TAG, "")
-
-    @property
-    def config_hash(self) -> str | None:
-        return self.tags.get(HASH_TAG)
 
     @property
     def key(self) -> tuple[str | None, int]:
@@ -181,85 +197,21 @@ class RunRecord:
         return self.config_hash, self.replicate
 
     @property
-    def overrides(self) -> tuple[str, ...]:
-        return tuple(filter(None, self.tags.get(OVERRIDES_TAG, "").split(" ")))
-
-    # ------------------------------------------------------------ how it ended, and who owns it
-    @property
-    def status_reason(self) -> str:
-        return self.tags.get(STATUS_REASON_TAG, "")
-
-    @property
-    def reason(self) -> str:
-        return self.tags.get(REASON_TAG, "")
-
-    @property
     def owner(self) -> Owner | None:
         return owners.owner_of(self.tags)
-
-    # ------------------------------------------------------------ the verdict of its group's rounds
-    @property
-    def verdict(self) -> str:
-        return self.tags.get(VERDICT_TAG, "")
-
-    @property
-    def reference(self) -> str:
-        return self.tags.get(REFERENCE_TAG, "")
-
-    @property
-    def group(self) -> str:
-        return self.tags.get(GROUP_TAG, "")
-
-    # ------------------------------------------------------------ its data and environment
-    @property
-    def data_digest(self) -> str:
-        return self.tags.get(DATA_TAG, "")
-
-    @property
-    def dataset(self) -> str:
-        return self.tags.get(DATASET_TAG, "")
 
     @property
     def data_shape(self) -> tuple[int | None, int | None]:
         return _int(self.tags.get(DATA_N_TAG)), _int(self.tags.get(DATA_P_TAG))
 
     @property
-    def platform(self) -> str:
-        return self.tags.get(PLATFORM_TAG, "")
-
-    @property
-    def fingerprint(self) -> str:
-        return self.tags.get(FINGERPRINT_TAG, "")
-
-    @property
-    def provenance(self) -> str | None:
-        return self.tags.get(FORMAT_TAG)
-
-    @property
-    def version(self) -> str:
-        return self.tags.get(VERSION_TAG, "")
-
-    # ------------------------------------------------------------ a sweep's parent run
-    @property
-    def sweep(self) -> str | None:
-        return self.tags.get(SWEEP_TAG)
-
-    @property
-    def jobs(self) -> int | None:
-        return _int(self.tags.get(JOBS_TAG))
-
-    @property
-    def command(self) -> str:
-        return self.tags.get(COMMAND_TAG, "")
-
-    @property
-    def resumes(self) -> tuple[str, ...]:
-        return tuple(filter(None, self.tags.get(RESUMES_TAG, "").split(",")))
-
-    @property
     def is_parent(self) -> bool:
         """Whether the run is a sweep's parent run (tagged with its sweep, itself without a parent)."""
         return self.sweep is not None and not self.parent_id
+
+
+# field -> the tag it is read from (one tag each; kind, owner and data_shape read several: see the docstring)
+FIELDS = {name: d.key for name, d in vars(RunRecord).items() if isinstance(d, _Tag)}
 
 
 def record(run) -> RunRecord:

@@ -302,27 +302,17 @@ def log_job(cl, exp_id: str, job, parent_id: str | None = None) -> str:
 def log_report(uri: str, run_id: str, folder: Path, metrics: dict, tags: dict) -> None:
     """Attach a report to a sweep's parent run: the files of ``folder`` under ``report/``, its
     summary metrics and tags (a run can take them after it ended; a later report replaces them)."""
-    from mlflow.entities import RunTag
-
-    cl = client(uri)
-    now = int(time.time() * 1000)
-    cl.log_batch(
-        run_id,
-        metrics=[_metric(k, v, ts=now) for k, v in metrics.items() if np.isfinite(v)],
-        tags=[RunTag(k, v) for k, v in safe(tags).items()],
-    )
-    cl.log_artifacts(run_id, str(folder), "report")
+    add_results(uri, run_id, metrics, tags)
+    client(uri).log_artifacts(run_id, str(folder), "report")
 
 
 def set_tags(uri: str, run_id: str, tags: dict) -> None:
     """Add tags to a run (e.g. a rerun's verdict, once it is known), in one call."""
-    from mlflow.entities import RunTag
-
-    client(uri).log_batch(run_id, tags=[RunTag(k, v) for k, v in safe(tags).items()])
+    add_results(uri, run_id, {}, tags)
 
 
 def add_results(uri: str, run_id: str, metrics: dict, tags: dict) -> None:
-    """Metrics and tags measured after the run ended (its group's timed rounds), in one call."""
+    """Metrics and tags measured after the run ended (its group's timed rounds, a report's summary), in one call."""
     from mlflow.entities import RunTag
 
     now = int(time.time() * 1000)

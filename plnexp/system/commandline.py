@@ -31,7 +31,14 @@ def fail(e: Exception) -> int:
     return 2
 
 
-class _Helped(Exception):
+def first_line(e: BaseException) -> str:
+    """An exception in one line: ``TYPE: the first line of its message`` (credentials masked), or
+    ``TYPE`` alone."""
+    text = str(e).strip()
+    return f"{type(e).__name__}: {redact_text(text.splitlines()[0])}" if text else type(e).__name__
+
+
+class Helped(Exception):
     """The help was printed (``-h``/``--help``): the command ends, exit 0."""
 
 
@@ -71,7 +78,7 @@ class Parser(argparse.ArgumentParser):
 
     def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
         if status == 0:  # after --help
-            raise _Helped
+            raise Helped
         self.error((message or "").strip())
 
     def allowed(self) -> str:
@@ -83,7 +90,7 @@ class Parser(argparse.ArgumentParser):
         help was asked for (and printed). An argument the command does not take: a :class:`UsageError`."""
         try:
             ns, extra = self.parse_known_intermixed_args(list(args))
-        except _Helped:
+        except Helped:
             return None
         if extra:
             arg = extra[0]

@@ -8,6 +8,8 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ...system.commandline import first_line as first_line  # the one way an error is told in one line
+
 
 @dataclass(frozen=True)
 class Check:
@@ -30,9 +32,3 @@ def finding(fn: Callable[..., tuple[bool | None, str]]) -> Callable[..., list[Ch
         return [Check(fn.__name__, *fn(*args, **kwargs))]
 
     return check
-
-
-def first_line(e: BaseException) -> str:
-    """An error in one line: its type and the first line of its message."""
-    text = str(e).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
