@@ -62,15 +62,6 @@ def allowed_options(group: str, user_dirs: Sequence[Path] = ()) -> str:
     )
 
 
-def check_configs() -> None:
-    """The configs are where plnexp reads them (``plnexp.system.paths.CONF_DIR``): one line if not."""
-    if not (CONF_DIR / "config.yaml").is_file():
-        raise ConfigError(
-            f"configs not found: {CONF_DIR / 'config.yaml'} does not exist (an install without plnexp's conf/); "
-            f"reinstall plnexp ({install_command()})"
-        )
-
-
 # the members come from the registries at import time (one list of names each), which mypy cannot enumerate
 Device = Enum("Device", {k: k for k in DEVICES}, type=str)  # type: ignore[misc]  # members built from DEVICES
 ModelName = Enum("ModelName", {k: k for k in MODEL_NAMES}, type=str)  # type: ignore[misc]  # members built from MODEL_NAMES
