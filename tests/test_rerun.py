@@ -15,6 +15,7 @@ from plnexp.experiment import plan as cli
 from plnexp.jobs import provenance
 from plnexp.experiment import rerun_verdict
 from plnexp.experiment import resume
+from plnexp.experiment import sweep_dispatch
 from plnexp.experiment import runner
 from plnexp.experiment import sweep, sweep_record
 from plnexp import store as tracking
@@ -327,7 +328,7 @@ def test_resume_only_for_sweeps(outputs, capsys):
 
 
 @pytest.mark.slow
-def test_resume_reuses_finished_jobs_and_summarises_the_whole_grid(outputs, tmp_path, monkeypatch):
+def test_resume_reuses_finished_jobs_and_summarises_the_whole_grid(outputs, tmp_path, monkeypatch, capsys):
     """The bookkeeping of a resumed sweep, with a stand-in fit: FINISHED jobs are reused, FAILED ones
     run again, the summary covers the grid, the parent is tagged with the sweep it completes."""
     statuses = iter(["FINISHED", "FAILED", "FINISHED", "FINISHED"])
@@ -349,8 +350,12 @@ def test_resume_reuses_finished_jobs_and_summarises_the_whole_grid(outputs, tmp_
     assert done[0].config_hash == provenance.config_hash(jobs[0].config)
     second = sweep.open_sweep(tmp_path / "b", "s", "rr", uri, 3, resume.tags(done), reused=tuple(done))
     assert sweep_record.read_record(tmp_path / "b") == second  # what the jobs read
-    assert resume.reused_run(second, jobs[0].config) == done[0].run_id
-    assert resume.reused_run(second, jobs[1].config) is None
+    # the driver dispatches the plan minus the reused job: job 0 is not run again, job 1 is
+    capsys.readouterr()
+    assert [s.num for s in sweep_dispatch.to_run(second, jobs.specs())] == [1, 2]
+    said = capsys.readouterr().out
+    assert f"[1/3] {jobs[0].name} FINISHED earlier (run {done[0].run_id}): skipped" in said
+    assert "resume: runs 2 jobs; reuses 1 job(s)" in said
     for i in (1, 2):
         runner.run_job(jobs[i].config.as_study(), jobs[i].overrides, jobs[i].name, parent=second.parent, job_num=i)
     summary = sweep.close_sweep(second)

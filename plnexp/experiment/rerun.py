@@ -109,7 +109,7 @@ def _rerun_peer(uri: str, src: Source, experiment_id: str, parent_id: str | None
     as job number ``num`` of ``parent_id`` (None: a run of its own), through the path of a sweep's
     peers (:func:`plnexp.experiment.peer_runs.run_peer`). A peer not installed here: one line."""
     from ..jobs.peers import PEERS
-    from .peer_runs import run_peer
+    from .peer_runs import peer_config, run_peer
 
     assert src.peer is not None
     peer = PEERS[src.peer]
@@ -117,7 +117,7 @@ def _rerun_peer(uri: str, src: Source, experiment_id: str, parent_id: str | None
     if why is not None:
         raise ConfigError(f"run {src.run_id}: a run of the peer {src.peer}, which is {why}")
     parent = tracking.Parent(uri, experiment_id, parent_id)  # type: ignore[arg-type]  # None: no parent run
-    return run_peer(peer, src.config, parent, num, {provenance.RERUN_TAG: src.run_id})
+    return run_peer(peer_config(peer, src.config), parent, num, {provenance.RERUN_TAG: src.run_id})
 
 
 def _stop_line(stop, what: str) -> None:
@@ -213,7 +213,7 @@ def _sweep(
 
     def launch(record) -> None:
         if specs:  # the given jobs alone: no control job, no peers of the sweep's own (they are given too)
-            sweep_dispatch.run_jobs(job_task.Task(extras=False), record, sweep_dir, specs, InProcess())
+            sweep_dispatch.run_jobs(job_task.Task(), record, sweep_dir, specs, InProcess())
         from ..jobs.peers import PEERS
 
         for num, s in enumerate(sources[len(jobs) :], start=len(jobs) + 1):  # past the control job's, as a sweep

@@ -8,8 +8,8 @@ plnexp's commit), and on how it is measured: the timing protocol (:data:`PROTOCO
 and the environment (:data:`SOFTWARE_KEYS`, and :data:`MACHINE_KEYS` when the jobs run on this
 machine; tags), so that a run timed otherwise, or with other software, is not reused as if alike.
 A key an older run did not log is not compared. A job with such a run is not run again: the
-sweep's record lists it (:attr:`plnexp.experiment.sweep_record.SweepRecord.reused`), its Hydra job skips
-it, and the summary (and the parent's ``n_done``) covers the whole grid, reusing that run's row. FAILED,
+sweep's record lists it (:attr:`plnexp.experiment.sweep_record.SweepRecord.reused`), the driver never
+dispatches it (:func:`plnexp.experiment.sweep_dispatch.to_run`), and the summary (and the parent's ``n_done``) covers the whole grid, reusing that run's row. FAILED,
 KILLED and orphaned jobs run again. The new parent run is tagged ``resumes`` with the parent runs
 whose children it reuses. When every job is done already, nothing is created.
 """
@@ -282,20 +282,6 @@ def rounds_owed(uri: str, configs: list[Config], done: list[Reused]) -> bool:
             if run is not None and not run.verdict:
                 return True
     return False
-
-
-def reused_run(record, config: Config) -> str | None:
-    """In a job: the earlier run that answers ``config`` if the sweep reuses one, else None. Jobs of
-    one config hash may be timed otherwise (``repeats=1,3``): the run's timing protocol must be the
-    job's too (read from the store; the environment was the driver's to compare)."""
-    h = provenance.config_hash(config)
-    for d in record.reused:
-        if d.config_hash != h:
-            continue
-        run = tracking.records.run(record.uri, d.run_id)
-        if run is not None and not unlike(config, run, {}):
-            return d.run_id
-    return None
 
 
 def rows(uri: str, reused) -> list[dict]:

@@ -9,9 +9,11 @@
       -> open_sweep(sweep_dir, ...)                   the experiment and the parent run, created once,
                                                       and the record <sweep_dir>/plnexp-sweep.json
       -> run_jobs(task, record, sweep_dir, specs, executor)   (plnexp.experiment.sweep_dispatch)
-           the executor (plnexp.experiment.executors: in this process, joblib's workers, a SLURM job
-           array) runs each spec as one Task call (plnexp.experiment.job_task.Task), given the record:
-           the job runs as a child of the parent (plnexp.experiment.runner.run_job), its folder
+           the plan's jobs (the grid, then its control job and peers: plnexp.experiment.plan.extras),
+           less those a resumed sweep reuses (sweep_dispatch.to_run), handed to the executor
+           (plnexp.experiment.executors: in this process, joblib's workers, a SLURM job array),
+           which runs each spec as one Task call (plnexp.experiment.job_task.Task), given the
+           record: the job runs as a child of the parent, its run written live, its folder
            <sweep_dir>/<job number>
       -> close_sweep(record, status)                  after the last job, or on an interrupt
                                                       (KILLED) or a crash (FAILED): children still
@@ -20,17 +22,16 @@
                                                       MLflow, the parent closed.
 
 A job in another process gets the record with its spec (pickled), never through this process's
-memory; a worker tells itself from the driver by what its executor called
-(:func:`~plnexp.experiment.sweep_dispatch.job_of`). A job of
+memory; a worker tells itself from the driver by the record (its driver's host and process:
+:func:`plnexp.experiment.job_task.in_driver`). A job of
 ``processes`` > 1 (one fit across N JAX processes) runs through its N workers, which
 :func:`plnexp.experiment.job_task.run_job` starts from the process running the job (the basic
 launcher's driver) and waits for (:mod:`plnexp.experiment.processes`: process 0 logs the child run
 and hands the outcome back); under SLURM it is one SLURM job of N tasks, each joining the others
 (:func:`~plnexp.experiment.sweep_dispatch.across_in_worker`).
 
-The sweep's **control job** and its **peers**, after the grid where the driver ran it all: see
-:mod:`plnexp.experiment.job_task` (:meth:`~plnexp.experiment.job_task.Task.control`,
-:meth:`~plnexp.experiment.job_task.Task.peers`). The record: :mod:`plnexp.experiment.sweep_record`;
+The sweep's **control job** and its **peers**, after the grid where the driver runs it all: planned
+with it (:func:`plnexp.experiment.plan.extras`). The record: :mod:`plnexp.experiment.sweep_record`;
 the summary: :mod:`plnexp.experiment.sweep_summary`.
 """
 
