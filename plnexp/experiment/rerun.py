@@ -39,13 +39,13 @@ from typing import TYPE_CHECKING
 from ..system import interrupts
 from ..jobs import provenance
 from . import rerun_pairs
-from .. import store as tracking
+from .. import store
 from ..jobs.config import ConfigError
 from ..core.data import DataError
 from ..jobs.spec import JobSpec, Kind
 from .executors import InProcess
 from ..system.commandline import Parser, UsageError, fail
-from .rerun_sources import Source, plan, store_override
+from .rerun_sources import Source, prepare, store_override
 from .rerun_verdict import compare, report_environment
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ def _rerun_peer(uri: str, src: Source, experiment_id: str, parent_id: str | None
     why = peer.available()
     if why is not None:
         raise ConfigError(f"run {src.run_id}: a run of the peer {src.peer}, which is {why}")
-    parent = tracking.Parent(uri, experiment_id, parent_id)  # type: ignore[arg-type]  # None: no parent run
+    parent = store.Parent(uri, experiment_id, parent_id)  # type: ignore[arg-type]  # None: no parent run
     return run_peer(peer_config(peer, src.config), parent, num, {provenance.RERUN_TAG: src.run_id})
 
 
@@ -143,10 +143,10 @@ def main(args: list[str]) -> int:
             if parsed is None:  # --help: printed
                 return 0
             run_id, overrides, strict = parsed
-            store, overrides = store_override(overrides)
+            given_store, overrides = store_override(overrides)
             with interrupts.deferred():
-                uri, run, sources, digests = plan(run_id, overrides, store)
-        except (UsageError, ConfigError, DataError, tracking.StoreError) as e:
+                uri, run, sources, digests = prepare(run_id, overrides, given_store)
+        except (UsageError, ConfigError, DataError, store.StoreError) as e:
             return fail(e)
         except KeyboardInterrupt as e:
             guard.stopping()
@@ -172,7 +172,7 @@ def main(args: list[str]) -> int:
 
 
 def _single(uri: str, src: Source, overrides: list[str], env_same: bool, strict: bool) -> int:
-    force = lambda signum: tracking.end_process_runs(
+    force = lambda signum: store.end_process_runs(
         uri,
         "KILLED",
         f"interrupted by {signal.Signals(signum).name} (twice: stopped inside a compiled fit)",
@@ -228,7 +228,7 @@ def _sweep(
     end = sweep.session(
         sweep_dir,
         f"{name}-rerun",
-        tracking.experiment_name(uri, parent_run.experiment_id),
+        store.experiment_name(uri, parent_run.experiment_id),
         uri,
         len(jobs),
         {provenance.RERUN_TAG: parent_run.run_id, "command": provenance.command_line()},

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from ..jobs import provenance
 from . import runner
-from .. import store as tracking
+from .. import store
 from ..jobs.config import Config, flatten
 
 if TYPE_CHECKING:
@@ -184,7 +184,7 @@ def match(uri: str, experiment: str, jobs) -> Match:
     """:func:`find_done`, and the FINISHED run of the experiment nearest to the jobs left to run:
     any run when no job is answered; else only a run of a left job's config that was refused for
     how it was timed or run (the jobs an interrupted sweep never ran have none: nothing more said)."""
-    runs = tracking.records.finished_runs(uri, experiment)
+    runs = store.records.finished_runs(uri, experiment)
     envs = _Environments()
     done = _done(runs, jobs, envs)
     answered = {d.job for d in done}
@@ -195,7 +195,7 @@ def match(uri: str, experiment: str, jobs) -> Match:
 def find_done(uri: str, experiment: str, jobs) -> list[Reused]:
     """The jobs (``plnexp.experiment.plan.Job``) that a FINISHED run of ``experiment`` already answers (the newest
     such run for each). Reads only: nothing is created, not even the experiment."""
-    answered = tracking.records.finished(uri, experiment, {provenance.config_hash(j.config) for j in jobs})
+    answered = store.records.finished(uri, experiment, {provenance.config_hash(j.config) for j in jobs})
     return _done([r for runs in answered.values() for r in runs], jobs)
 
 
@@ -278,7 +278,7 @@ def rounds_owed(uri: str, configs: list[Config], done: list[Reused]) -> bool:
     timed = {i for group in compared for i, _ in group}
     for d in done:
         if d.job in timed:
-            run = tracking.records.run(uri, d.run_id)
+            run = store.records.run(uri, d.run_id)
             if run is not None and not run.verdict:
                 return True
     return False
@@ -290,7 +290,7 @@ def rows(uri: str, reused) -> list[dict]:
     out = []
     for d in reused:
         for k, run_id in enumerate(d.run_ids or (d.run_id,)):
-            r = tracking.records.run(uri, run_id)
+            r = store.records.run(uri, run_id)
             if r is not None:
                 out.append(
                     {

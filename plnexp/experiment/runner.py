@@ -403,12 +403,12 @@ def run_job(
     """
     from ..jobs import provenance
     from ..system import slurm
-    from .. import store as tracking
+    from .. import store
     from ..jobs.ranking import MIN_SPEEDUP_TAG
 
-    uri = parent.uri if parent else tracking.tracking_uri(config.tracking_uri)
-    tracking.set_timeout(config.store_timeout_s)  # a job in a process of its own (joblib, SLURM) too
-    cl = tracking.client(uri)
+    uri = parent.uri if parent else store.tracking_uri(config.tracking_uri)
+    store.set_timeout(config.store_timeout_s)  # a job in a process of its own (joblib, SLURM) too
+    cl = store.client(uri)
     base = name or config.run_name
     k = config.replicates
     outcomes = [
@@ -418,7 +418,7 @@ def run_job(
     outcomes[0].hold = hold
     tags = {
         **provenance.run_tags(config),
-        **({tracking.JOB_TAG: job_num} if job_num is not None else {}),
+        **({store.JOB_TAG: job_num} if job_num is not None else {}),
         # a sweep's job: the minimum effect its report ranks with (report.min_speedup, not a param:
         # not part of the fit, see plnexp.jobs.config.ReportSpec)
         **({MIN_SPEEDUP_TAG: f"{config.report.min_speedup:g}"} if parent is not None else {}),
@@ -426,9 +426,9 @@ def run_job(
     }
     try:
         with interrupts.deferred():
-            exp_id = parent.experiment_id if parent else tracking.experiment_id(cl, config.experiment)
+            exp_id = parent.experiment_id if parent else store.experiment_id(cl, config.experiment)
             for out in outcomes:
-                out.run_id = tracking.start_job(
+                out.run_id = store.start_job(
                     cl,
                     exp_id,
                     out,
@@ -448,11 +448,11 @@ def run_job(
             out.stop()
             if out.run_id:
                 with interrupts.deferred():
-                    out.kept = str(tracking.pending.finish(cl, uri, out.run_id, out) or "")
+                    out.kept = str(store.pending.finish(cl, uri, out.run_id, out) or "")
         raise stop from None
     with interrupts.deferred():
         for out in outcomes:
-            out.kept = str(tracking.pending.finish(cl, uri, out.run_id, out) or "")
+            out.kept = str(store.pending.finish(cl, uri, out.run_id, out) or "")
     job = combined(outcomes)
     job.kept = next((o.kept for o in outcomes if o.kept), "")
     job.batch = outcomes

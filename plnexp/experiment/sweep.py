@@ -3,7 +3,7 @@
 ::
 
     python -m plnexp sweep [overrides]              (plnexp.__main__, one process: the driver)
-      -> plan.plan, check_data, tracking.check_store  every job composed once and validated once into
+      -> plan.plan, check_data, store.check_store  every job composed once and validated once into
                                                       a JobSpec, each data set loaded once, the store
                                                       reached: still no run
       -> open_sweep(sweep_dir, ...)                   the experiment and the parent run, created once,
@@ -49,7 +49,7 @@ from ..system import interrupts
 from ..jobs import provenance
 from . import resume
 from . import runner
-from .. import store as tracking
+from .. import store
 from ..jobs import config as C
 from ..system.redact import redact_text
 from .sweep_record import RECORD_NAME, SweepRecord, write_record
@@ -75,7 +75,7 @@ def open_sweep(
         )
     sweep_dir.mkdir(parents=True, exist_ok=True)
     tags = {"jobs": total, "git_commit": provenance.git_commit(), "sweep": name, "sweep_dir": str(sweep_dir), **tags}
-    parent = tracking.open_parent(uri, experiment, f"{name}-{time.strftime('%Y%m%d-%H%M%S')}", tags)
+    parent = store.open_parent(uri, experiment, f"{name}-{time.strftime('%Y%m%d-%H%M%S')}", tags)
     record = SweepRecord(
         uri,
         parent.experiment_id,
@@ -91,7 +91,7 @@ def open_sweep(
     try:
         write_record(sweep_dir, record)
     except FileExistsError:
-        tracking.close_parent(parent, "FAILED", {"status_reason": "sweep folder taken by another sweep"})
+        store.close_parent(parent, "FAILED", {"status_reason": "sweep folder taken by another sweep"})
         raise C.ConfigError(
             f"hydra.sweep.dir={sweep_dir}: already holds a sweep ({RECORD_NAME}); "
             "allowed values are new or empty folders"
@@ -109,7 +109,7 @@ def close_sweep(record: SweepRecord, status: str = "FINISHED", reason: str = "")
     are sent if it is back (else they stay kept, their runs ended FAILED here until sent)."""
     if status != "KILLED":
         try:
-            for line in tracking.pending.send_all(record.uri):
+            for line in store.pending.send_all(record.uri):
                 print(line, file=sys.stderr, flush=True)
         except Exception:  # noqa: BLE001 - the store still fails: the results stay kept (the job's line said so)
             pass
@@ -117,7 +117,7 @@ def close_sweep(record: SweepRecord, status: str = "FINISHED", reason: str = "")
     why = reason or "the sweep ended while this job was running"
     store_error = ""
     try:
-        found = tracking.end_children(record.parent, end_status, why, "interrupted" if status == "KILLED" else "lost")
+        found = store.end_children(record.parent, end_status, why, "interrupted" if status == "KILLED" else "lost")
         found = sorted(
             found + resume.rows(record.uri, record.reused), key=lambda r: (r["job"], r.get("replicate", 0))
         )  # the grid
@@ -161,7 +161,7 @@ def close_sweep(record: SweepRecord, status: str = "FINISHED", reason: str = "")
     if status == "KILLED":
         tags["reason"] = "interrupted"
     try:
-        tracking.close_parent(record.parent, status, tags, summary.table() + "\n" if rows else None)
+        store.close_parent(record.parent, status, tags, summary.table() + "\n" if rows else None)
     except Exception as e:  # noqa: BLE001 - the store failed at the last step: one line, the summary still shown
         summary.store_error = _store_error_line(record, e)
     return summary
@@ -181,7 +181,7 @@ def force_stop(record: SweepRecord | None, uri: str, signame: str) -> None:
     """From the interrupt helper thread, when the main thread is stuck in a compiled fit: end this
     process's RUNNING runs KILLED and close the sweep (the process exits right after)."""
     reason = f"interrupted by {signame} (twice: stopped inside a compiled fit)"
-    tracking.end_process_runs(uri, "KILLED", reason, "interrupted")
+    store.end_process_runs(uri, "KILLED", reason, "interrupted")
     if record is not None:
         close_sweep(record, "KILLED", reason).show(signame)
     else:
@@ -190,7 +190,7 @@ def force_stop(record: SweepRecord | None, uri: str, signame: str) -> None:
 
 def killed_line(uri: str) -> str:
     """What an interrupted single ``run`` says: its run id (the runs this process created)."""
-    ids = ", ".join(r.info.run_id for r in tracking.process_runs(uri))
+    ids = ", ".join(r.info.run_id for r in store.process_runs(uri))
     return f"the run {ids} was recorded KILLED" if ids else "no run had been created"
 
 
