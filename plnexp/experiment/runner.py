@@ -360,23 +360,12 @@ def combined(outcomes: list[Outcome]) -> Outcome:
         return first
     status = "KILLED" if any(o.status == "KILLED" for o in failed) else "FAILED"
     reasons = sorted({o.reason for o in failed})
-    job = Outcome(
-        first.name,
-        first.overrides,
-        first.config,
-        status,
-        f"{len(failed)} of {len(outcomes)} replicates {status}: {'; '.join(reasons)}",
-        first.result,
-        first.started,
-        first.ended,
-        first.clock,
-        first.elapsed,
-        first.data_digest,
-        first.data_shape,
-        first.output_dir,
-        first.run_id,
+    return replace(
+        first,
+        status=status,
+        reason=f"{len(failed)} of {len(outcomes)} replicates {status}: {'; '.join(reasons)}",
+        hold=None,
     )
-    return job
 
 
 def run_job(
@@ -389,6 +378,7 @@ def run_job(
     job_num: int | None = None,
     tags: dict | None = None,
     hold: Callable | None = None,
+    fit: Callable[[list[Outcome]], object] | None = None,
 ) -> Outcome:
     """Execute one job with its MLflow run(s): created RUNNING now, ended with the job's status; one
     run per replicate (``config.replicates``, tagged ``replicate``), all fitted in one program.
@@ -399,7 +389,9 @@ def run_job(
     with the provenance tags (:func:`plnexp.jobs.provenance.run_tags`), a sweep's job also with its
     ``report.min_speedup`` (:data:`plnexp.jobs.ranking.MIN_SPEEDUP_TAG`), and ``tags``. Returns the job's
     outcome (:func:`combined`), each replicate's in its ``batch``. ``hold``: given the job's compiled
-    program (:class:`plnexp.fitting.prepared.Prepared`) to run it again.
+    program (:class:`plnexp.fitting.prepared.Prepared`) to run it again. ``fit``: fills the outcomes
+    instead of plnexp's fit (a peer's, :func:`plnexp.experiment.peer_runs.run_peer`), its run
+    without plnexp's provenance tags (no ``config_hash``: never taken by resume for a job's run).
     """
     from ..jobs import provenance
     from ..system import slurm
@@ -417,7 +409,7 @@ def run_job(
     ]
     outcomes[0].hold = hold
     tags = {
-        **provenance.run_tags(config),
+        **(provenance.run_tags(config) if fit is None else {}),
         **({store.JOB_TAG: job_num} if job_num is not None else {}),
         # a sweep's job: the minimum effect its report ranks with (report.min_speedup, not a param:
         # not part of the fit, see plnexp.jobs.config.ReportSpec)
@@ -435,7 +427,9 @@ def run_job(
                     parent.run_id if parent else None,
                     {**tags, provenance.REPLICATE_TAG: out.replicate},
                 )
-        if k == 1:
+        if fit is not None:
+            fit(outcomes)
+        elif k == 1:
             done = execute(config, overrides, name, output_dir, outcomes[0])
             if done is not outcomes[0]:  # a stand-in execute (tests) may return its own
                 done.run_id, outcomes[0] = outcomes[0].run_id, done
