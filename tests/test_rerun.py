@@ -345,7 +345,7 @@ def test_resume_reuses_finished_jobs_and_summarises_the_whole_grid(outputs, tmp_
     for i in (0, 1):  # then "interrupted": job 2 never ran (a sweep's jobs run as a study: Config.as_study)
         runner.run_job(jobs[i].config.as_study(), jobs[i].overrides, jobs[i].name, parent=first.parent, job_num=i)
     sweep.close_sweep(first, "KILLED", "interrupted by SIGINT")
-    done = resume.find_done(uri, "rr", jobs)
+    done = resume.match(uri, "rr", jobs).done
     assert [(d.job, d.parent_id) for d in done] == [(0, first.parent_id)]
     assert done[0].config_hash == provenance.config_hash(jobs[0].config)
     second = sweep.open_sweep(tmp_path / "b", "s", "rr", uri, 3, resume.tags(done), reused=tuple(done))
@@ -365,7 +365,7 @@ def test_resume_reuses_finished_jobs_and_summarises_the_whole_grid(outputs, tmp_
     assert summary.fit_s == 2.0  # the two jobs fitted here (1 s each), not the reused one
     parent = store_client(outputs).get_run(second.parent_id)
     assert parent.data.tags["resumes"] == first.parent_id and parent.data.tags["n_done"] == "3"
-    assert len(resume.find_done(uri, "rr", jobs)) == 3  # a third resume has nothing left to run
+    assert len(resume.match(uri, "rr", jobs).done) == 3  # a third resume has nothing left to run
 
 
 def test_resume_draws_no_synthetic_data_again_and_compares_a_files_digest(tmp_path, monkeypatch):

@@ -181,7 +181,9 @@ def nearest(jobs, runs, envs: _Environments | None = None, *, refused_only: bool
 
 
 def match(uri: str, experiment: str, jobs) -> Match:
-    """:func:`find_done`, and the FINISHED run of the experiment nearest to the jobs left to run:
+    """The jobs (``plnexp.experiment.plan.Job``) that a FINISHED run of ``experiment`` already answers
+    (the newest such run for each; reads only: nothing is created, not even the experiment), and the
+    FINISHED run of the experiment nearest to the jobs left to run:
     any run when no job is answered; else only a run of a left job's config that was refused for
     how it was timed or run (the jobs an interrupted sweep never ran have none: nothing more said)."""
     runs = store.records.finished_runs(uri, experiment)
@@ -190,13 +192,6 @@ def match(uri: str, experiment: str, jobs) -> Match:
     answered = {d.job for d in done}
     left = [j for i, j in enumerate(jobs) if i not in answered]
     return Match(done, len(jobs), experiment, nearest(left, runs, envs, refused_only=bool(done)))
-
-
-def find_done(uri: str, experiment: str, jobs) -> list[Reused]:
-    """The jobs (``plnexp.experiment.plan.Job``) that a FINISHED run of ``experiment`` already answers (the newest
-    such run for each). Reads only: nothing is created, not even the experiment."""
-    answered = store.records.finished(uri, experiment, {provenance.config_hash(j.config) for j in jobs})
-    return _done([r for runs in answered.values() for r in runs], jobs)
 
 
 def _done(runs, jobs, envs: _Environments | None = None) -> list[Reused]:
