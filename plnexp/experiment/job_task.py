@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, cast
 
 from ..system import credentials, interrupts
 from ..jobs.spec import JobSpec, Kind
+from ..jobs.provenance import RERUN_TAG
 from ..jobs.tags import CONTROL_OF_TAG
 from . import groups
 from . import runner
@@ -107,6 +108,8 @@ class Task:
             from .peer_runs import PEER_OF_TAG
 
             label = cast("PeerConfig", spec.config).peer.label  # type: ignore[union-attr]
+            if PEER_OF_TAG not in tags:  # a rerun's peer
+                return f"[peer] {spec.name} (rerun of run {tags.get(RERUN_TAG)})"
             return f"[peer] {spec.name} (the default fit of {label} on job {int(tags[PEER_OF_TAG]) + 1}'s data)"
         if record is not None and spec.num is not None:
             return f"[{spec.num + 1}/{record.total}] {spec.name}"
