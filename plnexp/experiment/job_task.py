@@ -168,8 +168,9 @@ class Task:
             watch_driver(record)
         label, name = self._label(spec, record), spec.name
         if self.store_down and record is not None:  # each job would wait store_timeout_s on it again
-            self.failed += not peer
-            _saw(record, num, [runner.Row(name, SKIPPED, {}, 0.0)] if not peer else [])
+            grid = spec.kind is Kind.JOB  # a control job or a peer skipped: not one of the grid's jobs
+            self.failed += grid
+            _saw(record, num, [runner.Row(name, SKIPPED, {}, 0.0)] if grid else [])
             line = f"{label} skipped: the store failed ({self.store_down}); resume=true runs it later"
             print(line, flush=True)
             return None if here else line
