@@ -24,7 +24,7 @@ from reference_np import elbo_np, pca_elbo_np, profiled_closed_forms
 
 import plnexp
 from plnexp.experiment import plan as cli
-from plnexp.experiment import peer_runs
+from plnexp.experiment import peer_runs, sweep_extras
 from plnexp.jobs import peers
 from plnexp import store as tracking
 from plnexp.jobs.config import ConfigError
@@ -83,9 +83,9 @@ def _record(total: int = 1) -> SweepRecord:
 
 
 def _peer_specs(configs) -> list[JobSpec]:
-    """The peers' jobs the plan adds after a grid of ``configs`` (plan.extras)."""
+    """The peers' jobs the plan adds after a grid of ``configs`` (sweep_extras.extras)."""
     grid = [JobSpec(c, f"job{i}", i) for i, c in enumerate(configs)]
-    return [s for s in cli.extras(grid) if s.kind is Kind.PEER]
+    return [s for s in sweep_extras.extras(grid) if s.kind is Kind.PEER]
 
 
 def test_a_peer_not_installed_is_one_line_and_no_run(tiny_config, monkeypatch, capsys):

@@ -4,7 +4,7 @@ rounds, and the verdicts written where the report, the summary and the dashboard
 A **group** is the grid's finished jobs that share everything but the strategy: data, model,
 optimizer, precision, device, init, gradient, seed, replicates, and the host (the driver's: every
 group is timed in this one process, whichever launcher ran the jobs). Its **reference** is scan's
-job (else its first: :func:`plnexp.experiment.plan.control_reference`'s choice). Each group with two
+job (else its first: :func:`plnexp.experiment.sweep_extras.control_reference`'s choice). Each group with two
 strategies or more is compiled (:func:`plnexp.fitting.rounds.prepare`), then timed in rounds
 (:func:`plnexp.fitting.rounds.time_rounds`): at least :func:`plnexp.measure.paired.robust_rounds` kept
 rounds (9), then until every program's verdict is decided, ``report.rounds`` rounds at most and

@@ -1,7 +1,7 @@
 """One job of ``run``, ``sweep`` or ``rerun`` as it runs where its executor put it (:class:`Task`: the
 driver, a joblib worker, a SLURM task), given as its spec, whatever its kind: a job of the grid, the
 control job, a peer's fit (:class:`~plnexp.jobs.spec.Kind`; the plan decided them all:
-:func:`plnexp.experiment.plan.extras`). It runs, its run is logged live (created RUNNING, ended with
+:func:`plnexp.experiment.sweep_extras.extras`). It runs, its run is logged live (created RUNNING, ended with
 its status), and it says one line.
 """
 

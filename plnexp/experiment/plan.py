@@ -26,7 +26,7 @@ from ..jobs import config_load
 from ..jobs.config import ConfigError
 from ..system.paths import install_command, probe_writes
 from ..fitting.spec import check_rank
-from ..jobs.spec import JobSpec, Kind
+from ..jobs.spec import JobSpec
 from . import executors, hydra_compat
 
 
@@ -302,9 +302,14 @@ class Plan:
         """Every job the command runs, as specs: the grid's, numbered in order (job ``i`` is its run's
         ``job`` tag; a job of ``replicates=K`` is one spec, its K fits one program; a job of
         ``processes=N`` one spec, its N processes one fit), then, for a sweep whose grid runs in
-        the driver (the basic launcher), its control job and its peers (:func:`extras`)."""
+        the driver (the basic launcher), its control job and its peers
+        (:func:`plnexp.experiment.sweep_extras.extras`)."""
         grid = [JobSpec(j.config, j.name, num=i, overrides=j.overrides) for i, j in enumerate(self.jobs)]
-        return grid + extras(grid) if self.multirun and self.launcher == "basic" else grid
+        if not (self.multirun and self.launcher == "basic"):
+            return grid
+        from .sweep_extras import extras
+
+        return grid + extras(grid)
 
     def executor(self, sweep_dir: Path | None = None) -> executors.Executor:
         """The executor of the command's launcher, its settings resolved with ``hydra.sweep.dir`` at
@@ -422,69 +427,6 @@ def _check_processes(jobs: list[Job], launcher: str, nodes: int = 1) -> None:
             f"driver or as one SLURM job of {n} tasks; allowed values with processes > 1 are basic, "
             + ", ".join(executors.SLURM)
         )
-
-
-def control_reference(configs: list[C.Config]) -> int | None:
-    """The job of a sweep's grid (in job order) that its control job repeats
-    (:func:`extras`): the first whose strategy is ``scan`` (the reference strategy
-    of the report's ``× scan``), else the first job. None when the sweep has no control job:
-    ``report.control=false``, rounds on (``report.rounds`` > 0: they measure the noise, paired:
-    :mod:`plnexp.experiment.groups`), fewer than 2 jobs, or no timings compared (one strategy only, or the
-    reference timed fewer than :data:`plnexp.jobs.ranking.MIN_RUNS` times, ``repeats``: the report ranks
-    nothing then)."""
-    from ..jobs.ranking import MIN_RUNS
-
-    if len(configs) < 2 or not configs[0].report.control or configs[0].report.rounds > 0:
-        return None
-    if len({repr(c.strategy.as_dict()) for c in configs}) < 2:
-        return None
-    ref = next((i for i, c in enumerate(configs) if c.strategy.name == "scan"), 0)
-    return ref if configs[ref].repeats >= MIN_RUNS else None
-
-
-def extras(grid: list[JobSpec]) -> list[JobSpec]:
-    """The jobs a sweep runs after its grid, in the driver, decided from the grid's configs alone.
-
-    The **control job**: the grid's reference job (:func:`control_reference`) once more, same
-    config, named ``control-<its name>``, tagged ``plnexp.control=true`` and ``plnexp.control_of=<its
-    job number>``, job number ``len(grid)``. The report pairs it with its original as an A/A test of
-    the between-job noise (:func:`plnexp.jobs.ranking.noise`) and never ranks it. Only where the
-    driver runs every job of the grid, one after the other (the basic launcher): with a launcher of
-    other processes the jobs' timings are contended or not comparable anyway. It runs only if its
-    reference finished (or was reused: a resumed sweep runs it again, an earlier control is never
-    reused).
-
-    The **peers** (``report.peers``: other packages' fits of the same model,
-    :mod:`plnexp.jobs.peers`): each peer's default fit once per data set of the grid and model it
-    fits there (:func:`plnexp.jobs.peers.following`: pyPLNmodels' Pln for full and profiled alike,
-    its PlnPCA once per rank), in job order, job numbers from ``len(grid) + 1``; the spec's config is
-    what the peer runs (:func:`plnexp.experiment.peer_runs.peer_config`), tagged ``plnexp.peer_of``
-    with the job whose data it fits. A peer is a guest: not installed, it is one line and no run;
-    failed, its run is FAILED; neither changes the sweep's status nor its exit code."""
-    from ..jobs import peers as P
-    from ..jobs.tags import CONTROL_OF_TAG, CONTROL_TAG
-    from .peer_runs import PEER_OF_TAG, peer_config
-
-    if not grid:
-        return []
-    configs = [s.config for s in grid]
-    out = []
-    ref = control_reference(configs)
-    if ref is not None:
-        job = grid[ref]
-        tags = {CONTROL_TAG: "true", CONTROL_OF_TAG: str(ref)}
-        out.append(JobSpec(job.config, f"control-{job.name}", len(grid), job.overrides, Kind.CONTROL, tags))
-    num = len(grid) + 1
-    for name in configs[0].report.peers:
-        first: dict = {}  # (data set, what the peer fits beside the job) -> its first job
-        for i, c in enumerate(configs):
-            fits = P.following(P.PEERS[name], c.model.value, c.rank)
-            first.setdefault((c.dataset, fits.cls, fits.rank), i)
-        for i in first.values():
-            pc = peer_config(P.PEERS[name], configs[i])
-            out.append(JobSpec(pc, pc.run_name, num, (), Kind.PEER, {PEER_OF_TAG: str(i)}, peer=name))
-            num += 1
-    return out
 
 
 def group_value(group: str, option: str):

@@ -9,7 +9,7 @@
       -> open_sweep(sweep_dir, ...)                   the experiment and the parent run, created once,
                                                       and the record <sweep_dir>/plnexp-sweep.json
       -> run_jobs(task, record, sweep_dir, specs, executor)   (plnexp.experiment.sweep_dispatch)
-           the plan's jobs (the grid, then its control job and peers: plnexp.experiment.plan.extras),
+           the plan's jobs (the grid, then its control job and peers: plnexp.experiment.sweep_extras.extras),
            less those a resumed sweep reuses (sweep_dispatch.to_run), handed to the executor
            (plnexp.experiment.executors: in this process, joblib's workers, a SLURM job array),
            which runs each spec as one Task call (plnexp.experiment.job_task.Task), given the
@@ -31,7 +31,7 @@ and hands the outcome back); under SLURM it is one SLURM job of N tasks, each jo
 (:func:`~plnexp.experiment.sweep_dispatch.across_in_worker`).
 
 The sweep's **control job** and its **peers**, after the grid where the driver runs it all: planned
-with it (:func:`plnexp.experiment.plan.extras`). The record: :mod:`plnexp.experiment.sweep_record`;
+with it (:func:`plnexp.experiment.sweep_extras.extras`). The record: :mod:`plnexp.experiment.sweep_record`;
 the summary: :mod:`plnexp.experiment.sweep_summary`.
 """
 
