@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import platform
 import sys
 import time
 from dataclasses import replace
@@ -23,14 +24,15 @@ from reference_np import elbo_np, pca_elbo_np, profiled_closed_forms
 
 import plnexp
 from plnexp.experiment import plan as cli
-from plnexp.experiment import peer_runs
+from plnexp.experiment import peer_runs, sweep_extras
 from plnexp.jobs import peers
 from plnexp import store as tracking
 from plnexp.jobs.config import ConfigError
 from plnexp.fitting.engine import FitResult
 from plnexp.measure.timing import Timing
-from plnexp.experiment.job_task import GridJob, Task
+from plnexp.experiment.job_task import Task
 from plnexp.experiment.sweep_record import SweepRecord
+from plnexp.jobs.spec import JobSpec, Kind
 
 NEEDS_PYPLN = pytest.mark.skipif(
     importlib.util.find_spec("pyPLNmodels") is None,
@@ -75,9 +77,15 @@ def _with_peers(config, *names):
     return replace(config, report=replace(config.report, peers=tuple(names)))
 
 
-def _task(config, total: int = 1) -> Task:
-    record = SweepRecord("sqlite:///unused.db", "0", "parent", "s", total, "host", os.getpid(), time.time())
-    return Task(record=record, grid={i: GridJob(config, (), f"job{i}", "FINISHED") for i in range(total)})
+def _record(total: int = 1) -> SweepRecord:
+    """A sweep driven by this process (its jobs' lines printed here)."""
+    return SweepRecord("sqlite:///unused.db", "0", "parent", "s", total, platform.node(), os.getpid(), time.time())
+
+
+def _peer_specs(configs) -> list[JobSpec]:
+    """The peers' jobs the plan adds after a grid of ``configs`` (sweep_extras.extras)."""
+    grid = [JobSpec(c, f"job{i}", i) for i, c in enumerate(configs)]
+    return [s for s in sweep_extras.extras(grid) if s.kind is Kind.PEER]
 
 
 def test_a_peer_not_installed_is_one_line_and_no_run(tiny_config, monkeypatch, capsys):
@@ -85,17 +93,23 @@ def test_a_peer_not_installed_is_one_line_and_no_run(tiny_config, monkeypatch, c
     left out, nothing else done (the record's store is never reached)."""
     monkeypatch.setitem(sys.modules, "pyPLNmodels", None)
     assert peers.PEERS["pyplnmodels"].available() == f"not installed ({peers.install_hint()})"
-    _task(_with_peers(tiny_config, "pyplnmodels")).peers()
+    (spec,) = _peer_specs([_with_peers(tiny_config, "pyplnmodels")])
+    task = Task()
+    task(spec, _record(), "")
+    task(spec, _record(), "")  # said once per peer
     out = capsys.readouterr().out
     assert out == f"[peer] pyplnmodels: not installed ({peers.install_hint()}): its row is left out\n"
     assert "peers" in peers.install_hint()
 
 
-def test_peers_need_this_process_to_have_run_the_grid(tiny_config, capsys):
-    task = _task(_with_peers(tiny_config, "pyplnmodels"), total=2)
-    del task.grid[1]  # a job ran elsewhere (a launcher of other processes): no peer, silently
-    task.peers()
-    assert capsys.readouterr().out == ""
+def test_peers_need_the_driver_to_run_the_grid():
+    """A launcher of other processes (joblib): the plan has no peer (nor control job); the basic
+    launcher's plan has the peer after the grid."""
+    grid = ("strategy=scan,fori_loop", "dataset=synthetic", "dataset.n=30", "dataset.p=5", "report.peers=[pyplnmodels]")
+    elsewhere = cli.plan([*grid, "hydra/launcher=joblib"], multirun=True, check_device=False).specs()
+    assert [s.kind for s in elsewhere] == [Kind.JOB, Kind.JOB]
+    here = cli.plan(list(grid), multirun=True, check_device=False).specs()
+    assert [s.kind for s in here] == [Kind.JOB, Kind.JOB, Kind.PEER] and here[-1].num == 3
 
 
 def fake_peer(fit) -> peers.Peer:
@@ -124,7 +138,7 @@ def _parent(outputs, name: str) -> tracking.Parent:
 
 def test_run_peer_logs_a_child_run_through_the_jobs_path(tiny_config, outputs):
     parent = _parent(outputs, "peer-run")
-    out = peer_runs.run_peer(fake_peer(fake_fit), tiny_config, parent, job_num=7)
+    out = peer_runs.run_peer(peer_runs.peer_config(fake_peer(fake_fit), tiny_config), parent, job_num=7)
     assert out.status == "FINISHED", out.reason
     run = store_client(outputs).get_run(out.run_id)
     tags, metrics, params = run.data.tags, run.data.metrics, run.data.params
@@ -141,18 +155,19 @@ def test_run_peer_logs_a_child_run_through_the_jobs_path(tiny_config, outputs):
 
 
 def test_a_peer_that_fails_is_a_failed_run_and_one_line(tiny_config, outputs, monkeypatch, capsys):
-    """Through the sweep's hook (Task.peers, its record pointing at a real parent): one line, the run
-    FAILED with the reason, job number total + 1, and nothing raised."""
+    """Through the one way a job runs (a Task call of the plan's peer job, its record pointing at a
+    real parent): one line, the run FAILED with the reason, job number total + 1, and nothing raised."""
 
     def broken(data, *, warmup, repeats):
         raise peers.PeerError("pyPLNmodels' ELBO is not finite")
 
     monkeypatch.setitem(peers.PEERS, "pyplnmodels", fake_peer(broken))
     parent = _parent(outputs, "peer-fail")
-    task = _task(_with_peers(tiny_config, "pyplnmodels"))
-    assert task.record is not None
-    task.record = replace(task.record, uri=parent.uri, experiment_id=parent.experiment_id, parent_id=parent.run_id)
-    task.peers()
+    (spec,) = _peer_specs([_with_peers(tiny_config, "pyplnmodels")])
+    record = replace(_record(), uri=parent.uri, experiment_id=parent.experiment_id, parent_id=parent.run_id)
+    task = Task()
+    task(spec, record, "")
+    assert task.failed == 0  # a peer's failure is its run's, never the sweep's
     line = capsys.readouterr().out
     assert line.startswith(
         "[peer] pyplnmodels-synthetic_n30_p5_d2_s0-f32-cpu (the default fit of pyPLNmodels on job 1's data) ... FAILED "
@@ -251,7 +266,7 @@ def test_a_pca_peer_run_is_logged_with_its_class_call_and_rank(outputs):
         return fake_pca_fit(data, warmup=warmup, repeats=repeats, rank=rank)
 
     parent = _parent(outputs, "peer-pca")
-    out = peer_runs.run_peer(fake_peer(fit), job.config, parent, job_num=3)
+    out = peer_runs.run_peer(peer_runs.peer_config(fake_peer(fit), job.config), parent, job_num=3)
     assert out.status == "FINISHED", out.reason
     assert seen == [2]
     run = store_client(outputs).get_run(out.run_id)
@@ -266,7 +281,8 @@ def test_a_pca_peer_run_is_logged_with_its_class_call_and_rank(outputs):
 
 
 def test_the_pln_peer_run_says_its_class_too(tiny_config, outputs):
-    out = peer_runs.run_peer(fake_peer(fake_fit), tiny_config, _parent(outputs, "peer-pln"), job_num=2)
+    pc = peer_runs.peer_config(fake_peer(fake_fit), tiny_config)
+    out = peer_runs.run_peer(pc, _parent(outputs, "peer-pln"), job_num=2)
     params = store_client(outputs).get_run(out.run_id).data.params
     assert params["peer.class"] == "Pln" and params["peer.call"] == "Pln(Y, exog=X, offsets=O, add_const=False).fit()"
 
@@ -280,11 +296,7 @@ def test_one_peer_run_per_data_set_and_what_the_peer_fits_there(monkeypatch, out
         cli.plan([*base, *extra], multirun=False)[0].config
         for extra in ((), ("model=profiled",), ("model=pca", "model.rank=1"), ("model=pca", "model.rank=2"))
     ]
-    task = _task(configs[0], total=len(configs))
-    task.grid = {i: GridJob(c, (), f"job{i}", "FINISHED") for i, c in enumerate(configs)}
-    ran = []
-    monkeypatch.setattr(Task, "_peer", lambda self, peer, ref, num: ran.append((peer.name, ref, num)))
-    task.peers()
+    ran = [(s.peer, int(s.run_tags[peer_runs.PEER_OF_TAG]), s.num) for s in _peer_specs(configs)]
     assert ran == [("pyplnmodels", 0, 5), ("pyplnmodels", 2, 6), ("pyplnmodels", 3, 7)]
 
 

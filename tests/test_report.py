@@ -86,7 +86,7 @@ def job_config(strategy: str, n: int):
 
 def fake_sweep(tmp_path, monkeypatch, keys, name="sw", tags=None, control=None):
     """A closed sweep of the jobs ``keys`` ((strategy, n) pairs); returns its record. ``control``: one
-    of the keys, run again after the grid as the sweep's control job (as plnexp.experiment.job_task.Task.control
+    of the keys, run again after the grid as the sweep's control job (tagged as plnexp.experiment.sweep_extras.extras
     tags it): the same fake timings, an A/A pair 0% apart."""
     monkeypatch.setattr(runner, "execute", fake_execute)
     uri = tracking.check_store()

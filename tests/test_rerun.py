@@ -15,6 +15,7 @@ from plnexp.experiment import plan as cli
 from plnexp.jobs import provenance
 from plnexp.experiment import rerun_verdict
 from plnexp.experiment import resume
+from plnexp.experiment import sweep_dispatch
 from plnexp.experiment import runner
 from plnexp.experiment import sweep, sweep_record
 from plnexp import store as tracking
@@ -327,7 +328,7 @@ def test_resume_only_for_sweeps(outputs, capsys):
 
 
 @pytest.mark.slow
-def test_resume_reuses_finished_jobs_and_summarises_the_whole_grid(outputs, tmp_path, monkeypatch):
+def test_resume_reuses_finished_jobs_and_summarises_the_whole_grid(outputs, tmp_path, monkeypatch, capsys):
     """The bookkeeping of a resumed sweep, with a stand-in fit: FINISHED jobs are reused, FAILED ones
     run again, the summary covers the grid, the parent is tagged with the sweep it completes."""
     statuses = iter(["FINISHED", "FAILED", "FINISHED", "FINISHED"])
@@ -344,13 +345,17 @@ def test_resume_reuses_finished_jobs_and_summarises_the_whole_grid(outputs, tmp_
     for i in (0, 1):  # then "interrupted": job 2 never ran (a sweep's jobs run as a study: Config.as_study)
         runner.run_job(jobs[i].config.as_study(), jobs[i].overrides, jobs[i].name, parent=first.parent, job_num=i)
     sweep.close_sweep(first, "KILLED", "interrupted by SIGINT")
-    done = resume.find_done(uri, "rr", jobs)
+    done = resume.match(uri, "rr", jobs).done
     assert [(d.job, d.parent_id) for d in done] == [(0, first.parent_id)]
     assert done[0].config_hash == provenance.config_hash(jobs[0].config)
     second = sweep.open_sweep(tmp_path / "b", "s", "rr", uri, 3, resume.tags(done), reused=tuple(done))
     assert sweep_record.read_record(tmp_path / "b") == second  # what the jobs read
-    assert resume.reused_run(second, jobs[0].config) == done[0].run_id
-    assert resume.reused_run(second, jobs[1].config) is None
+    # the driver dispatches the plan minus the reused job: job 0 is not run again, job 1 is
+    capsys.readouterr()
+    assert [s.num for s in sweep_dispatch.to_run(second, jobs.specs())] == [1, 2]
+    said = capsys.readouterr().out
+    assert f"[1/3] {jobs[0].name} FINISHED earlier (run {done[0].run_id}): skipped" in said
+    assert "resume: runs 2 jobs; reuses 1 job(s)" in said
     for i in (1, 2):
         runner.run_job(jobs[i].config.as_study(), jobs[i].overrides, jobs[i].name, parent=second.parent, job_num=i)
     summary = sweep.close_sweep(second)
@@ -360,7 +365,7 @@ def test_resume_reuses_finished_jobs_and_summarises_the_whole_grid(outputs, tmp_
     assert summary.fit_s == 2.0  # the two jobs fitted here (1 s each), not the reused one
     parent = store_client(outputs).get_run(second.parent_id)
     assert parent.data.tags["resumes"] == first.parent_id and parent.data.tags["n_done"] == "3"
-    assert len(resume.find_done(uri, "rr", jobs)) == 3  # a third resume has nothing left to run
+    assert len(resume.match(uri, "rr", jobs).done) == 3  # a third resume has nothing left to run
 
 
 def test_resume_draws_no_synthetic_data_again_and_compares_a_files_digest(tmp_path, monkeypatch):

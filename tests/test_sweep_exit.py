@@ -21,8 +21,8 @@ TINY = ("dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=3", "warmup=
 def test_a_job_that_never_logged_a_run_fails_the_sweep(outputs, tmp_path, plnexp_main, monkeypatch):
     ran = job_task.Task._job
 
-    def job_one_dies_first(self, spec, record, output_dir, here):  # as a process killed before its run
-        return None if spec.num == 1 else ran(self, spec, record, output_dir, here)
+    def job_one_dies_first(self, spec, record, output_dir):  # as a process killed before its run
+        return None if spec.num == 1 else ran(self, spec, record, output_dir)
 
     monkeypatch.setattr(job_task.Task, "_job", job_one_dies_first)
     proc = plnexp_main("sweep", *TINY, "strategy=scan,fori_loop", cwd=tmp_path)

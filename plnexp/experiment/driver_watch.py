@@ -7,7 +7,7 @@ import os
 import platform
 import time
 
-from .. import store as tracking
+from .. import store
 from .sweep_record import SweepRecord
 
 
@@ -33,7 +33,7 @@ def watch_driver(record: SweepRecord, poll_s: float = 0.5, grace_s: float = 3.0)
     if record.pid == me or record.host != platform.node() or slurm.in_job() or me in _WATCHED:
         return
     _WATCHED.add(me)
-    driver, parent = tracking.LocalProcess.of(record.pid), os.getppid()
+    driver, parent = store.LocalProcess.of(record.pid), os.getppid()
 
     def gone() -> bool:
         return driver.alive() is False or os.getppid() != parent
@@ -43,7 +43,7 @@ def watch_driver(record: SweepRecord, poll_s: float = 0.5, grace_s: float = 3.0)
             time.sleep(poll_s)
         reason = f"orphaned: the sweep's driver ({driver}) ended without closing this run"
         ender = threading.Thread(
-            target=tracking.end_process_runs, args=(record.uri, "FAILED", reason, "orphaned"), daemon=True
+            target=store.end_process_runs, args=(record.uri, "FAILED", reason, "orphaned"), daemon=True
         )
         ender.start()
         ender.join(grace_s)

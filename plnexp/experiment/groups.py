@@ -4,7 +4,7 @@ rounds, and the verdicts written where the report, the summary and the dashboard
 A **group** is the grid's finished jobs that share everything but the strategy: data, model,
 optimizer, precision, device, init, gradient, seed, replicates, and the host (the driver's: every
 group is timed in this one process, whichever launcher ran the jobs). Its **reference** is scan's
-job (else its first: :func:`plnexp.experiment.plan.control_reference`'s choice). Each group with two
+job (else its first: :func:`plnexp.experiment.sweep_extras.control_reference`'s choice). Each group with two
 strategies or more is compiled (:func:`plnexp.fitting.rounds.prepare`), then timed in rounds
 (:func:`plnexp.fitting.rounds.time_rounds`): at least :func:`plnexp.measure.paired.robust_rounds` kept
 rounds (9), then until every program's verdict is decided, ``report.rounds`` rounds at most and
@@ -33,7 +33,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from .. import store as tracking
+from .. import store
 from ..jobs import verdicts as V
 from ..jobs.config import Config
 from ..jobs.provenance import config_hash
@@ -101,12 +101,12 @@ def finished_members(record, configs: Mapping[int, Config]) -> list[Member]:
     """The jobs of ``configs`` (by job number) whose runs (every replicate's) FINISHED in this sweep,
     in job order."""
     runs: dict[int, list] = {}
-    for r in tracking.records.children(record.uri, record.parent):
+    for r in store.records.children(record.uri, record.parent):
         if r.job is not None and r.job in configs:
             runs.setdefault(r.job, []).append(r)
     for d in getattr(record, "reused", ()):  # a resumed sweep's jobs that earlier runs answer: timed too
         if d.job in configs and d.job not in runs:
-            found = (tracking.records.run(record.uri, i) for i in d.run_ids or (d.run_id,))
+            found = (store.records.run(record.uri, i) for i in d.run_ids or (d.run_id,))
             runs[d.job] = [r for r in found if r is not None]
     out = []
     for num, rs in sorted(runs.items()):
@@ -346,10 +346,10 @@ def log_verdicts(record, verdicts: Sequence[V.GroupVerdict]) -> None:
             for v in verdicts:
                 for s in v.strategies:
                     for run_id in s.runs:
-                        tracking.add_results(record.uri, run_id, s.metrics(), v.run_tags(s))
-            tracking.log_text(record.uri, record.parent_id, V.dumps(list(verdicts)), V.ARTIFACT)
+                        store.add_results(record.uri, run_id, s.metrics(), v.run_tags(s))
+            store.log_text(record.uri, record.parent_id, V.dumps(list(verdicts)), V.ARTIFACT)
         title = f"sweep {record.name}, parent run {record.parent_id}"
-        tracking.show_sweep(record.uri, record.parent.experiment_id, record.parent_id, title)
+        store.show_sweep(record.uri, record.parent.experiment_id, record.parent_id, title)
     except Exception as e:  # noqa: BLE001 - the store failed: the verdict is printed, not kept
         _warn(f"cannot write the rounds' verdicts to the store ({_first(e)})")
         for v in verdicts:

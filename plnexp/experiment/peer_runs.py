@@ -15,6 +15,8 @@ from ..core.precision import PRECISIONS
 from .runner import Outcome
 
 
+PEER_OF_TAG = "plnexp.peer_of"  # the job of the grid whose data a peer's run fits
+
 # settings of plnexp's fits that a peer has not: its run's config leaves them out
 LEFT_OUT = ("n_iter_cap", "n_iter_requested", "init", "gradient", "seed", "first_call", "compile_cache")
 
@@ -77,54 +79,34 @@ def peer_config(peer: Peer, config: Config) -> PeerConfig:
     )
 
 
-def run_peer(peer: Peer, config: Config, parent, job_num: int, tags: dict | None = None) -> Outcome:
-    """Fit ``peer`` on ``config``'s data and log it as a child of ``parent`` (a
+def run_peer(pc: PeerConfig, parent, job_num: int, tags: dict | None = None) -> Outcome:
+    """Fit the peer of ``pc`` (:func:`peer_config`) on its data and log it as a child of ``parent`` (a
     :class:`plnexp.store.Parent`), job number ``job_num``, tagged ``plnexp.peer=<name>``, through
-    the jobs' own code path (:class:`plnexp.experiment.runner.Outcome`, so the convergence metrics against the
-    data's best known ELBO apply; :func:`plnexp.store.pending.finish`). Its run is created RUNNING
+    the jobs' own code path (:func:`plnexp.experiment.runner.run_job`, its fit the peer's: the
+    convergence metrics against the data's best known ELBO apply). Its run is created RUNNING
     first; an error of the fit makes it FAILED with the reason (returned, never raised); an interrupt
-    ends it KILLED and is raised. Timed with ``config.repeats`` fits after ``max(warmup, 1)``."""
+    ends it KILLED and is raised. Timed with ``repeats`` fits after ``max(warmup, 1)``."""
     from ..system import interrupts
-    from ..jobs import provenance
     from . import runner
-    from .. import store as tracking
-    from ..jobs.ranking import MIN_SPEEDUP_TAG
 
-    pc = peer_config(peer, config)
-    assert pc.peer is not None  # the peer as it follows the job's model (its class, call, rank)
     peer = pc.peer
-    out = runner.Outcome(pc.run_name, (), pc)
-    cl = tracking.client(parent.uri)
-    tags = {
-        tracking.JOB_TAG: job_num,
-        PEER_TAG: peer.name,
-        provenance.REPLICATE_TAG: "0",
-        MIN_SPEEDUP_TAG: f"{config.report.min_speedup:g}",
-        **peer.versions(),
-        **(tags or {}),
-    }
-    with interrupts.deferred():
-        out.run_id = tracking.start_job(cl, parent.experiment_id, out, parent.run_id, tags)
-    try:
-        data = runner.load_data(config.dataset)
-        out.data_digest, out.data_shape = data.digest(), (data.n, data.p)
-        out.optimum = runner.best_known(config.dataset, peer.model)
-        rank = {"rank": peer.rank} if peer.rank is not None else {}  # PLN-PCA's q (a Pln fit takes none)
-        out.result = peer.fit(data, warmup=pc.warmup, repeats=pc.repeats, **rank)
-    except KeyboardInterrupt as e:
-        stop = interrupts.as_interrupted(e)
-        out.status, out.reason = "KILLED", f"interrupted by {stop.name}"
+    assert peer is not None  # the peer as it follows the job's model (its class, call, rank)
+
+    def fit(outcomes: list[Outcome]) -> None:
+        (out,) = outcomes
+        try:
+            data = runner.load_data(pc.dataset)
+            out.data_digest, out.data_shape = data.digest(), (data.n, data.p)
+            out.optimum = runner.best_known(pc.dataset, peer.model)
+            rank = {"rank": peer.rank} if peer.rank is not None else {}  # PLN-PCA's q (a Pln fit takes none)
+            out.result = peer.fit(data, warmup=pc.warmup, repeats=pc.repeats, **rank)
+        except Exception as e:  # a peer's failure is its run's, never the sweep's
+            pending = interrupts.pending()
+            if pending is not None:  # a Ctrl-C that a library turned into another error
+                raise pending from e
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            out.status, out.reason = "FAILED", f"{type(e).__name__}: {first}".rstrip(": ")
         out.stop()
-        with interrupts.deferred():
-            out.kept = str(tracking.pending.finish(cl, parent.uri, out.run_id, out) or "")
-        raise stop from None
-    except Exception as e:  # a peer's failure is its run's, never the sweep's
-        pending = interrupts.pending()
-        if pending is not None:  # a Ctrl-C that a library turned into another error
-            raise pending from e
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        out.status, out.reason = "FAILED", f"{type(e).__name__}: {first}".rstrip(": ")
-    out.stop()
-    with interrupts.deferred():
-        out.kept = str(tracking.pending.finish(cl, parent.uri, out.run_id, out) or "")
-    return out
+
+    tags = {PEER_TAG: peer.name, **peer.versions(), **(tags or {})}
+    return runner.run_job(pc, (), pc.run_name, parent=parent, job_num=job_num, tags=tags, fit=fit)

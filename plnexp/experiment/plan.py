@@ -287,6 +287,7 @@ class Plan:
     jobs: tuple[Job, ...]
     launcher: str = "basic"
     hydra: Any = None  # the command's composition with Hydra's config (a DictConfig): the launcher's node
+    multirun: bool = False  # a sweep (its control job and peers follow the grid), not a single run
 
     def __iter__(self):
         return iter(self.jobs)
@@ -298,8 +299,17 @@ class Plan:
         return self.jobs[i]
 
     def specs(self) -> list[JobSpec]:
-        """The grid's jobs as specs, numbered in order (job ``i`` is its run's ``job`` tag)."""
-        return [JobSpec(j.config, j.name, num=i, overrides=j.overrides) for i, j in enumerate(self.jobs)]
+        """Every job the command runs, as specs: the grid's, numbered in order (job ``i`` is its run's
+        ``job`` tag; a job of ``replicates=K`` is one spec, its K fits one program; a job of
+        ``processes=N`` one spec, its N processes one fit), then, for a sweep whose grid runs in
+        the driver (the basic launcher), its control job and its peers
+        (:func:`plnexp.experiment.sweep_extras.extras`)."""
+        grid = [JobSpec(j.config, j.name, num=i, overrides=j.overrides) for i, j in enumerate(self.jobs)]
+        if not (self.multirun and self.launcher == "basic"):
+            return grid
+        from .sweep_extras import extras
+
+        return grid + extras(grid)
 
     def executor(self, sweep_dir: Path | None = None) -> executors.Executor:
         """The executor of the command's launcher, its settings resolved with ``hydra.sweep.dir`` at
@@ -390,7 +400,7 @@ def plan(overrides: list[str], multirun: bool, *, check_device: bool = True) -> 
     if multirun:
         nodes = OmegaConf.select(master, "hydra.launcher.nodes", default=None) if master is not None else None
         _check_processes(jobs, launcher, int(nodes or 1))
-    return Plan(tuple(jobs), launcher, master)
+    return Plan(tuple(jobs), launcher, master, multirun)
 
 
 def _check_processes(jobs: list[Job], launcher: str, nodes: int = 1) -> None:
@@ -417,24 +427,6 @@ def _check_processes(jobs: list[Job], launcher: str, nodes: int = 1) -> None:
             f"driver or as one SLURM job of {n} tasks; allowed values with processes > 1 are basic, "
             + ", ".join(executors.SLURM)
         )
-
-
-def control_reference(configs: list[C.Config]) -> int | None:
-    """The job of a sweep's grid (in job order) that its control job repeats
-    (:meth:`plnexp.experiment.job_task.Task.control`): the first whose strategy is ``scan`` (the reference strategy
-    of the report's ``× scan``), else the first job. None when the sweep has no control job:
-    ``report.control=false``, rounds on (``report.rounds`` > 0: they measure the noise, paired:
-    :mod:`plnexp.experiment.groups`), fewer than 2 jobs, or no timings compared (one strategy only, or the
-    reference timed fewer than :data:`plnexp.jobs.ranking.MIN_RUNS` times, ``repeats``: the report ranks
-    nothing then)."""
-    from ..jobs.ranking import MIN_RUNS
-
-    if len(configs) < 2 or not configs[0].report.control or configs[0].report.rounds > 0:
-        return None
-    if len({repr(c.strategy.as_dict()) for c in configs}) < 2:
-        return None
-    ref = next((i for i, c in enumerate(configs) if c.strategy.name == "scan"), 0)
-    return ref if configs[ref].repeats >= MIN_RUNS else None
 
 
 def group_value(group: str, option: str):

@@ -39,13 +39,13 @@ from typing import TYPE_CHECKING
 from ..system import interrupts
 from ..jobs import provenance
 from . import rerun_pairs
-from .. import store as tracking
+from .. import store
 from ..jobs.config import ConfigError
 from ..core.data import DataError
 from ..jobs.spec import JobSpec, Kind
 from .executors import InProcess
 from ..system.commandline import Parser, UsageError, fail
-from .rerun_sources import Source, plan, store_override
+from .rerun_sources import Source, prepare, store_override
 from .rerun_verdict import compare, report_environment
 
 if TYPE_CHECKING:
@@ -80,7 +80,14 @@ def job_spec(src: Source, overrides: list[str], num: int | None = None) -> JobSp
     """The rerun of ``src`` as a job: its logged config (the overrides applied), named as a job of
     that config is (precision=float64 gives ...-f64-...) when overrides change it, else the
     original's name; tagged with the run it repeats; job number ``num`` of the rerun's sweep. A
-    sweep's control job reruns as the control job (its tags kept: the rerun's A/A pair)."""
+    sweep's control job reruns as the control job (its tags kept: the rerun's A/A pair); a peer's
+    run as a peer's job, its config what the peer runs beside the job it followed."""
+    if src.peer is not None:
+        from ..jobs.peers import PEERS
+        from .peer_runs import peer_config
+
+        pc = peer_config(PEERS[src.peer], src.config)
+        return JobSpec(pc, src.name, num, (), Kind.PEER, {provenance.RERUN_TAG: src.run_id}, peer=src.peer)
     logged = src.run.overrides + tuple(overrides)  # (job_name names a key given twice once, as it runs)
     base = src.name.removesuffix(f"-rep{src.run.replicate}") if src.original.replicates > 1 else src.name
     name = src.config.job_name(logged) if overrides else base  # a replicate's run reruns as its job: one suffix
@@ -92,9 +99,9 @@ def job_spec(src: Source, overrides: list[str], num: int | None = None) -> JobSp
 def _rerun_one(uri: str, src: Source, overrides: list[str]):
     """The rerun's outcome for the original's replicate (a job of ``replicates=K`` reruns all K, in
     one program as they ran; the original is compared with its own replicate)."""
+    spec = job_spec(src, overrides, 0 if src.peer is not None else None)
     if src.peer is not None:
-        return _rerun_peer(uri, src, src.run.experiment_id, None, 0)
-    spec = job_spec(src, overrides)
+        return _rerun_peer(uri, spec, src.run.experiment_id)
     from . import job_task
 
     # compared with the original's timings: compile_cache auto is off, the compile cold (a sweep's rerun:
@@ -104,20 +111,18 @@ def _rerun_one(uri: str, src: Source, overrides: list[str]):
     return job.batch[k] if k < len(job.batch) else job
 
 
-def _rerun_peer(uri: str, src: Source, experiment_id: str, parent_id: str | None, num: int):
-    """The rerun of a peer's run: the peer's default fit on the data of the job it followed, logged
-    as job number ``num`` of ``parent_id`` (None: a run of its own), through the path of a sweep's
-    peers (:func:`plnexp.experiment.peer_runs.run_peer`). A peer not installed here: one line."""
-    from ..jobs.peers import PEERS
-    from .peer_runs import run_peer
+def _rerun_peer(uri: str, spec: JobSpec, experiment_id: str):
+    """The rerun of a peer's run alone (``spec``: :func:`job_spec`): the peer's default fit on the
+    data of the job it followed, a run of its own, through the path of a sweep's peers
+    (:func:`plnexp.experiment.peer_runs.run_peer`). A peer not installed here: one line."""
+    from .peer_runs import PeerConfig, run_peer
 
-    assert src.peer is not None
-    peer = PEERS[src.peer]
-    why = peer.available()
+    assert isinstance(spec.config, PeerConfig) and spec.config.peer is not None
+    why = spec.config.peer.available()
     if why is not None:
-        raise ConfigError(f"run {src.run_id}: a run of the peer {src.peer}, which is {why}")
-    parent = tracking.Parent(uri, experiment_id, parent_id)  # type: ignore[arg-type]  # None: no parent run
-    return run_peer(peer, src.config, parent, num, {provenance.RERUN_TAG: src.run_id})
+        raise ConfigError(f"run {spec.run_tags[provenance.RERUN_TAG]}: a run of the peer {spec.peer}, which is {why}")
+    parent = store.Parent(uri, experiment_id, None)  # type: ignore[arg-type]  # None: no parent run
+    return run_peer(spec.config, parent, 0, spec.run_tags)
 
 
 def _stop_line(stop, what: str) -> None:
@@ -143,10 +148,10 @@ def main(args: list[str]) -> int:
             if parsed is None:  # --help: printed
                 return 0
             run_id, overrides, strict = parsed
-            store, overrides = store_override(overrides)
+            given_store, overrides = store_override(overrides)
             with interrupts.deferred():
-                uri, run, sources, digests = plan(run_id, overrides, store)
-        except (UsageError, ConfigError, DataError, tracking.StoreError) as e:
+                uri, run, sources, digests = prepare(run_id, overrides, given_store)
+        except (UsageError, ConfigError, DataError, store.StoreError) as e:
             return fail(e)
         except KeyboardInterrupt as e:
             guard.stopping()
@@ -172,7 +177,7 @@ def main(args: list[str]) -> int:
 
 
 def _single(uri: str, src: Source, overrides: list[str], env_same: bool, strict: bool) -> int:
-    force = lambda signum: tracking.end_process_runs(
+    force = lambda signum: store.end_process_runs(
         uri,
         "KILLED",
         f"interrupted by {signal.Signals(signum).name} (twice: stopped inside a compiled fit)",
@@ -205,30 +210,20 @@ def _sweep(
 
     name = parent_run.sweep if parent_run.sweep is not None else "sweep"
     sweep_dir = sweep_record.new_sweep_dir()
-    # the jobs (grid, control) in this process; then, as a sweep runs its peers, each peer's run,
-    # numbered after the jobs (sources come in job order: peers last)
+    # the given jobs (grid, control) in this process, then, as a sweep runs its peers, each peer's
+    # run, numbered past the control job's (sources come in job order: peers last); a peer not
+    # installed here is one line, compared below as "no rerun was recorded"
     jobs = [s for s in sources if s.peer is None]
     sources = jobs + [s for s in sources if s.peer is not None]
-    specs = [job_spec(s, overrides, i) for i, s in enumerate(jobs)]
+    specs = [job_spec(s, overrides, i if i < len(jobs) else i + 1) for i, s in enumerate(sources)]
 
     def launch(record) -> None:
-        if specs:  # the given jobs alone: no control job, no peers of the sweep's own (they are given too)
-            sweep_dispatch.run_jobs(job_task.Task(extras=False), record, sweep_dir, specs, InProcess())
-        from ..jobs.peers import PEERS
-
-        for num, s in enumerate(sources[len(jobs) :], start=len(jobs) + 1):  # past the control job's, as a sweep
-            assert s.peer is not None
-            why = PEERS[s.peer].available()
-            if why is not None:  # compared below as "no rerun was recorded"
-                print(f"[peer] {s.name}: {s.peer} is {why}: not rerun", flush=True)
-                continue
-            print(f"[peer] {s.name} (rerun of run {s.run_id}) ...", flush=True)
-            _rerun_peer(uri, s, record.parent.experiment_id, record.parent.run_id, num)
+        sweep_dispatch.run_jobs(job_task.Task(), record, sweep_dir, specs, InProcess())
 
     end = sweep.session(
         sweep_dir,
         f"{name}-rerun",
-        tracking.experiment_name(uri, parent_run.experiment_id),
+        store.experiment_name(uri, parent_run.experiment_id),
         uri,
         len(jobs),
         {provenance.RERUN_TAG: parent_run.run_id, "command": provenance.command_line()},

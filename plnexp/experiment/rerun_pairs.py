@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from .. import store as tracking
+from .. import store
 
 if TYPE_CHECKING:
     from ..store.records import RunRecord
@@ -21,8 +21,8 @@ def pairs(
     that replicate's original run), each with its rerun among ``new_parent``'s children (None: none
     was recorded). Source ``i``'s rerun is job ``i``; a peer's (``i >= n_jobs``) is numbered past the
     control job's, ``i + 1``, as a sweep numbers its peers."""
-    new = {(r.job, r.replicate): r for r in tracking.records.children(uri, new_parent) if r.job is not None}
-    earlier = tracking.records.sweep(uri, parent_run)
+    new = {(r.job, r.replicate): r for r in store.records.children(uri, new_parent) if r.job is not None}
+    earlier = store.records.sweep(uri, parent_run)
     out: list[tuple[int, Source, RunRecord | None]] = []
     for i, src in enumerate(sources):
         num = i if i < n_jobs else i + 1

@@ -1,7 +1,7 @@
 """What a rerun repeats (``python -m plnexp rerun RUN_ID``, :mod:`plnexp.experiment.rerun`): the
 logged run found in the store (for a sweep's parent, its runs), each one's config rebuilt from its
 ``config.yaml`` artifact with the rerun's overrides applied (:class:`Source`), every job checked
-before any run exists (:func:`plan`).
+before any run exists (:func:`prepare`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from ..jobs import config as C
 from ..jobs import config_load
 from ..jobs import provenance
 from . import runner
-from .. import store as tracking
+from .. import store
 from ..jobs.config import Config, ConfigError
 
 if TYPE_CHECKING:
@@ -70,10 +70,10 @@ def apply_overrides(node: dict, overrides: list[str]) -> DictConfig:
     the key named after it, whatever its package), ``key=value`` sets an existing key."""
     from omegaconf import OmegaConf
 
-    from . import plan as cli
+    from . import plan
 
-    parsed = cli.parse(overrides)
-    cli.check_groups(parsed)
+    parsed = plan.parse(overrides)
+    plan.check_groups(parsed)
     cfg = OmegaConf.create(node)
     for text, p in zip(overrides, parsed):
         key = p.key_or_group
@@ -86,7 +86,7 @@ def apply_overrides(node: dict, overrides: list[str]) -> DictConfig:
                 f"{text}: a rerun goes to the original's experiment and store; allowed overrides are the other keys"
             )
         if key in C.GROUPS:  # the option's value of its key, as Hydra composes it, replaces the logged one
-            cfg[key] = cli.group_value(key, p.get_value_element_as_str())
+            cfg[key] = plan.group_value(key, p.get_value_element_as_str())
             continue
         parent, _, leaf = key.rpartition(".")
         where = OmegaConf.select(cfg, parent) if parent else cfg
@@ -109,7 +109,7 @@ def logged_node(uri: str, run: RunRecord) -> dict:
             f"provenance format {fmt}; allowed values are runs of format "
             f"{provenance.PROVENANCE_VERSION} (plnexp {provenance.package_version()})"
         )
-    text = tracking.read_artifact(uri, rid, "config.yaml")
+    text = store.read_artifact(uri, rid, "config.yaml")
     if text is None:
         raise ConfigError(
             f"run {rid} ({run.name}): its config artifact config.yaml is missing; allowed "
@@ -189,7 +189,7 @@ def find(uri: str, run_id: str) -> RunRecord:
         raise ConfigError(
             f"run id {run_id!r}: malformed; allowed values are MLflow run ids (32 hexadecimal characters)"
         )
-    run = tracking.records.run(uri, run_id)
+    run = store.records.run(uri, run_id)
     if run is None or run.deleted:
         raise ConfigError(
             f"run {run_id}: not found in the store {uri}; allowed values are ids of runs in this "
@@ -200,8 +200,8 @@ def find(uri: str, run_id: str) -> RunRecord:
 
 def originals(uri: str, run: RunRecord) -> list[RunRecord]:
     """The runs a rerun of ``run`` repeats: ``[run]``, or for a sweep's parent the runs of the sweep
-    (its children and the FINISHED children of the sweeps it resumed: :func:`tracking.records.sweep`)."""
-    runs = tracking.records.sweep(uri, run)
+    (its children and the FINISHED children of the sweeps it resumed: :func:`store.records.sweep`)."""
+    runs = store.records.sweep(uri, run)
     # a job of replicates=K is K runs of one program: it reruns as one job, each run compared (rerun_pairs)
     return [r for r in runs if r.replicate == 0] or [run]
 
@@ -215,19 +215,19 @@ def store_override(overrides: list[str]) -> tuple[str | None, list[str]]:
     return (given[-1] if given else None), [o for o in overrides if o.split("=", 1)[0] != "tracking_uri"]
 
 
-def plan(
-    run_id: str, overrides: list[str], store: str | None = None
+def prepare(
+    run_id: str, overrides: list[str], given_store: str | None = None
 ) -> tuple[str, RunRecord, list[Source], dict[str, str]]:
     """Everything before the first run exists: (store URI, original run, sources, data digests by
-    run id); ``store``: the ``tracking_uri=`` given (:func:`store_override`). Raises ConfigError,
+    run id); ``given_store``: the ``tracking_uri=`` given (:func:`store_override`). Raises ConfigError,
     DataError or StoreError (one line each; a URI holding ``***`` is refused by the store's check)."""
-    from . import plan as cli
+    from . import plan
 
-    cli.check_outputs()
-    uri = tracking.check_store(store)
+    plan.check_outputs()
+    uri = store.check_store(given_store)
     runner.load_data.cache_clear()  # a CSV file may have changed since this process read it
     find(uri, run_id)  # a malformed or unknown id fails before anything is written
-    orphans = tracking.sweep_up_orphans(uri)  # as every command does: runs of dead processes are FAILED
+    orphans = store.sweep_up_orphans(uri)  # as every command does: runs of dead processes are FAILED
     if orphans:
         print(
             f"plnexp: {len(orphans)} run(s) left RUNNING by processes of this host that no longer exist, "
@@ -236,14 +236,14 @@ def plan(
             flush=True,
         )
     run = find(uri, run_id)
-    experiment = tracking.experiment_name(uri, run.experiment_id)
-    for r in [run, *tracking.records.children(uri, run)]:
+    experiment = store.experiment_name(uri, run.experiment_id)
+    for r in [run, *store.records.children(uri, run)]:
         if r.status == "RUNNING":
             of = "" if r is run else f" ({r.name}) of sweep {run_id}"
             raise ConfigError(
                 f"run {r.run_id}{of}: still RUNNING; allowed values are ended runs (FINISHED, FAILED, KILLED)"
             )
     sources = [source(uri, r, overrides, experiment) for r in originals(uri, run)]
-    cli.check_data([cli.Job((), s.config) for s in sources])  # as run and sweep: limits, rank, sparse counts
+    plan.check_data([plan.Job((), s.config) for s in sources])  # as run and sweep: limits, rank, sparse counts
     digests = {s.run_id: runner.load_data(s.config.dataset).digest() for s in sources}
     return uri, run, sources, digests

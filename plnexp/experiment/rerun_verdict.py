@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..jobs import provenance
-from .. import store as tracking
+from .. import store
 from ..core.precision import PRECISIONS
 from .rerun_sources import Source
 
@@ -102,18 +102,18 @@ def report_environment(src: Source, digest: str) -> list[str]:
 def compare(uri: str, src: Source, outcome, env_same: bool) -> tuple[Verdict | None, list[str]]:
     """After the rerun: the verdict (None when the original has no finished result: nothing to
     compare, not reproduced) and the lines."""
-    new_run = tracking.records.run(uri, outcome.run_id)
+    new_run = store.records.run(uri, outcome.run_id)
     if src.run.status != "FINISHED":
         ended = "" if outcome.status == "FINISHED" else f"; the rerun ended {outcome.status}: {outcome.reason}"
         return None, [f"the original run was {src.run.status}: no finished result to compare with{ended}"]
     v = verdict(
         src,
         env_same,
-        tracking.read_curve(uri, src.run_id),
-        tracking.read_curve(uri, outcome.run_id),
+        store.read_curve(uri, src.run_id),
+        store.read_curve(uri, outcome.run_id),
         status_ok=outcome.status == "FINISHED",
     )
-    tracking.set_tags(
+    store.set_tags(
         uri,
         outcome.run_id,
         {

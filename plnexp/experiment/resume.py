@@ -8,8 +8,8 @@ plnexp's commit), and on how it is measured: the timing protocol (:data:`PROTOCO
 and the environment (:data:`SOFTWARE_KEYS`, and :data:`MACHINE_KEYS` when the jobs run on this
 machine; tags), so that a run timed otherwise, or with other software, is not reused as if alike.
 A key an older run did not log is not compared. A job with such a run is not run again: the
-sweep's record lists it (:attr:`plnexp.experiment.sweep_record.SweepRecord.reused`), its Hydra job skips
-it, and the summary (and the parent's ``n_done``) covers the whole grid, reusing that run's row. FAILED,
+sweep's record lists it (:attr:`plnexp.experiment.sweep_record.SweepRecord.reused`), the driver never
+dispatches it (:func:`plnexp.experiment.sweep_dispatch.to_run`), and the summary (and the parent's ``n_done``) covers the whole grid, reusing that run's row. FAILED,
 KILLED and orphaned jobs run again. The new parent run is tagged ``resumes`` with the parent runs
 whose children it reuses. When every job is done already, nothing is created.
 """
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from ..jobs import provenance
 from . import runner
-from .. import store as tracking
+from .. import store
 from ..jobs.config import Config, flatten
 
 if TYPE_CHECKING:
@@ -181,22 +181,17 @@ def nearest(jobs, runs, envs: _Environments | None = None, *, refused_only: bool
 
 
 def match(uri: str, experiment: str, jobs) -> Match:
-    """:func:`find_done`, and the FINISHED run of the experiment nearest to the jobs left to run:
+    """The jobs (``plnexp.experiment.plan.Job``) that a FINISHED run of ``experiment`` already answers
+    (the newest such run for each; reads only: nothing is created, not even the experiment), and the
+    FINISHED run of the experiment nearest to the jobs left to run:
     any run when no job is answered; else only a run of a left job's config that was refused for
     how it was timed or run (the jobs an interrupted sweep never ran have none: nothing more said)."""
-    runs = tracking.records.finished_runs(uri, experiment)
+    runs = store.records.finished_runs(uri, experiment)
     envs = _Environments()
     done = _done(runs, jobs, envs)
     answered = {d.job for d in done}
     left = [j for i, j in enumerate(jobs) if i not in answered]
     return Match(done, len(jobs), experiment, nearest(left, runs, envs, refused_only=bool(done)))
-
-
-def find_done(uri: str, experiment: str, jobs) -> list[Reused]:
-    """The jobs (``plnexp.experiment.plan.Job``) that a FINISHED run of ``experiment`` already answers (the newest
-    such run for each). Reads only: nothing is created, not even the experiment."""
-    answered = tracking.records.finished(uri, experiment, {provenance.config_hash(j.config) for j in jobs})
-    return _done([r for runs in answered.values() for r in runs], jobs)
 
 
 def _done(runs, jobs, envs: _Environments | None = None) -> list[Reused]:
@@ -278,24 +273,10 @@ def rounds_owed(uri: str, configs: list[Config], done: list[Reused]) -> bool:
     timed = {i for group in compared for i, _ in group}
     for d in done:
         if d.job in timed:
-            run = tracking.records.run(uri, d.run_id)
+            run = store.records.run(uri, d.run_id)
             if run is not None and not run.verdict:
                 return True
     return False
-
-
-def reused_run(record, config: Config) -> str | None:
-    """In a job: the earlier run that answers ``config`` if the sweep reuses one, else None. Jobs of
-    one config hash may be timed otherwise (``repeats=1,3``): the run's timing protocol must be the
-    job's too (read from the store; the environment was the driver's to compare)."""
-    h = provenance.config_hash(config)
-    for d in record.reused:
-        if d.config_hash != h:
-            continue
-        run = tracking.records.run(record.uri, d.run_id)
-        if run is not None and not unlike(config, run, {}):
-            return d.run_id
-    return None
 
 
 def rows(uri: str, reused) -> list[dict]:
@@ -304,7 +285,7 @@ def rows(uri: str, reused) -> list[dict]:
     out = []
     for d in reused:
         for k, run_id in enumerate(d.run_ids or (d.run_id,)):
-            r = tracking.records.run(uri, run_id)
+            r = store.records.run(uri, run_id)
             if r is not None:
                 out.append(
                     {

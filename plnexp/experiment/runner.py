@@ -360,23 +360,12 @@ def combined(outcomes: list[Outcome]) -> Outcome:
         return first
     status = "KILLED" if any(o.status == "KILLED" for o in failed) else "FAILED"
     reasons = sorted({o.reason for o in failed})
-    job = Outcome(
-        first.name,
-        first.overrides,
-        first.config,
-        status,
-        f"{len(failed)} of {len(outcomes)} replicates {status}: {'; '.join(reasons)}",
-        first.result,
-        first.started,
-        first.ended,
-        first.clock,
-        first.elapsed,
-        first.data_digest,
-        first.data_shape,
-        first.output_dir,
-        first.run_id,
+    return replace(
+        first,
+        status=status,
+        reason=f"{len(failed)} of {len(outcomes)} replicates {status}: {'; '.join(reasons)}",
+        hold=None,
     )
-    return job
 
 
 def run_job(
@@ -389,6 +378,7 @@ def run_job(
     job_num: int | None = None,
     tags: dict | None = None,
     hold: Callable | None = None,
+    fit: Callable[[list[Outcome]], object] | None = None,
 ) -> Outcome:
     """Execute one job with its MLflow run(s): created RUNNING now, ended with the job's status; one
     run per replicate (``config.replicates``, tagged ``replicate``), all fitted in one program.
@@ -399,16 +389,18 @@ def run_job(
     with the provenance tags (:func:`plnexp.jobs.provenance.run_tags`), a sweep's job also with its
     ``report.min_speedup`` (:data:`plnexp.jobs.ranking.MIN_SPEEDUP_TAG`), and ``tags``. Returns the job's
     outcome (:func:`combined`), each replicate's in its ``batch``. ``hold``: given the job's compiled
-    program (:class:`plnexp.fitting.prepared.Prepared`) to run it again.
+    program (:class:`plnexp.fitting.prepared.Prepared`) to run it again. ``fit``: fills the outcomes
+    instead of plnexp's fit (a peer's, :func:`plnexp.experiment.peer_runs.run_peer`), its run
+    without plnexp's provenance tags (no ``config_hash``: never taken by resume for a job's run).
     """
     from ..jobs import provenance
     from ..system import slurm
-    from .. import store as tracking
+    from .. import store
     from ..jobs.ranking import MIN_SPEEDUP_TAG
 
-    uri = parent.uri if parent else tracking.tracking_uri(config.tracking_uri)
-    tracking.set_timeout(config.store_timeout_s)  # a job in a process of its own (joblib, SLURM) too
-    cl = tracking.client(uri)
+    uri = parent.uri if parent else store.tracking_uri(config.tracking_uri)
+    store.set_timeout(config.store_timeout_s)  # a job in a process of its own (joblib, SLURM) too
+    cl = store.client(uri)
     base = name or config.run_name
     k = config.replicates
     outcomes = [
@@ -417,8 +409,8 @@ def run_job(
     ]
     outcomes[0].hold = hold
     tags = {
-        **provenance.run_tags(config),
-        **({tracking.JOB_TAG: job_num} if job_num is not None else {}),
+        **(provenance.run_tags(config) if fit is None else {}),
+        **({store.JOB_TAG: job_num} if job_num is not None else {}),
         # a sweep's job: the minimum effect its report ranks with (report.min_speedup, not a param:
         # not part of the fit, see plnexp.jobs.config.ReportSpec)
         **({MIN_SPEEDUP_TAG: f"{config.report.min_speedup:g}"} if parent is not None else {}),
@@ -426,16 +418,18 @@ def run_job(
     }
     try:
         with interrupts.deferred():
-            exp_id = parent.experiment_id if parent else tracking.experiment_id(cl, config.experiment)
+            exp_id = parent.experiment_id if parent else store.experiment_id(cl, config.experiment)
             for out in outcomes:
-                out.run_id = tracking.start_job(
+                out.run_id = store.start_job(
                     cl,
                     exp_id,
                     out,
                     parent.run_id if parent else None,
                     {**tags, provenance.REPLICATE_TAG: out.replicate},
                 )
-        if k == 1:
+        if fit is not None:
+            fit(outcomes)
+        elif k == 1:
             done = execute(config, overrides, name, output_dir, outcomes[0])
             if done is not outcomes[0]:  # a stand-in execute (tests) may return its own
                 done.run_id, outcomes[0] = outcomes[0].run_id, done
@@ -448,11 +442,11 @@ def run_job(
             out.stop()
             if out.run_id:
                 with interrupts.deferred():
-                    out.kept = str(tracking.pending.finish(cl, uri, out.run_id, out) or "")
+                    out.kept = str(store.pending.finish(cl, uri, out.run_id, out) or "")
         raise stop from None
     with interrupts.deferred():
         for out in outcomes:
-            out.kept = str(tracking.pending.finish(cl, uri, out.run_id, out) or "")
+            out.kept = str(store.pending.finish(cl, uri, out.run_id, out) or "")
     job = combined(outcomes)
     job.kept = next((o.kept for o in outcomes if o.kept), "")
     job.batch = outcomes

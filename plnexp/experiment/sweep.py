@@ -3,15 +3,17 @@
 ::
 
     python -m plnexp sweep [overrides]              (plnexp.__main__, one process: the driver)
-      -> plan.plan, check_data, tracking.check_store  every job composed once and validated once into
+      -> plan.plan, check_data, store.check_store  every job composed once and validated once into
                                                       a JobSpec, each data set loaded once, the store
                                                       reached: still no run
       -> open_sweep(sweep_dir, ...)                   the experiment and the parent run, created once,
                                                       and the record <sweep_dir>/plnexp-sweep.json
       -> run_jobs(task, record, sweep_dir, specs, executor)   (plnexp.experiment.sweep_dispatch)
-           the executor (plnexp.experiment.executors: in this process, joblib's workers, a SLURM job
-           array) runs each spec as one Task call (plnexp.experiment.job_task.Task), given the record:
-           the job runs as a child of the parent (plnexp.experiment.runner.run_job), its folder
+           the plan's jobs (the grid, then its control job and peers: plnexp.experiment.sweep_extras.extras),
+           less those a resumed sweep reuses (sweep_dispatch.to_run), handed to the executor
+           (plnexp.experiment.executors: in this process, joblib's workers, a SLURM job array),
+           which runs each spec as one Task call (plnexp.experiment.job_task.Task), given the
+           record: the job runs as a child of the parent, its run written live, its folder
            <sweep_dir>/<job number>
       -> close_sweep(record, status)                  after the last job, or on an interrupt
                                                       (KILLED) or a crash (FAILED): children still
@@ -20,17 +22,16 @@
                                                       MLflow, the parent closed.
 
 A job in another process gets the record with its spec (pickled), never through this process's
-memory; a worker tells itself from the driver by what its executor called
-(:func:`~plnexp.experiment.sweep_dispatch.job_of`). A job of
+memory; a worker tells itself from the driver by the record (its driver's host and process:
+:func:`plnexp.experiment.job_task.in_driver`). A job of
 ``processes`` > 1 (one fit across N JAX processes) runs through its N workers, which
 :func:`plnexp.experiment.job_task.run_job` starts from the process running the job (the basic
 launcher's driver) and waits for (:mod:`plnexp.experiment.processes`: process 0 logs the child run
 and hands the outcome back); under SLURM it is one SLURM job of N tasks, each joining the others
 (:func:`~plnexp.experiment.sweep_dispatch.across_in_worker`).
 
-The sweep's **control job** and its **peers**, after the grid where the driver ran it all: see
-:mod:`plnexp.experiment.job_task` (:meth:`~plnexp.experiment.job_task.Task.control`,
-:meth:`~plnexp.experiment.job_task.Task.peers`). The record: :mod:`plnexp.experiment.sweep_record`;
+The sweep's **control job** and its **peers**, after the grid where the driver runs it all: planned
+with it (:func:`plnexp.experiment.sweep_extras.extras`). The record: :mod:`plnexp.experiment.sweep_record`;
 the summary: :mod:`plnexp.experiment.sweep_summary`.
 """
 
@@ -48,7 +49,7 @@ from ..system import interrupts
 from ..jobs import provenance
 from . import resume
 from . import runner
-from .. import store as tracking
+from .. import store
 from ..jobs import config as C
 from ..system.redact import redact_text
 from .sweep_record import RECORD_NAME, SweepRecord, write_record
@@ -74,7 +75,7 @@ def open_sweep(
         )
     sweep_dir.mkdir(parents=True, exist_ok=True)
     tags = {"jobs": total, "git_commit": provenance.git_commit(), "sweep": name, "sweep_dir": str(sweep_dir), **tags}
-    parent = tracking.open_parent(uri, experiment, f"{name}-{time.strftime('%Y%m%d-%H%M%S')}", tags)
+    parent = store.open_parent(uri, experiment, f"{name}-{time.strftime('%Y%m%d-%H%M%S')}", tags)
     record = SweepRecord(
         uri,
         parent.experiment_id,
@@ -90,7 +91,7 @@ def open_sweep(
     try:
         write_record(sweep_dir, record)
     except FileExistsError:
-        tracking.close_parent(parent, "FAILED", {"status_reason": "sweep folder taken by another sweep"})
+        store.close_parent(parent, "FAILED", {"status_reason": "sweep folder taken by another sweep"})
         raise C.ConfigError(
             f"hydra.sweep.dir={sweep_dir}: already holds a sweep ({RECORD_NAME}); "
             "allowed values are new or empty folders"
@@ -108,7 +109,7 @@ def close_sweep(record: SweepRecord, status: str = "FINISHED", reason: str = "")
     are sent if it is back (else they stay kept, their runs ended FAILED here until sent)."""
     if status != "KILLED":
         try:
-            for line in tracking.pending.send_all(record.uri):
+            for line in store.pending.send_all(record.uri):
                 print(line, file=sys.stderr, flush=True)
         except Exception:  # noqa: BLE001 - the store still fails: the results stay kept (the job's line said so)
             pass
@@ -116,7 +117,7 @@ def close_sweep(record: SweepRecord, status: str = "FINISHED", reason: str = "")
     why = reason or "the sweep ended while this job was running"
     store_error = ""
     try:
-        found = tracking.end_children(record.parent, end_status, why, "interrupted" if status == "KILLED" else "lost")
+        found = store.end_children(record.parent, end_status, why, "interrupted" if status == "KILLED" else "lost")
         found = sorted(
             found + resume.rows(record.uri, record.reused), key=lambda r: (r["job"], r.get("replicate", 0))
         )  # the grid
@@ -160,7 +161,7 @@ def close_sweep(record: SweepRecord, status: str = "FINISHED", reason: str = "")
     if status == "KILLED":
         tags["reason"] = "interrupted"
     try:
-        tracking.close_parent(record.parent, status, tags, summary.table() + "\n" if rows else None)
+        store.close_parent(record.parent, status, tags, summary.table() + "\n" if rows else None)
     except Exception as e:  # noqa: BLE001 - the store failed at the last step: one line, the summary still shown
         summary.store_error = _store_error_line(record, e)
     return summary
@@ -180,7 +181,7 @@ def force_stop(record: SweepRecord | None, uri: str, signame: str) -> None:
     """From the interrupt helper thread, when the main thread is stuck in a compiled fit: end this
     process's RUNNING runs KILLED and close the sweep (the process exits right after)."""
     reason = f"interrupted by {signame} (twice: stopped inside a compiled fit)"
-    tracking.end_process_runs(uri, "KILLED", reason, "interrupted")
+    store.end_process_runs(uri, "KILLED", reason, "interrupted")
     if record is not None:
         close_sweep(record, "KILLED", reason).show(signame)
     else:
@@ -189,7 +190,7 @@ def force_stop(record: SweepRecord | None, uri: str, signame: str) -> None:
 
 def killed_line(uri: str) -> str:
     """What an interrupted single ``run`` says: its run id (the runs this process created)."""
-    ids = ", ".join(r.info.run_id for r in tracking.process_runs(uri))
+    ids = ", ".join(r.info.run_id for r in store.process_runs(uri))
     return f"the run {ids} was recorded KILLED" if ids else "no run had been created"
 
 

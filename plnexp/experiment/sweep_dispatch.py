@@ -1,16 +1,18 @@
-"""A sweep's jobs handed to its executor (:func:`run_jobs`): each one :class:`~plnexp.experiment.job_task.Task`
-call in its folder (:func:`job_of`), in the driver or a worker process; under SLURM, a task's unit of
-jobs (:class:`Unit`: a job alone, or a group and its rounds on one node) and the N tasks of a fit
-across N processes (:func:`across_in_worker`). The sweep around them: :mod:`plnexp.experiment.sweep`.
+"""A sweep's jobs handed to its executor (:func:`run_jobs`): the plan's jobs less those a resumed
+sweep reuses (:func:`to_run`), each one :class:`~plnexp.experiment.job_task.Task` call in its folder
+(:func:`job_of`), in the driver or a worker process; under SLURM, a task's unit of jobs
+(:class:`Unit`: a job alone, or a group and its rounds on one node) and the N tasks of a fit across
+N processes (:func:`across_in_worker`). The sweep around them: :mod:`plnexp.experiment.sweep`.
 """
 
 from __future__ import annotations
 
 import platform
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..jobs.spec import JobSpec
+from ..jobs.spec import JobSpec, Kind
 from . import executors, groups
 from .job_task import Task
 from .sweep_record import SweepRecord, store_of
@@ -21,10 +23,10 @@ def job_dir(sweep_dir: Path, num: int | None) -> str:
     return str(Path(sweep_dir) / str(num or 0))
 
 
-def job_of(task: Task, record: SweepRecord, sweep_dir: str, here: bool, spec: JobSpec) -> str | None:
-    """A sweep's job in its folder, in the driver (``here``) or a worker process (a joblib worker, a
-    SLURM task): what executors run, ``partial``-ed with all but the spec."""
-    return task(spec, record, job_dir(Path(sweep_dir), spec.num), here=here)
+def job_of(task: Task, record: SweepRecord, sweep_dir: str, spec: JobSpec) -> str | None:
+    """A sweep's job in its folder, in the driver or a worker process (a joblib worker, a SLURM
+    task): what executors run, ``partial``-ed with all but the spec."""
+    return task(spec, record, job_dir(Path(sweep_dir), spec.num))
 
 
 @dataclass(frozen=True)
@@ -79,8 +81,8 @@ def unit_in_worker(task: Task, record: SweepRecord, sweep_dir: str, unit: Unit) 
     tasks of a job of ``processes`` > 1: :func:`across_in_worker`."""
     if unit.tasks > 1:
         return across_in_worker(task, record, sweep_dir, unit.specs[0])
-    task = replace(task, held=groups.Held() if unit.rounds else None, grid={})
-    lines = [job_of(task, record, sweep_dir, False, spec) for spec in unit.specs]
+    task = replace(task, held=groups.Held() if unit.rounds else None, ended={})
+    lines = [job_of(task, record, sweep_dir, spec) for spec in unit.specs]
     verdicts = []
     if unit.rounds:
         configs = {s.num: s.config.as_study() for s in unit.specs if s.num is not None}
@@ -110,7 +112,7 @@ def across_in_worker(task: Task, record: SweepRecord, sweep_dir: str, spec: JobS
     import jax
 
     if jax.process_index() == 0:
-        line = job_of(replace(task, held=None, grid={}), record, sweep_dir, False, spec)
+        line = job_of(replace(task, held=None, ended={}), record, sweep_dir, spec)
         finished = Finished([line] if line else [], [])
     else:
         config, output_dir = spec.config.as_study(), job_dir(Path(sweep_dir), spec.num)
@@ -121,22 +123,40 @@ def across_in_worker(task: Task, record: SweepRecord, sweep_dir: str, spec: JobS
     return finished
 
 
+def to_run(record: SweepRecord, specs) -> list[JobSpec]:
+    """The plan minus what is finished: the jobs of ``specs`` that a resumed sweep does not reuse
+    (:attr:`~plnexp.experiment.sweep_record.SweepRecord.reused`: the grid's jobs whose hash a FINISHED
+    run answers, timed and run alike, :func:`plnexp.experiment.resume.match`). Each reused job is
+    one line, then how many of each kind run and how many are reused. The control job and the peers
+    always run again (never reused)."""
+    reused = {d.job: d for d in record.reused}
+    if not reused:
+        return list(specs)
+    out = []
+    for spec in specs:
+        d = reused.get(spec.num) if spec.kind is Kind.JOB else None
+        if d is None:
+            out.append(spec)
+        else:
+            print(f"[{d.job + 1}/{record.total}] {spec.name} FINISHED earlier (run {d.run_id}): skipped", flush=True)
+    kinds = Counter(str(s.kind) for s in out)
+    runs = ", ".join(f"{n} {kind}{'s' if n > 1 else ''}" for kind, n in kinds.items()) or "nothing"
+    print(f"resume: runs {runs}; reuses {len(specs) - len(out)} job(s)", flush=True)
+    return out
+
+
 def run_jobs(task: Task, record: SweepRecord, sweep_dir: Path, specs, executor: executors.Executor) -> list:
-    """The sweep's jobs through ``executor`` (each one :class:`Task` call where the executor runs
-    it), then, where this process ran the whole grid, its control job and its peers. Under SLURM
-    with rounds on (``report.rounds``), each group is one SLURM task (:class:`Unit`) and the groups'
+    """The plan's jobs (:meth:`plnexp.experiment.plan.Plan.specs`: the grid, then the control job and
+    the peers where the driver runs the grid) less those a resumed sweep reuses (:func:`to_run`),
+    through ``executor``: each one :class:`Task` call where the executor runs it. Under SLURM with
+    rounds on (``report.rounds``), each group is one SLURM task (:class:`Unit`) and the groups'
     verdicts come back (the driver logs them: :func:`plnexp.experiment.groups.log_verdicts`)."""
     from functools import partial
 
+    specs = to_run(record, specs)
     if isinstance(executor, executors.Slurm):
-        specs = list(specs)
         units = units_of(specs, rounds=bool(specs) and specs[0].config.report.rounds > 0)
         results = executor.run(partial(unit_in_worker, task, record, str(sweep_dir)), units, record.total)
         return [v for r in results if r is not None for v in r.verdicts]
-    if not isinstance(executor, executors.InProcess):  # side by side in workers: no control job, no peers
-        executor.run(partial(job_of, task, record, str(sweep_dir), False), list(specs), record.total)
-        return []
-    executor.run(partial(job_of, task, record, str(sweep_dir), True), list(specs), record.total)
-    task.control()  # after the grid: the sweep's control job, when this process ran the grid (Task.control)
-    task.peers()  # then the peers' fits (report.peers), on the same condition (Task.peers)
+    executor.run(partial(job_of, task, record, str(sweep_dir)), specs, record.total)
     return []

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import resume
-from .. import store as tracking
+from .. import store
 from ..jobs import config as C
 from ..system.redact import redact, redact_text, unredacted
 
@@ -42,8 +42,8 @@ class SweepRecord:
         )
 
     @property
-    def parent(self) -> tracking.Parent:
-        return tracking.Parent(self.uri, self.experiment_id, self.parent_id)
+    def parent(self) -> store.Parent:
+        return store.Parent(self.uri, self.experiment_id, self.parent_id)
 
 
 def new_sweep_dir() -> Path:

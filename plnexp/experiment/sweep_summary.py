@@ -31,7 +31,7 @@ class Summary:
     @property
     def n_jobs(self) -> int:
         """The jobs of the grid that ran (a job's replicates are one job; the control job is not one
-        of the grid: its job number is ``total``, see :meth:`Task.control`)."""
+        of the grid: its job number is ``total``, see :func:`plnexp.experiment.sweep_extras.extras`)."""
         return len({j for j in self._job_of() if j < self.total})
 
     @property
@@ -48,7 +48,7 @@ class Summary:
 
     @property
     def n_peers(self) -> int:
-        """The peers' runs (job numbers past the control's: :meth:`Task.peers`)."""
+        """The peers' runs (job numbers past the control's: :func:`plnexp.experiment.sweep_extras.extras`)."""
         return sum(j > self.total for j in self._job_of())
 
     def _peer_rows(self) -> list:
