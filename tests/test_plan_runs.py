@@ -55,7 +55,9 @@ def fake_peer(monkeypatch):
 def test_the_dry_run_lists_grid_control_and_peer_jobs_and_writes_nothing(outputs, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     before = tree(tmp_path)
-    assert dry_run.main(GRID, as_json=True) == 0
+    from plnexp.__main__ import main
+
+    assert main(["sweep", *GRID, "--dry-run", "--json"]) == 0  # as a user types it
     jobs = json.loads(capsys.readouterr().out)
     assert [(j["kind"], j["num"]) for j in jobs] == [("job", 0), ("job", 1), ("control", 2), ("peer", 3)]
     assert jobs[2]["name"] == f"control-{jobs[0]['name']}" and jobs[2]["hash"] == jobs[0]["hash"]  # scan's again
