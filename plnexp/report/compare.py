@@ -22,7 +22,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from .. import store as tracking
+from .. import store
 from ..jobs.tags import GROUP_TAG, REFERENCE_TAG, VERDICT_TAG
 from ..measure import xla_stats
 from ..jobs.config import ConfigError
@@ -31,7 +31,7 @@ from ..system.commandline import Parser, UsageError, fail
 
 USAGE = "usage: python -m plnexp compare RUN_A RUN_B [tracking_uri=STORE]"
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
-HLO = tracking.writes.HLO_ARTIFACT
+HLO = store.writes.HLO_ARTIFACT
 HELP = f"""{USAGE}
 
 How the compiled programs of two logged runs differ, from their logged optimized HLO ({HLO}) and
@@ -84,7 +84,7 @@ def parse(args: list[str]) -> tuple[str, str, str | None] | None:
     ns = p.parse(args)
     if ns is None:
         return None
-    store = [a.split("=", 1)[1] for a in ns.runs if a.startswith("tracking_uri=")]
+    given = [a.split("=", 1)[1] for a in ns.runs if a.startswith("tracking_uri=")]
     rest = [a for a in ns.runs if not a.startswith("tracking_uri=")]
     if len(rest) != 2:
         p.error(f"{len(rest)} run id(s) given, 2 needed")
@@ -93,7 +93,7 @@ def parse(args: list[str]) -> tuple[str, str, str | None] | None:
             raise ConfigError(
                 f"run id {rid!r}: malformed; allowed values are MLflow run ids (32 hexadecimal characters)"
             )
-    return rest[0], rest[1], store[-1] if store else None
+    return rest[0], rest[1], given[-1] if given else None
 
 
 def store_of(args: list[str]) -> str | None:
@@ -104,12 +104,12 @@ def store_of(args: list[str]) -> str | None:
 
 def read_hlo(uri: str, run_id: str) -> str | None:
     """A run's logged optimized HLO (``program.hlo.txt``, or its ``.gz``), or None if it has none."""
-    return tracking.read_artifact(uri, run_id, HLO)
+    return store.read_artifact(uri, run_id, HLO)
 
 
 def side(uri: str, run_id: str) -> Side:
     """Run ``run_id`` of the store, read back; ConfigError (one line) if it is missing or has no HLO."""
-    run = tracking.records.run(uri, run_id)
+    run = store.records.run(uri, run_id)
     if run is None or run.deleted:
         raise ConfigError(
             f"run {run_id}: not found in the store {uri}; allowed values are ids of runs in this store "
@@ -245,12 +245,12 @@ def main(args: list[str]) -> int:
         parsed = parse(args)
         if parsed is None:  # --help: printed
             return 0
-        run_a, run_b, store = parsed
-        uri = tracking.check_existing_store(
-            store, "no runs to compare (tracking_uri=, MLFLOW_TRACKING_URI or PLNEXP_OUTPUTS selects another)"
+        run_a, run_b, given = parsed
+        uri = store.check_existing_store(
+            given, "no runs to compare (tracking_uri=, MLFLOW_TRACKING_URI or PLNEXP_OUTPUTS selects another)"
         )
         a, b = side(uri, run_a), side(uri, run_b)
-    except (UsageError, ConfigError, tracking.StoreError) as e:
+    except (UsageError, ConfigError, store.StoreError) as e:
         return fail(e)
     print(render(a, b), flush=True)
     return 0

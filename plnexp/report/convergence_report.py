@@ -266,7 +266,7 @@ def checks(report: Report, names: dict[str, str]) -> list[Check]:
     for entries in report.groups.values():
         scan = next((e for e in entries if e.ok and not e.control and e.strategy == "scan" and len(e.curve)), None)
         for e in entries:
-            if scan is None or not e.ok or e.control or _base(e) != "while_loop":
+            if scan is None or not e.ok or e.control or e.base != "while_loop":
                 continue
             tol, patience = _option(e, "tol", 1e-6), int(_option(e, "patience", PATIENCE))
             predicted = convergence.while_stop(scan.curve, tol, patience)
@@ -274,13 +274,9 @@ def checks(report: Report, names: dict[str, str]) -> list[Check]:
     return out
 
 
-def _base(e: Entry) -> str:
-    return str(e.params.get("strategy.name") or e.strategy.split(" ", 1)[0])
-
-
 def patience(report: Report) -> int:
     """The patience of the sweep's while_loop runs (the first one's), else :data:`PATIENCE`."""
-    runs = [e for e in report.entries if _base(e) == "while_loop"]
+    runs = [e for e in report.entries if e.base == "while_loop"]
     return int(_option(runs[0], "patience", PATIENCE)) if runs else PATIENCE
 
 
@@ -318,14 +314,9 @@ def optimum(report: Report, data: str) -> tuple[float, str]:
 
 
 # ---------------------------------------------------------------- the report's hooks
-def is_preset(report: Report) -> bool:
-    """Whether the sweep is ``sweep=convergence`` (its parent's ``sweep`` tag, else its experiment)."""
-    return PRESET in (report.parent.sweep or "", report.experiment)
-
-
 def drawn(report: Report) -> bool:
     """Whether the report has ``convergence.png``: sweep=convergence, or a sweep that varies the precision."""
-    return is_preset(report) or len({e.precision for e in report.grid}) > 1
+    return report.ran(PRESET) or len({e.precision for e in report.grid}) > 1
 
 
 def _datasets(report: Report) -> list[str]:
@@ -354,7 +345,7 @@ def races(report: Report) -> list[Race]:
 def lines(report: Report) -> list[str]:
     """The headline of ``sweep=convergence``: per data set and ε, what reaches it first; then whether
     the while_loop runs stopped where scan's curves predict. [] for any other sweep."""
-    if not is_preset(report):
+    if not report.ran(PRESET):
         return []
     out = [r.line() for r in races(report)]
     found = checks(report, names(report.entries))

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..jobs import ranking
-from ..jobs.tags import CONTROL_TAG
 
 if TYPE_CHECKING:
     from .entries import Entry
@@ -108,13 +107,9 @@ def _signed(x: float) -> str:
     return f"{x:+.3g}" if math.isfinite(x) else "-"
 
 
-def _control(e: Entry) -> bool:
-    return e.tags.get(CONTROL_TAG) == "true"
-
-
 def _ok(entries: Sequence[Entry]) -> list[Entry]:
     """The finished runs that are compared (the control job is not one)."""
-    return [e for e in entries if e.ok and not _control(e)]
+    return [e for e in entries if e.ok and not e.control]
 
 
 def aa_noise(entries: Sequence[Entry]) -> float:
@@ -122,7 +117,7 @@ def aa_noise(entries: Sequence[Entry]) -> float:
     (a) and its original (b: the run of the same strategy, data and other values), the largest over
     the controls among ``entries``; NaN without one."""
     worst = math.nan
-    for c in (e for e in entries if e.ok and _control(e)):
+    for c in (e for e in entries if e.ok and e.control):
         o = next((e for e in _ok(entries) if e.strategy == c.strategy and e.group == c.group), None)
         if o is not None and o.m("ms_per_iter") > 0:
             d = abs(c.m("ms_per_iter") / o.m("ms_per_iter") - 1)
@@ -139,11 +134,6 @@ def _by(entries: Sequence[Entry], key: Callable[[Entry], tuple]) -> dict[tuple, 
     for e in entries:
         out.setdefault(key(e), []).append(e)
     return out
-
-
-def _base_name(e: Entry) -> str:
-    """The registry name of the run's strategy (the report labels a swept option: ``scan_unrolled unroll=4``)."""
-    return str(e.params.get("strategy.name") or e.strategy.split(" ", 1)[0])
 
 
 def _contended(entries: Sequence[Entry], contended: dict[str, list[str]]) -> str:
@@ -164,13 +154,3 @@ def least_squares(x: Sequence[float], y: Sequence[float]) -> tuple[float, float,
     resid = ys - (a + b * xs)
     se = math.sqrt(float((resid**2).sum()) / (len(xs) - 2) / sxx) if len(xs) > 2 else math.nan
     return b, a, se
-
-
-# ---------------------------------------------------------------- the report's hooks
-def _figure(width: float, height: float):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig

@@ -18,7 +18,7 @@ from ..measure import floor
 from ..jobs import provenance
 from ..jobs import ranking
 from ..jobs import verdicts as V
-from .. import store as tracking
+from .. import store
 from ..jobs.config import ConfigError, min_speedup as check_min_speedup
 from ..jobs.tags import PEER_TAG as PEER_TAG
 
@@ -32,16 +32,6 @@ if TYPE_CHECKING:
 NOT_GROUPING = ("strategy.", "dataset.", "n_iter_cap")
 NOT_GROUPING_KEYS = {"experiment", "tracking_uri", "n_iter", "device", "precision"}
 SHORT = {"optimizer.name": "optimizer", "optimizer.lr": "lr", "n_iter_requested": "n_iter asked"}
-FILES = (
-    "report.html",
-    "report.md",
-    "report.csv",
-    "elbo_curves.png",
-    "timings.png",
-    "bytes.png",
-    "scaling.png",
-    "convergence.png",
-)
 # What XLA says of a run's compiled program (logged per compiled run; none for eager and PyTorch runs):
 # key -> the compiler table's header (CELLS: how its cells are written)
 COMPILER = {
@@ -104,6 +94,11 @@ class Entry:
         return ranking.is_control(self)
 
     @property
+    def base(self) -> str:
+        """The registry name of the run's strategy (the report labels a swept option: ``scan_unrolled unroll=4``)."""
+        return str(self.params.get("strategy.name") or self.strategy.split(" ", 1)[0])
+
+    @property
     def peer(self) -> str:
         """The library a peer run fitted with (its :data:`PEER_TAG`: ``pyplnmodels``), "" for plnexp's runs.
         A peer is shown (a row, a curve), never ranked nor compared as a strategy."""
@@ -158,6 +153,10 @@ class Report:
     others: list[Entry] = field(default_factory=list)  # replicates 1..K-1 of each job
     min_speedup: float = ranking.MIN_SPEEDUP  # the minimum effect a winner needs (report.min_speedup)
     verdicts: list[V.GroupVerdict] = field(default_factory=list)  # the parent's verdict.json (interleaved rounds)
+
+    def ran(self, preset: str) -> bool:
+        """Whether the sweep is ``sweep=<preset>`` (its parent's ``sweep`` tag, else its experiment)."""
+        return preset in (self.parent.sweep or "", self.experiment)
 
     @property
     def grid(self) -> list[Entry]:
@@ -275,13 +274,6 @@ def median(values) -> float:
     return float(np.median(finite)) if finite else np.nan
 
 
-def int_or_none(text) -> int | None:
-    try:
-        return int(text)
-    except (TypeError, ValueError):
-        return None
-
-
 def _entry(run: RunRecord, curve: np.ndarray) -> Entry:
     p = run.params
     return Entry(
@@ -336,7 +328,7 @@ def _grouping_keys(entries: list[Entry]) -> list[str]:
 def find_parent(uri: str, experiment: str | None, run_id: str | None) -> RunRecord:
     """The sweep's parent run that the report is about; ConfigError (one line) when there is none."""
     if run_id:
-        run = tracking.records.run(uri, run_id)
+        run = store.records.run(uri, run_id)
         if run is None or run.deleted:
             raise ConfigError(
                 f"--run {run_id}: not found in the store {uri}; allowed values are ids of sweeps' "
@@ -353,16 +345,16 @@ def find_parent(uri: str, experiment: str | None, run_id: str | None) -> RunReco
                 f"--run {run_id}: a single run, not a sweep; allowed values are ids of sweeps' parent runs"
             )
         return run
-    if experiment is not None and tracking.find_experiment(uri, experiment) is None:
-        names = ", ".join(tracking.experiment_names(uri)) or "none: the store is empty"
+    if experiment is not None and store.find_experiment(uri, experiment) is None:
+        names = ", ".join(store.experiment_names(uri)) or "none: the store is empty"
         raise ConfigError(
             f"--experiment {experiment}: no such experiment in the store {uri}; allowed values are {names}"
         )
-    latest = tracking.latest_parent(uri, experiment)
+    latest = store.latest_parent(uri, experiment)
     if latest is None:
         where = f"experiment {experiment!r}" if experiment else f"the store {uri}"
         raise ConfigError(f"{where} holds no sweep (no parent run); run `python -m plnexp sweep` first")
-    return tracking.record(latest)
+    return store.record(latest)
 
 
 def _min_speedup(entries: list[Entry]) -> float:
@@ -383,16 +375,16 @@ def load(uri: str, parent, min_speedup: float | None = None) -> Report:
     curves, compared; ranked with the minimum effect ``min_speedup`` (None: the sweep's own
     ``report.min_speedup``). ``parent``: the sweep's parent run (a record, or a run as the store's
     queries return it)."""
-    parent = tracking.record(parent)
-    runs = tracking.records.sweep(uri, parent)
-    curves = tracking.read_curves(uri, [r.run_id for r in runs])
+    parent = store.record(parent)
+    runs = store.records.sweep(uri, parent)
+    curves = store.read_curves(uri, [r.run_id for r in runs])
     every = _label_strategies([_entry(r, curves[r.run_id]) for r in runs])
     entries = [e for e in every if provenance.replicate(e.tags) == 0]  # a job's timing, and curve vs scan's
     keys = _grouping_keys([e for e in entries if not e.peer])  # a peer's own params group nothing
     for e in every:
         e.extra = tuple(e.params.get(k, "") for k in keys)
     report = Report(
-        tracking.experiment_name(uri, parent.experiment_id),
+        store.experiment_name(uri, parent.experiment_id),
         parent,
         entries,
         keys,
@@ -407,7 +399,7 @@ def load(uri: str, parent, min_speedup: float | None = None) -> Report:
 def read_verdicts(uri: str, parent_id: str) -> list[V.GroupVerdict]:
     """The parent run's verdict.json (:mod:`plnexp.jobs.verdicts`): [] where it has none (a sweep
     without rounds, or older) or one of another schema (said in one warning line)."""
-    text = tracking.read_artifact(uri, parent_id, V.ARTIFACT)
+    text = store.read_artifact(uri, parent_id, V.ARTIFACT)
     if not text:
         return []
     try:

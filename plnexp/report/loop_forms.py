@@ -15,7 +15,8 @@ import numpy as np
 
 from ..jobs import ranking
 
-from .differences import Diff, Timed, _by, _figure, _noise_text, _ok
+from ..measure.plots import figure
+from .differences import Diff, Timed, _by, _noise_text, _ok
 
 if TYPE_CHECKING:
     from .entries import Entry
@@ -98,7 +99,7 @@ def loop(
 
 def loop_png(results: list[Loop], path: Path) -> Path:
     """Per group, each loop form's ms/iter with the interval of its timed runs."""
-    fig = _figure(4.2 * len(results), 3.6)
+    fig = figure(4.2 * len(results), 3.6)
     axes = fig.subplots(1, len(results), squeeze=False)[0]
     for ax, r in zip(axes, results):
         names = list(r.timed)

@@ -147,14 +147,9 @@ def _scored(e: Entry) -> bool:
     return e.status == "FINISHED" and math.isfinite(e.m("bic"))
 
 
-def is_preset(report: Report) -> bool:
-    """Whether the sweep is ``sweep=pca_rank`` (its parent's ``sweep`` tag, else its experiment)."""
-    return PRESET in (report.parent.sweep or "", report.experiment)
-
-
 def active(report: Report) -> bool:
     """Whether the report is about ranks: ``sweep=pca_rank``, or PCA runs with criteria of 2+ ranks."""
-    return is_preset(report) or len({rank(e) for e in _pca_runs(report) if _scored(e)}) > 1
+    return report.ran(PRESET) or len({rank(e) for e in _pca_runs(report) if _scored(e)}) > 1
 
 
 def _key(report: Report, e: Entry) -> tuple:

@@ -94,14 +94,3 @@ def ordered(report) -> list:
     """Every entry of the report, group by group (in the report's order), each group ranked."""
     seen = [e for g in report.groups for e in ranked(report, g)]
     return seen + [e for e in report.entries if e not in seen]  # (the peers: in no group)
-
-
-def program_ratio(report, group: tuple, names) -> tuple[float, float, float]:
-    """(ratio, low, high) of the verdict's program named by ``names`` (a strategy's, or one program
-    several strategies compiled to); NaNs where the group has no rounds or no such program."""
-    v = report.verdict_of(group)
-    if v is not None:
-        for p in v.programs:
-            if set(names) & set(p.names):
-                return p.ratio, p.low, p.high
-    return math.nan, math.nan, math.nan

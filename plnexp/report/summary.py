@@ -44,7 +44,7 @@ import numpy as np
 
 from ..jobs import provenance
 from ..jobs import ranking
-from .. import store as tracking
+from .. import store
 from ..jobs.config import ConfigError, min_speedup as check_min_speedup, outputs_dir
 from ..system.commandline import Parser, UsageError, fail
 from ..system.redact import redact_text
@@ -329,9 +329,9 @@ def build(
     folder = Path(out) if out is not None else default_dir(report)
     files = write(report, folder)
     if attach:
-        tracking.log_report(uri, report.parent.run_id, folder, *parent_metrics(report, files))
+        store.log_report(uri, report.parent.run_id, folder, *parent_metrics(report, files))
         # the dashboard's experiment description: the study's link, then this sweep's plain headline
-        tracking.show_headline(uri, report.parent.experiment_id, summary_lines(report)[:12])
+        store.show_headline(uri, report.parent.experiment_id, summary_lines(report)[:12])
     return report, folder, files
 
 
@@ -389,17 +389,17 @@ def main(args: list[str]) -> int:
         opts = parse(args)
         if opts is None:  # --help: printed
             return 0
-        from ..experiment import plan as cli
+        from ..experiment import plan
 
-        cli.check_outputs()
-        uri = tracking.check_existing_store(
+        plan.check_outputs()
+        uri = store.check_existing_store(
             None,
             "no sweep to report on; run `python -m plnexp sweep` first (MLFLOW_TRACKING_URI or "
             "PLNEXP_OUTPUTS selects another)",
         )
-        tracking.sweep_up_orphans(uri)
+        store.sweep_up_orphans(uri)
         report, folder, files = build(uri, **opts)
-    except (UsageError, ConfigError, tracking.StoreError) as e:
+    except (UsageError, ConfigError, store.StoreError) as e:
         return fail(e)
     except OSError as e:
         print(f"plnexp: error: cannot write the report ({e.strerror or e}: {e.filename})", file=sys.stderr, flush=True)

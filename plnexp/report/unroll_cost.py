@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 
-from .differences import Timed, _base_name, _figure, _noise_text, _ok, least_squares
+from ..measure.plots import figure
+from .differences import Timed, _noise_text, _ok, least_squares
 
 if TYPE_CHECKING:
     from .entries import Entry
@@ -112,7 +113,7 @@ def unroll(entries: Sequence[Entry], label: str, noise: float = math.nan) -> Unr
     where fewer than two unroll factors finished."""
     runs: dict[int, Entry] = {}
     for e in _ok(entries):
-        if _base_name(e) == "scan_unrolled":
+        if e.base == "scan_unrolled":
             try:
                 runs.setdefault(int(str(e.params.get("strategy.unroll"))), e)
             except ValueError:
@@ -160,7 +161,7 @@ def unroll_png(results: list[Unroll], path: Path) -> Path:
     """Per group, three panels against the unroll factor: compile time (and XLA instructions) with
     the least-squares line, ms/iter with the timed runs' interval, and compile + run for a fit of
     :data:`FIT_ITERS` iterations with the break-even."""
-    fig = _figure(13, 3.9 * len(results))
+    fig = figure(13, 3.9 * len(results))
     axes = fig.subplots(len(results), 3, squeeze=False)
     for row, r in zip(axes, results):
         x = np.asarray(r.unrolls, float)
