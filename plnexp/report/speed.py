@@ -43,6 +43,10 @@ class Speed:
             return "unbounded"
         return f"{self.low:.2f}–{self.high:.2f}"
 
+    def span_ms(self) -> tuple[float, float]:
+        """The ratio's interval in ms/iter: its bounds times the ms/iter the ratio stands for."""
+        return self.ms_per_iter * self.low / self.ratio, self.ms_per_iter * self.high / self.ratio
+
 
 NONE = Speed(math.nan, math.nan, math.nan, math.nan, "", 0, OWN)
 

@@ -67,44 +67,7 @@ def figures(report: Report, folder: Path) -> list[str]:
             )
         )
     sweep_plots.elbo_curves_png(panels, folder / "elbo_curves.png")
-    tpanels = []
-    for group, entries in report.groups.items():
-        entries = [e for e in entries if e.ok and not e.control]
-        if entries:
-            lengths = {int(e.m("n_iter_run")) for e in entries if np.isfinite(e.m("n_iter_run"))}
-            shared = report.shared(group)
-            letter = {n: chr(ord("A") + i) for i, c in enumerate(shared) for n in c.names}
-
-            def name(e, letter=letter):
-                return f"{e.strategy} (program {letter[e.strategy]})" if e.strategy in letter else e.strategy
-
-            programs = "".join(
-                f"\nprogram {chr(ord('A') + i)}: one compiled program for {', '.join(c.names)}"
-                for i, c in enumerate(shared)
-            )
-            n_iter = lengths.pop() if len(lengths) == 1 else None
-            rounds = all(np.isfinite(e.m("round_ms_per_iter")) for e in entries)
-            if rounds:  # the interleaved rounds' figures, which the verdict rests on (not each job's own run)
-                run_s = {name(e): e.m("round_ms_per_iter") * e.m("n_iter_run") / 1e3 for e in entries}
-                span = {
-                    name(e): tuple(
-                        run_s[name(e)] * e.m(k) / e.m("paired_ratio") for k in ("paired_ratio_lo", "paired_ratio_hi")
-                    )
-                    for e in entries
-                }
-            else:
-                run_s = {name(e): e.m("run_s") for e in entries}
-                span = {name(e): (e.m("run_s_lo"), e.m("run_s_hi")) for e in entries}
-            tpanels.append(
-                sweep_plots.TimingPanel(
-                    report.group_label(group) + programs,
-                    {name(e): e.m("compile_s") for e in entries},
-                    run_s,
-                    n_iter,
-                    span,  # type: ignore[arg-type]  # pairs
-                    rounds,
-                )
-            )
+    tpanels = [p for p in (timing_panel(report, g) for g in report.groups) if p is not None]
     sweep_plots.timings_png(tpanels, folder / "timings.png")
     names = ["elbo_curves.png", "timings.png"]
     bpanels = [p for p in (bytes_panel(report, g) for g in report.groups) if p is not None]
@@ -132,6 +95,39 @@ def figures(report: Report, folder: Path) -> list[str]:
     names += convergence_figures.figures(report, folder)
     names += rank_report.figures(report, folder)
     return names
+
+
+def timing_panel(report: Report, group: tuple) -> sweep_plots.TimingPanel | None:
+    """The group's panel of ``timings.png``: its finished strategies (the control job left out) ranked
+    as the verdict ranks them (:func:`plnexp.report.speed.ranked`), each with its compile time and its
+    run time: the interleaved rounds' (their ms/iter, whiskers the paired ratio's interval) where the
+    verdict timed them all, else each job's own (whiskers its timed runs' spread). None without one."""
+    entries = [e for e in speed.ranked(report, group) if e.ok and not e.control]
+    if not entries:
+        return None
+    lengths = {int(e.m("n_iter_run")) for e in entries if np.isfinite(e.m("n_iter_run"))}
+    shared = report.shared(group)
+    letter = {n: chr(ord("A") + i) for i, c in enumerate(shared) for n in c.names}
+    name = lambda e: f"{e.strategy} (program {letter[e.strategy]})" if e.strategy in letter else e.strategy
+    programs = "".join(
+        f"\nprogram {chr(ord('A') + i)}: one compiled program for {', '.join(c.names)}" for i, c in enumerate(shared)
+    )
+    sp = {e.run_id: speed.of(report, e) for e in entries}
+    rounds = all(s.basis == speed.ROUNDS for s in sp.values())
+    if rounds:  # the interleaved rounds' figures, which the verdict rests on (not each job's own run)
+        run_s = {name(e): sp[e.run_id].ms_per_iter * e.m("n_iter_run") / 1e3 for e in entries}
+        span = {name(e): tuple(ms * e.m("n_iter_run") / 1e3 for ms in sp[e.run_id].span_ms()) for e in entries}
+    else:
+        run_s = {name(e): e.m("run_s") for e in entries}
+        span = {name(e): (e.m("run_s_lo"), e.m("run_s_hi")) for e in entries}
+    return sweep_plots.TimingPanel(
+        report.group_label(group) + programs,
+        {name(e): e.m("compile_s") for e in entries},
+        run_s,
+        lengths.pop() if len(lengths) == 1 else None,
+        span,  # type: ignore[arg-type]  # pairs
+        rounds,
+    )
 
 
 def bytes_panel(report: Report, group: tuple) -> sweep_plots.BytesPanel | None:
