@@ -28,6 +28,7 @@ from ..measure import xla_stats
 from ..jobs.config import ConfigError
 from ..measure.metrics import PROGRAM, Metric
 from ..system.commandline import Parser, UsageError, fail
+from .entries import num
 
 USAGE = "usage: python -m plnexp compare RUN_A RUN_B [tracking_uri=STORE]"
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -145,10 +146,6 @@ def _ratio(a: float | None, b: float | None) -> str:
     return f"{b / a:.2f}"
 
 
-def _num(value: float | None, fmt: str) -> str:
-    return fmt.format(value) if value is not None and math.isfinite(value) else "-"
-
-
 def _loops(s: xla_stats.Stats) -> list[str]:
     cells = []
     for loop in s.loops:
@@ -177,17 +174,17 @@ def rows(a: Side, b: Side) -> list[tuple[str, str, str, str]]:
     for key in ("xla_flops_per_iter", "xla_bytes_per_iter", "peak_bytes"):
         m = by_key[key]
         va, vb = a.metrics.get(key), b.metrics.get(key)
-        out.append((m.header, _num(va, m.fmt), _num(vb, m.fmt), _ratio(va, vb)))
+        out.append((m.header, num(va, m.fmt), num(vb, m.fmt), _ratio(va, vb)))
     for key, label in (("compile_s", "compile s"), ("trace_s", "  trace s"), ("lower_s", "  lower s")):
         va, vb = a.metrics.get(key), b.metrics.get(key)
-        out.append((label, _num(va, "{:.3f}"), _num(vb, "{:.3f}"), _ratio(va, vb)))
+        out.append((label, num(va, "{:.3f}"), num(vb, "{:.3f}"), _ratio(va, vb)))
     va, vb = a.metrics.get("xla_compile_s"), b.metrics.get("xla_compile_s")
-    out.append(("  XLA compile s", _num(va, "{:.3f}"), _num(vb, "{:.3f}"), _ratio(va, vb)))
+    out.append(("  XLA compile s", num(va, "{:.3f}"), num(vb, "{:.3f}"), _ratio(va, vb)))
     # their sweep's verdict (plnexp.jobs.verdicts), where both were timed in one group's rounds
     ref_a, ref_b = a.tags.get(REFERENCE_TAG), b.tags.get(REFERENCE_TAG)
     if ref_a and ref_a == ref_b and a.tags.get(GROUP_TAG) == b.tags.get(GROUP_TAG):
         va, vb = a.metrics.get("paired_ratio"), b.metrics.get("paired_ratio")
-        out.append((f"× {ref_a} (rounds)", _num(va, "{:.3f}"), _num(vb, "{:.3f}"), _ratio(va, vb)))
+        out.append((f"× {ref_a} (rounds)", num(va, "{:.3f}"), num(vb, "{:.3f}"), _ratio(va, vb)))
         out.append(("verdict", a.tags.get(VERDICT_TAG, "-"), b.tags.get(VERDICT_TAG, "-"), ""))
     return out
 

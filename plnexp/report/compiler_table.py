@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from . import speed
-from .entries import COMPILER, DASH, median
+from .entries import COMPILER, DASH, median, num
 
 if TYPE_CHECKING:
     from .entries import Report
@@ -39,20 +40,16 @@ def _flops(v: float) -> str:
     return f"{v:.0f} FLOP"
 
 
-def _number(fmt: str) -> Callable[[float], str]:
-    return lambda v: fmt.format(v) if np.isfinite(v) else DASH
-
-
 CELLS: dict[str, Callable[[float], str]] = {
-    "xla_instructions": _number("{:,.0f}"),
-    "xla_fusions": _number("{:,.0f}"),
+    "xla_instructions": partial(num, fmt="{:,.0f}", missing=DASH),
+    "xla_fusions": partial(num, fmt="{:,.0f}", missing=DASH),
     "xla_bytes_per_iter": _bytes,
     "xla_flops_per_iter": _flops,
     "peak_bytes": _bytes,
-    "compile_s": _number("{:.3f}"),
-    "trace_s": _number("{:.3f}"),
-    "lower_s": _number("{:.3f}"),
-    "xla_compile_s": _number("{:.3f}"),
+    "compile_s": partial(num, fmt="{:.3f}", missing=DASH),
+    "trace_s": partial(num, fmt="{:.3f}", missing=DASH),
+    "lower_s": partial(num, fmt="{:.3f}", missing=DASH),
+    "xla_compile_s": partial(num, fmt="{:.3f}", missing=DASH),
 }
 
 
@@ -114,7 +111,7 @@ def compiler_table(report: Report) -> list[str]:
         ]
         for r in rows:
             cells = [r.program, r.strategies, f"{r.ms_per_iter:.2f}", *(CELLS[k](r.values[k]) for k in keys)]
-            cells.insert(6, f"{r.bytes_x_floor:.2f}" if np.isfinite(r.bytes_x_floor) else DASH)
+            cells.insert(6, num(r.bytes_x_floor, "{:.2f}", DASH))
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     return lines

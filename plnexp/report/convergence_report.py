@@ -34,6 +34,7 @@ import numpy as np
 
 from ..measure import convergence
 from ..jobs import ranking
+from .entries import DASH, num
 
 if TYPE_CHECKING:
     from .entries import Entry, Report
@@ -66,11 +67,7 @@ class Reach:
         """``0.0123 s [0.0120–0.0126], 76 iterations`` or why not."""
         if not self.reached:
             return self.why
-        return f"{_s(self.s)} s [{_s(self.lo)}–{_s(self.hi)}], {self.iters} iterations"
-
-
-def _s(x: float) -> str:
-    return f"{x:.3g}" if math.isfinite(x) else "-"
+        return f"{num(self.s, '{:.3g}')} s [{num(self.lo, '{:.3g}')}–{num(self.hi, '{:.3g}')}], {self.iters} iterations"
 
 
 def reach(e: Entry, eps: float) -> Reach:
@@ -209,7 +206,7 @@ class Stop:
             gap = f"gap {self.gap:.1e}" if math.isfinite(self.gap) else "gap -"
         if not self.stopped:
             return f"no stop in {self.iters} it ({gap} at the end)"
-        return f"{self.iters} it, {gap}, {_s(self.s)} s"
+        return f"{self.iters} it, {gap}, {num(self.s, '{:.3g}')} s"
 
 
 def stops(
@@ -362,7 +359,7 @@ def lines(report: Report) -> list[str]:
 def _cell(r: Reach) -> tuple[str, str]:
     if not r.reached:
         return "–", r.short
-    return str(r.iters), f"{_s(r.s)} [{_s(r.lo)}–{_s(r.hi)}]"
+    return str(r.iters), f"{num(r.s, '{:.3g}')} [{num(r.lo, '{:.3g}')}–{num(r.hi, '{:.3g}')}]"
 
 
 def time_table(report: Report) -> list[str]:
@@ -378,15 +375,11 @@ def time_table(report: Report) -> list[str]:
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for e in sorted(runs, key=lambda e: named[e.run_id]):
         cells = [named[e.run_id], f"{e.m('compile_s'):.3f}", f"{e.m('ms_per_iter'):.3f}", f"{e.m('n_iter_run'):.0f}"]
-        cells += [_g(e.m("gap_final_rel")), _g(e.m("gap_resolution_rel"))]
+        cells += [num(e.m("gap_final_rel"), "{:.1e}", DASH), num(e.m("gap_resolution_rel"), "{:.1e}", DASH)]
         for eps in convergence.EPSILONS:
             cells += _cell(reach(e, eps))
         lines.append("| " + " | ".join(cells) + " |")
     return lines
-
-
-def _g(x: float) -> str:
-    return f"{x:.1e}" if math.isfinite(x) else "–"
 
 
 def stop_table(report: Report) -> list[str]:

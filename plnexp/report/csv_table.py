@@ -17,7 +17,7 @@ from ..jobs import ranking
 from ..jobs.tags import VERDICT_TAG
 from ..measure.metrics import REPORT
 from . import speed
-from .entries import COMPILER
+from .entries import COMPILER, num
 
 if TYPE_CHECKING:
     from .entries import Entry, Report
@@ -64,7 +64,7 @@ def columns(report: Report) -> list[tuple[str, Callable[[Entry], object]]]:
             ("paired_ratio", lambda e: speed.of(report, e).ratio),
             ("paired_ratio_interval", lambda e: _span(e.m("paired_ratio_lo"), e.m("paired_ratio_hi"), "{:.3f}")),
             ("verdict", lambda e: e.tags.get(VERDICT_TAG, "-")),
-            ("rounds_used", lambda e: f"{e.m('rounds_used'):.0f}" if np.isfinite(e.m("rounds_used")) else "-"),
+            ("rounds_used", lambda e: num(e.m("rounds_used"), "{:.0f}")),
         ]
     cols += [
         ("speedup_vs_eager", lambda e: e.speedup_eager),

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..jobs import ranking
+from .entries import num
 
 if TYPE_CHECKING:
     from .entries import Entry
@@ -35,7 +36,7 @@ class Timed:
         return cls(e.m("ms_per_iter"), lo, hi)
 
     def text(self) -> str:
-        return f"{_g(self.ms)} [{_g(self.lo)}–{_g(self.hi)}] ms/iter"
+        return f"{num(self.ms, '{:.3g}')} [{num(self.lo, '{:.3g}')}–{num(self.hi, '{:.3g}')}] ms/iter"
 
 
 @dataclass(frozen=True)
@@ -89,22 +90,14 @@ class Diff:
     def text(self) -> str:
         lo, hi = self.lo / self.base, self.hi / self.base
         return (
-            f"{_signed(self.ms)} [{_signed(self.lo)} to {_signed(self.hi)}] ms/iter "
+            f"{num(self.ms, '{:+.3g}')} [{num(self.lo, '{:+.3g}')} to {num(self.hi, '{:+.3g}')}] ms/iter "
             f"({_pct(self.share)} [{_pct(lo)} to {_pct(hi)}])"
         )
-
-
-def _g(x: float) -> str:
-    return f"{x:.3g}" if math.isfinite(x) else "-"
 
 
 def _pct(share: float) -> str:
     """A share as a signed percentage: one decimal below 100%, whole percents above."""
     return f"{100 * share:+.1f}%" if abs(share) < 1 else f"{100 * share:+,.0f}%"
-
-
-def _signed(x: float) -> str:
-    return f"{x:+.3g}" if math.isfinite(x) else "-"
 
 
 def _ok(entries: Sequence[Entry]) -> list[Entry]:

@@ -16,7 +16,8 @@ import numpy as np
 
 
 from ..measure.plots import _plain_log, figure
-from .differences import Diff, Timed, _noise_text, _ok, _signed, least_squares
+from .differences import Diff, Timed, _noise_text, _ok, least_squares
+from .entries import num
 
 if TYPE_CHECKING:
     from .entries import Entry
@@ -101,7 +102,7 @@ class Overhead:
         if not math.isfinite(fixed) or len({s.p for s in self.sizes}) > 1:
             return ""
         pct = f"{100 * self.threshold:.0f}%"
-        grows = f"{_signed(1e3 * per_row)} ms/iter per 1000 rows that grows with the data (work beyond the scan's fused program)"
+        grows = f"{num(1e3 * per_row, '{:+.3g}')} ms/iter per 1000 rows that grows with the data (work beyond the scan's fused program)"
         if fixed <= 0:
             return f"; least squares over n: no part independent of the size (intercept {fixed:.3g} ms/iter), {grows}"
         k, at = self.fixed_crossing

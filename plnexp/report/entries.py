@@ -269,6 +269,11 @@ class Report:
 
 
 # ---------------------------------------------------------------- reading the sweep back
+def num(x: float | None, fmt: str, missing: str = "-") -> str:
+    """``x`` in the format ``fmt``; ``missing`` where it was not measured (None, NaN, infinite)."""
+    return fmt.format(x) if x is not None and np.isfinite(x) else missing
+
+
 def median(values) -> float:
     finite = [v for v in values if np.isfinite(v)]
     return float(np.median(finite)) if finite else np.nan

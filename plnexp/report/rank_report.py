@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..measure import plots
+from .entries import DASH, num
 
 if TYPE_CHECKING:
     from .entries import Entry, Report
@@ -207,18 +208,14 @@ def lines(report: Report) -> list[str]:
     return [s.line() for s in found]
 
 
-def _num(x: float, digits: int = 2) -> str:
-    return f"{x:,.{digits}f}" if math.isfinite(x) else "–"
-
-
 def table(s: Selection) -> list[str]:
     """rank | loglik | n_params | BIC | ICL | picked by, the picks in bold."""
     picks = {key: s.pick(key).rank for key, _ in CRITERIA}
     out = ["| rank | loglik | n_params | BIC | ICL | picked by |", "|---:|---:|---:|---:|---:|---|"]
     for r in s.rows:
-        cells = [str(r.rank), _num(r.loglik), _num(r.n_params, 0)]
+        cells = [str(r.rank), num(r.loglik, "{:,.2f}", DASH), num(r.n_params, "{:,.0f}", DASH)]
         for key, _ in CRITERIA:
-            text = _num(r.value(key))
+            text = num(r.value(key), "{:,.2f}", DASH)
             cells.append(f"**{text}**" if picks[key] == r.rank else text)
         cells.append(", ".join(name for key, name in CRITERIA if picks[key] == r.rank) or "")
         out.append("| " + " | ".join(cells) + " |")

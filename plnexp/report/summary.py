@@ -52,7 +52,7 @@ from . import headline as plain
 from . import table as compact
 from .compiler_table import compiler_table
 from .csv_table import csv_text
-from .entries import DASH, SHORT
+from .entries import DASH, SHORT, num
 from .entries import Entry as Entry, Report as Report, compare as compare, load as load  # re-exported
 from .entries import PEER_TAG as PEER_TAG, find_parent as find_parent
 from .sweep_figures import figures
@@ -181,14 +181,17 @@ def precision_table(report: Report) -> list[str]:
     head += ["final ELBO (float64 at its parameters)", "compiled final ELBO", "compiled − float64 (nats)"]
     head += ["vs the float64 run (rel.)", "gap to the optimum (rel.)"]
     lines = ["| " + " | ".join(head) + " |", "|---|---|---:|---|" + "---|" * (len(extra) + 1) + "---:|" * 5]
-    nats = lambda x: f"{x:,.1f}" if np.isfinite(x) else "-"
-    rel = lambda x: f"{x:+.2e}" if np.isfinite(x) else "-"
     for e in sorted(runs, key=lambda e: (key(e), e.precision)) + [e for e in report.peers if e.ok]:
         loglik, compiled, base = e.m("loglik"), e.m("final_elbo"), f64.get(key(e), np.nan)
         versus = (loglik - base) / abs(base) if e.precision != "float64" and not e.peer and base else np.nan
         gap = e.m("gap_final_rel")
         cells = [e.label, e.data, e.shape, e.device, *map(str, e.extra), e.precision]
-        cells += [nats(loglik), nats(compiled), nats(compiled - loglik), rel(versus)]
+        cells += [
+            num(loglik, "{:,.1f}"),
+            num(compiled, "{:,.1f}"),
+            num(compiled - loglik, "{:,.1f}"),
+            num(versus, "{:+.2e}"),
+        ]
         cells.append(f"{gap:.2e}" if np.isfinite(gap) else "not logged")
         lines.append("| " + " | ".join(cells) + " |")
     return lines

@@ -7,15 +7,10 @@ report.md, report.html and the terminal show this table; report.csv keeps every 
 
 from __future__ import annotations
 
-import math
-
 from . import speed
+from .entries import num
 
 MAX_COLUMNS = 10
-
-
-def _num(fmt: str, x: float) -> str:
-    return fmt.format(x) if math.isfinite(x) else "-"
 
 
 def head(report, group: tuple) -> list[str]:
@@ -43,12 +38,12 @@ def row(report, e) -> list[str]:
         else:
             verdict = s.verdict or "-"
         rounds = str(s.rounds) if s.rounds else "-"
-        cells = [name, _num("{:.2f}", s.ms_per_iter), _num("{:.3f}", s.ratio), s.interval(), verdict, rounds]
+        cells = [name, num(s.ms_per_iter, "{:.2f}"), num(s.ratio, "{:.3f}"), s.interval(), verdict, rounds]
     else:
         runs = e.m("n_runs")
         timing = "contended" if e.run_id in report.contended else "ok" if e.ok else e.status
-        cells = [name, _num("{:.2f}", s.ms_per_iter), _num("{:.3f}", s.ratio), _num("{:.0f}", runs), timing]
-    return cells + [_num("{:.3f}", e.m("compile_s")), _num("{:.1f}", e.m("final_elbo")), _num("{:.1e}", e.vs_scan)]
+        cells = [name, num(s.ms_per_iter, "{:.2f}"), num(s.ratio, "{:.3f}"), num(runs, "{:.0f}"), timing]
+    return cells + [num(e.m("compile_s"), "{:.3f}"), num(e.m("final_elbo"), "{:.1f}"), num(e.vs_scan, "{:.1e}")]
 
 
 def rows(report, group: tuple) -> list[list[str]]:
