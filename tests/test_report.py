@@ -651,7 +651,7 @@ def test_a_tie_still_says_what_differs_beyond_the_threshold(compile_s, peak, sai
         xla_entry("scan", 7.0, "a", compile_s=compile_s[0], peak=peak[0] * MiB, control=True),
     ]
     rep = hand_report(entries)
-    line = report.headline(rep, next(iter(rep.groups)))
+    line = report.ranked_line(rep, next(iter(rep.groups)))
     assert line.startswith("tied within noise (A/A noise 0% (the control pair); minimum effect 1.10×) on oaks_x100")
     if said:
         assert said in line, line
@@ -659,7 +659,7 @@ def test_a_tie_still_says_what_differs_beyond_the_threshold(compile_s, peak, sai
         assert "differ in" not in line, line
     # one program's strategies are named as one in the tie
     entries.append(xla_entry("scan_pytree", 7.1, "u", compile_s=compile_s[1], peak=peak[1] * MiB))
-    assert "scan_unrolled = scan_pytree (one program)" in report.headline(
+    assert "scan_unrolled = scan_pytree (one program)" in report.ranked_line(
         hand_report(entries), ("oaks_x100", "cpu", "float32")
     )
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import speed
-from .entries import COMPILER, DASH, median, num
+from .entries import COMPILER, DASH, md_table, median, num
 
 if TYPE_CHECKING:
     from .entries import Report
@@ -103,15 +103,14 @@ def compiler_table(report: Report) -> list[str]:
         rows = compiler_rows(report, group)
         if not rows:
             continue
+        cells = []
+        for r in rows:
+            cells.append([r.program, r.strategies, f"{r.ms_per_iter:.2f}", *(CELLS[k](r.values[k]) for k in keys)])
+            cells[-1].insert(6, num(r.bytes_x_floor, "{:.2f}", DASH))
         lines += [
             f"{report.group_label(group)}:",
             "",
-            "| " + " | ".join(head) + " |",
-            "|---|---|" + "---:|" * (len(head) - 2),
+            *md_table(head, cells, "|---|---|" + "---:|" * (len(head) - 2)),
+            "",
         ]
-        for r in rows:
-            cells = [r.program, r.strategies, f"{r.ms_per_iter:.2f}", *(CELLS[k](r.values[k]) for k in keys)]
-            cells.insert(6, num(r.bytes_x_floor, "{:.2f}", DASH))
-            lines.append("| " + " | ".join(cells) + " |")
-        lines.append("")
     return lines

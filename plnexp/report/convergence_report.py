@@ -34,7 +34,7 @@ import numpy as np
 
 from ..measure import convergence
 from ..jobs import ranking
-from .entries import DASH, num
+from .entries import DASH, md_table, num, varying
 
 if TYPE_CHECKING:
     from .entries import Entry, Report
@@ -287,13 +287,13 @@ def names(entries: Sequence[Entry], skip: Sequence[int] = ()) -> dict[str, str]:
     """Each run's short name (by run id): the fields that vary among ``entries`` (peers named by
     their tag), those at indices ``skip`` of :func:`_fields` left out."""
     mine = [e for e in entries if not e.peer]
-    varying = [i for i in range(len(_fields(mine[0]))) if len({_fields(e)[i] for e in mine}) > 1] if mine else []
+    differ = varying([_fields(e) for e in mine])
     out = {}
     for e in entries:
         if e.peer:
             out[e.run_id] = f"{e.peer} (peer)"
             continue
-        parts = [_fields(e)[i] for i in varying if i not in skip] or [e.strategy]
+        parts = [_fields(e)[i] for i in differ if i not in skip] or [e.strategy]
         out[e.run_id] = ", ".join(parts) + (" (control)" if e.control else "")
     return out
 
@@ -372,14 +372,14 @@ def time_table(report: Report) -> list[str]:
     keys = [convergence.eps_key(eps) for eps in convergence.EPSILONS]
     head = ["run", "compile s", "ms/iter", "iterations", "final gap (rel.)", "resolution (rel.)"]
     head += [f"{h} {k}" for k in keys for h in ("iters to", "s to")]
-    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    rows = []
     for e in sorted(runs, key=lambda e: named[e.run_id]):
         cells = [named[e.run_id], f"{e.m('compile_s'):.3f}", f"{e.m('ms_per_iter'):.3f}", f"{e.m('n_iter_run'):.0f}"]
         cells += [num(e.m("gap_final_rel"), "{:.1e}", DASH), num(e.m("gap_resolution_rel"), "{:.1e}", DASH)]
         for eps in convergence.EPSILONS:
             cells += _cell(reach(e, eps))
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
+        rows.append(cells)
+    return md_table(head, rows)
 
 
 def stop_table(report: Report) -> list[str]:
@@ -390,14 +390,14 @@ def stop_table(report: Report) -> list[str]:
     named = names(scans, skip=(0,))
     k = patience(report)
     head = ["scan run", *(f"tol {tol:g}" for tol in TOLS)]
-    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * len(TOLS)]
+    rows = []
     for e in sorted(scans, key=lambda e: named[e.run_id]):
         n = e.m("n_iter_run")
         per = e.m("run_s") / n if n > 0 else math.nan
         res = e.m("gap_resolution_rel")
         found = stops(e.curve, optimum(report, e.data)[0], per, TOLS, k, res if math.isfinite(res) else 0.0)
-        lines.append("| " + " | ".join([named[e.run_id], *(s.text() for s in found)]) + " |")
-    return lines
+        rows.append([named[e.run_id], *(s.text() for s in found)])
+    return md_table(head, rows)
 
 
 def markdown(report: Report) -> list[str]:

@@ -8,7 +8,7 @@ Computed from the report's entries; nothing is measured here.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -120,13 +120,6 @@ def aa_noise(entries: Sequence[Entry]) -> float:
 
 def _noise_text(noise: float) -> str:
     return f"; A/A noise between jobs {100 * noise:.1f}% (the control job)" if math.isfinite(noise) else ""
-
-
-def _by(entries: Sequence[Entry], key: Callable[[Entry], tuple]) -> dict[tuple, list[Entry]]:
-    out: dict[tuple, list[Entry]] = {}
-    for e in entries:
-        out.setdefault(key(e), []).append(e)
-    return out
 
 
 def _contended(entries: Sequence[Entry], contended: dict[str, list[str]]) -> str:

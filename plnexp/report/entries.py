@@ -171,11 +171,7 @@ class Report:
     @cached_property  # entries are fixed once loaded
     def groups(self) -> dict[tuple, list[Entry]]:
         """plnexp's runs by comparison group (:attr:`Entry.group`); the peer runs are in none."""
-        out: dict[tuple, list[Entry]] = {}
-        for e in self.entries:
-            if not e.peer:
-                out.setdefault(e.group, []).append(e)
-        return out
+        return by([e for e in self.entries if not e.peer], lambda e: e.group)
 
     def group_label(self, group: tuple) -> str:
         e = self.groups[group][0]
@@ -191,13 +187,6 @@ class Report:
         """The group the parent's summary metrics describe: the largest data with a finished run."""
         ok = [g for g, es in self.groups.items() if any(e.ok for e in es)]
         return max(ok, key=lambda g: (self.groups[g][0].n or 0, len(self.groups[g])), default=None)
-
-    def fastest(self, group: tuple) -> Entry | None:
-        """The finished run of the group with the lowest median ms/iter (a winner only if
-        :meth:`winner` says so)."""
-        return min(
-            (e for e in self.groups[group] if e.ok and not e.control), key=lambda e: e.m("ms_per_iter"), default=None
-        )
 
     @cached_property
     def contenders(self) -> dict[tuple, list]:
@@ -272,6 +261,26 @@ class Report:
 def num(x: float | None, fmt: str, missing: str = "-") -> str:
     """``x`` in the format ``fmt``; ``missing`` where it was not measured (None, NaN, infinite)."""
     return fmt.format(x) if x is not None and np.isfinite(x) else missing
+
+
+def md_table(head: list[str], rows, sep: str = "") -> list[str]:
+    """A Markdown table's lines: ``head``, the separator ``sep`` (default: the first column left-aligned,
+    the others right-aligned), one line per row of cells."""
+    line = lambda cells: "| " + " | ".join(cells) + " |"
+    return [line(head), sep or "|---|" + "---:|" * (len(head) - 1), *map(line, rows)]
+
+
+def by(entries, key) -> dict:
+    """``entries`` by ``key(entry)``, in their order."""
+    out: dict = {}
+    for e in entries:
+        out.setdefault(key(e), []).append(e)
+    return out
+
+
+def varying(rows: list[tuple], start: int = 0) -> list[int]:
+    """The positions (from ``start``) where the tuples ``rows`` differ."""
+    return [i for i in range(start, len(rows[0])) if len({r[i] for r in rows}) > 1] if rows else []
 
 
 def median(values) -> float:

@@ -16,7 +16,8 @@ import numpy as np
 from ..jobs import ranking
 
 from ..measure.plots import figure
-from .differences import Diff, Timed, _by, _noise_text, _ok
+from .differences import Diff, Timed, _noise_text, _ok
+from .entries import by
 
 if TYPE_CHECKING:
     from .entries import Entry
@@ -84,7 +85,7 @@ def loop(
     """scan, fori_loop and while_loop of one comparison group, side by side."""
     runs = {e.strategy: e for e in _ok(entries) if e.strategy in ("scan", "fori_loop", "while_loop")}
     order = [s for s in ("scan", "fori_loop", "while_loop") if s in runs]
-    prints = _by([runs[s] for s in order], lambda e: (e.tags.get("hlo_fingerprint", ""),))
+    prints = by([runs[s] for s in order], lambda e: (e.tags.get("hlo_fingerprint", ""),))
     same = next((tuple(e.strategy for e in es) for (fp,), es in prints.items() if fp and len(es) > 1), ())
     return Loop(
         label,

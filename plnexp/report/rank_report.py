@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..measure import plots
-from .entries import DASH, num
+from .entries import DASH, by, md_table, num, varying
 
 if TYPE_CHECKING:
     from .entries import Entry, Report
@@ -162,12 +162,10 @@ def _key(report: Report, e: Entry) -> tuple:
 def selections(report: Report) -> list[Selection]:
     """One :class:`Selection` per data set and value of the other keys the sweep varies, in run order."""
     runs = _pca_runs(report)
-    by: dict[tuple, list[Entry]] = {}
-    for e in runs:
-        by.setdefault(_key(report, e), []).append(e)
-    varying = _varying(report, list(by))
+    groups = by(runs, lambda e: _key(report, e))
+    differ = varying(list(groups), 1)  # the group keys (past the data set) whose values differ
     out = []
-    for key, members in by.items():
+    for key, members in groups.items():
         best: dict[int, Entry] = {}
         for e in members:
             q = rank(e)
@@ -178,15 +176,8 @@ def selections(report: Report) -> list[Selection]:
             Row(q, e.name, e.m("loglik"), e.m("n_params"), e.m("bic"), e.m("icl")) for q, e in sorted(best.items())
         )
         missing = tuple(sorted({q for e in members if (q := rank(e)) is not None and q not in best}))
-        out.append(Selection(_label(report, members[0], key, varying), rows, missing))
+        out.append(Selection(_label(report, members[0], key, differ), rows, missing))
     return out
-
-
-def _varying(report: Report, keys: list[tuple]) -> list[int]:
-    """The positions of the group keys (past the data set) whose values differ between selections."""
-    if len(keys) < 2:
-        return []
-    return [i for i in range(1, len(keys[0])) if len({k[i] for k in keys}) > 1]
 
 
 def _label(report: Report, e: Entry, key: tuple, varying: list[int]) -> str:
@@ -211,15 +202,15 @@ def lines(report: Report) -> list[str]:
 def table(s: Selection) -> list[str]:
     """rank | loglik | n_params | BIC | ICL | picked by, the picks in bold."""
     picks = {key: s.pick(key).rank for key, _ in CRITERIA}
-    out = ["| rank | loglik | n_params | BIC | ICL | picked by |", "|---:|---:|---:|---:|---:|---|"]
+    rows = []
     for r in s.rows:
         cells = [str(r.rank), num(r.loglik, "{:,.2f}", DASH), num(r.n_params, "{:,.0f}", DASH)]
         for key, _ in CRITERIA:
             text = num(r.value(key), "{:,.2f}", DASH)
             cells.append(f"**{text}**" if picks[key] == r.rank else text)
         cells.append(", ".join(name for key, name in CRITERIA if picks[key] == r.rank) or "")
-        out.append("| " + " | ".join(cells) + " |")
-    return out
+        rows.append(cells)
+    return md_table(["rank", "loglik", "n_params", "BIC", "ICL", "picked by"], rows, "|---:|---:|---:|---:|---:|---|")
 
 
 def markdown(report: Report) -> list[str]:

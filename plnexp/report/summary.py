@@ -52,7 +52,7 @@ from . import headline as plain
 from . import table as compact
 from .compiler_table import compiler_table
 from .csv_table import csv_text
-from .entries import DASH, SHORT, num
+from .entries import DASH, SHORT, md_table, num
 from .entries import Entry as Entry, Report as Report, compare as compare, load as load  # re-exported
 from .entries import PEER_TAG as PEER_TAG, find_parent as find_parent
 from .sweep_figures import figures
@@ -130,12 +130,6 @@ def summary_lines(report: Report) -> list[str]:
     return lines
 
 
-def headline(report: Report, group: tuple) -> str:
-    """The group's summary in one line: its plain headline (:func:`plnexp.report.headline.of_group`)
-    where it had rounds, else :func:`ranked_line`."""
-    return "; ".join(plain.of_group(report, group)) or ranked_line(report, group)
-
-
 def ranked_line(report: Report, group: tuple) -> str:
     """The summary's line of a group without interleaved rounds (those have their plain headline:
     :func:`plnexp.report.headline.of_group`): the jobs' own timings ranked (:meth:`Report.ranked`,
@@ -180,21 +174,14 @@ def precision_table(report: Report) -> list[str]:
     head = ["strategy", "data", "n×p", "device", *extra, "precision"]
     head += ["final ELBO (float64 at its parameters)", "compiled final ELBO", "compiled − float64 (nats)"]
     head += ["vs the float64 run (rel.)", "gap to the optimum (rel.)"]
-    lines = ["| " + " | ".join(head) + " |", "|---|---|---:|---|" + "---|" * (len(extra) + 1) + "---:|" * 5]
+    rows = []
     for e in sorted(runs, key=lambda e: (key(e), e.precision)) + [e for e in report.peers if e.ok]:
         loglik, compiled, base = e.m("loglik"), e.m("final_elbo"), f64.get(key(e), np.nan)
         versus = (loglik - base) / abs(base) if e.precision != "float64" and not e.peer and base else np.nan
-        gap = e.m("gap_final_rel")
         cells = [e.label, e.data, e.shape, e.device, *map(str, e.extra), e.precision]
-        cells += [
-            num(loglik, "{:,.1f}"),
-            num(compiled, "{:,.1f}"),
-            num(compiled - loglik, "{:,.1f}"),
-            num(versus, "{:+.2e}"),
-        ]
-        cells.append(f"{gap:.2e}" if np.isfinite(gap) else "not logged")
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
+        cells += [num(loglik, "{:,.1f}"), num(compiled, "{:,.1f}"), num(compiled - loglik, "{:,.1f}")]
+        rows.append([*cells, num(versus, "{:+.2e}"), num(e.m("gap_final_rel"), "{:.2e}", "not logged")])
+    return md_table(head, rows, "|---|---|---:|---|" + "---|" * (len(extra) + 1) + "---:|" * 5)
 
 
 # ---------------------------------------------------------------- writing

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import speed, sweep_plots
 from .compiler_table import compiler_rows
-from .entries import median
+from .entries import median, varying as varying_fields
 
 if TYPE_CHECKING:
     from .entries import Entry, Report
@@ -24,13 +24,6 @@ if TYPE_CHECKING:
 def _series_label(e: Entry, varying: list[int]) -> str:
     parts = [e.strategy] + [str(e.group[i]) for i in varying]
     return ", ".join(parts)
-
-
-def _varying_within(entries: list[Entry], skip: int = 1) -> list[int]:
-    """Indices of the group fields (past the first ``skip``) that differ among ``entries``."""
-    if not entries:
-        return []
-    return [i for i in range(skip, len(entries[0].group)) if len({e.group[i] for e in entries}) > 1]
 
 
 def figures(report: Report, folder: Path) -> list[str]:
@@ -43,7 +36,7 @@ def figures(report: Report, folder: Path) -> list[str]:
         entries = [e for e in entries if e.ok and not e.control]
         if not entries:
             continue
-        varying = _varying_within(entries)
+        varying = varying_fields([e.group for e in entries], 1)
         agree = [e.vs_scan for e in entries if np.isfinite(e.vs_scan)]
         k = min(len(e.curve) for e in entries)
         same = [e.strategy for e in entries if e.strategy != "scan" and e.vs_scan == 0.0]
@@ -78,7 +71,7 @@ def figures(report: Report, folder: Path) -> list[str]:
     if size is not None:
         label, get = size
         series: dict[str, tuple[list, list]] = {}
-        rest = [i for i in _varying_within(ok) if i != 0]
+        rest = varying_fields([e.group for e in ok], 1)
         for e in ok:
             x, y = series.setdefault(_series_label(e, rest), ([], []))
             x.append(get(e))

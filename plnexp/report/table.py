@@ -8,7 +8,7 @@ report.md, report.html and the terminal show this table; report.csv keeps every 
 from __future__ import annotations
 
 from . import speed
-from .entries import num
+from .entries import md_table, num
 
 MAX_COLUMNS = 10
 
@@ -55,15 +55,7 @@ def markdown(report) -> list[str]:
     """Every group's table as Markdown lines, each under its label."""
     out: list[str] = []
     for group in report.groups:
-        cols = head(report, group)
-        out += [
-            f"{report.group_label(group)}:",
-            "",
-            "| " + " | ".join(cols) + " |",
-            "|---|" + "---:|" * (len(cols) - 1),
-        ]
-        out += ["| " + " | ".join(r) + " |" for r in rows(report, group)]
-        out.append("")
+        out += [f"{report.group_label(group)}:", "", *md_table(head(report, group), rows(report, group)), ""]
     return out
 
 
