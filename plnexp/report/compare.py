@@ -29,6 +29,7 @@ from ..jobs.config import ConfigError
 from ..measure.metrics import PROGRAM, Metric
 from ..system.commandline import Parser, UsageError, fail
 from .entries import num
+from .table import aligned
 
 USAGE = "usage: python -m plnexp compare RUN_A RUN_B [tracking_uri=STORE]"
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -57,11 +58,8 @@ class Side:
 
     @property
     def total(self) -> xla_stats.Stats:
-        parts = list(self.functions.values())
-        total = parts[0]
-        for s in parts[1:]:
-            total = total + s
-        return total
+        first, *rest = self.functions.values()
+        return sum(rest, first)
 
     @property
     def strategy(self) -> str:
@@ -197,20 +195,6 @@ def opcode_rows(a: Side, b: Side) -> list[tuple[str, str, str, str]]:
     return [(f"  {op}", str(oa.get(op, 0)), str(ob.get(op, 0)), _ratio(oa.get(op, 0), ob.get(op, 0))) for op in differ]
 
 
-def _table(lines: list[tuple[str, str, str, str] | str]) -> list[str]:
-    """Aligned rows (a plain string: a line of its own, outside the columns)."""
-    cells = [r for r in lines if not isinstance(r, str)]
-    widths = [max(len(r[i]) for r in cells) for i in range(4)]
-    out = []
-    for r in lines:
-        if isinstance(r, str):
-            out.append(r)
-            continue
-        row = [r[0].ljust(widths[0]), r[1].rjust(widths[1]), r[2].rjust(widths[2]), r[3].rjust(widths[3])]
-        out.append("  ".join(row).rstrip())
-    return out
-
-
 def render(a: Side, b: Side) -> str:
     """The comparison as text (see the module's doc)."""
     head = [
@@ -225,7 +209,7 @@ def render(a: Side, b: Side) -> str:
         table += ops
     else:
         table += [f"opcodes: the same counts ({len(a.total.opcodes)} opcodes)"]
-    body = _table(table)
+    body = aligned(table)
     if a.fingerprint and a.fingerprint == b.fingerprint:
         verdict = (
             f"one program: the same optimized HLO (hlo_fingerprint {a.fingerprint}); their timings differ by noise only"

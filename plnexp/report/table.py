@@ -59,9 +59,16 @@ def markdown(report) -> list[str]:
     return out
 
 
+def aligned(rows: list, rule: bool = False) -> list[str]:
+    """Rows of cells as text columns, the first left-aligned, the others right-aligned (a plain string:
+    a line of its own); ``rule``: dashes under the first row."""
+    cells = [r for r in rows if not isinstance(r, str)]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
+    fmt = lambda r: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+    out = [r if isinstance(r, str) else fmt(r) for r in rows]
+    return out[:1] + ["  ".join("-" * w for w in widths)] + out[1:] if rule else out
+
+
 def text(report, group: tuple) -> str:
     """The group's table for the terminal: columns aligned, fastest first."""
-    lines = [head(report, group), *rows(report, group)]
-    widths = [max(len(r[i]) for r in lines) for i in range(len(lines[0]))]
-    fmt = lambda r: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-    return "\n".join([fmt(lines[0]), "  ".join("-" * w for w in widths), *map(fmt, lines[1:])])
+    return "\n".join(aligned([head(report, group), *rows(report, group)], rule=True))
