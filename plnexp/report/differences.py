@@ -35,6 +35,12 @@ class Timed:
         lo, hi, _ = ranking.interval_ms(e)
         return cls(e.m("ms_per_iter"), lo, hi)
 
+    @staticmethod
+    def whiskers(timed: Sequence[Timed]) -> tuple[np.ndarray, np.ndarray]:
+        """The medians of ``timed`` and their intervals as error bars (below, above)."""
+        ms = np.array([t.ms for t in timed])
+        return ms, np.clip([ms - [t.lo for t in timed], [t.hi for t in timed] - ms], 0, None)
+
     def text(self) -> str:
         return f"{num(self.ms, '{:.3g}')} [{num(self.lo, '{:.3g}')}–{num(self.hi, '{:.3g}')}] ms/iter"
 

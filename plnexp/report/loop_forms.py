@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
 
 from ..jobs import ranking
 
@@ -104,12 +103,7 @@ def loop_png(results: list[Loop], path: Path) -> Path:
     axes = fig.subplots(1, len(results), squeeze=False)[0]
     for ax, r in zip(axes, results):
         names = list(r.timed)
-        ms = np.array([r.timed[s].ms for s in names])
-        err = np.clip(
-            np.array([[r.timed[s].ms - r.timed[s].lo for s in names], [r.timed[s].hi - r.timed[s].ms for s in names]]),
-            0,
-            None,
-        )
+        ms, err = Timed.whiskers([r.timed[s] for s in names])
         for i in range(len(names)):  # points, not bars: the axis shows the differences, not from zero
             ax.errorbar([i], ms[i : i + 1], yerr=err[:, i : i + 1], fmt="o", color=f"C{i}", capsize=5, ms=7)
         ax.set_xticks(range(len(names)), names)

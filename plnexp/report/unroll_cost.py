@@ -189,9 +189,8 @@ def unroll_png(results: list[Unroll], path: Path) -> Path:
         ax.legend(handles, labels, fontsize=8, loc="upper left")
         ax.set_title("compile time against unroll", fontsize=9)
         ax = row[1]
-        ms = np.array([t.ms for t in r.timed])
-        err = np.array([[t.ms - t.lo for t in r.timed], [t.hi - t.ms for t in r.timed]])
-        ax.errorbar(x, ms, yerr=np.clip(err, 0, None), fmt="o-", color="C2", capsize=3, lw=1)
+        ms, err = Timed.whiskers(r.timed)
+        ax.errorbar(x, ms, yerr=err, fmt="o-", color="C2", capsize=3, lw=1)
         ax.axhspan(r.timed[0].lo, r.timed[0].hi, color="C2", alpha=0.12, label=f"unroll {r.base}'s interval")
         ax.set_ylabel("ms per iteration")
         ax.legend(fontsize=8, loc="upper left")
