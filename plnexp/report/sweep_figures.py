@@ -118,7 +118,7 @@ def timing_panel(report: Report, group: tuple) -> sweep_plots.TimingPanel | None
         {name(e): e.m("compile_s") for e in entries},
         run_s,
         lengths.pop() if len(lengths) == 1 else None,
-        span,  # type: ignore[arg-type]  # pairs
+        span,
         rounds,
     )
 
