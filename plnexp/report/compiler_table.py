@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import speed
-from .entries import COMPILER, DASH, md_table, median, num
+from .entries import COMPILER, DASH, DIFFER, md_table, median, num
 
 if TYPE_CHECKING:
     from .entries import Report
@@ -88,6 +88,23 @@ def compiler_rows(report: Report, group: tuple) -> list[Program]:
         )
         ratios.append(ratio if np.isfinite(ratio) else np.inf)
     return [r for _, r in sorted(zip(ratios, rows), key=lambda x: x[0])]
+
+
+def differences(report: Report, group: tuple, tied: tuple) -> str:
+    """What still differs between tied contenders (labels ``tied``) by :data:`DIFFER` or more, from
+    their programs' rows (:func:`compiler_rows`): ``; they differ in compile time (scan_unrolled 2.3×
+    scan's) and peak memory (...)``; ""."""
+    rows = {r.strategies: r.values for r in compiler_rows(report, group)}
+    values = {label: rows[name] for label in tied if (name := label.removesuffix(" (one program)")) in rows}
+    said = []
+    for key, what in (("compile_s", "compile time"), ("peak_bytes", "peak memory")):
+        got = {k: v[key] for k, v in values.items() if np.isfinite(v[key]) and v[key] > 0}
+        if len(got) < 2:
+            continue
+        hi, lo = max(got, key=got.__getitem__), min(got, key=got.__getitem__)
+        if got[hi] / got[lo] >= DIFFER:
+            said.append(f"{what} ({hi} {got[hi] / got[lo]:.1f}× {lo}'s)")
+    return f"; they differ in {' and '.join(said)}" if said else ""
 
 
 def compiler_table(report: Report) -> list[str]:

@@ -218,26 +218,6 @@ class Report:
         """The group's headline and its winner beyond the noise ("" when there is none)."""
         return ranking.rank(self.group_label(group), self.groups[group], self.contended, min_speedup=self.min_speedup)
 
-    def differences(self, group: tuple, tied: tuple) -> str:
-        """What still differs between tied contenders (labels ``tied``) by :data:`DIFFER` or more:
-        ``; they differ in compile time (scan_unrolled 2.3× scan's) and peak memory (...)``; ""."""
-        by_label = {c.label: c for c in self.contenders[group]}
-        members = {
-            label: [e for e in self.groups[group] if e.ok and not e.control and e.strategy in by_label[label].names]
-            for label in tied
-            if label in by_label
-        }
-        said = []
-        for key, what in (("compile_s", "compile time"), ("peak_bytes", "peak memory")):
-            values = {k: median([e.m(key) for e in es]) for k, es in members.items()}
-            values = {k: v for k, v in values.items() if np.isfinite(v) and v > 0}
-            if len(values) < 2:
-                continue
-            hi, lo = max(values, key=values.__getitem__), min(values, key=values.__getitem__)
-            if values[hi] / values[lo] >= DIFFER:
-                said.append(f"{what} ({hi} {values[hi] / values[lo]:.1f}× {lo}'s)")
-        return f"; they differ in {' and '.join(said)}" if said else ""
-
     def program(self, e: Entry) -> str:
         """The run's program group: the strategies of its group that compiled to its program
         (``a = b = c``), the strategy alone when none shares it, "-" with no XLA program (eager, torch)."""

@@ -50,7 +50,7 @@ from ..system.commandline import Parser, UsageError, fail
 from ..system.redact import redact_text
 from . import headline as plain
 from . import table as compact
-from .compiler_table import compiler_table
+from .compiler_table import compiler_table, differences
 from .csv_table import csv_text
 from .entries import DASH, SHORT, md_table, num
 from .entries import Entry as Entry, Report as Report, compare as compare, load as load  # re-exported
@@ -133,10 +133,10 @@ def summary_lines(report: Report) -> list[str]:
 def ranked_line(report: Report, group: tuple) -> str:
     """The summary's line of a group without interleaved rounds (those have their plain headline:
     :func:`plnexp.report.headline.of_group`): the jobs' own timings ranked (:meth:`Report.ranked`,
-    with what still differs between tied strategies: :meth:`Report.differences`); then whether the
+    with what still differs between tied strategies: :func:`plnexp.report.compiler_table.differences`); then whether the
     curves agree with scan's."""
     ranked = report.ranked(group)
-    differ = report.differences(group, ranked.tied) if ranked.tied else ""
+    differ = differences(report, group, ranked.tied) if ranked.tied else ""
     agree = [e.vs_scan for e in report.groups[group] if np.isfinite(e.vs_scan) and not e.control]
     agreement = f"; curves within {max(agree):.1e} of scan's" if agree else ""
     return ranked.line + differ + agreement
