@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .. import store
 from ..jobs.tags import GROUP_TAG, REFERENCE_TAG, VERDICT_TAG
 from ..measure import xla_stats
 from ..jobs.config import ConfigError
 from ..measure.metrics import PROGRAM, Metric
+from ..store.records import RunRecord
 from ..system.commandline import Parser, UsageError, fail
 from .entries import num
 from .table import aligned
@@ -46,15 +47,10 @@ MLFLOW_TRACKING_URI, else the local one. Exit 0; 2 for a bad or unknown run id, 
 
 @dataclass(frozen=True)
 class Side:
-    """One run as compare reads it."""
+    """One run as compare reads it: its record and its program's stats, per function."""
 
-    run_id: str
-    name: str
-    params: dict[str, str]
-    metrics: dict[str, float]
-    fingerprint: str
+    run: RunRecord
     functions: dict[str, xla_stats.Stats]
-    tags: dict[str, str] = field(default_factory=dict)
 
     @property
     def total(self) -> xla_stats.Stats:
@@ -63,8 +59,8 @@ class Side:
 
     @property
     def strategy(self) -> str:
-        name = self.params.get("strategy.name", "?")
-        options = [f"{k.split('.', 1)[1]}={v}" for k, v in sorted(self.params.items()) if k.startswith("strategy.")]
+        name = self.run.params.get("strategy.name", "?")
+        options = [f"{k.split('.', 1)[1]}={v}" for k, v in sorted(self.run.params.items()) if k.startswith("strategy.")]
         options = [o for o in options if not o.startswith("name=")]
         return f"{name} ({', '.join(options)})" if options else name
 
@@ -126,15 +122,7 @@ def side(uri: str, run_id: str) -> Side:
         functions = {fn: xla_stats.stats(t) for fn, t in xla_stats.split_functions(text).items()}
     except ValueError as e:
         raise ConfigError(f"run {run_id} ({name}): its {HLO} does not read as HLO ({e})") from None
-    return Side(
-        run_id,
-        name,
-        dict(run.params),
-        dict(run.metrics),
-        run.fingerprint,
-        functions,
-        dict(run.tags),
-    )
+    return Side(run, functions)
 
 
 # ---------------------------------------------------------------- the table
@@ -171,19 +159,19 @@ def rows(a: Side, b: Side) -> list[tuple[str, str, str, str]]:
     by_key: dict[str, Metric] = {m.key: m for m in PROGRAM}
     for key in ("xla_flops_per_iter", "xla_bytes_per_iter", "peak_bytes"):
         m = by_key[key]
-        va, vb = a.metrics.get(key), b.metrics.get(key)
+        va, vb = a.run.metrics.get(key), b.run.metrics.get(key)
         out.append((m.header, num(va, m.fmt), num(vb, m.fmt), _ratio(va, vb)))
     for key, label in (("compile_s", "compile s"), ("trace_s", "  trace s"), ("lower_s", "  lower s")):
-        va, vb = a.metrics.get(key), b.metrics.get(key)
+        va, vb = a.run.metrics.get(key), b.run.metrics.get(key)
         out.append((label, num(va, "{:.3f}"), num(vb, "{:.3f}"), _ratio(va, vb)))
-    va, vb = a.metrics.get("xla_compile_s"), b.metrics.get("xla_compile_s")
+    va, vb = a.run.metrics.get("xla_compile_s"), b.run.metrics.get("xla_compile_s")
     out.append(("  XLA compile s", num(va, "{:.3f}"), num(vb, "{:.3f}"), _ratio(va, vb)))
     # their sweep's verdict (plnexp.jobs.verdicts), where both were timed in one group's rounds
-    ref_a, ref_b = a.tags.get(REFERENCE_TAG), b.tags.get(REFERENCE_TAG)
-    if ref_a and ref_a == ref_b and a.tags.get(GROUP_TAG) == b.tags.get(GROUP_TAG):
-        va, vb = a.metrics.get("paired_ratio"), b.metrics.get("paired_ratio")
+    ref_a, ref_b = a.run.tags.get(REFERENCE_TAG), b.run.tags.get(REFERENCE_TAG)
+    if ref_a and ref_a == ref_b and a.run.tags.get(GROUP_TAG) == b.run.tags.get(GROUP_TAG):
+        va, vb = a.run.metrics.get("paired_ratio"), b.run.metrics.get("paired_ratio")
         out.append((f"× {ref_a} (rounds)", num(va, "{:.3f}"), num(vb, "{:.3f}"), _ratio(va, vb)))
-        out.append(("verdict", a.tags.get(VERDICT_TAG, "-"), b.tags.get(VERDICT_TAG, "-"), ""))
+        out.append(("verdict", a.run.tags.get(VERDICT_TAG, "-"), b.run.tags.get(VERDICT_TAG, "-"), ""))
     return out
 
 
@@ -198,8 +186,8 @@ def opcode_rows(a: Side, b: Side) -> list[tuple[str, str, str, str]]:
 def render(a: Side, b: Side) -> str:
     """The comparison as text (see the module's doc)."""
     head = [
-        f"A: run {a.run_id} ({a.name})",
-        f"B: run {b.run_id} ({b.name})",
+        f"A: run {a.run.run_id} ({a.run.name})",
+        f"B: run {b.run.run_id} ({b.run.name})",
         "",
     ]
     ops = opcode_rows(a, b)
@@ -210,12 +198,10 @@ def render(a: Side, b: Side) -> str:
     else:
         table += [f"opcodes: the same counts ({len(a.total.opcodes)} opcodes)"]
     body = aligned(table)
-    if a.fingerprint and a.fingerprint == b.fingerprint:
-        verdict = (
-            f"one program: the same optimized HLO (hlo_fingerprint {a.fingerprint}); their timings differ by noise only"
-        )
-    elif a.fingerprint and b.fingerprint:
-        verdict = f"two programs: hlo_fingerprint {a.fingerprint} vs {b.fingerprint}"
+    if a.run.fingerprint and a.run.fingerprint == b.run.fingerprint:
+        verdict = f"one program: the same optimized HLO (hlo_fingerprint {a.run.fingerprint}); their timings differ by noise only"
+    elif a.run.fingerprint and b.run.fingerprint:
+        verdict = f"two programs: hlo_fingerprint {a.run.fingerprint} vs {b.run.fingerprint}"
     else:
         verdict = "hlo_fingerprint: not logged on both runs"
     return "\n".join([*head, *body, "", verdict])

@@ -16,7 +16,7 @@ never came within ε, or where ε is at or below the resolution of its precision
   wholly below the next one's, it leads by at least the minimum effect (``report.min_speedup``)
   and by more than the A/A noise between jobs where the sweep measured it (its control job,
   :func:`plnexp.report.differences.aa_noise`); else the runs within that reach are tied. The control job and
-  the peer (a run tagged :data:`plnexp.report.summary.PEER_TAG`, pyPLNmodels' own fit) are shown, never ranked.
+  the peer (a run tagged :data:`plnexp.jobs.tags.PEER_TAG`, pyPLNmodels' own fit) are shown, never ranked.
 - **while_loop's rule**: on each scan run's curve (the same iterations as a while_loop run's),
   where the rule "relative ELBO change below ``tol`` for ``patience`` iterations in a row" would
   stop (:func:`plnexp.measure.convergence.while_stop`), for each of :data:`TOLS`, and the gap there; checked

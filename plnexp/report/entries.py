@@ -20,7 +20,7 @@ from ..jobs import ranking
 from ..jobs import verdicts as V
 from .. import store
 from ..jobs.config import ConfigError, min_speedup as check_min_speedup
-from ..jobs.tags import PEER_TAG as PEER_TAG
+from ..jobs.tags import PEER_TAG
 
 log = logging.getLogger(__name__)
 

@@ -54,7 +54,7 @@ from .compiler_table import compiler_table, differences
 from .csv_table import csv_text
 from .entries import DASH, SHORT, md_table, num
 from .entries import Entry as Entry, Report as Report, compare as compare, load as load  # re-exported
-from .entries import PEER_TAG as PEER_TAG, find_parent as find_parent
+from .entries import find_parent
 from .sweep_figures import figures
 
 
