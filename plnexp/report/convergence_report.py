@@ -249,13 +249,6 @@ class Check:
         )
 
 
-def _option(e: Entry, key: str, default: float) -> float:
-    try:
-        return float(str(e.params.get(f"strategy.{key}")))
-    except ValueError:
-        return default
-
-
 def checks(report: Report, names: dict[str, str]) -> list[Check]:
     """Each finished while_loop run against scan's run of its group (same data, precision and other
     values): where :func:`plnexp.measure.convergence.while_stop` stops on scan's curve at its tol and patience."""
@@ -265,7 +258,7 @@ def checks(report: Report, names: dict[str, str]) -> list[Check]:
         for e in entries:
             if scan is None or not e.ok or e.control or e.base != "while_loop":
                 continue
-            tol, patience = _option(e, "tol", 1e-6), int(_option(e, "patience", PATIENCE))
+            tol, patience = e.number("strategy.tol", 1e-6), int(e.number("strategy.patience", PATIENCE))
             predicted = convergence.while_stop(scan.curve, tol, patience)
             out.append(Check(names.get(e.run_id, e.strategy), tol, patience, int(e.m("n_iter_run")), predicted))
     return out
@@ -274,7 +267,7 @@ def checks(report: Report, names: dict[str, str]) -> list[Check]:
 def patience(report: Report) -> int:
     """The patience of the sweep's while_loop runs (the first one's), else :data:`PATIENCE`."""
     runs = [e for e in report.entries if e.base == "while_loop"]
-    return int(_option(runs[0], "patience", PATIENCE)) if runs else PATIENCE
+    return int(runs[0].number("strategy.patience", PATIENCE)) if runs else PATIENCE
 
 
 # ---------------------------------------------------------------- naming and the optimum

@@ -77,6 +77,14 @@ class Entry:
     def m(self, key: str) -> float:
         return float(self.metrics.get(key, np.nan))
 
+    def number(self, param: str, default: float) -> float:
+        """The run's param ``param`` as a number (a strategy's option, its n_iter after any cap); ``default``
+        where it has none or it is not a number."""
+        try:
+            return float(str(self.params.get(param)))
+        except ValueError:
+            return default
+
     @property
     def ok(self) -> bool:
         return self.status == "FINISHED" and np.isfinite(self.m("ms_per_iter"))

@@ -70,14 +70,6 @@ class Loop:
         return f"loop on {self.label}: {'; '.join(parts)}; {work}{same}; compile {compile_s}{_noise_text(self.noise)}"
 
 
-def _asked(e: Entry) -> float:
-    """The iterations the run was asked for (its config's n_iter, after any cap)."""
-    try:
-        return float(str(e.params.get("n_iter")))
-    except ValueError:
-        return e.m("n_iter_run")
-
-
 def loop(
     entries: Sequence[Entry], label: str, noise: float = math.nan, min_effect: float = ranking.MIN_SPEEDUP
 ) -> Loop:
@@ -90,7 +82,7 @@ def loop(
         label,
         {s: Timed.of(runs[s]) for s in order},
         {s: runs[s].m("compile_s") for s in order},
-        {s: (runs[s].m("n_iter_run"), _asked(runs[s])) for s in order},
+        {s: (runs[s].m("n_iter_run"), runs[s].number("n_iter", runs[s].m("n_iter_run"))) for s in order},  # run, asked
         same,
         noise,
         min_effect,
