@@ -411,14 +411,15 @@ def read_verdicts(uri: str, parent_id: str) -> list[V.GroupVerdict]:
         return []
 
 
-def _ref(entries: list[Entry], strategy: str) -> Entry | None:
+def run_of(entries: list[Entry], strategy: str) -> Entry | None:
+    """The finished run of ``strategy`` among ``entries`` (the control job is none): a group's reference."""
     return next((e for e in entries if e.strategy == strategy and e.ok and not e.control), None)
 
 
 def compare(report: Report) -> None:
     """Speed-ups over eager and scan, agreement with scan's curve, within each group."""
     for group, entries in report.groups.items():
-        eager, scan = _ref(entries, "eager"), _ref(entries, "scan")
+        eager, scan = run_of(entries, "eager"), run_of(entries, "scan")
         lengths = {len(e.curve) for e in entries if e.ok and len(e.curve)}
         if len(lengths) > 1:
             report.common[group] = min(lengths)

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 
 from ..jobs import verdicts as V
+from .entries import run_of
 
 ROUNDS = "rounds"  # Speed.basis: the verdict's figures
 OWN = "own runs"  # Speed.basis: the job's own timed runs (no rounds)
@@ -69,7 +70,7 @@ def of(report, e) -> Speed:
         return Speed(s.ms_per_iter, s.ratio, s.low, s.high, s.verdict, s.rounds, ROUNDS)
     if v is not None:  # a run the rounds did not time (the control job): no figure of its own is ranked
         return NONE
-    ref = reference_entry(report, e.group)
+    ref = run_of(report.groups[e.group], reference(report, e.group))
     ratio = e.m("ms_per_iter") / ref.m("ms_per_iter") if ref is not None else math.nan
     return Speed(e.m("ms_per_iter"), ratio, math.nan, math.nan, "", 0, OWN)
 
@@ -78,11 +79,6 @@ def reference(report, group: tuple) -> str:
     """The strategy the group's ratios divide by: its verdict's reference, else scan."""
     v = report.verdict_of(group)
     return v.reference if v is not None else "scan"
-
-
-def reference_entry(report, group: tuple):
-    name = reference(report, group)
-    return next((e for e in report.groups[group] if e.ok and not e.control and e.strategy == name), None)
 
 
 def ranked(report, group: tuple) -> list:
