@@ -36,7 +36,6 @@ def figures(report: Report, folder: Path) -> list[str]:
         entries = [e for e in entries if e.ok and not e.control]
         if not entries:
             continue
-        varying = varying_fields([e.group for e in entries], 1)
         agree = [e.vs_scan for e in entries if np.isfinite(e.vs_scan)]
         k = min(len(e.curve) for e in entries)
         same = [e.strategy for e in entries if e.strategy != "scan" and e.vs_scan == 0.0]
@@ -54,7 +53,7 @@ def figures(report: Report, folder: Path) -> list[str]:
         panels.append(
             sweep_plots.CurvePanel(
                 report.group_label(group),
-                {_series_label(e, varying): e.curve for e in entries},
+                {e.strategy: e.curve for e in entries},  # (one group: its runs differ by strategy alone)
                 note,
                 max(finals, default=np.nan),
             )
