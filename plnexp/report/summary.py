@@ -48,13 +48,14 @@ from .. import store
 from ..jobs.config import ConfigError, min_speedup as check_min_speedup, outputs_dir
 from ..system.commandline import Parser, UsageError, fail
 from ..system.redact import redact_text
-from . import headline as plain
-from . import table as compact
+from . import convergence_report, headline, html, rank_report, table, tradeoffs
 from .compiler_table import compiler_table, differences
 from .csv_table import csv_text
 from .entries import DASH, SHORT, md_table, num
 from .entries import Entry as Entry, Report as Report, compare as compare, load as load  # re-exported
 from .entries import find_parent
+from .glossary import glossary
+from .parent import metrics_and_tags  # the verdict's figures (or, without rounds, the winner's), never a best-of
 from .sweep_figures import figures
 
 
@@ -88,11 +89,9 @@ def notes(report: Report) -> list[str]:
 def summary_lines(report: Report) -> list[str]:
     """The terminal summary: per group, the fastest strategy beyond the noise or those tied within
     it (:func:`ranking.headline`), and whether the curves agree; then contention and failures."""
-    lines = [line for group in report.groups for line in plain.of_group(report, group) or [ranked_line(report, group)]]
-    from . import convergence_report
-    from . import rank_report
-    from . import tradeoffs  # the presets' headlines, what they measured
-
+    lines = [
+        line for group in report.groups for line in headline.of_group(report, group) or [ranked_line(report, group)]
+    ]
     lines += tradeoffs.lines(report)
     lines += convergence_report.lines(report)
     lines += rank_report.lines(report)  # the rank BIC and ICL pick (PLN-PCA runs of 2+ ranks)
@@ -202,7 +201,7 @@ def markdown(report: Report, images: list[str]) -> str:
         "Each group's strategies fastest first, as its verdict ranks them; every ratio is time ÷ the reference's "
         "(below 1: faster). report.csv holds every figure of every run, in this order.",
         "",
-        *compact.markdown(report),
+        *table.markdown(report),
     ]
     compiled = compiler_table(report)
     if compiled:
@@ -228,17 +227,12 @@ def markdown(report: Report, images: list[str]) -> str:
             *precision,
             "",
         ]
-    from . import convergence_report
-    from . import rank_report  # the gaps to the optimum, time to ε, while_loop's rule; ranks
-
     lines += convergence_report.markdown(report)
     lines += rank_report.markdown(report)
     extra = notes(report)
     if extra:
         lines += ["Notes:", "", *[f"- {n}" for n in extra], ""]
     lines += [f"![{name}]({name})" for name in images]
-    from .glossary import glossary
-
     lines += ["", "## Glossary", "", *glossary(report)]
     return "\n".join(lines) + "\n"
 
@@ -262,9 +256,6 @@ def write(report: Report, out: Path) -> list[str]:
         # credentials masked again: a run logged before plnexp masked them still holds them
         (tmp / "report.md").write_text(redact_text(markdown(report, images)))
         (tmp / "report.csv").write_text(redact_text(csv_text(report)))
-        from . import html
-        from .glossary import glossary
-
         page = html.page(report, summary_lines(report), images, tmp, notes(report), glossary(report))
         (tmp / "report.html").write_text(redact_text(page))
         old = None
@@ -283,8 +274,6 @@ def write(report: Report, out: Path) -> list[str]:
 def parent_metrics(report: Report, files: list[str]) -> tuple[dict, dict]:
     """The parent run's summary metrics and tags (about :meth:`Report.main_group`); ``files``: the
     report's files, named in the run's description."""
-    from .parent import metrics_and_tags  # the verdict's figures (or, without rounds, the winner's), never a best-of
-
     metrics, tags = metrics_and_tags(report)
     lines = summary_lines(report)
     note = (
@@ -333,7 +322,7 @@ def show(report: Report, folder: Path, files: list[str]) -> None:
     for group in report.groups:
         if report.verdict_of(group) is not None:
             print(f"\n{redact_text(report.group_label(group))}, fastest first (the verdict's figures):", flush=True)
-            print(redact_text(compact.text(report, group)), flush=True)
+            print(redact_text(table.text(report, group)), flush=True)
     print(f"report: {folder} ({', '.join(files)}), also on parent run {report.parent.run_id}", flush=True)
 
 
