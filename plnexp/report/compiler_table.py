@@ -10,15 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from . import speed
-from .entries import COMPILER, DASH, DIFFER, md_table, median, num
-
-if TYPE_CHECKING:
-    from .entries import Report
+from .entries import COMPILER, DASH, DIFFER, md_table, median, num, Report
 
 
 # ---------------------------------------------------------------- the compiler table

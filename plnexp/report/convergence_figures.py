@@ -11,17 +11,13 @@ import math
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..measure import convergence
 from ..measure.plots import LOG_RANGE, _grid, _plain_log, figure
 from .convergence_report import _data_label, _fields, drawn, optimum
-from .entries import by, varying
-
-if TYPE_CHECKING:
-    from .entries import Entry, Report
+from .entries import by, varying, Entry, Report
 
 
 FLOOR = 1e-10  # the figure draws a gap at or below this (float32 can end above the optimum) at this value

@@ -28,16 +28,13 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..measure import convergence
 from ..jobs import ranking
-from .entries import DASH, md_table, num, varying
-
-if TYPE_CHECKING:
-    from .entries import Entry, Report
+from .differences import aa_noise
+from .entries import DASH, md_table, num, varying, Entry, Report
 
 
 PRESET = "convergence"  # the sweep file whose report has the headline (conf/sweep/convergence.yaml)
@@ -320,8 +317,6 @@ def _data_label(report: Report, data: str) -> str:
 
 def races(report: Report) -> list[Race]:
     """Per data set and ε of :data:`plnexp.measure.convergence.EPSILONS`, its race (:func:`race`)."""
-    from .differences import aa_noise
-
     noise = aa_noise(report.entries)
     out = []
     for data in _datasets(report):

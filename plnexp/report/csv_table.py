@@ -9,7 +9,6 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,10 +16,7 @@ from ..jobs import ranking
 from ..jobs.tags import VERDICT_TAG
 from ..measure.metrics import REPORT
 from . import speed
-from .entries import COMPILER, num
-
-if TYPE_CHECKING:
-    from .entries import Entry, Report
+from .entries import COMPILER, num, Entry, Report
 
 
 def _iqr_ms(e: Entry) -> float:

@@ -10,15 +10,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..jobs import ranking
-from .entries import num
-
-if TYPE_CHECKING:
-    from .entries import Entry
+from .entries import num, Entry
 
 
 # ---------------------------------------------------------------- shared pieces

@@ -10,17 +10,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 
 from ..measure.plots import _plain_log, figure
 from .differences import Diff, Timed, _noise_text, _ok, least_squares
-from .entries import num
-
-if TYPE_CHECKING:
-    from .entries import Entry
+from .entries import num, Entry
 
 
 THRESHOLD = 0.10  # dispatch overhead under this share of scan's ms/iter "stops mattering"

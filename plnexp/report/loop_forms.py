@@ -9,17 +9,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 
 from ..jobs import ranking
 
 from ..measure.plots import figure
 from .differences import Diff, Timed, _noise_text, _ok
-from .entries import by
-
-if TYPE_CHECKING:
-    from .entries import Entry
+from .entries import by, Entry
 
 
 # ---------------------------------------------------------------- sweep=loop

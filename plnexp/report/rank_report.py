@@ -23,15 +23,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..measure import plots
-from .entries import DASH, by, md_table, num, varying
+from .entries import SHORT, DASH, by, md_table, num, varying, Entry, Report
 
-if TYPE_CHECKING:
-    from .entries import Entry, Report
 
 PRESET = "pca_rank"  # the sweep file whose report this is (conf/sweep/pca_rank.yaml)
 PCA = "pca"
@@ -181,8 +178,6 @@ def selections(report: Report) -> list[Selection]:
 
 
 def _label(report: Report, e: Entry, key: tuple, varying: list[int]) -> str:
-    from .entries import SHORT
-
     names = ["device", "precision", *(k for k in report.extra_keys if k != RANK_KEY)]
     extra = [f"{SHORT.get(names[i - 1], names[i - 1])}={key[i]}" for i in varying]
     return ", ".join([f"{e.data} ({e.shape})", *extra])

@@ -8,16 +8,12 @@ and, when the sweep varies the data size, ``scaling.png``; then the presets' own
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import speed, sweep_plots
+from . import convergence_figures, rank_report, speed, sweep_plots, tradeoffs  # (the presets' own figures)
 from .compiler_table import compiler_rows
-from .entries import median, varying as varying_fields
-
-if TYPE_CHECKING:
-    from .entries import Entry, Report
+from .entries import median, varying as varying_fields, Entry, Report
 
 
 # ---------------------------------------------------------------- figures
@@ -79,10 +75,6 @@ def figures(report: Report, folder: Path) -> list[str]:
             series, label, f"ms per iteration against the data size ({report.experiment})", folder / "scaling.png"
         )
         names.append("scaling.png")
-    from . import convergence_figures
-    from . import rank_report
-    from . import tradeoffs  # the presets' own figures
-
     names += tradeoffs.figures(report, folder)
     names += convergence_figures.figures(report, folder)
     names += rank_report.figures(report, folder)

@@ -27,17 +27,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 
 from .differences import _contended, aa_noise
-from .entries import by
+from .entries import by, Entry, Report
 from .dispatch_overhead import dispatch, dispatch_png
 from .loop_forms import loop, loop_png
 from .unroll_cost import Unroll, unroll, unroll_png
-
-if TYPE_CHECKING:
-    from .entries import Entry, Report
 
 
 PRESETS = ("unroll", "dispatch", "loop")

@@ -10,16 +10,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 
 from ..measure.plots import figure
 from .differences import Timed, _noise_text, _ok, least_squares
-
-if TYPE_CHECKING:
-    from .entries import Entry
+from .entries import Entry
 
 
 FIT_ITERS = 1000  # the fit length the unroll break-even is stated for
