@@ -1,7 +1,8 @@
 """What the trade-off presets' headlines (:mod:`plnexp.report.tradeoffs`) are made of: a run's median
 ms/iter with its interval (:class:`Timed`), the difference of two runs (:class:`Diff`: measurable only
 where its interval excludes zero and it exceeds the between-job noise), that noise (:func:`aa_noise`,
-from the sweep's control job), a least-squares line (:func:`least_squares`), and their figures' canvas.
+from the sweep's control job), a least-squares line (:func:`least_squares`); their figures are drawn on
+:func:`plnexp.measure.plots.figure`.
 Computed from the report's entries; nothing is measured here.
 """
 

@@ -2,7 +2,9 @@
 groups them (by data, device, precision and every other config value that varies), and
 :func:`load`, which reads them back from MLflow. The reports (:mod:`plnexp.report.summary`, the presets'
 own: :mod:`plnexp.report.convergence_report`, :mod:`plnexp.report.rank_report`, :mod:`plnexp.report.tradeoffs`) all read
-this one form.
+this one form, and share its helpers: a number in its format (:func:`num`), a Markdown table
+(:func:`md_table`), runs by a key (:func:`by`), the fields that vary (:func:`varying`), a median
+(:func:`median`), a group's reference run (:func:`run_of`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A sweep report's PNGs (:mod:`plnexp.report.summary` writes them): what each figure shows, from the
 report's entries, drawn by :mod:`plnexp.report.sweep_plots`: ``elbo_curves.png`` (one panel per
-group), ``timings.png``, ``bytes.png`` (one point per program: :func:`plnexp.report.compiler_table.compiler_rows`)
+group), ``timings.png`` (each group's strategies as its verdict ranks them: :func:`timing_panel`), ``bytes.png`` (one point per program: :func:`plnexp.report.compiler_table.compiler_rows`)
 and, when the sweep varies the data size, ``scaling.png``; then the presets' own
 (:mod:`plnexp.report.tradeoffs`, :mod:`plnexp.report.convergence_figures`, :mod:`plnexp.report.rank_report`).
 """
