@@ -79,7 +79,6 @@ def parse(args: list[str]) -> tuple[str, str, str | None] | None:
     ns = p.parse(args)
     if ns is None:
         return None
-    given = [a.split("=", 1)[1] for a in ns.runs if a.startswith("tracking_uri=")]
     rest = [a for a in ns.runs if not a.startswith("tracking_uri=")]
     if len(rest) != 2:
         p.error(f"{len(rest)} run id(s) given, 2 needed")
@@ -88,7 +87,7 @@ def parse(args: list[str]) -> tuple[str, str, str | None] | None:
             raise ConfigError(
                 f"run id {rid!r}: malformed; allowed values are MLflow run ids (32 hexadecimal characters)"
             )
-    return rest[0], rest[1], given[-1] if given else None
+    return rest[0], rest[1], store_of(ns.runs)
 
 
 def store_of(args: list[str]) -> str | None:
