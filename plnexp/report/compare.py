@@ -96,11 +96,6 @@ def store_of(args: list[str]) -> str | None:
     return given[-1] if given else None
 
 
-def read_hlo(uri: str, run_id: str) -> str | None:
-    """A run's logged optimized HLO (``program.hlo.txt``, or its ``.gz``), or None if it has none."""
-    return store.read_artifact(uri, run_id, HLO)
-
-
 def side(uri: str, run_id: str) -> Side:
     """Run ``run_id`` of the store, read back; ConfigError (one line) if it is missing or has no HLO."""
     run = store.records.run(uri, run_id)
@@ -110,7 +105,7 @@ def side(uri: str, run_id: str) -> Side:
             "(tracking_uri=, MLFLOW_TRACKING_URI or PLNEXP_OUTPUTS selects another)"
         )
     name = run.name
-    text = read_hlo(uri, run_id)
+    text = store.read_artifact(uri, run_id, HLO)  # program.hlo.txt, or its .gz; None without one
     if not text:
         raise ConfigError(
             f"run {run_id} ({name}): has no {HLO} artifact, so no compiled XLA program to compare "
