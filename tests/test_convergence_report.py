@@ -9,11 +9,10 @@ import math
 import numpy as np
 import pytest
 
-from plnexp.jobs.tags import SWEEP_TAG
+from plnexp.jobs.tags import PEER_TAG, SWEEP_TAG
 from plnexp.measure import convergence
 from plnexp.report import convergence_figures
 from plnexp.report import convergence_report as cr
-from plnexp.report import summary as report
 from plnexp.report.summary import Entry, Report
 from plnexp.store.records import RunRecord
 
@@ -121,7 +120,7 @@ def test_runs_that_do_not_reach_eps_are_counted_and_none_said():
 
 def test_the_control_job_and_the_peer_are_shown_never_ranked():
     control = entry("scan", {1e-3: 0.1}, tags={"plnexp.control": "true"})
-    peer = entry("scan", {1e-3: 0.01}, tags={report.PEER_TAG: "pyplnmodels"})
+    peer = entry("scan", {1e-3: 0.01}, tags={PEER_TAG: "pyplnmodels"})
     r = race(entry("scan", {1e-3: 0.2}), entry("while_loop", {1e-3: 0.4}), control, peer)
     assert r.winner == "scan, rprop" and [n for n, _ in r.reached] == ["scan, rprop", "while_loop, rprop"]
     assert r.line().endswith("; scan, rprop (peer, not ranked): 0.01 s [0.0099–0.0101], 10 iterations")

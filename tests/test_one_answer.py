@@ -178,6 +178,12 @@ def test_every_table_ranks_as_the_verdict(swept, tmp_path):
     panel = sweep_figures.bytes_panel(rep, group)
     assert panel is not None
     assert {k: y for k, (_, y) in panel.points.items()} == pytest.approx({k: ms[k] for k in panel.points}, rel=1e-12)
+    # timings.png: the bars in the verdict's order, their run time the rounds' ms/iter, whiskers the paired interval
+    timing = sweep_figures.timing_panel(rep, group)
+    assert timing is not None and timing.rounds and list(timing.run_s) == want
+    assert [timing.run_s[k] for k in want] == pytest.approx([ms[k] * N_ITER / 1e3 for k in want], rel=1e-12)
+    low = {s.strategy: s.low * s.ms_per_iter / s.ratio * N_ITER / 1e3 for s in v.strategies}
+    assert [timing.run_span[k][0] for k in want] == pytest.approx([low[k] for k in want], rel=1e-12)
     # the files: report.md's and report.html's tables in that order; the figures inline in the html
     folder = tmp_path / "r"
     files = report.write(rep, folder)

@@ -530,9 +530,9 @@ def test_scaling_slopes_use_the_sizes_every_strategy_has():
     assert missing == {"a": []} and slopes["a"] == pytest.approx(1.0)
 
 
-def test_the_iqr_column_says_where_it_is_a_range():
-    # timing.Spread: quartiles from 5 runs on, the whole range below; the table says which
-    from plnexp.report.csv_table import _iqr_cell
+def test_the_iqr_column_is_the_spread_of_the_timed_runs():
+    # timing.Spread: quartiles from 5 runs on, the whole range below; report.csv's n_runs beside it says which
+    from plnexp.report.csv_table import _iqr_ms
     from plnexp.report.summary import Entry
 
     def entry(runs_s):
@@ -544,9 +544,9 @@ def test_the_iqr_column_says_where_it_is_a_range():
         metrics = {"ms_per_iter": 1.0, "n_iter_run": 100.0, "run_s_lo": lo, "run_s_hi": hi, "n_runs": len(runs_s)}
         return Entry("r", "r", "FINISHED", "", "scan", "oaks", 116, 114, "cpu", "float32", {}, metrics)
 
-    assert _iqr_cell(entry([0.10, 0.12, 0.11])) == "0.20 (range of 3)"  # (0.12 - 0.10) s / 100 iterations
-    assert _iqr_cell(entry([0.10, 0.11, 0.12, 0.13, 0.30])) == "0.20"  # q3 - q1 = 0.13 - 0.11: the outlier left out
-    assert _iqr_cell(Entry("r", "r", "FAILED", "", "scan", "oaks", 116, 114, "cpu", "float32", {}, {})) == "-"
+    assert _iqr_ms(entry([0.10, 0.12, 0.11])) == pytest.approx(0.20)  # (0.12 - 0.10) s / 100 iterations
+    assert _iqr_ms(entry([0.10, 0.11, 0.12, 0.13, 0.30])) == pytest.approx(0.20)  # q3 - q1 = 0.13 - 0.11: no outlier
+    assert np.isnan(_iqr_ms(Entry("r", "r", "FAILED", "", "scan", "oaks", 116, 114, "cpu", "float32", {}, {})))
 
 
 # ---------------------------------------------------------------- the compiler table, bytes.png
@@ -651,7 +651,7 @@ def test_a_tie_still_says_what_differs_beyond_the_threshold(compile_s, peak, sai
         xla_entry("scan", 7.0, "a", compile_s=compile_s[0], peak=peak[0] * MiB, control=True),
     ]
     rep = hand_report(entries)
-    line = report.headline(rep, next(iter(rep.groups)))
+    line = report.ranked_line(rep, next(iter(rep.groups)))
     assert line.startswith("tied within noise (A/A noise 0% (the control pair); minimum effect 1.10×) on oaks_x100")
     if said:
         assert said in line, line
@@ -659,7 +659,7 @@ def test_a_tie_still_says_what_differs_beyond_the_threshold(compile_s, peak, sai
         assert "differ in" not in line, line
     # one program's strategies are named as one in the tie
     entries.append(xla_entry("scan_pytree", 7.1, "u", compile_s=compile_s[1], peak=peak[1] * MiB))
-    assert "scan_unrolled = scan_pytree (one program)" in report.headline(
+    assert "scan_unrolled = scan_pytree (one program)" in report.ranked_line(
         hand_report(entries), ("oaks_x100", "cpu", "float32")
     )
 

@@ -20,18 +20,21 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from .. import store as tracking
+from .. import store
 from ..jobs.tags import GROUP_TAG, REFERENCE_TAG, VERDICT_TAG
 from ..measure import xla_stats
 from ..jobs.config import ConfigError
 from ..measure.metrics import PROGRAM, Metric
+from ..store.records import RunRecord
 from ..system.commandline import Parser, UsageError, fail
+from .entries import num
+from .table import aligned
 
 USAGE = "usage: python -m plnexp compare RUN_A RUN_B [tracking_uri=STORE]"
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
-HLO = tracking.writes.HLO_ARTIFACT
+HLO = store.writes.HLO_ARTIFACT
 HELP = f"""{USAGE}
 
 How the compiled programs of two logged runs differ, from their logged optimized HLO ({HLO}) and
@@ -44,28 +47,20 @@ MLFLOW_TRACKING_URI, else the local one. Exit 0; 2 for a bad or unknown run id, 
 
 @dataclass(frozen=True)
 class Side:
-    """One run as compare reads it."""
+    """One run as compare reads it: its record and its program's stats, per function."""
 
-    run_id: str
-    name: str
-    params: dict[str, str]
-    metrics: dict[str, float]
-    fingerprint: str
+    run: RunRecord
     functions: dict[str, xla_stats.Stats]
-    tags: dict[str, str] = field(default_factory=dict)
 
     @property
     def total(self) -> xla_stats.Stats:
-        parts = list(self.functions.values())
-        total = parts[0]
-        for s in parts[1:]:
-            total = total + s
-        return total
+        first, *rest = self.functions.values()
+        return sum(rest, first)
 
     @property
     def strategy(self) -> str:
-        name = self.params.get("strategy.name", "?")
-        options = [f"{k.split('.', 1)[1]}={v}" for k, v in sorted(self.params.items()) if k.startswith("strategy.")]
+        name = self.run.params.get("strategy.name", "?")
+        options = [f"{k.split('.', 1)[1]}={v}" for k, v in sorted(self.run.params.items()) if k.startswith("strategy.")]
         options = [o for o in options if not o.startswith("name=")]
         return f"{name} ({', '.join(options)})" if options else name
 
@@ -84,7 +79,6 @@ def parse(args: list[str]) -> tuple[str, str, str | None] | None:
     ns = p.parse(args)
     if ns is None:
         return None
-    store = [a.split("=", 1)[1] for a in ns.runs if a.startswith("tracking_uri=")]
     rest = [a for a in ns.runs if not a.startswith("tracking_uri=")]
     if len(rest) != 2:
         p.error(f"{len(rest)} run id(s) given, 2 needed")
@@ -93,7 +87,7 @@ def parse(args: list[str]) -> tuple[str, str, str | None] | None:
             raise ConfigError(
                 f"run id {rid!r}: malformed; allowed values are MLflow run ids (32 hexadecimal characters)"
             )
-    return rest[0], rest[1], store[-1] if store else None
+    return rest[0], rest[1], store_of(ns.runs)
 
 
 def store_of(args: list[str]) -> str | None:
@@ -102,21 +96,16 @@ def store_of(args: list[str]) -> str | None:
     return given[-1] if given else None
 
 
-def read_hlo(uri: str, run_id: str) -> str | None:
-    """A run's logged optimized HLO (``program.hlo.txt``, or its ``.gz``), or None if it has none."""
-    return tracking.read_artifact(uri, run_id, HLO)
-
-
 def side(uri: str, run_id: str) -> Side:
     """Run ``run_id`` of the store, read back; ConfigError (one line) if it is missing or has no HLO."""
-    run = tracking.records.run(uri, run_id)
+    run = store.records.run(uri, run_id)
     if run is None or run.deleted:
         raise ConfigError(
             f"run {run_id}: not found in the store {uri}; allowed values are ids of runs in this store "
             "(tracking_uri=, MLFLOW_TRACKING_URI or PLNEXP_OUTPUTS selects another)"
         )
     name = run.name
-    text = read_hlo(uri, run_id)
+    text = store.read_artifact(uri, run_id, HLO)  # program.hlo.txt, or its .gz; None without one
     if not text:
         raise ConfigError(
             f"run {run_id} ({name}): has no {HLO} artifact, so no compiled XLA program to compare "
@@ -127,15 +116,7 @@ def side(uri: str, run_id: str) -> Side:
         functions = {fn: xla_stats.stats(t) for fn, t in xla_stats.split_functions(text).items()}
     except ValueError as e:
         raise ConfigError(f"run {run_id} ({name}): its {HLO} does not read as HLO ({e})") from None
-    return Side(
-        run_id,
-        name,
-        dict(run.params),
-        dict(run.metrics),
-        run.fingerprint,
-        functions,
-        dict(run.tags),
-    )
+    return Side(run, functions)
 
 
 # ---------------------------------------------------------------- the table
@@ -143,10 +124,6 @@ def _ratio(a: float | None, b: float | None) -> str:
     if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)) or a == 0:
         return ""
     return f"{b / a:.2f}"
-
-
-def _num(value: float | None, fmt: str) -> str:
-    return fmt.format(value) if value is not None and math.isfinite(value) else "-"
 
 
 def _loops(s: xla_stats.Stats) -> list[str]:
@@ -176,19 +153,19 @@ def rows(a: Side, b: Side) -> list[tuple[str, str, str, str]]:
     by_key: dict[str, Metric] = {m.key: m for m in PROGRAM}
     for key in ("xla_flops_per_iter", "xla_bytes_per_iter", "peak_bytes"):
         m = by_key[key]
-        va, vb = a.metrics.get(key), b.metrics.get(key)
-        out.append((m.header, _num(va, m.fmt), _num(vb, m.fmt), _ratio(va, vb)))
+        va, vb = a.run.metrics.get(key), b.run.metrics.get(key)
+        out.append((m.header, num(va, m.fmt), num(vb, m.fmt), _ratio(va, vb)))
     for key, label in (("compile_s", "compile s"), ("trace_s", "  trace s"), ("lower_s", "  lower s")):
-        va, vb = a.metrics.get(key), b.metrics.get(key)
-        out.append((label, _num(va, "{:.3f}"), _num(vb, "{:.3f}"), _ratio(va, vb)))
-    va, vb = a.metrics.get("xla_compile_s"), b.metrics.get("xla_compile_s")
-    out.append(("  XLA compile s", _num(va, "{:.3f}"), _num(vb, "{:.3f}"), _ratio(va, vb)))
+        va, vb = a.run.metrics.get(key), b.run.metrics.get(key)
+        out.append((label, num(va, "{:.3f}"), num(vb, "{:.3f}"), _ratio(va, vb)))
+    va, vb = a.run.metrics.get("xla_compile_s"), b.run.metrics.get("xla_compile_s")
+    out.append(("  XLA compile s", num(va, "{:.3f}"), num(vb, "{:.3f}"), _ratio(va, vb)))
     # their sweep's verdict (plnexp.jobs.verdicts), where both were timed in one group's rounds
-    ref_a, ref_b = a.tags.get(REFERENCE_TAG), b.tags.get(REFERENCE_TAG)
-    if ref_a and ref_a == ref_b and a.tags.get(GROUP_TAG) == b.tags.get(GROUP_TAG):
-        va, vb = a.metrics.get("paired_ratio"), b.metrics.get("paired_ratio")
-        out.append((f"× {ref_a} (rounds)", _num(va, "{:.3f}"), _num(vb, "{:.3f}"), _ratio(va, vb)))
-        out.append(("verdict", a.tags.get(VERDICT_TAG, "-"), b.tags.get(VERDICT_TAG, "-"), ""))
+    ref_a, ref_b = a.run.tags.get(REFERENCE_TAG), b.run.tags.get(REFERENCE_TAG)
+    if ref_a and ref_a == ref_b and a.run.tags.get(GROUP_TAG) == b.run.tags.get(GROUP_TAG):
+        va, vb = a.run.metrics.get("paired_ratio"), b.run.metrics.get("paired_ratio")
+        out.append((f"× {ref_a} (rounds)", num(va, "{:.3f}"), num(vb, "{:.3f}"), _ratio(va, vb)))
+        out.append(("verdict", a.run.tags.get(VERDICT_TAG, "-"), b.run.tags.get(VERDICT_TAG, "-"), ""))
     return out
 
 
@@ -200,25 +177,11 @@ def opcode_rows(a: Side, b: Side) -> list[tuple[str, str, str, str]]:
     return [(f"  {op}", str(oa.get(op, 0)), str(ob.get(op, 0)), _ratio(oa.get(op, 0), ob.get(op, 0))) for op in differ]
 
 
-def _table(lines: list[tuple[str, str, str, str] | str]) -> list[str]:
-    """Aligned rows (a plain string: a line of its own, outside the columns)."""
-    cells = [r for r in lines if not isinstance(r, str)]
-    widths = [max(len(r[i]) for r in cells) for i in range(4)]
-    out = []
-    for r in lines:
-        if isinstance(r, str):
-            out.append(r)
-            continue
-        row = [r[0].ljust(widths[0]), r[1].rjust(widths[1]), r[2].rjust(widths[2]), r[3].rjust(widths[3])]
-        out.append("  ".join(row).rstrip())
-    return out
-
-
 def render(a: Side, b: Side) -> str:
     """The comparison as text (see the module's doc)."""
     head = [
-        f"A: run {a.run_id} ({a.name})",
-        f"B: run {b.run_id} ({b.name})",
+        f"A: run {a.run.run_id} ({a.run.name})",
+        f"B: run {b.run.run_id} ({b.run.name})",
         "",
     ]
     ops = opcode_rows(a, b)
@@ -228,13 +191,11 @@ def render(a: Side, b: Side) -> str:
         table += ops
     else:
         table += [f"opcodes: the same counts ({len(a.total.opcodes)} opcodes)"]
-    body = _table(table)
-    if a.fingerprint and a.fingerprint == b.fingerprint:
-        verdict = (
-            f"one program: the same optimized HLO (hlo_fingerprint {a.fingerprint}); their timings differ by noise only"
-        )
-    elif a.fingerprint and b.fingerprint:
-        verdict = f"two programs: hlo_fingerprint {a.fingerprint} vs {b.fingerprint}"
+    body = aligned(table)
+    if a.run.fingerprint and a.run.fingerprint == b.run.fingerprint:
+        verdict = f"one program: the same optimized HLO (hlo_fingerprint {a.run.fingerprint}); their timings differ by noise only"
+    elif a.run.fingerprint and b.run.fingerprint:
+        verdict = f"two programs: hlo_fingerprint {a.run.fingerprint} vs {b.run.fingerprint}"
     else:
         verdict = "hlo_fingerprint: not logged on both runs"
     return "\n".join([*head, *body, "", verdict])
@@ -245,12 +206,12 @@ def main(args: list[str]) -> int:
         parsed = parse(args)
         if parsed is None:  # --help: printed
             return 0
-        run_a, run_b, store = parsed
-        uri = tracking.check_existing_store(
-            store, "no runs to compare (tracking_uri=, MLFLOW_TRACKING_URI or PLNEXP_OUTPUTS selects another)"
+        run_a, run_b, given = parsed
+        uri = store.check_existing_store(
+            given, "no runs to compare (tracking_uri=, MLFLOW_TRACKING_URI or PLNEXP_OUTPUTS selects another)"
         )
         a, b = side(uri, run_a), side(uri, run_b)
-    except (UsageError, ConfigError, tracking.StoreError) as e:
+    except (UsageError, ConfigError, store.StoreError) as e:
         return fail(e)
     print(render(a, b), flush=True)
     return 0

@@ -9,15 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from functools import partial
 
 import numpy as np
 
 from . import speed
-from .entries import COMPILER, DASH, median
-
-if TYPE_CHECKING:
-    from .entries import Report
+from .entries import COMPILER, DASH, DIFFER, md_table, median, num, Report
 
 
 # ---------------------------------------------------------------- the compiler table
@@ -39,20 +36,16 @@ def _flops(v: float) -> str:
     return f"{v:.0f} FLOP"
 
 
-def _number(fmt: str) -> Callable[[float], str]:
-    return lambda v: fmt.format(v) if np.isfinite(v) else DASH
-
-
 CELLS: dict[str, Callable[[float], str]] = {
-    "xla_instructions": _number("{:,.0f}"),
-    "xla_fusions": _number("{:,.0f}"),
+    "xla_instructions": partial(num, fmt="{:,.0f}", missing=DASH),
+    "xla_fusions": partial(num, fmt="{:,.0f}", missing=DASH),
     "xla_bytes_per_iter": _bytes,
     "xla_flops_per_iter": _flops,
     "peak_bytes": _bytes,
-    "compile_s": _number("{:.3f}"),
-    "trace_s": _number("{:.3f}"),
-    "lower_s": _number("{:.3f}"),
-    "xla_compile_s": _number("{:.3f}"),
+    "compile_s": partial(num, fmt="{:.3f}", missing=DASH),
+    "trace_s": partial(num, fmt="{:.3f}", missing=DASH),
+    "lower_s": partial(num, fmt="{:.3f}", missing=DASH),
+    "xla_compile_s": partial(num, fmt="{:.3f}", missing=DASH),
 }
 
 
@@ -93,6 +86,23 @@ def compiler_rows(report: Report, group: tuple) -> list[Program]:
     return [r for _, r in sorted(zip(ratios, rows), key=lambda x: x[0])]
 
 
+def differences(report: Report, group: tuple, tied: tuple) -> str:
+    """What still differs between tied contenders (labels ``tied``) by :data:`DIFFER` or more, from
+    their programs' rows (:func:`compiler_rows`): ``; they differ in compile time (scan_unrolled 2.3×
+    scan's) and peak memory (...)``; ""."""
+    rows = {r.strategies: r.values for r in compiler_rows(report, group)}
+    values = {label: rows[name] for label in tied if (name := label.removesuffix(" (one program)")) in rows}
+    said = []
+    for key, what in (("compile_s", "compile time"), ("peak_bytes", "peak memory")):
+        got = {k: v[key] for k, v in values.items() if np.isfinite(v[key]) and v[key] > 0}
+        if len(got) < 2:
+            continue
+        hi, lo = max(got, key=got.__getitem__), min(got, key=got.__getitem__)
+        if got[hi] / got[lo] >= DIFFER:
+            said.append(f"{what} ({hi} {got[hi] / got[lo]:.1f}× {lo}'s)")
+    return f"; they differ in {' and '.join(said)}" if said else ""
+
+
 def compiler_table(report: Report) -> list[str]:
     """The compiled programs of each group (:func:`compiler_rows`) as Markdown lines; [] when no run
     logged any of XLA's figures (eager and PyTorch only, or runs older than them)."""
@@ -106,15 +116,14 @@ def compiler_table(report: Report) -> list[str]:
         rows = compiler_rows(report, group)
         if not rows:
             continue
+        cells = []
+        for r in rows:
+            cells.append([r.program, r.strategies, f"{r.ms_per_iter:.2f}", *(CELLS[k](r.values[k]) for k in keys)])
+            cells[-1].insert(6, num(r.bytes_x_floor, "{:.2f}", DASH))
         lines += [
             f"{report.group_label(group)}:",
             "",
-            "| " + " | ".join(head) + " |",
-            "|---|---|" + "---:|" * (len(head) - 2),
+            *md_table(head, cells, "|---|---|" + "---:|" * (len(head) - 2)),
+            "",
         ]
-        for r in rows:
-            cells = [r.program, r.strategies, f"{r.ms_per_iter:.2f}", *(CELLS[k](r.values[k]) for k in keys)]
-            cells.insert(6, f"{r.bytes_x_floor:.2f}" if np.isfinite(r.bytes_x_floor) else DASH)
-            lines.append("| " + " | ".join(cells) + " |")
-        lines.append("")
     return lines

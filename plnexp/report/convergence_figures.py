@@ -11,16 +11,13 @@ import math
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..measure import convergence
 from ..measure.plots import LOG_RANGE, _grid, _plain_log, figure
 from .convergence_report import _data_label, _fields, drawn, optimum
-
-if TYPE_CHECKING:
-    from .entries import Entry, Report
+from .entries import by, varying, Entry, Report
 
 
 FLOOR = 1e-10  # the figure draws a gap at or below this (float32 can end above the optimum) at this value
@@ -123,17 +120,15 @@ def panels(report: Report) -> list[GapPanel]:
     runs = [e for e in report.entries if e.ok and not e.control and not e.peer and len(e.curve)]
     if not runs:
         return []
-    fields = [_fields(e) for e in runs]
-    varying = [i for i in range(len(fields[0])) if len({f[i] for f in fields}) > 1]
+    differ = varying([_fields(e) for e in runs])
     optimizer = {3 + i for i, k in enumerate(report.extra_keys) if k.startswith("optimizer.")}
-    split = [i for i in varying if i != 2 and i not in optimizer and i != 0]  # precision and optimizer: in a panel
-    by = _panel_split(runs, varying, split)
+    split = [i for i in differ if i != 2 and i not in optimizer and i != 0]  # precision and optimizer: in a panel
     out = []
-    for key, members in by.items():
+    for key, members in _panel_split(runs, differ, split).items():
         series = []
         for e in members:
             value, _ = optimum(report, e.data)
-            line = _line(e, value, [i for i in varying if i not in key[0]])
+            line = _line(e, value, [i for i in differ if i not in key[0]])
             if line is not None:
                 series.append(line)
         peers = [e for e in report.entries if e.ok and e.peer and e.data == members[0].data and len(e.curve)]
@@ -149,18 +144,12 @@ def panels(report: Report) -> list[GapPanel]:
 _FIELD_NAMES = {0: "strategy", 1: "data", 2: "precision"}
 
 
-def _panel_split(runs: list[Entry], varying: list[int], split: list[int]) -> dict[tuple, list[Entry]]:
+def _panel_split(runs: list[Entry], differ: list[int], split: list[int]) -> dict[tuple, list[Entry]]:
     """Runs by the panel fields ``split``; strategy (field 0) added where a panel would hold too many."""
-
-    def by(fields: list[int]) -> dict[tuple, list[Entry]]:
-        out: dict[tuple, list[Entry]] = {}
-        for e in runs:
-            out.setdefault((tuple(fields), tuple((i, _fields(e)[i]) for i in fields)), []).append(e)
-        return out
-
-    panels = by(split)
-    if 0 in varying and max(len(es) for es in panels.values()) > MAX_LINES:
-        panels = by([0, *split])
+    panel = lambda fields: by(runs, lambda e: (tuple(fields), tuple((i, _fields(e)[i]) for i in fields)))
+    panels = panel(split)
+    if 0 in differ and max(len(es) for es in panels.values()) > MAX_LINES:
+        panels = panel([0, *split])
     return panels
 
 

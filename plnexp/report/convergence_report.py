@@ -16,7 +16,7 @@ never came within ε, or where ε is at or below the resolution of its precision
   wholly below the next one's, it leads by at least the minimum effect (``report.min_speedup``)
   and by more than the A/A noise between jobs where the sweep measured it (its control job,
   :func:`plnexp.report.differences.aa_noise`); else the runs within that reach are tied. The control job and
-  the peer (a run tagged :data:`plnexp.report.summary.PEER_TAG`, pyPLNmodels' own fit) are shown, never ranked.
+  the peer (a run tagged :data:`plnexp.jobs.tags.PEER_TAG`, pyPLNmodels' own fit) are shown, never ranked.
 - **while_loop's rule**: on each scan run's curve (the same iterations as a while_loop run's),
   where the rule "relative ELBO change below ``tol`` for ``patience`` iterations in a row" would
   stop (:func:`plnexp.measure.convergence.while_stop`), for each of :data:`TOLS`, and the gap there; checked
@@ -28,15 +28,13 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..measure import convergence
 from ..jobs import ranking
-
-if TYPE_CHECKING:
-    from .entries import Entry, Report
+from .differences import aa_noise
+from .entries import DASH, md_table, num, varying, Entry, Report
 
 
 PRESET = "convergence"  # the sweep file whose report has the headline (conf/sweep/convergence.yaml)
@@ -66,11 +64,7 @@ class Reach:
         """``0.0123 s [0.0120–0.0126], 76 iterations`` or why not."""
         if not self.reached:
             return self.why
-        return f"{_s(self.s)} s [{_s(self.lo)}–{_s(self.hi)}], {self.iters} iterations"
-
-
-def _s(x: float) -> str:
-    return f"{x:.3g}" if math.isfinite(x) else "-"
+        return f"{num(self.s, '{:.3g}')} s [{num(self.lo, '{:.3g}')}–{num(self.hi, '{:.3g}')}], {self.iters} iterations"
 
 
 def reach(e: Entry, eps: float) -> Reach:
@@ -209,7 +203,7 @@ class Stop:
             gap = f"gap {self.gap:.1e}" if math.isfinite(self.gap) else "gap -"
         if not self.stopped:
             return f"no stop in {self.iters} it ({gap} at the end)"
-        return f"{self.iters} it, {gap}, {_s(self.s)} s"
+        return f"{self.iters} it, {gap}, {num(self.s, '{:.3g}')} s"
 
 
 def stops(
@@ -252,13 +246,6 @@ class Check:
         )
 
 
-def _option(e: Entry, key: str, default: float) -> float:
-    try:
-        return float(str(e.params.get(f"strategy.{key}")))
-    except ValueError:
-        return default
-
-
 def checks(report: Report, names: dict[str, str]) -> list[Check]:
     """Each finished while_loop run against scan's run of its group (same data, precision and other
     values): where :func:`plnexp.measure.convergence.while_stop` stops on scan's curve at its tol and patience."""
@@ -266,22 +253,18 @@ def checks(report: Report, names: dict[str, str]) -> list[Check]:
     for entries in report.groups.values():
         scan = next((e for e in entries if e.ok and not e.control and e.strategy == "scan" and len(e.curve)), None)
         for e in entries:
-            if scan is None or not e.ok or e.control or _base(e) != "while_loop":
+            if scan is None or not e.ok or e.control or e.base != "while_loop":
                 continue
-            tol, patience = _option(e, "tol", 1e-6), int(_option(e, "patience", PATIENCE))
+            tol, patience = e.number("strategy.tol", 1e-6), int(e.number("strategy.patience", PATIENCE))
             predicted = convergence.while_stop(scan.curve, tol, patience)
             out.append(Check(names.get(e.run_id, e.strategy), tol, patience, int(e.m("n_iter_run")), predicted))
     return out
 
 
-def _base(e: Entry) -> str:
-    return str(e.params.get("strategy.name") or e.strategy.split(" ", 1)[0])
-
-
 def patience(report: Report) -> int:
     """The patience of the sweep's while_loop runs (the first one's), else :data:`PATIENCE`."""
-    runs = [e for e in report.entries if _base(e) == "while_loop"]
-    return int(_option(runs[0], "patience", PATIENCE)) if runs else PATIENCE
+    runs = [e for e in report.entries if e.base == "while_loop"]
+    return int(runs[0].number("strategy.patience", PATIENCE)) if runs else PATIENCE
 
 
 # ---------------------------------------------------------------- naming and the optimum
@@ -294,13 +277,13 @@ def names(entries: Sequence[Entry], skip: Sequence[int] = ()) -> dict[str, str]:
     """Each run's short name (by run id): the fields that vary among ``entries`` (peers named by
     their tag), those at indices ``skip`` of :func:`_fields` left out."""
     mine = [e for e in entries if not e.peer]
-    varying = [i for i in range(len(_fields(mine[0]))) if len({_fields(e)[i] for e in mine}) > 1] if mine else []
+    differ = varying([_fields(e) for e in mine])
     out = {}
     for e in entries:
         if e.peer:
             out[e.run_id] = f"{e.peer} (peer)"
             continue
-        parts = [_fields(e)[i] for i in varying if i not in skip] or [e.strategy]
+        parts = [_fields(e)[i] for i in differ if i not in skip] or [e.strategy]
         out[e.run_id] = ", ".join(parts) + (" (control)" if e.control else "")
     return out
 
@@ -318,14 +301,9 @@ def optimum(report: Report, data: str) -> tuple[float, str]:
 
 
 # ---------------------------------------------------------------- the report's hooks
-def is_preset(report: Report) -> bool:
-    """Whether the sweep is ``sweep=convergence`` (its parent's ``sweep`` tag, else its experiment)."""
-    return PRESET in (report.parent.sweep or "", report.experiment)
-
-
 def drawn(report: Report) -> bool:
     """Whether the report has ``convergence.png``: sweep=convergence, or a sweep that varies the precision."""
-    return is_preset(report) or len({e.precision for e in report.grid}) > 1
+    return report.ran(PRESET) or len({e.precision for e in report.grid}) > 1
 
 
 def _datasets(report: Report) -> list[str]:
@@ -339,8 +317,6 @@ def _data_label(report: Report, data: str) -> str:
 
 def races(report: Report) -> list[Race]:
     """Per data set and ε of :data:`plnexp.measure.convergence.EPSILONS`, its race (:func:`race`)."""
-    from .differences import aa_noise
-
     noise = aa_noise(report.entries)
     out = []
     for data in _datasets(report):
@@ -354,7 +330,7 @@ def races(report: Report) -> list[Race]:
 def lines(report: Report) -> list[str]:
     """The headline of ``sweep=convergence``: per data set and ε, what reaches it first; then whether
     the while_loop runs stopped where scan's curves predict. [] for any other sweep."""
-    if not is_preset(report):
+    if not report.ran(PRESET):
         return []
     out = [r.line() for r in races(report)]
     found = checks(report, names(report.entries))
@@ -371,7 +347,7 @@ def lines(report: Report) -> list[str]:
 def _cell(r: Reach) -> tuple[str, str]:
     if not r.reached:
         return "–", r.short
-    return str(r.iters), f"{_s(r.s)} [{_s(r.lo)}–{_s(r.hi)}]"
+    return str(r.iters), f"{num(r.s, '{:.3g}')} [{num(r.lo, '{:.3g}')}–{num(r.hi, '{:.3g}')}]"
 
 
 def time_table(report: Report) -> list[str]:
@@ -384,18 +360,14 @@ def time_table(report: Report) -> list[str]:
     keys = [convergence.eps_key(eps) for eps in convergence.EPSILONS]
     head = ["run", "compile s", "ms/iter", "iterations", "final gap (rel.)", "resolution (rel.)"]
     head += [f"{h} {k}" for k in keys for h in ("iters to", "s to")]
-    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    rows = []
     for e in sorted(runs, key=lambda e: named[e.run_id]):
         cells = [named[e.run_id], f"{e.m('compile_s'):.3f}", f"{e.m('ms_per_iter'):.3f}", f"{e.m('n_iter_run'):.0f}"]
-        cells += [_g(e.m("gap_final_rel")), _g(e.m("gap_resolution_rel"))]
+        cells += [num(e.m("gap_final_rel"), "{:.1e}", DASH), num(e.m("gap_resolution_rel"), "{:.1e}", DASH)]
         for eps in convergence.EPSILONS:
             cells += _cell(reach(e, eps))
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
-
-
-def _g(x: float) -> str:
-    return f"{x:.1e}" if math.isfinite(x) else "–"
+        rows.append(cells)
+    return md_table(head, rows)
 
 
 def stop_table(report: Report) -> list[str]:
@@ -406,14 +378,14 @@ def stop_table(report: Report) -> list[str]:
     named = names(scans, skip=(0,))
     k = patience(report)
     head = ["scan run", *(f"tol {tol:g}" for tol in TOLS)]
-    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * len(TOLS)]
+    rows = []
     for e in sorted(scans, key=lambda e: named[e.run_id]):
         n = e.m("n_iter_run")
         per = e.m("run_s") / n if n > 0 else math.nan
         res = e.m("gap_resolution_rel")
         found = stops(e.curve, optimum(report, e.data)[0], per, TOLS, k, res if math.isfinite(res) else 0.0)
-        lines.append("| " + " | ".join([named[e.run_id], *(s.text() for s in found)]) + " |")
-    return lines
+        rows.append([named[e.run_id], *(s.text() for s in found)])
+    return md_table(head, rows)
 
 
 def markdown(report: Report) -> list[str]:

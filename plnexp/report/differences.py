@@ -1,24 +1,21 @@
 """What the trade-off presets' headlines (:mod:`plnexp.report.tradeoffs`) are made of: a run's median
 ms/iter with its interval (:class:`Timed`), the difference of two runs (:class:`Diff`: measurable only
 where its interval excludes zero and it exceeds the between-job noise), that noise (:func:`aa_noise`,
-from the sweep's control job), a least-squares line (:func:`least_squares`), and their figures' canvas.
+from the sweep's control job), a least-squares line (:func:`least_squares`); their figures are drawn on
+:func:`plnexp.measure.plots.figure`.
 Computed from the report's entries; nothing is measured here.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..jobs import ranking
-from ..jobs.tags import CONTROL_TAG
-
-if TYPE_CHECKING:
-    from .entries import Entry
+from .entries import num, Entry
 
 
 # ---------------------------------------------------------------- shared pieces
@@ -35,8 +32,14 @@ class Timed:
         lo, hi, _ = ranking.interval_ms(e)
         return cls(e.m("ms_per_iter"), lo, hi)
 
+    @staticmethod
+    def whiskers(timed: Sequence[Timed]) -> tuple[np.ndarray, np.ndarray]:
+        """The medians of ``timed`` and their intervals as error bars (below, above)."""
+        ms = np.array([t.ms for t in timed])
+        return ms, np.clip([ms - [t.lo for t in timed], [t.hi for t in timed] - ms], 0, None)
+
     def text(self) -> str:
-        return f"{_g(self.ms)} [{_g(self.lo)}–{_g(self.hi)}] ms/iter"
+        return f"{num(self.ms, '{:.3g}')} [{num(self.lo, '{:.3g}')}–{num(self.hi, '{:.3g}')}] ms/iter"
 
 
 @dataclass(frozen=True)
@@ -90,13 +93,9 @@ class Diff:
     def text(self) -> str:
         lo, hi = self.lo / self.base, self.hi / self.base
         return (
-            f"{_signed(self.ms)} [{_signed(self.lo)} to {_signed(self.hi)}] ms/iter "
+            f"{num(self.ms, '{:+.3g}')} [{num(self.lo, '{:+.3g}')} to {num(self.hi, '{:+.3g}')}] ms/iter "
             f"({_pct(self.share)} [{_pct(lo)} to {_pct(hi)}])"
         )
-
-
-def _g(x: float) -> str:
-    return f"{x:.3g}" if math.isfinite(x) else "-"
 
 
 def _pct(share: float) -> str:
@@ -104,17 +103,9 @@ def _pct(share: float) -> str:
     return f"{100 * share:+.1f}%" if abs(share) < 1 else f"{100 * share:+,.0f}%"
 
 
-def _signed(x: float) -> str:
-    return f"{x:+.3g}" if math.isfinite(x) else "-"
-
-
-def _control(e: Entry) -> bool:
-    return e.tags.get(CONTROL_TAG) == "true"
-
-
 def _ok(entries: Sequence[Entry]) -> list[Entry]:
     """The finished runs that are compared (the control job is not one)."""
-    return [e for e in entries if e.ok and not _control(e)]
+    return [e for e in entries if e.ok and not e.control]
 
 
 def aa_noise(entries: Sequence[Entry]) -> float:
@@ -122,7 +113,7 @@ def aa_noise(entries: Sequence[Entry]) -> float:
     (a) and its original (b: the run of the same strategy, data and other values), the largest over
     the controls among ``entries``; NaN without one."""
     worst = math.nan
-    for c in (e for e in entries if e.ok and _control(e)):
+    for c in (e for e in entries if e.ok and e.control):
         o = next((e for e in _ok(entries) if e.strategy == c.strategy and e.group == c.group), None)
         if o is not None and o.m("ms_per_iter") > 0:
             d = abs(c.m("ms_per_iter") / o.m("ms_per_iter") - 1)
@@ -132,18 +123,6 @@ def aa_noise(entries: Sequence[Entry]) -> float:
 
 def _noise_text(noise: float) -> str:
     return f"; A/A noise between jobs {100 * noise:.1f}% (the control job)" if math.isfinite(noise) else ""
-
-
-def _by(entries: Sequence[Entry], key: Callable[[Entry], tuple]) -> dict[tuple, list[Entry]]:
-    out: dict[tuple, list[Entry]] = {}
-    for e in entries:
-        out.setdefault(key(e), []).append(e)
-    return out
-
-
-def _base_name(e: Entry) -> str:
-    """The registry name of the run's strategy (the report labels a swept option: ``scan_unrolled unroll=4``)."""
-    return str(e.params.get("strategy.name") or e.strategy.split(" ", 1)[0])
 
 
 def _contended(entries: Sequence[Entry], contended: dict[str, list[str]]) -> str:
@@ -164,13 +143,3 @@ def least_squares(x: Sequence[float], y: Sequence[float]) -> tuple[float, float,
     resid = ys - (a + b * xs)
     se = math.sqrt(float((resid**2).sum()) / (len(xs) - 2) / sxx) if len(xs) > 2 else math.nan
     return b, a, se
-
-
-# ---------------------------------------------------------------- the report's hooks
-def _figure(width: float, height: float):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig

@@ -10,15 +10,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 
-from .differences import Diff, Timed, _figure, _noise_text, _ok, _signed, least_squares
-
-if TYPE_CHECKING:
-    from .entries import Entry
+from ..measure.plots import _plain_log, figure
+from .differences import Diff, Timed, _noise_text, _ok, least_squares
+from .entries import num, Entry
 
 
 THRESHOLD = 0.10  # dispatch overhead under this share of scan's ms/iter "stops mattering"
@@ -100,7 +98,7 @@ class Overhead:
         if not math.isfinite(fixed) or len({s.p for s in self.sizes}) > 1:
             return ""
         pct = f"{100 * self.threshold:.0f}%"
-        grows = f"{_signed(1e3 * per_row)} ms/iter per 1000 rows that grows with the data (work beyond the scan's fused program)"
+        grows = f"{num(1e3 * per_row, '{:+.3g}')} ms/iter per 1000 rows that grows with the data (work beyond the scan's fused program)"
         if fixed <= 0:
             return f"; least squares over n: no part independent of the size (intercept {fixed:.3g} ms/iter), {grows}"
         k, at = self.fixed_crossing
@@ -170,24 +168,11 @@ def dispatch(entries: Sequence[Entry], label: str, noise: float = math.nan) -> l
     return out or f"dispatch on {label}: no run beside scan's finished at a size scan also ran"
 
 
-def _plain_log(ax) -> None:
-    """Log-log axes whose ticks read as plain numbers, at 1, 2 and 5 times powers of ten."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    for axis in (ax.xaxis, ax.yaxis):
-        axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        axis.set_minor_formatter(NullFormatter())
-    ax.grid(alpha=0.3, which="major")
-
-
 def dispatch_png(results: list[Overhead], path: Path) -> Path:
     """Two panels against the data size (log-log): each strategy's ms/iter over scan's, the timed
     runs' intervals as bars, the threshold dashed; and its overhead in ms/iter with the least-squares
     split (fixed + per row), the fixed part dotted."""
-    fig = _figure(12, 4.4)
+    fig = figure(12, 4.4)
     left, right = fig.subplots(1, 2)
     one = len({x.label for x in results}) == 1
     for i, r in enumerate(results):
@@ -218,7 +203,11 @@ def dispatch_png(results: list[Overhead], path: Path) -> Path:
     left.axhline(1 + THRESHOLD, color="k", ls="--", lw=1, label=f"overhead = {100 * THRESHOLD:.0f}% of scan's ms/iter")
     left.axhline(1, color="grey", lw=0.8)
     for ax in (left, right):
-        _plain_log(ax)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        for axis in (ax.xaxis, ax.yaxis):  # ticks at 1, 2 and 5 times powers of ten, written plainly
+            _plain_log(axis, 1.0)
+        ax.grid(alpha=0.3, which="major")
         ax.set_xlabel("n (rows)")
         ax.legend(fontsize=8)
     left.set_ylabel("ms/iter ÷ scan's ms/iter")

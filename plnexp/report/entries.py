@@ -2,7 +2,9 @@
 groups them (by data, device, precision and every other config value that varies), and
 :func:`load`, which reads them back from MLflow. The reports (:mod:`plnexp.report.summary`, the presets'
 own: :mod:`plnexp.report.convergence_report`, :mod:`plnexp.report.rank_report`, :mod:`plnexp.report.tradeoffs`) all read
-this one form.
+this one form, and share its helpers: a number in its format (:func:`num`), a Markdown table
+(:func:`md_table`), runs by a key (:func:`by`), the fields that vary (:func:`varying`), a median
+(:func:`median`), a group's reference run (:func:`run_of`).
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ from ..measure import floor
 from ..jobs import provenance
 from ..jobs import ranking
 from ..jobs import verdicts as V
-from .. import store as tracking
+from .. import store
 from ..jobs.config import ConfigError, min_speedup as check_min_speedup
-from ..jobs.tags import PEER_TAG as PEER_TAG
+from ..jobs.tags import PEER_TAG
 
 log = logging.getLogger(__name__)
 
@@ -32,16 +34,6 @@ if TYPE_CHECKING:
 NOT_GROUPING = ("strategy.", "dataset.", "n_iter_cap")
 NOT_GROUPING_KEYS = {"experiment", "tracking_uri", "n_iter", "device", "precision"}
 SHORT = {"optimizer.name": "optimizer", "optimizer.lr": "lr", "n_iter_requested": "n_iter asked"}
-FILES = (
-    "report.html",
-    "report.md",
-    "report.csv",
-    "elbo_curves.png",
-    "timings.png",
-    "bytes.png",
-    "scaling.png",
-    "convergence.png",
-)
 # What XLA says of a run's compiled program (logged per compiled run; none for eager and PyTorch runs):
 # key -> the compiler table's header (CELLS: how its cells are written)
 COMPILER = {
@@ -87,6 +79,14 @@ class Entry:
     def m(self, key: str) -> float:
         return float(self.metrics.get(key, np.nan))
 
+    def number(self, param: str, default: float) -> float:
+        """The run's param ``param`` as a number (a strategy's option, its n_iter after any cap); ``default``
+        where it has none or it is not a number."""
+        try:
+            return float(str(self.params.get(param)))
+        except ValueError:
+            return default
+
     @property
     def ok(self) -> bool:
         return self.status == "FINISHED" and np.isfinite(self.m("ms_per_iter"))
@@ -102,6 +102,11 @@ class Entry:
     def control(self) -> bool:
         """The sweep's control job: its reference job run again (an A/A pair, never ranked)."""
         return ranking.is_control(self)
+
+    @property
+    def base(self) -> str:
+        """The registry name of the run's strategy (the report labels a swept option: ``scan_unrolled unroll=4``)."""
+        return str(self.params.get("strategy.name") or self.strategy.split(" ", 1)[0])
 
     @property
     def peer(self) -> str:
@@ -159,6 +164,10 @@ class Report:
     min_speedup: float = ranking.MIN_SPEEDUP  # the minimum effect a winner needs (report.min_speedup)
     verdicts: list[V.GroupVerdict] = field(default_factory=list)  # the parent's verdict.json (interleaved rounds)
 
+    def ran(self, preset: str) -> bool:
+        """Whether the sweep is ``sweep=<preset>`` (its parent's ``sweep`` tag, else its experiment)."""
+        return preset in (self.parent.sweep or "", self.experiment)
+
     @property
     def grid(self) -> list[Entry]:
         """The entries of the sweep's grid: every job but the control job and the peer runs."""
@@ -172,11 +181,7 @@ class Report:
     @cached_property  # entries are fixed once loaded
     def groups(self) -> dict[tuple, list[Entry]]:
         """plnexp's runs by comparison group (:attr:`Entry.group`); the peer runs are in none."""
-        out: dict[tuple, list[Entry]] = {}
-        for e in self.entries:
-            if not e.peer:
-                out.setdefault(e.group, []).append(e)
-        return out
+        return by([e for e in self.entries if not e.peer], lambda e: e.group)
 
     def group_label(self, group: tuple) -> str:
         e = self.groups[group][0]
@@ -192,13 +197,6 @@ class Report:
         """The group the parent's summary metrics describe: the largest data with a finished run."""
         ok = [g for g, es in self.groups.items() if any(e.ok for e in es)]
         return max(ok, key=lambda g: (self.groups[g][0].n or 0, len(self.groups[g])), default=None)
-
-    def fastest(self, group: tuple) -> Entry | None:
-        """The finished run of the group with the lowest median ms/iter (a winner only if
-        :meth:`winner` says so)."""
-        return min(
-            (e for e in self.groups[group] if e.ok and not e.control), key=lambda e: e.m("ms_per_iter"), default=None
-        )
 
     @cached_property
     def contenders(self) -> dict[tuple, list]:
@@ -230,26 +228,6 @@ class Report:
         """The group's headline and its winner beyond the noise ("" when there is none)."""
         return ranking.rank(self.group_label(group), self.groups[group], self.contended, min_speedup=self.min_speedup)
 
-    def differences(self, group: tuple, tied: tuple) -> str:
-        """What still differs between tied contenders (labels ``tied``) by :data:`DIFFER` or more:
-        ``; they differ in compile time (scan_unrolled 2.3× scan's) and peak memory (...)``; ""."""
-        by_label = {c.label: c for c in self.contenders[group]}
-        members = {
-            label: [e for e in self.groups[group] if e.ok and not e.control and e.strategy in by_label[label].names]
-            for label in tied
-            if label in by_label
-        }
-        said = []
-        for key, what in (("compile_s", "compile time"), ("peak_bytes", "peak memory")):
-            values = {k: median([e.m(key) for e in es]) for k, es in members.items()}
-            values = {k: v for k, v in values.items() if np.isfinite(v) and v > 0}
-            if len(values) < 2:
-                continue
-            hi, lo = max(values, key=values.__getitem__), min(values, key=values.__getitem__)
-            if values[hi] / values[lo] >= DIFFER:
-                said.append(f"{what} ({hi} {values[hi] / values[lo]:.1f}× {lo}'s)")
-        return f"; they differ in {' and '.join(said)}" if said else ""
-
     def program(self, e: Entry) -> str:
         """The run's program group: the strategies of its group that compiled to its program
         (``a = b = c``), the strategy alone when none shares it, "-" with no XLA program (eager, torch)."""
@@ -270,16 +248,34 @@ class Report:
 
 
 # ---------------------------------------------------------------- reading the sweep back
+def num(x: float | None, fmt: str, missing: str = "-") -> str:
+    """``x`` in the format ``fmt``; ``missing`` where it was not measured (None, NaN, infinite)."""
+    return fmt.format(x) if x is not None and np.isfinite(x) else missing
+
+
+def md_table(head: list[str], rows, sep: str = "") -> list[str]:
+    """A Markdown table's lines: ``head``, the separator ``sep`` (default: the first column left-aligned,
+    the others right-aligned), one line per row of cells."""
+    line = lambda cells: "| " + " | ".join(cells) + " |"
+    return [line(head), sep or "|---|" + "---:|" * (len(head) - 1), *map(line, rows)]
+
+
+def by(entries, key) -> dict:
+    """``entries`` by ``key(entry)``, in their order."""
+    out: dict = {}
+    for e in entries:
+        out.setdefault(key(e), []).append(e)
+    return out
+
+
+def varying(rows: list[tuple], start: int = 0) -> list[int]:
+    """The positions (from ``start``) where the tuples ``rows`` differ."""
+    return [i for i in range(start, len(rows[0])) if len({r[i] for r in rows}) > 1] if rows else []
+
+
 def median(values) -> float:
     finite = [v for v in values if np.isfinite(v)]
     return float(np.median(finite)) if finite else np.nan
-
-
-def int_or_none(text) -> int | None:
-    try:
-        return int(text)
-    except (TypeError, ValueError):
-        return None
 
 
 def _entry(run: RunRecord, curve: np.ndarray) -> Entry:
@@ -336,7 +332,7 @@ def _grouping_keys(entries: list[Entry]) -> list[str]:
 def find_parent(uri: str, experiment: str | None, run_id: str | None) -> RunRecord:
     """The sweep's parent run that the report is about; ConfigError (one line) when there is none."""
     if run_id:
-        run = tracking.records.run(uri, run_id)
+        run = store.records.run(uri, run_id)
         if run is None or run.deleted:
             raise ConfigError(
                 f"--run {run_id}: not found in the store {uri}; allowed values are ids of sweeps' "
@@ -353,16 +349,16 @@ def find_parent(uri: str, experiment: str | None, run_id: str | None) -> RunReco
                 f"--run {run_id}: a single run, not a sweep; allowed values are ids of sweeps' parent runs"
             )
         return run
-    if experiment is not None and tracking.find_experiment(uri, experiment) is None:
-        names = ", ".join(tracking.experiment_names(uri)) or "none: the store is empty"
+    if experiment is not None and store.find_experiment(uri, experiment) is None:
+        names = ", ".join(store.experiment_names(uri)) or "none: the store is empty"
         raise ConfigError(
             f"--experiment {experiment}: no such experiment in the store {uri}; allowed values are {names}"
         )
-    latest = tracking.latest_parent(uri, experiment)
+    latest = store.latest_parent(uri, experiment)
     if latest is None:
         where = f"experiment {experiment!r}" if experiment else f"the store {uri}"
         raise ConfigError(f"{where} holds no sweep (no parent run); run `python -m plnexp sweep` first")
-    return tracking.record(latest)
+    return store.record(latest)
 
 
 def _min_speedup(entries: list[Entry]) -> float:
@@ -383,16 +379,16 @@ def load(uri: str, parent, min_speedup: float | None = None) -> Report:
     curves, compared; ranked with the minimum effect ``min_speedup`` (None: the sweep's own
     ``report.min_speedup``). ``parent``: the sweep's parent run (a record, or a run as the store's
     queries return it)."""
-    parent = tracking.record(parent)
-    runs = tracking.records.sweep(uri, parent)
-    curves = tracking.read_curves(uri, [r.run_id for r in runs])
+    parent = store.record(parent)
+    runs = store.records.sweep(uri, parent)
+    curves = store.read_curves(uri, [r.run_id for r in runs])
     every = _label_strategies([_entry(r, curves[r.run_id]) for r in runs])
     entries = [e for e in every if provenance.replicate(e.tags) == 0]  # a job's timing, and curve vs scan's
     keys = _grouping_keys([e for e in entries if not e.peer])  # a peer's own params group nothing
     for e in every:
         e.extra = tuple(e.params.get(k, "") for k in keys)
     report = Report(
-        tracking.experiment_name(uri, parent.experiment_id),
+        store.experiment_name(uri, parent.experiment_id),
         parent,
         entries,
         keys,
@@ -407,7 +403,7 @@ def load(uri: str, parent, min_speedup: float | None = None) -> Report:
 def read_verdicts(uri: str, parent_id: str) -> list[V.GroupVerdict]:
     """The parent run's verdict.json (:mod:`plnexp.jobs.verdicts`): [] where it has none (a sweep
     without rounds, or older) or one of another schema (said in one warning line)."""
-    text = tracking.read_artifact(uri, parent_id, V.ARTIFACT)
+    text = store.read_artifact(uri, parent_id, V.ARTIFACT)
     if not text:
         return []
     try:
@@ -417,14 +413,15 @@ def read_verdicts(uri: str, parent_id: str) -> list[V.GroupVerdict]:
         return []
 
 
-def _ref(entries: list[Entry], strategy: str) -> Entry | None:
+def run_of(entries: list[Entry], strategy: str) -> Entry | None:
+    """The finished run of ``strategy`` among ``entries`` (the control job is none): a group's reference."""
     return next((e for e in entries if e.strategy == strategy and e.ok and not e.control), None)
 
 
 def compare(report: Report) -> None:
     """Speed-ups over eager and scan, agreement with scan's curve, within each group."""
     for group, entries in report.groups.items():
-        eager, scan = _ref(entries, "eager"), _ref(entries, "scan")
+        eager, scan = run_of(entries, "eager"), run_of(entries, "scan")
         lengths = {len(e.curve) for e in entries if e.ok and len(e.curve)}
         if len(lengths) > 1:
             report.common[group] = min(lengths)

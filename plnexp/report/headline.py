@@ -158,11 +158,6 @@ def lines(v: V.GroupVerdict, label: str) -> list[str]:
     return out
 
 
-def one_line(v: V.GroupVerdict, label: str) -> str:
-    """:func:`lines` joined in one line (``; ``): a dashboard cell, a run's description."""
-    return "; ".join(lines(v, label))
-
-
 # ---------------------------------------------------------------- a report's groups
 OP_BY_OP = ("eager", "jit_per_function")  # strategies whose optimizer step is not one compiled program
 

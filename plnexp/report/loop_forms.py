@@ -9,16 +9,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-import numpy as np
 
 from ..jobs import ranking
 
-from .differences import Diff, Timed, _by, _figure, _noise_text, _ok
-
-if TYPE_CHECKING:
-    from .entries import Entry
+from ..measure.plots import figure
+from .differences import Diff, Timed, _noise_text, _ok
+from .entries import by, Entry
 
 
 # ---------------------------------------------------------------- sweep=loop
@@ -69,27 +66,19 @@ class Loop:
         return f"loop on {self.label}: {'; '.join(parts)}; {work}{same}; compile {compile_s}{_noise_text(self.noise)}"
 
 
-def _asked(e: Entry) -> float:
-    """The iterations the run was asked for (its config's n_iter, after any cap)."""
-    try:
-        return float(str(e.params.get("n_iter")))
-    except ValueError:
-        return e.m("n_iter_run")
-
-
 def loop(
     entries: Sequence[Entry], label: str, noise: float = math.nan, min_effect: float = ranking.MIN_SPEEDUP
 ) -> Loop:
     """scan, fori_loop and while_loop of one comparison group, side by side."""
     runs = {e.strategy: e for e in _ok(entries) if e.strategy in ("scan", "fori_loop", "while_loop")}
     order = [s for s in ("scan", "fori_loop", "while_loop") if s in runs]
-    prints = _by([runs[s] for s in order], lambda e: (e.tags.get("hlo_fingerprint", ""),))
+    prints = by([runs[s] for s in order], lambda e: (e.tags.get("hlo_fingerprint", ""),))
     same = next((tuple(e.strategy for e in es) for (fp,), es in prints.items() if fp and len(es) > 1), ())
     return Loop(
         label,
         {s: Timed.of(runs[s]) for s in order},
         {s: runs[s].m("compile_s") for s in order},
-        {s: (runs[s].m("n_iter_run"), _asked(runs[s])) for s in order},
+        {s: (runs[s].m("n_iter_run"), runs[s].number("n_iter", runs[s].m("n_iter_run"))) for s in order},  # run, asked
         same,
         noise,
         min_effect,
@@ -98,16 +87,11 @@ def loop(
 
 def loop_png(results: list[Loop], path: Path) -> Path:
     """Per group, each loop form's ms/iter with the interval of its timed runs."""
-    fig = _figure(4.2 * len(results), 3.6)
+    fig = figure(4.2 * len(results), 3.6)
     axes = fig.subplots(1, len(results), squeeze=False)[0]
     for ax, r in zip(axes, results):
         names = list(r.timed)
-        ms = np.array([r.timed[s].ms for s in names])
-        err = np.clip(
-            np.array([[r.timed[s].ms - r.timed[s].lo for s in names], [r.timed[s].hi - r.timed[s].ms for s in names]]),
-            0,
-            None,
-        )
+        ms, err = Timed.whiskers([r.timed[s] for s in names])
         for i in range(len(names)):  # points, not bars: the axis shows the differences, not from zero
             ax.errorbar([i], ms[i : i + 1], yerr=err[:, i : i + 1], fmt="o", color=f"C{i}", capsize=5, ms=7)
         ax.set_xticks(range(len(names)), names)

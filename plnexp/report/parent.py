@@ -14,18 +14,10 @@ Of the report's main group (:meth:`plnexp.report.entries.Report.main_group`):
 
 from __future__ import annotations
 
-import math
 
 from . import speed
+from .entries import median
 from ..jobs import verdicts as V
-
-
-def _median(xs) -> float:
-    xs = sorted(x for x in xs if math.isfinite(x))
-    if not xs:
-        return math.nan
-    mid = len(xs) // 2
-    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
 
 
 def from_verdict(v: V.GroupVerdict) -> tuple[dict, dict]:
@@ -38,8 +30,8 @@ def from_verdict(v: V.GroupVerdict) -> tuple[dict, dict]:
     p = min((p for p in v.programs if p.verdict == "faster"), key=lambda p: p.ratio, default=None)
     if p is None:  # (fastest() names a faster program; the reference alone is never one)
         return metrics, {"fastest_strategy": ""}
-    ms = _median([s.ms_per_iter for s in v.strategies if s.strategy in p.names])
-    eager = _median([s.ratio for s in v.strategies if s.strategy == "eager"])
+    ms = median([s.ms_per_iter for s in v.strategies if s.strategy in p.names])
+    eager = median([s.ratio for s in v.strategies if s.strategy == "eager"])
     metrics.update(
         {
             "best_ms_per_iter": ms,

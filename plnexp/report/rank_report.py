@@ -23,14 +23,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..measure import plots
+from .entries import SHORT, DASH, by, md_table, num, varying, Entry, Report
 
-if TYPE_CHECKING:
-    from .entries import Entry, Report
 
 PRESET = "pca_rank"  # the sweep file whose report this is (conf/sweep/pca_rank.yaml)
 PCA = "pca"
@@ -147,14 +145,9 @@ def _scored(e: Entry) -> bool:
     return e.status == "FINISHED" and math.isfinite(e.m("bic"))
 
 
-def is_preset(report: Report) -> bool:
-    """Whether the sweep is ``sweep=pca_rank`` (its parent's ``sweep`` tag, else its experiment)."""
-    return PRESET in (report.parent.sweep or "", report.experiment)
-
-
 def active(report: Report) -> bool:
     """Whether the report is about ranks: ``sweep=pca_rank``, or PCA runs with criteria of 2+ ranks."""
-    return is_preset(report) or len({rank(e) for e in _pca_runs(report) if _scored(e)}) > 1
+    return report.ran(PRESET) or len({rank(e) for e in _pca_runs(report) if _scored(e)}) > 1
 
 
 def _key(report: Report, e: Entry) -> tuple:
@@ -166,12 +159,10 @@ def _key(report: Report, e: Entry) -> tuple:
 def selections(report: Report) -> list[Selection]:
     """One :class:`Selection` per data set and value of the other keys the sweep varies, in run order."""
     runs = _pca_runs(report)
-    by: dict[tuple, list[Entry]] = {}
-    for e in runs:
-        by.setdefault(_key(report, e), []).append(e)
-    varying = _varying(report, list(by))
+    groups = by(runs, lambda e: _key(report, e))
+    differ = varying(list(groups), 1)  # the group keys (past the data set) whose values differ
     out = []
-    for key, members in by.items():
+    for key, members in groups.items():
         best: dict[int, Entry] = {}
         for e in members:
             q = rank(e)
@@ -182,20 +173,11 @@ def selections(report: Report) -> list[Selection]:
             Row(q, e.name, e.m("loglik"), e.m("n_params"), e.m("bic"), e.m("icl")) for q, e in sorted(best.items())
         )
         missing = tuple(sorted({q for e in members if (q := rank(e)) is not None and q not in best}))
-        out.append(Selection(_label(report, members[0], key, varying), rows, missing))
+        out.append(Selection(_label(report, members[0], key, differ), rows, missing))
     return out
 
 
-def _varying(report: Report, keys: list[tuple]) -> list[int]:
-    """The positions of the group keys (past the data set) whose values differ between selections."""
-    if len(keys) < 2:
-        return []
-    return [i for i in range(1, len(keys[0])) if len({k[i] for k in keys}) > 1]
-
-
 def _label(report: Report, e: Entry, key: tuple, varying: list[int]) -> str:
-    from .entries import SHORT
-
     names = ["device", "precision", *(k for k in report.extra_keys if k != RANK_KEY)]
     extra = [f"{SHORT.get(names[i - 1], names[i - 1])}={key[i]}" for i in varying]
     return ", ".join([f"{e.data} ({e.shape})", *extra])
@@ -212,22 +194,18 @@ def lines(report: Report) -> list[str]:
     return [s.line() for s in found]
 
 
-def _num(x: float, digits: int = 2) -> str:
-    return f"{x:,.{digits}f}" if math.isfinite(x) else "–"
-
-
 def table(s: Selection) -> list[str]:
     """rank | loglik | n_params | BIC | ICL | picked by, the picks in bold."""
     picks = {key: s.pick(key).rank for key, _ in CRITERIA}
-    out = ["| rank | loglik | n_params | BIC | ICL | picked by |", "|---:|---:|---:|---:|---:|---|"]
+    rows = []
     for r in s.rows:
-        cells = [str(r.rank), _num(r.loglik), _num(r.n_params, 0)]
+        cells = [str(r.rank), num(r.loglik, "{:,.2f}", DASH), num(r.n_params, "{:,.0f}", DASH)]
         for key, _ in CRITERIA:
-            text = _num(r.value(key))
+            text = num(r.value(key), "{:,.2f}", DASH)
             cells.append(f"**{text}**" if picks[key] == r.rank else text)
         cells.append(", ".join(name for key, name in CRITERIA if picks[key] == r.rank) or "")
-        out.append("| " + " | ".join(cells) + " |")
-    return out
+        rows.append(cells)
+    return md_table(["rank", "loglik", "n_params", "BIC", "ICL", "picked by"], rows, "|---:|---:|---:|---:|---:|---|")
 
 
 def markdown(report: Report) -> list[str]:

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 
 from ..jobs import verdicts as V
+from .entries import run_of
 
 ROUNDS = "rounds"  # Speed.basis: the verdict's figures
 OWN = "own runs"  # Speed.basis: the job's own timed runs (no rounds)
@@ -43,6 +44,10 @@ class Speed:
             return "unbounded"
         return f"{self.low:.2f}–{self.high:.2f}"
 
+    def span_ms(self) -> tuple[float, float]:
+        """The ratio's interval in ms/iter: its bounds times the ms/iter the ratio stands for."""
+        return self.ms_per_iter * self.low / self.ratio, self.ms_per_iter * self.high / self.ratio
+
 
 NONE = Speed(math.nan, math.nan, math.nan, math.nan, "", 0, OWN)
 
@@ -65,7 +70,7 @@ def of(report, e) -> Speed:
         return Speed(s.ms_per_iter, s.ratio, s.low, s.high, s.verdict, s.rounds, ROUNDS)
     if v is not None:  # a run the rounds did not time (the control job): no figure of its own is ranked
         return NONE
-    ref = reference_entry(report, e.group)
+    ref = run_of(report.groups[e.group], reference(report, e.group))
     ratio = e.m("ms_per_iter") / ref.m("ms_per_iter") if ref is not None else math.nan
     return Speed(e.m("ms_per_iter"), ratio, math.nan, math.nan, "", 0, OWN)
 
@@ -74,11 +79,6 @@ def reference(report, group: tuple) -> str:
     """The strategy the group's ratios divide by: its verdict's reference, else scan."""
     v = report.verdict_of(group)
     return v.reference if v is not None else "scan"
-
-
-def reference_entry(report, group: tuple):
-    name = reference(report, group)
-    return next((e for e in report.groups[group] if e.ok and not e.control and e.strategy == name), None)
 
 
 def ranked(report, group: tuple) -> list:
@@ -94,14 +94,3 @@ def ordered(report) -> list:
     """Every entry of the report, group by group (in the report's order), each group ranked."""
     seen = [e for g in report.groups for e in ranked(report, g)]
     return seen + [e for e in report.entries if e not in seen]  # (the peers: in no group)
-
-
-def program_ratio(report, group: tuple, names) -> tuple[float, float, float]:
-    """(ratio, low, high) of the verdict's program named by ``names`` (a strategy's, or one program
-    several strategies compiled to); NaNs where the group has no rounds or no such program."""
-    v = report.verdict_of(group)
-    if v is not None:
-        for p in v.programs:
-            if set(names) & set(p.names):
-                return p.ratio, p.low, p.high
-    return math.nan, math.nan, math.nan

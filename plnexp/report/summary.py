@@ -44,17 +44,18 @@ import numpy as np
 
 from ..jobs import provenance
 from ..jobs import ranking
-from .. import store as tracking
+from .. import store
 from ..jobs.config import ConfigError, min_speedup as check_min_speedup, outputs_dir
 from ..system.commandline import Parser, UsageError, fail
 from ..system.redact import redact_text
-from . import headline as plain
-from . import table as compact
-from .compiler_table import compiler_table
+from . import convergence_report, headline, html, rank_report, table, tradeoffs
+from .compiler_table import compiler_table, differences
 from .csv_table import csv_text
-from .entries import DASH, SHORT
+from .entries import DASH, SHORT, md_table, num
 from .entries import Entry as Entry, Report as Report, compare as compare, load as load  # re-exported
-from .entries import PEER_TAG as PEER_TAG, find_parent as find_parent
+from .entries import find_parent
+from .glossary import glossary
+from .parent import metrics_and_tags  # the verdict's figures (or, without rounds, the winner's), never a best-of
 from .sweep_figures import figures
 
 
@@ -88,11 +89,9 @@ def notes(report: Report) -> list[str]:
 def summary_lines(report: Report) -> list[str]:
     """The terminal summary: per group, the fastest strategy beyond the noise or those tied within
     it (:func:`ranking.headline`), and whether the curves agree; then contention and failures."""
-    lines = [line for group in report.groups for line in plain.of_group(report, group) or [ranked_line(report, group)]]
-    from . import convergence_report
-    from . import rank_report
-    from . import tradeoffs  # the presets' headlines, what they measured
-
+    lines = [
+        line for group in report.groups for line in headline.of_group(report, group) or [ranked_line(report, group)]
+    ]
     lines += tradeoffs.lines(report)
     lines += convergence_report.lines(report)
     lines += rank_report.lines(report)  # the rank BIC and ICL pick (PLN-PCA runs of 2+ ranks)
@@ -130,19 +129,13 @@ def summary_lines(report: Report) -> list[str]:
     return lines
 
 
-def headline(report: Report, group: tuple) -> str:
-    """The group's summary in one line: its plain headline (:func:`plnexp.report.headline.of_group`)
-    where it had rounds, else :func:`ranked_line`."""
-    return "; ".join(plain.of_group(report, group)) or ranked_line(report, group)
-
-
 def ranked_line(report: Report, group: tuple) -> str:
     """The summary's line of a group without interleaved rounds (those have their plain headline:
     :func:`plnexp.report.headline.of_group`): the jobs' own timings ranked (:meth:`Report.ranked`,
-    with what still differs between tied strategies: :meth:`Report.differences`); then whether the
+    with what still differs between tied strategies: :func:`plnexp.report.compiler_table.differences`); then whether the
     curves agree with scan's."""
     ranked = report.ranked(group)
-    differ = report.differences(group, ranked.tied) if ranked.tied else ""
+    differ = differences(report, group, ranked.tied) if ranked.tied else ""
     agree = [e.vs_scan for e in report.groups[group] if np.isfinite(e.vs_scan) and not e.control]
     agreement = f"; curves within {max(agree):.1e} of scan's" if agree else ""
     return ranked.line + differ + agreement
@@ -180,18 +173,14 @@ def precision_table(report: Report) -> list[str]:
     head = ["strategy", "data", "n×p", "device", *extra, "precision"]
     head += ["final ELBO (float64 at its parameters)", "compiled final ELBO", "compiled − float64 (nats)"]
     head += ["vs the float64 run (rel.)", "gap to the optimum (rel.)"]
-    lines = ["| " + " | ".join(head) + " |", "|---|---|---:|---|" + "---|" * (len(extra) + 1) + "---:|" * 5]
-    nats = lambda x: f"{x:,.1f}" if np.isfinite(x) else "-"
-    rel = lambda x: f"{x:+.2e}" if np.isfinite(x) else "-"
+    rows = []
     for e in sorted(runs, key=lambda e: (key(e), e.precision)) + [e for e in report.peers if e.ok]:
         loglik, compiled, base = e.m("loglik"), e.m("final_elbo"), f64.get(key(e), np.nan)
         versus = (loglik - base) / abs(base) if e.precision != "float64" and not e.peer and base else np.nan
-        gap = e.m("gap_final_rel")
         cells = [e.label, e.data, e.shape, e.device, *map(str, e.extra), e.precision]
-        cells += [nats(loglik), nats(compiled), nats(compiled - loglik), rel(versus)]
-        cells.append(f"{gap:.2e}" if np.isfinite(gap) else "not logged")
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
+        cells += [num(loglik, "{:,.1f}"), num(compiled, "{:,.1f}"), num(compiled - loglik, "{:,.1f}")]
+        rows.append([*cells, num(versus, "{:+.2e}"), num(e.m("gap_final_rel"), "{:.2e}", "not logged")])
+    return md_table(head, rows, "|---|---|---:|---|" + "---|" * (len(extra) + 1) + "---:|" * 5)
 
 
 # ---------------------------------------------------------------- writing
@@ -212,7 +201,7 @@ def markdown(report: Report, images: list[str]) -> str:
         "Each group's strategies fastest first, as its verdict ranks them; every ratio is time ÷ the reference's "
         "(below 1: faster). report.csv holds every figure of every run, in this order.",
         "",
-        *compact.markdown(report),
+        *table.markdown(report),
     ]
     compiled = compiler_table(report)
     if compiled:
@@ -238,17 +227,12 @@ def markdown(report: Report, images: list[str]) -> str:
             *precision,
             "",
         ]
-    from . import convergence_report
-    from . import rank_report  # the gaps to the optimum, time to ε, while_loop's rule; ranks
-
     lines += convergence_report.markdown(report)
     lines += rank_report.markdown(report)
     extra = notes(report)
     if extra:
         lines += ["Notes:", "", *[f"- {n}" for n in extra], ""]
     lines += [f"![{name}]({name})" for name in images]
-    from .glossary import glossary
-
     lines += ["", "## Glossary", "", *glossary(report)]
     return "\n".join(lines) + "\n"
 
@@ -272,9 +256,6 @@ def write(report: Report, out: Path) -> list[str]:
         # credentials masked again: a run logged before plnexp masked them still holds them
         (tmp / "report.md").write_text(redact_text(markdown(report, images)))
         (tmp / "report.csv").write_text(redact_text(csv_text(report)))
-        from . import html
-        from .glossary import glossary
-
         page = html.page(report, summary_lines(report), images, tmp, notes(report), glossary(report))
         (tmp / "report.html").write_text(redact_text(page))
         old = None
@@ -293,8 +274,6 @@ def write(report: Report, out: Path) -> list[str]:
 def parent_metrics(report: Report, files: list[str]) -> tuple[dict, dict]:
     """The parent run's summary metrics and tags (about :meth:`Report.main_group`); ``files``: the
     report's files, named in the run's description."""
-    from .parent import metrics_and_tags  # the verdict's figures (or, without rounds, the winner's), never a best-of
-
     metrics, tags = metrics_and_tags(report)
     lines = summary_lines(report)
     note = (
@@ -329,9 +308,9 @@ def build(
     folder = Path(out) if out is not None else default_dir(report)
     files = write(report, folder)
     if attach:
-        tracking.log_report(uri, report.parent.run_id, folder, *parent_metrics(report, files))
+        store.log_report(uri, report.parent.run_id, folder, *parent_metrics(report, files))
         # the dashboard's experiment description: the study's link, then this sweep's plain headline
-        tracking.show_headline(uri, report.parent.experiment_id, summary_lines(report)[:12])
+        store.show_headline(uri, report.parent.experiment_id, summary_lines(report)[:12])
     return report, folder, files
 
 
@@ -343,7 +322,7 @@ def show(report: Report, folder: Path, files: list[str]) -> None:
     for group in report.groups:
         if report.verdict_of(group) is not None:
             print(f"\n{redact_text(report.group_label(group))}, fastest first (the verdict's figures):", flush=True)
-            print(redact_text(compact.text(report, group)), flush=True)
+            print(redact_text(table.text(report, group)), flush=True)
     print(f"report: {folder} ({', '.join(files)}), also on parent run {report.parent.run_id}", flush=True)
 
 
@@ -389,17 +368,17 @@ def main(args: list[str]) -> int:
         opts = parse(args)
         if opts is None:  # --help: printed
             return 0
-        from ..experiment import plan as cli
+        from ..experiment import plan
 
-        cli.check_outputs()
-        uri = tracking.check_existing_store(
+        plan.check_outputs()
+        uri = store.check_existing_store(
             None,
             "no sweep to report on; run `python -m plnexp sweep` first (MLFLOW_TRACKING_URI or "
             "PLNEXP_OUTPUTS selects another)",
         )
-        tracking.sweep_up_orphans(uri)
+        store.sweep_up_orphans(uri)
         report, folder, files = build(uri, **opts)
-    except (UsageError, ConfigError, tracking.StoreError) as e:
+    except (UsageError, ConfigError, store.StoreError) as e:
         return fail(e)
     except OSError as e:
         print(f"plnexp: error: cannot write the report ({e.strerror or e}: {e.filename})", file=sys.stderr, flush=True)

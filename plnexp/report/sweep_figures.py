@@ -1,6 +1,6 @@
 """A sweep report's PNGs (:mod:`plnexp.report.summary` writes them): what each figure shows, from the
 report's entries, drawn by :mod:`plnexp.report.sweep_plots`: ``elbo_curves.png`` (one panel per
-group), ``timings.png``, ``bytes.png`` (one point per program: :func:`plnexp.report.compiler_table.compiler_rows`)
+group), ``timings.png`` (each group's strategies as its verdict ranks them: :func:`timing_panel`), ``bytes.png`` (one point per program: :func:`plnexp.report.compiler_table.compiler_rows`)
 and, when the sweep varies the data size, ``scaling.png``; then the presets' own
 (:mod:`plnexp.report.tradeoffs`, :mod:`plnexp.report.convergence_figures`, :mod:`plnexp.report.rank_report`).
 """
@@ -8,29 +8,18 @@ and, when the sweep varies the data size, ``scaling.png``; then the presets' own
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import speed, sweep_plots
+from . import convergence_figures, rank_report, speed, sweep_plots, tradeoffs  # (the presets' own figures)
 from .compiler_table import compiler_rows
-from .entries import median
-
-if TYPE_CHECKING:
-    from .entries import Entry, Report
+from .entries import median, varying as varying_fields, Entry, Report
 
 
 # ---------------------------------------------------------------- figures
 def _series_label(e: Entry, varying: list[int]) -> str:
     parts = [e.strategy] + [str(e.group[i]) for i in varying]
     return ", ".join(parts)
-
-
-def _varying_within(entries: list[Entry], skip: int = 1) -> list[int]:
-    """Indices of the group fields (past the first ``skip``) that differ among ``entries``."""
-    if not entries:
-        return []
-    return [i for i in range(skip, len(entries[0].group)) if len({e.group[i] for e in entries}) > 1]
 
 
 def figures(report: Report, folder: Path) -> list[str]:
@@ -43,7 +32,6 @@ def figures(report: Report, folder: Path) -> list[str]:
         entries = [e for e in entries if e.ok and not e.control]
         if not entries:
             continue
-        varying = _varying_within(entries)
         agree = [e.vs_scan for e in entries if np.isfinite(e.vs_scan)]
         k = min(len(e.curve) for e in entries)
         same = [e.strategy for e in entries if e.strategy != "scan" and e.vs_scan == 0.0]
@@ -61,50 +49,13 @@ def figures(report: Report, folder: Path) -> list[str]:
         panels.append(
             sweep_plots.CurvePanel(
                 report.group_label(group),
-                {_series_label(e, varying): e.curve for e in entries},
+                {e.strategy: e.curve for e in entries},  # (one group: its runs differ by strategy alone)
                 note,
                 max(finals, default=np.nan),
             )
         )
     sweep_plots.elbo_curves_png(panels, folder / "elbo_curves.png")
-    tpanels = []
-    for group, entries in report.groups.items():
-        entries = [e for e in entries if e.ok and not e.control]
-        if entries:
-            lengths = {int(e.m("n_iter_run")) for e in entries if np.isfinite(e.m("n_iter_run"))}
-            shared = report.shared(group)
-            letter = {n: chr(ord("A") + i) for i, c in enumerate(shared) for n in c.names}
-
-            def name(e, letter=letter):
-                return f"{e.strategy} (program {letter[e.strategy]})" if e.strategy in letter else e.strategy
-
-            programs = "".join(
-                f"\nprogram {chr(ord('A') + i)}: one compiled program for {', '.join(c.names)}"
-                for i, c in enumerate(shared)
-            )
-            n_iter = lengths.pop() if len(lengths) == 1 else None
-            rounds = all(np.isfinite(e.m("round_ms_per_iter")) for e in entries)
-            if rounds:  # the interleaved rounds' figures, which the verdict rests on (not each job's own run)
-                run_s = {name(e): e.m("round_ms_per_iter") * e.m("n_iter_run") / 1e3 for e in entries}
-                span = {
-                    name(e): tuple(
-                        run_s[name(e)] * e.m(k) / e.m("paired_ratio") for k in ("paired_ratio_lo", "paired_ratio_hi")
-                    )
-                    for e in entries
-                }
-            else:
-                run_s = {name(e): e.m("run_s") for e in entries}
-                span = {name(e): (e.m("run_s_lo"), e.m("run_s_hi")) for e in entries}
-            tpanels.append(
-                sweep_plots.TimingPanel(
-                    report.group_label(group) + programs,
-                    {name(e): e.m("compile_s") for e in entries},
-                    run_s,
-                    n_iter,
-                    span,  # type: ignore[arg-type]  # pairs
-                    rounds,
-                )
-            )
+    tpanels = [p for p in (timing_panel(report, g) for g in report.groups) if p is not None]
     sweep_plots.timings_png(tpanels, folder / "timings.png")
     names = ["elbo_curves.png", "timings.png"]
     bpanels = [p for p in (bytes_panel(report, g) for g in report.groups) if p is not None]
@@ -115,7 +66,7 @@ def figures(report: Report, folder: Path) -> list[str]:
     if size is not None:
         label, get = size
         series: dict[str, tuple[list, list]] = {}
-        rest = [i for i in _varying_within(ok) if i != 0]
+        rest = varying_fields([e.group for e in ok], 1)
         for e in ok:
             x, y = series.setdefault(_series_label(e, rest), ([], []))
             x.append(get(e))
@@ -124,14 +75,43 @@ def figures(report: Report, folder: Path) -> list[str]:
             series, label, f"ms per iteration against the data size ({report.experiment})", folder / "scaling.png"
         )
         names.append("scaling.png")
-    from . import convergence_figures
-    from . import rank_report
-    from . import tradeoffs  # the presets' own figures
-
     names += tradeoffs.figures(report, folder)
     names += convergence_figures.figures(report, folder)
     names += rank_report.figures(report, folder)
     return names
+
+
+def timing_panel(report: Report, group: tuple) -> sweep_plots.TimingPanel | None:
+    """The group's panel of ``timings.png``: its finished strategies (the control job left out) ranked
+    as the verdict ranks them (:func:`plnexp.report.speed.ranked`), each with its compile time and its
+    run time: the interleaved rounds' (their ms/iter, whiskers the paired ratio's interval) where the
+    verdict timed them all, else each job's own (whiskers its timed runs' spread). None without one."""
+    entries = [e for e in speed.ranked(report, group) if e.ok and not e.control]
+    if not entries:
+        return None
+    lengths = {int(e.m("n_iter_run")) for e in entries if np.isfinite(e.m("n_iter_run"))}
+    shared = report.shared(group)
+    letter = {n: chr(ord("A") + i) for i, c in enumerate(shared) for n in c.names}
+    name = lambda e: f"{e.strategy} (program {letter[e.strategy]})" if e.strategy in letter else e.strategy
+    programs = "".join(
+        f"\nprogram {chr(ord('A') + i)}: one compiled program for {', '.join(c.names)}" for i, c in enumerate(shared)
+    )
+    sp = {e.run_id: speed.of(report, e) for e in entries}
+    rounds = all(s.basis == speed.ROUNDS for s in sp.values())
+    if rounds:  # the interleaved rounds' figures, which the verdict rests on (not each job's own run)
+        run_s = {name(e): sp[e.run_id].ms_per_iter * e.m("n_iter_run") / 1e3 for e in entries}
+        span = {name(e): tuple(ms * e.m("n_iter_run") / 1e3 for ms in sp[e.run_id].span_ms()) for e in entries}
+    else:
+        run_s = {name(e): e.m("run_s") for e in entries}
+        span = {name(e): (e.m("run_s_lo"), e.m("run_s_hi")) for e in entries}
+    return sweep_plots.TimingPanel(
+        report.group_label(group) + programs,
+        {name(e): e.m("compile_s") for e in entries},
+        run_s,
+        lengths.pop() if len(lengths) == 1 else None,
+        span,
+        rounds,
+    )
 
 
 def bytes_panel(report: Report, group: tuple) -> sweep_plots.BytesPanel | None:

@@ -7,15 +7,10 @@ report.md, report.html and the terminal show this table; report.csv keeps every 
 
 from __future__ import annotations
 
-import math
-
 from . import speed
+from .entries import md_table, num
 
 MAX_COLUMNS = 10
-
-
-def _num(fmt: str, x: float) -> str:
-    return fmt.format(x) if math.isfinite(x) else "-"
 
 
 def head(report, group: tuple) -> list[str]:
@@ -43,12 +38,12 @@ def row(report, e) -> list[str]:
         else:
             verdict = s.verdict or "-"
         rounds = str(s.rounds) if s.rounds else "-"
-        cells = [name, _num("{:.2f}", s.ms_per_iter), _num("{:.3f}", s.ratio), s.interval(), verdict, rounds]
+        cells = [name, num(s.ms_per_iter, "{:.2f}"), num(s.ratio, "{:.3f}"), s.interval(), verdict, rounds]
     else:
         runs = e.m("n_runs")
         timing = "contended" if e.run_id in report.contended else "ok" if e.ok else e.status
-        cells = [name, _num("{:.2f}", s.ms_per_iter), _num("{:.3f}", s.ratio), _num("{:.0f}", runs), timing]
-    return cells + [_num("{:.3f}", e.m("compile_s")), _num("{:.1f}", e.m("final_elbo")), _num("{:.1e}", e.vs_scan)]
+        cells = [name, num(s.ms_per_iter, "{:.2f}"), num(s.ratio, "{:.3f}"), num(runs, "{:.0f}"), timing]
+    return cells + [num(e.m("compile_s"), "{:.3f}"), num(e.m("final_elbo"), "{:.1f}"), num(e.vs_scan, "{:.1e}")]
 
 
 def rows(report, group: tuple) -> list[list[str]]:
@@ -60,21 +55,20 @@ def markdown(report) -> list[str]:
     """Every group's table as Markdown lines, each under its label."""
     out: list[str] = []
     for group in report.groups:
-        cols = head(report, group)
-        out += [
-            f"{report.group_label(group)}:",
-            "",
-            "| " + " | ".join(cols) + " |",
-            "|---|" + "---:|" * (len(cols) - 1),
-        ]
-        out += ["| " + " | ".join(r) + " |" for r in rows(report, group)]
-        out.append("")
+        out += [f"{report.group_label(group)}:", "", *md_table(head(report, group), rows(report, group)), ""]
     return out
+
+
+def aligned(rows: list, rule: bool = False) -> list[str]:
+    """Rows of cells as text columns, the first left-aligned, the others right-aligned (a plain string:
+    a line of its own); ``rule``: dashes under the first row."""
+    cells = [r for r in rows if not isinstance(r, str)]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
+    fmt = lambda r: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+    out = [r if isinstance(r, str) else fmt(r) for r in rows]
+    return out[:1] + ["  ".join("-" * w for w in widths)] + out[1:] if rule else out
 
 
 def text(report, group: tuple) -> str:
     """The group's table for the terminal: columns aligned, fastest first."""
-    lines = [head(report, group), *rows(report, group)]
-    widths = [max(len(r[i]) for r in lines) for i in range(len(lines[0]))]
-    fmt = lambda r: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-    return "\n".join([fmt(lines[0]), "  ".join("-" * w for w in widths), *map(fmt, lines[1:])])
+    return "\n".join(aligned([head(report, group), *rows(report, group)], rule=True))

@@ -27,16 +27,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 
-from .differences import _by, _contended, aa_noise
+from .differences import _contended, aa_noise
+from .entries import by, Entry, Report
 from .dispatch_overhead import dispatch, dispatch_png
 from .loop_forms import loop, loop_png
 from .unroll_cost import Unroll, unroll, unroll_png
-
-if TYPE_CHECKING:
-    from .entries import Entry, Report
 
 
 PRESETS = ("unroll", "dispatch", "loop")
@@ -53,7 +51,7 @@ def preset(report: Report) -> str | None:
 
 def _dispatch_groups(report: Report) -> dict[tuple, list[Entry]]:
     """The report's entries by everything but the data set (device, precision, the other values)."""
-    return _by(report.entries, lambda e: e.group[1:])
+    return by(report.entries, lambda e: e.group[1:])
 
 
 def _dispatch_label(report: Report, entries: list[Entry]) -> str:

@@ -10,15 +10,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 
-from .differences import Timed, _base_name, _figure, _noise_text, _ok, least_squares
-
-if TYPE_CHECKING:
-    from .entries import Entry
+from ..measure.plots import figure
+from .differences import Timed, _noise_text, _ok, least_squares
+from .entries import Entry
 
 
 FIT_ITERS = 1000  # the fit length the unroll break-even is stated for
@@ -112,7 +110,7 @@ def unroll(entries: Sequence[Entry], label: str, noise: float = math.nan) -> Unr
     where fewer than two unroll factors finished."""
     runs: dict[int, Entry] = {}
     for e in _ok(entries):
-        if _base_name(e) == "scan_unrolled":
+        if e.base == "scan_unrolled":
             try:
                 runs.setdefault(int(str(e.params.get("strategy.unroll"))), e)
             except ValueError:
@@ -160,7 +158,7 @@ def unroll_png(results: list[Unroll], path: Path) -> Path:
     """Per group, three panels against the unroll factor: compile time (and XLA instructions) with
     the least-squares line, ms/iter with the timed runs' interval, and compile + run for a fit of
     :data:`FIT_ITERS` iterations with the break-even."""
-    fig = _figure(13, 3.9 * len(results))
+    fig = figure(13, 3.9 * len(results))
     axes = fig.subplots(len(results), 3, squeeze=False)
     for row, r in zip(axes, results):
         x = np.asarray(r.unrolls, float)
@@ -188,9 +186,8 @@ def unroll_png(results: list[Unroll], path: Path) -> Path:
         ax.legend(handles, labels, fontsize=8, loc="upper left")
         ax.set_title("compile time against unroll", fontsize=9)
         ax = row[1]
-        ms = np.array([t.ms for t in r.timed])
-        err = np.array([[t.ms - t.lo for t in r.timed], [t.hi - t.ms for t in r.timed]])
-        ax.errorbar(x, ms, yerr=np.clip(err, 0, None), fmt="o-", color="C2", capsize=3, lw=1)
+        ms, err = Timed.whiskers(r.timed)
+        ax.errorbar(x, ms, yerr=err, fmt="o-", color="C2", capsize=3, lw=1)
         ax.axhspan(r.timed[0].lo, r.timed[0].hi, color="C2", alpha=0.12, label=f"unroll {r.base}'s interval")
         ax.set_ylabel("ms per iteration")
         ax.legend(fontsize=8, loc="upper left")
