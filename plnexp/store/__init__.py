@@ -33,7 +33,7 @@ from . import owners
 from . import pending
 from . import queries
 from . import records
-from .records import RunRecord, record
+from .records import RunRecord, finished_runs, record
 from . import running
 from . import backend
 from . import writes
@@ -44,7 +44,6 @@ from .queries import (
     experiment_names,
     find_experiment,
     find_run,
-    finished_runs,
     latest_parent,
     read_artifact,
     read_curve,

@@ -70,19 +70,17 @@ class StoreError(RuntimeError):
 
 def tracking_uri(explicit: str | None = None) -> str:
     """The config key, else ``$MLFLOW_TRACKING_URI``, else ``sqlite:///<outputs>/mlflow.db`` (absolute)."""
-    if explicit:
-        return explicit
-    if os.environ.get("MLFLOW_TRACKING_URI"):
-        return os.environ["MLFLOW_TRACKING_URI"]
-    return f"sqlite:///{outputs_dir() / 'mlflow.db'}"
+    return _uri_and_source(explicit)[0]
 
 
-def _uri_source(explicit: str | None) -> str:
+def _uri_and_source(explicit: str | None) -> tuple[str, str]:
+    """:func:`tracking_uri` and where it came from, as an error line names it."""
     if explicit:
-        return f"tracking_uri={explicit}"
+        return explicit, f"tracking_uri={explicit}"
     if os.environ.get("MLFLOW_TRACKING_URI"):
-        return f"MLFLOW_TRACKING_URI={os.environ['MLFLOW_TRACKING_URI']}"
-    return f"the store {tracking_uri()}"
+        return os.environ["MLFLOW_TRACKING_URI"], f"MLFLOW_TRACKING_URI={os.environ['MLFLOW_TRACKING_URI']}"
+    uri = f"sqlite:///{outputs_dir() / 'mlflow.db'}"
+    return uri, f"the store {uri}"
 
 
 def _quiet() -> None:
@@ -413,8 +411,7 @@ def check_store(explicit: str | None = None, timeout: float = PROBE_TIMEOUT_S) -
     database gets one direct connection first (:func:`_reach_postgres`: authentication, connection
     or a missing database in one line, within seconds).
     """
-    uri = tracking_uri(explicit)
-    where = _uri_source(explicit)
+    uri, where = _uri_and_source(explicit)
     allowed = (
         "allowed values are a running MLflow server's http(s) URL, a reachable PostgreSQL database's "
         "postgresql://USER@HOST:PORT/DATABASE (with USER:PASSWORD@ for a password), or sqlite:///PATH in a writable folder"

@@ -41,15 +41,24 @@ def study_view(created_ms: int) -> str:
     creation time, and the runs page's state as JSON: its columns, their order and widths, its
     search and sort). It opens from the experiment's description (:func:`study_link`) or the runs
     page's Views menu."""
+    return saved_view(
+        STUDY_VIEW_NAME, STUDY_COLUMNS, {}, "metrics.ms_per_iter > 0", "metrics.`ms_per_iter`", created_ms
+    )
+
+
+def saved_view(name: str, columns, widths: dict, search: str, order_by: str, created_ms: int) -> str:
+    """A saved view of the runs table as MLflow's UI stores one: ``columns`` after the run's name (110
+    pixels wide each but the last, unless ``widths`` says), the runs ``search`` keeps, in ascending
+    ``order_by``."""
     state = {
-        "selectedColumns": list(STUDY_COLUMNS),
-        "columnOrder": ["attributes.`Run Name`", *STUDY_COLUMNS],
-        "columnWidths": {"attributes.`Run Name`": 280, **{c: 110 for c in STUDY_COLUMNS[:-1]}},
-        "searchFilter": "metrics.ms_per_iter > 0",
-        "orderByKey": "metrics.`ms_per_iter`",
+        "selectedColumns": list(columns),
+        "columnOrder": ["attributes.`Run Name`", *columns],
+        "columnWidths": {"attributes.`Run Name`": 280, **{c: 110 for c in columns[:-1]}, **widths},
+        "searchFilter": search,
+        "orderByKey": order_by,
         "orderByAsc": True,
     }
-    return json.dumps({"name": STUDY_VIEW_NAME, "createdAt": created_ms, "state": json.dumps(state)})
+    return json.dumps({"name": name, "createdAt": created_ms, "state": json.dumps(state)})
 
 
 def study_note(experiment_id: str) -> str:

@@ -65,6 +65,15 @@ class Owner(Protocol):
         ...
 
 
+def _stat(pid: int) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` from field 3 (state) on, after the command name (which may
+    hold spaces and parentheses); [] where it cannot be read (no such process, no ``/proc``)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
 def _alive(pid: int) -> bool:
     """Whether process ``pid`` exists on this host (a zombie does not count)."""
     if pid <= 0:
@@ -75,11 +84,7 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
+    return _stat(pid)[:1] != ["Z"]
 
 
 @lru_cache(maxsize=1)
@@ -95,12 +100,8 @@ def boot_id() -> str:
 def start_time(pid: int) -> str:
     """When process ``pid`` started, in clock ticks since boot (field 22 of ``/proc/<pid>/stat``),
     as text; "" where it cannot be read (no such process, no ``/proc``)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        # after the command name, which may hold spaces and parentheses: field 3 (state) onwards
-        return stat.rsplit(")", 1)[1].split()[22 - 3]
-    except (OSError, IndexError):
-        return ""
+    fields = _stat(pid)
+    return fields[22 - 3] if len(fields) > 22 - 3 else ""
 
 
 def _agree(a: str, b: str) -> bool:

@@ -23,6 +23,7 @@ from ..system.paths import write_atomic
 from ..system.redact import redact_text
 from . import writes
 from .backend import StoreError, _is_transient, after_fit, client
+from .queries import find_run
 
 
 log = logging.getLogger(__name__)
@@ -135,15 +136,11 @@ def orphaned_folder() -> Path:
 def run_is_gone(uri: str, run_id: str) -> bool:
     """Whether the store answers that it has no run ``run_id`` (never created there, deleted, or a
     store emptied since): its kept result has nowhere to go. A store that fails otherwise: False."""
-    from mlflow.exceptions import MlflowException
-
     try:
-        run = client(uri).get_run(run_id)
-    except MlflowException as e:
-        return e.error_code == "RESOURCE_DOES_NOT_EXIST"
+        run = find_run(uri, run_id)
     except Exception:  # noqa: BLE001 - the store failing is not an answer about the run
         return False
-    return run.info.lifecycle_stage == "deleted"
+    return run is None or run.info.lifecycle_stage == "deleted"
 
 
 def set_aside(path: Path) -> Path:

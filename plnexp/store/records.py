@@ -285,8 +285,8 @@ def finished_runs(uri: str, experiment: str) -> list[RunRecord]:
     exp_id = queries.find_experiment(uri, experiment)
     if exp_id is None:
         return []
-    runs = (record(r) for r in queries.finished_runs(uri, exp_id))
-    return [r for r in runs if r.config_hash and not r.control]
+    runs = [record(r) for r in queries.search_all(client(uri), [exp_id], "attributes.status = 'FINISHED'")]
+    return sorted((r for r in runs if r.config_hash and not r.control), key=lambda r: -(r.start_time or 0))
 
 
 def finished(uri: str, experiment: str, hashes: Iterable[str]) -> dict[str, list[RunRecord]]:

@@ -39,18 +39,9 @@ class _Asked:
         return self.seen[key]
 
 
-def may_end(run, me: Owner | None = None, asked: _Asked | None = None) -> bool:
-    """Whether this process may end ``run`` (RUNNING): its owner is this process (``me``, by default
-    :func:`~plnexp.store.owners.current`), or it is known to be gone (``alive()`` is False)."""
-    owner = owners.owner_of(run.data.tags)
-    if owner is None:
-        return False  # nobody named: cannot tell
-    return owner == (me if me is not None else owners.current()) or (asked or _Asked()).gone(owner) is not None
-
-
 def end_running(cl, runs, status: str, reason: str, code: str) -> list:
     """End every run of ``runs`` still RUNNING with ``status``, tags ``reason=code`` and
-    ``status_reason=reason``; returns those runs. (It does not ask their owners: see :func:`may_end`.)"""
+    ``status_reason=reason``; returns those runs. (It does not ask their owners.)"""
     from mlflow.entities import RunTag
 
     ended = []
@@ -64,24 +55,22 @@ def end_running(cl, runs, status: str, reason: str, code: str) -> list:
 
 
 def end_children(parent: Parent, status: str, reason: str, code: str) -> list[dict]:
-    """End the parent's children still RUNNING that this process may end (:func:`may_end`: its own,
+    """End the parent's children still RUNNING that this process may end (its own,
     with ``status`` and ``reason``; those of owners known to be gone, FAILED with the owner's reason,
     except a local process's when ``status`` is KILLED: the interrupt that ends the sweep ended it, a
     joblib worker's Ctrl-C); a child whose owner is alive elsewhere, or cannot be checked from here,
     stays RUNNING. Returns every child as a plain row: name, status, reason, metrics, job number."""
     cl = client(parent.uri)
     runs = children(cl, parent)
-    me, asked = owners.current(), _Asked()
-    mine = [r for r in runs if r.info.status == "RUNNING" and owners.owner_of(r.data.tags) == me]
-    ended = end_running(cl, mine, status, reason, code)
-    for r in runs:  # the children of owners that are gone
+    me, asked, ended = owners.current(), _Asked(), []
+    for r in runs:
         owner = owners.owner_of(r.data.tags)
-        gone = asked.gone(owner) if r.info.status == "RUNNING" and owner is not None and owner != me else None
-        if gone is None:
+        if r.info.status != "RUNNING" or owner is None:
             continue
-        if status == "KILLED" and isinstance(gone, owners.LocalProcess):  # the sweep's Ctrl-C ended it too
-            ended += end_running(cl, [r], status, reason, code)
-        else:  # they died on their own: FAILED, with their owner's reason (slurm job 12_3 CANCELLED)
+        gone = None if owner == me else asked.gone(owner)
+        if owner == me or (status == "KILLED" and isinstance(gone, owners.LocalProcess)):
+            ended += end_running(cl, [r], status, reason, code)  # its own, or one the sweep's Ctrl-C ended too
+        elif gone is not None:  # died on its own: FAILED, with its owner's reason (slurm job 12_3 CANCELLED)
             ended += end_running(cl, [r], "FAILED", *reversed(gone.end_reason()))
     if ended:
         runs = children(cl, parent)
