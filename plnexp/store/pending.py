@@ -1,6 +1,6 @@
 """A fit's result that the store did not take: kept locally, sent later.
 
-After a fit, :func:`finish` writes the job's run (:func:`~plnexp.store.writes.finish_job`'s
+After a fit, :func:`finish` writes the job's run (:func:`~plnexp.store.writes.write_record`'s
 writes, each call retried a few seconds: :func:`~plnexp.store.backend.after_fit`). If the store is
 still failing, everything those writes hold (:func:`~plnexp.store.writes.job_record`: params,
 metrics and curves, tags, text artifacts, status; credentials masked as in the store) is written

@@ -102,24 +102,12 @@ def process_tags() -> dict[str, str]:
     return {**owners.current().tags(), **({USER_TAG: who} if who else {})}
 
 
-def start_parent(cl, exp_id: str, name: str, tags: dict) -> str:
-    run = cl.create_run(exp_id, run_name=redact_text(name), tags=safe({**process_tags(), **tags}))
-    return run.info.run_id
-
-
-def end_run(cl, run_id: str, status: str = "FINISHED", tags: dict | None = None) -> None:
-    from mlflow.entities import RunTag
-
-    if tags:
-        cl.log_batch(run_id, tags=[RunTag(k, v) for k, v in safe(tags).items()])
-    cl.set_terminated(run_id, status)
-
-
 def open_parent(uri: str, experiment: str, name: str, tags: dict) -> Parent:
     """Get or create the experiment and create a sweep's RUNNING parent run in it."""
     cl = client(uri)
     exp_id = experiment_id(cl, experiment)
-    return Parent(uri, exp_id, start_parent(cl, exp_id, name, tags))
+    run = cl.create_run(exp_id, run_name=redact_text(name), tags=safe({**process_tags(), **tags}))
+    return Parent(uri, exp_id, run.info.run_id)
 
 
 def close_parent(parent: Parent, status: str, tags: dict, summary: str | None = None) -> None:
@@ -127,7 +115,9 @@ def close_parent(parent: Parent, status: str, tags: dict, summary: str | None = 
     cl = client(parent.uri)
     if summary:
         cl.log_text(parent.run_id, redact_text(summary), "summary.txt")
-    end_run(cl, parent.run_id, status, tags)
+    if tags:
+        set_tags(parent.uri, parent.run_id, tags)
+    cl.set_terminated(parent.run_id, status)
 
 
 def start_job(cl, exp_id: str, job, parent_id: str | None = None, tags: dict | None = None) -> str:
@@ -199,7 +189,7 @@ def log_dataset_inputs(cl, run_id: str, inputs: list[dict]) -> None:
 
 
 def job_record(job) -> dict:
-    """Everything :func:`finish_job` writes for ``job`` (a :class:`plnexp.experiment.runner.Outcome`), as plain
+    """Everything :func:`write_record` writes for ``job`` (a :class:`plnexp.experiment.runner.Outcome`), as plain
     JSON-able values, credentials masked: params, tags, metrics (``[key, value, step, ts]``), the
     text artifacts (the optimized HLO as ``program.hlo.txt``, compressed when written: see
     :func:`write_record`), the fitted model (the folder :func:`plnexp.store.fitted.keep` saved it
@@ -281,15 +271,10 @@ def write_record(cl, run_id: str, record: dict) -> None:
     cl.set_terminated(run_id, record["status"], end_time=record["end_time"])
 
 
-def finish_job(cl, run_id: str, job) -> None:
-    """Log a job's params, metrics, curve and artifacts, then end its run with the job's status."""
-    write_record(cl, run_id, job_record(job))
-
-
 def log_job(cl, exp_id: str, job, parent_id: str | None = None) -> str:
     """Create the run of a job that has already ended and log everything; returns its id."""
     run_id = start_job(cl, exp_id, job, parent_id)
-    finish_job(cl, run_id, job)
+    write_record(cl, run_id, job_record(job))
     return run_id
 
 
