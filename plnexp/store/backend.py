@@ -98,12 +98,15 @@ def _quiet() -> None:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 
-def _is_locked(e: BaseException | None) -> bool:
+def _chain(e: BaseException | None):
+    """``e`` and the errors it was raised from, or while handling."""
     while e is not None:
-        if any(text in str(e) for text in LOCKED):
-            return True
+        yield e
         e = e.__cause__ or e.__context__
-    return False
+
+
+def _is_locked(e: BaseException | None) -> bool:
+    return any(text in str(x) for x in _chain(e) for text in LOCKED)
 
 
 def _is_transient(e: BaseException) -> bool:
@@ -189,8 +192,8 @@ def plain_client(uri: str):
     checks whose every call must be bounded by MLflow's own HTTP timeout (``plnexp doctor``)."""
     from mlflow import MlflowClient
 
-    _quiet()
-    return MlflowClient(engine_uri(uri))
+    _quiet()  # after the import: mlflow sets its own logger levels when imported
+    return MlflowClient(tracking_uri=engine_uri(uri))
 
 
 def client(uri: str):
@@ -209,14 +212,11 @@ def _client(uri: str):
     SQL engine at the client's first call, retrying a database that does not answer for about two
     minutes whatever store_timeout_s says (a job's process started while the database is down);
     unreachable, it is a :class:`StoreError` line instead."""
-    from mlflow import MlflowClient
-
-    _quiet()  # after the import: mlflow sets its own logger levels when imported
     if not _OURS:  # no store_timeout_s given yet (a command's config sets it: set_timeout): the default
         set_timeout()
     if uri.split(":", 1)[0].lower() in POSTGRES_SCHEMES:
         _reach_postgres(uri, f"the store {uri}", "the next store call tries it again")
-    return Retrying(MlflowClient(tracking_uri=engine_uri(uri)))
+    return Retrying(plain_client(uri))
 
 
 def _sqlite_path(uri: str) -> Path | None:
@@ -273,11 +273,7 @@ def http_status(e: BaseException | None) -> int | None:
     """The HTTP status of the first MLflow client error in ``e``'s chain (401, 403, ...); None if none."""
     from mlflow.exceptions import MlflowException
 
-    while e is not None:
-        if isinstance(e, MlflowException):
-            return e.get_http_status_code()
-        e = e.__cause__ or e.__context__
-    return None
+    return next((x.get_http_status_code() for x in _chain(e) if isinstance(x, MlflowException)), None)
 
 
 def credentials() -> tuple[str | None, bool]:

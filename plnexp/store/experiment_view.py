@@ -72,24 +72,20 @@ def study_note(experiment_id: str) -> str:
     )
 
 
-def experiment_tags(experiment_id: str, have: dict[str, str] | None = None) -> dict[str, str]:
-    """The tags that make ``experiment_id`` open on the study in MLflow's UI, those missing from
-    ``have`` (its tags): the experiment kind, the saved study view and the description. A tag already
-    there is left as it is (a description of the user's own, a view the user changed)."""
-    have = have or {}
+def dress_experiment(cl, experiment_id: str, have: dict[str, str] | None = None) -> None:
+    """Set the tags that make ``experiment_id`` open on the study in MLflow's UI, those missing from
+    ``have`` (its tags): the experiment kind, the saved study view and the description (one call a
+    tag, only the first time). A tag already there is left as it is (a description of the user's
+    own, a view the user changed). Never raises: an account that may write runs but not the
+    experiment's tags, or a client without the call, leaves the experiment as it is."""
     want = {
         EXPERIMENT_KIND_TAG: EXPERIMENT_KIND,
         STUDY_VIEW_TAG: study_view(int(time.time() * 1000)),
         NOTE_TAG: study_note(experiment_id),
     }
-    return {k: v for k, v in want.items() if k not in have}
-
-
-def dress_experiment(cl, experiment_id: str, have: dict[str, str] | None = None) -> None:
-    """Set the missing :func:`experiment_tags` of an experiment plnexp writes into (one call a tag,
-    only the first time). Never raises: an account that may write runs but not the experiment's
-    tags, or a client without the call, leaves the experiment as it is."""
-    for key, value in experiment_tags(experiment_id, have).items():
+    for key, value in want.items():
+        if key in (have or {}):
+            continue
         try:
             cl.set_experiment_tag(experiment_id, key, value)
         except Exception as e:  # noqa: BLE001 - the UI's presentation never fails a fit

@@ -127,12 +127,6 @@ def sent_line(run_id: str, path: Path, status: str) -> str:
     return f"plnexp: sent the result of run {run_id} kept in {path} to the store ({status})"
 
 
-def orphaned_folder() -> Path:
-    """Where a kept result goes whose run the store no longer has (:func:`send_all`): out of the
-    way of every later command, kept for a person to read."""
-    return folder() / "orphaned"
-
-
 def run_is_gone(uri: str, run_id: str) -> bool:
     """Whether the store answers that it has no run ``run_id`` (never created there, deleted, or a
     store emptied since): its kept result has nowhere to go. A store that fails otherwise: False."""
@@ -144,8 +138,9 @@ def run_is_gone(uri: str, run_id: str) -> bool:
 
 
 def set_aside(path: Path) -> Path:
-    """Move the kept result ``path`` to :func:`orphaned_folder` (whole: one rename); its new path."""
-    target = orphaned_folder() / path.name
+    """Move the kept result ``path`` to ``<outputs>/pending/orphaned`` (whole: one rename), out of the
+    way of every later command, kept for a person to read; its new path."""
+    target = folder() / "orphaned" / path.name
     target.parent.mkdir(parents=True, exist_ok=True)
     path.replace(target)
     return target

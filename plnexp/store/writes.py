@@ -26,7 +26,7 @@ from ..jobs.tags import JOB_TAG as JOB_TAG
 from ..jobs.tags import DATA_N_TAG, DATA_P_TAG, DATASET_TAG, OVERRIDES_TAG, PARENT_TAG, REASON_TAG, STATUS_REASON_TAG
 from ..system.redact import redact, redact_text
 from . import fitted, owners
-from .backend import client
+from .backend import client, credentials
 from .experiment_view import NOTE_TAG, STUDY_VIEW_NAME, STUDY_VIEW_TAG, dress_experiment, saved_view, study_note
 
 CURVE_KEY = "elbo"  # the ELBO per iteration (step metric)
@@ -82,8 +82,6 @@ def user() -> str:
     as on a server with authentication (``MLFLOW_TRACKING_USERNAME``, ``~/.mlflow/credentials``),
     else the operating system's user; "" where neither is known."""
     import getpass
-
-    from .backend import credentials
 
     name, _ = credentials()
     if name:
