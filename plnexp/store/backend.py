@@ -193,7 +193,7 @@ def plain_client(uri: str):
     from mlflow import MlflowClient
 
     _quiet()  # after the import: mlflow sets its own logger levels when imported
-    return MlflowClient(tracking_uri=engine_uri(uri))
+    return MlflowClient(engine_uri(uri))
 
 
 def client(uri: str):
@@ -220,9 +220,10 @@ def _client(uri: str):
 
 
 def _sqlite_path(uri: str) -> Path | None:
-    """The database file of ``sqlite:///relative/path`` or ``sqlite:////absolute/path``."""
+    """The database file of ``sqlite:///relative/path`` or ``sqlite:////absolute/path``; None for an
+    in-memory sqlite store or another scheme."""
     rest = uri[len("sqlite://") :].split("?", 1)[0]
-    if not rest.startswith("/") or rest in ("/", "/:memory:"):
+    if not uri.lower().startswith("sqlite:") or not rest.startswith("/") or rest in ("/", "/:memory:"):
         return None
     return Path(rest[1:])
 
@@ -317,7 +318,7 @@ def auth_refusal(e: BaseException, action: str = "read the server's experiments"
 
 def store_exists(uri: str) -> bool:
     """False for a sqlite store whose file does not exist yet (a server or other database: True)."""
-    path = _sqlite_path(uri) if uri.lower().startswith("sqlite:") else None
+    path = _sqlite_path(uri)
     return path is None or path.exists()
 
 
@@ -431,7 +432,7 @@ def check_store(explicit: str | None = None, timeout: float = PROBE_TIMEOUT_S) -
         except (urllib.error.URLError, OSError, ValueError) as e:
             reason = getattr(e, "reason", e)
             raise StoreError(f"{where}: cannot reach the MLflow server ({reason}); {allowed}") from None
-    path = _sqlite_path(uri) if scheme == "sqlite" else None
+    path = _sqlite_path(uri)
     if path is not None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
