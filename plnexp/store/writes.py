@@ -269,13 +269,6 @@ def write_record(cl, run_id: str, record: dict) -> None:
     cl.set_terminated(run_id, record["status"], end_time=record["end_time"])
 
 
-def log_job(cl, exp_id: str, job, parent_id: str | None = None) -> str:
-    """Create the run of a job that has already ended and log everything; returns its id."""
-    run_id = start_job(cl, exp_id, job, parent_id)
-    write_record(cl, run_id, job_record(job))
-    return run_id
-
-
 def log_report(uri: str, run_id: str, folder: Path, metrics: dict, tags: dict) -> None:
     """Attach a report to a sweep's parent run: the files of ``folder`` under ``report/``, its
     summary metrics and tags (a run can take them after it ended; a later report replaces them)."""
