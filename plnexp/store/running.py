@@ -23,20 +23,15 @@ def _runs_of(cl, owner: Owner | None = None, status: str | None = "RUNNING") -> 
     return search_experiments(cl, " and ".join(where))
 
 
-class _Asked:
-    """Each distinct owner asked once whether it is alive (one ``squeue`` per SLURM job, not per run)."""
-
-    def __init__(self) -> None:
-        self.seen: dict = {}
-
-    def gone(self, owner: Owner) -> Owner | None:
-        """The owner, asked (it then knows why it ended), if it is known to be gone; else None."""
-        # by its tags, not by equality: an older run's LocalProcess (host and PID only) equals every
-        # later process that got its PID, which may be gone while that one is alive, or the reverse
-        key = (type(owner).__name__, tuple(sorted(owner.tags().items())))
-        if key not in self.seen:
-            self.seen[key] = owner if owner.alive() is False else None
-        return self.seen[key]
+def _gone(owner: Owner, asked: dict) -> Owner | None:
+    """The owner, asked whether it is alive (it then knows why it ended), if it is known to be gone;
+    else None. Each distinct owner is asked once per ``asked`` (one ``squeue`` per SLURM job, not per run)."""
+    # by its tags, not by equality: an older run's LocalProcess (host and PID only) equals every
+    # later process that got its PID, which may be gone while that one is alive, or the reverse
+    key = (type(owner).__name__, tuple(sorted(owner.tags().items())))
+    if key not in asked:
+        asked[key] = owner if owner.alive() is False else None
+    return asked[key]
 
 
 def end_running(cl, runs, status: str, reason: str, code: str) -> list:
@@ -62,12 +57,13 @@ def end_children(parent: Parent, status: str, reason: str, code: str) -> list[di
     stays RUNNING. Returns every child as a plain row: name, status, reason, metrics, job number."""
     cl = client(parent.uri)
     runs = children(cl, parent)
-    me, asked, ended = owners.current(), _Asked(), []
+    me, ended = owners.current(), []
+    asked: dict = {}
     for r in runs:
         owner = owners.owner_of(r.data.tags)
         if r.info.status != "RUNNING" or owner is None:
             continue
-        gone = None if owner == me else asked.gone(owner)
+        gone = None if owner == me else _gone(owner, asked)
         if owner == me or (status == "KILLED" and isinstance(gone, owners.LocalProcess)):
             ended += end_running(cl, [r], status, reason, code)  # its own, or one the sweep's Ctrl-C ended too
         elif gone is not None:  # died on its own: FAILED, with its owner's reason (slurm job 12_3 CANCELLED)
@@ -123,10 +119,11 @@ def sweep_up_orphans(uri: str) -> list:
     here (another host's processes, a scheduler that does not answer) are left alone. Every command
     calls it first (run, sweep, rerun, report)."""
     cl = client(uri)
-    dead, asked = [], _Asked()
+    dead: list = []
+    asked: dict = {}
     for r in _runs_of(cl):
         owner = owners.owner_of(r.data.tags)
-        gone = asked.gone(owner) if owner is not None else None
+        gone = _gone(owner, asked) if owner is not None else None
         if gone is not None:
             code, why = gone.end_reason()
             end_running(cl, [r], "FAILED", why, code)
