@@ -78,11 +78,18 @@ def test_experiment_created_once_with_artifacts_under_outputs(outputs):
     assert location.startswith((outputs / "artifacts").as_uri())
 
 
+def log_job(cl, exp_id: str, job) -> str:
+    """A run written as a job's process writes it: created when the job starts, then its record."""
+    run_id = tracking.start_job(cl, exp_id, job)
+    tracking.writes.write_record(cl, run_id, tracking.writes.job_record(job))
+    return run_id
+
+
 def test_log_job_finished(outputs, config):
     elbo = -100.0 + np.arange(N_ITER, dtype=float)
     cl = tracking.client(tracking.tracking_uri())
     exp = tracking.experiment_id(cl, "t")
-    run_id = tracking.log_job(cl, exp, outcome(config, elbo))
+    run_id = log_job(cl, exp, outcome(config, elbo))
     run = store_client(outputs).get_run(run_id)
     assert run.info.status == "FINISHED" and run.info.run_name == "scan-test"
     m = run.data.metrics
@@ -114,7 +121,7 @@ def test_log_job_failed_keeps_partial_curve(outputs, config):
     elbo = np.array([-10.0, -9.0, -8.5, np.nan, np.nan, np.nan, np.nan])
     cl = tracking.client(tracking.tracking_uri())
     exp = tracking.experiment_id(cl, "t")
-    run_id = tracking.log_job(cl, exp, outcome(config, elbo, "FAILED", "non-finite ELBO at iteration 3"))
+    run_id = log_job(cl, exp, outcome(config, elbo, "FAILED", "non-finite ELBO at iteration 3"))
     run = store_client(outputs).get_run(run_id)
     assert run.info.status == "FAILED"
     assert run.data.tags["status_reason"] == "non-finite ELBO at iteration 3"
@@ -125,7 +132,7 @@ def test_failed_fit_without_result(outputs, config):
     o = runner.Outcome("x", (), config, "FAILED", "NumericsError: boom")
     o.ended = o.started
     cl = tracking.client(tracking.tracking_uri())
-    run_id = tracking.log_job(cl, tracking.experiment_id(cl, "t"), o)
+    run_id = log_job(cl, tracking.experiment_id(cl, "t"), o)
     run = store_client(outputs).get_run(run_id)
     assert run.info.status == "FAILED" and run.data.tags["status_reason"] == "NumericsError: boom"
     assert {a.path for a in store_client(outputs).list_artifacts(run_id)} == {"config.yaml"}
@@ -287,7 +294,7 @@ def test_unmeasured_timings_are_not_logged_and_shown_as_dash(outputs, config):
     assert "first_call_s" not in o.metrics() and "compile_warm_s" not in o.metrics()
     assert "first call" not in o.summary() and "run 0.070 s" in o.summary()
     cl = tracking.client(tracking.tracking_uri())
-    run_id = tracking.log_job(cl, tracking.experiment_id(cl, "t"), o)
+    run_id = log_job(cl, tracking.experiment_id(cl, "t"), o)
     m = store_client(outputs).get_run(run_id).data.metrics
     assert "first_call_s" not in m and "compile_warm_s" not in m and m["compile_s"] == 1.5
     head, _, row = runner.summary_table([o]).splitlines()

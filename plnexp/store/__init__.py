@@ -9,7 +9,7 @@ after the fit: params, metrics and the ELBO curve in ``log_batch`` calls, artifa
 :func:`sweep_up_orphans` marks FAILED the runs that an owner now gone left RUNNING (a dead process of
 this host, a SLURM job that ended), with that owner's reason.
 
-One module per responsibility; every name is re-exported here (``tracking.X``):
+One module per responsibility; the names the other layers use are re-exported here (``store.X``):
 
 - :mod:`.backend`: the URI, the (retrying) client, the check and creation of a store, the tags that
   make an experiment open on the study in MLflow's UI
@@ -33,18 +33,16 @@ from . import owners
 from . import pending
 from . import queries
 from . import records
-from .records import RunRecord, record
+from .records import record
 from . import running
 from . import backend
 from . import writes
-from .owners import HOST_TAG, PID_TAG, SLURM_CLUSTER_TAG, SLURM_JOB_TAG, LocalProcess, Owner, SlurmJob
+from .owners import HOST_TAG, PID_TAG, LocalProcess, SlurmJob
 from .queries import (
-    children,
     experiment_name,
     experiment_names,
     find_experiment,
     find_run,
-    finished_runs,
     latest_parent,
     read_artifact,
     read_curve,
@@ -60,7 +58,6 @@ from .running import (
 from .backend import (
     StoreError,
     Retrying,
-    after_fit,
     check_store,
     client,
     check_existing_store,
@@ -73,11 +70,7 @@ from .writes import (
     JOB_TAG,
     Parent,
     close_parent,
-    end_run,
     experiment_id,
-    finish_job,
-    job_record,
-    log_job,
     log_report,
     open_parent,
     process_tags,
@@ -87,42 +80,29 @@ from .writes import (
     show_headline,
     show_sweep,
     start_job,
-    start_parent,
-    write_record,
 )
 
 __all__ = [
     "HOST_TAG",
     "JOB_TAG",
     "PID_TAG",
-    "SLURM_CLUSTER_TAG",
-    "SLURM_JOB_TAG",
     "LocalProcess",
-    "Owner",
-    "RunRecord",
     "Parent",
     "SlurmJob",
     "StoreError",
-    "after_fit",
     "set_timeout",
     "check_store",
-    "children",
     "client",
     "close_parent",
     "end_children",
     "end_process_runs",
-    "end_run",
     "end_runs_of_processes",
     "experiment_id",
     "experiment_name",
     "experiment_names",
     "find_experiment",
     "find_run",
-    "finish_job",
-    "finished_runs",
-    "job_record",
     "latest_parent",
-    "log_job",
     "log_report",
     "memory",
     "open_parent",
@@ -143,14 +123,12 @@ __all__ = [
     "show_headline",
     "show_sweep",
     "start_job",
-    "start_parent",
     "backend",
     "check_existing_store",
     "store_exists",
     "study_link",
     "sweep_up_orphans",
     "tracking_uri",
-    "write_record",
     "writes",
     "Retrying",  # (tests wrap a fake client in it)
 ]

@@ -70,19 +70,17 @@ class StoreError(RuntimeError):
 
 def tracking_uri(explicit: str | None = None) -> str:
     """The config key, else ``$MLFLOW_TRACKING_URI``, else ``sqlite:///<outputs>/mlflow.db`` (absolute)."""
-    if explicit:
-        return explicit
-    if os.environ.get("MLFLOW_TRACKING_URI"):
-        return os.environ["MLFLOW_TRACKING_URI"]
-    return f"sqlite:///{outputs_dir() / 'mlflow.db'}"
+    return _uri_and_source(explicit)[0]
 
 
-def _uri_source(explicit: str | None) -> str:
+def _uri_and_source(explicit: str | None) -> tuple[str, str]:
+    """:func:`tracking_uri` and where it came from, as an error line names it."""
     if explicit:
-        return f"tracking_uri={explicit}"
+        return explicit, f"tracking_uri={explicit}"
     if os.environ.get("MLFLOW_TRACKING_URI"):
-        return f"MLFLOW_TRACKING_URI={os.environ['MLFLOW_TRACKING_URI']}"
-    return f"the store {tracking_uri()}"
+        return os.environ["MLFLOW_TRACKING_URI"], f"MLFLOW_TRACKING_URI={os.environ['MLFLOW_TRACKING_URI']}"
+    uri = f"sqlite:///{outputs_dir() / 'mlflow.db'}"
+    return uri, f"the store {uri}"
 
 
 def _quiet() -> None:
@@ -100,12 +98,15 @@ def _quiet() -> None:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 
-def _is_locked(e: BaseException | None) -> bool:
+def _chain(e: BaseException | None):
+    """``e`` and the errors it was raised from, or while handling."""
     while e is not None:
-        if any(text in str(e) for text in LOCKED):
-            return True
+        yield e
         e = e.__cause__ or e.__context__
-    return False
+
+
+def _is_locked(e: BaseException | None) -> bool:
+    return any(text in str(x) for x in _chain(e) for text in LOCKED)
 
 
 def _is_transient(e: BaseException) -> bool:
@@ -191,7 +192,7 @@ def plain_client(uri: str):
     checks whose every call must be bounded by MLflow's own HTTP timeout (``plnexp doctor``)."""
     from mlflow import MlflowClient
 
-    _quiet()
+    _quiet()  # after the import: mlflow sets its own logger levels when imported
     return MlflowClient(engine_uri(uri))
 
 
@@ -211,20 +212,18 @@ def _client(uri: str):
     SQL engine at the client's first call, retrying a database that does not answer for about two
     minutes whatever store_timeout_s says (a job's process started while the database is down);
     unreachable, it is a :class:`StoreError` line instead."""
-    from mlflow import MlflowClient
-
-    _quiet()  # after the import: mlflow sets its own logger levels when imported
     if not _OURS:  # no store_timeout_s given yet (a command's config sets it: set_timeout): the default
         set_timeout()
     if uri.split(":", 1)[0].lower() in POSTGRES_SCHEMES:
         _reach_postgres(uri, f"the store {uri}", "the next store call tries it again")
-    return Retrying(MlflowClient(tracking_uri=engine_uri(uri)))
+    return Retrying(plain_client(uri))
 
 
 def _sqlite_path(uri: str) -> Path | None:
-    """The database file of ``sqlite:///relative/path`` or ``sqlite:////absolute/path``."""
+    """The database file of ``sqlite:///relative/path`` or ``sqlite:////absolute/path``; None for an
+    in-memory sqlite store or another scheme."""
     rest = uri[len("sqlite://") :].split("?", 1)[0]
-    if not rest.startswith("/") or rest in ("/", "/:memory:"):
+    if not uri.lower().startswith("sqlite:") or not rest.startswith("/") or rest in ("/", "/:memory:"):
         return None
     return Path(rest[1:])
 
@@ -275,11 +274,7 @@ def http_status(e: BaseException | None) -> int | None:
     """The HTTP status of the first MLflow client error in ``e``'s chain (401, 403, ...); None if none."""
     from mlflow.exceptions import MlflowException
 
-    while e is not None:
-        if isinstance(e, MlflowException):
-            return e.get_http_status_code()
-        e = e.__cause__ or e.__context__
-    return None
+    return next((x.get_http_status_code() for x in _chain(e) if isinstance(x, MlflowException)), None)
 
 
 def credentials() -> tuple[str | None, bool]:
@@ -323,7 +318,7 @@ def auth_refusal(e: BaseException, action: str = "read the server's experiments"
 
 def store_exists(uri: str) -> bool:
     """False for a sqlite store whose file does not exist yet (a server or other database: True)."""
-    path = _sqlite_path(uri) if uri.lower().startswith("sqlite:") else None
+    path = _sqlite_path(uri)
     return path is None or path.exists()
 
 
@@ -413,8 +408,7 @@ def check_store(explicit: str | None = None, timeout: float = PROBE_TIMEOUT_S) -
     database gets one direct connection first (:func:`_reach_postgres`: authentication, connection
     or a missing database in one line, within seconds).
     """
-    uri = tracking_uri(explicit)
-    where = _uri_source(explicit)
+    uri, where = _uri_and_source(explicit)
     allowed = (
         "allowed values are a running MLflow server's http(s) URL, a reachable PostgreSQL database's "
         "postgresql://USER@HOST:PORT/DATABASE (with USER:PASSWORD@ for a password), or sqlite:///PATH in a writable folder"
@@ -438,7 +432,7 @@ def check_store(explicit: str | None = None, timeout: float = PROBE_TIMEOUT_S) -
         except (urllib.error.URLError, OSError, ValueError) as e:
             reason = getattr(e, "reason", e)
             raise StoreError(f"{where}: cannot reach the MLflow server ({reason}); {allowed}") from None
-    path = _sqlite_path(uri) if scheme == "sqlite" else None
+    path = _sqlite_path(uri)
     if path is not None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -41,15 +41,24 @@ def study_view(created_ms: int) -> str:
     creation time, and the runs page's state as JSON: its columns, their order and widths, its
     search and sort). It opens from the experiment's description (:func:`study_link`) or the runs
     page's Views menu."""
+    return saved_view(
+        STUDY_VIEW_NAME, STUDY_COLUMNS, {}, "metrics.ms_per_iter > 0", "metrics.`ms_per_iter`", created_ms
+    )
+
+
+def saved_view(name: str, columns, widths: dict, search: str, order_by: str, created_ms: int) -> str:
+    """A saved view of the runs table as MLflow's UI stores one: ``columns`` after the run's name (110
+    pixels wide each but the last, unless ``widths`` says), the runs ``search`` keeps, in ascending
+    ``order_by``."""
     state = {
-        "selectedColumns": list(STUDY_COLUMNS),
-        "columnOrder": ["attributes.`Run Name`", *STUDY_COLUMNS],
-        "columnWidths": {"attributes.`Run Name`": 280, **{c: 110 for c in STUDY_COLUMNS[:-1]}},
-        "searchFilter": "metrics.ms_per_iter > 0",
-        "orderByKey": "metrics.`ms_per_iter`",
+        "selectedColumns": list(columns),
+        "columnOrder": ["attributes.`Run Name`", *columns],
+        "columnWidths": {"attributes.`Run Name`": 280, **{c: 110 for c in columns[:-1]}, **widths},
+        "searchFilter": search,
+        "orderByKey": order_by,
         "orderByAsc": True,
     }
-    return json.dumps({"name": STUDY_VIEW_NAME, "createdAt": created_ms, "state": json.dumps(state)})
+    return json.dumps({"name": name, "createdAt": created_ms, "state": json.dumps(state)})
 
 
 def study_note(experiment_id: str) -> str:
@@ -63,24 +72,20 @@ def study_note(experiment_id: str) -> str:
     )
 
 
-def experiment_tags(experiment_id: str, have: dict[str, str] | None = None) -> dict[str, str]:
-    """The tags that make ``experiment_id`` open on the study in MLflow's UI, those missing from
-    ``have`` (its tags): the experiment kind, the saved study view and the description. A tag already
-    there is left as it is (a description of the user's own, a view the user changed)."""
-    have = have or {}
+def dress_experiment(cl, experiment_id: str, have: dict[str, str] | None = None) -> None:
+    """Set the tags that make ``experiment_id`` open on the study in MLflow's UI, those missing from
+    ``have`` (its tags): the experiment kind, the saved study view and the description (one call a
+    tag, only the first time). A tag already there is left as it is (a description of the user's
+    own, a view the user changed). Never raises: an account that may write runs but not the
+    experiment's tags, or a client without the call, leaves the experiment as it is."""
     want = {
         EXPERIMENT_KIND_TAG: EXPERIMENT_KIND,
         STUDY_VIEW_TAG: study_view(int(time.time() * 1000)),
         NOTE_TAG: study_note(experiment_id),
     }
-    return {k: v for k, v in want.items() if k not in have}
-
-
-def dress_experiment(cl, experiment_id: str, have: dict[str, str] | None = None) -> None:
-    """Set the missing :func:`experiment_tags` of an experiment plnexp writes into (one call a tag,
-    only the first time). Never raises: an account that may write runs but not the experiment's
-    tags, or a client without the call, leaves the experiment as it is."""
-    for key, value in experiment_tags(experiment_id, have).items():
+    for key, value in want.items():
+        if key in (have or {}):
+            continue
         try:
             cl.set_experiment_tag(experiment_id, key, value)
         except Exception as e:  # noqa: BLE001 - the UI's presentation never fails a fit

@@ -56,9 +56,9 @@ class MemoryStore:
 
     def experiment(self, name: str) -> str:
         """The id of the experiment ``name``, created if new."""
-        for e in self.experiments.values():
-            if e.name == name:
-                return e.experiment_id
+        found = self.get_experiment_by_name(name)
+        if found is not None:
+            return found.experiment_id
         from mlflow.entities import Experiment
 
         exp_id = str(len(self.experiments) + 1)

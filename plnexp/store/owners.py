@@ -30,6 +30,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from ..system import slurm
+
 HOST_TAG, PID_TAG = "plnexp.host", "plnexp.pid"
 # With host and PID, what tells a process from a later one that got its PID again: the boot it ran
 # in and its start time in that boot (runs of older versions lack them: host and PID only, as then)
@@ -65,6 +67,15 @@ class Owner(Protocol):
         ...
 
 
+def _stat(pid: int) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` from field 3 (state) on, after the command name (which may
+    hold spaces and parentheses); [] where it cannot be read (no such process, no ``/proc``)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
 def _alive(pid: int) -> bool:
     """Whether process ``pid`` exists on this host (a zombie does not count)."""
     if pid <= 0:
@@ -75,11 +86,7 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
+    return _stat(pid)[:1] != ["Z"]
 
 
 @lru_cache(maxsize=1)
@@ -95,12 +102,8 @@ def boot_id() -> str:
 def start_time(pid: int) -> str:
     """When process ``pid`` started, in clock ticks since boot (field 22 of ``/proc/<pid>/stat``),
     as text; "" where it cannot be read (no such process, no ``/proc``)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        # after the command name, which may hold spaces and parentheses: field 3 (state) onwards
-        return stat.rsplit(")", 1)[1].split()[22 - 3]
-    except (OSError, IndexError):
-        return ""
+    fields = _stat(pid)
+    return fields[22 - 3] if len(fields) > 22 - 3 else ""
 
 
 def _agree(a: str, b: str) -> bool:
@@ -193,24 +196,18 @@ def slurm_state(job: str) -> str | None:
     """A SLURM job's state as its scheduler says (:func:`plnexp.system.slurm.state`): the queue's
     (``squeue``), else, once the controller has forgotten the job, its final state (``sacct``; ``ENDED``
     where there is no accounting); None when the scheduler cannot be asked from here."""
-    from ..system import slurm
-
     return slurm.state(job)
 
 
 def this_cluster() -> str:
     """The SLURM cluster this machine belongs to: ``$SLURM_CLUSTER_NAME`` inside a job, else the
     controller's ``ClusterName`` (``scontrol show config``, asked once per process); "" if unknown."""
-    from ..system import slurm
-
     return slurm.cluster_name() or _configured_cluster(os.environ.get("PATH", ""), os.environ.get("SLURM_CONF", ""))
 
 
 @lru_cache(maxsize=8)
 def _configured_cluster(path: str, conf: str) -> str:
     """``ClusterName`` of ``scontrol show config`` (cached per PATH and SLURM_CONF); "" if it fails."""
-    from ..system import slurm
-
     try:
         out = subprocess.run(
             ["scontrol", "show", "config"], capture_output=True, text=True, timeout=slurm.QUERY_TIMEOUT_S
@@ -240,8 +237,6 @@ class SlurmJob:
     @classmethod
     def here(cls, environ=os.environ) -> SlurmJob | None:
         """This process's job, or None outside SLURM."""
-        from ..system import slurm
-
         job = slurm.job_id(environ)
         if job is None:
             return None
@@ -251,8 +246,6 @@ class SlurmJob:
         return {SLURM_JOB_TAG: self.job, SLURM_CLUSTER_TAG: self.cluster, HOST_TAG: self.host, PID_TAG: str(self.pid)}
 
     def alive(self) -> bool | None:
-        from ..system import slurm
-
         if self.cluster and this_cluster() != self.cluster:
             return None  # another cluster's job (or ours is unknown): its scheduler is not ours to ask
         state = slurm_state(self.job)
@@ -260,8 +253,6 @@ class SlurmJob:
         return None if state is None else not slurm.ended(state)
 
     def cancel(self) -> None:
-        from ..system import slurm
-
         slurm.cancel([self.job])
 
     def end_reason(self) -> tuple[str, str]:

@@ -1,6 +1,6 @@
 """A fit's result that the store did not take: kept locally, sent later.
 
-After a fit, :func:`finish` writes the job's run (:func:`~plnexp.store.writes.finish_job`'s
+After a fit, :func:`finish` writes the job's run (:func:`~plnexp.store.writes.write_record`'s
 writes, each call retried a few seconds: :func:`~plnexp.store.backend.after_fit`). If the store is
 still failing, everything those writes hold (:func:`~plnexp.store.writes.job_record`: params,
 metrics and curves, tags, text artifacts, status; credentials masked as in the store) is written
@@ -23,6 +23,7 @@ from ..system.paths import write_atomic
 from ..system.redact import redact_text
 from . import writes
 from .backend import StoreError, _is_transient, after_fit, client
+from .queries import find_run
 
 
 log = logging.getLogger(__name__)
@@ -38,13 +39,6 @@ def keep(uri: str, run_id: str, record: dict) -> Path:
     target = folder() / f"{run_id}.json"
     write_atomic(target, json.dumps({"store": redact_text(uri), "run_id": run_id, **record}))
     return target
-
-
-def kept_line(run_id: str, path: Path, error: BaseException) -> str:
-    return (
-        f"the store failed after the fit of run {run_id} ({first_line(error)}): its result is kept in {path}, "
-        "and sent by `python -m plnexp sync` or the next plnexp command on this store"
-    )
 
 
 SHOWN_METRICS = ("final_elbo", "ms_per_iter", "n_iter_run")  # what a lost result's line names
@@ -81,7 +75,10 @@ def finish(cl, uri: str, run_id: str, job) -> Path | None:
             path = keep(uri, run_id, record)
         except OSError as unkept:
             raise ResultLost(lost_line(run_id, record, e, unkept)) from None
-        log.warning(kept_line(run_id, path, e))
+        log.warning(
+            f"the store failed after the fit of run {run_id} ({first_line(e)}): its result is kept in {path}, "
+            "and sent by `python -m plnexp sync` or the next plnexp command on this store"
+        )
         return path
 
 
@@ -122,39 +119,22 @@ def send(uri: str, path: Path) -> str:
     return data["run_id"]
 
 
-def sent_line(run_id: str, path: Path, status: str) -> str:
-    return f"plnexp: sent the result of run {run_id} kept in {path} to the store ({status})"
-
-
-def orphaned_folder() -> Path:
-    """Where a kept result goes whose run the store no longer has (:func:`send_all`): out of the
-    way of every later command, kept for a person to read."""
-    return folder() / "orphaned"
-
-
 def run_is_gone(uri: str, run_id: str) -> bool:
     """Whether the store answers that it has no run ``run_id`` (never created there, deleted, or a
     store emptied since): its kept result has nowhere to go. A store that fails otherwise: False."""
-    from mlflow.exceptions import MlflowException
-
     try:
-        run = client(uri).get_run(run_id)
-    except MlflowException as e:
-        return e.error_code == "RESOURCE_DOES_NOT_EXIST"
+        run = find_run(uri, run_id)
     except Exception:  # noqa: BLE001 - the store failing is not an answer about the run
         return False
-    return run.info.lifecycle_stage == "deleted"
+    return run is None or run.info.lifecycle_stage == "deleted"
 
 
-def set_aside(path: Path) -> Path:
-    """Move the kept result ``path`` to :func:`orphaned_folder` (whole: one rename); its new path."""
-    target = orphaned_folder() / path.name
+def set_aside(run_id: str, path: Path) -> str:
+    """Move the kept result ``path`` of run ``run_id`` to ``<outputs>/pending/orphaned`` (whole: one
+    rename), out of the way of every later command, kept for a person to read; the line saying so."""
+    target = folder() / "orphaned" / path.name
     target.parent.mkdir(parents=True, exist_ok=True)
     path.replace(target)
-    return target
-
-
-def set_aside_line(run_id: str, path: Path, target: Path) -> str:
     return (
         f"plnexp: the store no longer has run {run_id}, whose result was kept in {path}: moved to {target} "
         "(not sent; said once)"
@@ -162,7 +142,7 @@ def set_aside_line(run_id: str, path: Path, target: Path) -> str:
 
 
 def send_all(uri: str) -> list[str]:
-    """Send every result kept for ``uri``; returns one line per run sent (:func:`sent_line`, for
+    """Send every result kept for ``uri``; returns one line per run sent (for
     the command to print), and one per result whose run the store no longer has, which is moved
     aside (:func:`set_aside`) instead of being tried by every later command. Then raises the
     store's first error, if any (those not sent stay kept)."""
@@ -171,9 +151,12 @@ def send_all(uri: str) -> list[str]:
         try:
             data = json.loads(path.read_text())
             if run_is_gone(uri, data["run_id"]):
-                sent.append(set_aside_line(data["run_id"], path, set_aside(path)))
+                sent.append(set_aside(data["run_id"], path))
                 continue
-            sent.append(sent_line(send(uri, path), path, data.get("status", "")))
+            run_id = send(uri, path)
+            sent.append(
+                f"plnexp: sent the result of run {run_id} kept in {path} to the store ({data.get('status', '')})"
+            )
         except Exception as e:  # noqa: BLE001 - this one stays kept; the others are still tried
             errors.append(e)
             from mlflow.exceptions import MlflowException

@@ -14,7 +14,7 @@ from .backend import client
 from .writes import CURVE_KEY, JOB_TAG, Parent
 
 
-def _search_all(cl, exp_ids: list[str], filter_string: str) -> list:
+def search_all(cl, exp_ids: list[str], filter_string: str) -> list:
     """The runs of the experiments ``exp_ids`` that match ``filter_string``: every page, 100
     experiments a query (MLflow's limit)."""
     runs = []
@@ -33,12 +33,12 @@ def search_experiments(cl, filter_string: str) -> list:
     """The runs of every experiment (deleted ones included) that match ``filter_string``."""
     from mlflow.entities import ViewType
 
-    return _search_all(cl, [e.experiment_id for e in cl.search_experiments(view_type=ViewType.ALL)], filter_string)
+    return search_all(cl, [e.experiment_id for e in cl.search_experiments(view_type=ViewType.ALL)], filter_string)
 
 
 def children(cl, parent: Parent) -> list:
     """The child runs of a sweep's parent (any status), in job order."""
-    runs = _search_all(cl, [parent.experiment_id], f"tags.`{PARENT_TAG}` = '{parent.run_id}'")
+    runs = search_all(cl, [parent.experiment_id], f"tags.`{PARENT_TAG}` = '{parent.run_id}'")
     return sorted(runs, key=lambda r: (int(r.data.tags.get(JOB_TAG, 0) or 0), r.info.start_time or 0))
 
 
@@ -80,11 +80,6 @@ def read_curve(uri: str, run_id: str) -> np.ndarray:
     return read_curves(uri, [run_id])[run_id]
 
 
-def is_parent(run) -> bool:
-    """Whether ``run`` is a sweep's parent run (plnexp.experiment.sweep.open_sweep tags it ``sweep``)."""
-    return SWEEP_TAG in run.data.tags and PARENT_TAG not in run.data.tags
-
-
 def latest_parent(uri: str, experiment: str | None = None):
     """The newest sweep parent run, in ``experiment`` or in the whole store; None if there is none."""
     from mlflow.entities import ViewType
@@ -95,7 +90,8 @@ def latest_parent(uri: str, experiment: str | None = None):
         exp_ids = [exp_id] if exp_id is not None else []
     else:
         exp_ids = [e.experiment_id for e in cl.search_experiments(view_type=ViewType.ACTIVE_ONLY)]
-    parents = [r for r in _search_all(cl, exp_ids, f"tags.`{SWEEP_TAG}` LIKE '%'") if is_parent(r)]
+    # a sweep's parent run: tagged with its sweep (plnexp.experiment.sweep.open_sweep), itself without a parent
+    parents = [r for r in search_all(cl, exp_ids, f"tags.`{SWEEP_TAG}` LIKE '%'") if PARENT_TAG not in r.data.tags]
     return max(parents, key=lambda r: r.info.start_time or 0, default=None)
 
 
@@ -114,12 +110,6 @@ def read_curves(uri: str, run_ids, key: str = CURVE_KEY) -> dict[str, np.ndarray
         history = cl.get_metric_history(run_id, key)
         out[run_id] = np.asarray([m.value for m in sorted(history, key=lambda m: m.step)], dtype=np.float64)
     return out
-
-
-def finished_runs(uri: str, exp_id: str) -> list:
-    """The FINISHED runs of an experiment, newest first."""
-    runs = _search_all(client(uri), [exp_id], "attributes.status = 'FINISHED'")
-    return sorted(runs, key=lambda r: -(r.info.start_time or 0))
 
 
 def find_experiment(uri: str, name: str) -> str | None:

@@ -253,10 +253,6 @@ def children(uri: str, parent: RunRecord | Parent | str) -> list[RunRecord]:
     return [record(r) for r in queries.children(client(uri), where)]
 
 
-def _by_job(r: RunRecord) -> int:
-    return r.job or 0
-
-
 def sweep(uri: str, parent: RunRecord | str) -> list[RunRecord]:
     """The runs that make up the sweep whose parent run is ``parent`` (a record or its id), in job
     order: its children, and the FINISHED children of the sweeps it resumed (:attr:`RunRecord.resumes`)
@@ -275,7 +271,7 @@ def sweep(uri: str, parent: RunRecord | str) -> list[RunRecord]:
             if r.status == "FINISHED" and not r.control and r.key not in have:
                 earlier.append(r)
                 have.add(r.key)
-    return sorted(earlier + own, key=_by_job)
+    return sorted(earlier + own, key=lambda r: r.job or 0)
 
 
 def finished_runs(uri: str, experiment: str) -> list[RunRecord]:
@@ -285,8 +281,8 @@ def finished_runs(uri: str, experiment: str) -> list[RunRecord]:
     exp_id = queries.find_experiment(uri, experiment)
     if exp_id is None:
         return []
-    runs = (record(r) for r in queries.finished_runs(uri, exp_id))
-    return [r for r in runs if r.config_hash and not r.control]
+    runs = [record(r) for r in queries.search_all(client(uri), [exp_id], "attributes.status = 'FINISHED'")]
+    return sorted((r for r in runs if r.config_hash and not r.control), key=lambda r: -(r.start_time or 0))
 
 
 def finished(uri: str, experiment: str, hashes: Iterable[str]) -> dict[str, list[RunRecord]]:

@@ -23,34 +23,20 @@ def _runs_of(cl, owner: Owner | None = None, status: str | None = "RUNNING") -> 
     return search_experiments(cl, " and ".join(where))
 
 
-class _Asked:
-    """Each distinct owner asked once whether it is alive (one ``squeue`` per SLURM job, not per run)."""
-
-    def __init__(self) -> None:
-        self.seen: dict = {}
-
-    def gone(self, owner: Owner) -> Owner | None:
-        """The owner, asked (it then knows why it ended), if it is known to be gone; else None."""
-        # by its tags, not by equality: an older run's LocalProcess (host and PID only) equals every
-        # later process that got its PID, which may be gone while that one is alive, or the reverse
-        key = (type(owner).__name__, tuple(sorted(owner.tags().items())))
-        if key not in self.seen:
-            self.seen[key] = owner if owner.alive() is False else None
-        return self.seen[key]
-
-
-def may_end(run, me: Owner | None = None, asked: _Asked | None = None) -> bool:
-    """Whether this process may end ``run`` (RUNNING): its owner is this process (``me``, by default
-    :func:`~plnexp.store.owners.current`), or it is known to be gone (``alive()`` is False)."""
-    owner = owners.owner_of(run.data.tags)
-    if owner is None:
-        return False  # nobody named: cannot tell
-    return owner == (me if me is not None else owners.current()) or (asked or _Asked()).gone(owner) is not None
+def _gone(owner: Owner, asked: dict) -> Owner | None:
+    """The owner, asked whether it is alive (it then knows why it ended), if it is known to be gone;
+    else None. Each distinct owner is asked once per ``asked`` (one ``squeue`` per SLURM job, not per run)."""
+    # by its tags, not by equality: an older run's LocalProcess (host and PID only) equals every
+    # later process that got its PID, which may be gone while that one is alive, or the reverse
+    key = (type(owner).__name__, tuple(sorted(owner.tags().items())))
+    if key not in asked:
+        asked[key] = owner if owner.alive() is False else None
+    return asked[key]
 
 
 def end_running(cl, runs, status: str, reason: str, code: str) -> list:
     """End every run of ``runs`` still RUNNING with ``status``, tags ``reason=code`` and
-    ``status_reason=reason``; returns those runs. (It does not ask their owners: see :func:`may_end`.)"""
+    ``status_reason=reason``; returns those runs. (It does not ask their owners.)"""
     from mlflow.entities import RunTag
 
     ended = []
@@ -64,24 +50,23 @@ def end_running(cl, runs, status: str, reason: str, code: str) -> list:
 
 
 def end_children(parent: Parent, status: str, reason: str, code: str) -> list[dict]:
-    """End the parent's children still RUNNING that this process may end (:func:`may_end`: its own,
+    """End the parent's children still RUNNING that this process may end (its own,
     with ``status`` and ``reason``; those of owners known to be gone, FAILED with the owner's reason,
     except a local process's when ``status`` is KILLED: the interrupt that ends the sweep ended it, a
     joblib worker's Ctrl-C); a child whose owner is alive elsewhere, or cannot be checked from here,
     stays RUNNING. Returns every child as a plain row: name, status, reason, metrics, job number."""
     cl = client(parent.uri)
     runs = children(cl, parent)
-    me, asked = owners.current(), _Asked()
-    mine = [r for r in runs if r.info.status == "RUNNING" and owners.owner_of(r.data.tags) == me]
-    ended = end_running(cl, mine, status, reason, code)
-    for r in runs:  # the children of owners that are gone
+    me, ended = owners.current(), []
+    asked: dict = {}
+    for r in runs:
         owner = owners.owner_of(r.data.tags)
-        gone = asked.gone(owner) if r.info.status == "RUNNING" and owner is not None and owner != me else None
-        if gone is None:
+        if r.info.status != "RUNNING" or owner is None:
             continue
-        if status == "KILLED" and isinstance(gone, owners.LocalProcess):  # the sweep's Ctrl-C ended it too
-            ended += end_running(cl, [r], status, reason, code)
-        else:  # they died on their own: FAILED, with their owner's reason (slurm job 12_3 CANCELLED)
+        gone = None if owner == me else _gone(owner, asked)
+        if owner == me or (status == "KILLED" and isinstance(gone, owners.LocalProcess)):
+            ended += end_running(cl, [r], status, reason, code)  # its own, or one the sweep's Ctrl-C ended too
+        elif gone is not None:  # died on its own: FAILED, with its owner's reason (slurm job 12_3 CANCELLED)
             ended += end_running(cl, [r], "FAILED", *reversed(gone.end_reason()))
     if ended:
         runs = children(cl, parent)
@@ -134,10 +119,11 @@ def sweep_up_orphans(uri: str) -> list:
     here (another host's processes, a scheduler that does not answer) are left alone. Every command
     calls it first (run, sweep, rerun, report)."""
     cl = client(uri)
-    dead, asked = [], _Asked()
+    dead: list = []
+    asked: dict = {}
     for r in _runs_of(cl):
         owner = owners.owner_of(r.data.tags)
-        gone = asked.gone(owner) if owner is not None else None
+        gone = _gone(owner, asked) if owner is not None else None
         if gone is not None:
             code, why = gone.end_reason()
             end_running(cl, [r], "FAILED", why, code)

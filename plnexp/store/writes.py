@@ -26,8 +26,8 @@ from ..jobs.tags import JOB_TAG as JOB_TAG
 from ..jobs.tags import DATA_N_TAG, DATA_P_TAG, DATASET_TAG, OVERRIDES_TAG, PARENT_TAG, REASON_TAG, STATUS_REASON_TAG
 from ..system.redact import redact, redact_text
 from . import fitted, owners
-from .backend import client
-from .experiment_view import dress_experiment
+from .backend import client, credentials
+from .experiment_view import NOTE_TAG, STUDY_VIEW_NAME, STUDY_VIEW_TAG, dress_experiment, saved_view, study_note
 
 CURVE_KEY = "elbo"  # the ELBO per iteration (step metric)
 GAP_KEY = "gap_rel_log10"  # log10 of the relative gap to the best known ELBO: what reads on MLflow's linear chart
@@ -83,8 +83,6 @@ def user() -> str:
     else the operating system's user; "" where neither is known."""
     import getpass
 
-    from .backend import credentials
-
     name, _ = credentials()
     if name:
         return name
@@ -102,24 +100,12 @@ def process_tags() -> dict[str, str]:
     return {**owners.current().tags(), **({USER_TAG: who} if who else {})}
 
 
-def start_parent(cl, exp_id: str, name: str, tags: dict) -> str:
-    run = cl.create_run(exp_id, run_name=redact_text(name), tags=safe({**process_tags(), **tags}))
-    return run.info.run_id
-
-
-def end_run(cl, run_id: str, status: str = "FINISHED", tags: dict | None = None) -> None:
-    from mlflow.entities import RunTag
-
-    if tags:
-        cl.log_batch(run_id, tags=[RunTag(k, v) for k, v in safe(tags).items()])
-    cl.set_terminated(run_id, status)
-
-
 def open_parent(uri: str, experiment: str, name: str, tags: dict) -> Parent:
     """Get or create the experiment and create a sweep's RUNNING parent run in it."""
     cl = client(uri)
     exp_id = experiment_id(cl, experiment)
-    return Parent(uri, exp_id, start_parent(cl, exp_id, name, tags))
+    run = cl.create_run(exp_id, run_name=redact_text(name), tags=safe({**process_tags(), **tags}))
+    return Parent(uri, exp_id, run.info.run_id)
 
 
 def close_parent(parent: Parent, status: str, tags: dict, summary: str | None = None) -> None:
@@ -127,13 +113,9 @@ def close_parent(parent: Parent, status: str, tags: dict, summary: str | None = 
     cl = client(parent.uri)
     if summary:
         cl.log_text(parent.run_id, redact_text(summary), "summary.txt")
-    end_run(cl, parent.run_id, status, tags)
-
-
-def _metric(key: str, value: float, step: int = 0, ts: int | None = None):
-    from mlflow.entities import Metric
-
-    return Metric(key, float(value), ts or int(time.time() * 1000), step)
+    if tags:
+        set_tags(parent.uri, parent.run_id, tags)
+    cl.set_terminated(parent.run_id, status)
 
 
 def start_job(cl, exp_id: str, job, parent_id: str | None = None, tags: dict | None = None) -> str:
@@ -205,7 +187,7 @@ def log_dataset_inputs(cl, run_id: str, inputs: list[dict]) -> None:
 
 
 def job_record(job) -> dict:
-    """Everything :func:`finish_job` writes for ``job`` (a :class:`plnexp.experiment.runner.Outcome`), as plain
+    """Everything :func:`write_record` writes for ``job`` (a :class:`plnexp.experiment.runner.Outcome`), as plain
     JSON-able values, credentials masked: params, tags, metrics (``[key, value, step, ts]``), the
     text artifacts (the optimized HLO as ``program.hlo.txt``, compressed when written: see
     :func:`write_record`), the fitted model (the folder :func:`plnexp.store.fitted.keep` saved it
@@ -287,18 +269,6 @@ def write_record(cl, run_id: str, record: dict) -> None:
     cl.set_terminated(run_id, record["status"], end_time=record["end_time"])
 
 
-def finish_job(cl, run_id: str, job) -> None:
-    """Log a job's params, metrics, curve and artifacts, then end its run with the job's status."""
-    write_record(cl, run_id, job_record(job))
-
-
-def log_job(cl, exp_id: str, job, parent_id: str | None = None) -> str:
-    """Create the run of a job that has already ended and log everything; returns its id."""
-    run_id = start_job(cl, exp_id, job, parent_id)
-    finish_job(cl, run_id, job)
-    return run_id
-
-
 def log_report(uri: str, run_id: str, folder: Path, metrics: dict, tags: dict) -> None:
     """Attach a report to a sweep's parent run: the files of ``folder`` under ``report/``, its
     summary metrics and tags (a run can take them after it ended; a later report replaces them)."""
@@ -313,12 +283,12 @@ def set_tags(uri: str, run_id: str, tags: dict) -> None:
 
 def add_results(uri: str, run_id: str, metrics: dict, tags: dict) -> None:
     """Metrics and tags measured after the run ended (its group's timed rounds, a report's summary), in one call."""
-    from mlflow.entities import RunTag
+    from mlflow.entities import Metric, RunTag
 
     now = int(time.time() * 1000)
     client(uri).log_batch(
         run_id,
-        metrics=[_metric(k, v, ts=now) for k, v in metrics.items() if np.isfinite(v)],
+        metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items() if np.isfinite(v)],
         tags=[RunTag(k, v) for k, v in safe(tags).items()],
     )
 
@@ -347,34 +317,31 @@ def sweep_view(parent_id: str, title: str, created_ms: int) -> str:
     child runs only (never a ranking across sweeps), its parent named in the view's name, the
     reference first, then the others by their paired ratio to it; the verdict, the ratio, its
     interval, the rounds' ms/iter and the rounds used and dropped as its first columns."""
-    from .experiment_view import STUDY_VIEW_NAME
+    search, order_by = f"tags.mlflow.parentRunId = '{parent_id}'", "metrics.`study_order`"  # (StrategyResult.metrics)
+    widths = {SWEEP_COLUMNS[1]: 170}
+    return saved_view(f"{STUDY_VIEW_NAME}: {title}", SWEEP_COLUMNS, widths, search, order_by, created_ms)
 
-    state = {
-        "selectedColumns": list(SWEEP_COLUMNS),
-        "columnOrder": ["attributes.`Run Name`", *SWEEP_COLUMNS],
-        "columnWidths": {"attributes.`Run Name`": 280, **{c: 110 for c in SWEEP_COLUMNS[:-1]}, SWEEP_COLUMNS[1]: 170},
-        "searchFilter": f"tags.mlflow.parentRunId = '{parent_id}'",
-        "orderByKey": "metrics.`study_order`",  # the reference first, then by paired ratio (StrategyResult.metrics)
-        "orderByAsc": True,
-    }
-    return json.dumps({"name": f"{STUDY_VIEW_NAME}: {title}", "createdAt": created_ms, "state": json.dumps(state)})
+
+def _show(uri: str, experiment_id: str, tag: str, ours, value) -> bool:
+    """Set the experiment's ``tag`` to ``value`` unless the user made it their own (``ours`` of
+    its value is False); True when set. Never raises: the UI's presentation never fails a sweep or a
+    report."""
+    try:
+        cl = client(uri)
+        have = cl.get_experiment(experiment_id).tags.get(tag)
+        if have is not None and not ours(have):
+            return False
+        cl.set_experiment_tag(experiment_id, tag, value)
+        return True
+    except Exception:  # noqa: BLE001 - the UI's presentation never fails a sweep or a report
+        return False
 
 
 def show_sweep(uri: str, experiment_id: str, parent_id: str, title: str) -> bool:
     """Point the experiment's study view at this sweep (:func:`sweep_view`), unless the user made the
-    view their own (a name plnexp did not write); True when set. Never raises: the UI's presentation
-    never fails a sweep."""
-    from .experiment_view import STUDY_VIEW_NAME, STUDY_VIEW_TAG
-
-    try:
-        cl = client(uri)
-        have = cl.get_experiment(experiment_id).tags.get(STUDY_VIEW_TAG)
-        if have is not None and not str(json.loads(have).get("name", "")).startswith(STUDY_VIEW_NAME):
-            return False
-        cl.set_experiment_tag(experiment_id, STUDY_VIEW_TAG, sweep_view(parent_id, title, int(time.time() * 1000)))
-        return True
-    except Exception:  # noqa: BLE001 - the UI's presentation never fails a sweep
-        return False
+    view their own (a name plnexp did not write); True when set. Never raises."""
+    ours = lambda have: str(json.loads(have).get("name", "")).startswith(STUDY_VIEW_NAME)
+    return _show(uri, experiment_id, STUDY_VIEW_TAG, ours, sweep_view(parent_id, title, int(time.time() * 1000)))
 
 
 HEADLINE_MARK = "**Latest sweep**"  # where the experiment's description gives the newest report's headline
@@ -384,16 +351,7 @@ def show_headline(uri: str, experiment_id: str, lines: list[str]) -> bool:
     """The experiment's description (what MLflow's UI shows above its runs) with the newest sweep's
     plain headline under the study's link, when the description is plnexp's own (its link to the
     study: :func:`~plnexp.store.experiment_view.study_note`); a description of the user's own is left as it
-    is. True when set. Never raises: the UI's presentation never fails a report."""
-    from .experiment_view import NOTE_TAG, study_note
-
-    try:
-        cl = client(uri)
-        have = cl.get_experiment(experiment_id).tags.get(NOTE_TAG)
-        if have is not None and not have.startswith(study_note(experiment_id)[:40]):
-            return False
-        text = study_note(experiment_id) + f"\n\n{HEADLINE_MARK}:\n\n" + "\n".join(f"- {line}" for line in lines)
-        cl.set_experiment_tag(experiment_id, NOTE_TAG, redact_text(text))
-        return True
-    except Exception:  # noqa: BLE001 - the UI's presentation never fails a report
-        return False
+    is. True when set. Never raises."""
+    note = study_note(experiment_id)
+    text = note + f"\n\n{HEADLINE_MARK}:\n\n" + "\n".join(f"- {line}" for line in lines)
+    return _show(uri, experiment_id, NOTE_TAG, lambda have: have.startswith(note[:40]), redact_text(text))
