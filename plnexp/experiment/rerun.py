@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import signal
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..system import interrupts
@@ -106,7 +106,7 @@ def _rerun_one(uri: str, src: Source, overrides: list[str]):
 
     # compared with the original's timings: compile_cache auto is off, the compile cold (a sweep's rerun:
     # job_task.Task); a fit across processes through its workers, started here (job_task.run_job, the one switch)
-    job = job_task.run_job(src.config.as_study(), spec.overrides, spec.name, tags=spec.run_tags)
+    job = job_task.run_job(replace(spec, config=src.config.as_study()))
     k = src.run.replicate
     return job.batch[k] if k < len(job.batch) else job
 
@@ -217,8 +217,10 @@ def _sweep(
     sources = jobs + [s for s in sources if s.peer is not None]
     specs = [job_spec(s, overrides, i if i < len(jobs) else i + 1) for i, s in enumerate(sources)]
 
+    task = job_task.Task()
+
     def launch(record) -> None:
-        sweep_dispatch.run_jobs(job_task.Task(), record, sweep_dir, specs, InProcess())
+        sweep_dispatch.run_jobs(task, record, sweep_dir, specs, InProcess())
 
     end = sweep.session(
         sweep_dir,
@@ -228,6 +230,7 @@ def _sweep(
         len(jobs),
         {provenance.RERUN_TAG: parent_run.run_id, "command": provenance.command_line()},
         launch,
+        seen=task.seen,
         header=lambda record: (
             f"rerun of sweep {name} (run {parent_run.run_id}): {len(sources)} jobs, parent run {record.parent_id}"
         ),

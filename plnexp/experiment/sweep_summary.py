@@ -1,7 +1,4 @@
-"""What a sweep shows at its end (:class:`Summary`: the table of its runs, the footer's counts), and
-what this process saw of each sweep's jobs (:func:`_saw`): the summary's rows when the store cannot be
-read back at the close (:func:`plnexp.experiment.sweep.close_sweep`).
-"""
+"""What a sweep shows at its end (:class:`Summary`: the table of its runs, the footer's counts)."""
 
 from __future__ import annotations
 
@@ -9,7 +6,6 @@ import sys
 from dataclasses import dataclass
 
 from . import runner
-from .sweep_record import SweepRecord
 
 SKIPPED = "SKIPPED"  # the status of a job not run because the store had failed (resume=true runs it)
 
@@ -151,17 +147,6 @@ class Summary:
             f"{self.count('KILLED')} killed, {self.count('FAILED')} failed, {left} not started{running}; "
             f"parent run {self.parent_id} {'left' if self.store_error else 'closed'} {self.parent_status}"
         )
-
-
-# What this process saw of each sweep's jobs (by parent run, then (job number, replicate)): the
-# summary's rows when the store cannot be read back at the sweep's close (:func:`close_sweep`)
-_SEEN: dict[str, dict[tuple[int, int], runner.Row]] = {}
-
-
-def _saw(record: SweepRecord | None, num: int | None, rows) -> None:
-    if record is not None and num is not None:
-        for k, row in enumerate(rows):
-            _SEEN.setdefault(record.parent_id, {})[(num, k)] = row
 
 
 def _row(outcome, name: str) -> runner.Row:
