@@ -27,7 +27,7 @@ from ..system.commandline import first_line
 from ..system.redact import redact, redact_text
 from .driver_watch import watch_driver
 from .sweep_record import SweepRecord, store_of
-from .sweep_summary import SKIPPED, _row
+from .sweep_summary import SKIPPED
 
 if TYPE_CHECKING:
     from .peer_runs import PeerConfig
@@ -221,7 +221,7 @@ class Task:
         self.failed += outcome.status != "FINISHED" and not peer
         if getattr(outcome, "kept", ""):  # the store failed after the fit: the next jobs are skipped
             self.store_down = f"job {name}'s result kept locally"
-        self._saw(record, num, [_row(o, name) for o in (getattr(outcome, "batch", None) or [outcome])])
+        self._saw(record, num, [o.row() for o in outcome.batch or [outcome]])  # (runner.Outcome, processes.Ran)
         if num is not None and spec.kind is Kind.JOB:
             self.ended[num] = outcome.status
         if record is None:

@@ -307,7 +307,7 @@ RAN_FILE = "outcome.pkl"
 class Ran:
     """A job's outcome as process 0 hands it back to the process that started the workers (its runs
     are in the store): what ``run`` says, and what a sweep's :class:`plnexp.experiment.job_task.Task`
-    and a rerun read of a :class:`plnexp.experiment.runner.Outcome`."""
+    and a rerun read of an :class:`~plnexp.experiment.runner.Outcome` (or of a run read back)."""
 
     name: str
     status: str
@@ -321,7 +321,7 @@ class Ran:
 
     @classmethod
     def of(cls, outcome) -> Ran:
-        batch = getattr(outcome, "batch", None) or [outcome]
+        batch = outcome.batch or [outcome]
         return cls(
             outcome.name,
             outcome.status,

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import signal
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..system import interrupts
@@ -44,6 +44,7 @@ from ..jobs.config import ConfigError
 from ..core.data import DataError
 from ..jobs.spec import JobSpec, Kind
 from .executors import InProcess
+from .processes import Ran
 from ..system.commandline import Parser, UsageError, fail
 from .rerun_sources import Source, prepare, store_override
 from .rerun_verdict import compare, report_environment
@@ -247,7 +248,7 @@ def _sweep(
             failed[i] = sources[i].name
             print(f"[{i + 1}/{len(sources)}] {src.name}: no rerun was recorded")
             continue
-        outcome = Rerun.of(run)
+        outcome = Ran(run.name, run.status, run.status_reason, run.run_id)  # as recorded (perhaps by another process)
         v, lines = compare(uri, src, outcome, envs[sources[i].run_id])
         bad = v is None or v.failed(strict)  # nothing to compare: not reproduced
         failed.update({i: sources[i].name} if bad else {})
@@ -261,16 +262,3 @@ def _sweep(
         flush=True,
     )
     return 1 if failures else 0
-
-
-@dataclass(frozen=True)
-class Rerun:
-    """A rerun as recorded in the store (a job run by the launcher, perhaps in another process)."""
-
-    run_id: str
-    status: str
-    reason: str
-
-    @classmethod
-    def of(cls, run: RunRecord) -> Rerun:
-        return cls(run.run_id, run.status, run.status_reason)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from . import runner
 
 SKIPPED = "SKIPPED"  # the status of a job not run because the store had failed (resume=true runs it)
 
@@ -147,8 +146,3 @@ class Summary:
             f"{self.count('KILLED')} killed, {self.count('FAILED')} failed, {left} not started{running}; "
             f"parent run {self.parent_id} {'left' if self.store_error else 'closed'} {self.parent_status}"
         )
-
-
-def _row(outcome, name: str) -> runner.Row:
-    row = getattr(outcome, "row", None)
-    return row() if callable(row) else runner.Row(name, outcome.status, {}, 0.0)
