@@ -126,8 +126,12 @@ def _rerun_peer(uri: str, spec: JobSpec, experiment_id: str):
     return run_peer(spec.config, parent, 0, spec.run_tags)
 
 
-def _stop_line(stop, what: str) -> None:
+def _stopped(guard, e: KeyboardInterrupt, what: str) -> int:
+    """An interrupt said in one line (``what`` it left); its exit code."""
+    guard.stopping()
+    stop = interrupts.as_interrupted(e)
     print(f"plnexp: interrupted by {stop.name}: {what}", file=sys.stderr, flush=True)
+    return stop.exit_code
 
 
 HELP = f"""{USAGE}
@@ -155,10 +159,7 @@ def main(args: list[str]) -> int:
         except (UsageError, ConfigError, DataError, store.StoreError) as e:
             return fail(e)
         except KeyboardInterrupt as e:
-            guard.stopping()
-            stop = interrupts.as_interrupted(e)
-            _stop_line(stop, "before any run started")
-            return stop.exit_code
+            return _stopped(guard, e, "before any run started")
     is_sweep = len(sources) > 1 or sources[0].run is not run
     envs = {}
     for i, s in enumerate(sources):
@@ -188,10 +189,7 @@ def _single(uri: str, src: Source, overrides: list[str], env_same: bool, strict:
         try:
             outcome = _rerun_one(uri, src, overrides)
         except KeyboardInterrupt as e:
-            guard.stopping()
-            stop = interrupts.as_interrupted(e)
-            _stop_line(stop, "the rerun was recorded KILLED")
-            return stop.exit_code
+            return _stopped(guard, e, "the rerun was recorded KILLED")
     print(f"{outcome.summary()}  (run {outcome.run_id}, rerun_of {src.run_id})", flush=True)
     v, lines = compare(uri, src, outcome, env_same)
     for line in lines:

@@ -69,11 +69,11 @@ def open_sweep(
     """Create the experiment (once, before any job) and the parent run, and write the record
     (``reused``: the jobs a resumed sweep does not run again, see :mod:`plnexp.experiment.resume`)."""
     sweep_dir = Path(sweep_dir)
+    taken = C.ConfigError(
+        f"hydra.sweep.dir={sweep_dir}: already holds a sweep ({RECORD_NAME}); allowed values are new or empty folders"
+    )
     if (sweep_dir / RECORD_NAME).exists():
-        raise C.ConfigError(
-            f"hydra.sweep.dir={sweep_dir}: already holds a sweep ({RECORD_NAME}); "
-            "allowed values are new or empty folders"
-        )
+        raise taken
     sweep_dir.mkdir(parents=True, exist_ok=True)
     tags = {"jobs": total, "git_commit": provenance.git_commit(), "sweep": name, "sweep_dir": str(sweep_dir), **tags}
     parent = store.open_parent(uri, experiment, f"{name}-{time.strftime('%Y%m%d-%H%M%S')}", tags)
@@ -93,10 +93,7 @@ def open_sweep(
         write_record(sweep_dir, record)
     except FileExistsError:
         store.close_parent(parent, "FAILED", {"status_reason": "sweep folder taken by another sweep"})
-        raise C.ConfigError(
-            f"hydra.sweep.dir={sweep_dir}: already holds a sweep ({RECORD_NAME}); "
-            "allowed values are new or empty folders"
-        ) from None
+        raise taken from None
     return record
 
 

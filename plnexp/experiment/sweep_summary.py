@@ -134,7 +134,6 @@ class Summary:
             print(self.store_error, file=sys.stderr, flush=True)
 
     def interrupted_line(self, signame: str) -> str:
-        left = self.total - self.n_jobs
         running = f", {self._running_note()}" if self.n_running else ""
         done = (
             f"{self.count('FINISHED')} of {len(self.rows)} runs of {self.n_jobs} jobs finished"
@@ -143,6 +142,6 @@ class Summary:
         )
         return (
             f"plnexp: interrupted by {signame}: {done}, "
-            f"{self.count('KILLED')} killed, {self.count('FAILED')} failed, {left} not started{running}; "
+            f"{self.count('KILLED')} killed, {self.count('FAILED')} failed, {self.n_missing} not started{running}; "
             f"parent run {self.parent_id} {'left' if self.store_error else 'closed'} {self.parent_status}"
         )
