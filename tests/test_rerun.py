@@ -315,11 +315,11 @@ def test_a_pca_run_reruns_bit_for_bit(outputs, capsys):
 
 # ---------------------------------------------------------------- resume
 def test_resume_switch():
-    assert resume.pop_switch(["a=1", "resume=true"]) == (["a=1"], True)
-    assert resume.pop_switch(["resume=false"]) == ([], False)
-    assert resume.pop_switch(["a=1"]) == (["a=1"], False)
+    assert cli.pop_switch(["a=1", "resume=true"], "resume", False) == (["a=1"], True)
+    assert cli.pop_switch(["resume=false"], "resume", False) == ([], False)
+    assert cli.pop_switch(["a=1"], "resume", False) == (["a=1"], False)
     with pytest.raises(C.ConfigError, match=r"^resume=maybe: allowed values are true, false$"):
-        resume.pop_switch(["resume=maybe"])
+        cli.pop_switch(["resume=maybe"], "resume", False)
 
 
 def test_resume_only_for_sweeps(outputs, capsys):

@@ -239,15 +239,17 @@ def _record(uri: str) -> sweep_record.SweepRecord:
 
 def test_the_sweep_record_holds_the_store_masked(tmp_path, monkeypatch):
     real = "postgresql://u:hunter2@h:5432/db"
-    monkeypatch.setattr(sweep_record, "_OWN_STORES", {})  # what this process keeps (here: this test's)
-    sweep_record.write_record(tmp_path, _record(real))
+    driver_record = _record(real)  # what open_sweep returns: the record the driver hands its own jobs
+    sweep_record.write_record(tmp_path, driver_record)
     text = (tmp_path / sweep_record.RECORD_NAME).read_text()
     assert text.count("hunter2") == 0 and text.count("postgresql://u:***@h:5432/db") == 1
     record = sweep_record.read_record(tmp_path)
     assert record is not None and record.uri == "postgresql://u:***@h:5432/db"
     # a job finds the real URI: the driver's own, the job's tracking_uri, MLFLOW_TRACKING_URI
-    assert sweep_record.store_of(record, None) == real  # this process wrote the record
-    monkeypatch.setattr(sweep_record, "_OWN_STORES", {})
+    assert sweep_record.store_of(driver_record, None) == real  # a job in the driver's process: the record it wrote
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    with pytest.raises(ConfigError):  # the record read back, nothing else given: the password is nowhere
+        sweep_record.store_of(record, None)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     assert sweep_record.store_of(record, real) == real
     monkeypatch.setenv("MLFLOW_TRACKING_URI", real)

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from plnexp import store as tracking
-from plnexp.experiment import runner, sweep, sweep_record, sweep_summary
+from plnexp.experiment import job_task, runner, sweep, sweep_record
 from plnexp.jobs import config as C
 from plnexp.store import backend
 from plnexp.system import interrupts
@@ -99,9 +99,10 @@ def test_close_sweep_never_raises_when_the_store_fails(monkeypatch, capsys, outp
     monkeypatch.setattr("plnexp.store.running.client", lambda uri: _Down())
     monkeypatch.setattr("plnexp.store.writes.client", lambda uri: _Down())
     record = _record()
-    sweep_summary._saw(record, 0, [runner.Row("job-a", "FINISHED", {"ms_per_iter": 1.0}, 1.5)])
-    sweep_summary._saw(record, 1, [runner.Row("job-b", "FAILED", {}, 0.0)])
-    summary = sweep.close_sweep(record, "FINISHED")
+    task = job_task.Task()  # what the driver's jobs saw, kept by the sweep's Task
+    task._saw(record, 0, [runner.Row("job-a", "FINISHED", {"ms_per_iter": 1.0}, 1.5)])
+    task._saw(record, 1, [runner.Row("job-b", "FAILED", {}, 0.0)])
+    summary = sweep.close_sweep(record, "FINISHED", seen=task.seen)
     summary.show()
     out, err = capsys.readouterr()
     assert "job-a" in out and "job-b" in out and "parent run parent123 RUNNING" in out

@@ -107,12 +107,13 @@ def multirun(overrides: list[str], jobs: plan.Plan, uri: str, resumed: bool = Fa
         print(resume.all_done_line(done, first.experiment), flush=True)
         return 0
     sweep_dir = Path(given.strip("'\"")).resolve() if given else sweep_record.new_sweep_dir()
+    seen: dict = {}  # what the driver's jobs saw (job_task.Task.seen): this sweep's alone
 
     def launch(record) -> None:
         executor = jobs.executor(sweep_dir)
         timed = executor.name in plan.LOCAL_LAUNCHERS and first.report.rounds > 0  # each group timed in rounds, here
         # the driver's jobs keep their programs for the rounds
-        task = job_task.Task(held=groups.Held() if timed and executor.in_driver else None)
+        task = job_task.Task(held=groups.Held() if timed and executor.in_driver else None, seen=seen)
         verdicts = sweep_dispatch.run_jobs(task, record, sweep_dir, jobs.specs(), executor)
         groups.log_verdicts(record, verdicts)  # SLURM: each group timed in rounds on its node
         if timed:
@@ -138,6 +139,7 @@ def multirun(overrides: list[str], jobs: plan.Plan, uri: str, resumed: bool = Fa
             launch,
             header=header,
             reused=tuple(done),
+            seen=seen,
         )
     except C.ConfigError as e:
         return fail(e)
@@ -158,7 +160,7 @@ def main(ns: argparse.Namespace, overrides: list[str]) -> int:
     )
     overrides = [o for o in overrides if o != "sweep=null"]  # the default: no sweep file (a plain multirun)
     try:
-        overrides, resumed = resume.pop_switch(overrides)
+        overrides, resumed = plan.pop_switch(overrides, "resume", False)
         overrides, with_report = plan.pop_switch(overrides, "report", True)
         if resumed and not is_multirun:
             raise C.ConfigError("resume=true: only for sweeps; allowed with python -m plnexp sweep or --multirun")

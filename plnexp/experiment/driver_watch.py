@@ -12,7 +12,7 @@ from .sweep_record import SweepRecord
 
 
 # ---------------------------------------------------------------- a worker whose driver is gone
-_WATCHED: set[int] = set()  # the processes (by pid: a fork is another) whose driver watchdog runs
+WATCH_THREAD = "plnexp-driver-watch"  # its thread's name: a process runs one (a fork starts with none)
 
 
 def watch_driver(record: SweepRecord, poll_s: float = 0.5, grace_s: float = 3.0) -> None:
@@ -29,10 +29,10 @@ def watch_driver(record: SweepRecord, poll_s: float = 0.5, grace_s: float = 3.0)
 
     from ..system import slurm
 
-    me = os.getpid()
-    if record.pid == me or record.host != platform.node() or slurm.in_job() or me in _WATCHED:
+    if record.pid == os.getpid() or record.host != platform.node() or slurm.in_job():
         return
-    _WATCHED.add(me)
+    if any(t.name == WATCH_THREAD for t in threading.enumerate()):  # this process watches already
+        return
     driver, parent = store.LocalProcess.of(record.pid), os.getppid()
 
     def gone() -> bool:
@@ -49,4 +49,4 @@ def watch_driver(record: SweepRecord, poll_s: float = 0.5, grace_s: float = 3.0)
         ender.join(grace_s)
         os._exit(1)
 
-    threading.Thread(target=watch, name="plnexp-driver-watch", daemon=True).start()
+    threading.Thread(target=watch, name=WATCH_THREAD, daemon=True).start()

@@ -39,7 +39,7 @@ from ..jobs.config import Config
 from ..jobs.provenance import config_hash
 from ..measure import paired
 from ..system import interrupts
-from ..system.redact import redact_text
+from ..system.commandline import first_line
 
 
 HOLD_LIMIT_BYTES = 2 << 30  # the grid's programs the driver keeps for its rounds, their arrays at most
@@ -297,7 +297,7 @@ def judge_groups(record, configs, held: Held | None = None) -> list[V.GroupVerdi
     try:
         members = finished_members(record, by_num)
     except Exception as e:  # noqa: BLE001 - the store failed: the jobs' own timings stand
-        _warn(f"cannot read the sweep's runs for its rounds ({_first(e)}): the jobs' own timings stand")
+        _warn(f"cannot read the sweep's runs for its rounds ({first_line(e)}): the jobs' own timings stand")
         return []
     across = [m for group in groups_of(members) for m in group if m.config.processes > 1]
     if across:  # their programs span processes this one is not: never timed here (the module docstring)
@@ -321,7 +321,7 @@ def judge_groups(record, configs, held: Held | None = None) -> list[V.GroupVerdi
             if interrupts.pending() is not None:
                 raise
             print(" FAILED", flush=True)
-            _warn(f"rounds of {head.removeprefix('[rounds] ')} failed ({_first(e)}): the jobs' own timings stand")
+            _warn(f"rounds of {head.removeprefix('[rounds] ')} failed ({first_line(e)}): the jobs' own timings stand")
             continue
         finally:
             if held is not None:
@@ -351,14 +351,9 @@ def log_verdicts(record, verdicts: Sequence[V.GroupVerdict]) -> None:
         title = f"sweep {record.name}, parent run {record.parent_id}"
         store.show_sweep(record.uri, record.parent.experiment_id, record.parent_id, title)
     except Exception as e:  # noqa: BLE001 - the store failed: the verdict is printed, not kept
-        _warn(f"cannot write the rounds' verdicts to the store ({_first(e)})")
+        _warn(f"cannot write the rounds' verdicts to the store ({first_line(e)})")
         for v in verdicts:
             print(v.headline(), flush=True)
-
-
-def _first(e: BaseException) -> str:
-    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    return redact_text(f"{type(e).__name__}: {text}" if text else type(e).__name__)
 
 
 def _warn(text: str) -> None:

@@ -23,26 +23,31 @@ from . import groups
 from . import runner
 from ..jobs import config as C
 from ..jobs import config_load
+from ..system.commandline import first_line
 from ..system.redact import redact, redact_text
 from .driver_watch import watch_driver
 from .sweep_record import SweepRecord, store_of
-from .sweep_summary import SKIPPED, _row, _saw
+from .sweep_summary import SKIPPED
 
 if TYPE_CHECKING:
     from .peer_runs import PeerConfig
 
 
 # ---------------------------------------------------------------- a job
-def run_job(config: C.Config, overrides=(), name: str | None = None, output_dir: str = "", *, hold=None, **where):
-    """:func:`plnexp.experiment.runner.run_job` in this process, or, for a fit across
+def run_job(spec: JobSpec, output_dir: str = "", *, parent=None, hold=None):
+    """The job ``spec`` (its run a child of ``parent``, a sweep's; None: a run of its own) through
+    :func:`plnexp.experiment.runner.run_job` in this process, or, for a fit across
     ``config.processes`` > 1 processes, through its workers started here and waited for
     (:func:`plnexp.experiment.processes.run_job`: process 0 logs the run, a child of the sweep's
     parent; its outcome comes back, its program does not: ``hold`` is not kept)."""
-    if config.processes > 1 and not _joined():
+    if spec.config.processes > 1 and not _joined():
         from . import processes
 
-        return processes.run_job(config, overrides, name, output_dir, **where)
-    return runner.run_job(config, overrides, name, output_dir, hold=hold, **where)
+        return processes.run_job(spec, output_dir, parent=parent)
+    tags = spec.run_tags or None
+    return runner.run_job(
+        spec.config, spec.overrides, spec.name, output_dir, parent=parent, job_num=spec.num, tags=tags, hold=hold
+    )
 
 
 def _joined() -> bool:
@@ -80,6 +85,13 @@ class Task:
     # how each job of the grid this process ran ended, by job number (what the control job needs)
     ended: dict[int, str] = field(default_factory=dict)
     absent: set[str] = field(default_factory=set)  # the peers said not installed (one line each)
+    # what this process saw of the sweep's jobs, by (job number, replicate): the summary's rows when the
+    # store cannot be read back at the sweep's close (plnexp.experiment.sweep.close_sweep)
+    seen: dict[tuple[int, int], runner.Row] = field(default_factory=dict)
+
+    def _saw(self, record: SweepRecord | None, num: int | None, rows) -> None:
+        if record is not None and num is not None:
+            self.seen.update({(num, k): row for k, row in enumerate(rows)})
 
     def __call__(self, spec: JobSpec, record: SweepRecord | None, output_dir: str) -> str | None:
         """Run the job ``spec`` (of the sweep ``record``; None: a single run) with its outputs in
@@ -160,8 +172,7 @@ class Task:
             return None if here else skipped or None
         if record is not None and not peer:
             config = config.as_study()  # compile_cache auto: off, every job compiles cold
-            write_job_dir(output_dir, config, spec.overrides)
-        elif record is None:
+        if record is None or not peer:
             write_job_dir(output_dir, config, spec.overrides)
         if not here:  # a worker process: it ends when its driver is gone (watch_driver)
             assert record is not None
@@ -170,7 +181,7 @@ class Task:
         if self.store_down and record is not None:  # each job would wait store_timeout_s on it again
             grid = spec.kind is Kind.JOB  # a control job or a peer skipped: not one of the grid's jobs
             self.failed += grid
-            _saw(record, num, [runner.Row(name, SKIPPED, {}, 0.0)] if grid else [])
+            self._saw(record, num, [runner.Row(name, SKIPPED, {}, 0.0)] if grid else [])
             line = f"{label} skipped: the store failed ({self.store_down}); resume=true runs it later"
             print(line, flush=True)
             return None if here else line
@@ -182,17 +193,13 @@ class Task:
                 outcome = peer_runs.run_peer(cast(peer_runs.PeerConfig, config), record.parent, num, spec.run_tags)
             else:
                 outcome = run_job(
-                    config,
-                    list(spec.overrides),
-                    name,
+                    replace(spec, config=config, num=num),
                     output_dir,
                     parent=record.parent if record else None,
-                    job_num=num,
-                    tags=spec.run_tags or None,
                     hold=self.held.keeper(num) if self.held is not None and num is not None else None,
                 )
         except KeyboardInterrupt as e:
-            _saw(record, num, [runner.Row(name, "KILLED", {}, 0.0)])
+            self._saw(record, num, [runner.Row(name, "KILLED", {}, 0.0)])
             if record is not None:
                 print(" KILLED" if here else f"{label} KILLED", flush=True)
             if not here and slurm.in_job():  # the run is recorded: the job ends normally, its line says why
@@ -204,18 +211,17 @@ class Task:
             if pending is not None:  # a Ctrl-C that a library turned into another error
                 raise pending from e
             self.failed += not peer
-            _saw(record, num, [runner.Row(name, "FAILED", {}, 0.0)])
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            first = redact_text(first)  # a store's error may quote its URI
+            self._saw(record, num, [runner.Row(name, "FAILED", {}, 0.0)])
+            first = first_line(e)  # masked: a store's error may quote its URI
             self.store_down = f"job {name}: {type(e).__name__}"
             print(f"{' ' if record is not None and here else ''}FAILED", flush=True)
             what = "peer" if peer else "job"
-            print(f"plnexp: error: {what} {name}: {type(e).__name__}: {first}", file=sys.stderr, flush=True)
-            return None if here else f"{label} FAILED ({type(e).__name__}: {first})"
+            print(f"plnexp: error: {what} {name}: {first}", file=sys.stderr, flush=True)
+            return None if here else f"{label} FAILED ({first})"
         self.failed += outcome.status != "FINISHED" and not peer
         if getattr(outcome, "kept", ""):  # the store failed after the fit: the next jobs are skipped
             self.store_down = f"job {name}'s result kept locally"
-        _saw(record, num, [_row(o, name) for o in (getattr(outcome, "batch", None) or [outcome])])
+        self._saw(record, num, [o.row() for o in outcome.batch or [outcome]])  # (runner.Outcome, processes.Ran)
         if num is not None and spec.kind is Kind.JOB:
             self.ended[num] = outcome.status
         if record is None:

@@ -87,6 +87,7 @@ def run_peer(pc: PeerConfig, parent, job_num: int, tags: dict | None = None) -> 
     first; an error of the fit makes it FAILED with the reason (returned, never raised); an interrupt
     ends it KILLED and is raised. Timed with ``repeats`` fits after ``max(warmup, 1)``."""
     from ..system import interrupts
+    from ..system.commandline import first_line
     from . import runner
 
     peer = pc.peer
@@ -104,8 +105,7 @@ def run_peer(pc: PeerConfig, parent, job_num: int, tags: dict | None = None) -> 
             pending = interrupts.pending()
             if pending is not None:  # a Ctrl-C that a library turned into another error
                 raise pending from e
-            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            out.status, out.reason = "FAILED", f"{type(e).__name__}: {first}".rstrip(": ")
+            out.status, out.reason = "FAILED", first_line(e)
         out.stop()
 
     tags = {PEER_TAG: peer.name, **peer.versions(), **(tags or {})}

@@ -182,7 +182,7 @@ def _compose(overrides: list[str], hydra: bool = False):
         raise ConfigError(f"{msg}{detail}") from None
 
 
-def _check_keys(parsed, base) -> None:
+def check_keys(parsed, base) -> None:
     """Every plain ``key=value`` must name a key that exists in ``base``, the job's config (or its
     dataset, strategy and model choices alone: the groups whose options differ in their keys)."""
     for p in parsed:
@@ -377,14 +377,14 @@ def plan(overrides: list[str], multirun: bool, *, check_device: bool = True) -> 
                 groups = tuple(o for o, p in zip(job, parsed) if p.key_or_group in ("dataset", "strategy", "model"))
                 if groups not in cache:
                     cache[groups] = _compose(list(groups))
-                _check_keys(parsed, cache[groups])
+                check_keys(parsed, cache[groups])
                 raise
             if not multirun:  # the run's own composition, Hydra's config included: the job's config is the rest
                 master = composed
                 composed = composed.copy()
                 with open_dict(composed):
                     del composed["hydra"]
-            _check_keys(parsed, composed)  # keys that Hydra's compose let through (a node not in struct mode)
+            check_keys(parsed, composed)  # keys that Hydra's compose let through (a node not in struct mode)
             config = config_load.load(composed, check_device=check_device)
             check_fit(config)
             jobs.append(Job(tuple(job), config))

@@ -53,12 +53,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .srun import srun_tasks
 from ..system import interrupts
+from ..system.commandline import first_line
 from ..system.redact import redact_text
 
 if TYPE_CHECKING:
@@ -264,10 +265,9 @@ def run(spec: JobSpec, uri: str, output_dir: str) -> int:
         return 2
     envs = _local(n) if where is None else [dict(os.environ)]
     first = int(os.environ.get("SLURM_PROCID", "0") or 0) if where is not None else 0
-    job = Job(spec.config, tuple(spec.overrides), spec.name, tags=spec.run_tags or None)
     with interrupts.handled() as guard:
         try:
-            ran = start(job, Path(output_dir), uri, envs, first)
+            ran = start(Job(replace(spec, num=None)), Path(output_dir), uri, envs, first)
         except KeyboardInterrupt as e:
             guard.stopping()
             stop = interrupts.as_interrupted(e)
@@ -278,7 +278,7 @@ def run(spec: JobSpec, uri: str, output_dir: str) -> int:
     if not ran.text:  # no outcome of process 0: the one line of the failure
         print(f"plnexp: error: {ran.reason}", file=sys.stderr, flush=True)
         return 1
-    print(f"{ran.summary()}  (run {ran.run_id}, experiment {job.config.experiment!r})", flush=True)
+    print(f"{ran.summary()}  (run {ran.run_id}, experiment {spec.config.experiment!r})", flush=True)
     return 0 if ran.status == "FINISHED" else 1
 
 
@@ -292,15 +292,12 @@ def device_line(n: int, device: str) -> str:
 @dataclass(frozen=True)
 class Job:
     """A job whose workers ``run``, a sweep's driver or a rerun starts (:func:`start`), pickled into
-    its folder: what process 0 hands :func:`plnexp.experiment.runner.run_job` (``parent``: the sweep's
-    parent run, whose child the job's run is; None: a run of its own, in the config's store)."""
+    its folder: its spec, which process 0 runs through :func:`plnexp.experiment.runner.run_job`
+    (``parent``: the sweep's parent run, whose child the job's run is; None: a run of its own, in the
+    config's store)."""
 
-    config: Config
-    overrides: tuple
-    name: str
+    spec: JobSpec
     parent: Parent | None = None
-    num: int | None = None
-    tags: dict | None = None
 
 
 RAN_FILE = "outcome.pkl"
@@ -310,7 +307,7 @@ RAN_FILE = "outcome.pkl"
 class Ran:
     """A job's outcome as process 0 hands it back to the process that started the workers (its runs
     are in the store): what ``run`` says, and what a sweep's :class:`plnexp.experiment.job_task.Task`
-    and a rerun read of a :class:`plnexp.experiment.runner.Outcome`."""
+    and a rerun read of an :class:`~plnexp.experiment.runner.Outcome` (or of a run read back)."""
 
     name: str
     status: str
@@ -324,7 +321,7 @@ class Ran:
 
     @classmethod
     def of(cls, outcome) -> Ran:
-        batch = getattr(outcome, "batch", None) or [outcome]
+        batch = outcome.batch or [outcome]
         return cls(
             outcome.name,
             outcome.status,
@@ -363,7 +360,7 @@ def start(job: Job, folder: Path, uri: str, envs: Sequence[Mapping[str, str]], f
     with ``job`` pickled into ``folder`` and waited for: process 0's outcome; where a worker failed or
     process 0 handed back none, a FAILED one whose reason is the one line (and no ``text``); None for
     another srun task's, which ended well."""
-    n, clock = job.config.processes, time.monotonic()
+    n, clock = job.spec.config.processes, time.monotonic()
     folder.mkdir(parents=True, exist_ok=True)
     job_file, ran_file = folder / "job.pkl", folder / RAN_FILE
     ran_file.unlink(missing_ok=True)
@@ -375,19 +372,10 @@ def start(job: Job, folder: Path, uri: str, envs: Sequence[Mapping[str, str]], f
         return ran
     why = why or f"the fit across {n} processes: process 0 handed back no outcome"
     run_id = run_id or (ran.run_id if ran is not None else "")
-    return Ran(job.name, "FAILED", why, run_id, clock=clock, wall_s=time.monotonic() - clock)
+    return Ran(job.spec.name, "FAILED", why, run_id, clock=clock, wall_s=time.monotonic() - clock)
 
 
-def run_job(
-    config: Config,
-    overrides=(),
-    name: str | None = None,
-    output_dir: str = "",
-    *,
-    parent: Parent | None = None,
-    job_num: int | None = None,
-    tags: dict | None = None,
-) -> Ran:
+def run_job(spec: JobSpec, output_dir: str = "", *, parent: Parent | None = None) -> Ran:
     """A job of ``config.processes`` > 1 processes started here, from a sweep's driver (each job in
     turn, the basic launcher) or a rerun: its N workers on this machine, waited for; process 0 runs
     :func:`plnexp.experiment.runner.run_job` (the run a child of ``parent``) and hands back its
@@ -396,9 +384,10 @@ def run_job(
     from .. import store as tracking
     from ..jobs.config import outputs_dir
 
-    n, name = config.processes, name or config.run_name
+    config = spec.config
+    n = config.processes
     if config.device.value != "cpu":
-        return Ran(name, "FAILED", device_line(n, config.device.value), clock=time.monotonic())
+        return Ran(spec.name, "FAILED", device_line(n, config.device.value), clock=time.monotonic())
     uri = parent.uri if parent is not None else tracking.tracking_uri(config.tracking_uri)
     if output_dir:
         folder = Path(output_dir)
@@ -406,7 +395,7 @@ def run_job(
         root = outputs_dir() / "processes"
         root.mkdir(parents=True, exist_ok=True)
         folder = Path(tempfile.mkdtemp(prefix=time.strftime("%Y-%m-%d_%H-%M-%S-"), dir=root))
-    ran = start(Job(config, tuple(overrides), name, parent, job_num, tags), folder, uri, _local(n))
+    ran = start(Job(spec, parent), folder, uri, _local(n))
     assert ran is not None  # every process here: process 0's outcome, or a FAILED one
     return ran
 
@@ -468,17 +457,18 @@ def _job(job: Job, output_dir: str, lead: bool) -> int:
     """A :class:`Job` in a worker: process 0 runs it as :func:`plnexp.experiment.runner.run_job`
     (its run logged, a child of the sweep's parent) and writes its :class:`Ran` into the folder
     (whole or not at all); the others fit with it."""
+    spec = job.spec
     if not lead:
-        return follow(job.config, job.overrides, job.name, output_dir)
+        return follow(spec.config, spec.overrides, spec.name, output_dir)
     from . import runner
 
     try:
+        tags = spec.run_tags or None
         out = runner.run_job(
-            job.config, job.overrides, job.name, output_dir, parent=job.parent, job_num=job.num, tags=job.tags
+            spec.config, spec.overrides, spec.name, output_dir, parent=job.parent, job_num=spec.num, tags=tags
         )
     except Exception as e:  # noqa: BLE001 - the store failed under the job: one line, the launcher says the rest
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        print(f"plnexp: error: job {job.name}: {type(e).__name__}: {redact_text(first)}", file=sys.stderr, flush=True)
+        print(f"plnexp: error: job {spec.name}: {first_line(e)}", file=sys.stderr, flush=True)
         return 1
     _write(Path(output_dir) / RAN_FILE, Ran.of(out))
     return 0

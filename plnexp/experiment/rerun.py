@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import signal
 import sys
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..system import interrupts
@@ -44,6 +44,7 @@ from ..jobs.config import ConfigError
 from ..core.data import DataError
 from ..jobs.spec import JobSpec, Kind
 from .executors import InProcess
+from .processes import Ran
 from ..system.commandline import Parser, UsageError, fail
 from .rerun_sources import Source, prepare, store_override
 from .rerun_verdict import compare, report_environment
@@ -106,7 +107,7 @@ def _rerun_one(uri: str, src: Source, overrides: list[str]):
 
     # compared with the original's timings: compile_cache auto is off, the compile cold (a sweep's rerun:
     # job_task.Task); a fit across processes through its workers, started here (job_task.run_job, the one switch)
-    job = job_task.run_job(src.config.as_study(), spec.overrides, spec.name, tags=spec.run_tags)
+    job = job_task.run_job(replace(spec, config=src.config.as_study()))
     k = src.run.replicate
     return job.batch[k] if k < len(job.batch) else job
 
@@ -125,8 +126,12 @@ def _rerun_peer(uri: str, spec: JobSpec, experiment_id: str):
     return run_peer(spec.config, parent, 0, spec.run_tags)
 
 
-def _stop_line(stop, what: str) -> None:
+def _stopped(guard, e: KeyboardInterrupt, what: str) -> int:
+    """An interrupt said in one line (``what`` it left); its exit code."""
+    guard.stopping()
+    stop = interrupts.as_interrupted(e)
     print(f"plnexp: interrupted by {stop.name}: {what}", file=sys.stderr, flush=True)
+    return stop.exit_code
 
 
 HELP = f"""{USAGE}
@@ -154,10 +159,7 @@ def main(args: list[str]) -> int:
         except (UsageError, ConfigError, DataError, store.StoreError) as e:
             return fail(e)
         except KeyboardInterrupt as e:
-            guard.stopping()
-            stop = interrupts.as_interrupted(e)
-            _stop_line(stop, "before any run started")
-            return stop.exit_code
+            return _stopped(guard, e, "before any run started")
     is_sweep = len(sources) > 1 or sources[0].run is not run
     envs = {}
     for i, s in enumerate(sources):
@@ -187,10 +189,7 @@ def _single(uri: str, src: Source, overrides: list[str], env_same: bool, strict:
         try:
             outcome = _rerun_one(uri, src, overrides)
         except KeyboardInterrupt as e:
-            guard.stopping()
-            stop = interrupts.as_interrupted(e)
-            _stop_line(stop, "the rerun was recorded KILLED")
-            return stop.exit_code
+            return _stopped(guard, e, "the rerun was recorded KILLED")
     print(f"{outcome.summary()}  (run {outcome.run_id}, rerun_of {src.run_id})", flush=True)
     v, lines = compare(uri, src, outcome, env_same)
     for line in lines:
@@ -217,8 +216,10 @@ def _sweep(
     sources = jobs + [s for s in sources if s.peer is not None]
     specs = [job_spec(s, overrides, i if i < len(jobs) else i + 1) for i, s in enumerate(sources)]
 
+    task = job_task.Task()
+
     def launch(record) -> None:
-        sweep_dispatch.run_jobs(job_task.Task(), record, sweep_dir, specs, InProcess())
+        sweep_dispatch.run_jobs(task, record, sweep_dir, specs, InProcess())
 
     end = sweep.session(
         sweep_dir,
@@ -228,6 +229,7 @@ def _sweep(
         len(jobs),
         {provenance.RERUN_TAG: parent_run.run_id, "command": provenance.command_line()},
         launch,
+        seen=task.seen,
         header=lambda record: (
             f"rerun of sweep {name} (run {parent_run.run_id}): {len(sources)} jobs, parent run {record.parent_id}"
         ),
@@ -244,7 +246,7 @@ def _sweep(
             failed[i] = sources[i].name
             print(f"[{i + 1}/{len(sources)}] {src.name}: no rerun was recorded")
             continue
-        outcome = Rerun.of(run)
+        outcome = Ran(run.name, run.status, run.status_reason, run.run_id)  # as recorded (perhaps by another process)
         v, lines = compare(uri, src, outcome, envs[sources[i].run_id])
         bad = v is None or v.failed(strict)  # nothing to compare: not reproduced
         failed.update({i: sources[i].name} if bad else {})
@@ -258,16 +260,3 @@ def _sweep(
         flush=True,
     )
     return 1 if failures else 0
-
-
-@dataclass(frozen=True)
-class Rerun:
-    """A rerun as recorded in the store (a job run by the launcher, perhaps in another process)."""
-
-    run_id: str
-    status: str
-    reason: str
-
-    @classmethod
-    def of(cls, run: RunRecord) -> Rerun:
-        return cls(run.run_id, run.status, run.status_reason)

@@ -38,13 +38,6 @@ class Reused(NamedTuple):
     run_ids: tuple = ()  # every replicate's run, in replicate order (``replicates=K``: K runs)
 
 
-def pop_switch(args: list[str]) -> tuple[list[str], bool]:
-    """Take ``resume=true|false`` out of the command line (it is not a config key)."""
-    from .plan import pop_switch
-
-    return pop_switch(args, "resume", False)
-
-
 # How a job is timed: config keys the config hash leaves out (provenance.UNHASHED), as a run's params
 # hold them. A run timed otherwise answers the same fit but not the same measurement.
 PROTOCOL_KEYS = ("repeats", "warmup", "time_budget_s", "first_call", "compile_cache")
@@ -83,13 +76,13 @@ class Match(NamedTuple):
 def differences(config: Config, params: dict[str, str]) -> list[str]:
     """``key: here here, there there`` for each config key that identifies a fit (flattened, as logged
     in params) whose value differs from a run's params."""
-    mine = provenance.comparable(config)
-    out = []
-    for key in sorted(mine):
-        there = params.get(key)
-        if there is not None and there != mine[key]:  # a key an older run did not log is not compared
-            out.append(f"{key}: {mine[key]} here, {there} there")
-    return out
+    return _unlike(dict(sorted(provenance.comparable(config).items())), params)
+
+
+def _unlike(mine: dict[str, str], there: dict[str, str], shown=str) -> list[str]:
+    """``key: here here, there there`` for each key of ``mine`` whose value differs in ``there`` (a
+    key an older run did not log is not compared)."""
+    return [f"{k}: {shown(v)} here, {shown(there[k])} there" for k, v in mine.items() if there.get(k) not in (None, v)]
 
 
 def protocol(config: Config) -> dict[str, str]:
@@ -129,16 +122,8 @@ def unlike(config: Config, run: RunRecord, env: dict[str, str]) -> list[str]:
     """``key: here here, there there`` for each key of the timing protocol (params) and of the
     environment ``env`` (tags) whose value differs from ``run``'s (a key the run did not log, an
     older run's, is not compared): a run of the same config measured otherwise."""
-    out = []
-    for key, mine in protocol(config).items():
-        there = run.params.get(key)
-        if there is not None and there != mine:
-            out.append(f"{key}: {mine} here, {there} there")
-    for key, mine in env.items():
-        there = run.tags.get(key)  # the environment's tags, named by SOFTWARE_KEYS and MACHINE_KEYS
-        if there is not None and there != mine:
-            out.append(f"{key}: {_shown(mine)} here, {_shown(there)} there")
-    return out
+    # the environment's tags are named by SOFTWARE_KEYS and MACHINE_KEYS
+    return _unlike(protocol(config), run.params) + _unlike(env, run.tags, _shown)
 
 
 class _Environments:

@@ -23,6 +23,7 @@ from ..system import interrupts, jax_compat
 from ..jobs.config import Config
 from ..core.data import Data
 from ..core.data_rows import digest_by_rows
+from ..system.commandline import first_line
 from ..system.redact import redact
 
 if TYPE_CHECKING:
@@ -269,7 +270,7 @@ def execute_all(config: Config, outcomes: list[Outcome], *, lead: bool = True) -
         stop = interrupts.pending()
         if stop is not None:  # a Ctrl-C that a library turned into another error
             raise stop from e
-        reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        reason = first_line(e)
         for out in outcomes:
             out.status, out.reason = "FAILED", reason
         log.warning("%s failed: %s", outcomes[0].name, reason)

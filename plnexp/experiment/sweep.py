@@ -51,9 +51,10 @@ from . import resume
 from . import runner
 from .. import store
 from ..jobs import config as C
+from ..system.commandline import first_line
 from ..system.redact import redact_text
 from .sweep_record import RECORD_NAME, SweepRecord, write_record
-from .sweep_summary import _SEEN, Summary
+from .sweep_summary import Summary
 
 
 def open_sweep(
@@ -68,11 +69,11 @@ def open_sweep(
     """Create the experiment (once, before any job) and the parent run, and write the record
     (``reused``: the jobs a resumed sweep does not run again, see :mod:`plnexp.experiment.resume`)."""
     sweep_dir = Path(sweep_dir)
+    taken = C.ConfigError(
+        f"hydra.sweep.dir={sweep_dir}: already holds a sweep ({RECORD_NAME}); allowed values are new or empty folders"
+    )
     if (sweep_dir / RECORD_NAME).exists():
-        raise C.ConfigError(
-            f"hydra.sweep.dir={sweep_dir}: already holds a sweep ({RECORD_NAME}); "
-            "allowed values are new or empty folders"
-        )
+        raise taken
     sweep_dir.mkdir(parents=True, exist_ok=True)
     tags = {"jobs": total, "git_commit": provenance.git_commit(), "sweep": name, "sweep_dir": str(sweep_dir), **tags}
     parent = store.open_parent(uri, experiment, f"{name}-{time.strftime('%Y%m%d-%H%M%S')}", tags)
@@ -92,18 +93,16 @@ def open_sweep(
         write_record(sweep_dir, record)
     except FileExistsError:
         store.close_parent(parent, "FAILED", {"status_reason": "sweep folder taken by another sweep"})
-        raise C.ConfigError(
-            f"hydra.sweep.dir={sweep_dir}: already holds a sweep ({RECORD_NAME}); "
-            "allowed values are new or empty folders"
-        ) from None
+        raise taken from None
     return record
 
 
-def close_sweep(record: SweepRecord, status: str = "FINISHED", reason: str = "") -> Summary:
+def close_sweep(record: SweepRecord, status: str = "FINISHED", reason: str = "", seen: dict | None = None) -> Summary:
     """End the sweep: children still RUNNING are ended (KILLED on an interrupt, FAILED otherwise) when
     their owner is this process or is gone (a dead local process); a child whose owner is alive
     elsewhere, or cannot be checked from here, is left RUNNING and counted so. The summary table is
-    read back from MLflow and logged, and the parent closed with ``status`` (FAILED instead of
+    read back from MLflow (the store down: ``seen``, the rows this process's jobs saw,
+    :attr:`plnexp.experiment.job_task.Task.seen`) and logged, and the parent closed with ``status`` (FAILED instead of
     FINISHED when jobs are missing). Safe to call again: it re-reads the store. First, unless
     interrupted, the results kept locally while the store failed (:mod:`plnexp.store.pending`)
     are sent if it is back (else they stay kept, their runs ended FAILED here until sent)."""
@@ -125,8 +124,8 @@ def close_sweep(record: SweepRecord, status: str = "FINISHED", reason: str = "")
         jobs = tuple(r["job"] for r in found)
     except Exception as e:  # noqa: BLE001 - the store failed: the summary is what this process saw
         store_error = _store_error_line(record, e)
-        seen = sorted(_SEEN.get(record.parent_id, {}).items())
-        found, rows, jobs = [], [row for _, row in seen], tuple(job for (job, _), _ in seen)
+        saw = sorted((seen or {}).items())  # what this process's jobs saw (job_task.Task.seen)
+        found, rows, jobs = [], [row for _, row in saw], tuple(job for (job, _), _ in saw)
     if status == "FINISHED" and len({j for j in jobs if j < record.total}) < record.total:  # (the control: not counted)
         status = "FAILED"
     here = record.host == platform.node() and record.clock
@@ -169,21 +168,20 @@ def close_sweep(record: SweepRecord, status: str = "FINISHED", reason: str = "")
 
 def _store_error_line(record: SweepRecord, e: BaseException) -> str:
     """The one line a store that failed at the sweep's close gives (no traceback)."""
-    first = redact_text(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
     return (
-        f"plnexp: store error: {redact_text(record.uri)}: the sweep's close failed ({type(e).__name__}: {first}); "
+        f"plnexp: store error: {redact_text(record.uri)}: the sweep's close failed ({first_line(e)}); "
         f"the parent run {record.parent_id} stays RUNNING until python -m plnexp sync (or the next plnexp "
         "command on this store) ends it, the results kept in pending/ are sent then"
     )
 
 
-def force_stop(record: SweepRecord | None, uri: str, signame: str) -> None:
+def force_stop(record: SweepRecord | None, uri: str, signame: str, seen: dict | None = None) -> None:
     """From the interrupt helper thread, when the main thread is stuck in a compiled fit: end this
     process's RUNNING runs KILLED and close the sweep (the process exits right after)."""
     reason = f"interrupted by {signame} (twice: stopped inside a compiled fit)"
     store.end_process_runs(uri, "KILLED", reason, "interrupted")
     if record is not None:
-        close_sweep(record, "KILLED", reason).show(signame)
+        close_sweep(record, "KILLED", reason, seen).show(signame)
     else:
         print(f"plnexp: interrupted by {signame}: {killed_line(uri)}", file=sys.stderr, flush=True)
 
@@ -215,15 +213,17 @@ def session(
     *,
     header,
     reused: tuple = (),
+    seen: dict | None = None,
 ) -> Ended:
     """A sweep's whole life, the one path of ``sweep``, ``sweep ... resume=true`` and ``rerun`` of a
     sweep: open the parent (:func:`open_sweep`; a :class:`~plnexp.jobs.config.ConfigError` before anything
     exists), print ``header(record)``, run ``jobs(record)`` (:func:`run_jobs` through an executor),
     then close it whatever happened (FINISHED; KILLED on Ctrl-C or SIGTERM; FAILED on an error of the
-    machinery) and show the summary. A second signal while a fit is stuck in compiled code ends the
+    machinery) and show the summary (``seen``: the rows the driver's jobs saw, for a store that fails at
+    the close). A second signal while a fit is stuck in compiled code ends the
     process's runs and the sweep from the interrupt helper thread (:func:`force_stop`)."""
     held: dict = {}
-    force = lambda signum: force_stop(held.get("record"), uri, signal.Signals(signum).name)
+    force = lambda signum: force_stop(held.get("record"), uri, signal.Signals(signum).name, seen)
     with interrupts.handled(force) as guard:
         record = held["record"] = open_sweep(sweep_dir, name, experiment, uri, total, tags, reused=reused)
         print(header(record), flush=True)
@@ -240,6 +240,6 @@ def session(
                 status, reason = "KILLED", f"interrupted by {stop.name}"
         guard.stopping()
         with interrupts.deferred():  # the parent never stays RUNNING
-            summary = close_sweep(record, status, reason)
+            summary = close_sweep(record, status, reason, seen)
         summary.show(stop.name if stop is not None else None)
     return Ended(record, summary, stop, error)

@@ -16,7 +16,7 @@ from pathlib import Path
 from . import resume
 from .. import store
 from ..jobs import config as C
-from ..system.redact import redact, redact_text, unredacted
+from ..system.redact import redact, unredacted
 
 RECORD_NAME = "plnexp-sweep.json"
 
@@ -53,18 +53,11 @@ def new_sweep_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix=time.strftime("%Y-%m-%d_%H-%M-%S-"), dir=root))
 
 
-# The real URIs of the stores of the sweeps this process wrote records of, by their redacted form:
-# the record, a file, holds the URI redacted, and a job in this process (the basic launcher)
-# finds the password here (see store_of)
-_OWN_STORES: dict[str, str] = {}
-
-
 def write_record(sweep_dir: Path, record: SweepRecord) -> Path:
     """Write the record whole or not at all; a folder that already holds one is refused. Its
     credentials are masked (:mod:`plnexp.system.redact`): the file outlives the process, and others read it."""
     path = Path(sweep_dir) / RECORD_NAME
     fd, tmp = tempfile.mkstemp(prefix=".plnexp-sweep-", dir=sweep_dir)
-    _OWN_STORES[redact_text(record.uri)] = record.uri
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(redact(asdict(record)), f, indent=1)
@@ -83,11 +76,12 @@ def read_record(sweep_dir) -> SweepRecord | None:
 
 
 def store_of(record: SweepRecord, configured: str | None) -> str:
-    """The URI of the sweep's store as a job reaches it. The record holds it redacted when it has a
-    password; the real one is the first that redacts to it of: the one this process wrote the record
-    with (the driver), the job's own ``tracking_uri`` (the sweep's overrides), ``$MLFLOW_TRACKING_URI``.
+    """The URI of the sweep's store as a job reaches it. The record the driver opened holds it whole
+    (:func:`plnexp.experiment.sweep.open_sweep`: a job in the driver's process is given that record); the
+    record read back from its file holds it redacted when it has a password: the real one is then the
+    first that redacts to it of the job's own ``tracking_uri`` (the sweep's overrides), ``$MLFLOW_TRACKING_URI``.
     None of them: one :class:`~plnexp.jobs.config.ConfigError` line."""
-    uri = unredacted(record.uri, (_OWN_STORES.get(record.uri), configured, os.environ.get("MLFLOW_TRACKING_URI")))
+    uri = unredacted(record.uri, (configured, os.environ.get("MLFLOW_TRACKING_URI")))
     if uri is None:
         raise C.ConfigError(
             f"the sweep's store {record.uri}: its password is not in this job's tracking_uri nor in "

@@ -1,15 +1,10 @@
-"""What a sweep shows at its end (:class:`Summary`: the table of its runs, the footer's counts), and
-what this process saw of each sweep's jobs (:func:`_saw`): the summary's rows when the store cannot be
-read back at the close (:func:`plnexp.experiment.sweep.close_sweep`).
-"""
+"""What a sweep shows at its end (:class:`Summary`: the table of its runs, the footer's counts)."""
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
 
-from . import runner
-from .sweep_record import SweepRecord
 
 SKIPPED = "SKIPPED"  # the status of a job not run because the store had failed (resume=true runs it)
 
@@ -139,7 +134,6 @@ class Summary:
             print(self.store_error, file=sys.stderr, flush=True)
 
     def interrupted_line(self, signame: str) -> str:
-        left = self.total - self.n_jobs
         running = f", {self._running_note()}" if self.n_running else ""
         done = (
             f"{self.count('FINISHED')} of {len(self.rows)} runs of {self.n_jobs} jobs finished"
@@ -148,22 +142,6 @@ class Summary:
         )
         return (
             f"plnexp: interrupted by {signame}: {done}, "
-            f"{self.count('KILLED')} killed, {self.count('FAILED')} failed, {left} not started{running}; "
+            f"{self.count('KILLED')} killed, {self.count('FAILED')} failed, {self.n_missing} not started{running}; "
             f"parent run {self.parent_id} {'left' if self.store_error else 'closed'} {self.parent_status}"
         )
-
-
-# What this process saw of each sweep's jobs (by parent run, then (job number, replicate)): the
-# summary's rows when the store cannot be read back at the sweep's close (:func:`close_sweep`)
-_SEEN: dict[str, dict[tuple[int, int], runner.Row]] = {}
-
-
-def _saw(record: SweepRecord | None, num: int | None, rows) -> None:
-    if record is not None and num is not None:
-        for k, row in enumerate(rows):
-            _SEEN.setdefault(record.parent_id, {})[(num, k)] = row
-
-
-def _row(outcome, name: str) -> runner.Row:
-    row = getattr(outcome, "row", None)
-    return row() if callable(row) else runner.Row(name, outcome.status, {}, 0.0)
