@@ -7,14 +7,12 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-import numpy as np
 import pytest
 from conftest import store_client
+from test_peers import fake_fit  # a peer's FitResult without pyPLNmodels
 
 from plnexp.experiment import dry_run, executors
-from plnexp.fitting.engine import FitResult
 from plnexp.jobs import peers
-from plnexp.measure.timing import Timing
 
 DATA = ["dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=5", "warmup=0", "report.rounds=0"]
 # two strategies timed 3 times: a control job (scan's again); replicates=2: each job two runs
@@ -25,16 +23,6 @@ def tree(root) -> dict:
     """Every path under ``root`` with its size and modification time (a link's own: the outputs'
     ``jax_cache`` links to the session's compile cache, which other tests write)."""
     return {str(p.relative_to(root)): (p.lstat().st_size, p.lstat().st_mtime_ns) for p in sorted(root.rglob("*"))}
-
-
-def fake_fit(data, *, warmup, repeats):
-    """A peer's FitResult without pyPLNmodels: the data's closed forms at log(Y + 1)."""
-    loglik, params = peers.score(data, np.log(data.Y + 1.0), np.full(data.Y.shape, 0.5))
-    timing = Timing(compile_s=0.0, first_call_s=np.nan, run_s=0.02, ms_per_iter=2.0, runs_s=(0.02,) * repeats)
-    curve = np.linspace(loglik - 50.0, loglik - 1.0, 10)
-    return FitResult(
-        curve, loglik, params, 10, timing, "profiled", "fake", "rprop", "float32", "cpu", {"final_elbo_jit": loglik}
-    )
 
 
 @pytest.fixture
