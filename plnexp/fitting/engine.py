@@ -11,7 +11,8 @@ compile is one of functions built for it: :mod:`plnexp.measure.timing`), and lea
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 from functools import lru_cache
 
 import jax
@@ -286,27 +287,16 @@ def run_all(
     fit's progress bar (:mod:`plnexp.fitting.progress`; a timed fit never shows one)."""
     # before anything starts JAX's backend (resolve_device does): see plnexp.system.runtime
     runtime.configure_or_warn()
-    datas = list(data) if isinstance(data, (list, tuple)) else [data]
-    if len(datas) not in (1, spec.replicates):
-        raise ValueError(f"replicates={spec.replicates}: got {len(datas)} data sets (give 1 or {spec.replicates})")
-    for d in datas:
-        check_rank(spec.model.rank, d.p)
-        check_sparse(spec, d)
-    problem = make_problem(spec.model, spec.optimizer, spec.gradient)
-    dtype = spec.precision.dtype
-    dev = resolve_device(spec.device)
     # whether this strategy's compiles go through JAX's cache is decided once, by spec.cache_choice
-    spec.strategy.check(spec.timing.compile_cache_dir is not None, dev.platform, spec.replicates, model=spec.model.name)
+    datas, problem, dev = checked(data, spec, spec.timing.compile_cache_dir is not None)
+    dtype = spec.precision.dtype
     t = spec.timing
     # a folder that cannot be written: one warning, and the fit runs without the cache
     cache_dir = timing.usable_cache_dir(t.compile_cache_dir)
-    seeds = [spec.seed + k for k in range(spec.replicates)]
 
     # the cache also serves the initial state's program (the timed compile sets its own, see timing)
     with jax.enable_x64(dtype == np.float64), timing.persistent_cache(cache_dir):
-        program = strategies.build(problem, spec.n_iter, spec.strategy, spec.replicates)
-        arrays = program.place(datas, dtype, dev)  # the program owns where its data goes
-        state = program.initial(problem, arrays, spec.init, seeds)
+        program, arrays, state = placed(problem, datas, spec, dev)
         # the host reference converts to float64 a block of rows at a time: no n x p float64 copy
         starts = [s.pln for s in program.split(state, arrays)]
         kept: list = []  # the compiled program, for hold
@@ -397,6 +387,32 @@ def run_all(
                 )
             )
     return results
+
+
+def checked(data: Data | Sequence[Data], spec: FitSpec, cached: bool) -> tuple[list[Data], Problem, Any]:
+    """The data sets of :func:`run_all` (one, or one per replicate), each checked against ``spec``
+    (rank, sparse counts), the spec's problem, and its device, resolved here, where the strategy is
+    checked for it (``cached``: its compiles go through JAX's persistent cache)."""
+    datas: list[Data] = list(data) if isinstance(data, (list, tuple)) else [data]  # type: ignore[list-item]
+    if len(datas) not in (1, spec.replicates):
+        raise ValueError(f"replicates={spec.replicates}: got {len(datas)} data sets (give 1 or {spec.replicates})")
+    for d in datas:
+        check_rank(spec.model.rank, d.p)
+        check_sparse(spec, d)
+    problem = make_problem(spec.model, spec.optimizer, spec.gradient)
+    dev = resolve_device(spec.device)
+    spec.strategy.check(cached, dev.platform, spec.replicates, model=spec.model.name)
+    return datas, problem, dev
+
+
+def placed(problem: Problem, datas: list[Data], spec: FitSpec, dev):
+    """The strategy's program for ``spec``, its data placed on ``dev`` (the program owns where its
+    data goes) and its initial state (replicate k from seed ``spec.seed + k``), within the caller's
+    x64 and compilation-cache settings."""
+    program = strategies.build(problem, spec.n_iter, spec.strategy, spec.replicates)
+    arrays = program.place(datas, spec.precision.dtype, dev)
+    state = program.initial(problem, arrays, spec.init, [spec.seed + k for k in range(spec.replicates)])
+    return program, arrays, state
 
 
 def check_sparse(spec: FitSpec, data: Data) -> None:

@@ -133,10 +133,13 @@ class FitResult:
         processes, the entropy of this process's rows."""
         return criteria.icl(self.loglik, self.n_params, self.n_samples, self.params["S"])
 
-    def _variables(self) -> list[str]:
+    def _variables(self) -> pd.Index:
+        """The variables' names (``y1..yp`` where the data had none), as a DataFrame's axis."""
+        import pandas as pd
+
         p = int(np.shape(self.params["B"])[1])
         named = self.names.variables if self.names is not None else None
-        return list(named) if named is not None else [f"y{j + 1}" for j in range(p)]
+        return pd.Index(list(named) if named is not None else [f"y{j + 1}" for j in range(p)], name="variable")
 
     def _rows(self):
         import pandas as pd
@@ -147,8 +150,10 @@ class FitResult:
         start = self.names.first_row if self.names is not None else 0
         return pd.RangeIndex(start, start + n, name="sample")
 
-    def _axis_names(self) -> list[str]:
-        return [f"PC{k + 1}" for k in range(int(np.shape(self.params["M"])[1]))]
+    def _axis_names(self) -> pd.Index:
+        import pandas as pd
+
+        return pd.Index([f"PC{k + 1}" for k in range(int(np.shape(self.params["M"])[1]))], name="axis")
 
     @property
     def coefficients(self) -> pd.DataFrame:
@@ -157,11 +162,7 @@ class FitResult:
 
         d = int(np.shape(self.params["B"])[0])
         names = self.names.covariates if self.names is not None else (INTERCEPT, *(f"x{k}" for k in range(1, d)))
-        return pd.DataFrame(
-            self.params["B"],
-            index=pd.Index(names, name="covariate"),
-            columns=pd.Index(self._variables(), name="variable"),
-        )
+        return pd.DataFrame(self.params["B"], index=pd.Index(names, name="covariate"), columns=self._variables())
 
     @property
     def covariance(self) -> pd.DataFrame:
@@ -174,8 +175,7 @@ class FitResult:
         else:
             C = np.asarray(self.params["C"], dtype=np.float64)
             sigma = C @ C.T
-        names = self._variables()
-        return pd.DataFrame(sigma, index=pd.Index(names, name="variable"), columns=pd.Index(names, name="variable"))
+        return pd.DataFrame(sigma, index=self._variables(), columns=self._variables())
 
     @cached_property
     def _axes(self) -> pca_axes.Axes:
@@ -192,11 +192,7 @@ class FitResult:
         (:mod:`plnexp.fitting.pca_axes`)."""
         import pandas as pd
 
-        return pd.DataFrame(
-            self._axes.loadings,
-            index=pd.Index(self._variables(), name="variable"),
-            columns=pd.Index(self._axis_names(), name="axis"),
-        )
+        return pd.DataFrame(self._axes.loadings, index=self._variables(), columns=self._axis_names())
 
     @property
     def variance_ratio(self) -> np.ndarray:
@@ -212,10 +208,8 @@ class FitResult:
         import pandas as pd
 
         if self.rank is None:
-            return pd.DataFrame(
-                self.params["M"], index=self._rows(), columns=pd.Index(self._variables(), name="variable")
-            )
-        return pd.DataFrame(self._axes.scores, index=self._rows(), columns=pd.Index(self._axis_names(), name="axis"))
+            return pd.DataFrame(self.params["M"], index=self._rows(), columns=self._variables())
+        return pd.DataFrame(self._axes.scores, index=self._rows(), columns=self._axis_names())
 
     def rotated_params(self) -> dict:
         """PLN-PCA: the parameters on the ordered axes, B, C V, M V and each row's posterior

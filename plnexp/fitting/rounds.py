@@ -38,12 +38,11 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
-from .. import strategies
 from ..core.data import Data
 from ..measure import fingerprint, timing
-from .engine import make_problem, resolve_device
+from .engine import checked, placed
 from .prepared import Prepared
-from .spec import FitSpec, check_rank
+from .spec import FitSpec
 
 
 # A round is dropped when the host calibration around it moved by more than this (relative): heavy
@@ -55,19 +54,10 @@ DROP_TOLERANCE = 1.0
 def prepare(name: str, data: Data | Sequence[Data], spec: FitSpec) -> Prepared:
     """The program of the fit ``spec`` describes on ``data`` (one data set, or one per replicate),
     compiled ahead of time, not run."""
-    datas: list[Data] = list(data) if isinstance(data, (list, tuple)) else [data]  # type: ignore[list-item]
-    for d in datas:
-        check_rank(spec.model.rank, d.p)
-    problem = make_problem(spec.model, spec.optimizer, spec.gradient)
-    dtype = spec.precision.dtype
-    dev = resolve_device(spec.device)
-    spec.strategy.check(False, dev.platform, spec.replicates, model=spec.model.name)
-    seeds = [spec.seed + k for k in range(spec.replicates)]
-    x64 = dtype == np.float64
+    datas, problem, dev = checked(data, spec, False)
+    x64 = spec.precision.dtype == np.float64
     with jax.enable_x64(x64), timing.persistent_cache(None):
-        program = strategies.build(problem, spec.n_iter, spec.strategy, spec.replicates)
-        arrays = program.place(datas, dtype, dev)
-        state = program.initial(problem, arrays, spec.init, seeds)
+        program, arrays, state = placed(problem, datas, spec, dev)
         compiled = program.compile(state, arrays)
         # one untimed run: the warm-up (caches, eager's first-run compiles of its primitives), and
         # the iterations a run makes (while_loop may stop early)

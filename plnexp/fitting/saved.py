@@ -40,10 +40,8 @@ DESCRIPTION = "plnexp-fit.json"
 ARRAYS = "arrays.npz"
 # FitResult's fields written under their own keys; any other field (added later: convergence) goes
 # under "fields" when its value is a plain number, string, boolean or None
-_OWN = (
-    *("elbo", "loglik", "params", "n_iter", "timing", "model", "strategy", "optimizer", "precision"),
-    *("device", "extra", "replicate", "names"),
-)
+_TEXT = ("model", "strategy", "optimizer", "precision", "device")  # written and read as they are
+_OWN = (*_TEXT, "elbo", "loglik", "params", "n_iter", "timing", "extra", "replicate", "names")
 
 
 class FitFileError(ValueError):
@@ -131,11 +129,7 @@ def description(res: FitResult) -> dict:
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "versions": _versions(),
-        "model": res.model,
-        "strategy": res.strategy,
-        "optimizer": res.optimizer,
-        "precision": res.precision,
-        "device": res.device,
+        **{k: getattr(res, k) for k in _TEXT},
         "n_iter": int(res.n_iter),
         "replicate": int(res.replicate),
         "loglik": _number(res.loglik),
@@ -200,10 +194,7 @@ def load(path, result_type: type[FitResult], names_type: type[DataNames]) -> Fit
     t = _unplain(doc.get("timing", {}))
     nan = float("nan")
     timing = timing_module.Timing(
-        compile_s=t.get("compile_s", nan),
-        first_call_s=t.get("first_call_s", nan),
-        run_s=t.get("run_s", nan),
-        ms_per_iter=t.get("ms_per_iter", nan),
+        **{k: t.get(k, nan) for k in ("compile_s", "first_call_s", "run_s", "ms_per_iter")},
         runs_s=tuple(t.get("runs_s", ())),
         fingerprint=t.get("fingerprint", ""),
     )
@@ -213,30 +204,27 @@ def load(path, result_type: type[FitResult], names_type: type[DataNames]) -> Fit
     known = {f.name for f in dataclasses.fields(result_type)}
     others = {k: v for k, v in _unplain(doc.get("fields", {})).items() if k in known and k not in _OWN}
     return result_type(
-        np.array([nan if v is None else v for v in doc["elbo"]], dtype=np.float64),
-        float(_unplain(doc["loglik"])),
-        params,
-        int(doc["n_iter"]),
-        timing,
-        doc["model"],
-        doc["strategy"],
-        doc["optimizer"],
-        doc["precision"],
-        doc["device"],
-        extra,
-        int(doc.get("replicate", 0)),
+        elbo=np.array([nan if v is None else v for v in doc["elbo"]], dtype=np.float64),
+        loglik=float(_unplain(doc["loglik"])),
+        params=params,
+        n_iter=int(doc["n_iter"]),
+        timing=timing,
+        extra=extra,
+        replicate=int(doc.get("replicate", 0)),
         names=None if names is None else _names(names, names_type),
+        **{k: doc[k] for k in _TEXT},
         **others,
     )
 
 
 def _names(d: dict, names_type: type[DataNames]) -> DataNames:
+    """The names as written (``dataclasses.asdict``), their lists as tuples (first_row and data: later, defaulted)."""
     tup = lambda v: None if v is None else tuple(v)
     return names_type(
-        tup(d.get("variables")),
-        tuple(d.get("covariates", ())),
-        tup(d.get("rows")),
-        int(d["n"]),
-        int(d.get("first_row", 0)),
-        str(d.get("data", "data")),
+        **{
+            **d,
+            "variables": tup(d.get("variables")),
+            "rows": tup(d.get("rows")),
+            "covariates": tuple(d.get("covariates", ())),
+        }
     )

@@ -108,6 +108,15 @@ def model_named(name: str, rank: int | None = None, block_rows: int | None = Non
     return pca_model(rank, check_block_rows(block_rows))
 
 
+def _check_counts(spec, **lowest: int) -> None:
+    """Each field named in ``lowest`` of ``spec``: an integer at least its lowest value; a one-line
+    ValueError naming the field otherwise."""
+    for key, low in lowest.items():
+        value = getattr(spec, key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{key}={value!r}: allowed values are integers >= {low}")
+
+
 @dataclass(frozen=True)
 class TimingSpec:
     """How a fit is timed (:mod:`plnexp.measure.timing`): after ``warmup`` untimed runs, at least ``repeats``
@@ -124,10 +133,7 @@ class TimingSpec:
     warm_compile: bool = True
 
     def __post_init__(self):
-        for key, low in (("repeats", 1), ("warmup", 0)):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{key}={value!r}: allowed values are integers >= {low}")
+        _check_counts(self, repeats=1, warmup=0)
         b = self.time_budget_s
         if isinstance(b, bool) or not isinstance(b, (int, float)) or not (0 <= b < float("inf")):
             raise ValueError(f"time_budget_s={b!r}: allowed values are numbers >= 0 (seconds)")
@@ -189,10 +195,7 @@ class FitSpec:
             object.__setattr__(self, "model", _model_for(self.model, self.optimizer.name, self.gradient))
         if self.init is None:
             object.__setattr__(self, "init", default_init(self.model))  # frozen: set once, here
-        for key, low in (("seed", 0), ("replicates", 1)):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{key}={value!r}: allowed values are integers >= {low}")
+        _check_counts(self, seed=0, replicates=1)
         if self.replicates > 1:
             self.strategy.check(replicates=self.replicates)
         if self.init not in INITS:
@@ -256,8 +259,8 @@ def parse(
         spec,
         prec,
         device,
-        default_n_iter(the_model) if n_iter is None else n_iter,
-        default_init(the_model) if init is None else init,
+        n_iter,  # None: FitSpec's default, default_n_iter
+        init,  # None: default_init
         gradient,
         TimingSpec(repeats, warmup, first_call, cache_dir, time_budget_s, warm),
         seed,
