@@ -4,7 +4,7 @@ lists, the compact tables, the figures) that :func:`plnexp.report.summary.docume
 ``report.html`` is the report a person reads, one self-contained file (no script, no link to fetch):
 the verdict first (the plain headline: :mod:`plnexp.report.headline`), then one compact table per
 group (:mod:`plnexp.report.table`: at most ten columns, one speed convention, fastest first as the
-verdict ranks them), then the figures, inline as base64 PNGs, then the notes and the glossary.
+verdict ranks them), then the notes, then the figures, inline as base64 PNGs, then the glossary.
 MLflow's artifact viewer shows it (an ``.html`` artifact is rendered in a frame), and a browser
 opens it from disk. ``report.md`` holds the same and the sections for tools (the compiled programs,
 the precisions, convergence, rank selection); report.csv stays beside them.
@@ -84,7 +84,7 @@ def _image(folder: Path, name: str) -> str:
     return f'<figure><img alt="{_e(name)}" src="data:image/png;base64,{data}"><figcaption class="small">{_e(name)}</figcaption></figure>'
 
 
-def page(doc: list[tuple], folder: Path | None) -> str:
+def page(doc: list[tuple], folder: Path) -> str:
     """The document as one HTML page; the figures' PNGs are read from ``folder`` and inlined."""
     body = []
     for kind, *a in doc:
