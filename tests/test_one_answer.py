@@ -21,7 +21,7 @@ from plnexp.experiment import runner, sweep_table
 from plnexp.fitting.rounds import Rounds
 from plnexp.jobs import verdicts as V
 from plnexp.jobs.tags import DATA_N_TAG, DATA_P_TAG, DATASET_TAG, JOB_TAG, JOBS_TAG, PARENT_TAG, SWEEP_TAG
-from plnexp.report import headline, html, parent, speed
+from plnexp.report import document, headline, parent, speed
 from plnexp.report import summary as report
 from plnexp.report import compiler_table, csv_table, sweep_figures, table
 from plnexp.store import memory
@@ -314,7 +314,8 @@ def test_speed_without_rounds_is_said_to_be_the_jobs_own(swept):
     s = speed.of(rep, e)
     assert s.basis == speed.OWN and s.ms_per_iter == 5.0 and s.ratio == pytest.approx(0.5)
     assert "ms/iter (own runs)" in table.head(rep, e.group)
-    page = html.page(rep, ["a plain headline"], [], None, [], [])  # no figure: no file read
+    doc = [block if block[0] != "ul" else ("ul", ["a plain headline"], "verdict") for block in report.document(rep, [])]
+    page = document.page(doc, None)  # no figure: no file read
     assert page.index("a plain headline") < page.index("<table>")
 
 

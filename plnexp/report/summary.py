@@ -4,7 +4,7 @@ Reads a sweep's runs back from MLflow (never from a process's memory: the childr
 run, and for a resumed sweep the runs it reused, see :func:`plnexp.store.records.sweep`) and writes
 into ``<outputs>/reports/<experiment>/<parent run id>/`` (or ``--out``), whole or not at all:
 
-- ``report.html`` (:mod:`plnexp.report.html`): the verdict's plain headline first, one compact table
+- ``report.html`` (:mod:`plnexp.report.document`): the verdict's plain headline first, one compact table
   per group ranked as the verdict ranks (:mod:`plnexp.report.speed`, :mod:`plnexp.report.table`),
   the figures inline; ``report.md`` the same as Markdown;
 - ``report.csv``: every figure, one row per strategy x data size x device x precision (x every
@@ -48,7 +48,8 @@ from .. import store
 from ..jobs.config import ConfigError, min_speedup as check_min_speedup, outputs_dir
 from ..system.commandline import Parser, UsageError, fail
 from ..system.redact import redact_text
-from . import convergence_report, headline, html, rank_report, table, tradeoffs
+from . import convergence_report, headline, rank_report, table, tradeoffs
+from . import document as markup
 from .compiler_table import compiler_table, differences
 from .csv_table import csv_text
 from .entries import DASH, SHORT, md_table, num
@@ -184,28 +185,28 @@ def precision_table(report: Report) -> list[str]:
 
 
 # ---------------------------------------------------------------- writing
-def markdown(report: Report, images: list[str]) -> str:
+def document(report: Report, images: list[str]) -> list[tuple]:
+    """The report as one document (:mod:`plnexp.report.document`), rendered to report.md and report.html."""
     p = report.parent
-    lines = [
-        f"# Sweep {p.sweep or '?'} ({report.experiment})",
-        "",
-        f"Parent run `{p.run_id}` ({p.status}); command `python -m plnexp "
-        f"{p.command or 'sweep'}`; {len(report.entries)} runs.",
-        "",
-        "## Verdict",
-        "",
-        *[f"- {s}" for s in summary_lines(report)],
-        "",
-        "## Runs",
-        "",
-        "Each group's strategies fastest first, as its verdict ranks them; every ratio is time ÷ the reference's "
-        "(below 1: faster). report.csv holds every figure of every run, in this order.",
-        "",
-        *table.markdown(report),
+    doc: list[tuple] = [
+        ("h", 1, f"Sweep {p.sweep or '?'} ({report.experiment})"),
+        (
+            "p",
+            f"Parent run `{p.run_id}` ({p.status}); command `python -m plnexp {p.command or 'sweep'}`; {len(report.entries)} runs.",
+        ),
+        ("h", 2, "Verdict"),
+        ("ul", summary_lines(report), "verdict"),
+        ("h", 2, "Runs", "Strategies, fastest first"),
+        (
+            "p",
+            "Each group's strategies fastest first, as its verdict ranks them; every ratio is time ÷ the reference's "
+            "(below 1: faster). report.csv holds every figure of every run, in this order.",
+        ),
+        *(("table", report.group_label(g), table.head(report, g), table.rows(report, g)) for g in report.groups),
     ]
     compiled = compiler_table(report)
     if compiled:
-        lines += [
+        lines = [
             "Compiled programs, one row per program (hlo_fingerprint), fastest first as the verdict ranks them "
             "(ms/iter: the interleaved rounds' where the group had them): what XLA says of each "
             "(bytes and flops per iteration from its cost analysis, peak memory from its memory analysis; the "
@@ -215,9 +216,10 @@ def markdown(report: Report, images: list[str]) -> str:
             "",
             *compiled,
         ]
+        doc.append(("md", lines))
     precision = precision_table(report)
     if precision:
-        lines += [
+        lines = [
             "Final ELBO per precision, each run after its last step: the float64 ELBO at the run's final "
             "parameters (what the fit reached, the same yardstick for every precision), the ELBO its compiled "
             "program computed (in its own precision), their difference (that precision's rounding: a float32 "
@@ -227,14 +229,12 @@ def markdown(report: Report, images: list[str]) -> str:
             *precision,
             "",
         ]
-    lines += convergence_report.markdown(report)
-    lines += rank_report.markdown(report)
+        doc.append(("md", lines))
+    doc.append(("md", convergence_report.markdown(report) + rank_report.markdown(report)))
     extra = notes(report)
     if extra:
-        lines += ["Notes:", "", *[f"- {n}" for n in extra], ""]
-    lines += [f"![{name}]({name})" for name in images]
-    lines += ["", "## Glossary", "", *glossary(report)]
-    return "\n".join(lines) + "\n"
+        doc += [("p", "Notes:"), ("ul", extra, "small")]
+    return [*doc, ("figures", images), ("h", 2, "Glossary"), *(("p", g) for g in glossary(report) if g)]
 
 
 def _safe(name: str) -> str:
@@ -254,10 +254,10 @@ def write(report: Report, out: Path) -> list[str]:
     try:
         images = figures(report, tmp)
         # credentials masked again: a run logged before plnexp masked them still holds them
-        (tmp / "report.md").write_text(redact_text(markdown(report, images)))
+        doc = document(report, images)
+        (tmp / "report.md").write_text(redact_text(markup.markdown(doc)))
         (tmp / "report.csv").write_text(redact_text(csv_text(report)))
-        page = html.page(report, summary_lines(report), images, tmp, notes(report), glossary(report))
-        (tmp / "report.html").write_text(redact_text(page))
+        (tmp / "report.html").write_text(redact_text(markup.page(doc, tmp)))
         old = None
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))

@@ -8,7 +8,7 @@ report.md, report.html and the terminal show this table; report.csv keeps every 
 from __future__ import annotations
 
 from . import speed
-from .entries import md_table, num
+from .entries import num
 
 MAX_COLUMNS = 10
 
@@ -49,14 +49,6 @@ def row(report, e) -> list[str]:
 def rows(report, group: tuple) -> list[list[str]]:
     """The group's rows, fastest first (:func:`plnexp.report.speed.ranked`)."""
     return [row(report, e) for e in speed.ranked(report, group)]
-
-
-def markdown(report) -> list[str]:
-    """Every group's table as Markdown lines, each under its label."""
-    out: list[str] = []
-    for group in report.groups:
-        out += [f"{report.group_label(group)}:", "", *md_table(head(report, group), rows(report, group)), ""]
-    return out
 
 
 def aligned(rows: list, rule: bool = False) -> list[str]:
