@@ -446,7 +446,7 @@ def follow(config: Config, overrides, name: str, output_dir: str) -> int:
 
     from . import runner
 
-    out = runner.execute(config, overrides, name, output_dir, lead=False)
+    (out,) = runner.execute(config, [runner.Outcome(name, tuple(overrides), config, output_dir=output_dir)], lead=False)
     if out.status == "FINISHED":
         return 0
     print(f"plnexp: error: process {jax.process_index()}: {redact_text(out.reason)}", file=sys.stderr, flush=True)
