@@ -647,9 +647,10 @@ def test_a_sweeps_runs_carry_the_names_apart(outputs, tmp_path, monkeypatch, pln
     it: the sweep's record tells it the keys to show), with a stand-in fit."""
     from plnexp.experiment import runner
 
-    def finished(cfg, overrides=(), name=None, output_dir="", outcome=None):
+    def finished(cfg, outcomes):
+        (outcome,) = outcomes
         outcome.ended = outcome.started + 0.5
-        return outcome
+        return outcomes
 
     monkeypatch.setattr(runner, "execute", finished)
     ran = plnexp_main("sweep", "sweep=null", *UNTIMED, "n_iter=3", "warmup=0,1", "report=false", cwd=tmp_path)

@@ -538,7 +538,7 @@ def test_the_rounds_leave_out_a_fit_across_processes_in_one_line(monkeypatch, ca
     (one,) = cli.plan(["strategy=scan", "model=full", "report.rounds=9"], multirun=False)
     (two,) = cli.plan(["strategy=scan_sharded", "model=full", "processes=2", "report.rounds=9"], multirun=False)
     members = [groups.Member(0, one.config, ("a",)), groups.Member(1, two.config, ("b",))]
-    assert len(groups.groups_of(members)) == 1  # one group, had it been timed here
+    assert len(groups.partition(members)[0]) == 1  # one group, had it been timed here
     monkeypatch.setattr(groups, "finished_members", lambda record, configs: members)
     assert groups.judge_groups(None, [one.config, two.config]) == []
     assert capsys.readouterr().out == (

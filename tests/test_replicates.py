@@ -96,7 +96,7 @@ def test_a_diverged_replicate_fails_alone(monkeypatch, small):
     monkeypatch.setattr(fitting, "run_all", one_diverges)
     (job,) = cli.plan([*DATA, "strategy=scan", "replicates=3", "init=random", "n_iter=20"], multirun=False)
     outs = [runner.Outcome(f"r{k}", (), job.config, replicate=k) for k in range(3)]
-    runner.execute_all(job.config, outs)
+    runner.execute(job.config, outs)
     assert [o.status for o in outs] == ["FINISHED", "FAILED", "FINISHED"]
     assert outs[1].reason == "non-finite ELBO at iteration 7" and len(outs[1].curve()) == 7
     assert runner.combined(outs).reason == "1 of 3 replicates FAILED: non-finite ELBO at iteration 7"

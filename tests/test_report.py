@@ -47,7 +47,8 @@ def known_curve(strategy: str, n: int, length: int) -> np.ndarray:
     return base * (1 + noise * np.sin(np.arange(length) + 1))
 
 
-def fake_execute(cfg, overrides=(), name=None, output_dir="", outcome=None):
+def fake_execute(cfg, outcomes):
+    (outcome,) = outcomes
     n = cfg.dataset.n
     compile_s, ms, length = KNOWN[(cfg.strategy.name, n)]
     curve = known_curve(cfg.strategy.name, n, length)
@@ -74,7 +75,7 @@ def fake_execute(cfg, overrides=(), name=None, output_dir="", outcome=None):
         it = floor.Iteration(n, cfg.dataset.p, cfg.dataset.p, PLN_WORK)  # the full model's
         outcome.floor = floor.Floor(it, "float32", copy_GBps, 2**20, dot_ms).metrics()
     outcome.stop()
-    return outcome
+    return outcomes
 
 
 def job_config(strategy: str, n: int):
@@ -403,7 +404,8 @@ def test_a_sweep_told_not_to_report_makes_no_report(outputs, monkeypatch, plnexp
 def test_a_strategy_swept_over_its_own_option_is_one_row_per_value(outputs, tmp_path, monkeypatch):
     """strategy.tol=1e-3,1e-6 of while_loop used to overwrite itself (rows keyed on the name)."""
 
-    def fake(cfg, overrides=(), name=None, output_dir="", outcome=None):
+    def fake(cfg, outcomes):
+        (outcome,) = outcomes
         tol = getattr(cfg.strategy.options, "tol", 0.0)
         length = 8 if tol < 1e-4 else 5  # the looser tolerance stops earlier
         curve = known_curve("scan", 30, length)
@@ -429,7 +431,7 @@ def test_a_strategy_swept_over_its_own_option_is_one_row_per_value(outputs, tmp_
         )
         outcome.data_digest, outcome.data_shape = "abc", (30, 5)
         outcome.stop()
-        return outcome
+        return outcomes
 
     monkeypatch.setattr(runner, "execute", fake)
     uri = tracking.check_store()
@@ -792,10 +794,11 @@ def test_a_resumed_sweep_runs_its_control_again_and_reports_its_original(outputs
     job, runs a control again, and the report pairs it with scan's earlier run (fits faked, on the data's
     real digest: resume matches it)."""
 
-    def fake(cfg, overrides=(), name=None, output_dir="", outcome=None):
-        fake_execute(cfg, overrides, name, output_dir, outcome)
+    def fake(cfg, outcomes):
+        (outcome,) = outcomes
+        fake_execute(cfg, outcomes)
         outcome.data_digest = runner.load_data(cfg.dataset).digest()
-        return outcome
+        return outcomes
 
     monkeypatch.setattr(runner, "execute", fake)
     grid = ["sweep=null", "dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=8", "experiment=res"]

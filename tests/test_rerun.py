@@ -333,10 +333,11 @@ def test_resume_reuses_finished_jobs_and_summarises_the_whole_grid(outputs, tmp_
     run again, the summary covers the grid, the parent is tagged with the sweep it completes."""
     statuses = iter(["FINISHED", "FAILED", "FINISHED", "FINISHED"])
 
-    def fake_execute(cfg, overrides=(), name=None, output_dir="", outcome=None):
+    def fake_execute(cfg, outcomes):
+        (outcome,) = outcomes
         outcome.status = next(statuses)
         outcome.ended = outcome.started + 1.0
-        return outcome
+        return outcomes
 
     monkeypatch.setattr(runner, "execute", fake_execute)
     uri = tracking.check_store()
@@ -502,9 +503,10 @@ def test_resume_says_how_many_jobs_matched_and_names_the_nearest_run(outputs, mo
     assert "(it has no FINISHED job runs)" in resume.match(uri, "nothing-here", other).line()
 
 
-def _finished(cfg, overrides=(), name=None, output_dir="", outcome=None):
+def _finished(cfg, outcomes):
+    (outcome,) = outcomes
     outcome.ended = outcome.started + 0.5
-    return outcome
+    return outcomes
 
 
 @pytest.mark.slow

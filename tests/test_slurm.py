@@ -323,7 +323,7 @@ def test_a_job_stopped_by_slurm_records_its_run_killed_with_the_reason(outputs, 
         monkeypatch.setenv(k, v)
     (job,) = cli.plan(["dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=3"], multirun=False)
 
-    def stopped(config, overrides, name, output_dir, outcome):
+    def stopped(config, outcomes):
         signal.raise_signal(signum)  # as SLURM sends it, in the middle of the fit
         raise AssertionError("not reached")
 

@@ -45,15 +45,15 @@ def down(monkeypatch):
 
 @pytest.fixture
 def fits(monkeypatch):
-    """How many fits ran (calls of the runner's execute_all)."""
+    """How many fits ran (calls of the runner's execute)."""
     count = {"n": 0}
-    real = runner.execute_all
+    real = runner.execute
 
     def counted(*args, **kwargs):
         count["n"] += 1
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(runner, "execute_all", counted)
+    monkeypatch.setattr(runner, "execute", counted)
     return count
 
 

@@ -145,7 +145,7 @@ def test_execute_reports_failure_instead_of_raising(config, monkeypatch):
         raise plnexp.fitting.engine.NumericsError("compiled ELBO disagrees")
 
     monkeypatch.setattr(plnexp.fitting.engine, "run_all", boom)
-    out = runner.execute(config)
+    (out,) = runner.execute(config, [runner.Outcome("a", (), config)])
     assert out.status == "FAILED" and out.reason == "NumericsError: compiled ELBO disagrees"
 
 
@@ -153,7 +153,8 @@ def test_sweep_parent_and_children(outputs, config, monkeypatch, tmp_path):
     calls = iter([np.linspace(-10, -5, N_ITER), np.full(N_ITER, np.nan)])
     seen_running = []
 
-    def fake_execute(cfg, overrides=(), name=None, output_dir="", outcome=None):
+    def fake_execute(cfg, outcomes):
+        (outcome,) = outcomes
         # while the job "fits", its run already exists, RUNNING, under the parent
         seen_running.append(store_client(outputs).get_run(outcome.run_id).info.status)
         elbo = next(calls)
@@ -161,7 +162,7 @@ def test_sweep_parent_and_children(outputs, config, monkeypatch, tmp_path):
         outcome.result, outcome.data_digest = fake_result(cfg, elbo), "abc123"
         outcome.status, outcome.reason = ("FINISHED", "") if ok else ("FAILED", "non-finite ELBO at iteration 0")
         outcome.ended = outcome.started + 1.0
-        return outcome
+        return outcomes
 
     monkeypatch.setattr(runner, "execute", fake_execute)
     uri = tracking.check_store()
@@ -187,7 +188,8 @@ def test_sweep_parent_and_children(outputs, config, monkeypatch, tmp_path):
 
 
 def test_interrupted_job_is_killed_with_its_result_and_the_sweep_closes_killed(outputs, config, monkeypatch, tmp_path):
-    def interrupted_after_the_fit(cfg, overrides=(), name=None, output_dir="", outcome=None):
+    def interrupted_after_the_fit(cfg, outcomes):
+        (outcome,) = outcomes
         outcome.result = fake_result(cfg, np.linspace(-10, -5, N_ITER))
         raise interrupts.Interrupted(signal.SIGTERM)
 

@@ -114,10 +114,10 @@ def multirun(overrides: list[str], jobs: plan.Plan, uri: str, resumed: bool = Fa
         timed = executor.name in plan.LOCAL_LAUNCHERS and first.report.rounds > 0  # each group timed in rounds, here
         # the driver's jobs keep their programs for the rounds
         task = job_task.Task(held=groups.Held() if timed and executor.in_driver else None, seen=seen)
-        verdicts = sweep_dispatch.run_jobs(task, record, sweep_dir, jobs.specs(), executor)
-        groups.log_verdicts(record, verdicts)  # SLURM: each group timed in rounds on its node
-        if timed:
-            groups.time_groups(record, [j.config.as_study() for j in jobs], task.held)
+        verdicts = sweep_dispatch.run_jobs(task, record, sweep_dir, jobs.specs(), executor)  # SLURM: timed on its node
+        if timed:  # the groups timed in rounds here, once every job ran
+            verdicts += groups.judge_groups(record, [j.config.as_study() for j in jobs], task.held)
+        groups.log_verdicts(record, verdicts)
 
     def header(record) -> str:
         from ..experiment import presets

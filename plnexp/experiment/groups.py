@@ -134,11 +134,6 @@ def partition(items: Sequence, config_of=lambda item: item.config) -> tuple[list
     return compared, alone
 
 
-def groups_of(members: Sequence[Member]) -> list[list[Member]]:
-    """The members by group (first appearance order), only groups of two strategies or more."""
-    return partition(members)[0]
-
-
 def reference_of(members: Sequence[Member]) -> int:
     """The index of the group's reference: its first scan job, else its first job."""
     return next((i for i, m in enumerate(members) if m.config.strategy.name == "scan"), 0)
@@ -278,15 +273,6 @@ def _time_group(members: Sequence[Member], held: Held | None = None) -> V.GroupV
     )
 
 
-def time_groups(record, configs, held: Held | None = None) -> list[V.GroupVerdict]:
-    """The sweep's rounds (see the module docstring) in this process, then their verdicts logged
-    (:func:`log_verdicts`). ``configs``: the grid's, in job order (or by job number); ``held``: the
-    programs this process's jobs kept (the others are compiled again)."""
-    out = judge_groups(record, configs, held)
-    log_verdicts(record, out)
-    return out
-
-
 def judge_groups(record, configs, held: Held | None = None) -> list[V.GroupVerdict]:
     """Each group of the sweep's finished jobs among ``configs`` (a list in job order, or a mapping
     job number -> config: a SLURM job's own group) timed in rounds here, one progress line per
@@ -299,7 +285,7 @@ def judge_groups(record, configs, held: Held | None = None) -> list[V.GroupVerdi
     except Exception as e:  # noqa: BLE001 - the store failed: the jobs' own timings stand
         _warn(f"cannot read the sweep's runs for its rounds ({first_line(e)}): the jobs' own timings stand")
         return []
-    across = [m for group in groups_of(members) for m in group if m.config.processes > 1]
+    across = [m for group in partition(members)[0] for m in group if m.config.processes > 1]
     if across:  # their programs span processes this one is not: never timed here (the module docstring)
         jobs = ", ".join(str(m.num + 1) for m in across)
         print(
@@ -309,7 +295,7 @@ def judge_groups(record, configs, held: Held | None = None) -> list[V.GroupVerdi
         )
         members = [m for m in members if m.config.processes == 1]
     out = []
-    for group in groups_of(members):
+    for group in partition(members)[0]:
         head = f"[rounds] {len(group)} programs of {group[0].config.dataset.label}"
         print(f"{head} ...", end="", flush=True)
         try:

@@ -111,12 +111,6 @@ def placement(processes: int, environ: Mapping[str, str] = os.environ) -> Placem
     return Placement(None, None, None)
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
 def _stopped(pid: int) -> bool:
     """Whether process ``pid`` is stopped (SIGSTOP, SIGTSTP: state ``T`` in Linux's /proc; elsewhere
     never said)."""
@@ -171,7 +165,9 @@ def _end(procs: Sequence[subprocess.Popen], signum: int = signal.SIGTERM) -> Non
 
 def _local(n: int) -> list[dict[str, str]]:
     """The environments of ``n`` workers started on this machine (the coordinator at a free port)."""
-    address = f"127.0.0.1:{free_port()}"
+    with socket.socket() as s:  # a free port
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"
     return [{**os.environ, COORDINATOR: address, NUM_PROCESSES: str(n), PROCESS_ID: str(i)} for i in range(n)]
 
 
@@ -446,7 +442,7 @@ def follow(config: Config, overrides, name: str, output_dir: str) -> int:
 
     from . import runner
 
-    out = runner.execute(config, overrides, name, output_dir, lead=False)
+    (out,) = runner.execute(config, [runner.Outcome(name, tuple(overrides), config, output_dir=output_dir)], lead=False)
     if out.status == "FINISHED":
         return 0
     print(f"plnexp: error: process {jax.process_index()}: {redact_text(out.reason)}", file=sys.stderr, flush=True)

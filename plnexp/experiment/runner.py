@@ -198,29 +198,9 @@ class Row(NamedTuple):
     wall_s: float
 
 
-def execute(
-    config: Config,
-    overrides=(),
-    name: str | None = None,
-    output_dir: str = "",
-    outcome: Outcome | None = None,
-    *,
-    lead: bool = True,
-) -> Outcome:
-    """Load the data and fit, filling ``outcome`` (a new one if None) as it goes; any failure but an
-    interrupt becomes a FAILED outcome with its reason. (One fit: ``replicates=1``.) ``lead``: see
-    :func:`execute_all`."""
-    out = (
-        outcome
-        if outcome is not None
-        else Outcome(name or config.run_name, tuple(overrides), config, output_dir=output_dir)
-    )
-    execute_all(config, [out], lead=lead)
-    return out
-
-
-def execute_all(config: Config, outcomes: list[Outcome], *, lead: bool = True) -> list[Outcome]:
-    """Fit the job's ``config.replicates`` fits in one program, filling one outcome per replicate.
+def execute(config: Config, outcomes: list[Outcome], *, lead: bool = True) -> list[Outcome]:
+    """Load the data and fit the job's ``config.replicates`` fits in one program, filling one outcome
+    per replicate; any failure but an interrupt becomes FAILED outcomes with the reason.
     ``lead`` False: a process of a fit across processes other than process 0, which runs the fit
     with the others and reports nothing (no floor, no best known ELBO: process 0's run has them).
 
@@ -428,14 +408,10 @@ def run_job(
                     parent.run_id if parent else None,
                     {**tags, provenance.REPLICATE_TAG: out.replicate},
                 )
-        if fit is not None:
-            fit(outcomes)
-        elif k == 1:
-            done = execute(config, overrides, name, output_dir, outcomes[0])
-            if done is not outcomes[0]:  # a stand-in execute (tests) may return its own
-                done.run_id, outcomes[0] = outcomes[0].run_id, done
+        if fit is None:
+            execute(config, outcomes)
         else:
-            execute_all(config, outcomes)
+            fit(outcomes)
     except KeyboardInterrupt as e:
         stop = interrupts.as_interrupted(e)
         for out in outcomes:
