@@ -259,8 +259,8 @@ def parse(
         spec,
         prec,
         device,
-        n_iter,  # None: FitSpec's default, default_n_iter
-        init,  # None: default_init
+        default_n_iter(the_model) if n_iter is None else n_iter,
+        default_init(the_model) if init is None else init,
         gradient,
         TimingSpec(repeats, warmup, first_call, cache_dir, time_budget_s, warm),
         seed,
