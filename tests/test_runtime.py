@@ -131,12 +131,14 @@ print(json.dumps(out))
 
 @pytest.mark.slow
 def test_the_command_line_applies_the_settings():
+    """A command applies plnexp's settings before its handler runs (a command line naming no command
+    is refused before them: nothing of it runs)."""
     code = """
 import json, os
 from plnexp import runtime
 from plnexp.__main__ import main
 before = os.environ.get("XLA_FLAGS")
-code = main([])  # no command: exit status 2, after the settings
+code = main(["report", "--no-such-option"])  # a command's bad option: exit status 2, after the settings
 print(json.dumps({"before": before, "code": code, "flags": os.environ.get("XLA_FLAGS", ""),
                   "threads": runtime.lapack_threads()}))
 """
