@@ -26,6 +26,7 @@ import plnexp
 from plnexp.experiment import plan as cli
 from plnexp.experiment import peer_runs, sweep_extras
 from plnexp.jobs import peers
+from plnexp.jobs.tags import PEER_OF_TAG
 from plnexp import store as tracking
 from plnexp.jobs.config import ConfigError
 from plnexp.fitting.engine import FitResult
@@ -296,7 +297,7 @@ def test_one_peer_run_per_data_set_and_what_the_peer_fits_there(monkeypatch, out
         cli.plan([*base, *extra], multirun=False)[0].config
         for extra in ((), ("model=profiled",), ("model=pca", "model.rank=1"), ("model=pca", "model.rank=2"))
     ]
-    ran = [(s.peer, int(s.run_tags[peer_runs.PEER_OF_TAG]), s.num) for s in _peer_specs(configs)]
+    ran = [(s.peer, int(s.run_tags[PEER_OF_TAG]), s.num) for s in _peer_specs(configs)]
     assert ran == [("pyplnmodels", 0, 5), ("pyplnmodels", 2, 6), ("pyplnmodels", 3, 7)]
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 
 from ..jobs.config import ConfigError
+from ..jobs.spec import Kind
 from ..system.commandline import fail
 from . import plan
 
@@ -69,9 +70,5 @@ def main(overrides: list[str], as_json: bool) -> int:
     for j in jobs:
         more = "".join(f" {k}={j[k]}" for k in ("replicates", "processes") if j[k] > 1)
         print(f"{j['num']:>4}  {j['kind']:<7}  {j['hash'][:12]}  {j['name']}{more}")
-    counts: dict[str, int] = {}
-    for j in jobs:
-        counts[j["kind"]] = counts.get(j["kind"], 0) + 1
-    said = ", ".join(f"{n} {kind}{'s' if n > 1 else ''}" for kind, n in counts.items())
-    print(f"dry run: {said}; nothing run, nothing written")
+    print(f"dry run: {Kind.counted(j['kind'] for j in jobs)}; nothing run, nothing written")
     return 0

@@ -117,7 +117,7 @@ class Task:
         if spec.kind is Kind.CONTROL:
             return f"[control] {spec.name} (job {int(tags[CONTROL_OF_TAG]) + 1} again: the report's A/A pair)"
         if spec.kind is Kind.PEER:
-            from .peer_runs import PEER_OF_TAG
+            from ..jobs.tags import PEER_OF_TAG
 
             label = cast("PeerConfig", spec.config).peer.label  # type: ignore[union-attr]
             if PEER_OF_TAG not in tags:  # a rerun's peer

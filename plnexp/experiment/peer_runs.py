@@ -15,8 +15,6 @@ from ..core.precision import PRECISIONS
 from .runner import Outcome
 
 
-PEER_OF_TAG = "plnexp.peer_of"  # the job of the grid whose data a peer's run fits
-
 # settings of plnexp's fits that a peer has not: its run's config leaves them out
 LEFT_OUT = ("n_iter_cap", "n_iter_requested", "init", "gradient", "seed", "first_call", "compile_cache")
 

@@ -8,7 +8,6 @@ N processes (:func:`across_in_worker`). The sweep around them: :mod:`plnexp.expe
 from __future__ import annotations
 
 import platform
-from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -139,9 +138,7 @@ def to_run(record: SweepRecord, specs) -> list[JobSpec]:
             out.append(spec)
         else:
             print(f"[{d.job + 1}/{record.total}] {spec.name} FINISHED earlier (run {d.run_id}): skipped", flush=True)
-    kinds = Counter(str(s.kind) for s in out)
-    runs = ", ".join(f"{n} {kind}{'s' if n > 1 else ''}" for kind, n in kinds.items()) or "nothing"
-    print(f"resume: runs {runs}; reuses {len(specs) - len(out)} job(s)", flush=True)
+    print(f"resume: runs {Kind.counted(s.kind for s in out)}; reuses {len(specs) - len(out)} job(s)", flush=True)
     return out
 
 

@@ -48,7 +48,8 @@ def extras(grid: list[JobSpec]) -> list[JobSpec]:
     failed, its run is FAILED; neither changes the sweep's status nor its exit code."""
     from ..jobs import peers as P
     from ..jobs.tags import CONTROL_OF_TAG, CONTROL_TAG
-    from .peer_runs import PEER_OF_TAG, peer_config
+    from ..jobs.tags import PEER_OF_TAG
+    from .peer_runs import peer_config
 
     if not grid:
         return []

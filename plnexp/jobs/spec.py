@@ -11,6 +11,7 @@ credential in a config value is refused before any spec exists: :mod:`plnexp.sys
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -27,6 +28,13 @@ class Kind(StrEnum):
     JOB = "job"
     CONTROL = "control"
     PEER = "peer"
+
+    @staticmethod
+    def counted(kinds) -> str:
+        """How many jobs of each kind (``kinds``: a job's kind each), in order of first appearance:
+        ``2 jobs, 1 control, 1 peer`` ("nothing" for none): the dry run's and a resumed sweep's count."""
+        counts = Counter(str(k) for k in kinds)
+        return ", ".join(f"{n} {kind}{'s' if n > 1 else ''}" for kind, n in counts.items()) or "nothing"
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ CONTROL_TAG = "plnexp.control"  # a sweep's control job ("true"): scan's job aga
 CONTROL_OF_TAG = "plnexp.control_of"  # the job number the control job repeats
 MIN_SPEEDUP_TAG = "plnexp.min_speedup"  # the minimum effect the sweep ranks with (report.min_speedup)
 PEER_TAG = "plnexp.peer"  # a peer's run: the peer's name (its row of the report, never ranked as a strategy)
+PEER_OF_TAG = "plnexp.peer_of"  # the job of the grid whose data a peer's run fits
 VERDICT_TAG = (
     "plnexp.verdict"  # a run's verdict against its group's reference: faster, tied, slower, unresolved, reference
 )
