@@ -26,7 +26,7 @@ import threading
 from contextlib import contextmanager
 from collections.abc import Callable, Iterator
 
-from .redact import redact_text
+from .commandline import first_line
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 REDELIVER_S = 0.01
@@ -215,8 +215,7 @@ class _Guard:
         try:
             self.on_force(signum)
         except Exception as e:  # noqa: BLE001 - the store failed too: one line, the process ends anyway
-            first = redact_text((str(e).strip().splitlines() or [type(e).__name__])[0])
-            print(f"plnexp: store error: the runs could not be ended ({type(e).__name__}: {first})", file=sys.stderr)
+            print(f"plnexp: store error: the runs could not be ended ({first_line(e)})", file=sys.stderr)
 
 
 class _NoGuard:

@@ -30,14 +30,13 @@ owns the process or where nothing has used JAX yet:
    then spins on one of the cores while XLA's own fusions and dots want both: on a 2-core machine
    the whole PLN step ran much slower (docs/results.md, "Where the time goes, and other
    figures"). :func:`configure` sets that OpenBLAS to one thread
-   (:func:`set_lapack_threads`, at run time through its C API, so it works even if SciPy was
+   (:func:`set_lapack_threads`, at run time through its C API by threadpoolctl, so it works even if SciPy was
    imported first, and even after JAX started); call ``plnexp.system.runtime.set_lapack_threads(n)`` to
    undo it. NumPy's own OpenBLAS (a different library, ILP64) is left alone.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import sys
 import warnings
@@ -101,47 +100,25 @@ def set_xla_flags(environ=os.environ, version: str | None = None) -> str:
 
 
 # ---------------------------------------------------------------- LAPACK (SciPy's OpenBLAS) threads
-_SETTERS = ("scipy_openblas_set_num_threads", "openblas_set_num_threads")
-_GETTERS = ("scipy_openblas_get_num_threads", "openblas_get_num_threads")
-
-
-def _lapack_libraries() -> list[ctypes.CDLL]:
-    """SciPy's OpenBLAS, the library jaxlib's CPU LAPACK kernels call (loaded by importing SciPy)."""
+def _scipy_openblas():
+    """SciPy's OpenBLAS, the library jaxlib's CPU LAPACK kernels call (loaded by importing SciPy), as
+    threadpoolctl finds it among the libraries loaded in this process (a selection of its
+    ``ThreadpoolController``); NumPy's own OpenBLAS (ILP64, ``openblas64``) is not ours to change."""
     import scipy.linalg.cython_lapack  # noqa: F401 - loads it; jaxlib itself imports it too
+    from threadpoolctl import ThreadpoolController
 
-    found: list[ctypes.CDLL] = []
-    try:
-        with open("/proc/self/maps") as fh:
-            paths = {line.split()[-1] for line in fh if "openblas" in line.lower()}
-    except OSError:  # not Linux: leave the library's own default
-        return found
-    for path in sorted(paths):
-        if "openblas64" in os.path.basename(path):  # NumPy's ILP64 build: not ours to change
-            continue
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        if any(hasattr(lib, s) for s in _SETTERS):
-            found.append(lib)
-    return found
+    found = ThreadpoolController().select(internal_api="openblas")
+    return found.select(filepath=[i["filepath"] for i in found.info() if "openblas64" not in Path(i["filepath"]).name])
 
 
 def lapack_threads() -> list[int]:
     """The thread count SciPy's OpenBLAS reports now, per library found (usually one)."""
-    counts = []
-    for lib in _lapack_libraries():
-        getter = next((getattr(lib, g) for g in _GETTERS if hasattr(lib, g)), None)
-        if getter is not None:
-            getter.restype = ctypes.c_int
-            counts.append(int(getter()))
-    return counts
+    return [i["num_threads"] for i in _scipy_openblas().info()]
 
 
 def set_lapack_threads(n: int) -> list[int]:
     """Set SciPy's OpenBLAS to ``n`` threads; returns :func:`lapack_threads` afterwards."""
-    for lib in _lapack_libraries():
-        next(getattr(lib, s) for s in _SETTERS if hasattr(lib, s))(ctypes.c_int(n))
+    _scipy_openblas().limit(limits=n)  # not undone on return: threadpoolctl's limit as a plain call
     return lapack_threads()
 
 

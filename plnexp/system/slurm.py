@@ -75,9 +75,8 @@ def states(jobs: Iterable[str], run=subprocess.run) -> dict[str, str] | None:
     if not jobs:
         return {}
     cmd = ["squeue", "-h", "-r", "--states=all", "-o", "%i|%T", "-j", ",".join(sorted({_base(j) for j in jobs}))]
-    try:
-        out = run(cmd, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S)
-    except (OSError, subprocess.SubprocessError):
+    out = _ask(cmd, run)
+    if out is None:
         return None
     if out.returncode != 0:
         if "invalid job id" in (out.stderr or "").lower():
@@ -91,29 +90,28 @@ def states(jobs: Iterable[str], run=subprocess.run) -> dict[str, str] | None:
     return found
 
 
-def final_state(job: str, run=subprocess.run) -> str:
-    """The final state of a job the controller has forgotten: ``sacct``'s where accounting exists
-    (``CANCELLED by 0`` -> CANCELLED), else ``ENDED`` (gone from the queue, final state unknown)."""
-    try:
-        out = run(
-            ["sacct", "-n", "-X", "-P", "-j", job, "-o", "State"],
-            capture_output=True,
-            text=True,
-            timeout=QUERY_TIMEOUT_S,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return "ENDED"
-    words = out.stdout.split() if out.returncode == 0 else []
-    return words[0] if words else "ENDED"
-
-
 def state(job: str, run=subprocess.run) -> str | None:
-    """One job's state: the queue's (:func:`states`), else its final state (:func:`final_state`);
-    None when the scheduler cannot be asked from here."""
+    """One job's state: the queue's (:func:`states`), else, for a job the controller has forgotten, its
+    final state: ``sacct``'s where accounting exists (``CANCELLED by 0`` -> CANCELLED), else ``ENDED``
+    (gone from the queue, final state unknown); None when the scheduler cannot be asked from here."""
     found = states([job], run=run)
     if found is None:
         return None
-    return found[job] if job in found else final_state(job, run=run)
+    if job in found:
+        return found[job]
+    out = _ask(["sacct", "-n", "-X", "-P", "-j", job, "-o", "State"], run)
+    words = out.stdout.split() if out is not None and out.returncode == 0 else []
+    return words[0] if words else "ENDED"
+
+
+def _ask(cmd: list[str], run=None) -> subprocess.CompletedProcess | None:
+    """The scheduler's answer to ``cmd`` (its output as text; ``run``: ``subprocess.run``, looked up at
+    the call), given up after :data:`QUERY_TIMEOUT_S`; None where it cannot be asked (no such command
+    here, no answer in time)."""
+    try:
+        return (run or subprocess.run)(cmd, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):
+        return None
 
 
 def cluster_name(environ=os.environ) -> str:
@@ -222,11 +220,8 @@ def first_task_failure(log: str | os.PathLike, tasks: int) -> str:
 def cancel(ids: Sequence[str]) -> None:
     """``scancel`` the jobs (best effort: a job that ended meanwhile is no error)."""
     ids = list(ids)
-    if ids:
-        try:
-            subprocess.run(["scancel", *ids], capture_output=True, timeout=QUERY_TIMEOUT_S)
-        except (OSError, subprocess.SubprocessError):
-            log.warning("could not cancel slurm job(s) %s", ", ".join(ids))
+    if ids and _ask(["scancel", *ids]) is None:
+        log.warning("could not cancel slurm job(s) %s", ", ".join(ids))
 
 
 def why(signum: int, environ=os.environ) -> str:
