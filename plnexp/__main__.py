@@ -31,7 +31,6 @@ from .system.redact import redact_text
 def _overrides(ns: argparse.Namespace) -> int:
     """``run`` and ``sweep``: Hydra's flags answered by Hydra, ``--dry-run`` by the plan, else the jobs run."""
     try:
-        hydra_front.check_configs()  # before Hydra, whose own error here is a 35-line traceback
         overrides = front.searchpath(ns.config_dir, ns.overrides)
         if ns.json and not ns.dry_run:
             raise ConfigError("--json: only with --dry-run; allowed is python -m plnexp sweep --dry-run --json")
@@ -181,7 +180,7 @@ def _main(argv: list[str] | None = None) -> int:
     secret = credentials.secret_argument(given)
     if secret is not None:  # a spec never holds a credential: refused before anything is read or written
         return fail(ConfigError(credentials.refusal(secret)))
-    if ns.command == "rerun":
+    if ns.command in ("run", "sweep", "rerun"):
         try:  # before Hydra, whose own error here is a 35-line traceback
             hydra_front.check_configs()
         except ConfigError as e:

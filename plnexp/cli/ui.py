@@ -69,10 +69,12 @@ def ui(args: list[str]) -> int:
     outputs folder), served until it stops. A bad ``--port``, a port already taken or an outputs folder
     that cannot be written: one line, exit 2, nothing started. mlflow ui ending with an error: one
     line, exit 1; Ctrl-C or SIGTERM (passed on to it): exit 130 or 143."""
+    served = "--help" not in args  # mlflow ui's help: nothing is served
     try:
         out = plan.check_outputs()
-        if not any(a == "--help" for a in args):  # mlflow ui's help: nothing is served
-            check_port_free(*ui_address(args))
+        if served:
+            host, port = ui_address(args)
+            check_port_free(host, port)
     except (C.ConfigError, UsageError) as e:
         return fail(e)
     uri = store.tracking_uri(None)
@@ -85,10 +87,9 @@ def ui(args: list[str]) -> int:
     # dashboard of plnexp's runs never runs; off unless the user set it
     env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
     print(f"{' '.join(cmd)} (store {redact_text(uri)})", flush=True)
-    if not any(a == "--help" for a in args):  # the study's address, and a browser on it where one can be shown
+    if served:  # the study's address, and a browser on it where one can be shown
         from . import study
 
-        host, port = ui_address(args)
         url, what = study.address(uri, host, port)
         print(f"open {url}\n  ({what})", flush=True)
         study.open_when_up(url, f"{study.base(host, port)}/health")

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from pathlib import Path
 
 from ...system.credentials import split_uri
+from ...system.paths import probe_writes
 from .check import Check, finding
 from .store_server import _environ, _http_checks
 
@@ -35,8 +35,7 @@ def _dir_checks(where: str, folder: Path, db: Path | None) -> list[Check]:
     if db is not None and db.exists() and not (db.is_file() and os.access(db, os.R_OK | os.W_OK)):
         return [reach, Check("store_writable", False, f"{where}: {db} is not a file this user can read and write")]
     try:
-        with tempfile.NamedTemporaryFile(dir=existing, prefix=".plnexp-doctor-"):
-            pass
+        probe_writes(existing)
     except OSError as e:
         return [
             reach,
