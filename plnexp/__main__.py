@@ -196,8 +196,6 @@ def exit_now(code: int) -> None:
     """After an interrupt: end the process without waiting for XLA. A compiled fit that Python has
     stopped waiting for may still be running in XLA's threads, and a normal interpreter exit waits for
     it (an hour, for a long scan); everything worth keeping is already recorded."""
-    import logging
-
     sys.stdout.flush()
     sys.stderr.flush()
     logging.shutdown()

@@ -31,7 +31,7 @@ def send_pending(uri: str) -> None:
         )
 
 
-SYNC_USAGE = "usage: python -m plnexp sync [tracking_uri=URI]"
+SYNC_USAGE = "python -m plnexp sync [tracking_uri=URI]"
 SYNC_HELP = (
     "Send the fits' results kept under <outputs>/pending when the store failed after the fit, to the\n"
     "store (tracking_uri=, else MLFLOW_TRACKING_URI, else the one under the outputs folder): one line\n"
@@ -40,17 +40,12 @@ SYNC_HELP = (
 )
 
 
-def sync_parser() -> Parser:
-    p = Parser(SYNC_USAGE.removeprefix("usage: "), SYNC_HELP, unknown="unknown argument {arg}")
-    p.add_argument("settings", nargs="*", metavar="tracking_uri=URI", help="the store to send them to")
-    return p
-
-
 def sync(args: list[str]) -> int:
     """``plnexp sync``: send the results kept locally for the store (:mod:`plnexp.store.pending`),
     one line per run sent; exit 0 when all are sent; one line and exit 2 if the store cannot be
     reached, 1 if a write fails (the results stay kept)."""
-    p = sync_parser()
+    p = Parser(SYNC_USAGE, SYNC_HELP, unknown="unknown argument {arg}")
+    p.add_argument("settings", nargs="*", metavar="tracking_uri=URI", help="the store to send them to")
     try:
         ns = p.parse(args)
         if ns is None:  # --help: printed
