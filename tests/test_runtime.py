@@ -57,7 +57,7 @@ def test_this_process_runs_with_plnexp_flags():
 def test_lapack_threads_can_be_set_and_restored():
     before = runtime.lapack_threads()
     if not before:
-        pytest.skip("SciPy's OpenBLAS not found in this process (not Linux, or another BLAS)")
+        pytest.skip("SciPy's OpenBLAS not found in this process (a SciPy built on another BLAS)")
     assert before == [1]  # conftest's plnexp.runtime.configure() set it
     try:
         assert runtime.set_lapack_threads(2) == [2]

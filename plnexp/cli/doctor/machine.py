@@ -101,7 +101,7 @@ def xla_flags(environ=os.environ, version: str | None = None) -> tuple[bool | No
 def lapack_threads() -> tuple[bool | None, str]:
     threads = runtime.lapack_threads()
     if not threads:
-        return None, "SciPy's OpenBLAS not found in this process (not Linux, or another BLAS)"
+        return None, "SciPy's OpenBLAS not found in this process (a SciPy built on another BLAS)"
     return None, f"SciPy's OpenBLAS (jaxlib's CPU LAPACK) runs {','.join(map(str, threads))} thread(s)"
 
 
