@@ -187,21 +187,16 @@ class _Guard:
         name = signal.Signals(signum).name
         print(f"\nplnexp: {name} again: stopping now", file=sys.stderr, flush=True)
         try:
+            cut = "" if clean_up else "the clean-up was cut short"
             if clean_up and self.on_force is not None:
                 worker = threading.Thread(target=self._clean_up, args=(signum,), name="plnexp-force", daemon=True)
                 worker.start()
                 worker.join(FORCE_S)
-                if worker.is_alive():
-                    print(
-                        f"plnexp: the store did not answer within {FORCE_S:g} s: the runs not ended stay RUNNING "
-                        "until python -m plnexp sync (or the next plnexp command on this store)",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-            elif not clean_up:
+                cut = f"the store did not answer within {FORCE_S:g} s" if worker.is_alive() else ""
+            if cut:
                 print(
-                    "plnexp: the clean-up was cut short: the runs not ended stay RUNNING until python -m plnexp "
-                    "sync (or the next plnexp command on this store)",
+                    f"plnexp: {cut}: the runs not ended stay RUNNING until python -m plnexp sync (or the next "
+                    "plnexp command on this store)",
                     file=sys.stderr,
                     flush=True,
                 )
