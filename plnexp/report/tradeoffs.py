@@ -57,10 +57,9 @@ def compared(report: Report, name: str) -> dict[str, list[Entry]]:
     dispatch, the runs of every data size with one device, precision and set of other values."""
     if name != "dispatch":
         return {report.group_label(g): es for g, es in report.groups.items()}
-    sizes = by([e for e in report.entries if not e.peer], lambda e: e.group[1:])
-    return {
-        ", ".join([g[1], g[0], *(f"{k}={v}" for k, v in zip(report.extra_keys, g[2:]))]): es for g, es in sizes.items()
-    }
+    sizes = by([e for e in report.entries if not e.peer], lambda e: e.group[1:])  # (device, precision, *others)
+    extra = lambda g: [f"{k}={v}" for k, v in zip(report.extra_keys, g[2:])]
+    return {", ".join([g[1], g[0], *extra(g)]): es for g, es in sizes.items()}
 
 
 def results(report: Report) -> tuple[str | None, list[Any]]:
@@ -68,7 +67,8 @@ def results(report: Report) -> tuple[str | None, list[Any]]:
     name = preset(report)
     if name is None:
         return None, []
-    noise, out = aa_noise(report.entries), []
+    noise = aa_noise(report.entries)
+    out: list[Any] = []
     for label, es in compared(report, name).items():
         r = PRESETS[name][0](es, label, noise, report.min_speedup)
         out += r if isinstance(r, list) else [r]
