@@ -68,19 +68,17 @@ class Unroll:
             f"at {un}); {instr}"
         )
         i = self.unrolls.index(self.best)
+        vs = f"{self.timed[i].text()} against {self.timed[0].text()}"
+        gain = f"{self.gain:.2f}× ({self.gain_lo:.2f}–{self.gain_hi:.2f}×)"
         if self.best == u0:
             second = f"unroll on {self.label}: no unroll runs faster than unroll {u0} ({self.timed[0].text()})"
         elif self.beyond_noise:
-            second = (
-                f"unroll on {self.label}: fastest at unroll {self.best}, {self.timed[i].text()} against "
-                f"{self.timed[0].text()} at unroll {u0}: {self.gain:.2f}× ({self.gain_lo:.2f}–{self.gain_hi:.2f}×)"
-                f"{_noise_text(self.noise)}"
-            )
+            second = f"unroll on {self.label}: fastest at unroll {self.best}, {vs} at unroll {u0}: {gain}"
+            second += _noise_text(self.noise)
         else:
             second = (
                 f"unroll on {self.label}: no unroll runs faster than unroll {u0} beyond the noise (lowest median: "
-                f"unroll {self.best}, {self.timed[i].text()} against {self.timed[0].text()}, "
-                f"{self.gain:.2f}× ({self.gain_lo:.2f}–{self.gain_hi:.2f}×)){_noise_text(self.noise)}"
+                f"unroll {self.best}, {vs}, {gain}){_noise_text(self.noise)}"
             )
         t = int(np.argmin(self.totals))
         cheapest = f"compile + run lowest at unroll {self.unrolls[t]} ({self.totals[t]:.2f} s" + (
