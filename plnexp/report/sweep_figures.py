@@ -7,7 +7,9 @@ and, when the sweep varies the data size, ``scaling.png``; then the presets' own
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -16,23 +18,18 @@ from .compiler_table import compiler_rows
 from .entries import median, varying as varying_fields, Entry, Report
 
 
-# ---------------------------------------------------------------- figures
-def _series_label(e: Entry, varying: list[int]) -> str:
-    parts = [e.strategy] + [str(e.group[i]) for i in varying]
-    return ", ".join(parts)
-
-
 def figures(report: Report, folder: Path) -> list[str]:
     """Write the report's PNGs into ``folder``; returns their names."""
     ok = [e for e in report.grid if e.ok]  # the control job: not drawn (its original is)
     if not ok:
         return []
     names = []
-    for name, panel, draw in (
+    each: tuple[tuple[str, Callable[[Report, tuple], Any], Callable[[list, Path], Path]], ...] = (
         ("elbo_curves.png", curve_panel, sweep_plots.elbo_curves_png),
         ("timings.png", timing_panel, sweep_plots.timings_png),
         ("bytes.png", bytes_panel, sweep_plots.bytes_png),
-    ):  # one panel per group: never two precisions or models
+    )
+    for name, panel, draw in each:  # one panel per group: never two precisions or models
         found = [p for p in (panel(report, g) for g in report.groups) if p is not None]
         if found:
             draw(found, folder / name)
@@ -43,7 +40,7 @@ def figures(report: Report, folder: Path) -> list[str]:
         series: dict[str, tuple[list, list]] = {}
         rest = varying_fields([e.group for e in ok], 1)
         for e in ok:
-            x, y = series.setdefault(_series_label(e, rest), ([], []))
+            x, y = series.setdefault(", ".join([e.strategy, *(str(e.group[i]) for i in rest)]), ([], []))
             x.append(get(e))
             y.append(speed.of(report, e).ms_per_iter)  # the rounds' where its group had them
         sweep_plots.scaling_png(
