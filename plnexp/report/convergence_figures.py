@@ -119,17 +119,9 @@ def panels(report: Report) -> list[GapPanel]:
     split = [i for i in differ if i != 2 and i not in optimizer and i != 0]  # precision and optimizer: in a panel
     out = []
     for key, members in _panel_split(runs, differ, split).items():
-        series = []
-        for e in members:
-            value, _ = optimum(report, e.data)
-            line = _line(e, value, [i for i in differ if i not in key[0]])
-            if line is not None:
-                series.append(line)
         peers = [e for e in report.entries if e.ok and e.peer and e.data == members[0].data and len(e.curve)]
-        for e in peers:
-            line = _line(e, optimum(report, e.data)[0], [])
-            if line is not None:
-                series.append(line)
+        fields = [i for i in differ if i not in key[0]]  # what tells the panel's runs apart
+        series = [line for e in members + peers if (line := _line(e, optimum(report, e.data)[0], fields))]
         title = ", ".join(f"{_FIELD_NAMES.get(i, report.extra_keys[i - 3] if i >= 3 else i)}={v}" for i, v in key[1])
         out.append(GapPanel(title or _data_label(report, members[0].data), series))
     return out
