@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from plnexp.jobs.tags import SWEEP_TAG
+from plnexp.jobs.tags import PEER_TAG, SWEEP_TAG
 from plnexp.report import differences, dispatch_overhead, loop_forms, tradeoffs, unroll_cost
-from plnexp.report.summary import Entry
+from plnexp.report.summary import Entry, Report
 from plnexp.store.records import RunRecord
 
 N_ITER = 1000
@@ -197,6 +197,20 @@ def test_the_preset_is_the_sweep_tag_else_the_experiment():
     assert tradeoffs.preset(report("unroll", "mine")) == "unroll"
     assert tradeoffs.preset(report("null", "loop")) == "loop"
     assert tradeoffs.preset(report("default", "strategies")) is None
+
+
+def test_a_dispatch_report_compares_its_strategies_with_scan_per_precision_and_never_a_peer():
+    """tradeoffs.lines on a Report: one line per strategy and precision (the data sizes together);
+    a peer run (another library's fit, report.peers) is shown elsewhere, never an overhead over scan."""
+    runs = sized("scan", (0.2, 2.0, 20.0)) + sized("jit_per_function", (0.5, 2.4, 20.6))
+    doubles = sized("scan", (0.3, 3.0, 30.0)) + sized("jit_per_function", (0.6, 3.4, 30.6))
+    for e in doubles:
+        e.precision, e.run_id = "float64", e.run_id + "-64"
+    peer = entry("pyplnmodels", 9.0, tags={PEER_TAG: "pyplnmodels"})
+    parent = RunRecord("p", "0", "", "FINISHED", tags={SWEEP_TAG: "dispatch"})
+    found = tradeoffs.lines(Report("dispatch", parent, [*runs, *doubles, peer], []))
+    assert [line.split(":")[0] for line in found] == ["dispatch on float32, cpu", "dispatch on float64, cpu"]
+    assert all("jit_per_function − scan" in line and "pyplnmodels" not in line for line in found)
 
 
 # ---------------------------------------------------------------- the presets, end to end at a tiny size

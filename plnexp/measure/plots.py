@@ -44,13 +44,42 @@ def _plain_log(axis, span: float) -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
-def _grid(fig, n: int, ncols: int = 2, **kw):
+def panels_figure(
+    n: int, width: float, row_height: float, extra: float = 0.4, ncols: int = 2, *, subfigures=False, **kw
+):
+    """A figure of ``n`` panels in rows of ``ncols`` (fewer with fewer panels): ``width`` inches wide,
+    ``row_height`` per row plus ``extra`` (a title), and its ``n`` panels, flat: axes (``kw``: as
+    :meth:`~matplotlib.figure.Figure.subplots` takes them, ``sharex``...), or subfigures where a panel
+    holds several axes; the grid's unused cells hidden."""
     ncols = min(ncols, n)
     nrows = -(-n // ncols)
-    axes = fig.subplots(nrows, ncols, squeeze=False, **kw).ravel()
-    for ax in axes[n:]:
-        ax.set_visible(False)
-    return axes[:n]
+    fig = figure(width, row_height * nrows + extra)
+    cells = (fig.subfigures if subfigures else fig.subplots)(nrows, ncols, squeeze=False, **kw).ravel()
+    for cell in cells[n:]:
+        cell.set_visible(False)
+    return fig, cells[:n]
+
+
+def log_axis(ax, which: str, values, span: float = LOG_RANGE) -> bool:
+    """``ax``'s ``which`` axis ("x" or "y") on a log scale with plain ticks (:func:`_plain_log`) when the
+    finite positive ``values`` span more than ``span`` (largest / smallest; ``span`` 0: always);
+    whether it is."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v) & (v > 0)]
+    ratio = v.max() / v.min() if len(v) else 1.0
+    log = span <= 0 or (len(v) > 0 and ratio > span)
+    if log:
+        getattr(ax, f"set_{which}scale")("log")
+        _plain_log(getattr(ax, f"{which}axis"), ratio)
+    return log
+
+
+def save(fig, path: str | Path, title: str = "", fontsize: float = 11) -> Path:
+    """The figure, under its ``title`` (none where ""), saved as a PNG at ``path``."""
+    if title:
+        fig.suptitle(title, fontsize=fontsize)
+    fig.savefig(path)
+    return Path(path)
 
 
 ELBO_MARGINS = (0.17, 0.14, 0.97, 0.89)  # elbo_png's: room for 7-character ticks and a title over an offset
@@ -73,5 +102,4 @@ def elbo_figure(curve, title: str):
 
 def elbo_png(curve, title: str, path: str | Path) -> Path:
     """One run's ELBO curve against the iteration, saved as a PNG."""
-    elbo_figure(curve, title).savefig(path)
-    return Path(path)
+    return save(elbo_figure(curve, title), path)

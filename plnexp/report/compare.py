@@ -65,17 +65,11 @@ class Side:
         return f"{name} ({', '.join(options)})" if options else name
 
 
-def parser() -> Parser:
-    """``compare``'s arguments (:mod:`plnexp.cli.parser` names the command)."""
-    p = Parser(USAGE.removeprefix("usage: "), HELP.split("\n\n", 1)[1], unknown="unknown option {arg}")
-    p.add_argument("runs", nargs="*", metavar="RUN_A RUN_B", help="the two runs (then tracking_uri=STORE)")
-    return p
-
-
 def parse(args: list[str]) -> tuple[str, str, str | None] | None:
     """(RUN_A, RUN_B, the ``tracking_uri=`` given or None); None once ``--help`` is printed;
     UsageError or ConfigError (one line) otherwise."""
-    p = parser()
+    p = Parser(USAGE.removeprefix("usage: "), HELP.split("\n\n", 1)[1], unknown="unknown option {arg}")
+    p.add_argument("runs", nargs="*", metavar="RUN_A RUN_B", help="the two runs (then tracking_uri=STORE)")
     ns = p.parse(args)
     if ns is None:
         return None
@@ -155,11 +149,10 @@ def rows(a: Side, b: Side) -> list[tuple[str, str, str, str]]:
         m = by_key[key]
         va, vb = a.run.metrics.get(key), b.run.metrics.get(key)
         out.append((m.header, num(va, m.fmt), num(vb, m.fmt), _ratio(va, vb)))
-    for key, label in (("compile_s", "compile s"), ("trace_s", "  trace s"), ("lower_s", "  lower s")):
+    for key in ("compile_s", "trace_s", "lower_s", "xla_compile_s"):  # compile_s, then its parts
+        label = f"  {by_key[key].header}" if key in by_key else "compile s"
         va, vb = a.run.metrics.get(key), b.run.metrics.get(key)
         out.append((label, num(va, "{:.3f}"), num(vb, "{:.3f}"), _ratio(va, vb)))
-    va, vb = a.run.metrics.get("xla_compile_s"), b.run.metrics.get("xla_compile_s")
-    out.append(("  XLA compile s", num(va, "{:.3f}"), num(vb, "{:.3f}"), _ratio(va, vb)))
     # their sweep's verdict (plnexp.jobs.verdicts), where both were timed in one group's rounds
     ref_a, ref_b = a.run.tags.get(REFERENCE_TAG), b.run.tags.get(REFERENCE_TAG)
     if ref_a and ref_a == ref_b and a.run.tags.get(GROUP_TAG) == b.run.tags.get(GROUP_TAG):

@@ -18,34 +18,27 @@ from .entries import COMPILER, DASH, DIFFER, md_table, median, num, Report
 
 
 # ---------------------------------------------------------------- the compiler table
-def _bytes(v: float) -> str:
+BYTES = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10), ("B", 1))
+FLOPS = (("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3), ("FLOP", 1))
+
+
+def _in_units(v: float, units: tuple[tuple[str, float], ...], places: int) -> str:
+    """``v`` in the largest of ``units`` it reaches, with ``places`` decimals (none in the last, the unit
+    itself); DASH where not measured."""
     if not np.isfinite(v):
         return DASH
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if v >= size:
-            return f"{v / size:.1f} {unit}"
-    return f"{v:.0f} B"
+    unit, size = next(((u, s) for u, s in units if v >= s), units[-1])
+    return f"{v / size:.{places if size > 1 else 0}f} {unit}"
 
 
-def _flops(v: float) -> str:
-    if not np.isfinite(v):
-        return DASH
-    for unit, size in (("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
-        if v >= size:
-            return f"{v / size:.2f} {unit}"
-    return f"{v:.0f} FLOP"
-
-
+COUNT, SECONDS = partial(num, fmt="{:,.0f}", missing=DASH), partial(num, fmt="{:.3f}", missing=DASH)
 CELLS: dict[str, Callable[[float], str]] = {
-    "xla_instructions": partial(num, fmt="{:,.0f}", missing=DASH),
-    "xla_fusions": partial(num, fmt="{:,.0f}", missing=DASH),
-    "xla_bytes_per_iter": _bytes,
-    "xla_flops_per_iter": _flops,
-    "peak_bytes": _bytes,
-    "compile_s": partial(num, fmt="{:.3f}", missing=DASH),
-    "trace_s": partial(num, fmt="{:.3f}", missing=DASH),
-    "lower_s": partial(num, fmt="{:.3f}", missing=DASH),
-    "xla_compile_s": partial(num, fmt="{:.3f}", missing=DASH),
+    "xla_instructions": COUNT,
+    "xla_fusions": COUNT,
+    "xla_bytes_per_iter": partial(_in_units, units=BYTES, places=1),
+    "xla_flops_per_iter": partial(_in_units, units=FLOPS, places=2),
+    "peak_bytes": partial(_in_units, units=BYTES, places=1),
+    **dict.fromkeys(("compile_s", "trace_s", "lower_s", "xla_compile_s"), SECONDS),
 }
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..measure import convergence
-from ..measure.plots import LOG_RANGE, _grid, _plain_log, figure
+from ..measure.plots import log_axis, panels_figure, save
 from .convergence_report import _data_label, _fields, drawn, optimum
 from .entries import by, varying, Entry, Report
 
@@ -62,18 +62,16 @@ def gaps_png(
 
     resolutions = {p: r for p, r in (resolutions or {}).items() if r > floor}  # float64's: under the axis
     ncols = min(2, len(panels))
-    nrows = -(-len(panels) // ncols)
     keys = list(dict.fromkeys(line.color_key for p in panels for line in p.lines if line.color_key != "peer"))
     colors = {k: f"C{i % 10}" for i, k in enumerate(keys)}
     colors["peer"] = "black"
     labels = {line.color_key: line.label for p in panels for line in p.lines}
     precisions = list(dict.fromkeys(line.precision for p in panels for line in p.lines if line.precision))
     legend_rows = -(-(len(labels) + len(precisions) + len(resolutions) + 1) // 3)
-    fig = figure(11 if ncols > 1 else 8, 3.8 * nrows + 0.9 + 0.2 * legend_rows)
-    axes = _grid(fig, len(panels), ncols=ncols, sharex=True, sharey=True)
-    xs = np.concatenate([line.x[np.isfinite(line.x)] for p in panels for line in p.lines] or [np.ones(1)])
-    xs = xs[xs > 0]
-    log_x = len(xs) > 0 and xs.max() / xs.min() > LOG_RANGE
+    fig, axes = panels_figure(
+        len(panels), 11 if ncols > 1 else 8, 3.8, 0.9 + 0.2 * legend_rows, sharex=True, sharey=True
+    )
+    xs = np.concatenate([line.x for p in panels for line in p.lines] or [np.ones(1)])
     for i, (ax, panel) in enumerate(zip(axes, panels)):
         for line in panel.lines:
             y = np.maximum(np.asarray(line.gap, dtype=float), max(floor, line.resolution))
@@ -87,9 +85,7 @@ def gaps_png(
         for r in resolutions.values():
             ax.axhline(r, color="tab:red", ls="-.", lw=0.8)
         ax.set_yscale("log")
-        if log_x:
-            ax.set_xscale("log")
-            _plain_log(ax.xaxis, xs.max() / xs.min())
+        log_x = log_axis(ax, "x", xs)
         ax.set_title(textwrap.fill(panel.title, 60 if ncols > 1 else 90), fontsize=9)
         ax.grid(alpha=0.3, which="major")
         ax.xaxis.set_tick_params(labelbottom=True)
@@ -108,9 +104,7 @@ def gaps_png(
         "Relative gap to the optimum against seconds (each curve starts at its compile time, and is drawn no "
         f"lower than its precision's resolution or {floor:.0e})"
     )
-    fig.suptitle(textwrap.fill(title, 120 if ncols > 1 else 90), fontsize=10)
-    fig.savefig(path)
-    return Path(path)
+    return save(fig, path, textwrap.fill(title, 120 if ncols > 1 else 90), fontsize=10)
 
 
 def panels(report: Report) -> list[GapPanel]:
@@ -125,17 +119,9 @@ def panels(report: Report) -> list[GapPanel]:
     split = [i for i in differ if i != 2 and i not in optimizer and i != 0]  # precision and optimizer: in a panel
     out = []
     for key, members in _panel_split(runs, differ, split).items():
-        series = []
-        for e in members:
-            value, _ = optimum(report, e.data)
-            line = _line(e, value, [i for i in differ if i not in key[0]])
-            if line is not None:
-                series.append(line)
         peers = [e for e in report.entries if e.ok and e.peer and e.data == members[0].data and len(e.curve)]
-        for e in peers:
-            line = _line(e, optimum(report, e.data)[0], [])
-            if line is not None:
-                series.append(line)
+        fields = [i for i in differ if i not in key[0]]  # what tells the panel's runs apart
+        series = [line for e in members + peers if (line := _line(e, optimum(report, e.data)[0], fields))]
         title = ", ".join(f"{_FIELD_NAMES.get(i, report.extra_keys[i - 3] if i >= 3 else i)}={v}" for i, v in key[1])
         out.append(GapPanel(title or _data_label(report, members[0].data), series))
     return out

@@ -107,14 +107,17 @@ class Race:
         (and where two runs reached ε and one's timings are contended: their seconds cannot be compared)."""
         if len(self.reached) == 1:
             return self.reached[0][0]
-        if self.contended:
-            return ""
-        if len(self.reached) < 2:
+        if self.contended or len(self.reached) < 2:
             return ""
         (_, best), (_, nxt) = self.reached[:2]
-        lead = nxt.s / best.s if best.s > 0 else math.inf
-        beyond_noise = not math.isfinite(self.noise) or lead > 1 + self.noise
-        return self.reached[0][0] if best.hi < nxt.lo and lead >= self.min_effect and beyond_noise else ""
+        beyond_noise = not math.isfinite(self.noise) or self.lead > 1 + self.noise
+        return self.reached[0][0] if best.hi < nxt.lo and self.lead >= self.min_effect and beyond_noise else ""
+
+    @property
+    def lead(self) -> float:
+        """How many times the first run's seconds to ε the second's are (two runs reached ε)."""
+        (_, best), (_, nxt) = self.reached[:2]
+        return nxt.s / best.s if best.s > 0 else math.inf
 
     def line(self) -> str:
         head = f"convergence on {self.label}, ε={convergence.eps_key(self.eps)}"
@@ -132,12 +135,11 @@ class Race:
         if len(self.reached) == 1:
             return f"{head}: first {name}, the only run to reach ε: {best.text()}{missed}{peer}"
         nxt_name, nxt = self.reached[1]
-        lead = nxt.s / best.s if best.s > 0 else math.inf
         noise = f", A/A noise {100 * self.noise:.1f}%" if math.isfinite(self.noise) else ""
         if self.winner:
             return (
                 f"{head}: first {name} in {best.text()} (steady seconds: run time × iterations to ε / "
-                f"iterations run), {lead:.2f}× next: {nxt_name} {nxt.text()}{noise}{missed}{peer}"
+                f"iterations run), {self.lead:.2f}× next: {nxt_name} {nxt.text()}{noise}{missed}{peer}"
             )
         reach_s = best.s * max(self.min_effect, 1 + self.noise if math.isfinite(self.noise) else 1.0)
         tied = [(n, r) for n, r in self.reached if r.lo <= best.hi or r.s < reach_s]

@@ -21,7 +21,8 @@ from .entries import num, Entry
 # ---------------------------------------------------------------- shared pieces
 @dataclass(frozen=True)
 class Timed:
-    """One run's median ms/iter and the interval of its timed runs."""
+    """A median ms/iter and its interval: one run's (:meth:`of`, from its timed runs), or a figure of two
+    runs' (``a - b``, ``a / b``: the widest interval the two runs' allow)."""
 
     ms: float
     lo: float
@@ -32,31 +33,35 @@ class Timed:
         lo, hi, _ = ranking.interval_ms(e)
         return cls(e.m("ms_per_iter"), lo, hi)
 
-    @staticmethod
-    def whiskers(timed: Sequence[Timed]) -> tuple[np.ndarray, np.ndarray]:
-        """The medians of ``timed`` and their intervals as error bars (below, above)."""
-        ms = np.array([t.ms for t in timed])
-        return ms, np.clip([ms - [t.lo for t in timed], [t.hi for t in timed] - ms], 0, None)
+    def __sub__(self, b: Timed) -> Timed:
+        return Timed(self.ms - b.ms, self.lo - b.hi, self.hi - b.lo)
+
+    def __truediv__(self, b: Timed) -> Timed:
+        return Timed(self.ms / b.ms, self.lo / b.hi, self.hi / b.lo)
 
     def text(self) -> str:
         return f"{num(self.ms, '{:.3g}')} [{num(self.lo, '{:.3g}')}–{num(self.hi, '{:.3g}')}] ms/iter"
 
 
+def whiskers(timed: Sequence[Timed]) -> tuple[np.ndarray, np.ndarray]:
+    """The medians of ``timed`` and their intervals as error bars (below, above)."""
+    ms = np.array([t.ms for t in timed])
+    return ms, np.clip([ms - [t.lo for t in timed], [t.hi for t in timed] - ms], 0, None)
+
+
 @dataclass(frozen=True)
-class Diff:
+class Diff(Timed):
     """``a - b`` in ms/iter, its interval (the widest the two runs' intervals allow) and as a share of
     ``b``'s median."""
 
-    ms: float
-    lo: float
-    hi: float
     base: float  # b's median ms/iter
     noise: float = math.nan  # the between-job noise, a share of b's (NaN: not measured)
     min_effect: float = ranking.MIN_SPEEDUP  # the factor a difference needs to be a result (report.min_speedup)
 
     @classmethod
-    def of(cls, a: Timed, b: Timed, noise: float = math.nan, min_effect: float = ranking.MIN_SPEEDUP) -> Diff:
-        return cls(a.ms - b.ms, a.lo - b.hi, a.hi - b.lo, b.ms, noise, min_effect)
+    def between(cls, a: Timed, b: Timed, noise: float = math.nan, min_effect: float = ranking.MIN_SPEEDUP) -> Diff:
+        d = a - b
+        return cls(d.ms, d.lo, d.hi, b.ms, noise, min_effect)
 
     @property
     def factor(self) -> float:

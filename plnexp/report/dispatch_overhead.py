@@ -15,7 +15,7 @@ import numpy as np
 
 
 from ..measure.plots import _plain_log, figure
-from .differences import Diff, Timed, _noise_text, _ok, least_squares
+from .differences import Diff, Timed, _noise_text, _ok, least_squares, whiskers
 from .entries import num, Entry
 
 
@@ -118,6 +118,9 @@ class Overhead:
             f"that fixed part {where}"
         )
 
+    def lines(self) -> list[str]:
+        return [self.line()]
+
     def line(self) -> str:
         what = OVERHEAD_OF.get(self.strategy, "its dispatch")
         per = "; ".join(f"n={s.n} ({s.data}): {s.diff.text()}" for s in self.sizes)
@@ -162,7 +165,7 @@ def dispatch(entries: Sequence[Entry], label: str, noise: float = math.nan) -> l
             scan = scans.get((e.n, e.p))
             if e.strategy == name and scan is not None:
                 a, b = Timed.of(e), Timed.of(scan)
-                sizes.append(Size(int(e.n or 0), int(e.p or 0), e.data, Diff.of(a, b, noise), a, b))
+                sizes.append(Size(int(e.n or 0), int(e.p or 0), e.data, Diff.between(a, b, noise), a, b))
         if sizes:
             out.append(Overhead(label, name, tuple(sorted(sizes, key=lambda s: (s.n * s.p, s.n))), noise=noise))
     return out or f"dispatch on {label}: no run beside scan's finished at a size scan also ran"
@@ -177,16 +180,11 @@ def dispatch_png(results: list[Overhead], path: Path) -> Path:
     one = len({x.label for x in results}) == 1
     for i, r in enumerate(results):
         n = np.array([s.n for s in r.sizes], float)
-        ratio = np.array([s.timed.ms / s.scan.ms for s in r.sizes])
-        lo = np.array([s.timed.lo / s.scan.hi for s in r.sizes])
-        hi = np.array([s.timed.hi / s.scan.lo for s in r.sizes])
+        ratio, err = whiskers([s.timed / s.scan for s in r.sizes])
         style = "o-" if one else ["o-", "s--", "^-.", "v:"][i % 4]
         name = r.strategy if one else f"{r.strategy}, {r.label}"
-        left.errorbar(
-            n, ratio, yerr=np.clip([ratio - lo, hi - ratio], 0, None), fmt=style, capsize=3, lw=1.2, label=name
-        )
-        over = np.array([s.diff.ms for s in r.sizes])
-        err = np.clip([over - [s.diff.lo for s in r.sizes], [s.diff.hi for s in r.sizes] - over], 0, None)
+        left.errorbar(n, ratio, yerr=err, fmt=style, capsize=3, lw=1.2, label=name)
+        over, err = whiskers([s.diff for s in r.sizes])
         right.errorbar(n, over, yerr=err, fmt="o", color=f"C{i}", capsize=3, label=f"{name} − scan")
         fixed, per_row = r.split
         if math.isfinite(fixed) and fixed > 0:

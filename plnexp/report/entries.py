@@ -302,28 +302,24 @@ def _label_strategies(entries: list[Entry]) -> list[Entry]:
     options that vary among the runs of one strategy join its label (``scan_unrolled unroll=4``)."""
     for name in {e.strategy for e in entries}:
         runs = [e for e in entries if e.strategy == name]
-        keys = sorted({k for e in runs for k in e.params if k.startswith("strategy.") and k != "strategy.name"})
-        varying = [k for k in keys if len({e.params.get(k) for e in runs}) > 1]
+        varying = _params_varying(runs, lambda k: k.startswith("strategy.") and k != "strategy.name")
         for e in runs:
             e.strategy = " ".join([name, *(f"{k.split('.', 1)[1]}={e.params.get(k)}" for k in varying)])
     return entries
 
 
+def _params_varying(entries: list[Entry], keep) -> list[str]:
+    """The params (those ``keep(key)`` keeps) whose values differ among ``entries``, sorted."""
+    keys = sorted({k for e in entries for k in e.params if keep(k)})
+    return [k for k in keys if len({e.params.get(k) for e in entries}) > 1]
+
+
 def _grouping_keys(entries: list[Entry]) -> list[str]:
-    keys = sorted({k for e in entries for k in e.params})
-    varying = [
-        k
-        for k in keys
-        if not k.startswith(NOT_GROUPING) and k not in NOT_GROUPING_KEYS and len({e.params.get(k) for e in entries}) > 1
-    ]
+    varying = _params_varying(entries, lambda k: not k.startswith(NOT_GROUPING) and k not in NOT_GROUPING_KEYS)
     # an optimizer's default learning rate follows the optimizer: no column of its own then
-    if (
-        "optimizer.lr" in varying
-        and "optimizer.name" in varying
-        and all(
-            len({e.params.get("optimizer.lr") for e in entries if e.params.get("optimizer.name") == o}) == 1
-            for o in {e.params.get("optimizer.name") for e in entries}
-        )
+    optimizers = by(entries, lambda e: e.params.get("optimizer.name"))
+    if {"optimizer.lr", "optimizer.name"} <= set(varying) and not any(
+        _params_varying(runs, lambda k: k == "optimizer.lr") for runs in optimizers.values()
     ):
         varying.remove("optimizer.lr")
     return varying

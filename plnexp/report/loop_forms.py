@@ -14,7 +14,7 @@ from pathlib import Path
 from ..jobs import ranking
 
 from ..measure.plots import figure
-from .differences import Diff, Timed, _noise_text, _ok
+from .differences import Diff, Timed, _noise_text, _ok, whiskers
 from .entries import by, Entry
 
 
@@ -41,15 +41,16 @@ class Loop:
     def diffs(self) -> list[tuple[str, str, str, Diff]]:
         have = set(self.timed)
         return [
-            (a, b, what, Diff.of(self.timed[a], self.timed[b], self.noise, self.min_effect))
+            (a, b, what, Diff.between(self.timed[a], self.timed[b], self.noise, self.min_effect))
             for a, b, what in LOOP_PAIRS
             if {a, b} <= have
         ]
 
+    def lines(self) -> list[str]:
+        return [self.line()]
+
     def line(self) -> str:
-        parts = []
-        for a, b, what, d in self.diffs():
-            parts.append(f"{what}, {a} − {b} = {d.text()}: {d.verdict(a)}")
+        parts = [f"{what}, {a} − {b} = {d.text()}: {d.verdict(a)}" for a, b, what, d in self.diffs()]
         if not parts:
             return f"loop on {self.label}: fewer than two of scan, fori_loop, while_loop finished: nothing to compare"
         short = [f"{s} {run:.0f} of {asked:.0f}" for s, (run, asked) in self.iterations.items() if run < asked]
@@ -91,21 +92,20 @@ def loop_png(results: list[Loop], path: Path) -> Path:
     axes = fig.subplots(1, len(results), squeeze=False)[0]
     for ax, r in zip(axes, results):
         names = list(r.timed)
-        ms, err = Timed.whiskers([r.timed[s] for s in names])
+        ms, err = whiskers([r.timed[s] for s in names])
         for i in range(len(names)):  # points, not bars: the axis shows the differences, not from zero
             ax.errorbar([i], ms[i : i + 1], yerr=err[:, i : i + 1], fmt="o", color=f"C{i}", capsize=5, ms=7)
         ax.set_xticks(range(len(names)), names)
         ax.set_xlim(-0.6, len(names) - 0.4)
-        if math.isfinite(r.noise) and "scan" in r.timed:
-            scan = r.timed["scan"].ms
-            ax.axhspan(scan * (1 - r.noise), scan * (1 + r.noise), color="C0", alpha=0.1, label="scan ± the A/A noise")
-            ax.legend(fontsize=8, loc="upper right")
-        ax.set_ylabel("ms per iteration")
         band = (
             [r.timed["scan"].ms * (1 + d * r.noise) for d in (-1, 1)]
             if math.isfinite(r.noise) and "scan" in r.timed
             else []
         )
+        if band:
+            ax.axhspan(*band, color="C0", alpha=0.1, label="scan ± the A/A noise")
+            ax.legend(fontsize=8, loc="upper right")
+        ax.set_ylabel("ms per iteration")
         low = float(min([r.timed[s].lo for s in names] + band))
         high = float(max([r.timed[s].hi for s in names] + band))
         pad = max(high - low, 0.02 * high)

@@ -258,9 +258,8 @@ def draw(found: list[Selection], path: Path) -> Path:
     """Per selection, two panels against the rank: the ELBO, BIC and ICL as they are (the ELBO keeps
     rising with the rank; the penalised criteria turn down past the pick), and BIC and ICL below their
     best (symmetric-log axis: gaps of tens and of thousands of nats both readable); each pick ringed."""
-    fig = plots.figure(10, 3.6 * len(found))
-    axes = fig.subplots(len(found), 2, squeeze=False)
-    for (left, right), s in zip(axes, found):
+    fig, axes = plots.panels_figure(2 * len(found), 10, 3.6, extra=0)
+    for left, right, s in zip(axes[::2], axes[1::2], found):
         ranks = np.array(s.ranks)
         for key, (label, color, marker) in STYLE.items():
             y = np.array([r.value(key) for r in s.rows])
@@ -285,5 +284,4 @@ def draw(found: list[Selection], path: Path) -> Path:
             ax.set_xticks(ranks)
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
-    fig.savefig(path)
-    return Path(path)
+    return plots.save(fig, path)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..jobs import verdicts as V
 from .entries import run_of
 
 ROUNDS = "rounds"  # Speed.basis: the verdict's figures
@@ -52,24 +51,15 @@ class Speed:
 NONE = Speed(math.nan, math.nan, math.nan, math.nan, "", 0, OWN)
 
 
-def result_of(v: V.GroupVerdict | None, run_id: str) -> V.StrategyResult | None:
-    """The verdict's figures of the run ``run_id`` (None: the run is not in it)."""
-    if v is None:
-        return None
-    return next((s for s in v.strategies if run_id in s.runs), None)
-
-
 def of(report, e) -> Speed:
     """The speed of the entry ``e`` of ``report`` (:class:`plnexp.report.entries.Report`): its verdict's
     figures where its group had rounds, else its own timings against its group's reference (scan's)."""
     if not e.ok:
         return NONE
     v = report.verdict_of(e.group)
-    s = result_of(v, e.run_id)
-    if s is not None:
-        return Speed(s.ms_per_iter, s.ratio, s.low, s.high, s.verdict, s.rounds, ROUNDS)
-    if v is not None:  # a run the rounds did not time (the control job): no figure of its own is ranked
-        return NONE
+    if v is not None:  # none for a run the rounds did not time (the control job): no figure of its own is ranked
+        s = next((s for s in v.strategies if e.run_id in s.runs), None)
+        return NONE if s is None else Speed(s.ms_per_iter, s.ratio, s.low, s.high, s.verdict, s.rounds, ROUNDS)
     ref = run_of(report.groups[e.group], reference(report, e.group))
     ratio = e.m("ms_per_iter") / ref.m("ms_per_iter") if ref is not None else math.nan
     return Speed(e.m("ms_per_iter"), ratio, math.nan, math.nan, "", 0, OWN)

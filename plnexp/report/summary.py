@@ -38,6 +38,7 @@ import re
 import shutil
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -107,11 +108,8 @@ def summary_lines(report: Report) -> list[str]:
     grid = report.grid
     total = report.parent.jobs or len(grid)
     runs = report.entries + report.others
-    counts = [
-        f"{sum(e.status == s for e in runs)} {s.lower()}"
-        for s in ("FAILED", "KILLED", "RUNNING")
-        if any(e.status == s for e in runs)
-    ]
+    status = Counter(e.status for e in runs)
+    counts = [f"{status[s]} {s.lower()}" for s in ("FAILED", "KILLED", "RUNNING") if status[s]]
     missing = max(total - len(grid), 0)
     counts += [f"{missing} not started"] if missing else []
     control = " + the control job" if any(e.control for e in report.entries) else ""

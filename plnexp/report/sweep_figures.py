@@ -7,7 +7,9 @@ and, when the sweep varies the data size, ``scaling.png``; then the presets' own
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -16,59 +18,29 @@ from .compiler_table import compiler_rows
 from .entries import median, varying as varying_fields, Entry, Report
 
 
-# ---------------------------------------------------------------- figures
-def _series_label(e: Entry, varying: list[int]) -> str:
-    parts = [e.strategy] + [str(e.group[i]) for i in varying]
-    return ", ".join(parts)
-
-
 def figures(report: Report, folder: Path) -> list[str]:
     """Write the report's PNGs into ``folder``; returns their names."""
     ok = [e for e in report.grid if e.ok]  # the control job: not drawn (its original is)
     if not ok:
         return []
-    panels = []
-    for group, entries in report.groups.items():  # one panel per group: never two precisions or models
-        entries = [e for e in entries if e.ok and not e.control]
-        if not entries:
-            continue
-        agree = [e.vs_scan for e in entries if np.isfinite(e.vs_scan)]
-        k = min(len(e.curve) for e in entries)
-        same = [e.strategy for e in entries if e.strategy != "scan" and e.vs_scan == 0.0]
-        note = f"all within {max(agree):.1e} (relative) of scan" if agree else ""
-        if same and len(same) == len(entries) - 1:
-            note = "every curve equals scan's bit for bit"
-        elif same:
-            note += f"; {len(same)} of {len(entries) - 1} bit for bit equal to scan (no line below)"
-        if len({len(e.curve) for e in entries}) > 1:
-            note = (note + "; " if note else "") + f"common length {k}"
-        # the float64 ELBO at the final parameters where logged: the compiled one rounds in its precision
-        finals = [e.m("loglik") for e in entries if np.isfinite(e.m("loglik"))] or [
-            e.m("final_elbo") for e in entries if np.isfinite(e.m("final_elbo"))
-        ]
-        panels.append(
-            sweep_plots.CurvePanel(
-                report.group_label(group),
-                {e.strategy: e.curve for e in entries},  # (one group: its runs differ by strategy alone)
-                note,
-                max(finals, default=np.nan),
-            )
-        )
-    sweep_plots.elbo_curves_png(panels, folder / "elbo_curves.png")
-    tpanels = [p for p in (timing_panel(report, g) for g in report.groups) if p is not None]
-    sweep_plots.timings_png(tpanels, folder / "timings.png")
-    names = ["elbo_curves.png", "timings.png"]
-    bpanels = [p for p in (bytes_panel(report, g) for g in report.groups) if p is not None]
-    if bpanels:
-        sweep_plots.bytes_png(bpanels, folder / "bytes.png")
-        names.append("bytes.png")
+    names = []
+    each: tuple[tuple[str, Callable[[Report, tuple], Any], Callable[[list, Path], Path]], ...] = (
+        ("elbo_curves.png", curve_panel, sweep_plots.elbo_curves_png),
+        ("timings.png", timing_panel, sweep_plots.timings_png),
+        ("bytes.png", bytes_panel, sweep_plots.bytes_png),
+    )
+    for name, panel, draw in each:  # one panel per group: never two precisions or models
+        found = [p for p in (panel(report, g) for g in report.groups) if p is not None]
+        if found:
+            draw(found, folder / name)
+            names.append(name)
     size = _size_axis(ok)
     if size is not None:
         label, get = size
         series: dict[str, tuple[list, list]] = {}
         rest = varying_fields([e.group for e in ok], 1)
         for e in ok:
-            x, y = series.setdefault(_series_label(e, rest), ([], []))
+            x, y = series.setdefault(", ".join([e.strategy, *(str(e.group[i]) for i in rest)]), ([], []))
             x.append(get(e))
             y.append(speed.of(report, e).ms_per_iter)  # the rounds' where its group had them
         sweep_plots.scaling_png(
@@ -79,6 +51,34 @@ def figures(report: Report, folder: Path) -> list[str]:
     names += convergence_figures.figures(report, folder)
     names += rank_report.figures(report, folder)
     return names
+
+
+def curve_panel(report: Report, group: tuple) -> sweep_plots.CurvePanel | None:
+    """The group's panel of ``elbo_curves.png``: the ELBO curve of each finished strategy (the control
+    job left out), how far they are from scan's, the best final ELBO. None without one."""
+    entries = [e for e in report.groups[group] if e.ok and not e.control]
+    if not entries:
+        return None
+    agree = [e.vs_scan for e in entries if np.isfinite(e.vs_scan)]
+    k = min(len(e.curve) for e in entries)
+    same = [e.strategy for e in entries if e.strategy != "scan" and e.vs_scan == 0.0]
+    note = f"all within {max(agree):.1e} (relative) of scan" if agree else ""
+    if same and len(same) == len(entries) - 1:
+        note = "every curve equals scan's bit for bit"
+    elif same:
+        note += f"; {len(same)} of {len(entries) - 1} bit for bit equal to scan (no line below)"
+    if len({len(e.curve) for e in entries}) > 1:
+        note = (note + "; " if note else "") + f"common length {k}"
+    # the float64 ELBO at the final parameters where logged: the compiled one rounds in its precision
+    finals = [e.m("loglik") for e in entries if np.isfinite(e.m("loglik"))] or [
+        e.m("final_elbo") for e in entries if np.isfinite(e.m("final_elbo"))
+    ]
+    return sweep_plots.CurvePanel(
+        report.group_label(group),
+        {e.strategy: e.curve for e in entries},  # (one group: its runs differ by strategy alone)
+        note,
+        max(finals, default=np.nan),
+    )
 
 
 def timing_panel(report: Report, group: tuple) -> sweep_plots.TimingPanel | None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..measure.plots import LOG_RANGE, _grid, _plain_log, figure
+from ..measure.plots import figure, log_axis, panels_figure, save
 
 
 LINESTYLES = ("-", "--", "-.", ":")
@@ -51,18 +51,15 @@ def elbo_curves_png(panels: list[CurvePanel], path: str | Path, reference: str =
     agree lie on top of each other, so under each panel a second one shows how far each curve is
     from ``reference``'s (relative difference per iteration, log axis), when the panel has one that
     differs from it (none where every curve equals it bit for bit: the caller's note says so)."""
-    ncols = min(2, len(panels))
-    nrows = -(-len(panels) // ncols)
     every = [{k: np.asarray(c, dtype=float) for k, c in panel.curves.items() if len(c)} for panel in panels]
     refs = [next((c for k, c in curves.items() if k.split(",")[0] == reference), None) for curves in every]
     refs = [
         r if r is not None and any(_differs(c, r) for c in cs.values() if c is not r) else None
         for r, cs in zip(refs, every)
     ]
-    fig = figure(11 if ncols > 1 else 8, (5.2 if any(r is not None for r in refs) else 3.9) * nrows + 0.4)
-    subs = np.atleast_1d(fig.subfigures(nrows, ncols, squeeze=False).ravel())
-    for sub in subs[len(panels) :]:
-        sub.set_visible(False)
+    wide = len(panels) > 1  # two panels a row
+    height = 5.2 if any(r is not None for r in refs) else 3.9
+    fig, subs = panels_figure(len(panels), 11 if wide else 8, height, subfigures=True)
     for sub, panel, curves, ref in zip(subs, panels, every, refs):
         ax, dax = sub.subplots(2, 1, sharex=True, height_ratios=(2, 1)) if ref is not None else (sub.subplots(), None)
         finite = [c[np.isfinite(c)] for c in curves.values()]
@@ -85,7 +82,7 @@ def elbo_curves_png(panels: list[CurvePanel], path: str | Path, reference: str =
         # the title's value: the panel's best final ELBO as the tables show it (float32 curves can round above it)
         what, shown = ("best final ELBO", panel.final) if np.isfinite(panel.final) else ("best ELBO", best)
         title = panel.title + (f"; {what} {shown:,.1f}" if np.isfinite(shown) else "")
-        width = 70 if ncols > 1 else 100  # characters a panel's title holds at fontsize 9
+        width = 70 if wide else 100  # characters a panel's title holds at fontsize 9
         ax.set_title(
             textwrap.fill(title, width) + ("\n" + textwrap.fill(panel.note, width) if panel.note else ""), fontsize=9
         )
@@ -98,9 +95,7 @@ def elbo_curves_png(panels: list[CurvePanel], path: str | Path, reference: str =
             dax.grid(alpha=0.3, which="both")
             bottom = dax
         bottom.set_xlabel("iteration")
-    fig.suptitle("ELBO against iteration, per strategy", fontsize=11)
-    fig.savefig(path)
-    return Path(path)
+    return save(fig, path, "ELBO against iteration, per strategy")
 
 
 def _differs(curve: np.ndarray, ref: np.ndarray) -> bool:
@@ -124,13 +119,11 @@ class TimingPanel:
 def timings_png(panels: list[TimingPanel], path: str | Path) -> Path:
     """Compile time against steady run time per strategy, as grouped horizontal bars with the value
     at each bar's end, the run time's interval as an error bar; a log axis when the times span more
-    than :data:`LOG_RANGE`. Labels name the program group (``a = b``) where the caller joined them."""
+    than :data:`plnexp.measure.plots.LOG_RANGE`. Labels name the program group (``a = b``) where the caller joined them."""
     rows = max((len(p.run_s) for p in panels), default=1)
-    fig = figure(11, (0.42 * rows + 1.4) * -(-len(panels) // 2) + 0.4)
-    every = np.array([v for p in panels for v in [*p.compile_s.values(), *p.run_s.values()]], dtype=float)
-    positive = every[np.isfinite(every) & (every > 0)]
-    log = len(positive) > 0 and positive.max() / positive.min() > LOG_RANGE  # one scale for every panel
-    for ax, panel in zip(_grid(fig, len(panels), sharex=True), panels):  # one time axis for all
+    fig, axes = panels_figure(len(panels), 11, 0.42 * rows + 1.4, sharex=True)  # one time axis for all
+    every = [v for p in panels for v in [*p.compile_s.values(), *p.run_s.values()]]  # one scale for every panel
+    for ax, panel in zip(axes, panels):
         labels = list(panel.run_s)
         y = np.arange(len(labels))
         values = [
@@ -173,18 +166,14 @@ def timings_png(panels: list[TimingPanel], path: str | Path) -> Path:
                     )
         ax.set_yticks(y, labels, fontsize=8)
         ax.invert_yaxis()
-        if log:
-            ax.set_xscale("log")
-            _plain_log(ax.xaxis, positive.max() / positive.min())
+        log = log_axis(ax, "x", every)
         ax.xaxis.set_tick_params(labelbottom=True)
         ax.set_xlabel("seconds" + (", log scale" if log else ""))
         ax.set_title(panel.title, fontsize=9)
         ax.grid(alpha=0.3, axis="x", which="both")
         ax.margins(x=0.15)
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    fig.suptitle("Compile time and steady run time, per strategy", fontsize=11)
-    fig.savefig(path)
-    return Path(path)
+    return save(fig, path, "Compile time and steady run time, per strategy")
 
 
 @dataclass
@@ -250,9 +239,9 @@ def bytes_png(panels: list[BytesPanel], path: str | Path) -> Path:
     one panel per comparison group; the floor's bytes (a vertical line) and ms/iter (a horizontal one)
     where known; a log x axis when the bytes span more than :data:`BYTES_LOG_RANGE`. The programs
     without the figure (no XLA program) are named under the title."""
-    fig = figure(10, 4.4 * len(panels) + 0.4)
+    fig, axes = panels_figure(len(panels), 10, 4.4, ncols=1)
     callouts = []
-    for ax, panel in zip(_grid(fig, len(panels), ncols=1), panels):
+    for ax, panel in zip(axes, panels):
         labels = list(panel.points)
         raw = np.array([panel.points[k][0] for k in labels], dtype=float)
         y = np.array([panel.points[k][1] for k in labels], dtype=float)
@@ -288,11 +277,9 @@ def bytes_png(panels: list[BytesPanel], path: str | Path) -> Path:
             )
         if np.isfinite(panel.floor_ms) and panel.floor_ms > 0:
             ax.axhline(panel.floor_ms, ls=":", lw=1, color="tab:red", label="the machine's floor ms/iter")
-        log = len(every) > 1 and every.max() / every.min() > BYTES_LOG_RANGE
+        log = log_axis(ax, "x", every, BYTES_LOG_RANGE)
         if log:
-            ax.set_xscale("log")
             ax.set_xlim(every.min() / 1.5, every.max() * 1.5)
-            _plain_log(ax.xaxis, every.max() / every.min())
         elif len(every):
             lo, hi = every.min(), every.max()
             pad = 0.1 * (hi - lo) if hi > lo else 0.1 * hi
@@ -311,9 +298,7 @@ def bytes_png(panels: list[BytesPanel], path: str | Path) -> Path:
     fig.draw_without_rendering()  # every panel's final limits and scales, in one layout (no pixels)
     for ax, labels, x, y in callouts:
         _callouts(ax, labels, x, y, drawn=True)
-    fig.suptitle("ms per iteration against the bytes one iteration accesses, one point per program", fontsize=11)
-    fig.savefig(path)
-    return Path(path)
+    return save(fig, path, "ms per iteration against the bytes one iteration accesses, one point per program")
 
 
 def loglog_slope(x, y) -> float:
@@ -369,17 +354,11 @@ def scaling_png(series: dict[str, tuple[list, list]], xlabel: str, title: str, p
                 transform=ax.get_xaxis_transform(),
                 clip_on=False,
             )
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    xs = np.concatenate([np.asarray(x, dtype=float) for x, _ in series.values()])
-    ys = np.concatenate([np.asarray(y, dtype=float) for _, y in series.values()])
-    for axis, v in ((ax.xaxis, xs), (ax.yaxis, ys)):
-        v = v[np.isfinite(v) & (v > 0)]
-        _plain_log(axis, v.max() / v.min() if len(v) else 1.0)
+    for i, which in enumerate("xy"):  # log-log, whatever the span
+        log_axis(ax, which, np.concatenate([np.asarray(xy[i], dtype=float) for xy in series.values()]), span=0)
     ax.set_xlabel(f"{xlabel}, log scale")
     ax.set_ylabel("ms per iteration, log scale")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    fig.savefig(path)
-    return Path(path)
+    return save(fig, path)

@@ -25,7 +25,7 @@ the between-job noise where the sweep ran a control job (its reference job again
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,67 +34,54 @@ from .differences import _contended, aa_noise
 from .entries import by, Entry, Report
 from .dispatch_overhead import dispatch, dispatch_png
 from .loop_forms import loop, loop_png
-from .unroll_cost import Unroll, unroll, unroll_png
+from .unroll_cost import unroll, unroll_png
 
-
-PRESETS = ("unroll", "dispatch", "loop")
+# Per preset: the results of one set of runs compared together (its entries, label, the between-job
+# noise, report.min_speedup): a result, a list of them, or a line saying why there is none; each result
+# has ``lines()``. And the preset's figure of its results.
+Analyse = Callable[[Sequence[Entry], str, float, float], Any]
+PRESETS: dict[str, tuple[Analyse, Callable[[list[Any], Path], Path]]] = {
+    "unroll": (lambda es, label, noise, _: unroll(es, label, noise), unroll_png),
+    "dispatch": (lambda es, label, noise, _: dispatch(es, label, noise), dispatch_png),
+    "loop": (loop, loop_png),
+}
 
 
 def preset(report: Report) -> str | None:
     """The preset a sweep ran: its parent's ``sweep`` tag, else its experiment's name; None for others."""
-    tag = report.parent.sweep or ""
-    for name in (tag, report.experiment):
-        if name in PRESETS:
-            return name
-    return None
+    return next((name for name in (report.parent.sweep or "", report.experiment) if name in PRESETS), None)
 
 
-def _dispatch_groups(report: Report) -> dict[tuple, list[Entry]]:
-    """The report's entries by everything but the data set (device, precision, the other values)."""
-    return by(report.entries, lambda e: e.group[1:])
-
-
-def _dispatch_label(report: Report, entries: list[Entry]) -> str:
-    e = entries[0]
-    return ", ".join([e.precision, e.device, *(f"{k}={v}" for k, v in zip(report.extra_keys, e.extra))])
+def compared(report: Report, name: str) -> dict[str, list[Entry]]:
+    """The runs each result of preset ``name`` compares, by their label: a comparison group's; for
+    dispatch, the runs of every data size with one device, precision and set of other values."""
+    if name != "dispatch":
+        return {report.group_label(g): es for g, es in report.groups.items()}
+    sizes = by([e for e in report.entries if not e.peer], lambda e: e.group[1:])  # (device, precision, *others)
+    extra = lambda g: [f"{k}={v}" for k, v in zip(report.extra_keys, g[2:])]
+    return {", ".join([g[1], g[0], *extra(g)]): es for g, es in sizes.items()}
 
 
 def results(report: Report) -> tuple[str | None, list[Any]]:
-    """The preset and its results, one per comparison group (a line of text where there is none)."""
+    """The preset and its results, one or more per set of runs compared (a line of text where there is none)."""
     name = preset(report)
     if name is None:
         return None, []
     noise = aa_noise(report.entries)
-    if name == "unroll":
-        return name, [unroll(es, report.group_label(g), noise) for g, es in report.groups.items()]
-    if name == "loop":
-        return name, [loop(es, report.group_label(g), noise, report.min_speedup) for g, es in report.groups.items()]
-    if name == "dispatch":
-        out: list[Any] = []
-        for es in _dispatch_groups(report).values():
-            r = dispatch(es, _dispatch_label(report, es), noise)
-            out += [r] if isinstance(r, str) else r
-        return name, out
-    return None, []
+    out: list[Any] = []
+    for label, es in compared(report, name).items():
+        r = PRESETS[name][0](es, label, noise, report.min_speedup)
+        out += r if isinstance(r, list) else [r]
+    return name, out
 
 
 def lines(report: Report) -> list[str]:
     """The preset's headline lines ([] for a sweep that is not one of :data:`PRESETS`)."""
     name, found = results(report)
-    if not found:
-        return []
-    out: list[str] = []
-    groups = _dispatch_groups(report) if name == "dispatch" else report.groups
-    caveat = "".join(dict.fromkeys(_contended(es, report.contended) for es in groups.values()))
-    for r in found:
-        if isinstance(r, str):
-            out.append(r)
-        elif isinstance(r, Unroll):
-            out += r.lines()
-        else:
-            out.append(r.line())
-    if out and caveat:
-        out[-1] += caveat
+    out = [line for r in found for line in ([r] if isinstance(r, str) else r.lines())]
+    if name is None or not out:
+        return out
+    out[-1] += "".join(dict.fromkeys(_contended(es, report.contended) for es in compared(report, name).values()))
     return out
 
 
@@ -105,10 +92,5 @@ def figures(report: Report, folder: Path) -> list[str]:
     drawable = [r for r in found if not isinstance(r, str)]
     if name is None or not drawable:
         return []
-    draw: dict[str, Callable[[list[Any], Path], Path]] = {
-        "unroll": unroll_png,
-        "dispatch": dispatch_png,
-        "loop": loop_png,
-    }
-    draw[name](drawable, Path(folder) / f"{name}.png")
+    PRESETS[name][1](drawable, Path(folder) / f"{name}.png")
     return [f"{name}.png"]

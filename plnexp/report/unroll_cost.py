@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 
 import numpy as np
 
 
 from ..measure.plots import figure
-from .differences import Timed, _noise_text, _ok, least_squares
+from .differences import Timed, _noise_text, _ok, least_squares, whiskers
 from .entries import Entry
 
 
@@ -42,8 +42,8 @@ class Unroll:
     gain_lo: float
     gain_hi: float
     beyond_noise: bool  # best's interval lies wholly below the smallest unroll's
-    saved_s: tuple[float, float, float]  # run time best saves on a FIT_ITERS fit: median, low, high
-    break_even: tuple[float, float, float]  # the unroll where the added compile equals saved_s; NaN: none
+    saved_s: tuple[float, ...]  # run time best saves on a FIT_ITERS fit: median, low, high
+    break_even: tuple[float, ...]  # the unroll where the added compile equals saved_s (the same three); NaN: none
     totals: tuple[float, ...]  # compile_s + FIT_ITERS x ms/iter, per unroll (seconds)
     noise: float = math.nan  # the between-job noise (aa_noise)
 
@@ -68,19 +68,17 @@ class Unroll:
             f"at {un}); {instr}"
         )
         i = self.unrolls.index(self.best)
+        vs = f"{self.timed[i].text()} against {self.timed[0].text()}"
+        gain = f"{self.gain:.2f}× ({self.gain_lo:.2f}–{self.gain_hi:.2f}×)"
         if self.best == u0:
             second = f"unroll on {self.label}: no unroll runs faster than unroll {u0} ({self.timed[0].text()})"
         elif self.beyond_noise:
-            second = (
-                f"unroll on {self.label}: fastest at unroll {self.best}, {self.timed[i].text()} against "
-                f"{self.timed[0].text()} at unroll {u0}: {self.gain:.2f}× ({self.gain_lo:.2f}–{self.gain_hi:.2f}×)"
-                f"{_noise_text(self.noise)}"
-            )
+            second = f"unroll on {self.label}: fastest at unroll {self.best}, {vs} at unroll {u0}: {gain}"
+            second += _noise_text(self.noise)
         else:
             second = (
                 f"unroll on {self.label}: no unroll runs faster than unroll {u0} beyond the noise (lowest median: "
-                f"unroll {self.best}, {self.timed[i].text()} against {self.timed[0].text()}, "
-                f"{self.gain:.2f}× ({self.gain_lo:.2f}–{self.gain_hi:.2f}×)){_noise_text(self.noise)}"
+                f"unroll {self.best}, {vs}, {gain}){_noise_text(self.noise)}"
             )
         t = int(np.argmin(self.totals))
         cheapest = f"compile + run lowest at unroll {self.unrolls[t]} ({self.totals[t]:.2f} s" + (
@@ -122,15 +120,15 @@ def unroll(entries: Sequence[Entry], label: str, noise: float = math.nan) -> Unr
     compile_s = tuple(e.m("compile_s") for e in es)
     timed = tuple(Timed.of(e) for e in es)
     instructions = tuple(e.m("xla_instructions") for e in es)
-    b, a, se = least_squares(us, compile_s)
-    bi = least_squares(us, instructions)[0] if all(math.isfinite(v) for v in instructions) else math.nan
+    slope, intercept, se = least_squares(us, compile_s)
+    slope_instr = least_squares(us, instructions)[0] if all(math.isfinite(v) for v in instructions) else math.nan
     i = int(np.argmin([t.ms for t in timed]))
-    base, best = timed[0], timed[i]
-    gain = base.ms / best.ms
-    gain_lo, gain_hi = base.lo / best.hi, base.hi / best.lo
-    beyond = i > 0 and best.hi < base.lo and not gain - 1 <= noise
-    saved = tuple(FIT_ITERS * d / 1e3 for d in (base.ms - best.ms, base.lo - best.hi, base.hi - best.lo))
-    even = tuple(us[0] + s / b if s > 0 else float(us[0]) for s in saved) if b > 0 and beyond else (math.nan,) * 3
+    gain = timed[0] / timed[i]
+    beyond = i > 0 and timed[i].hi < timed[0].lo and not gain.ms - 1 <= noise
+    saved = tuple(FIT_ITERS * d / 1e3 for d in astuple(timed[0] - timed[i]))  # median, low, high
+    even = (
+        tuple(us[0] + s / slope if s > 0 else float(us[0]) for s in saved) if slope > 0 and beyond else (math.nan,) * 3
+    )
     totals = tuple(c + FIT_ITERS * t.ms / 1e3 for c, t in zip(compile_s, timed))
     return Unroll(
         label,
@@ -138,17 +136,17 @@ def unroll(entries: Sequence[Entry], label: str, noise: float = math.nan) -> Unr
         compile_s,
         timed,
         instructions,
-        b,
-        a,
+        slope,
+        intercept,
         se,
-        bi,
+        slope_instr,
         us[i],
-        gain,
-        gain_lo,
-        gain_hi,
+        gain.ms,
+        gain.lo,
+        gain.hi,
         beyond,
-        (saved[0], saved[1], saved[2]),
-        (even[0], even[1], even[2]),
+        saved,
+        even,
         totals,
         noise,
     )
@@ -186,7 +184,7 @@ def unroll_png(results: list[Unroll], path: Path) -> Path:
         ax.legend(handles, labels, fontsize=8, loc="upper left")
         ax.set_title("compile time against unroll", fontsize=9)
         ax = row[1]
-        ms, err = Timed.whiskers(r.timed)
+        ms, err = whiskers(r.timed)
         ax.errorbar(x, ms, yerr=err, fmt="o-", color="C2", capsize=3, lw=1)
         ax.axhspan(r.timed[0].lo, r.timed[0].hi, color="C2", alpha=0.12, label=f"unroll {r.base}'s interval")
         ax.set_ylabel("ms per iteration")
