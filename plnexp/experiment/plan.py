@@ -48,12 +48,8 @@ def jobs_run_here(overrides) -> bool:
     """Whether the jobs run on this machine (Hydra's basic launcher, joblib), so that their device can
     be checked before any work; a cluster launcher's jobs check it where they run (a CPU login node
     has no GPU)."""
-    launcher = "basic"
-    for o in overrides:
-        key, _, value = o.lstrip("+").partition("=")
-        if key == "hydra/launcher":
-            launcher = value
-    return launcher in LOCAL_LAUNCHERS
+    launcher = next((v for k, v in map(_key_value, reversed(overrides)) if k == "hydra/launcher"), "basic")
+    return launcher in LOCAL_LAUNCHERS  # (the last launcher given)
 
 
 def pop_switch(args: list[str], key: str, default: bool) -> tuple[list[str], bool]:
@@ -88,7 +84,6 @@ def parse(overrides: list[str]):
         raise ConfigError(f"bad override {bad!r}: {str(e).splitlines()[0]}; allowed forms are {FORMS}") from None
 
 
-SLURM_LAUNCHERS = ("slurm", "submitit_slurm")
 # Hydra launchers that come with an optional extra: launcher -> (its module, the extra that installs it)
 EXTRA_LAUNCHERS = {
     "slurm": ("hydra_plugins.hydra_submitit_launcher", "cluster"),
@@ -113,7 +108,7 @@ def _check_launcher(parsed) -> None:
                         f"install plnexp's {extra} extra ({install_command(extra)}); allowed values "
                         f"here are {', '.join(LOCAL_LAUNCHERS)}"
                     )
-                if name in SLURM_LAUNCHERS and shutil.which("sbatch") is None:
+                if name in executors.SLURM and shutil.which("sbatch") is None:
                     raise ConfigError(
                         f"hydra/launcher={name}: sbatch not found on PATH (no SLURM client here): run "
                         "the sweep on a machine that submits to the cluster (a login node); allowed "

@@ -169,10 +169,9 @@ def _single(uri: str, src: Source, overrides: list[str], env_same: bool, strict:
         except KeyboardInterrupt as e:
             return _stopped(guard, e, "the rerun was recorded KILLED")
     print(f"{outcome.summary()}  (run {outcome.run_id}, rerun_of {src.run_id})", flush=True)
-    v, lines = compare(uri, src, outcome, env_same)
+    failed, lines = compare(uri, src, outcome, env_same, strict)  # (nothing to compare: not reproduced)
     for line in lines:
         print(line)
-    failed = v is None or v.failed(strict)  # nothing to compare, or a rerun that did not finish: not reproduced
     print(f"rerun {'FAILED to reproduce' if failed else 'ok'}: run {outcome.run_id}", flush=True)
     return 1 if failed else 0
 
@@ -225,8 +224,7 @@ def _sweep(
             print(f"[{i + 1}/{len(sources)}] {src.name}: no rerun was recorded")
             continue
         outcome = Ran(run.name, run.status, run.status_reason, run.run_id)  # as recorded (perhaps by another process)
-        v, lines = compare(uri, src, outcome, envs[sources[i].run_id])
-        bad = v is None or v.failed(strict)  # nothing to compare: not reproduced
+        bad, lines = compare(uri, src, outcome, envs[sources[i].run_id], strict)  # (nothing to compare: not reproduced)
         failed.update({i: sources[i].name} if bad else {})
         print(f"[{i + 1}/{len(sources)}] {src.name} (run {outcome.run_id}){' DISAGREES' if bad else ''}")
         for line in lines:

@@ -102,9 +102,9 @@ def apply_overrides(node: dict, overrides: list[str]) -> DictConfig:
     return cfg
 
 
-def logged_node(uri: str, run: RunRecord) -> dict:
-    """The loadable config of a logged run, from its ``config.yaml`` artifact; one line if missing
-    or made by an incompatible plnexp."""
+def logged_node(uri: str, run: RunRecord) -> tuple[dict, Config]:
+    """The loadable config of a logged run, from its ``config.yaml`` artifact, and that config
+    loaded; one line if missing or made by an incompatible plnexp."""
     rid = run.run_id
     fmt = run.provenance
     if fmt is not None and fmt != provenance.PROVENANCE_VERSION:
@@ -129,22 +129,16 @@ def logged_node(uri: str, run: RunRecord) -> dict:
         node = provenance.migrate_node(node)
         if peer_of(run) is not None:
             node = job_node_of_peer(node)
-        config_load.load(node, check_device=False)
-    except ConfigError as e:
-        if "allowed values are paths of existing" in str(e):  # the config is fine, its data file is gone (CSV, .h5ad)
-            raise ConfigError(f"run {rid}: {e}") from None
-        raise ConfigError(
-            f"run {rid}: made by an incompatible older plnexp (its config.yaml does not load: "
-            f"{e}); allowed values are runs logged by plnexp {provenance.package_version()}"
-        ) from None
-    except (ValueError, TypeError, yaml.YAMLError) as e:
+        original = config_load.load(node, check_device=False)
+    except (ValueError, TypeError, yaml.YAMLError) as e:  # (a ConfigError is a ValueError)
+        if isinstance(e, ConfigError) and "allowed values are paths of existing" in str(e):
+            raise ConfigError(f"run {rid}: {e}") from None  # the config is fine, its data file is gone (CSV, .h5ad)
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ConfigError(
             f"run {rid}: made by an incompatible older plnexp (its config.yaml does not load: "
-            f"{first}); allowed values are runs logged by plnexp "
-            f"{provenance.package_version()}"
+            f"{first}); allowed values are runs logged by plnexp {provenance.package_version()}"
         ) from None
-    return node
+    return node, original
 
 
 def peer_of(run: RunRecord) -> str | None:
@@ -182,8 +176,7 @@ def job_node_of_peer(node: dict) -> dict:
 
 
 def source(uri: str, run: RunRecord, overrides: list[str], experiment: str) -> Source:
-    node = logged_node(uri, run)
-    original = config_load.load(node, check_device=False)
+    node, original = logged_node(uri, run)
     node = {**node, "experiment": experiment, "tracking_uri": uri}
     return Source(run, original, config_load.load(apply_overrides(node, overrides)), peer_of(run))
 

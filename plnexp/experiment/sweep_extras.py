@@ -5,6 +5,8 @@ and its peers' fits, planned with the grid (:func:`extras`, from
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..jobs import config as C
 from ..jobs.spec import JobSpec, Kind
 
@@ -23,8 +25,15 @@ def control_reference(configs: list[C.Config]) -> int | None:
         return None
     if len({repr(c.strategy.as_dict()) for c in configs}) < 2:
         return None
-    ref = next((i for i, c in enumerate(configs) if c.strategy.name == "scan"), 0)
+    ref = reference_of(configs)
     return ref if configs[ref].repeats >= MIN_RUNS else None
+
+
+def reference_of(configs: Sequence[C.Config]) -> int:
+    """The reference among ``configs`` (a grid's: the job its control job repeats; a group's, by
+    :mod:`plnexp.experiment.groups`: the job its ratios divide by): the first whose strategy is
+    ``scan``, else the first."""
+    return next((i for i, c in enumerate(configs) if c.strategy.name == "scan"), 0)
 
 
 def extras(grid: list[JobSpec]) -> list[JobSpec]:
