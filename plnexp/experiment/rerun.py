@@ -245,7 +245,9 @@ def pairs(
     ``specs[i]``): the source itself, then one per other replicate of its job (the source with that
     replicate's original run), each with its rerun among ``new_parent``'s children, by the spec's
     job number and the replicate (None: none was recorded)."""
-    new = {(r.job, r.replicate): r for r in store.records.children(uri, new_parent) if r.job is not None}
+    new: dict[tuple[int | None, int], RunRecord] = {
+        (r.job, r.replicate): r for r in store.records.children(uri, new_parent) if r.job is not None
+    }
     earlier = store.records.sweep(uri, parent_run)
     out: list[tuple[int, Source, RunRecord | None]] = []
     for i, (src, spec) in enumerate(zip(sources, specs)):

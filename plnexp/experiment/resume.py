@@ -17,6 +17,7 @@ whose children it reuses. When every job is done already, nothing is created.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..jobs import provenance
@@ -126,7 +127,7 @@ def unlike(config: Config, run: RunRecord, env: dict[str, str]) -> list[str]:
     return _unlike(protocol(config), run.params) + _unlike(env, run.tags, _shown)
 
 
-def _environments():
+def _environments() -> Callable[..., dict[str, str]]:
     """:func:`environment` of a job (``of(job)``), read once per kind of job (what its tags depend
     on: its strategy, device and precision, and whether it runs here)."""
     from .plan import jobs_run_here
@@ -144,7 +145,7 @@ def _environments():
     return of
 
 
-def nearest(jobs, runs, envs=None, *, refused_only: bool = False) -> str:
+def nearest(jobs, runs, envs: Callable | None = None, *, refused_only: bool = False) -> str:
     """Of all (job, run) pairs, the run that differs from a job in the fewest keys (of its config,
     then of how it was timed and run), and how (newest run first on ties). ``refused_only``: only
     the runs of a job's very config (those its timing protocol or environment kept from reuse)."""
@@ -179,7 +180,7 @@ def match(uri: str, experiment: str, jobs) -> Match:
     return Match(done, len(jobs), experiment, nearest(left, runs, envs, refused_only=bool(done)))
 
 
-def _done(runs, jobs, envs=None) -> list[Reused]:
+def _done(runs, jobs, envs: Callable | None = None) -> list[Reused]:
     """A job is done when each of its replicates has a FINISHED run (the newest of those timed and
     run alike: :func:`unlike`), all of one parent run (one program's batch), each on the data it was
     fitted on then."""
