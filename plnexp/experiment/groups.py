@@ -40,6 +40,7 @@ from ..jobs.provenance import config_hash
 from ..measure import paired
 from ..system import interrupts
 from ..system.commandline import first_line
+from .sweep_extras import reference_of
 
 
 HOLD_LIMIT_BYTES = 2 << 30  # the grid's programs the driver keeps for its rounds, their arrays at most
@@ -111,8 +112,8 @@ def finished_members(record, configs: Mapping[int, Config]) -> list[Member]:
     out = []
     for num, rs in sorted(runs.items()):
         k = configs[num].replicates
-        mine = {config_hash(configs[num]), config_hash(configs[num].as_study())}
-        if len(rs) == k and all(r.status == "FINISHED" and r.config_hash in mine for r in rs):
+        mine = config_hash(configs[num])  # (as the sweep ran it, as_study: compile_cache is not hashed)
+        if len(rs) == k and all(r.status == "FINISHED" and r.config_hash == mine for r in rs):
             rs = sorted(rs, key=lambda r: r.replicate)
             out.append(Member(num, configs[num], tuple(r.run_id for r in rs)))
     return out
@@ -132,15 +133,6 @@ def partition(items: Sequence, config_of=lambda item: item.config) -> tuple[list
         else:
             alone.extend(xs)
     return compared, alone
-
-
-def reference_of(members: Sequence[Member]) -> int:
-    """The index of the group's reference: its first scan job, else its first job."""
-    return next((i for i, m in enumerate(members) if m.config.strategy.name == "scan"), 0)
-
-
-def label_of(config: Config, n: int, p: int) -> str:
-    return f"{config.dataset.label} ({n}×{p}), {config.precision.name}, {config.device.value}"
 
 
 def _median(xs: Sequence[float]) -> float:
@@ -204,9 +196,9 @@ def _time_group(members: Sequence[Member], held: Held | None = None) -> V.GroupV
     from .runner import load_data
 
     first = members[0].config
-    ref = reference_of(members)
+    ref = reference_of([m.config for m in members])  # (its first scan job, else its first)
     datas = [load_data(ds) for ds in first.replicate_datasets()]
-    label = label_of(first, datas[0].n, datas[0].p)
+    label = f"{first.dataset.label} ({datas[0].n}×{datas[0].p}), {first.precision.name}, {first.device.value}"
     t0 = time.monotonic()
     programs = []
     for m in members:

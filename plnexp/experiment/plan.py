@@ -48,12 +48,8 @@ def jobs_run_here(overrides) -> bool:
     """Whether the jobs run on this machine (Hydra's basic launcher, joblib), so that their device can
     be checked before any work; a cluster launcher's jobs check it where they run (a CPU login node
     has no GPU)."""
-    launcher = "basic"
-    for o in overrides:
-        key, _, value = o.lstrip("+").partition("=")
-        if key == "hydra/launcher":
-            launcher = value
-    return launcher in LOCAL_LAUNCHERS
+    launcher = next((v for k, v in map(_key_value, reversed(overrides)) if k == "hydra/launcher"), "basic")
+    return launcher in LOCAL_LAUNCHERS  # (the last launcher given)
 
 
 def pop_switch(args: list[str], key: str, default: bool) -> tuple[list[str], bool]:
@@ -88,13 +84,9 @@ def parse(overrides: list[str]):
         raise ConfigError(f"bad override {bad!r}: {str(e).splitlines()[0]}; allowed forms are {FORMS}") from None
 
 
-SLURM_LAUNCHERS = ("slurm", "submitit_slurm")
-# Hydra launchers that come with an optional extra: launcher -> (its module, the extra that installs it)
-EXTRA_LAUNCHERS = {
-    "slurm": ("hydra_plugins.hydra_submitit_launcher", "cluster"),
-    "submitit_slurm": ("hydra_plugins.hydra_submitit_launcher", "cluster"),
-    "submitit_local": ("hydra_plugins.hydra_submitit_launcher", "cluster"),
-}
+# Hydra's submitit launchers: hydra-submitit-launcher's module, which plnexp's cluster extra installs
+SUBMITIT_LAUNCHERS = ("slurm", "submitit_slurm", "submitit_local")
+SUBMITIT = "hydra_plugins.hydra_submitit_launcher"
 
 
 def _check_launcher(parsed) -> None:
@@ -105,15 +97,17 @@ def _check_launcher(parsed) -> None:
     for o in parsed:
         if o.key_or_group == "hydra/launcher" and not o.is_sweep_override():
             name = o.get_value_element_as_str()
-            if name in EXTRA_LAUNCHERS:
-                module, extra = EXTRA_LAUNCHERS[name]
-                if importlib.util.find_spec(module.split(".")[0]) is None or importlib.util.find_spec(module) is None:
+            if name in SUBMITIT_LAUNCHERS:
+                if (
+                    importlib.util.find_spec(SUBMITIT.split(".")[0]) is None
+                    or importlib.util.find_spec(SUBMITIT) is None
+                ):
                     raise ConfigError(
                         f"hydra/launcher={name}: needs hydra-submitit-launcher, which is not installed; "
-                        f"install plnexp's {extra} extra ({install_command(extra)}); allowed values "
+                        f"install plnexp's cluster extra ({install_command('cluster')}); allowed values "
                         f"here are {', '.join(LOCAL_LAUNCHERS)}"
                     )
-                if name in SLURM_LAUNCHERS and shutil.which("sbatch") is None:
+                if name in executors.SLURM and shutil.which("sbatch") is None:
                     raise ConfigError(
                         f"hydra/launcher={name}: sbatch not found on PATH (no SLURM client here): run "
                         "the sweep on a machine that submits to the cluster (a login node); allowed "

@@ -25,8 +25,7 @@ with no finished result to compare with (FAILED, KILLED): not reproduced; 2 bad 
 interrupted.
 
 Where the rest is: what a rerun repeats, rebuilt and checked (:mod:`plnexp.experiment.rerun_sources`);
-how it compares (:mod:`plnexp.experiment.rerun_verdict`); a sweep's rerun, run by run
-(:mod:`plnexp.experiment.rerun_pairs`).
+how it compares (:mod:`plnexp.experiment.rerun_verdict`); a sweep's rerun, run by run (:func:`pairs`).
 """
 
 from __future__ import annotations
@@ -38,11 +37,10 @@ from typing import TYPE_CHECKING
 
 from ..system import interrupts
 from ..jobs import provenance
-from . import rerun_pairs
 from .. import store
 from ..jobs.config import ConfigError
 from ..core.data import DataError
-from ..jobs.spec import JobSpec, Kind
+from ..jobs.spec import JobSpec
 from .executors import InProcess
 from .processes import Ran
 from ..system.commandline import Parser, UsageError, fail
@@ -77,30 +75,10 @@ def parse(args: list[str]) -> tuple[str, list[str], bool] | None:
     return ns.run_id, ns.overrides, ns.strict
 
 
-def job_spec(src: Source, overrides: list[str], num: int | None = None) -> JobSpec:
-    """The rerun of ``src`` as a job: its logged config (the overrides applied), named as a job of
-    that config is (precision=float64 gives ...-f64-...) when overrides change it, else the
-    original's name; tagged with the run it repeats; job number ``num`` of the rerun's sweep. A
-    sweep's control job reruns as the control job (its tags kept: the rerun's A/A pair); a peer's
-    run as a peer's job, its config what the peer runs beside the job it followed."""
-    if src.peer is not None:
-        from ..jobs.peers import PEERS
-        from .peer_runs import peer_config
-
-        pc = peer_config(PEERS[src.peer], src.config)
-        return JobSpec(pc, src.name, num, (), Kind.PEER, {provenance.RERUN_TAG: src.run_id}, peer=src.peer)
-    logged = src.run.overrides + tuple(overrides)  # (job_name names a key given twice once, as it runs)
-    base = src.name.removesuffix(f"-rep{src.run.replicate}") if src.original.replicates > 1 else src.name
-    name = src.config.job_name(logged) if overrides else base  # a replicate's run reruns as its job: one suffix
-    kind = Kind.CONTROL if src.run.control else Kind.JOB
-    tags = {**src.run.control_tags, provenance.RERUN_TAG: src.run_id}
-    return JobSpec(src.config, name, num, logged, kind, tags=tags)
-
-
 def _rerun_one(uri: str, src: Source, overrides: list[str]):
     """The rerun's outcome for the original's replicate (a job of ``replicates=K`` reruns all K, in
     one program as they ran; the original is compared with its own replicate)."""
-    spec = job_spec(src, overrides, 0 if src.peer is not None else None)
+    spec = src.spec(overrides, 0 if src.peer is not None else None)
     if src.peer is not None:
         return _rerun_peer(uri, spec, src.run.experiment_id)
     from . import job_task
@@ -113,7 +91,7 @@ def _rerun_one(uri: str, src: Source, overrides: list[str]):
 
 
 def _rerun_peer(uri: str, spec: JobSpec, experiment_id: str):
-    """The rerun of a peer's run alone (``spec``: :func:`job_spec`): the peer's default fit on the
+    """The rerun of a peer's run alone (``spec``: :meth:`Source.spec`): the peer's default fit on the
     data of the job it followed, a run of its own, through the path of a sweep's peers
     (:func:`plnexp.experiment.peer_runs.run_peer`). A peer not installed here: one line."""
     from .peer_runs import PeerConfig, run_peer
@@ -191,10 +169,9 @@ def _single(uri: str, src: Source, overrides: list[str], env_same: bool, strict:
         except KeyboardInterrupt as e:
             return _stopped(guard, e, "the rerun was recorded KILLED")
     print(f"{outcome.summary()}  (run {outcome.run_id}, rerun_of {src.run_id})", flush=True)
-    v, lines = compare(uri, src, outcome, env_same)
+    failed, lines = compare(uri, src, outcome, env_same, strict)  # (nothing to compare: not reproduced)
     for line in lines:
         print(line)
-    failed = v is None or v.failed(strict)  # nothing to compare, or a rerun that did not finish: not reproduced
     print(f"rerun {'FAILED to reproduce' if failed else 'ok'}: run {outcome.run_id}", flush=True)
     return 1 if failed else 0
 
@@ -214,7 +191,7 @@ def _sweep(
     # installed here is one line, compared below as "no rerun was recorded"
     jobs = [s for s in sources if s.peer is None]
     sources = jobs + [s for s in sources if s.peer is not None]
-    specs = [job_spec(s, overrides, i if i < len(jobs) else i + 1) for i, s in enumerate(sources)]
+    specs = [s.spec(overrides, i if i < len(jobs) else i + 1) for i, s in enumerate(sources)]
 
     task = job_task.Task()
 
@@ -241,14 +218,13 @@ def _sweep(
     if end.summary.store_error:  # said in one line; the comparison would read the store that failed
         return 1
     failed: dict[int, str] = {}  # a job not reproduced, by its place: any of its runs (every replicate's)
-    for i, src, run in rerun_pairs.pairs(uri, parent_run, sources, end.record.parent, len(jobs)):
+    for i, src, run in pairs(uri, parent_run, sources, specs, end.record.parent):
         if run is None:
             failed[i] = sources[i].name
             print(f"[{i + 1}/{len(sources)}] {src.name}: no rerun was recorded")
             continue
         outcome = Ran(run.name, run.status, run.status_reason, run.run_id)  # as recorded (perhaps by another process)
-        v, lines = compare(uri, src, outcome, envs[sources[i].run_id])
-        bad = v is None or v.failed(strict)  # nothing to compare: not reproduced
+        bad, lines = compare(uri, src, outcome, envs[sources[i].run_id], strict)  # (nothing to compare: not reproduced)
         failed.update({i: sources[i].name} if bad else {})
         print(f"[{i + 1}/{len(sources)}] {src.name} (run {outcome.run_id}){' DISAGREES' if bad else ''}")
         for line in lines:
@@ -260,3 +236,25 @@ def _sweep(
         flush=True,
     )
     return 1 if failures else 0
+
+
+def pairs(
+    uri: str, parent_run: RunRecord, sources: list[Source], specs: list[JobSpec], new_parent
+) -> list[tuple[int, Source, RunRecord | None]]:
+    """``(i, source, rerun)`` for each run of each of ``sources`` (replicate 0 of a job, rerun as
+    ``specs[i]``): the source itself, then one per other replicate of its job (the source with that
+    replicate's original run), each with its rerun among ``new_parent``'s children, by the spec's
+    job number and the replicate (None: none was recorded)."""
+    new: dict[tuple[int | None, int], RunRecord] = {
+        (r.job, r.replicate): r for r in store.records.children(uri, new_parent) if r.job is not None
+    }
+    earlier = store.records.sweep(uri, parent_run)
+    out: list[tuple[int, Source, RunRecord | None]] = []
+    for i, (src, spec) in enumerate(zip(sources, specs)):
+        out.append((i, src, new.get((spec.num, 0))))
+        for k in range(1, src.original.replicates if src.peer is None else 1):
+            twin = (r for r in earlier if (r.parent_id, r.job, r.replicate) == (src.run.parent_id, src.run.job, k))
+            original = next(twin, None)
+            if original is not None:
+                out.append((i, replace(src, run=original), new.get((spec.num, k))))
+    return out

@@ -19,6 +19,8 @@ from ..jobs import provenance
 from . import runner
 from .. import store
 from ..jobs.config import Config, ConfigError
+from ..jobs.spec import JobSpec, Kind
+from .sweep_extras import peer_spec
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -46,20 +48,28 @@ class Source:
     def name(self) -> str:
         return self.run.name
 
-    def logged(self, config: Config) -> Config:
-        """What a run of ``config`` logs: the config, or for a peer's run what the peer runs beside
-        the job (:func:`plnexp.experiment.peer_runs.peer_config`)."""
-        if self.peer is None:
-            return config
-        from ..jobs.peers import PEERS
-        from .peer_runs import peer_config
-
-        return peer_config(PEERS[self.peer], config)
+    def spec(self, overrides=(), num: int | None = None, config: Config | None = None) -> JobSpec:
+        """The rerun as a job: the config (default: the rerun's, the overrides applied), named as a
+        job of that config is (precision=float64 gives ...-f64-...) when overrides change it, else
+        the original's name; tagged with the run it repeats; job number ``num`` of the rerun's
+        sweep. A sweep's control job reruns as the control job (its tags kept: the rerun's A/A
+        pair); a peer's run as a peer's job (:func:`plnexp.experiment.sweep_extras.peer_spec`),
+        its config what the peer runs beside the job it followed."""
+        config = self.config if config is None else config
+        rerun_of = {provenance.RERUN_TAG: self.run_id}
+        if self.peer is not None:
+            return peer_spec(self.peer, config, num, rerun_of, self.name)
+        logged = self.run.overrides + tuple(overrides)  # (job_name names a key given twice once, as it runs)
+        base = self.name.removesuffix(f"-rep{self.run.replicate}") if self.original.replicates > 1 else self.name
+        name = config.job_name(logged) if overrides else base  # a replicate's run reruns as its job: one suffix
+        kind = Kind.CONTROL if self.run.control else Kind.JOB
+        return JobSpec(config, name, num, logged, kind, {**self.run.control_tags, **rerun_of})
 
     @property
     def same_config(self) -> bool:
-        recorded = self.run.config_hash or provenance.config_hash(self.logged(self.original))
-        return recorded == provenance.config_hash(self.logged(self.config))
+        """Whether the rerun fits what the original did: its config hash (the original's tag, else
+        its logged config's) is the rerun spec's."""
+        return (self.run.config_hash or self.spec(config=self.original).hash) == self.spec().hash
 
 
 # ---------------------------------------------------------------- rebuilding a run's config
@@ -92,9 +102,9 @@ def apply_overrides(node: dict, overrides: list[str]) -> DictConfig:
     return cfg
 
 
-def logged_node(uri: str, run: RunRecord) -> dict:
-    """The loadable config of a logged run, from its ``config.yaml`` artifact; one line if missing
-    or made by an incompatible plnexp."""
+def logged_node(uri: str, run: RunRecord) -> tuple[dict, Config]:
+    """The loadable config of a logged run, from its ``config.yaml`` artifact, and that config
+    loaded; one line if missing or made by an incompatible plnexp."""
     rid = run.run_id
     fmt = run.provenance
     if fmt is not None and fmt != provenance.PROVENANCE_VERSION:
@@ -119,22 +129,16 @@ def logged_node(uri: str, run: RunRecord) -> dict:
         node = provenance.migrate_node(node)
         if peer_of(run) is not None:
             node = job_node_of_peer(node)
-        config_load.load(node, check_device=False)
-    except ConfigError as e:
-        if "allowed values are paths of existing" in str(e):  # the config is fine, its data file is gone (CSV, .h5ad)
-            raise ConfigError(f"run {rid}: {e}") from None
-        raise ConfigError(
-            f"run {rid}: made by an incompatible older plnexp (its config.yaml does not load: "
-            f"{e}); allowed values are runs logged by plnexp {provenance.package_version()}"
-        ) from None
-    except (ValueError, TypeError, yaml.YAMLError) as e:
+        original = config_load.load(node, check_device=False)
+    except (ValueError, TypeError, yaml.YAMLError) as e:  # (a ConfigError is a ValueError)
+        if isinstance(e, ConfigError) and "allowed values are paths of existing" in str(e):
+            raise ConfigError(f"run {rid}: {e}") from None  # the config is fine, its data file is gone (CSV, .h5ad)
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ConfigError(
             f"run {rid}: made by an incompatible older plnexp (its config.yaml does not load: "
-            f"{first}); allowed values are runs logged by plnexp "
-            f"{provenance.package_version()}"
+            f"{first}); allowed values are runs logged by plnexp {provenance.package_version()}"
         ) from None
-    return node
+    return node, original
 
 
 def peer_of(run: RunRecord) -> str | None:
@@ -172,8 +176,7 @@ def job_node_of_peer(node: dict) -> dict:
 
 
 def source(uri: str, run: RunRecord, overrides: list[str], experiment: str) -> Source:
-    node = logged_node(uri, run)
-    original = config_load.load(node, check_device=False)
+    node, original = logged_node(uri, run)
     node = {**node, "experiment": experiment, "tracking_uri": uri}
     return Source(run, original, config_load.load(apply_overrides(node, overrides)), peer_of(run))
 
@@ -196,7 +199,7 @@ def originals(uri: str, run: RunRecord) -> list[RunRecord]:
     """The runs a rerun of ``run`` repeats: ``[run]``, or for a sweep's parent the runs of the sweep
     (its children and the FINISHED children of the sweeps it resumed: :func:`store.records.sweep`)."""
     runs = store.records.sweep(uri, run)
-    # a job of replicates=K is K runs of one program: it reruns as one job, each run compared (rerun_pairs)
+    # a job of replicates=K is K runs of one program: it reruns as one job, each run compared (rerun.pairs)
     return [r for r in runs if r.replicate == 0] or [run]
 
 

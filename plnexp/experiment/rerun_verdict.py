@@ -99,13 +99,13 @@ def report_environment(src: Source, digest: str) -> list[str]:
     return lines
 
 
-def compare(uri: str, src: Source, outcome, env_same: bool) -> tuple[Verdict | None, list[str]]:
-    """After the rerun: the verdict (None when the original has no finished result: nothing to
-    compare, not reproduced) and the lines."""
+def compare(uri: str, src: Source, outcome, env_same: bool, strict: bool = False) -> tuple[bool, list[str]]:
+    """After the rerun: whether it failed to reproduce (:meth:`Verdict.failed`; an original with no
+    finished result: nothing to compare, not reproduced) and the lines."""
     new_run = store.records.run(uri, outcome.run_id)
     if src.run.status != "FINISHED":
         ended = "" if outcome.status == "FINISHED" else f"; the rerun ended {outcome.status}: {outcome.reason}"
-        return None, [f"the original run was {src.run.status}: no finished result to compare with{ended}"]
+        return True, [f"the original run was {src.run.status}: no finished result to compare with{ended}"]
     v = verdict(
         src,
         env_same,
@@ -126,4 +126,4 @@ def compare(uri: str, src: Source, outcome, env_same: bool) -> tuple[Verdict | N
     lines = [] if v.status_ok else [f"the rerun ended {outcome.status}: {outcome.reason}"]
     lines.append(v.line())
     lines.append(timing_line(dict(src.run.metrics), dict(new_run.metrics) if new_run else {}))
-    return v, lines
+    return v.failed(strict), lines

@@ -17,6 +17,7 @@ whose children it reuses. When every job is done already, nothing is created.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..jobs import provenance
@@ -126,36 +127,36 @@ def unlike(config: Config, run: RunRecord, env: dict[str, str]) -> list[str]:
     return _unlike(protocol(config), run.params) + _unlike(env, run.tags, _shown)
 
 
-class _Environments:
-    """:func:`environment` of each job, read once per kind of job (what its tags depend on: its
-    strategy, device and precision, and whether it runs here)."""
+def _environments() -> Callable[..., dict[str, str]]:
+    """:func:`environment` of a job (``of(job)``), read once per kind of job (what its tags depend
+    on: its strategy, device and precision, and whether it runs here)."""
+    from .plan import jobs_run_here
 
-    def __init__(self) -> None:
-        self.seen: dict[tuple, dict[str, str]] = {}
+    seen: dict[tuple, dict[str, str]] = {}
 
-    def of(self, job) -> dict[str, str]:
-        from .plan import jobs_run_here
-
+    def of(job) -> dict[str, str]:
         c = job.config
         here = jobs_run_here(job.overrides)
         key = (c.strategy.name, c.device.value, c.precision.name, here)
-        if key not in self.seen:
-            self.seen[key] = environment(c, here)
-        return self.seen[key]
+        if key not in seen:
+            seen[key] = environment(c, here)
+        return seen[key]
+
+    return of
 
 
-def nearest(jobs, runs, envs: _Environments | None = None, *, refused_only: bool = False) -> str:
+def nearest(jobs, runs, envs: Callable | None = None, *, refused_only: bool = False) -> str:
     """Of all (job, run) pairs, the run that differs from a job in the fewest keys (of its config,
     then of how it was timed and run), and how (newest run first on ties). ``refused_only``: only
     the runs of a job's very config (those its timing protocol or environment kept from reuse)."""
-    envs = envs or _Environments()
+    envs = envs or _environments()
     pairs: list[tuple[list[str], RunRecord]] = []
     for job in jobs:
         h = provenance.config_hash(job.config)
         for r in runs:
             if refused_only and r.config_hash != h:
                 continue
-            pairs.append((differences(job.config, r.params) + unlike(job.config, r, envs.of(job)), r))
+            pairs.append((differences(job.config, r.params) + unlike(job.config, r, envs(job)), r))
     if not pairs:
         return ""
     diff, run = min(pairs, key=lambda t: len(t[0]))
@@ -172,25 +173,25 @@ def match(uri: str, experiment: str, jobs) -> Match:
     any run when no job is answered; else only a run of a left job's config that was refused for
     how it was timed or run (the jobs an interrupted sweep never ran have none: nothing more said)."""
     runs = store.records.finished_runs(uri, experiment)
-    envs = _Environments()
+    envs = _environments()
     done = _done(runs, jobs, envs)
     answered = {d.job for d in done}
     left = [j for i, j in enumerate(jobs) if i not in answered]
     return Match(done, len(jobs), experiment, nearest(left, runs, envs, refused_only=bool(done)))
 
 
-def _done(runs, jobs, envs: _Environments | None = None) -> list[Reused]:
+def _done(runs, jobs, envs: Callable | None = None) -> list[Reused]:
     """A job is done when each of its replicates has a FINISHED run (the newest of those timed and
     run alike: :func:`unlike`), all of one parent run (one program's batch), each on the data it was
     fitted on then."""
-    envs = envs or _Environments()
+    envs = envs or _environments()
     by_key: dict[tuple[str | None, int], list[RunRecord]] = {}
     for r in runs:  # newest first
         by_key.setdefault(r.key, []).append(r)
     done = []
     for i, job in enumerate(jobs):
         h = provenance.config_hash(job.config)
-        env = envs.of(job)
+        env = envs(job)
         found: list[RunRecord] = []
         for k in range(job.config.replicates):
             alike = [r for r in by_key.get((h, k), []) if not unlike(job.config, r, env)]

@@ -5,6 +5,8 @@ and its peers' fits, planned with the grid (:func:`extras`, from
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..jobs import config as C
 from ..jobs.spec import JobSpec, Kind
 
@@ -23,8 +25,15 @@ def control_reference(configs: list[C.Config]) -> int | None:
         return None
     if len({repr(c.strategy.as_dict()) for c in configs}) < 2:
         return None
-    ref = next((i for i, c in enumerate(configs) if c.strategy.name == "scan"), 0)
+    ref = reference_of(configs)
     return ref if configs[ref].repeats >= MIN_RUNS else None
+
+
+def reference_of(configs: Sequence[C.Config]) -> int:
+    """The reference among ``configs`` (a grid's: the job its control job repeats; a group's, by
+    :mod:`plnexp.experiment.groups`: the job its ratios divide by): the first whose strategy is
+    ``scan``, else the first."""
+    return next((i for i, c in enumerate(configs) if c.strategy.name == "scan"), 0)
 
 
 def extras(grid: list[JobSpec]) -> list[JobSpec]:
@@ -49,7 +58,6 @@ def extras(grid: list[JobSpec]) -> list[JobSpec]:
     from ..jobs import peers as P
     from ..jobs.tags import CONTROL_OF_TAG, CONTROL_TAG
     from ..jobs.tags import PEER_OF_TAG
-    from .peer_runs import peer_config
 
     if not grid:
         return []
@@ -67,7 +75,18 @@ def extras(grid: list[JobSpec]) -> list[JobSpec]:
             fits = P.following(P.PEERS[name], c.model.value, c.rank)
             first.setdefault((c.dataset, fits.cls, fits.rank), i)
         for i in first.values():
-            pc = peer_config(P.PEERS[name], configs[i])
-            out.append(JobSpec(pc, pc.run_name, num, (), Kind.PEER, {PEER_OF_TAG: str(i)}, peer=name))
+            out.append(peer_spec(name, configs[i], num, {PEER_OF_TAG: str(i)}))
             num += 1
     return out
+
+
+def peer_spec(peer: str, config: C.Config, num: int | None, tags: dict[str, str], name: str | None = None) -> JobSpec:
+    """The job of the peer named ``peer`` beside a job of ``config``: its config what the peer runs
+    there (:func:`plnexp.experiment.peer_runs.peer_config`), its run named ``name`` (default: the
+    peer's run name), job number ``num``, tagged ``tags``. A sweep's peers (:func:`extras`) and a
+    rerun's (:meth:`plnexp.experiment.rerun_sources.Source.spec`) are made here."""
+    from ..jobs.peers import PEERS
+    from .peer_runs import peer_config
+
+    pc = peer_config(PEERS[peer], config)
+    return JobSpec(pc, name or pc.run_name, num, (), Kind.PEER, tags, peer=peer)
