@@ -224,7 +224,7 @@ def _sweep(
     end = sweep.session(
         sweep_dir,
         f"{name}-rerun",
-        store.experiment_name(uri, parent_run.experiment_id),
+        store.open(uri).experiment_name(parent_run.experiment_id),
         uri,
         len(jobs),
         {provenance.RERUN_TAG: parent_run.run_id, "command": provenance.command_line()},

@@ -21,8 +21,9 @@ def pairs(
     that replicate's original run), each with its rerun among ``new_parent``'s children (None: none
     was recorded). Source ``i``'s rerun is job ``i``; a peer's (``i >= n_jobs``) is numbered past the
     control job's, ``i + 1``, as a sweep numbers its peers."""
-    new = {(r.job, r.replicate): r for r in store.records.children(uri, new_parent) if r.job is not None}
-    earlier = store.records.sweep(uri, parent_run)
+    db = store.open(uri)
+    new = {(r.job, r.replicate): r for r in db.children(new_parent) if r.job is not None}
+    earlier = db.sweep(parent_run)
     out: list[tuple[int, Source, RunRecord | None]] = []
     for i, src in enumerate(sources):
         num = i if i < n_jobs else i + 1
