@@ -748,7 +748,7 @@ def test_a_sweep_runs_its_control_job_and_the_report_uses_it(outputs, tmp_path, 
     assert control.data.tags[provenance.HASH_TAG] == scan.data.tags[provenance.HASH_TAG]
     assert parent.data.tags["n_done"] == "2" and parent.data.tags["jobs"] == "2"
     # the report: the control is a row, never a contender, and the group's A/A pair
-    rep = report.load(tracking.tracking_uri(), parent)
+    rep = report.load(tracking.tracking_uri(), tracking.record(parent))
     ((_, entries),) = rep.groups.items()
     aa = ranking.noise(entries)
     assert aa.control and aa.known and aa.pairs == 1

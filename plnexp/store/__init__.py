@@ -33,10 +33,7 @@ from __future__ import annotations
 from . import memory
 from . import owners
 from . import pending
-from . import queries
-from . import records
-from .records import RunRecord, Store, record
-from . import running
+from .records import Store, record
 from . import backend
 from . import writes
 from .owners import HOST_TAG, PID_TAG, LocalProcess, SlurmJob
@@ -98,13 +95,9 @@ __all__ = [
     "pending",
     "process_runs",
     "process_tags",
-    "queries",
     "record",
     "open",
-    "RunRecord",
     "Store",
-    "records",
-    "running",
     "set_tags",
     "add_results",
     "log_text",

@@ -218,10 +218,7 @@ FIELDS = {name: d.key for name, d in vars(RunRecord).items() if isinstance(d, _T
 
 
 def record(run) -> RunRecord:
-    """The record of a run as MLflow's client returns it (``info`` and ``data``; the in-memory
-    store's runs have the same surface); a record is returned as it is."""
-    if isinstance(run, RunRecord):
-        return run
+    """The record of a run as MLflow's client returns it (``info`` and ``data``)."""
     info, data = run.info, run.data
     return RunRecord(
         info.run_id,
