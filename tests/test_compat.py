@@ -202,22 +202,6 @@ def test_sqlalchemy_store_is_mlflows(tmp_path, monkeypatch):
     assert made == [("sqlite:///x", "file:///y")]
 
 
-def test_filter_runs_is_mlflows(monkeypatch):
-    from mlflow.entities import Run, RunData, RunInfo, RunTag
-    from mlflow.utils import search_utils
-
-    runs = [
-        Run(RunInfo(i, "1", "", status, 0, None, "active"), RunData(tags=[RunTag("k", i)]))
-        for i, status in (("a", "FINISHED"), ("b", "FAILED"))
-    ]
-    kept = _no_warning(mlflow_compat.filter_runs, runs, "attributes.status = 'FINISHED' and tags.k LIKE 'a%'")
-    assert [r.info.run_id for r in kept] == ["a"]
-    monkeypatch.setattr(search_utils.SearchUtils, "filter", lambda runs, text: ["called", text])
-    monkeypatch.setattr(mlflow_compat, "MLFLOW", OTHER)
-    with pytest.warns(CompatWarning, match="filter_runs"):
-        assert mlflow_compat.filter_runs(runs, "x") == ["called", "x"]
-
-
 def test_credentials_are_mlflows_then_the_variables(tmp_path, monkeypatch):
     import mlflow.utils.credentials as creds
 

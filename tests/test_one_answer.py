@@ -134,7 +134,7 @@ def verdict_order(v: V.GroupVerdict) -> list[str]:
 @pytest.fixture
 def swept():
     uri, pid, v = memory_sweep()
-    rep = report.load(uri, memory.store(uri).get_run(pid))
+    rep = report.load(uri, memory.store(uri).run(pid))
     (read,) = rep.verdicts
     return uri, rep, read
 
@@ -202,7 +202,7 @@ def test_every_table_ranks_as_the_verdict(swept, tmp_path):
 def test_the_printed_table_shows_the_verdicts_figures(swept):
     uri, rep, v = swept
     st = memory.store(uri)
-    rows = [runner.Row(e.name, e.status, dict(st.get_run(e.run_id).data.metrics), 1.0) for e in rep.entries]
+    rows = [runner.Row(e.name, e.status, dict(st.runs[e.run_id].metrics), 1.0) for e in rep.entries]
     text = sweep_table.table(rows)
     lines = text.splitlines()
     printed = {}
@@ -221,7 +221,7 @@ def test_each_runs_ratio_tag_reads_as_the_verdict(swept):
     st = memory.store(uri)
     for s in v.strategies:
         (run_id,) = s.runs
-        text = st.get_run(run_id).data.tags[V.RATIO_TAG]
+        text = st.runs[run_id].tags[V.RATIO_TAG]
         if s.verdict == V.REFERENCE:
             assert text == "1 (the reference)"
         else:
@@ -246,7 +246,7 @@ def test_no_faster_strategy_no_best_of_and_a_plain_headline():
     figure, although fori_loop's single run is half scan's."""
     strategies = {k: val for k, val in STRATEGIES.items() if k != "scan_fused"}
     uri, pid, _ = memory_sweep(strategies)
-    rep = report.load(uri, memory.store(uri).get_run(pid))
+    rep = report.load(uri, memory.store(uri).run(pid))
     metrics, tags = parent.metrics_and_tags(rep)
     assert tags["fastest_strategy"] == ""
     assert not any(k.startswith("best_") for k in metrics)
@@ -323,7 +323,7 @@ def test_group_labels_name_the_model_that_tells_two_groups_apart():
     """Two groups that differ by model alone (as sweep=fused's): each headline names its model, so
     that no two read the same, and each group's table ranks its own runs."""
     uri, pid, _ = memory_sweep(models=("full", "profiled"))
-    rep = report.load(uri, memory.store(uri).get_run(pid))
+    rep = report.load(uri, memory.store(uri).run(pid))
     firsts = [line for line in report.summary_lines(rep) if ": fastest: " in line]
     assert [line.split(": fastest: ")[0] for line in firsts] == [
         "oaks_x100 (11600×114), float32, cpu, model=full",

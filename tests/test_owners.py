@@ -104,15 +104,15 @@ def test_sweep_up_orphans_asks_the_owners(outputs, config, exited_pid, live_pid)
     elsewhere = tracking.start_job(cl, exp, job, tags=LocalProcess("another-host", exited_pid).tags())
     mine = tracking.start_job(cl, exp, job)
     found = tracking.sweep_up_orphans(uri)
-    assert [r.info.run_id for r in found] == [dead]
+    assert [r.run_id for r in found] == [dead]
     st = store_client(outputs)
     run = st.get_run(dead)
     assert run.info.status == "FAILED" and run.data.tags["reason"] == "orphaned"
     assert run.data.tags["status_reason"] == f"orphaned: process {exited_pid} on {here} ended without closing this run"
     for rid in (live, elsewhere, mine):
         assert st.get_run(rid).info.status == "RUNNING"
-    assert [r.info.run_id for r in tracking.process_runs(uri)] == [mine]
-    assert [r.info.run_id for r in tracking.end_process_runs(uri, "KILLED", "test", "interrupted")] == [mine]
+    assert [r.run_id for r in tracking.process_runs(uri)] == [mine]
+    assert [r.run_id for r in tracking.end_process_runs(uri, "KILLED", "test", "interrupted")] == [mine]
     assert st.get_run(live).info.status == "RUNNING" and st.get_run(elsewhere).info.status == "RUNNING"
 
 
@@ -181,10 +181,10 @@ def test_runs_of_a_reused_pid_are_orphans_and_older_runs_are_judged_as_before(ou
         name: cl.create_run(exp, tags={HOST_TAG: here, PID_TAG: str(pid)}).info.run_id
         for name, pid in (("older_dead", exited_pid), ("older_live", live_pid))
     }
-    found = {r.info.run_id for r in tracking.sweep_up_orphans(uri)}
+    found = {r.run_id for r in tracking.sweep_up_orphans(uri)}
     assert found == {theirs, older["older_dead"]}
     st = store_client(outputs)
     run = st.get_run(theirs)
     assert run.info.status == "FAILED" and run.data.tags["reason"] == "orphaned"
     assert st.get_run(mine).info.status == "RUNNING" and st.get_run(older["older_live"]).info.status == "RUNNING"
-    assert [r.info.run_id for r in tracking.process_runs(uri)] == [mine]  # not the stranger's run
+    assert [r.run_id for r in tracking.process_runs(uri)] == [mine]  # not the stranger's run

@@ -1,7 +1,8 @@
 """A run read back as a :class:`plnexp.store.records.RunRecord`: the mapping checked both ways on runs
 written by the real write path (a sweep of one tiny fit and its control job, in the test's sqlite
 store), and the in-memory store (:mod:`plnexp.store.memory`) checked to read those very runs back as
-the same records, so that the unit tests' store cannot drift from the real one."""
+the same records through the same queries (:class:`plnexp.store.records.Store`), so that the unit
+tests' store cannot drift from the real one."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from plnexp.jobs import provenance
 from plnexp.jobs.spec import Kind
 from plnexp.jobs.provenance import RESUMES_TAG
 from plnexp.jobs.tags import CONTROL_OF_TAG, CONTROL_TAG, PARENT_TAG, PEER_TAG, SWEEP_TAG
-from plnexp.store import memory, owners, records
+from plnexp.store import memory, owners
 from plnexp.store.records import FIELDS, RunRecord
 
 TINY = [
@@ -72,8 +73,9 @@ def _check_fields_are_their_tags(rec: RunRecord) -> None:
 
 def test_a_job_run_reads_back_as_its_record(swept):
     uri, record, job = swept
-    (run, control) = records.sweep(uri, record.parent_id)
-    assert run == records.run(uri, run.run_id)
+    db = tracking.open(uri)
+    (run, control) = db.sweep(record.parent_id)
+    assert run == db.run(run.run_id)
     assert (run.name, run.status, run.status_reason, run.deleted) == (job.name, "FINISHED", "", False)
     assert (run.experiment_id, run.parent_id) == (record.experiment_id, record.parent_id)
     assert (run.job, run.kind, run.replicate, run.control_of, run.peer) == (0, Kind.JOB, 0, None, None)
@@ -96,28 +98,32 @@ def test_a_job_run_reads_back_as_its_record(swept):
 
 def test_a_sweeps_parent_reads_back_as_its_record(swept):
     uri, record, _ = swept
-    parent = records.run(uri, record.parent_id)
+    db = tracking.open(uri)
+    parent = db.run(record.parent_id)
     assert parent.is_parent and parent.parent_id == "" and parent.job is None
     assert (parent.sweep, parent.jobs, parent.command, parent.resumes) == ("rec", 1, "sweep rec", ())
     _check_fields_are_their_tags(parent)
-    assert not records.run(uri, records.sweep(uri, parent)[0].run_id).is_parent
-    assert records.run(uri, "0" * 32) is None
+    assert not db.run(db.sweep(parent)[0].run_id).is_parent
+    assert db.run("0" * 32) is None
+    assert db.latest_parent() == db.latest_parent("rec") == parent and db.latest_parent("no-such") is None
 
 
 @pytest.mark.slow
 def test_finished_answers_the_job_runs_of_config_hashes(swept):
     uri, record, job = swept
+    db = tracking.open(uri)
     h = provenance.config_hash(job.config)
-    found = records.finished(uri, "rec", [h, "f" * 16])
+    found = db.finished("rec", [h, "f" * 16])
     assert list(found) == [h]  # an unknown hash is left out
     (run,) = found[h]  # the control job repeats the config but answers no job
     assert (run.job, run.kind) == (0, Kind.JOB)
-    assert records.finished_runs(uri, "rec") == found[h]
-    assert records.finished(uri, "no-such-experiment", [h]) == {}
+    assert db.finished_runs("rec") == found[h]
+    assert db.finished("no-such-experiment", [h]) == {}
 
 
-def _copy_to_memory(uri: str, runs: list[RunRecord]) -> str:
-    """The runs, as plain dicts, in a new in-memory store (one experiment, ``rec``)."""
+def _copy_to_memory(db: tracking.Store, runs: list[RunRecord]) -> str:
+    """The runs, as plain dicts, with their ELBO curves and config artifacts, in a new in-memory store
+    (one experiment, ``rec``)."""
     mem = memory.new()
     st = memory.store(mem)
     for r in runs:
@@ -131,25 +137,34 @@ def _copy_to_memory(uri: str, runs: list[RunRecord]) -> str:
             start_time=r.start_time,
             end_time=r.end_time,
             run_id=r.run_id,
+            histories={"elbo": db.curve(r.run_id)},
+            artifacts={"config.yaml": db.artifact(r.run_id, "config.yaml")},
         )
     return mem
 
 
 def test_the_in_memory_store_reads_back_the_real_runs_as_the_same_records(swept):
     uri, record, job = swept
-    parent = records.run(uri, record.parent_id)
-    real = records.sweep(uri, parent)
-    mem = _copy_to_memory(uri, [parent, *real])
+    db = tracking.open(uri)
+    parent = db.run(record.parent_id)
+    real = db.sweep(parent)
+    mem = tracking.open(_copy_to_memory(db, [parent, *real]))
+    assert isinstance(mem, memory.MemoryStore)
 
     def alike(a: list[RunRecord], b: list[RunRecord]) -> bool:  # the experiment's id is the store's own
         return [replace(r, experiment_id="") for r in a] == [replace(r, experiment_id="") for r in b]
 
-    assert alike([records.run(mem, parent.run_id)], [parent])
-    assert alike(records.sweep(mem, parent.run_id), real)
-    assert alike(records.children(mem, parent.run_id), records.children(uri, parent.run_id))
+    assert alike([mem.run(parent.run_id)], [parent])
+    assert alike(mem.sweep(parent.run_id), real)
+    assert alike(mem.children(mem.run(parent.run_id)), db.children(parent))
     h = provenance.config_hash(job.config)
-    assert alike(records.finished(mem, "rec", [h])[h], records.finished(uri, "rec", [h])[h])
-    assert records.run(mem, "0" * 32) is None
+    assert alike(mem.finished("rec", [h])[h], db.finished("rec", [h])[h])
+    assert alike([mem.latest_parent("rec")], [db.latest_parent("rec")])
+    assert alike(mem.search(None, tags={SWEEP_TAG: None}), db.search(None, tags={SWEEP_TAG: None}))
+    assert mem.run("0" * 32) is None
+    run = real[0]
+    assert (mem.curve(run.run_id) == db.curve(run.run_id)).all() and len(db.curve(run.run_id)) == 3
+    assert mem.artifact(run.run_id, "config.yaml") == db.artifact(run.run_id, "config.yaml")
 
 
 # ---------------------------------------------------------------- a sweep's runs, on the in-memory store
@@ -164,8 +179,7 @@ def _job(st: memory.MemoryStore, parent: str, num: int, h: str, status: str = "F
 
 
 def test_a_resumed_sweeps_runs_are_its_own_and_the_earlier_finished_ones_it_reused():
-    mem = memory.new()
-    st = memory.store(mem)
+    st = memory.store(memory.new())
     first = st.add("exp", "first", tags={SWEEP_TAG: "s"})
     _job(st, first, 0, "a")
     failed = _job(st, first, 1, "b", status="FAILED")
@@ -175,26 +189,25 @@ def test_a_resumed_sweeps_runs_are_its_own_and_the_earlier_finished_ones_it_reus
     again = _job(st, second, 0, "a")
     retried = _job(st, second, 1, "b")
     control = _job(st, second, 3, "c", **{CONTROL_TAG: "true", CONTROL_OF_TAG: "2"})  # its control: c again
-    got = [r.run_id for r in records.sweep(mem, second)]
+    got = [r.run_id for r in st.sweep(second)]
     # its own runs; of the earlier sweep's, the FINISHED run of c (its own control answers no job),
     # never the earlier control nor the FAILED run; in job order
     assert got == [again, retried, reused, control]
     assert hidden not in got and failed not in got
-    assert [r.run_id for r in records.children(mem, second)] == [again, retried, control]
-    assert records.sweep(mem, again) == []  # a job's run is no sweep's parent
+    assert [r.run_id for r in st.children(st.run(second))] == [again, retried, control]
+    assert st.sweep(again) == []  # a job's run is no sweep's parent
+    assert st.latest_parent().run_id == second and st.latest_parent("exp").run_id == second
 
 
-def test_the_in_memory_store_filters_as_the_queries_ask():
-    mem = memory.new()
-    st = memory.store(mem)
+def test_the_in_memory_store_searches_as_the_queries_ask():
+    st = memory.store(memory.new())
     a = st.add("exp", "a", tags={PEER_TAG: "pyplnmodels", provenance.HASH_TAG: "h"}, metrics={"x": 2.0})
-    st.add("exp", "b", "FAILED", tags={provenance.HASH_TAG: "h"})
-    assert [r.run_id for r in records.finished_runs(mem, "exp")] == [a]  # FINISHED, with a config hash
-    assert records.run(mem, a).kind is Kind.PEER and records.run(mem, a).peer == "pyplnmodels"
-    assert len(st.search_runs(["1"], "tags.`plnexp.peer` LIKE 'pypln%' and attributes.status = 'FINISHED'")) == 1
-    assert len(st.search_runs(["1"], "attributes.status != 'FINISHED'")) == 1
-    assert [r.info.run_id for r in st.search_runs(["1"], "metrics.x > 1")] == [a]  # MLflow's own filter
-    from mlflow.exceptions import MlflowException
-
-    with pytest.raises(MlflowException, match="Invalid"):  # refused as MLflow's stores refuse it
-        st.search_runs(["1"], "metrics.x >> 1")
+    b = st.add("exp", "b", "FAILED", tags={provenance.HASH_TAG: "h"})
+    gone = st.add("exp", "c", tags={provenance.HASH_TAG: "h"}, deleted=True)
+    assert [r.run_id for r in st.finished_runs("exp")] == [a]  # FINISHED, with a config hash, not deleted
+    assert st.run(a).kind is Kind.PEER and st.run(a).peer == "pyplnmodels" and st.run(a).metrics == {"x": 2.0}
+    assert [r.run_id for r in st.search(["1"], "FINISHED", {PEER_TAG: "pyplnmodels"})] == [a]
+    assert [r.run_id for r in st.search(["1"], "FAILED")] == [b]
+    assert [r.run_id for r in st.search(None, tags={provenance.HASH_TAG: None})] == [a, b]  # any value
+    assert st.search(["1"], tags={PEER_TAG: "pypln"}) == [] and st.search(["2"]) == []  # one experiment
+    assert st.run(gone).deleted  # a deleted run is read by its id, and found by no search

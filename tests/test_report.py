@@ -203,7 +203,7 @@ def test_report_numbers_equal_the_logged_metrics(outputs, tmp_path, monkeypatch)
 def test_terminal_summary_names_the_fastest_and_the_failures(outputs, tmp_path, monkeypatch):
     keys = [("eager", 30), ("scan", 30), ("fori_loop", 30)]
     record = fake_sweep(tmp_path, monkeypatch, keys, control=("scan", 30))
-    rep = report.load(tracking.tracking_uri(), tracking.find_run(tracking.tracking_uri(), record.parent_id))
+    rep = report.load(tracking.tracking_uri(), tracking.open(tracking.tracking_uri()).run(record.parent_id))
     lines = report.summary_lines(rep)
     # 5 runs each, interquartile ranges 1.98-2.02 (scan) and 2.475-2.525 (fori_loop): apart; the
     # control job landed on scan's timings (0% apart)
@@ -220,7 +220,7 @@ def test_terminal_summary_names_the_fastest_and_the_failures(outputs, tmp_path, 
     )
     # the same sweep without its control job: no noise estimate, no winner, said so
     plain = fake_sweep(tmp_path, monkeypatch, keys, name="plain")
-    rep = report.load(tracking.tracking_uri(), tracking.find_run(tracking.tracking_uri(), plain.parent_id))
+    rep = report.load(tracking.tracking_uri(), tracking.open(tracking.tracking_uri()).run(plain.parent_id))
     assert report.summary_lines(rep)[0].startswith(
         "no winner named on synthetic_n30_p5_d2_s0 (30×5), float32, cpu: no noise estimate: no A/A pair"
     )
@@ -273,7 +273,7 @@ def test_bad_report_requests_are_one_line_and_exit_2(outputs, capsys, args, mess
 
 def test_report_on_a_job_or_a_single_run_names_the_parent(outputs, tmp_path, monkeypatch, capsys):
     record = fake_sweep(tmp_path, monkeypatch, [("scan", 30)])
-    child = tracking.records.sweep(tracking.tracking_uri(), record.parent_id)[0]
+    child = tracking.open(tracking.tracking_uri()).sweep(record.parent_id)[0]
     assert report.main(["--run", child.run_id]) == 2
     assert f"a job of the sweep whose parent run is {record.parent_id}" in capsys.readouterr().err
     single = runner.run_job(job_config("scan", 30), (), "single")
@@ -365,7 +365,7 @@ def test_a_real_sweep_reports_at_its_end(swept):
     assert folder.name == swept.parent_id
     md = (folder / "report.md").read_text()
     assert "oaks (116×114), float32, cpu:" in md and "\n| scan | " in md and "\n| fori_loop | " in md
-    rep = report.load(swept.uri, tracking.find_run(swept.uri, swept.parent_id))
+    rep = report.load(swept.uri, tracking.open(swept.uri).run(swept.parent_id))
     (verdict,) = rep.verdicts
     assert verdict.reference == "scan" and {s.strategy for s in verdict.strategies} == {"scan", "fori_loop"}
     first = plain.lines(verdict, rep.group_label(next(iter(rep.groups))))[0]  # the plain headline
@@ -481,7 +481,7 @@ def test_panels_and_references_never_cross_precision_or_model(outputs, tmp_path,
     sweep.close_sweep(record, "FINISHED")
     panels = []
     monkeypatch.setattr(sweep_plots, "elbo_curves_png", lambda p, path: panels.extend(p))
-    rep = report.load(uri, tracking.find_run(uri, record.parent_id))
+    rep = report.load(uri, tracking.open(uri).run(record.parent_id))
     sweep_figures.figures(rep, tmp_path)
     assert len(panels) == len(rep.groups) == 4
     for panel in panels:
@@ -516,7 +516,7 @@ def test_the_summary_counts_the_whole_grid(outputs, tmp_path, monkeypatch):
     for i, strategy in enumerate(("scan", "fori_loop")):
         runner.run_job(job_config(strategy, 30), (), strategy, parent=record.parent, job_num=i)
     sweep.close_sweep(record, "KILLED")
-    rep = report.load(uri, tracking.find_run(uri, record.parent_id))
+    rep = report.load(uri, tracking.open(uri).run(record.parent_id))
     assert report.summary_lines(rep)[-1] == "2 of 4 jobs finished (2 not started)"
 
 
@@ -748,7 +748,7 @@ def test_a_sweep_runs_its_control_job_and_the_report_uses_it(outputs, tmp_path, 
     assert control.data.tags[provenance.HASH_TAG] == scan.data.tags[provenance.HASH_TAG]
     assert parent.data.tags["n_done"] == "2" and parent.data.tags["jobs"] == "2"
     # the report: the control is a row, never a contender, and the group's A/A pair
-    rep = report.load(tracking.tracking_uri(), parent)
+    rep = report.load(tracking.tracking_uri(), tracking.record(parent))
     ((_, entries),) = rep.groups.items()
     aa = ranking.noise(entries)
     assert aa.control and aa.known and aa.pairs == 1
@@ -810,7 +810,7 @@ def test_a_resumed_sweep_runs_its_control_again_and_reports_its_original(outputs
     assert "resume: 2 of 3 job(s) matched" in again.stdout and "[control] control-scan" in again.stdout, again.stdout
     assert "3/3 jobs + the control job (2 FINISHED earlier), 0 failed" in again.stdout, again.stdout
     uri = tracking.tracking_uri()
-    rep = report.load(uri, tracking.latest_parent(uri, "res"))
+    rep = report.load(uri, tracking.open(uri).latest_parent("res"))
     assert sorted(e.label for e in rep.entries) == ["eager", "fori_loop", "scan", "scan (control)"]
     (control,) = [e for e in rep.entries if e.control]
     (scan,) = [e for e in rep.entries if e.strategy == "scan" and not e.control]

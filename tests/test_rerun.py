@@ -615,7 +615,7 @@ def test_a_run_killed_before_it_logged_anything_can_be_rerun(outputs, capsys):
     out = runner.Outcome(job.name, tuple(job.overrides), job.config)
     run_id = tracking.start_job(cl, tracking.experiment_id(cl, "rr"), out)
     cl.set_terminated(run_id, "KILLED")  # as the launcher ends the run of a worker killed mid-fit
-    assert tracking.read_artifact(uri, run_id, "config.yaml") == out.config_yaml()
+    assert tracking.open(uri).artifact(run_id, "config.yaml") == out.config_yaml()
     assert main(["rerun", run_id]) == 1
     text = capsys.readouterr().out
     assert "the original run was KILLED: no finished result to compare with" in text, text

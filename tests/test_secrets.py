@@ -284,7 +284,7 @@ def test_a_token_in_the_environment_is_never_written(plnexp_main, outputs, monke
     assert (ran.stdout + ran.stderr).count("tok-5ecret-42") == 0
     assert _count(outputs, "tok-5ecret-42") == {}
     (run,) = tracking.client(tracking.tracking_uri()).search_runs(
-        [tracking.find_experiment(tracking.tracking_uri(), "secrets")]
+        [tracking.open(tracking.tracking_uri()).find_experiment("secrets")]
     )
     assert run.info.status == "FINISHED"
 

@@ -274,7 +274,7 @@ def test_sweep_up_marks_the_runs_of_ended_slurm_jobs_failed_and_leaves_the_other
         )
     }
     found = tracking.sweep_up_orphans(uri)
-    assert sorted(r.info.run_id for r in found) == sorted([runs["cancelled"], runs["cancelled_too"]])
+    assert sorted(r.run_id for r in found) == sorted([runs["cancelled"], runs["cancelled_too"]])
     st = store_client(outputs)
     run = st.get_run(runs["cancelled"])
     assert run.info.status == "FAILED" and run.data.tags["reason"] == "slurm job 7_1 CANCELLED"

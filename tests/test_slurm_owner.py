@@ -290,7 +290,7 @@ def test_sweep_up_fails_the_runs_of_ended_jobs_only(scheduler, outputs, config, 
     assert tracking.sweep_up_orphans(uri) == []
     monkeypatch.delenv("FAKE_SLURM_DOWN")
     (done,) = tracking.sweep_up_orphans(uri)  # now the scheduler says it completed
-    assert done.info.run_id == runs["running"] and done.data.tags["reason"] == "slurm job 7_1 COMPLETED"
+    assert done.run_id == runs["running"] and done.tags["reason"] == "slurm job 7_1 COMPLETED"
 
 
 @pytest.mark.parametrize("status, reason", [("FINISHED", ""), ("KILLED", "interrupted by SIGINT")])

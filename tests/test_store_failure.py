@@ -97,6 +97,7 @@ def _record(uri="http://127.0.0.1:1") -> sweep_record.SweepRecord:
 def test_close_sweep_never_raises_when_the_store_fails(monkeypatch, capsys, outputs):
     monkeypatch.setattr(tracking, "client", lambda uri: _Down())
     monkeypatch.setattr("plnexp.store.running.client", lambda uri: _Down())
+    monkeypatch.setattr("plnexp.store.queries.client", lambda uri: _Down())
     monkeypatch.setattr("plnexp.store.writes.client", lambda uri: _Down())
     record = _record()
     task = job_task.Task()  # what the driver's jobs saw, kept by the sweep's Task

@@ -232,7 +232,7 @@ def test_orphans_of_dead_processes_are_marked_failed(outputs, config, exited_pid
     mine = tracking.start_job(cl, exp, job)  # this process: alive
     elsewhere = tracking.start_job(cl, exp, job, tags={tracking.HOST_TAG: "another-host", tracking.PID_TAG: dead})
     found = tracking.sweep_up_orphans(uri)
-    assert [r.info.run_id for r in found] == [orphan]
+    assert [r.run_id for r in found] == [orphan]
     st = store_client(outputs)
     run = st.get_run(orphan)
     assert run.info.status == "FAILED" and run.data.tags["reason"] == "orphaned"

@@ -37,15 +37,14 @@ def address(uri: str, host: str, port: int) -> tuple[str, str]:
     server's root where the store holds no sweep yet (or cannot be read)."""
     root = base(host, port)
     try:
-        latest = store.latest_parent(uri)
+        latest = store.open(uri).latest_parent()
     except Exception:  # noqa: BLE001 - no store yet, or one that fails: the root, said so
         latest = None
     if latest is None:
         return f"{root}/", "the dashboard (no sweep in the store yet: python -m plnexp sweep)"
-    exp = latest.info.experiment_id
     return (
-        f"{root}/{study_link(exp)}",
-        f"the study of the latest sweep ({latest.info.run_name or latest.info.run_id}): its runs, the reference "
+        f"{root}/{study_link(latest.experiment_id)}",
+        f"the study of the latest sweep ({latest.name or latest.run_id}): its runs, the reference "
         "first, verdict and paired ratio first (MLflow's Model training view; its landing page opens on GenAI's)",
     )
 

@@ -92,7 +92,7 @@ def sync(args: list[str]) -> int:
 def sweep_up(uri: str) -> None:
     """Mark FAILED the runs whose owners are gone; one line per kind of owner (the states of the
     SLURM jobs read back from the reason each run was ended with: ``slurm job <id> <state>``)."""
-    orphans = [store.record(r) for r in store.sweep_up_orphans(uri)]
+    orphans = store.sweep_up_orphans(uri)
     jobs = [r for r in orphans if isinstance(r.owner, store.SlurmJob)]
     local = [r for r in orphans if not isinstance(r.owner, store.SlurmJob)]
     if local:

@@ -102,12 +102,13 @@ def finished_members(record, configs: Mapping[int, Config]) -> list[Member]:
     """The jobs of ``configs`` (by job number) whose runs (every replicate's) FINISHED in this sweep,
     in job order."""
     runs: dict[int, list] = {}
-    for r in store.records.children(record.uri, record.parent):
+    db = store.open(record.uri)
+    for r in db.children(record.parent):
         if r.job is not None and r.job in configs:
             runs.setdefault(r.job, []).append(r)
     for d in getattr(record, "reused", ()):  # a resumed sweep's jobs that earlier runs answer: timed too
         if d.job in configs and d.job not in runs:
-            found = (store.records.run(record.uri, i) for i in d.run_ids or (d.run_id,))
+            found = (db.run(i) for i in d.run_ids or (d.run_id,))
             runs[d.job] = [r for r in found if r is not None]
     out = []
     for num, rs in sorted(runs.items()):

@@ -201,7 +201,7 @@ def _sweep(
     end = sweep.session(
         sweep_dir,
         f"{name}-rerun",
-        store.experiment_name(uri, parent_run.experiment_id),
+        store.open(uri).experiment_name(parent_run.experiment_id),
         uri,
         len(jobs),
         {provenance.RERUN_TAG: parent_run.run_id, "command": provenance.command_line()},
@@ -245,10 +245,11 @@ def pairs(
     ``specs[i]``): the source itself, then one per other replicate of its job (the source with that
     replicate's original run), each with its rerun among ``new_parent``'s children, by the spec's
     job number and the replicate (None: none was recorded)."""
+    db = store.open(uri)
     new: dict[tuple[int | None, int], RunRecord] = {
-        (r.job, r.replicate): r for r in store.records.children(uri, new_parent) if r.job is not None
+        (r.job, r.replicate): r for r in db.children(new_parent) if r.job is not None
     }
-    earlier = store.records.sweep(uri, parent_run)
+    earlier = db.sweep(parent_run)
     out: list[tuple[int, Source, RunRecord | None]] = []
     for i, (src, spec) in enumerate(zip(sources, specs)):
         out.append((i, src, new.get((spec.num, 0))))

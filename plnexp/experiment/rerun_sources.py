@@ -113,7 +113,7 @@ def logged_node(uri: str, run: RunRecord) -> tuple[dict, Config]:
             f"provenance format {fmt}; allowed values are runs of format "
             f"{provenance.PROVENANCE_VERSION} (plnexp {provenance.package_version()})"
         )
-    text = store.read_artifact(uri, rid, "config.yaml")
+    text = store.open(uri).artifact(rid, "config.yaml")
     if text is None:
         raise ConfigError(
             f"run {rid} ({run.name}): its config artifact config.yaml is missing; allowed "
@@ -186,7 +186,7 @@ def find(uri: str, run_id: str) -> RunRecord:
         raise ConfigError(
             f"run id {run_id!r}: malformed; allowed values are MLflow run ids (32 hexadecimal characters)"
         )
-    run = store.records.run(uri, run_id)
+    run = store.open(uri).run(run_id)
     if run is None or run.deleted:
         raise ConfigError(
             f"run {run_id}: not found in the store {uri}; allowed values are ids of runs in this "
@@ -197,8 +197,8 @@ def find(uri: str, run_id: str) -> RunRecord:
 
 def originals(uri: str, run: RunRecord) -> list[RunRecord]:
     """The runs a rerun of ``run`` repeats: ``[run]``, or for a sweep's parent the runs of the sweep
-    (its children and the FINISHED children of the sweeps it resumed: :func:`store.records.sweep`)."""
-    runs = store.records.sweep(uri, run)
+    (its children and the FINISHED children of the sweeps it resumed: :meth:`plnexp.store.Store.sweep`)."""
+    runs = store.open(uri).sweep(run)
     # a job of replicates=K is K runs of one program: it reruns as one job, each run compared (rerun.pairs)
     return [r for r in runs if r.replicate == 0] or [run]
 
@@ -233,8 +233,9 @@ def prepare(
             flush=True,
         )
     run = find(uri, run_id)
-    experiment = store.experiment_name(uri, run.experiment_id)
-    for r in [run, *store.records.children(uri, run)]:
+    db = store.open(uri)
+    experiment = db.experiment_name(run.experiment_id)
+    for r in [run, *db.children(run)]:
         if r.status == "RUNNING":
             of = "" if r is run else f" ({r.name}) of sweep {run_id}"
             raise ConfigError(

@@ -102,15 +102,16 @@ def report_environment(src: Source, digest: str) -> list[str]:
 def compare(uri: str, src: Source, outcome, env_same: bool, strict: bool = False) -> tuple[bool, list[str]]:
     """After the rerun: whether it failed to reproduce (:meth:`Verdict.failed`; an original with no
     finished result: nothing to compare, not reproduced) and the lines."""
-    new_run = store.records.run(uri, outcome.run_id)
+    db = store.open(uri)
+    new_run = db.run(outcome.run_id)
     if src.run.status != "FINISHED":
         ended = "" if outcome.status == "FINISHED" else f"; the rerun ended {outcome.status}: {outcome.reason}"
         return True, [f"the original run was {src.run.status}: no finished result to compare with{ended}"]
     v = verdict(
         src,
         env_same,
-        store.read_curve(uri, src.run_id),
-        store.read_curve(uri, outcome.run_id),
+        db.curve(src.run_id),
+        db.curve(outcome.run_id),
         status_ok=outcome.status == "FINISHED",
     )
     store.set_tags(

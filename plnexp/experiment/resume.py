@@ -172,7 +172,7 @@ def match(uri: str, experiment: str, jobs) -> Match:
     FINISHED run of the experiment nearest to the jobs left to run:
     any run when no job is answered; else only a run of a left job's config that was refused for
     how it was timed or run (the jobs an interrupted sweep never ran have none: nothing more said)."""
-    runs = store.records.finished_runs(uri, experiment)
+    runs = store.open(uri).finished_runs(experiment)
     envs = _environments()
     done = _done(runs, jobs, envs)
     answered = {d.job for d in done}
@@ -259,7 +259,7 @@ def rounds_owed(uri: str, configs: list[Config], done: list[Reused]) -> bool:
     timed = {i for group in compared for i, _ in group}
     for d in done:
         if d.job in timed:
-            run = store.records.run(uri, d.run_id)
+            run = store.open(uri).run(d.run_id)
             if run is not None and not run.verdict:
                 return True
     return False
@@ -271,7 +271,7 @@ def rows(uri: str, reused) -> list[dict]:
     out = []
     for d in reused:
         for k, run_id in enumerate(d.run_ids or (d.run_id,)):
-            r = store.records.run(uri, run_id)
+            r = store.open(uri).run(run_id)
             if r is not None:
                 out.append(
                     {

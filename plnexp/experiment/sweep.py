@@ -188,7 +188,7 @@ def force_stop(record: SweepRecord | None, uri: str, signame: str, seen: dict | 
 
 def killed_line(uri: str) -> str:
     """What an interrupted single ``run`` says: its run id (the runs this process created)."""
-    ids = ", ".join(r.info.run_id for r in store.process_runs(uri))
+    ids = ", ".join(r.run_id for r in store.process_runs(uri))
     return f"the run {ids} was recorded KILLED" if ids else "no run had been created"
 
 

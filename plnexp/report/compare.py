@@ -92,14 +92,15 @@ def store_of(args: list[str]) -> str | None:
 
 def side(uri: str, run_id: str) -> Side:
     """Run ``run_id`` of the store, read back; ConfigError (one line) if it is missing or has no HLO."""
-    run = store.records.run(uri, run_id)
+    db = store.open(uri)
+    run = db.run(run_id)
     if run is None or run.deleted:
         raise ConfigError(
             f"run {run_id}: not found in the store {uri}; allowed values are ids of runs in this store "
             "(tracking_uri=, MLFLOW_TRACKING_URI or PLNEXP_OUTPUTS selects another)"
         )
     name = run.name
-    text = store.read_artifact(uri, run_id, HLO)  # program.hlo.txt, or its .gz; None without one
+    text = db.artifact(run_id, HLO)  # program.hlo.txt, or its .gz; None without one
     if not text:
         raise ConfigError(
             f"run {run_id} ({name}): has no {HLO} artifact, so no compiled XLA program to compare "

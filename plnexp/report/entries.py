@@ -327,8 +327,9 @@ def _grouping_keys(entries: list[Entry]) -> list[str]:
 
 def find_parent(uri: str, experiment: str | None, run_id: str | None) -> RunRecord:
     """The sweep's parent run that the report is about; ConfigError (one line) when there is none."""
+    db = store.open(uri)
     if run_id:
-        run = store.records.run(uri, run_id)
+        run = db.run(run_id)
         if run is None or run.deleted:
             raise ConfigError(
                 f"--run {run_id}: not found in the store {uri}; allowed values are ids of sweeps' "
@@ -345,16 +346,16 @@ def find_parent(uri: str, experiment: str | None, run_id: str | None) -> RunReco
                 f"--run {run_id}: a single run, not a sweep; allowed values are ids of sweeps' parent runs"
             )
         return run
-    if experiment is not None and store.find_experiment(uri, experiment) is None:
-        names = ", ".join(store.experiment_names(uri)) or "none: the store is empty"
+    if experiment is not None and db.find_experiment(experiment) is None:
+        names = ", ".join(db.experiment_names()) or "none: the store is empty"
         raise ConfigError(
             f"--experiment {experiment}: no such experiment in the store {uri}; allowed values are {names}"
         )
-    latest = store.latest_parent(uri, experiment)
+    latest = db.latest_parent(experiment)
     if latest is None:
         where = f"experiment {experiment!r}" if experiment else f"the store {uri}"
         raise ConfigError(f"{where} holds no sweep (no parent run); run `python -m plnexp sweep` first")
-    return store.record(latest)
+    return latest
 
 
 def _min_speedup(entries: list[Entry]) -> float:
@@ -370,21 +371,19 @@ def _min_speedup(entries: list[Entry]) -> float:
     return ranking.MIN_SPEEDUP
 
 
-def load(uri: str, parent, min_speedup: float | None = None) -> Report:
-    """The sweep's runs (:func:`plnexp.store.records.sweep`) read back from the store, with their ELBO
+def load(uri: str, parent: RunRecord, min_speedup: float | None = None) -> Report:
+    """The sweep's runs (:meth:`plnexp.store.Store.sweep`) read back from the store, with their ELBO
     curves, compared; ranked with the minimum effect ``min_speedup`` (None: the sweep's own
-    ``report.min_speedup``). ``parent``: the sweep's parent run (a record, or a run as the store's
-    queries return it)."""
-    parent = store.record(parent)
-    runs = store.records.sweep(uri, parent)
-    curves = store.read_curves(uri, [r.run_id for r in runs])
-    every = _label_strategies([_entry(r, curves[r.run_id]) for r in runs])
+    ``report.min_speedup``). ``parent``: the sweep's parent run's record."""
+    db = store.open(uri)
+    runs = db.sweep(parent)
+    every = _label_strategies([_entry(r, db.curve(r.run_id)) for r in runs])
     entries = [e for e in every if provenance.replicate(e.tags) == 0]  # a job's timing, and curve vs scan's
     keys = _grouping_keys([e for e in entries if not e.peer])  # a peer's own params group nothing
     for e in every:
         e.extra = tuple(e.params.get(k, "") for k in keys)
     report = Report(
-        store.experiment_name(uri, parent.experiment_id),
+        db.experiment_name(parent.experiment_id),
         parent,
         entries,
         keys,
@@ -399,7 +398,7 @@ def load(uri: str, parent, min_speedup: float | None = None) -> Report:
 def read_verdicts(uri: str, parent_id: str) -> list[V.GroupVerdict]:
     """The parent run's verdict.json (:mod:`plnexp.jobs.verdicts`): [] where it has none (a sweep
     without rounds, or older) or one of another schema (said in one warning line)."""
-    text = store.read_artifact(uri, parent_id, V.ARTIFACT)
+    text = store.open(uri).artifact(parent_id, V.ARTIFACT)
     if not text:
         return []
     try:

@@ -1,7 +1,7 @@
 """``python -m plnexp report [--experiment NAME] [--run PARENT_ID] [--out DIR] [--min-speedup X]``: what a sweep shows.
 
 Reads a sweep's runs back from MLflow (never from a process's memory: the children of the parent
-run, and for a resumed sweep the runs it reused, see :func:`plnexp.store.records.sweep`) and writes
+run, and for a resumed sweep the runs it reused, see :meth:`plnexp.store.Store.sweep`) and writes
 into ``<outputs>/reports/<experiment>/<parent run id>/`` (or ``--out``), whole or not at all:
 
 - ``report.html`` (:mod:`plnexp.report.document`): the verdict's plain headline first, one compact table

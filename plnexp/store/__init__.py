@@ -19,11 +19,13 @@ One module per responsibility; the names the other layers use are re-exported he
   whether it is alive
 - :mod:`.pending`: a fit's result that the store did not take, kept locally and sent later
 - :mod:`.running`: the runs left RUNNING, ended only by their owner or once it is gone
-- :mod:`.queries`: reading runs, curves, artifacts and experiments back
 - :mod:`.records`: a run read back as a typed :class:`RunRecord` (one versioned mapping), and the
-  queries that answer records: a run, a sweep's runs, the finished runs of config hashes
-- :mod:`.memory`: an in-memory store (``memory:NAME``) the record queries read as a real one: the
-  unit tests'
+  :class:`Store` protocol whose queries answer records: a run, a sweep's runs, the finished runs of
+  config hashes, curves, artifacts, experiments
+- :mod:`.queries`: the MLflow store read as records (:class:`~.queries.MlflowStore`), and
+  :func:`open`: the store of a URI
+- :mod:`.memory`: an in-memory store (``memory:NAME``, the unit tests') holding records, read through
+  the same queries
 """
 
 from __future__ import annotations
@@ -31,23 +33,11 @@ from __future__ import annotations
 from . import memory
 from . import owners
 from . import pending
-from . import queries
-from . import records
-from .records import record
-from . import running
+from .records import Store, record
 from . import backend
 from . import writes
 from .owners import HOST_TAG, PID_TAG, LocalProcess, SlurmJob
-from .queries import (
-    experiment_name,
-    experiment_names,
-    find_experiment,
-    find_run,
-    latest_parent,
-    read_artifact,
-    read_curve,
-    read_curves,
-)
+from .queries import open
 from .running import (
     end_children,
     end_process_runs,
@@ -98,11 +88,6 @@ __all__ = [
     "end_process_runs",
     "end_runs_of_processes",
     "experiment_id",
-    "experiment_name",
-    "experiment_names",
-    "find_experiment",
-    "find_run",
-    "latest_parent",
     "log_report",
     "memory",
     "open_parent",
@@ -110,13 +95,9 @@ __all__ = [
     "pending",
     "process_runs",
     "process_tags",
-    "queries",
     "record",
-    "records",
-    "read_artifact",
-    "read_curve",
-    "read_curves",
-    "running",
+    "open",
+    "Store",
     "set_tags",
     "add_results",
     "log_text",

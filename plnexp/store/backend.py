@@ -28,7 +28,7 @@ from ..jobs.config import STORE_TIMEOUT_S, ConfigError, outputs_dir
 from ..system.credentials import address
 from ..system.paths import install_command
 from ..system.redact import MASK, is_redacted, redact_text
-from . import memory, mlflow_compat
+from . import mlflow_compat
 
 log = logging.getLogger(__name__)
 PROBE_TIMEOUT_S = 3.0  # an http(s) store that does not answer in this long is unreachable
@@ -196,16 +196,8 @@ def plain_client(uri: str):
     return MlflowClient(engine_uri(uri))
 
 
-def client(uri: str):
-    """The client of the store ``uri``: :func:`_client`, or for a ``memory:`` URI the in-memory
-    store of that name (:mod:`plnexp.store.memory`, the unit tests' store)."""
-    if uri.startswith(memory.SCHEME):
-        return memory.store(uri)
-    return _client(uri)
-
-
 @lru_cache(maxsize=4)
-def _client(uri: str):
+def client(uri: str):
     """An MlflowClient on ``uri`` (cached: the sqlite engine and its migrations are paid once).
 
     A PostgreSQL store is reached once first (:func:`_reach_postgres`, seconds): MLflow creates its
@@ -447,7 +439,7 @@ def check_store(explicit: str | None = None, timeout: float = PROBE_TIMEOUT_S) -
                     _create_sqlite_store(path)
         client(uri).search_experiments(max_results=1)
     except Exception as e:  # noqa: BLE001 - any failure here is one line
-        _client.cache_clear()
+        client.cache_clear()
         refused = auth_refusal(e) if scheme in ("http", "https") else None
         if refused:  # the server is there and answers: what it wants is credentials, or other ones
             raise StoreError(f"{where}: {refused}") from None

@@ -42,16 +42,3 @@ def credentials() -> tuple[str | None, str | None]:
         except (ImportError, AttributeError):
             pass
     return os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
-
-
-def filter_runs(runs: list, filter_string: str) -> list:
-    """The runs that MLflow's search filter ``filter_string`` keeps (the in-memory store's
-    ``search_runs``: :mod:`plnexp.store.memory`), as MLflow's own stores filter them.
-
-    Wraps ``mlflow.utils.search_utils.SearchUtils.filter`` (mlflow 3.17.2, internal): no public API
-    filters runs held in memory. Gate: on another mlflow, warns, then uses it anyway (an ImportError
-    or TypeError names what the release changed)."""
-    gate("mlflow", MLFLOW, "mlflow_compat.filter_runs", "using mlflow's SearchUtils.filter anyway")
-    from mlflow.utils.search_utils import SearchUtils
-
-    return SearchUtils.filter(runs, filter_string)

@@ -23,7 +23,7 @@ from ..system.paths import write_atomic
 from ..system.redact import redact_text
 from . import writes
 from .backend import StoreError, _is_transient, after_fit, client
-from .queries import find_run
+from .queries import MlflowStore
 
 
 log = logging.getLogger(__name__)
@@ -123,10 +123,10 @@ def run_is_gone(uri: str, run_id: str) -> bool:
     """Whether the store answers that it has no run ``run_id`` (never created there, deleted, or a
     store emptied since): its kept result has nowhere to go. A store that fails otherwise: False."""
     try:
-        run = find_run(uri, run_id)
+        run = MlflowStore(uri).run(run_id)
     except Exception:  # noqa: BLE001 - the store failing is not an answer about the run
         return False
-    return run is None or run.info.lifecycle_stage == "deleted"
+    return run is None or run.deleted
 
 
 def set_aside(run_id: str, path: Path) -> str:

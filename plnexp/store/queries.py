@@ -1,17 +1,20 @@
-"""Reading runs back as MLflow returns them: a run, a sweep's children, experiments, artifacts and
-curves (:mod:`.records` reads runs as records on top of these). Nothing here writes to the store."""
+"""The MLflow store read as records (:class:`MlflowStore`, the :class:`~plnexp.store.records.Store`
+protocol over the retrying client), the store of a URI (:func:`open`), and the searches of MLflow's
+runs behind them. Nothing here writes to the store."""
 
 from __future__ import annotations
 
 import gzip
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ..jobs.tags import PARENT_TAG, SWEEP_TAG
+from . import memory
 from .backend import client
-from .writes import CURVE_KEY, JOB_TAG, Parent
+from .records import RunRecord, Store, record
+from .writes import CURVE_KEY
 
 
 def search_all(cl, exp_ids: list[str], filter_string: str) -> list:
@@ -36,83 +39,66 @@ def search_experiments(cl, filter_string: str) -> list:
     return search_all(cl, [e.experiment_id for e in cl.search_experiments(view_type=ViewType.ALL)], filter_string)
 
 
-def children(cl, parent: Parent) -> list:
-    """The child runs of a sweep's parent (any status), in job order."""
-    runs = search_all(cl, [parent.experiment_id], f"tags.`{PARENT_TAG}` = '{parent.run_id}'")
-    return sorted(runs, key=lambda r: (int(r.data.tags.get(JOB_TAG, 0) or 0), r.info.start_time or 0))
+def open(uri: str) -> Store:
+    """The store of ``uri`` read as records: for a ``memory:`` URI the in-memory store of that name
+    (:mod:`plnexp.store.memory`, the unit tests'), else the MLflow store."""
+    return memory.store(uri) if uri.startswith(memory.SCHEME) else MlflowStore(uri)
 
 
-def find_run(uri: str, run_id: str):
-    """The run ``run_id`` of the store, or None if the store has no such run."""
-    from mlflow.exceptions import MlflowException
+@dataclass(frozen=True)
+class MlflowStore(Store):
+    """The MLflow store ``uri``, through its retrying client (:func:`plnexp.store.backend.client`)."""
 
-    try:
-        return client(uri).get_run(run_id)
-    except MlflowException as e:
-        if e.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
-            return None
-        raise
+    uri: str
 
+    def run(self, run_id: str) -> RunRecord | None:
+        from mlflow.exceptions import MlflowException
 
-def experiment_name(uri: str, exp_id: str) -> str:
-    return client(uri).get_experiment(exp_id).name
-
-
-def read_artifact(uri: str, run_id: str, path: str) -> str | None:
-    """The text of a run's artifact ``path``, or of ``path.gz`` (how a large text artifact is written:
-    :data:`~plnexp.store.writes.GZIP_OVER`), or None if it has neither (or its file is gone)."""
-    from mlflow.exceptions import MlflowException
-
-    cl = client(uri)
-    with tempfile.TemporaryDirectory() as tmp:
         try:
-            return Path(cl.download_artifacts(run_id, path, tmp)).read_text()
-        except (MlflowException, OSError):
-            pass
-        try:
-            return gzip.decompress(Path(cl.download_artifacts(run_id, f"{path}.gz", tmp)).read_bytes()).decode()
-        except (MlflowException, OSError, EOFError, gzip.BadGzipFile):
-            return None
+            return record(client(self.uri).get_run(run_id))
+        except MlflowException as e:
+            if e.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+                return None
+            raise
 
+    def search(
+        self, experiment_ids: list[str] | None, status: str | None = None, tags: dict[str, str | None] | None = None
+    ) -> list[RunRecord]:
+        from mlflow.entities import ViewType
 
-def read_curve(uri: str, run_id: str) -> np.ndarray:
-    """A run's ELBO curve (the step metric :data:`CURVE_KEY`), in step order."""
-    return read_curves(uri, [run_id])[run_id]
+        cl = client(self.uri)
+        if experiment_ids is None:
+            experiment_ids = [e.experiment_id for e in cl.search_experiments(view_type=ViewType.ACTIVE_ONLY)]
+        where = [f"attributes.status = '{status}'"] if status else []
+        where += [f"tags.`{k}` = '{v}'" if v is not None else f"tags.`{k}` LIKE '%'" for k, v in (tags or {}).items()]
+        return [record(r) for r in search_all(cl, experiment_ids, " and ".join(where))]
 
+    def find_experiment(self, name: str) -> str | None:
+        exp = client(self.uri).get_experiment_by_name(name)
+        return exp.experiment_id if exp is not None else None
 
-def latest_parent(uri: str, experiment: str | None = None):
-    """The newest sweep parent run, in ``experiment`` or in the whole store; None if there is none."""
-    from mlflow.entities import ViewType
+    def experiment_name(self, experiment_id: str) -> str:
+        return client(self.uri).get_experiment(experiment_id).name
 
-    cl = client(uri)
-    if experiment is not None:
-        exp_id = find_experiment(uri, experiment)
-        exp_ids = [exp_id] if exp_id is not None else []
-    else:
-        exp_ids = [e.experiment_id for e in cl.search_experiments(view_type=ViewType.ACTIVE_ONLY)]
-    # a sweep's parent run: tagged with its sweep (plnexp.experiment.sweep.open_sweep), itself without a parent
-    parents = [r for r in search_all(cl, exp_ids, f"tags.`{SWEEP_TAG}` LIKE '%'") if PARENT_TAG not in r.data.tags]
-    return max(parents, key=lambda r: r.info.start_time or 0, default=None)
+    def experiment_names(self) -> list[str]:
+        from mlflow.entities import ViewType
 
+        return sorted(e.name for e in client(self.uri).search_experiments(view_type=ViewType.ACTIVE_ONLY))
 
-def experiment_names(uri: str) -> list[str]:
-    """The names of the store's active experiments."""
-    from mlflow.entities import ViewType
+    def curve(self, run_id: str, key: str = CURVE_KEY) -> np.ndarray:
+        history = client(self.uri).get_metric_history(run_id, key)
+        return np.asarray([m.value for m in sorted(history, key=lambda m: m.step)], dtype=np.float64)
 
-    return sorted(e.name for e in client(uri).search_experiments(view_type=ViewType.ACTIVE_ONLY))
+    def artifact(self, run_id: str, path: str) -> str | None:
+        from mlflow.exceptions import MlflowException
 
-
-def read_curves(uri: str, run_ids, key: str = CURVE_KEY) -> dict[str, np.ndarray]:
-    """Each run's step metric ``key`` (the ELBO curve by default), in step order."""
-    cl = client(uri)
-    out = {}
-    for run_id in run_ids:
-        history = cl.get_metric_history(run_id, key)
-        out[run_id] = np.asarray([m.value for m in sorted(history, key=lambda m: m.step)], dtype=np.float64)
-    return out
-
-
-def find_experiment(uri: str, name: str) -> str | None:
-    """The id of the experiment ``name``, or None if the store has none (nothing is created)."""
-    exp = client(uri).get_experiment_by_name(name)
-    return exp.experiment_id if exp is not None else None
+        cl = client(self.uri)
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                return Path(cl.download_artifacts(run_id, path, tmp)).read_text()
+            except (MlflowException, OSError):
+                pass
+            try:
+                return gzip.decompress(Path(cl.download_artifacts(run_id, f"{path}.gz", tmp)).read_bytes()).decode()
+            except (MlflowException, OSError, EOFError, gzip.BadGzipFile):
+                return None

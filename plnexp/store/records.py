@@ -1,6 +1,7 @@
-"""A run of the store read back as one typed, frozen :class:`RunRecord`, and the queries that answer
-records: :func:`run`, :func:`sweep` (a sweep's runs), :func:`children`, :func:`finished` and
-:func:`finished_runs`. Readers outside the store (resume, rerun, groups, the reports, compare,
+"""A run of the store read back as one typed, frozen :class:`RunRecord`, and the :class:`Store` protocol
+whose queries answer records: :meth:`~Store.run`, :meth:`~Store.sweep` (a sweep's runs),
+:meth:`~Store.children`, :meth:`~Store.finished` and :meth:`~Store.finished_runs`, ... (a store:
+``plnexp.store.open(uri)``). Readers outside the store (resume, rerun, groups, the reports, compare,
 ``sync``'s sweep-up) read these fields, never an MLflow run's raw tags.
 
 :data:`SCHEMA` numbers the mapping below; a change of a field's meaning or source bumps it.
@@ -64,7 +65,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, overload
 
 from ..jobs.provenance import DATA_TAG, FORMAT_TAG, HASH_TAG, PLATFORM_TAG, REPLICATE_TAG, RERUN_TAG, RESUMES_TAG
 from ..jobs.provenance import VERSION_TAG
@@ -72,10 +73,12 @@ from ..jobs.spec import Kind
 from ..jobs.tags import COMMAND_TAG, CONTROL_OF_TAG, CONTROL_TAG, DATA_N_TAG, DATA_P_TAG, DATASET_TAG, GROUP_TAG
 from ..jobs.tags import JOB_TAG, JOBS_TAG, OVERRIDES_TAG, PARENT_TAG, PEER_TAG, REASON_TAG, REFERENCE_TAG
 from ..jobs.tags import STATUS_REASON_TAG, SWEEP_TAG, VERDICT_TAG
-from . import owners, queries
-from .backend import client
+from . import owners
 from .owners import Owner
-from .writes import FINGERPRINT_TAG, Parent
+from .writes import CURVE_KEY, FINGERPRINT_TAG, Parent
+
+if TYPE_CHECKING:
+    import numpy as np
 
 SCHEMA = 1  # the mapping of the module's docstring; a field whose source or meaning changes bumps it
 
@@ -215,10 +218,7 @@ FIELDS = {name: d.key for name, d in vars(RunRecord).items() if isinstance(d, _T
 
 
 def record(run) -> RunRecord:
-    """The record of a run as MLflow's client returns it (``info`` and ``data``; the in-memory
-    store's runs have the same surface); a record is returned as it is."""
-    if isinstance(run, RunRecord):
-        return run
+    """The record of a run as MLflow's client returns it (``info`` and ``data``)."""
     info, data = run.info, run.data
     return RunRecord(
         info.run_id,
@@ -234,64 +234,94 @@ def record(run) -> RunRecord:
     )
 
 
-# ---------------------------------------------------------------- the queries
-def run(uri: str, run_id: str) -> RunRecord | None:
-    """The run ``run_id`` of the store, or None if the store has no such run."""
-    found = queries.find_run(uri, run_id)
-    return record(found) if found is not None else None
+# ---------------------------------------------------------------- the store, read as records
+class Store(Protocol):
+    """A store read as records: the MLflow one (:class:`plnexp.store.queries.MlflowStore`) or an
+    in-memory one (:class:`plnexp.store.memory.MemoryStore`, the unit tests'); :func:`plnexp.store.open`
+    gives the store of a URI. Each implements the first seven methods; the queries after them
+    (a sweep's runs, the finished runs of config hashes, ...) are the same for both, written once here."""
 
+    def run(self, run_id: str) -> RunRecord | None:
+        """The run ``run_id`` (deleted or not), or None if the store has no such run."""
+        ...
 
-def children(uri: str, parent: RunRecord | Parent | str) -> list[RunRecord]:
-    """The child runs of a sweep's parent run (a record, the sweep's :class:`Parent`, or its id), any
-    status, in job order."""
-    if isinstance(parent, str):
-        found = run(uri, parent)
+    def search(
+        self, experiment_ids: list[str] | None, status: str | None = None, tags: dict[str, str | None] | None = None
+    ) -> list[RunRecord]:
+        """The runs (not deleted) of the experiments ``experiment_ids`` (None: every active one) with
+        ``status`` (None: any) and the ``tags`` (each with that value; None: with any value)."""
+        ...
+
+    def find_experiment(self, name: str) -> str | None:
+        """The id of the experiment ``name``, or None if the store has none (nothing is created)."""
+        ...
+
+    def experiment_name(self, experiment_id: str) -> str: ...
+
+    def experiment_names(self) -> list[str]:
+        """The names of the store's active experiments, sorted."""
+        ...
+
+    def curve(self, run_id: str, key: str = CURVE_KEY) -> np.ndarray:
+        """A run's step metric ``key`` (the ELBO curve by default), in step order."""
+        ...
+
+    def artifact(self, run_id: str, path: str) -> str | None:
+        """The text of a run's artifact ``path``, or of ``path.gz`` (how a large text artifact is
+        written: :data:`~plnexp.store.writes.GZIP_OVER`), or None if it has neither."""
+        ...
+
+    def children(self, parent: RunRecord | Parent) -> list[RunRecord]:
+        """The child runs of a sweep's parent run (a record or the sweep's :class:`Parent`), any
+        status, in job order."""
+        runs = self.search([parent.experiment_id], tags={PARENT_TAG: parent.run_id})
+        return sorted(runs, key=lambda r: (r.job or 0, r.start_time or 0))
+
+    def sweep(self, parent: RunRecord | str) -> list[RunRecord]:
+        """The runs that make up the sweep whose parent run is ``parent`` (a record or its id), in job
+        order: its children, and the FINISHED children of the sweeps it resumed (:attr:`RunRecord.resumes`)
+        whose fit (config hash, replicate) none of its own job runs answers. A control job repeats its
+        reference job's config (one config hash): an earlier sweep's control stands for no job (it is
+        left out), and this sweep's own control hides no earlier run. ``[]`` for a run that is not a
+        sweep's parent (it has no children)."""
+        found = parent if isinstance(parent, RunRecord) else self.run(parent)
         if found is None:
             return []
-        parent = found
-    where = parent if isinstance(parent, Parent) else Parent(uri, parent.experiment_id, parent.run_id)
-    return [record(r) for r in queries.children(client(uri), where)]
+        own = self.children(found)
+        have = {r.key for r in own if not r.control}
+        earlier = []
+        for pid in found.resumes:
+            resumed = self.run(pid)
+            for r in self.children(resumed) if resumed is not None else []:
+                if r.status == "FINISHED" and not r.control and r.key not in have:
+                    earlier.append(r)
+                    have.add(r.key)
+        return sorted(earlier + own, key=lambda r: r.job or 0)
 
+    def finished_runs(self, experiment: str) -> list[RunRecord]:
+        """The FINISHED job runs of the experiment ``experiment`` (by name), newest first: those with a
+        config hash, a sweep's control jobs left out (one repeats its reference job's config but answers
+        no job of a grid). ``[]`` when there is no such experiment (nothing is created)."""
+        exp_id = self.find_experiment(experiment)
+        runs = self.search([exp_id], "FINISHED") if exp_id is not None else []
+        return sorted((r for r in runs if r.config_hash and not r.control), key=lambda r: -(r.start_time or 0))
 
-def sweep(uri: str, parent: RunRecord | str) -> list[RunRecord]:
-    """The runs that make up the sweep whose parent run is ``parent`` (a record or its id), in job
-    order: its children, and the FINISHED children of the sweeps it resumed (:attr:`RunRecord.resumes`)
-    whose fit (config hash, replicate) none of its own job runs answers. A control job repeats its
-    reference job's config (one config hash): an earlier sweep's control stands for no job (it is
-    left out), and this sweep's own control hides no earlier run. ``[]`` for a run that is not a
-    sweep's parent (it has no children)."""
-    found = parent if isinstance(parent, RunRecord) else run(uri, parent)
-    if found is None:
-        return []
-    own = children(uri, found)
-    have = {r.key for r in own if not r.control}
-    earlier = []
-    for pid in found.resumes:
-        for r in children(uri, pid):
-            if r.status == "FINISHED" and not r.control and r.key not in have:
-                earlier.append(r)
-                have.add(r.key)
-    return sorted(earlier + own, key=lambda r: r.job or 0)
+    def finished(self, experiment: str, hashes: Iterable[str]) -> dict[str, list[RunRecord]]:
+        """The FINISHED job runs (:meth:`finished_runs`) that answer each of the config ``hashes``, newest
+        first (a hash of ``replicates=K`` has a run per replicate, and a config may have run several
+        times); a hash no run answers is left out."""
+        wanted = set(hashes)
+        out: dict[str, list[RunRecord]] = {}
+        for r in self.finished_runs(experiment):
+            if r.config_hash in wanted:
+                out.setdefault(r.config_hash, []).append(r)
+        return out
 
-
-def finished_runs(uri: str, experiment: str) -> list[RunRecord]:
-    """The FINISHED job runs of the experiment ``experiment`` (by name), newest first: those with a
-    config hash, a sweep's control jobs left out (one repeats its reference job's config but answers
-    no job of a grid). ``[]`` when there is no such experiment (nothing is created)."""
-    exp_id = queries.find_experiment(uri, experiment)
-    if exp_id is None:
-        return []
-    runs = [record(r) for r in queries.search_all(client(uri), [exp_id], "attributes.status = 'FINISHED'")]
-    return sorted((r for r in runs if r.config_hash and not r.control), key=lambda r: -(r.start_time or 0))
-
-
-def finished(uri: str, experiment: str, hashes: Iterable[str]) -> dict[str, list[RunRecord]]:
-    """The FINISHED job runs (:func:`finished_runs`) that answer each of the config ``hashes``, newest
-    first (a hash of ``replicates=K`` has a run per replicate, and a config may have run several
-    times); a hash no run answers is left out."""
-    wanted = set(hashes)
-    out: dict[str, list[RunRecord]] = {}
-    for r in finished_runs(uri, experiment):
-        if r.config_hash in wanted:
-            out.setdefault(r.config_hash, []).append(r)
-    return out
+    def latest_parent(self, experiment: str | None = None) -> RunRecord | None:
+        """The newest sweep's parent run, in ``experiment`` or in the whole store; None if there is none."""
+        ids = None
+        if experiment is not None:
+            exp_id = self.find_experiment(experiment)
+            ids = [exp_id] if exp_id is not None else []
+        parents = [r for r in self.search(ids, tags={SWEEP_TAG: None}) if r.is_parent]
+        return max(parents, key=lambda r: r.start_time or 0, default=None)

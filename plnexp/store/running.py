@@ -9,18 +9,19 @@ from __future__ import annotations
 
 from . import owners
 from .owners import Owner
-from .queries import search_experiments, children
+from .queries import MlflowStore, search_experiments
 from .backend import client
-from .writes import JOB_TAG, Parent
+from .records import RunRecord, record
+from .writes import Parent
 from ..jobs.tags import REASON_TAG, STATUS_REASON_TAG
 
 
-def _runs_of(cl, owner: Owner | None = None, status: str | None = "RUNNING") -> list:
+def _runs_of(cl, owner: Owner | None = None, status: str | None = "RUNNING") -> list[RunRecord]:
     """The runs with ``status`` (None: any status) in every experiment; with ``owner``, only the
     runs written with its tags."""
     where = [f"attributes.status = '{status}'"] if status else []
     where += [f"tags.`{k}` = '{v}'" for k, v in (owner.tags() if owner is not None else {}).items()]
-    return search_experiments(cl, " and ".join(where))
+    return [record(r) for r in search_experiments(cl, " and ".join(where))]
 
 
 def _gone(owner: Owner, asked: dict) -> Owner | None:
@@ -34,17 +35,17 @@ def _gone(owner: Owner, asked: dict) -> Owner | None:
     return asked[key]
 
 
-def end_running(cl, runs, status: str, reason: str, code: str) -> list:
+def end_running(cl, runs: list[RunRecord], status: str, reason: str, code: str) -> list[RunRecord]:
     """End every run of ``runs`` still RUNNING with ``status``, tags ``reason=code`` and
     ``status_reason=reason``; returns those runs. (It does not ask their owners.)"""
     from mlflow.entities import RunTag
 
     ended = []
     for r in runs:
-        if r.info.status != "RUNNING":
+        if r.status != "RUNNING":
             continue
-        cl.log_batch(r.info.run_id, tags=[RunTag(REASON_TAG, code), RunTag(STATUS_REASON_TAG, reason)])
-        cl.set_terminated(r.info.run_id, status)
+        cl.log_batch(r.run_id, tags=[RunTag(REASON_TAG, code), RunTag(STATUS_REASON_TAG, reason)])
+        cl.set_terminated(r.run_id, status)
         ended.append(r)
     return ended
 
@@ -55,13 +56,13 @@ def end_children(parent: Parent, status: str, reason: str, code: str) -> list[di
     except a local process's when ``status`` is KILLED: the interrupt that ends the sweep ended it, a
     joblib worker's Ctrl-C); a child whose owner is alive elsewhere, or cannot be checked from here,
     stays RUNNING. Returns every child as a plain row: name, status, reason, metrics, job number."""
-    cl = client(parent.uri)
-    runs = children(cl, parent)
+    cl, db = client(parent.uri), MlflowStore(parent.uri)
+    runs = db.children(parent)
     me, ended = owners.current(), []
     asked: dict = {}
     for r in runs:
-        owner = owners.owner_of(r.data.tags)
-        if r.info.status != "RUNNING" or owner is None:
+        owner = r.owner
+        if r.status != "RUNNING" or owner is None:
             continue
         gone = None if owner == me else _gone(owner, asked)
         if owner == me or (status == "KILLED" and isinstance(gone, owners.LocalProcess)):
@@ -69,32 +70,32 @@ def end_children(parent: Parent, status: str, reason: str, code: str) -> list[di
         elif gone is not None:  # died on its own: FAILED, with its owner's reason (slurm job 12_3 CANCELLED)
             ended += end_running(cl, [r], "FAILED", *reversed(gone.end_reason()))
     if ended:
-        runs = children(cl, parent)
+        runs = db.children(parent)
     return [
         {
-            "name": r.info.run_name,
-            "status": r.info.status,
-            "reason": r.data.tags.get("status_reason", ""),
-            "metrics": dict(r.data.metrics),
-            "job": int(r.data.tags.get(JOB_TAG, 0) or 0),
-            "replicate": int(r.data.tags.get("replicate", 0) or 0),
+            "name": r.name,
+            "status": r.status,
+            "reason": r.status_reason,
+            "metrics": dict(r.metrics),
+            "job": r.job or 0,
+            "replicate": r.replicate,
         }
         for r in runs
     ]
 
 
-def process_runs(uri: str) -> list:
+def process_runs(uri: str) -> list[RunRecord]:
     """The runs this process created (any status), in this store."""
     return _runs_of(client(uri), owners.current(), status=None)
 
 
-def end_process_runs(uri: str, status: str, reason: str, code: str) -> list:
+def end_process_runs(uri: str, status: str, reason: str, code: str) -> list[RunRecord]:
     """End the runs this process left RUNNING (e.g. when it must exit without unwinding)."""
     cl = client(uri)
     return end_running(cl, _runs_of(cl, owners.current()), status, reason, code)
 
 
-def end_runs_of_processes(uri: str, pids, status: str, reason: str, code: str) -> list:
+def end_runs_of_processes(uri: str, pids, status: str, reason: str, code: str) -> list[RunRecord]:
     """End the runs left RUNNING by the processes ``pids`` of this host, which this process started
     and has seen end (the processes of one fit across processes, :mod:`plnexp.experiment.processes`):
     by their host and PID tags, which a SLURM task's runs carry too; a PID that is some live process
@@ -104,14 +105,14 @@ def end_runs_of_processes(uri: str, pids, status: str, reason: str, code: str) -
     runs = [
         r
         for r in _runs_of(cl)
-        if r.data.tags.get(owners.HOST_TAG) == here
-        and r.data.tags.get(owners.PID_TAG) in ours
-        and not owners.LocalProcess.of(int(r.data.tags[owners.PID_TAG])).alive()
+        if r.tags.get(owners.HOST_TAG) == here
+        and r.tags.get(owners.PID_TAG) in ours
+        and not owners.LocalProcess.of(int(r.tags[owners.PID_TAG])).alive()
     ]
     return end_running(cl, runs, status, reason, code)
 
 
-def sweep_up_orphans(uri: str) -> list:
+def sweep_up_orphans(uri: str) -> list[RunRecord]:
     """Mark FAILED, with their owner's reason (tags ``reason``, ``status_reason``), the runs left
     RUNNING by owners that are gone (``reason=orphaned``: a process of this host that no longer
     exists, after a SIGKILL or a crash; ``reason=slurm job 12_3 CANCELLED``: a SLURM job that ended);
@@ -119,13 +120,13 @@ def sweep_up_orphans(uri: str) -> list:
     here (another host's processes, a scheduler that does not answer) are left alone. Every command
     calls it first (run, sweep, rerun, report)."""
     cl = client(uri)
-    dead: list = []
+    dead: list[RunRecord] = []
     asked: dict = {}
     for r in _runs_of(cl):
-        owner = owners.owner_of(r.data.tags)
+        owner = r.owner
         gone = _gone(owner, asked) if owner is not None else None
         if gone is not None:
             code, why = gone.end_reason()
             end_running(cl, [r], "FAILED", why, code)
-            dead.append(cl.get_run(r.info.run_id))
+            dead.append(record(cl.get_run(r.run_id)))
     return dead
