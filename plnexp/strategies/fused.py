@@ -368,7 +368,9 @@ def fused_program(problem: Problem, n_iter: int) -> SingleProgram:
             "xtx_chol": jnp.linalg.cholesky(data.X.T @ data.X),
         }
 
-        step = lambda carry, data: fused_step(problem, rule, code_path, consts, *carry, data)
+        def step(carry, data):
+            return fused_step(problem, rule, code_path, consts, *carry, data)
+
         logdet0 = logdet_from_cholesky(jnp.linalg.cholesky(state.pln.Sigma))
         return scanned(problem, n_iter, step, (state, logdet0), data, final=lambda carry: carry[0])
 
