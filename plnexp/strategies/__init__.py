@@ -15,7 +15,7 @@ optimizer formulas written in torch, from the same initial state, and return the
 from __future__ import annotations
 
 import os
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from functools import lru_cache, partial
 from typing import Any, cast
 from collections.abc import Callable
@@ -101,15 +101,6 @@ def make_options(strategy: str, options: type, values: dict, key: str = "strateg
         if not meta["valid"](value):
             raise ValueError(f"{key}.{name}={value!r}: allowed values are {meta['allowed']}")
     return options(**values)
-
-
-def non_default(options) -> dict[str, Any]:
-    """The options set away from their defaults (what a run name shows)."""
-    return {
-        f.name: getattr(options, f.name)
-        for f in fields(options)
-        if f.default is MISSING or getattr(options, f.name) != f.default
-    }
 
 
 @dataclass(frozen=True)
@@ -250,8 +241,11 @@ class StrategySpec:
 
     def name_parts(self) -> list[str]:
         """How a run name shows the options set away from their defaults (``unroll4``, ``max-autotune``)."""
-        meta = {f.name: f.metadata for f in fields(self.options)}
-        return [meta[k]["in_name"].format(key=k, value=v) for k, v in non_default(self.options).items()]
+        return [
+            f.metadata["in_name"].format(key=f.name, value=value)
+            for f in fields(self.options)
+            if (value := getattr(self.options, f.name)) != f.default  # (MISSING, no default, equals no value)
+        ]
 
     def check(
         self,
