@@ -262,16 +262,6 @@ def load_anndata(
     X, names = _anndata_covariates(adata, covariates, where)
     check_full_rank(X, names, where)
     cells = tuple(map(str, adata.obs_names))
-    if rows is None:
-        return Data(Y, O, X, name or default_name, names, columns=columns, row_names=cells)
-    part = RowPart(rows[0], rows[1], adata.n_obs)
-    return Data(
-        Y,
-        O,
-        X[rows[0] : rows[1]],
-        name or default_name,
-        names,
-        columns=columns,
-        part=part,
-        row_names=cells[rows[0] : rows[1]],
-    )
+    kept = slice(None) if rows is None else slice(*rows)
+    part = None if rows is None else RowPart(rows[0], rows[1], adata.n_obs)
+    return Data(Y, O, X[kept], name or default_name, names, columns=columns, part=part, row_names=cells[kept])

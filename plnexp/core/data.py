@@ -26,7 +26,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .reference import BLOCK_ENTRIES, dense_rows, is_sparse, row_blocks
+from .reference import dense_rows, is_sparse, row_blocks
 
 COMPACT_ENTRIES = (
     1 << 26
@@ -244,13 +244,12 @@ def digest_by_rows(read: Callable[[int, int], Data], n: int, p: int) -> str:
     """:meth:`Data.digest` of a data set of ``n`` rows read ``read(start, stop)`` a block of rows at a
     time, never whole: the same bytes in the same order (Y's rows, then O's, then X's), so the same
     digest as the data read whole, in the memory of one block (three passes over the rows)."""
-    step = max(1, BLOCK_ENTRIES // max(p, 1))
     h = hashlib.sha256()
     for k in range(3):  # Y, O, X: each after its shape
-        for start in range(0, n, step):
-            part = read(start, min(start + step, n))
+        for rows in row_blocks(n, p):
+            part = read(rows.start, rows.stop)
             a = (part.Y, part.O, part.X)[k]
-            if start == 0:
+            if rows.start == 0:
                 h.update(str((n, *a.shape[1:])).encode())
             for r in row_blocks(*a.shape):
                 h.update(np.ascontiguousarray(dense_rows(a, r), dtype=np.float64).reshape(-1).data)

@@ -36,16 +36,24 @@ def _top_right_singular(R: jax.Array, rows: Rows | None, q: int) -> tuple[jax.Ar
     fixed seed (the init stays deterministic), :data:`SUBSPACE_ITERATIONS` steps V <- orth(R'(RV)),
     then the eigendecomposition of the small (q + l) x (q + l) V'R'RV; 2 n p (q + l) operations a
     step and no p x p array."""
-    p = R.shape[1]
+
+    def gram(V):  # R'R (V None), else (RV)'(RV)
+        RV = R if V is None else R @ V
+        return _total(rows, RV.T @ RV)
+
+    return _top_singular(gram, lambda V: _total(rows, R.T @ (R @ V)), R.shape[1], q, R.dtype)
+
+
+def _top_singular(gram, times, p: int, q: int, dtype) -> tuple[jax.Array, jax.Array]:
+    """:func:`_top_right_singular` of the R that ``gram(V)`` ((RV)'(RV), R'R for V None) and
+    ``times(V)`` (R'(RV)) read, p its columns: however they take their sums over rows."""
     if p <= EIGH_MAX_P:
-        eigenvalues, vectors = jnp.linalg.eigh(_total(rows, R.T @ R))
+        eigenvalues, vectors = jnp.linalg.eigh(gram(None))
         return vectors[:, ::-1][:, :q], eigenvalues[::-1][:q]
-    k = min(p, q + SUBSPACE_EXTRA)
-    V = jax.random.normal(jax.random.PRNGKey(0), (p, k), R.dtype)
+    V = jax.random.normal(jax.random.PRNGKey(0), (p, min(p, q + SUBSPACE_EXTRA)), dtype)
     for _ in range(SUBSPACE_ITERATIONS):
-        V, _r = jnp.linalg.qr(_total(rows, R.T @ (R @ V)))
-    RV = R @ V
-    eigenvalues, U = jnp.linalg.eigh(_total(rows, RV.T @ RV))
+        V, _r = jnp.linalg.qr(times(V))
+    eigenvalues, U = jnp.linalg.eigh(gram(V))
     return (V @ U)[:, ::-1][:, :q], eigenvalues[::-1][:q]
 
 
@@ -116,17 +124,11 @@ def _pca_data_init_blocks(data: Arrays, rank: int, noise: jax.Array | None, b: i
         k = p if V is None else V.shape[1]
         return row_sum(f, jnp.zeros((k, k), dtype))
 
-    if p <= EIGH_MAX_P:  # as _top_right_singular: the eigendecomposition of the p x p R'R
-        eigenvalues, vectors = jnp.linalg.eigh(gram(None))
-        V, lam = vectors[:, ::-1][:, :rank], eigenvalues[::-1][:rank]
-    else:  # its subspace iteration from the same block, one pass over the rows a step
-        k = min(p, rank + SUBSPACE_EXTRA)
-        V = jax.random.normal(jax.random.PRNGKey(0), (p, k), dtype)
-        for _ in range(SUBSPACE_ITERATIONS):
-            step = lambda take, w, keep, V=V: residual(take, keep).T @ _weighted(w, residual(take, keep) @ V)
-            V, _r = jnp.linalg.qr(row_sum(step, jnp.zeros((p, k), dtype)))
-        eigenvalues, U = jnp.linalg.eigh(gram(V))
-        V, lam = (V @ U)[:, ::-1][:, :rank], eigenvalues[::-1][:rank]
+    def times(V):  # R'(RV): the subspace iteration's step, one pass over the rows
+        step = lambda take, w, keep: residual(take, keep).T @ _weighted(w, residual(take, keep) @ V)
+        return row_sum(step, jnp.zeros((p, V.shape[1]), dtype))
+
+    V, lam = _top_singular(gram, times, p, rank, dtype)  # as _top_right_singular's
     scale = jnp.sqrt(jnp.maximum(lam, jnp.finfo(dtype).tiny) / _n(rows, data.O))
     C = V * scale
 

@@ -33,15 +33,6 @@ if TYPE_CHECKING:
     from .data import Data
 
 
-def _pln_params(centred_m: Callable[[PLNState, Arrays | Data], jax.Array]) -> Callable[[PLNState, Data], dict]:
-    """What a fit of ``full`` or ``profiled`` reports: B, M (the centred residual), S, Sigma."""
-    return lambda s, data: {"B": s.B, "M": centred_m(s, data), "S": s.S, "Sigma": s.Sigma}
-
-
-def _pln_host_reference(params: dict, data: Data) -> tuple[float, float]:
-    return reference.elbo_and_terms(data.Y, data.O, data.X, params["B"], params["M"], params["S"], params["Sigma"])
-
-
 @dataclass(frozen=True)
 class Model:
     """A PLN parametrisation as plain functions (pure, jit-able).
@@ -107,35 +98,32 @@ class Work:
 PLN_WORK = Work(data_arrays=2, latent_arrays=6, dots=2, factorizations=1)
 
 
-def _full_centred_m(s: PLNState, data: Arrays | Data) -> jax.Array:
-    return s.M
+def _pln_model(name: str, free: tuple[str, ...], elbo, value_and_grad, complete, centred_m) -> Model:
+    """``full`` or ``profiled``: ``free`` the state's fields the optimizer updates; what a fit reports
+    is B, M (the centred residual ``centred_m``), S, Sigma, checked by :func:`reference.elbo_and_terms`."""
+    return Model(
+        name=name,
+        free=lambda s: {k: getattr(s, k) for k in free},
+        elbo=elbo,
+        value_and_grad=value_and_grad,
+        complete=complete,
+        centred_m=centred_m,
+        params=lambda s, data: {"B": s.B, "M": centred_m(s, data), "S": s.S, "Sigma": s.Sigma},
+        host_reference=lambda p, data: reference.elbo_and_terms(
+            data.Y, data.O, data.X, p["B"], p["M"], p["S"], p["Sigma"]
+        ),
+        work=PLN_WORK,
+    )
 
 
-def _profiled_centred_m(s: PLNState, data: Arrays | Data) -> jax.Array:
-    return s.M - data.X @ s.B
-
-
-FULL = Model(
-    name="full",
-    free=lambda s: {"B": s.B, "M": s.M, "S": s.S},
-    elbo=full_elbo,
-    value_and_grad=full_value_and_grad,
-    complete=_complete_full,
-    centred_m=_full_centred_m,
-    params=_pln_params(_full_centred_m),
-    host_reference=_pln_host_reference,
-    work=PLN_WORK,
-)
-PROFILED = Model(
-    name="profiled",
-    free=lambda s: {"M": s.M, "S": s.S},
-    elbo=profiled_elbo,
-    value_and_grad=profiled_value_and_grad,
-    complete=_complete_profiled,
-    centred_m=_profiled_centred_m,
-    params=_pln_params(_profiled_centred_m),
-    host_reference=_pln_host_reference,
-    work=PLN_WORK,
+FULL = _pln_model("full", ("B", "M", "S"), full_elbo, full_value_and_grad, _complete_full, lambda s, data: s.M)
+PROFILED = _pln_model(
+    "profiled",
+    ("M", "S"),
+    profiled_elbo,
+    profiled_value_and_grad,
+    _complete_profiled,
+    lambda s, data: s.M - data.X @ s.B,
 )
 MODELS: dict[str, Model] = {m.name: m for m in (FULL, PROFILED)}
 

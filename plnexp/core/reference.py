@@ -22,10 +22,10 @@ def block_rows(p: int, rows: int | None = None) -> int:
     return rows if rows is not None else min(ROWS, max(1, BLOCK_ENTRIES // max(int(p), 1)))
 
 
-def row_blocks(n: int, p: int) -> list[slice]:
-    """Consecutive slices of ``max(1, BLOCK_ENTRIES // p)`` rows covering ``n`` rows: the blocks in
-    which plnexp reads an ``(n, p)`` host array without an ``n x p`` transient."""
-    step = max(1, BLOCK_ENTRIES // max(int(p), 1))
+def row_blocks(n: int, p: int, step: int | None = None) -> list[slice]:
+    """Consecutive slices of ``step`` rows (None: ``max(1, BLOCK_ENTRIES // p)``) covering ``n`` rows:
+    the blocks in which plnexp reads an ``(n, p)`` host array without an ``n x p`` transient."""
+    step = step or max(1, BLOCK_ENTRIES // max(int(p), 1))
     return [slice(a, min(a + step, n)) for a in range(0, n, step)]
 
 
@@ -81,10 +81,8 @@ def elbo_sums(
     B = np.asarray(B, dtype=np.float64)
     Y, O, X, M, S = (np.asarray(a) for a in (Y, O, X, M, S))  # host views, dtype kept
     n, p = M.shape
-    rows = block_rows(p, rows)
     poisson, second_moment, log_fact, terms = 0.0, np.zeros((p, p)), 0.0, 0.0
-    for start in range(0, n, rows):
-        block = slice(start, min(start + rows, n))
+    for block in row_blocks(n, p, block_rows(p, rows)):
         y, o, x, m, s = (np.asarray(a[block], dtype=np.float64) for a in (Y, O, X, M, S))
         z = o + x @ B + m
         s2 = s * s
@@ -126,10 +124,8 @@ def elbo_gradient_max(Y, O, X, B, M, S, Sigma, *, rows: int | None = None) -> fl
     B = np.asarray(B, dtype=np.float64)
     Omega = np.linalg.inv(np.asarray(Sigma, dtype=np.float64))
     n = np.shape(M)[0]
-    rows = block_rows(np.shape(Y)[1], rows)
     worst, gB = 0.0, np.zeros_like(B)
-    for start in range(0, n, rows):
-        block = slice(start, min(start + rows, n))
+    for block in row_blocks(n, np.shape(Y)[1], block_rows(np.shape(Y)[1], rows)):
         part, gM, gS = block_gradients(Y[block], O[block], X[block], M[block], S[block], B, Omega)
         gB += part
         worst = max(worst, float(np.abs(gM).max()), float(np.abs(gS).max()))
@@ -154,10 +150,8 @@ def pca_elbo_and_terms(Y, O, X, B, C, M, S, *, log_factorial: bool = True, rows:
     Y = sparse.csr_array(Y) if sparse_counts else np.asarray(Y)
     O, X, M, S = (np.asarray(a) for a in (O, X, M, S))
     C2 = C * C
-    rows = block_rows(C.shape[0], rows)
     total, terms = 0.0, 0.0
-    for start in range(0, M.shape[0], rows):
-        block = slice(start, min(start + rows, M.shape[0]))
+    for block in row_blocks(M.shape[0], C.shape[0], block_rows(C.shape[0], rows)):
         o, x, m, s = (np.asarray(a[block], dtype=np.float64) for a in (O, X, M, S))
         z = o + x @ B + m @ C.T
         s2 = s * s

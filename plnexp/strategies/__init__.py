@@ -15,8 +15,8 @@ optimizer formulas written in torch, from the same initial state, and return the
 from __future__ import annotations
 
 import os
-from dataclasses import MISSING, dataclass, field, fields
-from functools import lru_cache
+from dataclasses import dataclass, field, fields
+from functools import lru_cache, partial
 from typing import Any, cast
 from collections.abc import Callable
 
@@ -25,7 +25,7 @@ from .base import Compiled, Program, SingleProgram
 from . import fused
 from .batched import Batched
 from .loops import fori_program, while_program
-from .python_loops import EagerProgram, JitPerFunctionProgram
+from .python_loops import PythonLoop
 from .scans import scan_program
 from .sharded import VIA, RowSharded, mesh_of
 from .torch_loops import COMPILE_MODES, check as check_torch, check_device as check_torch_device, torch_program
@@ -103,15 +103,6 @@ def make_options(strategy: str, options: type, values: dict, key: str = "strateg
     return options(**values)
 
 
-def non_default(options) -> dict[str, Any]:
-    """The options set away from their defaults (what a run name shows)."""
-    return {
-        f.name: getattr(options, f.name)
-        for f in fields(options)
-        if f.default is MISSING or getattr(options, f.name) != f.default
-    }
-
-
 @dataclass(frozen=True)
 class Strategy:
     """A registry entry. ``build(problem, n_iter, options) -> Program``; ``requires(compile_cache)``
@@ -164,13 +155,22 @@ class Strategy:
 
 
 PLN_MODELS = ("full", "profiled")  # the models whose state is the p-dimensional PLN's (not pca)
+# the PyTorch baselines: torch required, their step written for the PLN state, dense counts placed by them
+_torch = partial(
+    Strategy,
+    requires=check_torch,
+    check_device=lambda spec, platform: check_torch_device(spec.name, platform),
+    jax_cache=False,
+    models=PLN_MODELS,
+    sparse_counts=False,
+)
 
 STRATEGIES: dict[str, Strategy] = {
     s.name: s
     for s in (
         # eager: refused with sparse counts, as docs/how-to/experiments.md says (#62)
-        Strategy("eager", NoOptions, lambda pb, n, o: EagerProgram(pb, n), sparse_counts=False),
-        Strategy("jit_per_function", NoOptions, lambda pb, n, o: JitPerFunctionProgram(pb, n)),
+        Strategy("eager", NoOptions, lambda pb, n, o: PythonLoop(pb, n), sparse_counts=False),
+        Strategy("jit_per_function", NoOptions, lambda pb, n, o: PythonLoop(pb, n, jit=True)),
         Strategy("scan", NoOptions, lambda pb, n, o: scan_program(pb, n, "dict"), batches=True),
         Strategy("scan_namedtuple", NoOptions, lambda pb, n, o: scan_program(pb, n, "namedtuple"), batches=True),
         Strategy("scan_pytree", NoOptions, lambda pb, n, o: scan_program(pb, n, "pytree"), batches=True),
@@ -198,26 +198,8 @@ STRATEGIES: dict[str, Strategy] = {
             models=PLN_MODELS,
             sparse_counts=False,
         ),
-        Strategy(
-            "torch_eager",
-            NoOptions,
-            lambda pb, n, o: torch_program(pb, n, compiled=False),
-            check_torch,
-            lambda spec, platform: check_torch_device(spec.name, platform),
-            jax_cache=False,
-            models=PLN_MODELS,
-            sparse_counts=False,
-        ),
-        Strategy(
-            "torch_compile",
-            TorchCompile,
-            lambda pb, n, o: torch_program(pb, n, compiled=True, mode=o.mode),
-            check_torch,
-            lambda spec, platform: check_torch_device(spec.name, platform),
-            jax_cache=False,
-            models=PLN_MODELS,
-            sparse_counts=False,
-        ),
+        _torch("torch_eager", NoOptions, lambda pb, n, o: torch_program(pb, n, compiled=False)),
+        _torch("torch_compile", TorchCompile, lambda pb, n, o: torch_program(pb, n, compiled=True, mode=o.mode)),
     )
 }
 TORCH_STRATEGIES = tuple(name for name, s in STRATEGIES.items() if s.requires is check_torch)
@@ -259,8 +241,11 @@ class StrategySpec:
 
     def name_parts(self) -> list[str]:
         """How a run name shows the options set away from their defaults (``unroll4``, ``max-autotune``)."""
-        meta = {f.name: f.metadata for f in fields(self.options)}
-        return [meta[k]["in_name"].format(key=k, value=v) for k, v in non_default(self.options).items()]
+        return [
+            f.metadata["in_name"].format(key=f.name, value=value)
+            for f in fields(self.options)
+            if (value := getattr(self.options, f.name)) != f.default  # (MISSING, no default, equals no value)
+        ]
 
     def check(
         self,

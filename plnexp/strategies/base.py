@@ -20,6 +20,7 @@ from typing import Any, NamedTuple, Protocol
 from collections.abc import Callable, Sequence
 
 import jax
+import jax.numpy as jnp
 from jax.extend import core as jax_core
 
 from ..measure import xla_stats
@@ -204,10 +205,11 @@ class AotResult:
         return self.cost.get("per_iteration", {})
 
 
-def aot_compile(jitted, *args) -> AotResult:
+def aot_compile(jitted, *args, counted: str = "") -> AotResult:
     """``jitted.trace(*args)``, ``.lower()``, ``.compile()``, each timed (their sum is the compile
     time); the lowered and compiled stages are kept (profiling reads them without compiling again),
-    with XLA's cost analysis (the whole program's and one iteration's) and memory analysis."""
+    with XLA's cost analysis (the whole program's and one iteration's; ``counted``: what it counts,
+    kept in it where XLA gives one) and memory analysis."""
     t0 = time.perf_counter()
     traced = jitted.trace(*args)
     t1 = time.perf_counter()
@@ -217,9 +219,10 @@ def aot_compile(jitted, *args) -> AotResult:
     t3 = time.perf_counter()
     hlo = compiled.as_text() or ""
     steps = loop_steps(traced.jaxpr)
-    return AotResult(
-        lowered, compiled, t3 - t0, _cost(compiled), _memory(compiled), t1 - t0, t2 - t1, t3 - t2, hlo, steps
-    )
+    cost = _cost(compiled)
+    if cost and counted:
+        cost["counted"] = counted
+    return AotResult(lowered, compiled, t3 - t0, cost, _memory(compiled), t1 - t0, t2 - t1, t3 - t2, hlo, steps)
 
 
 def peak_bytes(memory: dict) -> float:
@@ -249,6 +252,13 @@ def xla_metrics(aot: dict[str, AotResult]) -> dict[str, float]:
     if peaks and all(math.isfinite(p) for p in peaks):
         out["peak_bytes"] = max(peaks)
     return out
+
+
+def compile_one(jitted, label: str, counted: str, *args) -> Compiled:
+    """The :class:`Compiled` of a program that is the one function ``jitted`` (``label``: its name),
+    compiled for ``args`` (:func:`aot_compile`; ``counted``: what its cost analysis counts)."""
+    aot = aot_compile(jitted, *args, counted=counted)
+    return compiled_program(aot.compiled, {label: aot})
 
 
 def compiled_program(run: Callable[[FitState, Arrays], Output], aot: dict[str, AotResult]) -> Compiled:
@@ -286,7 +296,17 @@ class SingleProgram(OneDevice):
         return self._jitted(state, data)
 
     def compile(self, state, data) -> Compiled:
-        aot = aot_compile(self._jitted, state, data)
-        if aot.cost:
-            aot.cost["counted"] = WHOLE_PROGRAM + " (+ one final ELBO)"
-        return compiled_program(aot.compiled, {self.label: aot})
+        return compile_one(self._jitted, self.label, WHOLE_PROGRAM + " (+ one final ELBO)", state, data)
+
+
+def scanned(problem: Problem, n_iter: int, step, carry, data: Arrays, unroll: int = 1, final=lambda c: c) -> Output:
+    """The fit of the ``scan`` strategies: ``n_iter`` steps ``step(carry, data) -> (carry, elbo)`` in one
+    ``lax.scan`` from ``carry``; the Output of the state ``final(carry)`` makes of the last carry, the
+    curve of the steps' ELBOs and the ELBO at that state."""
+
+    def body(c, _):
+        return step(c, data)
+
+    carry, curve = jax.lax.scan(body, carry, None, length=n_iter, unroll=unroll)
+    state = final(carry)
+    return Output(state, curve, jnp.asarray(n_iter, jnp.int32), problem.elbo(state, data))

@@ -21,7 +21,7 @@ from ..core.data import device_offsets
 from ..core.arrays import Arrays
 from ..core.initial_state import init_state
 from ..core.problem import FitState, Output, Problem
-from .base import WHOLE_PROGRAM, Compiled, SingleProgram, aot_compile, compiled_program
+from .base import WHOLE_PROGRAM, Compiled, SingleProgram, compile_one
 
 
 def _take(tree, k: int):
@@ -93,8 +93,5 @@ class Batched:
         return self._program(data)(state, data)
 
     def compile(self, state, data) -> Compiled:
-        aot = aot_compile(self._program(data), state, data)
-        label = f"{self.inner.label}_x{self.replicates}"
-        if aot.cost:
-            aot.cost["counted"] = f"{WHOLE_PROGRAM}, all {self.replicates} replicates"
-        return compiled_program(aot.compiled, {label: aot})
+        label, counted = f"{self.inner.label}_x{self.replicates}", f"{WHOLE_PROGRAM}, all {self.replicates} replicates"
+        return compile_one(self._program(data), label, counted, state, data)

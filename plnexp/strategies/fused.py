@@ -42,7 +42,7 @@ from ..core.arrays import Arrays
 from ..core.model import FULL
 from ..core.pln_elbo import PLNState, logdet_from_cholesky
 from ..core.problem import FitState, Output, Problem, analytic
-from .base import SingleProgram
+from .base import SingleProgram, scanned
 
 LIBRARY = "_pln_fused"  # plnexp/_pln_fused<extension suffix>, built by setup.py
 # The library's interface (PLNEXP_FUSED_ABI_VERSION in pln_fused_step.cc): a library of another
@@ -164,25 +164,16 @@ def _count_inc(opt_state) -> jax.Array:
     return optax.safe_increment(optax.tree.get(opt_state, "count"))
 
 
-def _adam_like(b1: float, b2: float, eps: float):
-    def moments(count_inc, dtype):
-        bc1 = (1 - b1**count_inc).astype(dtype)  # optax.tree.bias_correction's cast
-        bc2 = (1 - b2**count_inc).astype(dtype)
-        return [
-            jnp.asarray(1 - b1, dtype),
-            jnp.asarray(b1, dtype),
-            jnp.asarray(1 - b2, dtype),
-            jnp.asarray(b2, dtype),
-            bc1,
-            bc2,
-            jnp.asarray(eps, dtype),
-        ]
-
-    return moments
+def _moments(count_inc, dtype, b2: float = 0.999, b1: float = 0.9, eps: float = 1e-8) -> list:
+    """adam's and radam's first seven coefficients: their moments' weights and bias corrections, eps."""
+    bc1 = (1 - b1**count_inc).astype(dtype)  # optax.tree.bias_correction's cast
+    bc2 = (1 - b2**count_inc).astype(dtype)
+    weights = [jnp.asarray(v, dtype) for v in (1 - b1, b1, 1 - b2, b2)]
+    return weights + [bc1, bc2, jnp.asarray(eps, dtype)]
 
 
 def _adam(opt_state, lr, dtype):
-    c = _adam_like(0.9, 0.999, 1e-8)(_count_inc(opt_state), dtype)
+    c = _moments(_count_inc(opt_state), dtype)
     return c + [jnp.asarray(-lr, dtype), jnp.zeros((), dtype), jnp.zeros((), dtype)]
 
 
@@ -194,7 +185,7 @@ def _radam_clip(opt_state, lr, dtype):
     b2t = b2**count_inc
     ro = ro_inf - 2 * count_inc * b2t / (1 - b2t)
     r = jnp.sqrt((ro - 4.0) * (ro - 2.0) * ro_inf / ((ro_inf - 4.0) * (ro_inf - 2.0) * ro))
-    c = _adam_like(0.9, b2, 1e-8)(count_inc, dtype)
+    c = _moments(count_inc, dtype, b2)
     return c + [jnp.zeros((), dtype), (ro >= threshold).astype(dtype), r.astype(dtype)]
 
 
@@ -377,11 +368,10 @@ def fused_program(problem: Problem, n_iter: int) -> SingleProgram:
             "xtx_chol": jnp.linalg.cholesky(data.X.T @ data.X),
         }
 
-        def body(carry, _):
+        def step(carry, data):
             return fused_step(problem, rule, code_path, consts, *carry, data)
 
         logdet0 = logdet_from_cholesky(jnp.linalg.cholesky(state.pln.Sigma))
-        (final, _), curve = jax.lax.scan(body, (state, logdet0), None, length=n_iter)
-        return Output(final, curve, jnp.asarray(n_iter, jnp.int32), problem.elbo(final, data))
+        return scanned(problem, n_iter, step, (state, logdet0), data, final=lambda carry: carry[0])
 
     return SingleProgram(fit, label="scan_fused")

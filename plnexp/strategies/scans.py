@@ -17,12 +17,11 @@ import dataclasses
 from typing import Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
 from jax.tree_util import register_pytree_node_class
 
 from ..core.pln_elbo import PLNState
 from ..core.problem import FitState, Output, Problem
-from .base import SingleProgram
+from .base import SingleProgram, scanned
 
 FIELDS = ("B", "M", "S", "Sigma", "Omega", "opt_state")
 
@@ -82,13 +81,11 @@ CONTAINERS = {
 def scan_program(problem: Problem, n_iter: int, container: str = "dict", unroll: int = 1) -> SingleProgram:
     pack, unpack = CONTAINERS[container]
 
-    def fit(state: FitState, data) -> Output:
-        def body(carry, _):
-            new_state, elbo = problem.step(unpack(carry), data)
-            return pack(new_state), elbo
+    def step(carry, data):
+        new_state, elbo = problem.step(unpack(carry), data)
+        return pack(new_state), elbo
 
-        carry, curve = jax.lax.scan(body, pack(state), None, length=n_iter, unroll=unroll)
-        final = unpack(carry)
-        return Output(final, curve, jnp.asarray(n_iter, jnp.int32), problem.elbo(final, data))
+    def fit(state: FitState, data) -> Output:
+        return scanned(problem, n_iter, step, pack(state), data, unroll, unpack)
 
     return SingleProgram(fit, label=f"scan_{container}")

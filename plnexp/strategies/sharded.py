@@ -50,7 +50,7 @@ from ..core.arrays import Arrays, Rows
 from ..core.initial_state import init_noise, init_state, init_state_given
 from ..core.pln_elbo import PLNState
 from ..core.problem import FitState, Output, Problem
-from .base import WHOLE_PROGRAM, Compiled, aot_compile, compiled_program
+from .base import WHOLE_PROGRAM, Compiled, compile_one, scanned
 
 AXIS = "rows"
 VIA = ("jit", "shard_map")
@@ -286,8 +286,8 @@ class RowSharded:
             if self.via == "shard_map":
                 specs = state_specs(self.problem, state)
                 out = Output(specs, P(), P(), P())  # type: ignore[arg-type]  # partition specs, not arrays
-                per_device = lambda s, d: _scan(
-                    self.problem.step, s, device_view(d, mesh.size), self.n_iter, self.problem
+                per_device = lambda s, d: scanned(
+                    self.problem, self.n_iter, self.problem.step, s, device_view(d, mesh.size)
                 )
                 fit = jax.shard_map(
                     per_device, mesh=mesh, in_specs=(specs, data_specs(AXIS)), out_specs=out, check_vma=True
@@ -307,7 +307,7 @@ class RowSharded:
                 new, elbo = problem.step(s, d)
                 return jax.lax.with_sharding_constraint(new, shardings), elbo
 
-            return _scan(step, state, data, self.n_iter, problem)
+            return scanned(problem, self.n_iter, step, state, data)
 
         return fit
 
@@ -315,18 +315,5 @@ class RowSharded:
         return self._program(state, data)(state, data)
 
     def compile(self, state, data) -> Compiled:
-        aot = aot_compile(self._program(state, data), state, data)
-        label = f"scan_sharded_{self.via}"
-        if aot.cost:
-            aot.cost["counted"] = f"{WHOLE_PROGRAM} (+ one final ELBO), per device"
-        return compiled_program(aot.compiled, {label: aot})
-
-
-def _scan(step, state: FitState, data: Arrays, n_iter: int, problem: Problem) -> Output:
-    import jax.numpy as jnp
-
-    def body(carry, _):
-        return step(carry, data)
-
-    final, curve = jax.lax.scan(body, state, None, length=n_iter)
-    return Output(final, curve, jnp.asarray(n_iter, jnp.int32), problem.elbo(final, data))
+        counted = f"{WHOLE_PROGRAM} (+ one final ELBO), per device"
+        return compile_one(self._program(state, data), f"scan_sharded_{self.via}", counted, state, data)

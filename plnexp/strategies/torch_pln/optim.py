@@ -42,25 +42,26 @@ def _bias_correction(moment, decay: float, count: torch.Tensor):
     return {k: m / correction for k, m in moment.items()}
 
 
-def scale_by_adam(updates, state, b1=0.9, b2=0.999, eps=1e-8, eps_root=0.0):
+def _adam_moments(updates, state, b1: float, b2: float):
+    """scale_by_adam's and scale_by_radam's shared start: the new moments, the incremented count and
+    the bias-corrected moments."""
     mu = _moment(updates, state.mu, b1, 1)
     nu = _moment(updates, state.nu, b2, 2)
     count_inc = _safe_increment(state.count)
-    mu_hat = _bias_correction(mu, b1, count_inc)
-    nu_hat = _bias_correction(nu, b2, count_inc)
+    return mu, nu, count_inc, _bias_correction(mu, b1, count_inc), _bias_correction(nu, b2, count_inc)
+
+
+def scale_by_adam(updates, state, b1=0.9, b2=0.999, eps=1e-8, eps_root=0.0):
+    mu, nu, count_inc, mu_hat, nu_hat = _adam_moments(updates, state, b1, b2)
     out = {k: mu_hat[k] / (torch.sqrt(nu_hat[k] + eps_root) + eps) for k in mu_hat}
     return out, optax.ScaleByAdamState(count=count_inc, mu=mu, nu=nu)
 
 
 def scale_by_radam(updates, state, b1=0.9, b2=0.999, eps=1e-8, eps_root=0.0, threshold=5.0):
     ro_inf = 2.0 / (1.0 - b2) - 1.0
-    mu = _moment(updates, state.mu, b1, 1)
-    nu = _moment(updates, state.nu, b2, 2)
-    count_inc = _safe_increment(state.count)
+    mu, nu, count_inc, mu_hat, nu_hat = _adam_moments(updates, state, b1, b2)
     b2t = _power(b2, count_inc, next(iter(mu.values())))
     ro = ro_inf - 2 * count_inc * b2t / (1 - b2t)
-    mu_hat = _bias_correction(mu, b1, count_inc)
-    nu_hat = _bias_correction(nu, b2, count_inc)
     r = torch.sqrt((ro - 4.0) * (ro - 2.0) * ro_inf / ((ro_inf - 4.0) * (ro_inf - 2.0) * ro))
     rectified = {k: r * mu_hat[k] / (torch.sqrt(nu_hat[k] + eps_root) + eps) for k in mu_hat}
     out = {k: torch.where(ro >= threshold, rectified[k], mu_hat[k]) for k in mu_hat}
@@ -88,35 +89,33 @@ def _scale(updates, step_size: float):
     return {k: step_size * u for k, u in updates.items()}
 
 
-def radam_clip(lr: float | None = None) -> Callable:
-    """chain(scale_by_radam(), scale(-1.0), clip(0.1)); like the JAX one, it has no learning rate."""
+def _chain(scale_by, step_size: float, clip: float | None = None) -> Callable:
+    """chain(scale_by, scale(step_size)), then clip(clip) where given: the update of the chain whose
+    state is ``scale_by``'s first, the others' (empty) after it."""
 
     def update(grads, state, params):
-        u, radam_state = scale_by_radam(grads, state[0])
-        u = {k: torch.clamp(v, -0.1, 0.1) for k, v in _scale(u, -1.0).items()}
-        return u, (radam_state, *state[1:])
+        u, first = scale_by(grads, state[0])
+        u = _scale(u, step_size)
+        if clip is not None:
+            u = {k: torch.clamp(v, -clip, clip) for k, v in u.items()}
+        return u, (first, *state[1:])
 
     return update
+
+
+def radam_clip(lr: float | None = None) -> Callable:
+    """chain(scale_by_radam(), scale(-1.0), clip(0.1)); like the JAX one, it has no learning rate."""
+    return _chain(scale_by_radam, -1.0, 0.1)
 
 
 def adam(lr: float) -> Callable:
     """chain(scale_by_adam(), scale_by_learning_rate(lr)) = ... scale(-lr)."""
-
-    def update(grads, state, params):
-        u, adam_state = scale_by_adam(grads, state[0])
-        return _scale(u, -1 * lr), (adam_state, *state[1:])
-
-    return update
+    return _chain(scale_by_adam, -1 * lr)
 
 
 def rprop(lr: float) -> Callable:
     """chain(scale_by_rprop(lr), scale(-1.0)); ``lr`` only sets the initial step sizes (in the state)."""
-
-    def update(grads, state, params):
-        u, rprop_state = scale_by_rprop(grads, state[0])
-        return _scale(u, -1.0), (rprop_state, *state[1:])
-
-    return update
+    return _chain(scale_by_rprop, -1.0)
 
 
 def sgd(lr: float) -> Callable:
