@@ -195,10 +195,12 @@ class Known:
 
 @dataclass(frozen=True, kw_only=True)
 class Timing:
-    compile_s: float
-    first_call_s: float
-    run_s: float
-    ms_per_iter: float
+    """A fit's figures (NaN: not measured; see the module docstring); :meth:`of_runs` from timed runs."""
+
+    compile_s: float = NAN
+    first_call_s: float = NAN
+    run_s: float = NAN
+    ms_per_iter: float = NAN
     runs_s: tuple[float, ...] = ()
     # the process's CPU time (every thread's, time.process_time) over a timed run, median: how much of
     # the machine the run kept busy; run_s is the wall time a user waits (docs/concepts/study.md)
@@ -217,6 +219,13 @@ class Timing:
     compile_warm_cache_hits: float = NAN
     # compile_s in parts and what XLA made of the program (nothing for eager and torch)
     program: ProgramStats = field(default_factory=ProgramStats)
+
+    @classmethod
+    def of_runs(cls, runs_s, n_iter: int, **figures) -> Timing:
+        """The timing of the timed runs ``runs_s`` (seconds) of ``n_iter`` iterations: their median
+        ``run_s`` and its ``ms_per_iter``; ``figures``: the other fields."""
+        run_s = statistics.median(runs_s)
+        return cls(run_s=run_s, ms_per_iter=1e3 * run_s / max(n_iter, 1), runs_s=tuple(runs_s), **figures)
 
     @property
     def spread(self) -> Spread:
@@ -397,17 +406,14 @@ def measure(
             runs.append(seconds)
         end = time.time()
         calib_after = calibrate(clock)
-    run_s = statistics.median(runs)
     assert out is not None  # repeats >= 1: the loop ran
     if keep is not None:
         keep.append(compiled)
-    n_run = max(int(np.max(np.asarray(out.n_run))), 1)  # a batch of fits: the longest sets the time
-    return out, Timing(
+    return out, Timing.of_runs(
+        runs,
+        int(np.max(np.asarray(out.n_run))),  # a batch of fits: the longest sets the time
         compile_s=compiled.compile_s,
         first_call_s=first_call_s,
-        run_s=run_s,
-        ms_per_iter=1e3 * run_s / n_run,
-        runs_s=tuple(runs),
         run_cpu_s=statistics.median(cpu),
         fingerprint=fingerprint.of_executables(compiled.executables),
         calib_before_s=calib_before,
@@ -431,10 +437,5 @@ def untimed(program, state, data, *, compile_cache_dir: str | Path | None = None
     with persistent_cache(compile_cache_dir), _count_events(jax_compat.cache_hit_event()) as hits:
         out, seconds = _timed(program.call, state, data)
     return out, Timing(
-        compile_s=NAN,
-        first_call_s=seconds,
-        run_s=NAN,
-        ms_per_iter=NAN,
-        runs_s=(seconds,),
-        compile_cache_hits=NAN if compile_cache_dir is None else float(hits[0]),
+        first_call_s=seconds, runs_s=(seconds,), compile_cache_hits=NAN if compile_cache_dir is None else float(hits[0])
     )
