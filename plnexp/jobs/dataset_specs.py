@@ -16,7 +16,9 @@ from typing import ClassVar
 from ..core.data import Data
 from ..core.oaks import OAKS_COVARIATES
 from ..system.paths import install_command
-from .schema import ConfigError, Flag, Integer, Names, Number, Text, check_fields, checked, setting
+from .schema import ConfigError, File, Flag, Integer, Names, Number, Text, check_fields, checked, setting
+
+CSV_FILES = "paths of existing CSV files"
 
 
 # ---------------------------------------------------------------- data sets
@@ -137,22 +139,12 @@ class SyntheticData(DatasetSpec):
 
 @dataclass(frozen=True)
 class CsvData(DatasetSpec):
-    counts: str
-    offsets: str | None = None
-    covariates: str | None = None
+    counts: str = setting(File(CSV_FILES))
+    offsets: str | None = setting(File(CSV_FILES, nullable=True), None)
+    covariates: str | None = setting(File(CSV_FILES, nullable=True), None)
     log_offsets: bool = setting(Flag(), False)
     name: ClassVar[str] = "csv"
     reads_rows: ClassVar[bool] = True
-
-    def __post_init__(self):
-        super().__post_init__()
-        for key in ("counts", "offsets", "covariates"):
-            value = getattr(self, key)
-            if value is None and key != "counts":
-                continue
-            if not isinstance(value, str) or not Path(value).is_file():
-                raise ConfigError(f"dataset.{key}={value!r}: allowed values are paths of existing CSV files")
-            object.__setattr__(self, key, str(Path(value).resolve()))
 
     @property
     def base_label(self) -> str:
@@ -176,7 +168,7 @@ class AnndataData(DatasetSpec):
     extra). The file, anndata and the keys' types are checked here; the layer and obs columns when
     the file is read (before any run: a :class:`~plnexp.core.data.DataError` line naming the ones there are)."""
 
-    path: str
+    path: str = setting(File("paths of existing .h5ad files", ".h5ad"))
     layer: str | None = setting(Text("null (X) or the name of a layer", nullable=True), None)
     covariates: tuple[str, ...] = setting(Text("names of obs columns", many=True), ())
     offsets: str = setting(Text("library_size, none or the name of an obs column of positive totals"), "library_size")
@@ -188,10 +180,6 @@ class AnndataData(DatasetSpec):
         super().__post_init__()
         import importlib.util
 
-        path = self.path
-        if not isinstance(path, str) or Path(path).suffix != ".h5ad" or not Path(path).is_file():
-            raise ConfigError(f"dataset.path={path!r}: allowed values are paths of existing .h5ad files")
-        object.__setattr__(self, "path", str(Path(path).resolve()))
         if importlib.util.find_spec("anndata") is None:
             raise ConfigError(
                 "dataset=anndata: needs the anndata package, which is not installed; install plnexp's "
