@@ -398,23 +398,23 @@ def cached(it: Iteration, dtype, device=None, folder: Path | None = None) -> Flo
     entries = _read(path, ident)
     size = copy_bytes(it, dtype.itemsize)
     n, p, k = it.dot_shape
-    copy_key, dot_key, factor_key = f"{dtype.name}/{size}", f"{dtype.name}/{n}x{p}x{k}", f"{dtype.name}/{p}"
+    wanted = {  # part -> its key in the file, and how it is measured
+        "copy": (f"{dtype.name}/{size}", lambda: measure_copy(size, dtype, dev)),
+        "dot": (f"{dtype.name}/{n}x{p}x{k}", lambda: measure_dot(n, p, k, dtype, dev)),
+    }
+    if it.work.factorizations:
+        wanted["factor"] = (f"{dtype.name}/{p}", lambda: measure_factor(p, dtype, dev))
     new: dict = {part: {} for part in PARTS}
-    if copy_key not in entries["copy"]:
-        new["copy"][copy_key] = measure_copy(size, dtype, dev)
-    if dot_key not in entries["dot"]:
-        new["dot"][dot_key] = measure_dot(n, p, k, dtype, dev)
-    if it.work.factorizations and factor_key not in entries["factor"]:
-        new["factor"][factor_key] = measure_factor(p, dtype, dev)
+    for part, (key, measure_part) in wanted.items():
+        if key not in entries[part]:
+            new[part][key] = measure_part()
     if any(new.values()):
         try:
             _write(path, ident, new)
         except OSError as e:
             log.warning("floor cache not written (%s: %s); measured values used all the same", path, e)
-    copy = new["copy"].get(copy_key, entries["copy"].get(copy_key))
-    dot = new["dot"].get(dot_key, entries["dot"].get(dot_key))
-    factor = new["factor"].get(factor_key, entries["factor"].get(factor_key)) if it.work.factorizations else 0.0
-    return Floor(it, dtype.name, float(copy), size, float(dot), float(factor))
+    got = {part: float(new[part].get(key, entries[part].get(key))) for part, (key, _) in wanted.items()}
+    return Floor(it, dtype.name, got["copy"], size, got["dot"], got.get("factor", 0.0))
 
 
 def run_metrics(it: Iteration, dtype, device=None) -> dict[str, float]:
