@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Any
+from dataclasses import replace
 from functools import lru_cache
 
 import jax
@@ -313,14 +314,11 @@ def run_all(
                 program,
                 state,
                 arrays,
-                repeats=t.repeats,
-                warmup=t.warmup,
                 # across JAX processes every run is collective: each process runs the same number of
                 # them (repeats), never as many as its own clock allows
-                budget_s=t.time_budget_s if jax.process_count() == 1 else 0.0,
-                first_call=t.first_call,
-                compile_cache_dir=cache_dir,
-                warm_compile=t.warm_compile,
+                replace(
+                    t, compile_cache_dir=cache_dir, time_budget_s=t.time_budget_s if jax.process_count() == 1 else 0.0
+                ),
                 fresh=fresh,
                 owns_process=owns_process,
                 keep=kept,

@@ -16,6 +16,7 @@ from ..core.model import MODELS, PCA_NAME, Model, check_block_rows, pca_model
 from ..core.optim import NEWTON, OptimizerSpec
 from ..core.precision import PRECISIONS, Precision, precision as precision_named
 from ..core.problem import GRADIENTS
+from ..measure.timing import TimingSpec, check_counts
 from ..strategies import StrategySpec, all_option_names
 
 INITS = ("seed", "data", "random")
@@ -108,40 +109,6 @@ def model_named(name: str, rank: int | None = None, block_rows: int | None = Non
     return pca_model(rank, check_block_rows(block_rows))
 
 
-def _check_counts(spec, **lowest: int) -> None:
-    """Each field named in ``lowest`` of ``spec``: an integer at least its lowest value; a one-line
-    ValueError naming the field otherwise."""
-    for key, low in lowest.items():
-        value = getattr(spec, key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{key}={value!r}: allowed values are integers >= {low}")
-
-
-@dataclass(frozen=True)
-class TimingSpec:
-    """How a fit is timed (:mod:`plnexp.measure.timing`): after ``warmup`` untimed runs, at least ``repeats``
-    timed runs (median and spread), more while they took less than ``time_budget_s`` seconds in all;
-    a cold plain call when ``first_call``; JAX's persistent compilation cache in
-    ``compile_cache_dir`` (None: off), and with it, when ``warm_compile``, a second compile timed
-    (``compile_warm_s``: the timing study's ``compile_cache=true``; see :func:`cache_choice`)."""
-
-    repeats: int = 1
-    warmup: int = 0
-    first_call: bool = False
-    compile_cache_dir: Path | None = None
-    time_budget_s: float = 0.0
-    warm_compile: bool = True
-
-    def __post_init__(self):
-        _check_counts(self, repeats=1, warmup=0)
-        b = self.time_budget_s
-        if isinstance(b, bool) or not isinstance(b, (int, float)) or not (0 <= b < float("inf")):
-            raise ValueError(f"time_budget_s={b!r}: allowed values are numbers >= 0 (seconds)")
-        for key in ("first_call", "warm_compile"):
-            if not isinstance(getattr(self, key), bool):
-                raise ValueError(f"{key}={getattr(self, key)!r}: allowed values are True, False")
-
-
 COMPILE_CACHE_VALUES = "true, false, null (auto: on for a fit, off in a sweep)"
 
 
@@ -195,7 +162,7 @@ class FitSpec:
             object.__setattr__(self, "model", _model_for(self.model, self.optimizer.name, self.gradient))
         if self.init is None:
             object.__setattr__(self, "init", default_init(self.model))  # frozen: set once, here
-        _check_counts(self, seed=0, replicates=1)
+        check_counts(self, seed=0, replicates=1)
         if self.replicates > 1:
             self.strategy.check(replicates=self.replicates)
         if self.init not in INITS:

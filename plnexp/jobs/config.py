@@ -32,10 +32,10 @@ from ..fitting.spec import (
     INITS,
     MODEL_NAMES,
     FitSpec,
-    TimingSpec,
     cache_choice,
     model_named,
 )
+from ..measure.timing import TimingSpec
 from ..strategies import StrategySpec
 from .peers import PEERS
 from .schema import ConfigError, Flag, Integer, Names, Number, OneOf, Text, check_fields, setting

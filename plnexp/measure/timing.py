@@ -137,6 +137,41 @@ class Spread:
         return hi - lo
 
 
+def check_counts(spec, **lowest: int) -> None:
+    """Each field named in ``lowest`` of ``spec``: an integer at least its lowest value; a one-line
+    ValueError naming the field otherwise."""
+    for key, low in lowest.items():
+        value = getattr(spec, key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{key}={value!r}: allowed values are integers >= {low}")
+
+
+@dataclass(frozen=True)
+class TimingSpec:
+    """How a fit is timed (:func:`measure`): after ``warmup`` untimed runs, at least ``repeats``
+    timed runs (median and spread), more while they took less than ``time_budget_s`` seconds in all;
+    a cold plain call when ``first_call``; JAX's persistent compilation cache in
+    ``compile_cache_dir`` (None: off), and with it, when ``warm_compile``, a second compile timed
+    (``compile_warm_s``: the timing study's ``compile_cache=true``; see
+    :func:`plnexp.fitting.spec.cache_choice`)."""
+
+    repeats: int = 1
+    warmup: int = 0
+    first_call: bool = False
+    compile_cache_dir: Path | None = None
+    time_budget_s: float = 0.0
+    warm_compile: bool = True
+
+    def __post_init__(self):
+        check_counts(self, repeats=1, warmup=0)
+        b = self.time_budget_s
+        if isinstance(b, bool) or not isinstance(b, (int, float)) or not (0 <= b < float("inf")):
+            raise ValueError(f"time_budget_s={b!r}: allowed values are numbers >= 0 (seconds)")
+        for key in ("first_call", "warm_compile"):
+            if not isinstance(getattr(self, key), bool):
+                raise ValueError(f"{key}={getattr(self, key)!r}: allowed values are True, False")
+
+
 def calibrate(clock=time.perf_counter) -> float:
     """Seconds of a fixed host workload, the best of :data:`CALIBRATION_REPEATS` timings (a few
     milliseconds each: docs/results.md, "Calibration and contention"): :data:`CALIBRATION_PASSES`
@@ -356,50 +391,43 @@ def measure(
     program,
     state,
     data,
+    spec: TimingSpec | None = None,
     *,
-    repeats: int = 1,
-    warmup: int = 0,
-    budget_s: float = 0.0,
-    first_call: bool = False,
-    compile_cache_dir: str | Path | None = None,
-    warm_compile: bool = True,
     fresh: Callable[[], Any] | None = None,
     owns_process: bool = False,
     clock=time.perf_counter,
     keep: list | None = None,
 ) -> tuple[Output, Timing]:
     """One cold AOT compile, then ``warmup`` untimed runs and the timed runs: at least ``repeats``,
-    more while they took less than ``budget_s`` in all (see the module docstring for the rest);
-    returns the output of the last timed run and its :class:`Timing`.
+    more while they took less than ``time_budget_s`` in all, as ``spec`` says (:class:`TimingSpec`;
+    None: one timed run; see the module docstring for the rest); returns the output of the last
+    timed run and its :class:`Timing`.
 
     ``fresh``: makes a new Program equivalent to ``program`` whose functions JAX has never traced,
     one per cold step (the first call, the compile, the warm compile); without it those steps use
     ``program`` itself, cold only if nothing compiled it before. ``owns_process``: also clear JAX's
     in-memory caches before each cold step: for a process plnexp owns, never a library call.
     ``clock``: for tests. ``keep``: a list the compiled program is appended to (to run it again)."""
-    if not (isinstance(repeats, int) and repeats >= 1 and isinstance(warmup, int) and warmup >= 0):
-        raise ValueError(f"repeats={repeats!r}, warmup={warmup!r}: need integers repeats >= 1 and warmup >= 0")
-    if not (isinstance(budget_s, (int, float)) and budget_s >= 0):
-        raise ValueError(f"budget_s={budget_s!r}: allowed values are numbers >= 0")
+    spec = spec or TimingSpec()
     first_call_s, compile_warm_s, hits, warm_hits = NAN, NAN, NAN, NAN
     with persistent_cache(None):
-        if first_call:
+        if spec.first_call:
             _, first_call_s = _timed(_cold(program, fresh, owns_process).call, state, data, clock)
-        with persistent_cache(compile_cache_dir):
+        with persistent_cache(spec.compile_cache_dir):
             compiled, cold_hits = _cold_compile(_cold(program, fresh, owns_process), state, data)
-            if compile_cache_dir is not None:
+            if spec.compile_cache_dir is not None:
                 hits = float(cold_hits)
-                if warm_compile:
+                if spec.warm_compile:
                     warm, warm_count = _cold_compile(_cold(program, fresh, owns_process), state, data)
                     compile_warm_s, warm_hits = warm.compile_s, float(warm_count)
-        for _ in range(warmup):
+        for _ in range(spec.warmup):
             _timed(compiled.run, state, data, clock)
         calib_before = calibrate(clock)
         start = time.time()
         runs: list[float] = []
         cpu: list[float] = []  # the process's CPU time of each timed run, all threads
         out: Output | None = None
-        while len(runs) < repeats or (sum(runs) < budget_s and len(runs) < MAX_RUNS):
+        while len(runs) < spec.repeats or (sum(runs) < spec.time_budget_s and len(runs) < MAX_RUNS):
             cpu0 = time.process_time()
             out, seconds = _timed(compiled.run, state, data, clock)
             cpu.append(time.process_time() - cpu0)
