@@ -117,28 +117,24 @@ REPORT_KEYS = tuple(f.name for f in fields(ReportSpec))
 
 
 # ---------------------------------------------------------------- the config
-# keys whose value the run name shows already (run_name) or never (where results go, how they are timed)
-_NAMED = {
-    "strategy",
-    "dataset",
-    "dataset.replication",
-    "dataset.n",
-    "dataset.p",
-    "dataset.d",
-    "precision",
-    "device",
-    "sweep",
-    "n_iter_cap",
+# Config fields that do not change a fit's result, left out of the config hash (plnexp.jobs.provenance):
+# where it is logged (experiment, tracking_uri), how it is timed (repeats, warmup, time_budget_s, first_call,
+# compile_cache: the result is always the output of one run of the compiled program), and the requested
+# n_iter and its caps (the resolved n_iter, which is hashed, is what runs).
+UNHASHED = (
     "experiment",
     "tracking_uri",
-    "store_timeout_s",
     "repeats",
     "warmup",
     "time_budget_s",
     "first_call",
     "compile_cache",
-    "plnexp_job",
-}
+    "n_iter_requested",
+    "n_iter_cap",
+)
+# keys whose value the run name shows already (run_name) or never (where results go, how they are timed;
+# the data set's keys: hidden_in_name's prefixes)
+_NAMED = {"strategy", "dataset", "precision", "device", "sweep", "store_timeout_s", "plnexp_job", *UNHASHED}
 
 
 def hidden_in_name(key: str) -> bool:
