@@ -57,8 +57,10 @@ class DatasetSpec:
 
     @property
     def label_tail(self) -> str:
-        """After the replication (oaks: its covariates)."""
-        return ""
+        """After the replication: the covariates' names, where a data set names them (oaks, anndata:
+        ``oaks_x100+tree``, ``anndata_pbmc_x4+batch``)."""
+        names = getattr(self, "covariates", ())
+        return "+" + "+".join(names) if isinstance(names, tuple) and names else ""
 
     @property
     def label(self) -> str:
@@ -104,10 +106,6 @@ class OaksData(DatasetSpec):
     name: ClassVar[str] = "oaks"
 
     base_label: ClassVar[str] = "oaks"
-
-    @property
-    def label_tail(self) -> str:  # oaks_x100+tree: the covariates after the replication, as ever
-        return "+" + "+".join(self.covariates) if self.covariates else ""
 
     def _load(self, rows: tuple[int, int] | None = None) -> Data:
         from ..core.oaks import load_oaks
@@ -190,10 +188,6 @@ class AnndataData(DatasetSpec):
     def base_label(self) -> str:
         layer = f"_{self.layer}" if self.layer else ""
         return f"anndata_{Path(self.path).stem}{layer}" + ("_sparse" if self.sparse else "")
-
-    @property
-    def label_tail(self) -> str:  # anndata_pbmc_x4+batch: the covariates after the replication, as oaks
-        return "+" + "+".join(self.covariates) if self.covariates else ""
 
     def _load(self, rows: tuple[int, int] | None = None) -> Data:
         """Raises :class:`~plnexp.core.data.DataError` (one line naming the file) for a bad file."""

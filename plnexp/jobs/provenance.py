@@ -178,17 +178,13 @@ def git_commit() -> str:
     installed wheel (its version is logged apart) or outside git."""
     if CHECKOUT is None:
         return "unknown"
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(CHECKOUT), *args], capture_output=True, text=True, timeout=5).stdout
+
     try:
-        out = subprocess.run(
-            ["git", "-C", str(CHECKOUT), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
-        )
-        commit = out.stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(CHECKOUT), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-        ).stdout.strip()
+        commit = git("rev-parse", "HEAD").strip()
+        dirty = git("status", "--porcelain", "--untracked-files=no").strip()
         return (commit + ("-dirty" if dirty else "")) if commit else "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"

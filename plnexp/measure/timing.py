@@ -67,6 +67,7 @@ the compiled loops.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import tempfile
@@ -215,17 +216,8 @@ class ProgramStats:
     def __reduce__(self):
         """Pickled with ``analyse``'s figures, worked out now (after any timed run: the timing is the
         one measured), not the function, which holds the compiled program (no pickle has it)."""
-        return (ProgramStats, (self.trace_s, self.lower_s, self.xla_compile_s, Known(self.xla), self.hlo))
-
-
-@dataclass(frozen=True)
-class Known:
-    """``analyse`` of a :class:`ProgramStats` read back from a pickle: its figures, as worked out."""
-
-    values: dict[str, float]
-
-    def __call__(self) -> dict[str, float]:
-        return dict(self.values)
+        known = functools.partial(dict, self.xla)  # a copy of the figures as worked out, at each call
+        return (ProgramStats, (self.trace_s, self.lower_s, self.xla_compile_s, known, self.hlo))
 
 
 @dataclass(frozen=True, kw_only=True)
