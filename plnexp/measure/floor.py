@@ -236,29 +236,31 @@ def _fastest(call, x, *args, min_calls: int = 3, max_calls: int = 20, budget_s: 
     return min(times)
 
 
-def _loop(body, count: int):
-    """``count`` applications of ``body`` in one compiled call, its first argument donated (in place,
-    as in a fit's loop)."""
+def _per_call(body, count: float, dtype, *make) -> float:
+    """Seconds of one application of ``body``: the fastest call of a compiled loop of ``count`` of
+    them (1 to :data:`MAX_LOOP`), its first argument donated (in place, as in a fit's loop), on the
+    arrays that the functions ``make`` build (in ``dtype``'s x64 setting)."""
     import jax
+
+    count = int(min(max(count, 1), MAX_LOOP))
 
     def run(x, *args):
         return jax.lax.fori_loop(0, count, lambda i, a: body(a, *args), x)
 
-    return jax.jit(run, donate_argnums=0)
+    with jax.enable_x64(np.dtype(dtype) == np.float64):
+        return _fastest(jax.jit(run, donate_argnums=0), *(m() for m in make)) / count
 
 
 def measure_copy(nbytes: int, dtype, device=None) -> float:
     """In-place copy bandwidth over a buffer of ``nbytes``, GB/s (bytes read + written)."""
-    import jax
     import jax.numpy as jnp
 
     dtype, dev = np.dtype(dtype), _device(device)
     rows = max(nbytes // (1024 * dtype.itemsize), 1)
-    passes = int(min(max(COPY_TRAFFIC // (rows * 1024 * dtype.itemsize), 1), MAX_LOOP))
-    with jax.enable_x64(dtype == np.float64):
-        buf = jnp.ones((rows, 1024), dtype, device=dev)
-        seconds = _fastest(_loop(lambda a: a * 0.5 + 1.0, passes), buf)  # stays at 1..2: no denormals
-    return 2 * rows * 1024 * dtype.itemsize * passes / seconds / 1e9
+    passes = COPY_TRAFFIC // (rows * 1024 * dtype.itemsize)
+    # a * 0.5 + 1 stays at 1..2: no denormals
+    seconds = _per_call(lambda a: a * 0.5 + 1.0, passes, dtype, lambda: jnp.ones((rows, 1024), dtype, device=dev))
+    return 2 * rows * 1024 * dtype.itemsize / seconds / 1e9
 
 
 def measure_dot(n: int, p: int, k: int, dtype, device=None) -> float:
@@ -266,47 +268,40 @@ def measure_dot(n: int, p: int, k: int, dtype, device=None) -> float:
     M <- (M W) W' with W the first k columns of the p x p identity (a projection: M stays bounded,
     and the products cannot tell W from any other), the second an (n, k) times (k, p) product of the
     same flops (a fit of rank k does products of both orientations; k = p: two n x p x p ones)."""
-    import jax
     import jax.numpy as jnp
 
     dtype, dev = np.dtype(dtype), _device(device)
-    count = int(min(max(math.ceil(DOT_FLOPS / (4 * n * p * k)), 1), MAX_LOOP))
-    with jax.enable_x64(dtype == np.float64):
-        m = jnp.ones((n, p), dtype, device=dev)
-        w = jnp.eye(p, k, dtype=dtype, device=dev)
-        seconds = _fastest(_loop(lambda a, b: (a @ b) @ b.T, count), m, w)
-    return 1e3 * seconds / (2 * count)
+    pair = _per_call(
+        lambda a, b: (a @ b) @ b.T,
+        math.ceil(DOT_FLOPS / (4 * n * p * k)),
+        dtype,
+        lambda: jnp.ones((n, p), dtype, device=dev),
+        lambda: jnp.eye(p, k, dtype=dtype, device=dev),
+    )
+    return 1e3 * pair / 2
 
 
 def measure_factor(p: int, dtype, device=None) -> float:
     """Milliseconds of one p x p Cholesky factor and the inverse it gives, as the full model computes
     Omega (:func:`plnexp.core.pln_elbo.inverse_spd`), chained in one call: X <- X^-1 from 2 I (X stays 2 I
     or I / 2; the factorization's work does not depend on the values)."""
-    import jax
     import jax.numpy as jnp
 
     from ..core.pln_elbo import inverse_spd
 
     dtype, dev = np.dtype(dtype), _device(device)
-    count = int(min(max(math.ceil(DOT_FLOPS / (2 * p**3)), 1), MAX_LOOP))
-    with jax.enable_x64(dtype == np.float64):
-        x = 2 * jnp.eye(p, dtype=dtype, device=dev)
-        seconds = _fastest(_loop(inverse_spd, count), x)
-    return 1e3 * seconds / count
+    count = math.ceil(DOT_FLOPS / (2 * p**3))
+    return 1e3 * _per_call(inverse_spd, count, dtype, lambda: 2 * jnp.eye(p, dtype=dtype, device=dev))
 
 
 def measure_exp(n: int, p: int, dtype, device=None) -> float:
     """Milliseconds of one in-place ``exp`` pass over an n x p array (printed by the benchmark beside
     the floor: transcendentals, not bytes, bound the elementwise work on some CPUs; not in the floor)."""
-    import jax
     import jax.numpy as jnp
 
     dtype, dev = np.dtype(dtype), _device(device)
-    count = int(min(max(COPY_TRAFFIC // (2 * n * p * dtype.itemsize), 1), MAX_LOOP))
-    with jax.enable_x64(dtype == np.float64):
-        a = jnp.ones((n, p), dtype, device=dev)
-        seconds = _fastest(_loop(lambda x: jnp.exp(-jnp.abs(x)), count), a)
-    return 1e3 * seconds / count
+    count = COPY_TRAFFIC // (2 * n * p * dtype.itemsize)
+    return 1e3 * _per_call(lambda x: jnp.exp(-jnp.abs(x)), count, dtype, lambda: jnp.ones((n, p), dtype, device=dev))
 
 
 def measure(it: Iteration, dtype, device=None) -> Floor:
