@@ -102,17 +102,10 @@ def cache_path(folder: Path | None = None) -> Path:
 
 def _read(path: Path) -> dict[str, dict]:
     """The cache's entries; empty when missing, unreadable, corrupt or of another format."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT or not isinstance(data.get("entries"), dict):
-        return {}
-    return {k: v for k, v in data["entries"].items() if isinstance(v, dict) and _finite(v.get("elbo"))}
+    from ..measure.floor import finite, kept, read_cache
 
-
-def _finite(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    entries = read_cache(path, format=CACHE_FORMAT).get("entries")
+    return kept(entries, lambda v: isinstance(v, dict) and finite(v.get("elbo")))
 
 
 def cached(key: str, folder: Path | None = None) -> dict | None:

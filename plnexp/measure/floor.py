@@ -349,25 +349,31 @@ def cache_file(ident: dict[str, str], folder: Path | None = None) -> Path:
     return (folder or cache_dir()) / f"floor-{digest}.json"
 
 
-def _read(path: Path, ident: dict) -> dict:
-    """The file's entries ({"copy": {...}, "dot": {...}, "factor": {...}}); empty when missing,
-    unreadable, corrupt, of another format or of another machine."""
-    empty: dict[str, dict] = {part: {} for part in PARTS}
+def read_cache(path: Path, **expected) -> dict:
+    """The JSON object of the cache file ``path``; empty when the file is missing, unreadable,
+    corrupt, or its ``expected`` keys (its format, its machine) hold other values."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
-        return empty
-    if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT or data.get("machine") != ident:
-        return empty
-    out = {}
-    for part in PARTS:
-        entries = data.get(part)
-        out[part] = {k: v for k, v in entries.items() if _valid(v)} if isinstance(entries, dict) else {}
-    return out
+        return {}
+    return data if isinstance(data, dict) and all(data.get(k) == v for k, v in expected.items()) else {}
 
 
-def _valid(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+def kept(entries, valid) -> dict:
+    """The entries (a dict read from a cache file) whose values are ``valid``; none where not a dict."""
+    return {k: v for k, v in entries.items() if valid(v)} if isinstance(entries, dict) else {}
+
+
+def finite(value) -> bool:
+    """A finite number (not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _read(path: Path, ident: dict) -> dict:
+    """The file's entries ({"copy": {...}, "dot": {...}, "factor": {...}}, each a positive number);
+    empty when missing, unreadable, corrupt, of another format or of another machine."""
+    data = read_cache(path, format=CACHE_FORMAT, machine=ident)
+    return {part: kept(data.get(part), lambda v: finite(v) and v > 0) for part in PARTS}
 
 
 def _write(path: Path, ident: dict, entries: dict) -> None:
