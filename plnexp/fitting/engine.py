@@ -27,29 +27,14 @@ from ..core.inputs import to_data
 from ..core import reference
 from ..core.model import PCA_NAME, Model
 from ..core.optim import OptimizerSpec
-from ..core.precision import PRECISIONS, TERMS_ULPS, Precision
+from ..core.precision import TERMS_ULPS, Precision
 from ..core.problem import GRADIENTS, Problem
-from ..core.device import DEVICES, resolve_device
+from ..core.device import resolve_device
 from .prepared import Prepared
 from . import progress as progress_bar, saved
 from .result import DataNames, FitResult
 from ..strategies.sharded import across_processes_sum
-from .spec import INITS, FitSpec, check_rank, parse
-
-__all__ = [
-    "DEVICES",
-    "INITS",
-    "PRECISIONS",
-    "FitResult",
-    "NumericsError",
-    "fit",
-    "run",
-    "run_all",
-    "resolve_device",
-    "make_problem",
-    "check_against_host",
-    "check_rank",
-]
+from .spec import FitSpec, check_rank, parse
 
 
 class NumericsError(RuntimeError):
