@@ -14,6 +14,7 @@ import pytest
 import plnexp
 from plnexp.measure import timing
 from plnexp.strategies.base import Compiled
+from plnexp.system import jax_compat
 
 N_RUN = 4
 
@@ -208,7 +209,7 @@ def test_compile_cache_on_then_off(oaks, tmp_path):
     hits = []
 
     def listener(event, **kwargs):
-        if event == timing.CACHE_HIT_EVENT:
+        if event == jax_compat.cache_hit_event():
             hits.append(event)
 
     jax.monitoring.register_event_listener(listener)
@@ -243,7 +244,7 @@ def test_a_second_fit_in_the_process_is_cold_again_without_clearing_caches(clear
             seen.append((event, kwargs.get("fun_name")))
 
     def hit(event, **kwargs):
-        if event == timing.CACHE_HIT_EVENT:
+        if event == jax_compat.cache_hit_event():
             hits.append(event)
 
     jax.monitoring.register_event_duration_secs_listener(duration)

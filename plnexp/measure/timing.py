@@ -98,8 +98,6 @@ CALIBRATION_TOLERANCE = 0.25
 # compares calibrations minutes apart, which spread more even in an idle default sweep (docs/results.md,
 # "Calibration and contention").
 CALIBRATION_LEVEL_TOLERANCE = 0.5
-# the event JAX records once per XLA compilation served by the cache (plnexp.system.jax_compat)
-CACHE_HIT_EVENT = jax_compat.CACHE_HIT_EVENT
 _CACHE_OPTIONS = (
     "jax_compilation_cache_dir",
     "jax_enable_compilation_cache",
