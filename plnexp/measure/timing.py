@@ -75,7 +75,7 @@ import time
 import warnings
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -257,22 +257,11 @@ class Timing:
         return Spread(self.runs_s)
 
     def as_metrics(self) -> dict[str, float]:
-        """The measured numbers, without those not measured (NaN)."""
-        values = {
-            "compile_s": self.compile_s,
-            "compile_warm_s": self.compile_warm_s,
-            "first_call_s": self.first_call_s,
-            "run_s": self.run_s,
-            "run_cpu_s": self.run_cpu_s,
-            "ms_per_iter": self.ms_per_iter,
-            "compile_cache_hits": self.compile_cache_hits,
-            "compile_warm_cache_hits": self.compile_warm_cache_hits,
-            "calib_before_s": self.calib_before_s,
-            "calib_after_s": self.calib_after_s,
-            "timed_start": self.timed_start,
-            "timed_end": self.timed_end,
-            **self.program.as_metrics(),
-        }
+        """The measured numbers (every number of the timing and of its program), without those not
+        measured (NaN)."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values = {k: v for k, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        values.update(self.program.as_metrics())
         if not math.isnan(self.run_s):  # timed runs (an untimed call has no spread)
             spread = self.spread
             lo, hi = spread.interval
