@@ -147,11 +147,10 @@ def compute(data: Data) -> dict:
     }
 
 
-def best_known(base: Data, model: str, replication: int = 1, given: float | None = None) -> Optimum:
+def best_known(base: Data, model: str, replication: int = 1) -> Optimum:
     """The best known ELBO of ``base`` (the data before replication) stacked ``replication`` times,
-    for ``model``'s family; see the module's docstring for the order."""
-    if given is not None:
-        return Optimum(float(given), "given")
+    for ``model``'s family: shipped, cached or computed (see the module's docstring; a given one:
+    :func:`for_dataset`)."""
     fam = family(model)
     if fam is None:
         raise ValueError(
