@@ -94,10 +94,10 @@ def family(model: str) -> str | None:
     return FAMILY.get(model, model)
 
 
-def cache_path(folder: Path | None = None) -> Path:
+def cache_path() -> Path:
     from ..measure.floor import cache_dir
 
-    return (folder or cache_dir()) / CACHE_FILE
+    return cache_dir() / CACHE_FILE
 
 
 def _read(path: Path) -> dict[str, dict]:
@@ -108,16 +108,12 @@ def _read(path: Path) -> dict[str, dict]:
     return kept(entries, lambda v: isinstance(v, dict) and finite(v.get("elbo")))
 
 
-def cached(key: str, folder: Path | None = None) -> dict | None:
-    return _read(cache_path(folder)).get(key)
-
-
-def store(key: str, entry: dict, folder: Path | None = None) -> None:
+def store(key: str, entry: dict) -> None:
     """Add ``entry`` to the cache (read again just before: another job may have added one), replaced
     atomically."""
     from ..system.paths import write_atomic
 
-    path = cache_path(folder)
+    path = cache_path()
     entries = _read(path)
     entries[key] = entry
     write_atomic(path, json.dumps({"format": CACHE_FORMAT, "entries": entries}, indent=1, sort_keys=True))
@@ -161,7 +157,7 @@ def best_known(base: Data, model: str, replication: int = 1) -> Optimum:
         if ship_digest == digest and ship_family == fam:
             return Optimum(replication * elbo, "shipped")
     key = f"{digest}:{fam}"
-    entry = cached(key)
+    entry = _read(cache_path()).get(key)
     source = "cached"
     if entry is None:
         log.info(
