@@ -78,7 +78,6 @@ def run_chunks(
     log_factorial: float,
     compile_cache_dir=None,
     stream=None,
-    desc: str = "fit",
 ) -> tuple[Output, timing.Timing]:
     """The fit of ``n_iter`` iterations from ``state``, run in chunks by the programs ``build(k)``
     makes (the strategy's program of ``k`` iterations), with a tqdm bar on ``stream`` (stderr):
@@ -94,7 +93,7 @@ def run_chunks(
     t0 = time.perf_counter()
     bar = tqdm(
         total=n_iter,
-        desc=desc,
+        desc="fit",
         unit="it",
         file=sys.stderr if stream is None else stream,
         delay=SHOW_AFTER_S,
