@@ -29,7 +29,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 CONFIDENCE = 0.95  # of each ratio's interval
-VERDICTS = ("faster", "tied", "slower", "unresolved")
 
 
 def min_rounds(confidence: float = CONFIDENCE) -> int:
