@@ -14,7 +14,7 @@ Names are resolved into the registries' records: :class:`~plnexp.core.optim.Opti
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from enum import Enum
 from pathlib import Path
 from collections.abc import Sequence
@@ -224,16 +224,12 @@ class Config:
         (None) is off there, so that every compile is cold; a value the user set is kept."""
         if self.compile_cache is not None:
             return self
-        from dataclasses import replace
-
         return replace(self, compile_cache=False)
 
     def replicate_datasets(self) -> list[Dataset]:
         """The data set of each replicate: K synthetic data sets from seeds ``dataset.seed + k``; one
         data set shared by every replicate otherwise (they differ by their initial seed)."""
         if self.replicates > 1 and isinstance(self.dataset, (SyntheticData, SyntheticPcaData)):
-            from dataclasses import replace
-
             return [replace(self.dataset, seed=self.dataset.seed + k) for k in range(self.replicates)]
         return [self.dataset]
 
