@@ -26,7 +26,8 @@ def sweep_jobs(sweep: str) -> tuple[cli.Job, ...]:
 
 def test_groups_cover_the_registries():
     from plnexp import STRATEGIES
-    from plnexp.fitting.engine import DEVICES, PRECISIONS
+    from plnexp.core.device import DEVICES
+    from plnexp.core.precision import PRECISIONS
     from plnexp.core.optim import OPTIMIZERS
     from plnexp.fitting.spec import MODEL_NAMES
 

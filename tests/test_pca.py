@@ -30,7 +30,7 @@ N_ITER = 30
 # within 1e-9. A sign-driven one (rprop, radam_clip's clip) steps by the sign of a gradient component,
 # and where one crosses 0, as the rotation R's does within a few iterations on data this small,
 # rounding picks it (test_every_optimizer_and_precision_fits runs them all). init="seed", named: pca's
-# default is "data" (plnexp.fitting.spec.default_init), already near the fit, where the ELBO gains less and the
+# default is "data" (plnexp.fitting.spec.DEFAULT_INIT), already near the fit, where the ELBO gains less and the
 # fits of two strategies drift apart by more than 1e-9 within 30 adam steps (rounding of the rotation)
 KW = dict(
     model="pca", rank=RANK, optimizer="adam", lr=1e-2, n_iter=N_ITER, precision="float64", init="seed", timed=False

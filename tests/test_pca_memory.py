@@ -24,7 +24,7 @@ TOL = 1e-10
 # adam: a smooth optimizer, so that fits summed in another order (blocks, devices) stay within 1e-9.
 # A sign-driven one (rprop, radam_clip's clip) steps by the sign of a gradient component, and where one
 # crosses 0, as the rotation R's does within a few iterations on data this small, rounding picks it.
-# init="seed", named: from pca's default start (init="data": plnexp.fitting.spec.default_init) such fits drift
+# init="seed", named: from pca's default start (init="data": plnexp.fitting.spec.DEFAULT_INIT) such fits drift
 # apart by ~2e-9 within 20 adam steps (tests/test_pca.py's KW says the same)
 KW = dict(model="pca", rank=RANK, optimizer="adam", lr=1e-2, n_iter=20, precision="float64", init="seed", timed=False)
 

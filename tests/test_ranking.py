@@ -68,13 +68,13 @@ def entry(
 def test_a_winner_only_beyond_the_spread():
     aa = entry("scan", 7.07, control=True)  # the control job: scan again, 1% apart
     clear = [entry("scan", 7.0), entry("fori_loop", 8.0), entry("eager", 50.0, fp=""), aa]
-    line = ranking.headline("G", clear, {})
+    line = ranking.rank("G", clear, {}).line
     assert line.startswith("fastest on G: scan 7.00 ms/iter [6.65–7.35, 5 runs]"), line
     assert "1.14× next: fori_loop" in line and "7.1× eager" in line
     assert "A/A noise 1% (the control pair), minimum effect 1.10×" in line
 
     close = [entry("scan", 7.0), entry("fori_loop", 7.3), entry("eager", 50.0, fp=""), aa]  # 7.35 > 6.935
-    line = ranking.headline("G", close, {})
+    line = ranking.rank("G", close, {}).line
     assert line.startswith("tied within noise (A/A noise 1% (the control pair); minimum effect 1.10×) on G: scan 7.00")
     assert "fori_loop 7.30" in line and line.endswith("; 1 slower"), line
 
@@ -108,7 +108,7 @@ def test_no_noise_estimate_names_no_winner_and_says_why():
     """1.5× ahead with intervals far apart, but nothing measured how far two jobs differ for no reason:
     no winner, and the headline says what is missing. One pair of two strategies of one program is
     one sample: not an estimate either; two pairs are."""
-    line = ranking.headline("G", [entry("scan", 6.0, 0.01), entry("fori_loop", 9.0, 0.01)], {})
+    line = ranking.rank("G", [entry("scan", 6.0, 0.01), entry("fori_loop", 9.0, 0.01)], {}).line
     assert line == (
         "no winner named on G: no noise estimate: no A/A pair (needs 2 pairs of jobs of one program, or the "
         "sweep's control job); scan 6.00 ms/iter [5.94–6.06, 5 runs] leads (1.50× next: fori_loop)"
@@ -134,7 +134,7 @@ def test_the_control_job_is_never_a_contender_and_pairs_only_with_its_original()
     orphan = entry("while_loop", 7.0, control=True)  # its original is not in the group: no pair
     assert ranking.noise([entry("scan", 7.0), entry("fori_loop", 9.0), orphan]).pairs == 0
     failed = entry("scan", 7.0, control=True, status="FAILED")
-    line = ranking.headline("G", [entry("scan", 7.0), entry("fori_loop", 9.0), failed], {})
+    line = ranking.rank("G", [entry("scan", 7.0), entry("fori_loop", 9.0), failed], {}).line
     assert line.startswith("no winner named on G: no noise estimate: no A/A pair")
     assert line.endswith("; not finished: scan (control) (FAILED)"), line
 
@@ -149,7 +149,7 @@ def test_one_program_is_one_contender_never_ranked_within():
     (prog, eager) = ranking.contenders(entries)
     assert prog.names == ("scan_namedtuple", "scan_pytree", "scan_dataclass")
     assert prog.ms == pytest.approx(7.3)  # the members' median, not the luckiest member
-    line = ranking.headline("G", entries, {})
+    line = ranking.rank("G", entries, {}).line
     assert line.startswith("fastest on G: scan_namedtuple = scan_pytree = scan_dataclass (one program)"), line
     assert "A/A noise up to 42% over 2 pairs" in line  # 10.1 / 7.1: what jobs of one program differ by
     # a strategy run twice (a rerun of a sweep with its control): one name, one A/A pair
@@ -168,23 +168,23 @@ def test_a_lead_within_the_same_program_noise_is_a_tie():
         entry("scan_dataclass", 7.8, 0.01, fp="same"),
         entry("fori_loop", 9.0, 0.01),
     ]
-    line = ranking.headline("G", entries, {})
+    line = ranking.rank("G", entries, {}).line
     assert line.startswith(
         "tied within noise (A/A noise up to 30% over 2 pairs; minimum effect 1.10×) on G: scan 5.00"
     ), line
     assert "scan_namedtuple = scan_pytree = scan_dataclass (one program)" in line and line.endswith("; 1 slower")
     # a lead beyond it is a result
     entries[0] = entry("scan", 4.0, 0.01)
-    assert ranking.headline("G", entries, {}).startswith("fastest on G: scan 4.00")
+    assert ranking.rank("G", entries, {}).line.startswith("fastest on G: scan 4.00")
 
 
 def test_too_few_runs_are_not_ranked_and_unfinished_runs_are_named():
     entries = [entry("scan", 7.0, n_runs=1), entry("fori_loop", 9.0), entry("jit_per_function", 20.0, status="FAILED")]
-    line = ranking.headline("G", entries, {})
+    line = ranking.rank("G", entries, {}).line
     assert line.startswith("not ranked on G: fewer than 3 timed runs for scan"), line
     assert line.endswith("not finished: jit_per_function (FAILED)")
     assert (
-        ranking.headline("G", [entry("scan", 7.0, status="KILLED")], {})
+        ranking.rank("G", [entry("scan", 7.0, status="KILLED")], {}).line
         == "G: no run finished; not finished: scan (KILLED)"
     )
 
@@ -197,7 +197,7 @@ def test_overlapping_timed_runs_on_one_host_are_contended():
     why = ranking.contention([a, b, c, d])
     assert set(why) == {a.run_id, b.run_id}
     assert "overlapped with fori_loop-job's on h" in why[a.run_id][0]
-    line = ranking.headline("G", [a, b, c], why)
+    line = ranking.rank("G", [a, b, c], why).line
     assert line.startswith("timings contended on G: do not compare (scan: timed runs overlapped"), line
 
 
@@ -228,10 +228,10 @@ def test_a_calibration_slower_than_the_hosts_best_flags_its_run():
 
 def test_runs_on_different_hosts_or_cpu_models_are_not_compared():
     entries = [entry("scan", 7.0, cpu="cpu A"), entry("fori_loop", 9.0, cpu="cpu B", host="h2")]
-    assert ranking.headline("G", entries, {}).startswith(
+    assert ranking.rank("G", entries, {}).line.startswith(
         "timings contended on G: do not compare (timed on different CPU models (cpu A; cpu B))"
     )
     entries = [entry("scan", 7.0), entry("fori_loop", 9.0, host="h2")]
-    assert ranking.headline("G", entries, {}).startswith(
+    assert ranking.rank("G", entries, {}).line.startswith(
         "timings contended on G: do not compare (timed on different hosts (h, h2))"
     )

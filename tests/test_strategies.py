@@ -508,7 +508,7 @@ def test_measure_reports_consistent_times(strategy, repeats, small, monkeypatch)
     program = build(problem, n_iter, StrategySpec(strategy))
     # owns_process: measure clears JAX's caches as it does in a job of the command line (a library
     # call never does: test_timing)
-    out, t = timing.measure(program, state, arrays, repeats=repeats, warmup=1, first_call=True, owns_process=True)
+    out, t = timing.measure(program, state, arrays, timing.TimingSpec(repeats, 1, True), owns_process=True)
     if strategy == "eager":
         assert len(cleared) == 2, "measure clears the caches before the first call and before compiling"
     if strategy == "eager":

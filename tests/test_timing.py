@@ -14,6 +14,7 @@ import pytest
 import plnexp
 from plnexp.measure import timing
 from plnexp.strategies.base import Compiled
+from plnexp.system import jax_compat
 
 N_RUN = 4
 
@@ -99,7 +100,7 @@ def test_default_is_one_compile_and_one_run(cleared):
 )
 def test_switches_add_what_they_document(cleared, kwargs, counts):
     program = FakeProgram()
-    _, t = timing.measure(program, None, None, **kwargs)
+    _, t = timing.measure(program, None, None, timing.TimingSpec(**kwargs))
     assert (program.compiles, program.runs, program.calls) == counts and cleared == []
     assert len(t.runs_s) == kwargs.get("repeats", 1)
     assert min(t.runs_s) <= t.run_s <= max(t.runs_s)
@@ -112,7 +113,7 @@ def test_switches_add_what_they_document(cleared, kwargs, counts):
 def test_compile_cache_adds_one_compile(cleared, tmp_path):
     program = FakeProgram()
     before = jax.config.values["jax_compilation_cache_dir"]
-    _, t = timing.measure(program, None, None, compile_cache_dir=tmp_path / "cache")
+    _, t = timing.measure(program, None, None, timing.TimingSpec(compile_cache_dir=tmp_path / "cache"))
     assert (program.compiles, program.runs, program.calls, len(cleared)) == (2, 1, 0, 0)
     assert (t.compile_s, t.compile_warm_s) == (0.25, 0.5)  # first compile, then the second
     assert t.compile_cache_hits == 0 and t.compile_warm_cache_hits == 0  # nothing of it went through XLA
@@ -123,7 +124,9 @@ def test_compile_cache_adds_one_compile(cleared, tmp_path):
 def test_compile_cache_without_the_warm_compile(cleared, tmp_path):
     """compile_cache auto (plnexp.fit's default): the cache on, one compile, its hits counted."""
     program = FakeProgram()
-    _, t = timing.measure(program, None, None, compile_cache_dir=tmp_path / "cache", warm_compile=False)
+    _, t = timing.measure(
+        program, None, None, timing.TimingSpec(compile_cache_dir=tmp_path / "cache", warm_compile=False)
+    )
     assert (program.compiles, program.runs, len(cleared)) == (1, 1, 0)
     assert t.compile_cache_hits == 0 and math.isnan(t.compile_warm_s) and math.isnan(t.compile_warm_cache_hits)
     assert "compile_cache_hits" in t.as_metrics() and "compile_warm_s" not in t.as_metrics()
@@ -133,9 +136,7 @@ def test_each_cold_step_gets_a_fresh_program_of_its_own(cleared, tmp_path):
     """The first call, the compile and the warm compile each on a program JAX has never seen (so none
     warms another), the runs on the compile's; the caller's program untouched, no cache cleared."""
     program, fresh = FakeProgram(), Fresh()
-    _, t = timing.measure(
-        program, None, None, first_call=True, warmup=1, repeats=2, compile_cache_dir=tmp_path / "c", fresh=fresh
-    )
+    _, t = timing.measure(program, None, None, timing.TimingSpec(2, 1, True, tmp_path / "c"), fresh=fresh)
     first, cold, warm = fresh.made
     assert (first.calls, first.compiles, first.runs) == (1, 0, 0)
     assert (cold.calls, cold.compiles, cold.runs) == (0, 1, 3), "warmup and timed runs: the compile's program"
@@ -147,7 +148,12 @@ def test_each_cold_step_gets_a_fresh_program_of_its_own(cleared, tmp_path):
 def test_a_process_plnexp_owns_also_clears_before_each_cold_step(cleared, tmp_path):
     fresh = Fresh()
     timing.measure(
-        FakeProgram(), None, None, first_call=True, compile_cache_dir=tmp_path / "c", fresh=fresh, owns_process=True
+        FakeProgram(),
+        None,
+        None,
+        timing.TimingSpec(first_call=True, compile_cache_dir=tmp_path / "c"),
+        fresh=fresh,
+        owns_process=True,
     )
     assert len(fresh.made) == 3 and len(cleared) == 3
     timing.measure(FakeProgram(), None, None, fresh=Fresh(), owns_process=True)
@@ -155,9 +161,9 @@ def test_a_process_plnexp_owns_also_clears_before_each_cold_step(cleared, tmp_pa
 
 
 @pytest.mark.parametrize("kwargs", [{"repeats": 0}, {"warmup": -1}, {"repeats": 1.5}])
-def test_bad_counts_are_one_line(cleared, kwargs):
-    with pytest.raises(ValueError, match=r"repeats=.*warmup=.*: need integers") as err:
-        timing.measure(FakeProgram(), None, None, **kwargs)
+def test_bad_counts_are_one_line(kwargs):
+    with pytest.raises(ValueError, match=r"^(repeats|warmup)=.*: allowed values are integers >= [01]$") as err:
+        timing.TimingSpec(**kwargs)
     assert "\n" not in str(err.value)
 
 
@@ -203,7 +209,7 @@ def test_compile_cache_on_then_off(oaks, tmp_path):
     hits = []
 
     def listener(event, **kwargs):
-        if event == timing.CACHE_HIT_EVENT:
+        if event == jax_compat.cache_hit_event():
             hits.append(event)
 
     jax.monitoring.register_event_listener(listener)
@@ -238,7 +244,7 @@ def test_a_second_fit_in_the_process_is_cold_again_without_clearing_caches(clear
             seen.append((event, kwargs.get("fun_name")))
 
     def hit(event, **kwargs):
-        if event == timing.CACHE_HIT_EVENT:
+        if event == jax_compat.cache_hit_event():
             hits.append(event)
 
     jax.monitoring.register_event_duration_secs_listener(duration)
@@ -301,7 +307,7 @@ class ClockedProgram(FakeProgram):
 def test_runs_at_least_repeats_then_until_the_budget_is_spent(cleared, repeats, budget, seconds, n):
     clock = FakeClock(seconds)
     program = ClockedProgram(clock)
-    _, t = timing.measure(program, None, None, repeats=repeats, budget_s=budget, clock=clock)
+    _, t = timing.measure(program, None, None, timing.TimingSpec(repeats, time_budget_s=budget), clock=clock)
     assert program.runs == n and t.runs_s == pytest.approx(seconds[:n])
     assert t.as_metrics()["n_runs"] == n
 
@@ -310,7 +316,7 @@ def test_runs_stop_at_max_runs(cleared, monkeypatch):
     monkeypatch.setattr(timing, "MAX_RUNS", 7)
     clock = FakeClock([1e-6] * 20)
     program = ClockedProgram(clock)
-    timing.measure(program, None, None, repeats=2, budget_s=100.0, clock=clock)
+    timing.measure(program, None, None, timing.TimingSpec(2, time_budget_s=100.0), clock=clock)
     assert program.runs == 7
 
 
@@ -326,7 +332,7 @@ def test_spread_is_the_iqr_from_five_runs_and_the_range_below():
 
 def test_timing_logs_spread_calibration_and_window(cleared):
     clock = FakeClock([0.1, 0.3, 0.2, 0.5, 0.4])
-    _, t = timing.measure(ClockedProgram(clock), None, None, repeats=5, clock=clock)
+    _, t = timing.measure(ClockedProgram(clock), None, None, timing.TimingSpec(5), clock=clock)
     m = t.as_metrics()
     assert (m["run_s"], m["run_s_lo"], m["run_s_hi"], m["run_s_iqr"], m["n_runs"]) == pytest.approx(
         (0.3, 0.2, 0.4, 0.2, 5)

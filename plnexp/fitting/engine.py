@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Any
+from dataclasses import replace
 from functools import lru_cache
 
 import jax
@@ -26,29 +27,14 @@ from ..core.inputs import to_data
 from ..core import reference
 from ..core.model import PCA_NAME, Model
 from ..core.optim import OptimizerSpec
-from ..core.precision import PRECISIONS, TERMS_ULPS, Precision
+from ..core.precision import TERMS_ULPS, Precision
 from ..core.problem import GRADIENTS, Problem
-from ..core.device import DEVICES, resolve_device
+from ..core.device import resolve_device
 from .prepared import Prepared
 from . import progress as progress_bar, saved
 from .result import DataNames, FitResult
 from ..strategies.sharded import across_processes_sum
-from .spec import INITS, FitSpec, check_rank, parse
-
-__all__ = [
-    "DEVICES",
-    "INITS",
-    "PRECISIONS",
-    "FitResult",
-    "NumericsError",
-    "fit",
-    "run",
-    "run_all",
-    "resolve_device",
-    "make_problem",
-    "check_against_host",
-    "check_rank",
-]
+from .spec import FitSpec, check_rank, parse
 
 
 class NumericsError(RuntimeError):
@@ -313,14 +299,11 @@ def run_all(
                 program,
                 state,
                 arrays,
-                repeats=t.repeats,
-                warmup=t.warmup,
                 # across JAX processes every run is collective: each process runs the same number of
                 # them (repeats), never as many as its own clock allows
-                budget_s=t.time_budget_s if jax.process_count() == 1 else 0.0,
-                first_call=t.first_call,
-                compile_cache_dir=cache_dir,
-                warm_compile=t.warm_compile,
+                replace(
+                    t, compile_cache_dir=cache_dir, time_budget_s=t.time_budget_s if jax.process_count() == 1 else 0.0
+                ),
                 fresh=fresh,
                 owns_process=owns_process,
                 keep=kept,

@@ -94,37 +94,26 @@ def family(model: str) -> str | None:
     return FAMILY.get(model, model)
 
 
-def cache_path(folder: Path | None = None) -> Path:
+def cache_path() -> Path:
     from ..measure.floor import cache_dir
 
-    return (folder or cache_dir()) / CACHE_FILE
+    return cache_dir() / CACHE_FILE
 
 
 def _read(path: Path) -> dict[str, dict]:
     """The cache's entries; empty when missing, unreadable, corrupt or of another format."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT or not isinstance(data.get("entries"), dict):
-        return {}
-    return {k: v for k, v in data["entries"].items() if isinstance(v, dict) and _finite(v.get("elbo"))}
+    from ..measure.floor import finite, kept, read_cache
+
+    entries = read_cache(path, format=CACHE_FORMAT).get("entries")
+    return kept(entries, lambda v: isinstance(v, dict) and finite(v.get("elbo")))
 
 
-def _finite(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def cached(key: str, folder: Path | None = None) -> dict | None:
-    return _read(cache_path(folder)).get(key)
-
-
-def store(key: str, entry: dict, folder: Path | None = None) -> None:
+def store(key: str, entry: dict) -> None:
     """Add ``entry`` to the cache (read again just before: another job may have added one), replaced
     atomically."""
     from ..system.paths import write_atomic
 
-    path = cache_path(folder)
+    path = cache_path()
     entries = _read(path)
     entries[key] = entry
     write_atomic(path, json.dumps({"format": CACHE_FORMAT, "entries": entries}, indent=1, sort_keys=True))
@@ -154,11 +143,10 @@ def compute(data: Data) -> dict:
     }
 
 
-def best_known(base: Data, model: str, replication: int = 1, given: float | None = None) -> Optimum:
+def best_known(base: Data, model: str, replication: int = 1) -> Optimum:
     """The best known ELBO of ``base`` (the data before replication) stacked ``replication`` times,
-    for ``model``'s family; see the module's docstring for the order."""
-    if given is not None:
-        return Optimum(float(given), "given")
+    for ``model``'s family: shipped, cached or computed (see the module's docstring; a given one:
+    :func:`for_dataset`)."""
     fam = family(model)
     if fam is None:
         raise ValueError(
@@ -169,7 +157,7 @@ def best_known(base: Data, model: str, replication: int = 1, given: float | None
         if ship_digest == digest and ship_family == fam:
             return Optimum(replication * elbo, "shipped")
     key = f"{digest}:{fam}"
-    entry = cached(key)
+    entry = _read(cache_path()).get(key)
     source = "cached"
     if entry is None:
         log.info(

@@ -108,7 +108,6 @@ def time_rounds(
     seed: int = 0,
     clock=time.perf_counter,
     calibrate: Callable[[], float] | None = None,
-    tolerance: float = DROP_TOLERANCE,
 ) -> Rounds:
     """Time ``programs`` in interleaved rounds (see the module docstring). ``decided(rounds)``: whether
     the kept rounds so far settle every comparison (the caller's statistics); ``settled(rounds)``: the
@@ -147,8 +146,8 @@ def time_rounds(
         cpus.append(tuple(cpu))
         orders.append(tuple(order))
         dropped.append(
-            f"calibration moved {100 * moved:+.0f}% during the round (dropped beyond ±{100 * tolerance:.0f}%)"
-            if abs(moved) > tolerance
+            f"calibration moved {100 * moved:+.0f}% during the round (dropped beyond ±{100 * DROP_TOLERANCE:.0f}%)"
+            if abs(moved) > DROP_TOLERANCE
             else ""
         )
         kept = len(times) - sum(1 for why in dropped if why)

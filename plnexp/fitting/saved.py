@@ -192,9 +192,8 @@ def load(path, result_type: type[FitResult], names_type: type[DataNames]) -> Fit
     except (OSError, KeyError, ValueError) as e:
         raise FitFileError(f"{folder / ARRAYS}: unreadable or incomplete ({e}); {allowed}") from None
     t = _unplain(doc.get("timing", {}))
-    nan = float("nan")
     timing = timing_module.Timing(
-        **{k: t.get(k, nan) for k in ("compile_s", "first_call_s", "run_s", "ms_per_iter")},
+        **{k: t[k] for k in ("compile_s", "first_call_s", "run_s", "ms_per_iter") if k in t},
         runs_s=tuple(t.get("runs_s", ())),
         fingerprint=t.get("fingerprint", ""),
     )
@@ -204,7 +203,7 @@ def load(path, result_type: type[FitResult], names_type: type[DataNames]) -> Fit
     known = {f.name for f in dataclasses.fields(result_type)}
     others = {k: v for k, v in _unplain(doc.get("fields", {})).items() if k in known and k not in _OWN}
     return result_type(
-        elbo=np.array([nan if v is None else v for v in doc["elbo"]], dtype=np.float64),
+        elbo=np.array([np.nan if v is None else v for v in doc["elbo"]], dtype=np.float64),
         loglik=float(_unplain(doc["loglik"])),
         params=params,
         n_iter=int(doc["n_iter"]),

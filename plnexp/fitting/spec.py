@@ -16,6 +16,7 @@ from ..core.model import MODELS, PCA_NAME, Model, check_block_rows, pca_model
 from ..core.optim import NEWTON, OptimizerSpec
 from ..core.precision import PRECISIONS, Precision, precision as precision_named
 from ..core.problem import GRADIENTS
+from ..measure.timing import TimingSpec, check_counts
 from ..strategies import StrategySpec, all_option_names
 
 INITS = ("seed", "data", "random")
@@ -32,6 +33,10 @@ default optimizer from the data start to end within 1e-4 of the float64 optimum,
 counts of docs/results.md, "Defaults that converge" (2000 x 200 at 90% zeros, the slowest there, first
 within 1e-4 after ~2,300 and still 8.8e-5 away at 3,000). The timing study's sweeps name their own
 (the tutorial's 1,000 and fewer). PLN-PCA's: :data:`PCA_DEFAULT_N_ITER`."""
+DEFAULT_INIT = "data"
+"""The initial state of a fit that names none (``init=None``), every model's: M from log(Y + 1) - O
+(PLN-PCA's C and M from the data's top-q singular vectors), far nearer the optimum than the
+tutorial's ``"seed"`` (M = 0, S = 1), which the timing study's sweeps name."""
 PCA_DEFAULT_N_ITER = 1000
 """PLN-PCA's (:func:`default_n_iter`): its Newton rounds are at the float64 optimum within a few dozen
 (docs/results.md, "Defaults that converge"); as before #63, so that its measured default calls stand."""
@@ -40,14 +45,6 @@ PCA_DEFAULT_N_ITER = 1000
 def default_n_iter(model: Model) -> int:
     """The iterations a fit of ``model`` runs when none is named (``n_iter=None``)."""
     return PCA_DEFAULT_N_ITER if model.name == PCA_NAME else DEFAULT_N_ITER
-
-
-def default_init(model: Model) -> str:
-    """The initial state a fit of ``model`` starts from when none is named (``init=None``): ``"data"``
-    (M from log(Y + 1) - O; PLN-PCA's C and M from the data's top-q singular vectors), far nearer the
-    optimum than the tutorial's ``"seed"`` (M = 0, S = 1), which the timing study's sweeps name."""
-    del model  # every model's: one rule
-    return "data"
 
 
 def default_optimizer(model: Model) -> str:
@@ -108,40 +105,6 @@ def model_named(name: str, rank: int | None = None, block_rows: int | None = Non
     return pca_model(rank, check_block_rows(block_rows))
 
 
-def _check_counts(spec, **lowest: int) -> None:
-    """Each field named in ``lowest`` of ``spec``: an integer at least its lowest value; a one-line
-    ValueError naming the field otherwise."""
-    for key, low in lowest.items():
-        value = getattr(spec, key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{key}={value!r}: allowed values are integers >= {low}")
-
-
-@dataclass(frozen=True)
-class TimingSpec:
-    """How a fit is timed (:mod:`plnexp.measure.timing`): after ``warmup`` untimed runs, at least ``repeats``
-    timed runs (median and spread), more while they took less than ``time_budget_s`` seconds in all;
-    a cold plain call when ``first_call``; JAX's persistent compilation cache in
-    ``compile_cache_dir`` (None: off), and with it, when ``warm_compile``, a second compile timed
-    (``compile_warm_s``: the timing study's ``compile_cache=true``; see :func:`cache_choice`)."""
-
-    repeats: int = 1
-    warmup: int = 0
-    first_call: bool = False
-    compile_cache_dir: Path | None = None
-    time_budget_s: float = 0.0
-    warm_compile: bool = True
-
-    def __post_init__(self):
-        _check_counts(self, repeats=1, warmup=0)
-        b = self.time_budget_s
-        if isinstance(b, bool) or not isinstance(b, (int, float)) or not (0 <= b < float("inf")):
-            raise ValueError(f"time_budget_s={b!r}: allowed values are numbers >= 0 (seconds)")
-        for key in ("first_call", "warm_compile"):
-            if not isinstance(getattr(self, key), bool):
-                raise ValueError(f"{key}={getattr(self, key)!r}: allowed values are True, False")
-
-
 COMPILE_CACHE_VALUES = "true, false, null (auto: on for a fit, off in a sweep)"
 
 
@@ -173,7 +136,7 @@ class FitSpec:
     """One fit: the model, optimizer, strategy (with its options), precision, device, number of
     iterations, initialisation, gradient and timing protocol; ``replicates`` fits of it in one
     program (``vmap``), replicate k from seed ``seed + k``. Validated on construction; ``init=None``:
-    the default (:func:`default_init`: ``"data"``)."""
+    the default (:data:`DEFAULT_INIT`: ``"data"``)."""
 
     model: Model
     optimizer: OptimizerSpec
@@ -181,7 +144,7 @@ class FitSpec:
     precision: Precision = PRECISIONS["float32"]
     device: str = "cpu"
     n_iter: int = None  # type: ignore[assignment]  # None: default_n_iter(model), set in __post_init__
-    init: str = None  # type: ignore[assignment]  # None: default_init(model), set in __post_init__
+    init: str = DEFAULT_INIT  # None (given): the default too, set in __post_init__
     gradient: str = "analytic"
     timing: TimingSpec = field(default_factory=TimingSpec)
     seed: int = 0
@@ -194,8 +157,8 @@ class FitSpec:
         if self.gradient in GRADIENTS:  # the model as the optimizer fits it (PLN-PCA's newton: its own step)
             object.__setattr__(self, "model", _model_for(self.model, self.optimizer.name, self.gradient))
         if self.init is None:
-            object.__setattr__(self, "init", default_init(self.model))  # frozen: set once, here
-        _check_counts(self, seed=0, replicates=1)
+            object.__setattr__(self, "init", DEFAULT_INIT)  # frozen: set once, here
+        check_counts(self, seed=0, replicates=1)
         if self.replicates > 1:
             self.strategy.check(replicates=self.replicates)
         if self.init not in INITS:
@@ -233,7 +196,7 @@ def parse(
 
     ``rank``: the q of ``model="pca"`` (and of no other model); ``block_rows``: its rows per block
     inside a step (None: every row at once; see docs/concepts/memory.md). ``init``: the initial state,
-    one of :data:`INITS` (None: ``"data"``: :func:`default_init`). ``n_iter``: None is the model's default (:func:`default_n_iter`: 4000, 1000 for pca).
+    one of :data:`INITS` (None: ``"data"``: :data:`DEFAULT_INIT`). ``n_iter``: None is the model's default (:func:`default_n_iter`: 4000, 1000 for pca).
     ``optimizer``: None is the model's default (:func:`default_optimizer`: ``"newton"`` for pca,
     ``"rprop"`` otherwise).
     ``options``: strategy options
@@ -260,7 +223,7 @@ def parse(
         prec,
         device,
         default_n_iter(the_model) if n_iter is None else n_iter,
-        default_init(the_model) if init is None else init,
+        DEFAULT_INIT if init is None else init,
         gradient,
         TimingSpec(repeats, warmup, first_call, cache_dir, time_budget_s, warm),
         seed,

@@ -14,7 +14,7 @@ Names are resolved into the registries' records: :class:`~plnexp.core.optim.Opti
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from enum import Enum
 from pathlib import Path
 from collections.abc import Sequence
@@ -32,10 +32,10 @@ from ..fitting.spec import (
     INITS,
     MODEL_NAMES,
     FitSpec,
-    TimingSpec,
     cache_choice,
     model_named,
 )
+from ..measure.timing import TimingSpec
 from ..strategies import StrategySpec
 from .peers import PEERS
 from .schema import ConfigError, Flag, Integer, Names, Number, OneOf, Text, check_fields, setting
@@ -117,28 +117,24 @@ REPORT_KEYS = tuple(f.name for f in fields(ReportSpec))
 
 
 # ---------------------------------------------------------------- the config
-# keys whose value the run name shows already (run_name) or never (where results go, how they are timed)
-_NAMED = {
-    "strategy",
-    "dataset",
-    "dataset.replication",
-    "dataset.n",
-    "dataset.p",
-    "dataset.d",
-    "precision",
-    "device",
-    "sweep",
-    "n_iter_cap",
+# Config fields that do not change a fit's result, left out of the config hash (plnexp.jobs.provenance):
+# where it is logged (experiment, tracking_uri), how it is timed (repeats, warmup, time_budget_s, first_call,
+# compile_cache: the result is always the output of one run of the compiled program), and the requested
+# n_iter and its caps (the resolved n_iter, which is hashed, is what runs).
+UNHASHED = (
     "experiment",
     "tracking_uri",
-    "store_timeout_s",
     "repeats",
     "warmup",
     "time_budget_s",
     "first_call",
     "compile_cache",
-    "plnexp_job",
-}
+    "n_iter_requested",
+    "n_iter_cap",
+)
+# keys whose value the run name shows already (run_name) or never (where results go, how they are timed;
+# the data set's keys: hidden_in_name's prefixes)
+_NAMED = {"strategy", "dataset", "precision", "device", "sweep", "store_timeout_s", "plnexp_job", *UNHASHED}
 
 
 def hidden_in_name(key: str) -> bool:
@@ -228,16 +224,12 @@ class Config:
         (None) is off there, so that every compile is cold; a value the user set is kept."""
         if self.compile_cache is not None:
             return self
-        from dataclasses import replace
-
         return replace(self, compile_cache=False)
 
     def replicate_datasets(self) -> list[Dataset]:
         """The data set of each replicate: K synthetic data sets from seeds ``dataset.seed + k``; one
         data set shared by every replicate otherwise (they differ by their initial seed)."""
         if self.replicates > 1 and isinstance(self.dataset, (SyntheticData, SyntheticPcaData)):
-            from dataclasses import replace
-
             return [replace(self.dataset, seed=self.dataset.seed + k) for k in range(self.replicates)]
         return [self.dataset]
 

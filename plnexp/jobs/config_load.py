@@ -10,7 +10,7 @@ dataclass itself (:mod:`plnexp.jobs.schema`).
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
@@ -25,7 +25,7 @@ from ..fitting.spec import check_compile_cache, default_optimizer, model_named
 from ..strategies import STRATEGIES, StrategySpec
 from .peers import PEERS, model_error
 from .config import DATASETS, REPORT_KEYS, Config, ModelName, ReportSpec, allowed_options
-from .schema import ConfigError, Integer, OneOf, allowed_values, read
+from .schema import RULE, ConfigError, Integer, OneOf, allowed_values, read
 
 
 def _model(value: Any) -> tuple[ModelName, int | None, int | None]:
@@ -77,9 +77,12 @@ def _strategy_options(per) -> dict[str, dict]:
     return per
 
 
+# the data sets' fields without a default (csv's counts, anndata's path) -> what they allow, left unset
 REQUIRED = {
-    "dataset.counts": "paths of existing CSV files (dataset=csv needs one)",
-    "dataset.path": "paths of existing .h5ad files (dataset=anndata needs one)",
+    f"dataset.{f.name}": f"{f.metadata[RULE].allowed} (dataset={cls.name} needs one)"
+    for cls in DATASETS.values()
+    for f in fields(cls)
+    if f.default is MISSING and RULE in f.metadata
 }
 # the keys of a node: Config's fields as the node names them (the model's rank and block_rows under
 # model, n_iter as asked), and the strategies' options

@@ -16,7 +16,9 @@ from typing import ClassVar
 from ..core.data import Data
 from ..core.oaks import OAKS_COVARIATES
 from ..system.paths import install_command
-from .schema import ConfigError, Flag, Integer, Names, Number, Text, check_fields, checked, setting
+from .schema import ConfigError, File, Flag, Integer, Names, Number, Text, check_fields, checked, setting
+
+CSV_FILES = "paths of existing CSV files"
 
 
 # ---------------------------------------------------------------- data sets
@@ -55,8 +57,10 @@ class DatasetSpec:
 
     @property
     def label_tail(self) -> str:
-        """After the replication (oaks: its covariates)."""
-        return ""
+        """After the replication: the covariates' names, where a data set names them (oaks, anndata:
+        ``oaks_x100+tree``, ``anndata_pbmc_x4+batch``)."""
+        names = getattr(self, "covariates", ())
+        return "+" + "+".join(names) if isinstance(names, tuple) and names else ""
 
     @property
     def label(self) -> str:
@@ -103,10 +107,6 @@ class OaksData(DatasetSpec):
 
     base_label: ClassVar[str] = "oaks"
 
-    @property
-    def label_tail(self) -> str:  # oaks_x100+tree: the covariates after the replication, as ever
-        return "+" + "+".join(self.covariates) if self.covariates else ""
-
     def _load(self, rows: tuple[int, int] | None = None) -> Data:
         from ..core.oaks import load_oaks
 
@@ -137,22 +137,12 @@ class SyntheticData(DatasetSpec):
 
 @dataclass(frozen=True)
 class CsvData(DatasetSpec):
-    counts: str
-    offsets: str | None = None
-    covariates: str | None = None
+    counts: str = setting(File(CSV_FILES))
+    offsets: str | None = setting(File(CSV_FILES, nullable=True), None)
+    covariates: str | None = setting(File(CSV_FILES, nullable=True), None)
     log_offsets: bool = setting(Flag(), False)
     name: ClassVar[str] = "csv"
     reads_rows: ClassVar[bool] = True
-
-    def __post_init__(self):
-        super().__post_init__()
-        for key in ("counts", "offsets", "covariates"):
-            value = getattr(self, key)
-            if value is None and key != "counts":
-                continue
-            if not isinstance(value, str) or not Path(value).is_file():
-                raise ConfigError(f"dataset.{key}={value!r}: allowed values are paths of existing CSV files")
-            object.__setattr__(self, key, str(Path(value).resolve()))
 
     @property
     def base_label(self) -> str:
@@ -176,7 +166,7 @@ class AnndataData(DatasetSpec):
     extra). The file, anndata and the keys' types are checked here; the layer and obs columns when
     the file is read (before any run: a :class:`~plnexp.core.data.DataError` line naming the ones there are)."""
 
-    path: str
+    path: str = setting(File("paths of existing .h5ad files", ".h5ad"))
     layer: str | None = setting(Text("null (X) or the name of a layer", nullable=True), None)
     covariates: tuple[str, ...] = setting(Text("names of obs columns", many=True), ())
     offsets: str = setting(Text("library_size, none or the name of an obs column of positive totals"), "library_size")
@@ -188,10 +178,6 @@ class AnndataData(DatasetSpec):
         super().__post_init__()
         import importlib.util
 
-        path = self.path
-        if not isinstance(path, str) or Path(path).suffix != ".h5ad" or not Path(path).is_file():
-            raise ConfigError(f"dataset.path={path!r}: allowed values are paths of existing .h5ad files")
-        object.__setattr__(self, "path", str(Path(path).resolve()))
         if importlib.util.find_spec("anndata") is None:
             raise ConfigError(
                 "dataset=anndata: needs the anndata package, which is not installed; install plnexp's "
@@ -202,10 +188,6 @@ class AnndataData(DatasetSpec):
     def base_label(self) -> str:
         layer = f"_{self.layer}" if self.layer else ""
         return f"anndata_{Path(self.path).stem}{layer}" + ("_sparse" if self.sparse else "")
-
-    @property
-    def label_tail(self) -> str:  # anndata_pbmc_x4+batch: the covariates after the replication, as oaks
-        return "+" + "+".join(self.covariates) if self.covariates else ""
 
     def _load(self, rows: tuple[int, int] | None = None) -> Data:
         """Raises :class:`~plnexp.core.data.DataError` (one line naming the file) for a bad file."""

@@ -86,9 +86,9 @@ class Need:
 
 
 def needs(config: Config, shape: Shape, *, local: bool = True, resident: int | None = None) -> list[Need]:
-    """The memory each value of :data:`SIZED` in ``config`` needs on data of ``shape`` (``local``: the
-    processes of ``processes`` > 1 start on this machine; ``resident``: one process's bytes, this
-    one's by default)."""
+    """The memory each value of ``config`` that sizes it (``dataset.replication``, ``n_iter``,
+    ``processes``) needs on data of ``shape`` (``local``: the processes of ``processes`` > 1 start on
+    this machine; ``resident``: one process's bytes, this one's by default)."""
     itemsize = int(np.dtype(config.precision.dtype).itemsize)
     device_row = 0 if shape.sparse else (shape.p + shape.d + 1) * itemsize
     per_row = shape.row_bytes + device_row
@@ -118,9 +118,6 @@ def needs(config: Config, shape: Shape, *, local: bool = True, resident: int | N
             )
         )
     return out
-
-
-SIZED = ("dataset.replication", "n_iter", "processes")
 
 
 def size(nbytes: float) -> str:

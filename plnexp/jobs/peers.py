@@ -36,7 +36,6 @@ import importlib.util
 import io
 import math
 import os
-import statistics
 import sys
 import time
 import types
@@ -316,20 +315,12 @@ def pyplnmodels_fit(
     else:
         loglik, params = score_plnpca(data.Y, data.O, data.X, pln)
     curve, shift = shifted_curve(own, own_final, loglik)
-    n_iter, run_s = len(own), statistics.median(runs_s)
-    timing = Timing(
-        compile_s=0.0,
-        first_call_s=math.nan,
-        run_s=run_s,
-        ms_per_iter=1e3 * run_s / max(n_iter, 1),
-        runs_s=runs_s,
-    )
     return FitResult(
         elbo=curve,
         loglik=loglik,
         params=params,
-        n_iter=n_iter,
-        timing=timing,
+        n_iter=len(own),
+        timing=Timing.of_runs(runs_s, len(own), compile_s=0.0),
         model="profiled" if rank is None else PCA_NAME,
         strategy="pyplnmodels",
         optimizer="rprop",

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import Config
+from .config import UNHASHED as UNHASHED, Config
 from .tags import PARENT_TAG
 from ..system.machine import cpu_model
 from ..system.paths import CHECKOUT
@@ -52,22 +52,6 @@ def batch_key(tags: dict) -> tuple:
 
 DATA_TAG = "data_digest"
 FILE_TAG = "data_sha256."  # + counts, offsets, covariates (CSV data sets)
-
-# Config fields that do not change a fit's result, left out of the config hash: where it is logged
-# (experiment, tracking_uri), how it is timed (repeats, warmup, time_budget_s, first_call, compile_cache: the
-# result is always the output of one run of the compiled program), and the requested n_iter and its
-# caps (the resolved n_iter, which is hashed, is what runs).
-UNHASHED = (
-    "experiment",
-    "tracking_uri",
-    "repeats",
-    "warmup",
-    "time_budget_s",
-    "first_call",
-    "compile_cache",
-    "n_iter_requested",
-    "n_iter_cap",
-)
 
 # The fields compared by ``rerun``, in the order they are printed: (tag, what it is)
 ENV_FIELDS = (
@@ -194,17 +178,13 @@ def git_commit() -> str:
     installed wheel (its version is logged apart) or outside git."""
     if CHECKOUT is None:
         return "unknown"
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(CHECKOUT), *args], capture_output=True, text=True, timeout=5).stdout
+
     try:
-        out = subprocess.run(
-            ["git", "-C", str(CHECKOUT), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
-        )
-        commit = out.stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(CHECKOUT), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-        ).stdout.strip()
+        commit = git("rev-parse", "HEAD").strip()
+        dirty = git("status", "--porcelain", "--untracked-files=no").strip()
         return (commit + ("-dirty" if dirty else "")) if commit else "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"

@@ -34,6 +34,7 @@ from typing import NamedTuple
 
 from .config import ReportSpec
 from .provenance import HASH_TAG, batch_key, replicate
+from .verdicts import program_label
 from .tags import CONTROL_OF_TAG as CONTROL_OF_TAG, CONTROL_TAG, JOB_TAG, MIN_SPEEDUP_TAG as MIN_SPEEDUP_TAG
 from ..measure.timing import CALIBRATION_LEVEL_TOLERANCE, CALIBRATION_TOLERANCE
 
@@ -55,9 +56,7 @@ class Contender:
 
     @property
     def label(self) -> str:
-        if len(self.names) == 1:
-            return self.names[0]
-        return " = ".join(self.names) + " (one program)"
+        return program_label(self.names)
 
     def text(self) -> str:
         return f"{self.label} {self.ms:.2f} ms/iter [{self.lo:.2f}–{self.hi:.2f}, {self.n_runs} runs]"
@@ -78,16 +77,21 @@ def is_control(e) -> bool:
     return e.tags.get(CONTROL_TAG) == "true"
 
 
-def contenders(entries) -> list[Contender]:
-    """The finished entries as contenders, fastest first: one per program (same non-empty
-    fingerprint), one per entry without a fingerprint (eager, torch); the control job is none."""
+def programs(entries) -> list[list]:
+    """The finished entries that are not the control job, by program: one group per non-empty
+    fingerprint, one per entry without a fingerprint (eager, torch)."""
     by_program: dict[str, list] = {}
     for e in entries:
         if e.ok and not is_control(e):
-            fp = e.tags.get("hlo_fingerprint", "")
-            by_program.setdefault(fp or f"-{e.run_id}", []).append(e)
+            by_program.setdefault(e.tags.get("hlo_fingerprint", "") or f"-{e.run_id}", []).append(e)
+    return list(by_program.values())
+
+
+def contenders(entries) -> list[Contender]:
+    """The finished entries as contenders, fastest first: one per program (:func:`programs`); the
+    control job is none."""
     out = []
-    for members in by_program.values():
+    for members in programs(entries):
         spans = [interval_ms(e) for e in members]
         ms = statistics.median(e.m("ms_per_iter") for e in members)
         out.append(
@@ -149,23 +153,12 @@ def noise(entries) -> Noise:
     """The group's between-job noise: the largest relative difference (max/min - 1) of the median
     ms/iter of A/A jobs, over the group's programs with several jobs (the control excluded) and over
     each finished control job with its original (:func:`original`); see :class:`Noise`."""
-    worst, pairs, control = math.nan, 0, False
-    by_program: dict[str, list[float]] = {}
-    for e in entries:
-        fp = e.tags.get("hlo_fingerprint", "")
-        if e.ok and fp and not is_control(e):
-            by_program.setdefault(fp, []).append(e.m("ms_per_iter"))
-    spreads = [max(ms) / min(ms) - 1 for ms in by_program.values() if len(ms) > 1]
-    pairs += sum(len(ms) - 1 for ms in by_program.values())
-    for c in (e for e in entries if e.ok and is_control(e)):
-        o = original(c, entries)
-        if o is not None:
-            a, b = c.m("ms_per_iter"), o.m("ms_per_iter")
-            spreads.append(max(a, b) / min(a, b) - 1)
-            pairs, control = pairs + 1, True
-    if spreads:
-        worst = max(spreads)
-    return Noise(worst, pairs, control)
+    same = [[e.m("ms_per_iter") for e in members] for members in programs(entries)]  # k jobs: k - 1 pairs
+    found = [(c, original(c, entries)) for c in entries if c.ok and is_control(c)]
+    same += [[c.m("ms_per_iter"), o.m("ms_per_iter")] for c, o in found if o is not None]  # one pair each
+    spreads = [max(ms) / min(ms) - 1 for ms in same if len(ms) > 1]
+    control = any(o is not None for _, o in found)
+    return Noise(max(spreads, default=math.nan), sum(len(ms) - 1 for ms in same), control)
 
 
 def same_batch(a, b) -> bool:
@@ -235,12 +228,6 @@ class Ranked(NamedTuple):
     winner: str  # the fastest contender's label, "" when none is (tied, contended, too few runs, no noise estimate)
     tied: tuple = ()  # the contenders tied within noise with the best (when the line says so)
     noise: Noise | None = None  # the group's noise estimate, when it was ranked
-
-
-def headline(
-    label: str, entries, contended: dict[str, list[str]], baseline: str = "eager", min_speedup: float = MIN_SPEEDUP
-) -> str:
-    return rank(label, entries, contended, baseline, min_speedup).line
 
 
 def rank(

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import functools
 from dataclasses import MISSING, dataclass, field, fields
+from collections.abc import Callable
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 RULE = "plnexp.rule"  # the key of a field's Rule in its metadata
@@ -43,12 +45,15 @@ class Rule:
     limits: tuple[tuple[str, Any], ...] = ()
     nullable: bool = False
     many: bool = False
+    after: Callable[[Any], Any] | None = None  # then this, which returns the value held or raises ValueError
 
     @functools.cached_property
     def _validator(self) -> Any:
         from pydantic_core import SchemaValidator, core_schema
 
         schema = getattr(core_schema, f"{self.schema}_schema")(**dict(self.limits))
+        if self.after is not None:
+            schema = core_schema.no_info_after_validator_function(self.after, schema)
         if self.many:
             schema = core_schema.tuple_schema([schema], variadic_item_index=0, strict=False)
         return SchemaValidator(core_schema.nullable_schema(schema) if self.nullable else schema)
@@ -100,6 +105,17 @@ def Text(allowed: str, nullable: bool = False, empty: bool = False, many: bool =
     """A string, non-empty unless ``empty``; ``null`` allowed too where ``nullable``; a tuple of
     them where ``many``."""
     return Rule("str", allowed, (("strict", True),) + ((("min_length", 1),) if not empty else ()), nullable, many)
+
+
+def File(allowed: str, suffix: str = "", nullable: bool = False) -> Rule:
+    """The path of an existing file (its name ending in ``suffix`` where given), held resolved."""
+    return Rule("str", allowed, (("strict", True),), nullable, after=functools.partial(_existing_file, suffix))
+
+
+def _existing_file(suffix: str, value: str) -> str:
+    if not Path(value).is_file() or (suffix and Path(value).suffix != suffix):
+        raise ValueError("not an existing file")
+    return str(Path(value).resolve())
 
 
 def Names(names: tuple[str, ...]) -> Rule:

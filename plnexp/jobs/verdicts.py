@@ -114,7 +114,7 @@ class ProgramResult:
 
     @property
     def label(self) -> str:
-        return " = ".join(self.names) + (" (one program)" if len(self.names) > 1 else "")
+        return program_label(self.names)
 
     def ratio_text(self) -> str:
         if not (math.isfinite(self.low) and math.isfinite(self.high)):
@@ -178,6 +178,11 @@ class GroupVerdict:
         basis += f"; minimum effect {self.min_effect:.2f}×"
         note = f"; {self.note}" if self.note else ""
         return f"{self.label}: {'; '.join(parts)} ({basis}){note}"
+
+
+def program_label(names: tuple[str, ...]) -> str:
+    """``scan``, or ``scan = scan_namedtuple (one program)``: strategies whose compiled programs are one."""
+    return " = ".join(names) + (" (one program)" if len(names) > 1 else "")
 
 
 def ratio_text(s: StrategyResult) -> str:

@@ -19,7 +19,8 @@ import hashlib
 import re
 
 _MODULE = re.compile(r"^HloModule\s+\S+", re.MULTILINE)
-_ATTRS = re.compile(r",?\s*(metadata|frontend_attributes)=\{[^{}]*\}")
+# what changes no program: metadata (Python source lines, op names) and frontend attributes
+DEBUG_ATTRS = re.compile(r",?\s*(metadata|frontend_attributes)=\{[^{}]*\}")
 # instruction and computation names: %-prefixed, or (parameters in a computation's signature) a word
 # with a numeric suffix (opcodes and attributes have none)
 _NAME = re.compile(r"%[A-Za-z_][\w.\-]*|\b[A-Za-z_][\w\-.]*\.\d+\b")
@@ -42,7 +43,7 @@ def _without_debug_tables(text: str) -> str:
 def canonical(hlo_text: str) -> str:
     """The HLO text without module name, metadata and names (see the module docstring)."""
     text = _MODULE.sub("HloModule m", _without_debug_tables(hlo_text))
-    text = _ATTRS.sub("", text)
+    text = DEBUG_ATTRS.sub("", text)
     names: dict[str, str] = {}
     return _NAME.sub(lambda m: names.setdefault(m.group(0), f"%v{len(names)}"), text)
 

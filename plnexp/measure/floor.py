@@ -236,29 +236,31 @@ def _fastest(call, x, *args, min_calls: int = 3, max_calls: int = 20, budget_s: 
     return min(times)
 
 
-def _loop(body, count: int):
-    """``count`` applications of ``body`` in one compiled call, its first argument donated (in place,
-    as in a fit's loop)."""
+def _per_call(body, count: float, dtype, *make) -> float:
+    """Seconds of one application of ``body``: the fastest call of a compiled loop of ``count`` of
+    them (1 to :data:`MAX_LOOP`), its first argument donated (in place, as in a fit's loop), on the
+    arrays that the functions ``make`` build (in ``dtype``'s x64 setting)."""
     import jax
+
+    count = int(min(max(count, 1), MAX_LOOP))
 
     def run(x, *args):
         return jax.lax.fori_loop(0, count, lambda i, a: body(a, *args), x)
 
-    return jax.jit(run, donate_argnums=0)
+    with jax.enable_x64(np.dtype(dtype) == np.float64):
+        return _fastest(jax.jit(run, donate_argnums=0), *(m() for m in make)) / count
 
 
 def measure_copy(nbytes: int, dtype, device=None) -> float:
     """In-place copy bandwidth over a buffer of ``nbytes``, GB/s (bytes read + written)."""
-    import jax
     import jax.numpy as jnp
 
     dtype, dev = np.dtype(dtype), _device(device)
     rows = max(nbytes // (1024 * dtype.itemsize), 1)
-    passes = int(min(max(COPY_TRAFFIC // (rows * 1024 * dtype.itemsize), 1), MAX_LOOP))
-    with jax.enable_x64(dtype == np.float64):
-        buf = jnp.ones((rows, 1024), dtype, device=dev)
-        seconds = _fastest(_loop(lambda a: a * 0.5 + 1.0, passes), buf)  # stays at 1..2: no denormals
-    return 2 * rows * 1024 * dtype.itemsize * passes / seconds / 1e9
+    passes = COPY_TRAFFIC // (rows * 1024 * dtype.itemsize)
+    # a * 0.5 + 1 stays at 1..2: no denormals
+    seconds = _per_call(lambda a: a * 0.5 + 1.0, passes, dtype, lambda: jnp.ones((rows, 1024), dtype, device=dev))
+    return 2 * rows * 1024 * dtype.itemsize / seconds / 1e9
 
 
 def measure_dot(n: int, p: int, k: int, dtype, device=None) -> float:
@@ -266,47 +268,40 @@ def measure_dot(n: int, p: int, k: int, dtype, device=None) -> float:
     M <- (M W) W' with W the first k columns of the p x p identity (a projection: M stays bounded,
     and the products cannot tell W from any other), the second an (n, k) times (k, p) product of the
     same flops (a fit of rank k does products of both orientations; k = p: two n x p x p ones)."""
-    import jax
     import jax.numpy as jnp
 
     dtype, dev = np.dtype(dtype), _device(device)
-    count = int(min(max(math.ceil(DOT_FLOPS / (4 * n * p * k)), 1), MAX_LOOP))
-    with jax.enable_x64(dtype == np.float64):
-        m = jnp.ones((n, p), dtype, device=dev)
-        w = jnp.eye(p, k, dtype=dtype, device=dev)
-        seconds = _fastest(_loop(lambda a, b: (a @ b) @ b.T, count), m, w)
-    return 1e3 * seconds / (2 * count)
+    pair = _per_call(
+        lambda a, b: (a @ b) @ b.T,
+        math.ceil(DOT_FLOPS / (4 * n * p * k)),
+        dtype,
+        lambda: jnp.ones((n, p), dtype, device=dev),
+        lambda: jnp.eye(p, k, dtype=dtype, device=dev),
+    )
+    return 1e3 * pair / 2
 
 
 def measure_factor(p: int, dtype, device=None) -> float:
     """Milliseconds of one p x p Cholesky factor and the inverse it gives, as the full model computes
     Omega (:func:`plnexp.core.pln_elbo.inverse_spd`), chained in one call: X <- X^-1 from 2 I (X stays 2 I
     or I / 2; the factorization's work does not depend on the values)."""
-    import jax
     import jax.numpy as jnp
 
     from ..core.pln_elbo import inverse_spd
 
     dtype, dev = np.dtype(dtype), _device(device)
-    count = int(min(max(math.ceil(DOT_FLOPS / (2 * p**3)), 1), MAX_LOOP))
-    with jax.enable_x64(dtype == np.float64):
-        x = 2 * jnp.eye(p, dtype=dtype, device=dev)
-        seconds = _fastest(_loop(inverse_spd, count), x)
-    return 1e3 * seconds / count
+    count = math.ceil(DOT_FLOPS / (2 * p**3))
+    return 1e3 * _per_call(inverse_spd, count, dtype, lambda: 2 * jnp.eye(p, dtype=dtype, device=dev))
 
 
 def measure_exp(n: int, p: int, dtype, device=None) -> float:
     """Milliseconds of one in-place ``exp`` pass over an n x p array (printed by the benchmark beside
     the floor: transcendentals, not bytes, bound the elementwise work on some CPUs; not in the floor)."""
-    import jax
     import jax.numpy as jnp
 
     dtype, dev = np.dtype(dtype), _device(device)
-    count = int(min(max(COPY_TRAFFIC // (2 * n * p * dtype.itemsize), 1), MAX_LOOP))
-    with jax.enable_x64(dtype == np.float64):
-        a = jnp.ones((n, p), dtype, device=dev)
-        seconds = _fastest(_loop(lambda x: jnp.exp(-jnp.abs(x)), count), a)
-    return 1e3 * seconds / count
+    count = COPY_TRAFFIC // (2 * n * p * dtype.itemsize)
+    return 1e3 * _per_call(lambda x: jnp.exp(-jnp.abs(x)), count, dtype, lambda: jnp.ones((n, p), dtype, device=dev))
 
 
 def measure(it: Iteration, dtype, device=None) -> Floor:
@@ -354,25 +349,31 @@ def cache_file(ident: dict[str, str], folder: Path | None = None) -> Path:
     return (folder or cache_dir()) / f"floor-{digest}.json"
 
 
-def _read(path: Path, ident: dict) -> dict:
-    """The file's entries ({"copy": {...}, "dot": {...}, "factor": {...}}); empty when missing,
-    unreadable, corrupt, of another format or of another machine."""
-    empty: dict[str, dict] = {part: {} for part in PARTS}
+def read_cache(path: Path, **expected) -> dict:
+    """The JSON object of the cache file ``path``; empty when the file is missing, unreadable,
+    corrupt, or its ``expected`` keys (its format, its machine) hold other values."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
-        return empty
-    if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT or data.get("machine") != ident:
-        return empty
-    out = {}
-    for part in PARTS:
-        entries = data.get(part)
-        out[part] = {k: v for k, v in entries.items() if _valid(v)} if isinstance(entries, dict) else {}
-    return out
+        return {}
+    return data if isinstance(data, dict) and all(data.get(k) == v for k, v in expected.items()) else {}
 
 
-def _valid(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+def kept(entries, valid) -> dict:
+    """The entries (a dict read from a cache file) whose values are ``valid``; none where not a dict."""
+    return {k: v for k, v in entries.items() if valid(v)} if isinstance(entries, dict) else {}
+
+
+def finite(value) -> bool:
+    """A finite number (not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _read(path: Path, ident: dict) -> dict:
+    """The file's entries ({"copy": {...}, "dot": {...}, "factor": {...}}, each a positive number);
+    empty when missing, unreadable, corrupt, of another format or of another machine."""
+    data = read_cache(path, format=CACHE_FORMAT, machine=ident)
+    return {part: kept(data.get(part), lambda v: finite(v) and v > 0) for part in PARTS}
 
 
 def _write(path: Path, ident: dict, entries: dict) -> None:
@@ -398,23 +399,23 @@ def cached(it: Iteration, dtype, device=None, folder: Path | None = None) -> Flo
     entries = _read(path, ident)
     size = copy_bytes(it, dtype.itemsize)
     n, p, k = it.dot_shape
-    copy_key, dot_key, factor_key = f"{dtype.name}/{size}", f"{dtype.name}/{n}x{p}x{k}", f"{dtype.name}/{p}"
+    wanted = {  # part -> its key in the file, and how it is measured
+        "copy": (f"{dtype.name}/{size}", lambda: measure_copy(size, dtype, dev)),
+        "dot": (f"{dtype.name}/{n}x{p}x{k}", lambda: measure_dot(n, p, k, dtype, dev)),
+    }
+    if it.work.factorizations:
+        wanted["factor"] = (f"{dtype.name}/{p}", lambda: measure_factor(p, dtype, dev))
     new: dict = {part: {} for part in PARTS}
-    if copy_key not in entries["copy"]:
-        new["copy"][copy_key] = measure_copy(size, dtype, dev)
-    if dot_key not in entries["dot"]:
-        new["dot"][dot_key] = measure_dot(n, p, k, dtype, dev)
-    if it.work.factorizations and factor_key not in entries["factor"]:
-        new["factor"][factor_key] = measure_factor(p, dtype, dev)
+    for part, (key, measure_part) in wanted.items():
+        if key not in entries[part]:
+            new[part][key] = measure_part()
     if any(new.values()):
         try:
             _write(path, ident, new)
         except OSError as e:
             log.warning("floor cache not written (%s: %s); measured values used all the same", path, e)
-    copy = new["copy"].get(copy_key, entries["copy"].get(copy_key))
-    dot = new["dot"].get(dot_key, entries["dot"].get(dot_key))
-    factor = new["factor"].get(factor_key, entries["factor"].get(factor_key)) if it.work.factorizations else 0.0
-    return Floor(it, dtype.name, float(copy), size, float(dot), float(factor))
+    got = {part: float(new[part].get(key, entries[part].get(key))) for part, (key, _) in wanted.items()}
+    return Floor(it, dtype.name, got["copy"], size, got["dot"], got.get("factor", 0.0))
 
 
 def run_metrics(it: Iteration, dtype, device=None) -> dict[str, float]:

@@ -7,6 +7,7 @@ leaf module.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 
@@ -19,6 +20,10 @@ class Metric:
     doc: str
     in_terminal: bool = True
     in_report: bool = True
+
+
+# a metric every job logs that neither table shows (the report's own views and ``compare`` read them)
+_logged = functools.partial(Metric, in_terminal=False, in_report=False)
 
 
 COLUMNS: tuple[Metric, ...] = (
@@ -64,7 +69,7 @@ COLUMNS: tuple[Metric, ...] = (
 # This machine's floor for the fit (plnexp.measure.floor), logged by every job from the process that ran it,
 # measured before the fit; the report divides ms_per_iter by the first (its "× floor" column).
 FLOOR: tuple[Metric, ...] = (
-    Metric(
+    _logged(
         "floor_ms_per_iter",
         "floor",
         "floor ms/iter",
@@ -73,99 +78,65 @@ FLOOR: tuple[Metric, ...] = (
         "n x p x q products of floor_dot_ms + its p x p factorizations of floor_factor_ms (full, profiled: "
         "14 n x p arrays, 2 products, q = p, 1 factorization; pca: 2 n x p + 12 n x q arrays, 6 products; "
         "offsets one per row: one n x p array fewer)",
-        False,
-        False,
     ),
-    Metric(
+    _logged(
         "floor_copy_GBps",
         "copy_GBps",
         "copy GB/s",
         "{:.1f}",
         "in-place copy bandwidth over a buffer the size of the fit's working set (bytes read + written)",
-        False,
-        False,
     ),
-    Metric(
+    _logged(
         "floor_dot_ms",
         "dot_ms",
         "dot ms",
         "{:.3f}",
         "one n x p times p x q product (q: the model's latent width, p for full and profiled)",
-        False,
-        False,
     ),
-    Metric(
+    _logged(
         "floor_factor_ms",
         "factor_ms",
         "factor ms",
         "{:.3f}",
         "one p x p Cholesky factor and the inverse it gives (Sigma's, for Omega); 0 for pca, which does none",
-        False,
-        False,
     ),
-    Metric(
+    _logged(
         "floor_bytes_per_iter",
         "floor_bytes",
         "floor bytes/iter",
         "{:.0f}",
         "the bytes one iteration must read or write at least (the floor's streamed arrays)",
-        False,
-        False,
     ),
 )
 # compile_s in parts, and what XLA made of the program (plnexp.strategies.base.xla_metrics, counted
 # as plnexp.measure.xla_stats says): logged by every job with a compiled XLA program (none for eager and the
 # PyTorch strategies), shown side by side by ``python -m plnexp compare``.
 PROGRAM: tuple[Metric, ...] = (
-    Metric("trace_s", "trace_s", "trace s", "{:.3f}", "compile_s's tracing: jitted.trace(*args)", False, False),
-    Metric(
-        "lower_s", "lower_s", "lower s", "{:.3f}", "compile_s's lowering to StableHLO: traced.lower()", False, False
-    ),
-    Metric(
-        "xla_compile_s",
-        "xla_s",
-        "XLA compile s",
-        "{:.3f}",
-        "compile_s's XLA compilation: lowered.compile()",
-        False,
-        False,
-    ),
-    Metric(
+    _logged("trace_s", "trace_s", "trace s", "{:.3f}", "compile_s's tracing: jitted.trace(*args)"),
+    _logged("lower_s", "lower_s", "lower s", "{:.3f}", "compile_s's lowering to StableHLO: traced.lower()"),
+    _logged("xla_compile_s", "xla_s", "XLA compile s", "{:.3f}", "compile_s's XLA compilation: lowered.compile()"),
+    _logged(
         "xla_instructions",
         "instr",
         "HLO instructions",
         "{:.0f}",
         "instructions of the optimized HLO's non-fusion computations, each computation once",
-        False,
-        False,
     ),
-    Metric("xla_fusions", "fusions", "fusions", "{:.0f}", "fusion instructions among xla_instructions", False, False),
-    Metric(
-        "xla_flops_per_iter",
-        "flops/iter",
-        "flops/iter",
-        "{:.4g}",
-        "XLA's cost analysis of one iteration: flops",
-        False,
-        False,
-    ),
-    Metric(
+    _logged("xla_fusions", "fusions", "fusions", "{:.0f}", "fusion instructions among xla_instructions"),
+    _logged("xla_flops_per_iter", "flops/iter", "flops/iter", "{:.4g}", "XLA's cost analysis of one iteration: flops"),
+    _logged(
         "xla_bytes_per_iter",
         "bytes/iter",
         "bytes/iter",
         "{:.4g}",
         "XLA's cost analysis of one iteration: bytes accessed",
-        False,
-        False,
     ),
-    Metric(
+    _logged(
         "peak_bytes",
         "peak",
         "peak bytes",
         "{:.4g}",
         "argument + output + temp - alias bytes of XLA's memory analysis (the largest function's)",
-        False,
-        False,
     ),
 )
 TERMINAL = tuple(m for m in COLUMNS if m.in_terminal)

@@ -24,28 +24,30 @@ Pure functions of floats: no JAX, no store.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 CONFIDENCE = 0.95  # of each ratio's interval
-VERDICTS = ("faster", "tied", "slower", "unresolved")
 
 
 def min_rounds(confidence: float = CONFIDENCE) -> int:
     """The fewest values whose median has an order-statistic interval at ``confidence``: the
     interval [min, max] holds the median with probability 1 - 2 / 2**n."""
-    n = 1
-    while 1 - 2 * 0.5**n < confidence:
-        n += 1
-    return n
+    return _fewest(1, confidence)
 
 
 def robust_rounds(confidence: float = CONFIDENCE) -> int:
     """The fewest values whose median's interval at ``confidence`` leaves out the smallest and the
     largest value (9 at 95%): below it the interval is the values' range, so that one round that
     went wrong (a neighbour's burst on one side of a pair) decides whether a verdict is reached."""
-    n = min_rounds(confidence)
-    while _order_k(n, confidence) < 2:
+    return _fewest(2, confidence)
+
+
+def _fewest(k: int, confidence: float) -> int:
+    """The fewest values whose median's interval at ``confidence`` is [x_(k), x_(n + 1 - k)] or narrower."""
+    n = 1
+    while _order_k(n, confidence) < k:
         n += 1
     return n
 
@@ -71,8 +73,7 @@ def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> 
     n = len(xs)
     if n == 0:
         return math.nan, -math.inf, math.inf
-    mid = n // 2
-    med = xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2
+    med = statistics.median(xs)
     k = _order_k(n, confidence)  # the largest k with P(B <= k - 1) <= alpha: [x_(k), x_(n + 1 - k)] (1-based)
     if k == 0:
         return med, -math.inf, math.inf

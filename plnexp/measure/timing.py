@@ -67,6 +67,7 @@ the compiled loops.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import tempfile
@@ -74,7 +75,7 @@ import time
 import warnings
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -97,8 +98,6 @@ CALIBRATION_TOLERANCE = 0.25
 # compares calibrations minutes apart, which spread more even in an idle default sweep (docs/results.md,
 # "Calibration and contention").
 CALIBRATION_LEVEL_TOLERANCE = 0.5
-# the event JAX records once per XLA compilation served by the cache (plnexp.system.jax_compat)
-CACHE_HIT_EVENT = jax_compat.CACHE_HIT_EVENT
 _CACHE_OPTIONS = (
     "jax_compilation_cache_dir",
     "jax_enable_compilation_cache",
@@ -135,6 +134,41 @@ class Spread:
     def width(self) -> float:
         lo, hi = self.interval
         return hi - lo
+
+
+def check_counts(spec, **lowest: int) -> None:
+    """Each field named in ``lowest`` of ``spec``: an integer at least its lowest value; a one-line
+    ValueError naming the field otherwise."""
+    for key, low in lowest.items():
+        value = getattr(spec, key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{key}={value!r}: allowed values are integers >= {low}")
+
+
+@dataclass(frozen=True)
+class TimingSpec:
+    """How a fit is timed (:func:`measure`): after ``warmup`` untimed runs, at least ``repeats``
+    timed runs (median and spread), more while they took less than ``time_budget_s`` seconds in all;
+    a cold plain call when ``first_call``; JAX's persistent compilation cache in
+    ``compile_cache_dir`` (None: off), and with it, when ``warm_compile``, a second compile timed
+    (``compile_warm_s``: the timing study's ``compile_cache=true``; see
+    :func:`plnexp.fitting.spec.cache_choice`)."""
+
+    repeats: int = 1
+    warmup: int = 0
+    first_call: bool = False
+    compile_cache_dir: Path | None = None
+    time_budget_s: float = 0.0
+    warm_compile: bool = True
+
+    def __post_init__(self):
+        check_counts(self, repeats=1, warmup=0)
+        b = self.time_budget_s
+        if isinstance(b, bool) or not isinstance(b, (int, float)) or not (0 <= b < float("inf")):
+            raise ValueError(f"time_budget_s={b!r}: allowed values are numbers >= 0 (seconds)")
+        for key in ("first_call", "warm_compile"):
+            if not isinstance(getattr(self, key), bool):
+                raise ValueError(f"{key}={getattr(self, key)!r}: allowed values are True, False")
 
 
 def calibrate(clock=time.perf_counter) -> float:
@@ -180,25 +214,18 @@ class ProgramStats:
     def __reduce__(self):
         """Pickled with ``analyse``'s figures, worked out now (after any timed run: the timing is the
         one measured), not the function, which holds the compiled program (no pickle has it)."""
-        return (ProgramStats, (self.trace_s, self.lower_s, self.xla_compile_s, Known(self.xla), self.hlo))
-
-
-@dataclass(frozen=True)
-class Known:
-    """``analyse`` of a :class:`ProgramStats` read back from a pickle: its figures, as worked out."""
-
-    values: dict[str, float]
-
-    def __call__(self) -> dict[str, float]:
-        return dict(self.values)
+        known = functools.partial(dict, self.xla)  # a copy of the figures as worked out, at each call
+        return (ProgramStats, (self.trace_s, self.lower_s, self.xla_compile_s, known, self.hlo))
 
 
 @dataclass(frozen=True, kw_only=True)
 class Timing:
-    compile_s: float
-    first_call_s: float
-    run_s: float
-    ms_per_iter: float
+    """A fit's figures (NaN: not measured; see the module docstring); :meth:`of_runs` from timed runs."""
+
+    compile_s: float = NAN
+    first_call_s: float = NAN
+    run_s: float = NAN
+    ms_per_iter: float = NAN
     runs_s: tuple[float, ...] = ()
     # the process's CPU time (every thread's, time.process_time) over a timed run, median: how much of
     # the machine the run kept busy; run_s is the wall time a user waits (docs/concepts/study.md)
@@ -218,27 +245,23 @@ class Timing:
     # compile_s in parts and what XLA made of the program (nothing for eager and torch)
     program: ProgramStats = field(default_factory=ProgramStats)
 
+    @classmethod
+    def of_runs(cls, runs_s, n_iter: int, **figures) -> Timing:
+        """The timing of the timed runs ``runs_s`` (seconds) of ``n_iter`` iterations: their median
+        ``run_s`` and its ``ms_per_iter``; ``figures``: the other fields."""
+        run_s = statistics.median(runs_s)
+        return cls(run_s=run_s, ms_per_iter=1e3 * run_s / max(n_iter, 1), runs_s=tuple(runs_s), **figures)
+
     @property
     def spread(self) -> Spread:
         return Spread(self.runs_s)
 
     def as_metrics(self) -> dict[str, float]:
-        """The measured numbers, without those not measured (NaN)."""
-        values = {
-            "compile_s": self.compile_s,
-            "compile_warm_s": self.compile_warm_s,
-            "first_call_s": self.first_call_s,
-            "run_s": self.run_s,
-            "run_cpu_s": self.run_cpu_s,
-            "ms_per_iter": self.ms_per_iter,
-            "compile_cache_hits": self.compile_cache_hits,
-            "compile_warm_cache_hits": self.compile_warm_cache_hits,
-            "calib_before_s": self.calib_before_s,
-            "calib_after_s": self.calib_after_s,
-            "timed_start": self.timed_start,
-            "timed_end": self.timed_end,
-            **self.program.as_metrics(),
-        }
+        """The measured numbers (every number of the timing and of its program), without those not
+        measured (NaN)."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values = {k: v for k, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        values.update(self.program.as_metrics())
         if not math.isnan(self.run_s):  # timed runs (an untimed call has no spread)
             spread = self.spread
             lo, hi = spread.interval
@@ -347,67 +370,57 @@ def measure(
     program,
     state,
     data,
+    spec: TimingSpec | None = None,
     *,
-    repeats: int = 1,
-    warmup: int = 0,
-    budget_s: float = 0.0,
-    first_call: bool = False,
-    compile_cache_dir: str | Path | None = None,
-    warm_compile: bool = True,
     fresh: Callable[[], Any] | None = None,
     owns_process: bool = False,
     clock=time.perf_counter,
     keep: list | None = None,
 ) -> tuple[Output, Timing]:
     """One cold AOT compile, then ``warmup`` untimed runs and the timed runs: at least ``repeats``,
-    more while they took less than ``budget_s`` in all (see the module docstring for the rest);
-    returns the output of the last timed run and its :class:`Timing`.
+    more while they took less than ``time_budget_s`` in all, as ``spec`` says (:class:`TimingSpec`;
+    None: one timed run; see the module docstring for the rest); returns the output of the last
+    timed run and its :class:`Timing`.
 
     ``fresh``: makes a new Program equivalent to ``program`` whose functions JAX has never traced,
     one per cold step (the first call, the compile, the warm compile); without it those steps use
     ``program`` itself, cold only if nothing compiled it before. ``owns_process``: also clear JAX's
     in-memory caches before each cold step: for a process plnexp owns, never a library call.
     ``clock``: for tests. ``keep``: a list the compiled program is appended to (to run it again)."""
-    if not (isinstance(repeats, int) and repeats >= 1 and isinstance(warmup, int) and warmup >= 0):
-        raise ValueError(f"repeats={repeats!r}, warmup={warmup!r}: need integers repeats >= 1 and warmup >= 0")
-    if not (isinstance(budget_s, (int, float)) and budget_s >= 0):
-        raise ValueError(f"budget_s={budget_s!r}: allowed values are numbers >= 0")
+    spec = spec or TimingSpec()
     first_call_s, compile_warm_s, hits, warm_hits = NAN, NAN, NAN, NAN
     with persistent_cache(None):
-        if first_call:
+        if spec.first_call:
             _, first_call_s = _timed(_cold(program, fresh, owns_process).call, state, data, clock)
-        with persistent_cache(compile_cache_dir):
+        with persistent_cache(spec.compile_cache_dir):
             compiled, cold_hits = _cold_compile(_cold(program, fresh, owns_process), state, data)
-            if compile_cache_dir is not None:
+            if spec.compile_cache_dir is not None:
                 hits = float(cold_hits)
-                if warm_compile:
+                if spec.warm_compile:
                     warm, warm_count = _cold_compile(_cold(program, fresh, owns_process), state, data)
                     compile_warm_s, warm_hits = warm.compile_s, float(warm_count)
-        for _ in range(warmup):
+        for _ in range(spec.warmup):
             _timed(compiled.run, state, data, clock)
         calib_before = calibrate(clock)
         start = time.time()
         runs: list[float] = []
         cpu: list[float] = []  # the process's CPU time of each timed run, all threads
         out: Output | None = None
-        while len(runs) < repeats or (sum(runs) < budget_s and len(runs) < MAX_RUNS):
+        while len(runs) < spec.repeats or (sum(runs) < spec.time_budget_s and len(runs) < MAX_RUNS):
             cpu0 = time.process_time()
             out, seconds = _timed(compiled.run, state, data, clock)
             cpu.append(time.process_time() - cpu0)
             runs.append(seconds)
         end = time.time()
         calib_after = calibrate(clock)
-    run_s = statistics.median(runs)
     assert out is not None  # repeats >= 1: the loop ran
     if keep is not None:
         keep.append(compiled)
-    n_run = max(int(np.max(np.asarray(out.n_run))), 1)  # a batch of fits: the longest sets the time
-    return out, Timing(
+    return out, Timing.of_runs(
+        runs,
+        int(np.max(np.asarray(out.n_run))),  # a batch of fits: the longest sets the time
         compile_s=compiled.compile_s,
         first_call_s=first_call_s,
-        run_s=run_s,
-        ms_per_iter=1e3 * run_s / n_run,
-        runs_s=tuple(runs),
         run_cpu_s=statistics.median(cpu),
         fingerprint=fingerprint.of_executables(compiled.executables),
         calib_before_s=calib_before,
@@ -431,10 +444,5 @@ def untimed(program, state, data, *, compile_cache_dir: str | Path | None = None
     with persistent_cache(compile_cache_dir), _count_events(jax_compat.cache_hit_event()) as hits:
         out, seconds = _timed(program.call, state, data)
     return out, Timing(
-        compile_s=NAN,
-        first_call_s=seconds,
-        run_s=NAN,
-        ms_per_iter=NAN,
-        runs_s=(seconds,),
-        compile_cache_hits=NAN if compile_cache_dir is None else float(hits[0]),
+        first_call_s=seconds, runs_s=(seconds,), compile_cache_hits=NAN if compile_cache_dir is None else float(hits[0])
     )

@@ -48,6 +48,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..system import jax_compat
+from .fingerprint import DEBUG_ATTRS
 
 # one function of a program made of several (jit_per_function), in its logged artifact
 FUNCTION_HEADER = "# plnexp function: "
@@ -59,9 +60,6 @@ _ONE = r"%?([A-Za-z_][\w.\-]*)"
 _CALL_ATTRS = re.compile(rf"\b(calls|to_apply|body|condition|true_computation|false_computation|select|scatter)={_ONE}")
 _CALL_LISTS = re.compile(r"\b(branch_computations|called_computations|calls)=\{([^{}]*)\}")
 _TRIP_COUNT = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"(\d+)"')
-# what XLA's parser need not read again: metadata (it points into source tables left out of a
-# module cut from this one) and frontend attributes
-_ATTRS = re.compile(r",?\s*(metadata|frontend_attributes)=\{[^{}]*\}")
 # the computations an instruction runs as code: a loop's, a conditional's branches (any op), and those
 # that a call, a custom call or an async op calls (_CONTROL); not a fusion's, nor the scalar functions
 # that reduce, sort, scatter, map, all-reduce or select-and-scatter apply
@@ -101,8 +99,9 @@ class Module:
             if c in self.computations and (attr in _BRANCHES or instruction.opcode in _CONTROL)
         ]
 
-    def reached(self, start: str) -> list[str]:
-        """``start`` and every computation it reaches through :meth:`called`, each once."""
+    def reached(self, start: str, every: bool = False) -> list[str]:
+        """``start`` and every computation it reaches through :meth:`called` (``every``: through
+        every call, fused and applied computations too), each once."""
         seen: dict[str, None] = {}
         stack = [start]
         while stack:
@@ -111,7 +110,7 @@ class Module:
                 continue
             seen[name] = None
             for ins in self.computations[name].instructions:
-                stack.extend(reversed(self.called(ins)))
+                stack.extend(reversed([c for _, c in ins.calls] if every else self.called(ins)))
         return list(seen)
 
 
@@ -243,14 +242,7 @@ def main_loop(module: Module) -> Loop | None:
 def _module_of(module: Module, root: str) -> str:
     """The text of a module whose entry is ``root``, with the computations it calls (fused ones
     included), in the original order; metadata left out."""
-    wanted: set[str] = set()
-    stack = [root]
-    while stack:
-        name = stack.pop()
-        if name in wanted or name not in module.computations:
-            continue
-        wanted.add(name)
-        stack.extend(c for i in module.computations[name].instructions for _, c in i.calls)
+    wanted = set(module.reached(root, every=True))
     parts = ["HloModule loop_part", ""]
     for name, comp in module.computations.items():
         if name not in wanted:
@@ -260,7 +252,8 @@ def _module_of(module: Module, root: str) -> str:
             header = "ENTRY " + header.removeprefix("ENTRY ").lstrip()
         elif comp.entry:
             header = header.removeprefix("ENTRY ").lstrip()
-        parts += [_ATTRS.sub("", line) for line in (header, *comp.lines[1:])] + [""]
+        # metadata left out: it points into source tables left out of a module cut from this one
+        parts += [DEBUG_ATTRS.sub("", line) for line in (header, *comp.lines[1:])] + [""]
     return "\n".join(parts)
 
 
