@@ -90,7 +90,7 @@ def notes(report: Report) -> list[str]:
 
 def summary_lines(report: Report) -> list[str]:
     """The terminal summary: per group, the fastest strategy beyond the noise or those tied within
-    it (:func:`ranking.headline`), and whether the curves agree; then contention and failures."""
+    it (:func:`ranking.rank`), and whether the curves agree; then contention and failures."""
     lines = [
         line for group in report.groups for line in headline.of_group(report, group) or [ranked_line(report, group)]
     ]
