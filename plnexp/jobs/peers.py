@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from ..system.commandline import first_line
 from ..core import reference
 from ..core.data import Data
 from ..fitting.engine import FitResult
@@ -226,8 +227,7 @@ def pyplnmodels_available() -> str | None:
         what = "not installed" if missing in ("pyPLNmodels", "torch") else f"not importable ({e})"
         return f"{what} ({install_hint()})"
     except Exception as e:  # noqa: BLE001 - its import broke (another pandas, torch...): the sweep goes on
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        return f"not importable ({type(e).__name__}: {first}; {install_hint()} installs the version measured here)"
+        return f"not importable ({first_line(e)}; {install_hint()} installs the version measured here)"
     return None
 
 

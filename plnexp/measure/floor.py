@@ -62,6 +62,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .metrics import FLOOR
+from ..system.commandline import first_line
 from ..core.model import Work
 
 if TYPE_CHECKING:
@@ -425,7 +426,7 @@ def run_metrics(it: Iteration, dtype, device=None) -> dict[str, float]:
     try:
         return cached(it, dtype, device).metrics()
     except Exception as e:  # noqa: BLE001 - the floor is a reading aid, never a reason to fail a run
-        log.warning("floor not measured (%s: %s)", type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+        log.warning("floor not measured (%s)", first_line(e))
         out = dict.fromkeys(METRICS, float("nan"))
         out["floor_bytes_per_iter"] = float(it.stream_bytes(np.dtype(dtype).itemsize))
         return out

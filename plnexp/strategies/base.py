@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 from jax.extend import core as jax_core
 
+from ..system.commandline import first_line
 from ..measure import xla_stats
 from ..measure.timing import ProgramStats
 from ..core.arrays import Arrays
@@ -172,7 +173,7 @@ def per_iteration(hlo: str, steps: Steps | None, whole: dict) -> dict:
         try:
             parts = [xla_stats.module_cost(m) for m in modules]
         except Exception as e:  # noqa: BLE001 - jaxlib's private API moved, or a module it will not parse
-            why = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            why = first_line(e)
             return {
                 **{k: whole[k] / steps.unroll for k in keys if k in whole},
                 "counted": f"the whole program / {steps.unroll} (the loop alone could not be costed: {why})",
