@@ -33,32 +33,6 @@ if TYPE_CHECKING:
     from .peer_runs import PeerConfig
 
 
-# ---------------------------------------------------------------- a job
-def run_job(spec: JobSpec, output_dir: str = "", *, parent=None, hold=None):
-    """The job ``spec`` (its run a child of ``parent``, a sweep's; None: a run of its own) through
-    :func:`plnexp.experiment.runner.run_job` in this process, or, for a fit across
-    ``config.processes`` > 1 processes, through its workers started here and waited for
-    (:func:`plnexp.experiment.processes.run_job`: process 0 logs the run, a child of the sweep's
-    parent; its outcome comes back, its program does not: ``hold`` is not kept)."""
-    if spec.config.processes > 1 and not _joined():
-        from . import processes
-
-        return processes.run_job(spec, output_dir, parent=parent)
-    tags = spec.run_tags or None
-    return runner.run_job(
-        spec.config, spec.overrides, spec.name, output_dir, parent=parent, job_num=spec.num, tags=tags, hold=hold
-    )
-
-
-def _joined() -> bool:
-    """Whether this process has joined a fit across processes already (a SLURM task of a job of N
-    tasks, :func:`plnexp.experiment.sweep_dispatch.across_in_worker`): it runs its share itself,
-    starting no workers."""
-    import jax
-
-    return jax.distributed.is_initialized()
-
-
 def in_driver(record: SweepRecord | None) -> bool:
     """Whether this process is the sweep's driver (None: a single run, its own driver); else a
     worker (a joblib worker, a SLURM task), whose line goes back to the driver through its executor."""
@@ -151,7 +125,6 @@ class Task:
 
     def _job(self, spec: JobSpec, record: SweepRecord | None, output_dir: str) -> str | None:
         from ..system import slurm
-        from . import peer_runs
 
         num = spec.num if record is not None else None
         config = spec.config
@@ -188,16 +161,12 @@ class Task:
         if record is not None and here:
             print(f"{label} ...", end="", flush=True)
         try:
-            if peer:
-                assert record is not None and num is not None  # a peer runs in a sweep
-                outcome = peer_runs.run_peer(cast(peer_runs.PeerConfig, config), record.parent, num, spec.run_tags)
-            else:
-                outcome = run_job(
-                    replace(spec, config=config, num=num),
-                    output_dir,
-                    parent=record.parent if record else None,
-                    hold=self.held.keeper(num) if self.held is not None and num is not None else None,
-                )
+            outcome = runner.run_job(  # a peer's: no job folder, no program kept
+                replace(spec, config=config, num=num),
+                "" if peer else output_dir,
+                parent=record.parent if record else None,
+                hold=self.held.keeper(num) if self.held is not None and num is not None and not peer else None,
+            )
         except KeyboardInterrupt as e:
             self._saw(record, num, [runner.Row(name, "KILLED", {}, 0.0)])
             if record is not None:
@@ -219,7 +188,7 @@ class Task:
             print(f"plnexp: error: {what} {name}: {first}", file=sys.stderr, flush=True)
             return None if here else f"{label} FAILED ({first})"
         self.failed += outcome.status != "FINISHED" and not peer
-        if getattr(outcome, "kept", ""):  # the store failed after the fit: the next jobs are skipped
+        if outcome.kept:  # the store failed after the fit: the next jobs are skipped
             self.store_down = f"job {name}'s result kept locally"
         self._saw(record, num, [o.row() for o in outcome.batch or [outcome]])  # (runner.Outcome, processes.Ran)
         if num is not None and spec.kind is Kind.JOB:
@@ -228,9 +197,9 @@ class Task:
             print(f"{outcome.summary()}  (run {outcome.run_id}, experiment {config.experiment!r})", flush=True)
             return None
         word = "done" if outcome.status == "FINISHED" else outcome.status
-        word += " (pending: kept locally)" if getattr(outcome, "kept", "") else ""  # not in the store yet
+        word += " (pending: kept locally)" if outcome.kept else ""  # not in the store yet
         if peer:
-            r = outcome.result
+            r = outcome.result if isinstance(outcome, runner.Outcome) else None  # a peer's: in this process
             detail = f", {r.n_iter} iterations, run {r.timing.run_s:.3f} s, ELBO {r.loglik:.6g}" if r else ""
         else:
             detail = f" (+{time.monotonic() - outcome.clock - outcome.wall_s:.1f} s logging)"

@@ -29,7 +29,8 @@ run left RUNNING by a worker is ended FAILED with that reason, and the command e
 line naming that worker and the logs. A worker ends when its launcher does (Linux:
 ``PR_SET_PDEATHSIG``).
 
-**A sweep's jobs and a rerun** (:func:`run_job`): under the basic launcher, a sweep's driver runs
+**A sweep's jobs and a rerun** (:func:`plnexp.experiment.runner.run_job`, the one way a job runs,
+through :func:`start`): under the basic launcher, a sweep's driver runs
 each job of ``processes`` > 1 by starting its N workers here and waiting for them (jobs one after
 the other, as always there); process 0 logs the run as a child of the sweep's parent (the parent
 travels in the pickled :class:`Job`) and hands its outcome back (:class:`Ran`, in the job's folder);
@@ -259,11 +260,11 @@ def run(spec: JobSpec, uri: str, output_dir: str) -> int:
     if where is None and device != "cpu":
         print(f"plnexp: error: {device_line(n, device)}", file=sys.stderr, flush=True)
         return 2
-    envs = _local(n) if where is None else [dict(os.environ)]
+    envs = None if where is None else [dict(os.environ)]  # None: the N workers here
     first = int(os.environ.get("SLURM_PROCID", "0") or 0) if where is not None else 0
     with interrupts.handled() as guard:
         try:
-            ran = start(Job(replace(spec, num=None)), Path(output_dir), uri, envs, first)
+            ran = start(Job(replace(spec, num=None)), output_dir, uri, envs, first)
         except KeyboardInterrupt as e:
             guard.stopping()
             stop = interrupts.as_interrupted(e)
@@ -351,12 +352,23 @@ def _write(path: Path, thing) -> None:
     os.replace(tmp, path)
 
 
-def start(job: Job, folder: Path, uri: str, envs: Sequence[Mapping[str, str]], first: int = 0) -> Ran | None:
-    """``job``'s workers (one per environment of ``envs``: N here, or this srun task's one) started
-    with ``job`` pickled into ``folder`` and waited for: process 0's outcome; where a worker failed or
-    process 0 handed back none, a FAILED one whose reason is the one line (and no ``text``); None for
-    another srun task's, which ended well."""
+def start(
+    job: Job, output_dir: str, uri: str, envs: Sequence[Mapping[str, str]] | None = None, first: int = 0
+) -> Ran | None:
+    """``job``'s workers started with ``job`` pickled into its folder (``output_dir``; a new one under
+    the outputs' ``processes/`` where none is given) and waited for: process 0's outcome; where a
+    worker failed or process 0 handed back none, a FAILED one whose reason is the one line (and no
+    ``text``); None for another srun task's, which ended well. ``envs``: one per worker (this srun
+    task's one); None: N workers on this machine (:func:`plnexp.experiment.runner.run_job`'s, a
+    sweep's driver's or a rerun's job), on its CPU (another device: a FAILED outcome, nothing
+    started). An interrupt: the workers stopped, their runs KILLED, raised (:func:`launch`)."""
     n, clock = job.spec.config.processes, time.monotonic()
+    if envs is None:
+        device = job.spec.config.device.value
+        if device != "cpu":
+            return Ran(job.spec.name, "FAILED", device_line(n, device), clock=clock)
+        envs = _local(n)
+    folder = Path(output_dir) if output_dir else _scratch()
     folder.mkdir(parents=True, exist_ok=True)
     job_file, ran_file = folder / "job.pkl", folder / RAN_FILE
     ran_file.unlink(missing_ok=True)
@@ -371,29 +383,13 @@ def start(job: Job, folder: Path, uri: str, envs: Sequence[Mapping[str, str]], f
     return Ran(job.spec.name, "FAILED", why, run_id, clock=clock, wall_s=time.monotonic() - clock)
 
 
-def run_job(spec: JobSpec, output_dir: str = "", *, parent: Parent | None = None) -> Ran:
-    """A job of ``config.processes`` > 1 processes started here, from a sweep's driver (each job in
-    turn, the basic launcher) or a rerun: its N workers on this machine, waited for; process 0 runs
-    :func:`plnexp.experiment.runner.run_job` (the run a child of ``parent``) and hands back its
-    outcome (:class:`Ran`). A worker that fails: a FAILED outcome whose reason is the one line, the
-    run it left RUNNING ended FAILED. An interrupt: the workers stopped, their runs KILLED, raised."""
-    from .. import store as tracking
+def _scratch() -> Path:
+    """A new folder for a job given none (a rerun's), under the outputs' ``processes/``."""
     from ..jobs.config import outputs_dir
 
-    config = spec.config
-    n = config.processes
-    if config.device.value != "cpu":
-        return Ran(spec.name, "FAILED", device_line(n, config.device.value), clock=time.monotonic())
-    uri = parent.uri if parent is not None else tracking.tracking_uri(config.tracking_uri)
-    if output_dir:
-        folder = Path(output_dir)
-    else:
-        root = outputs_dir() / "processes"
-        root.mkdir(parents=True, exist_ok=True)
-        folder = Path(tempfile.mkdtemp(prefix=time.strftime("%Y-%m-%d_%H-%M-%S-"), dir=root))
-    ran = start(Job(spec, parent), folder, uri, _local(n))
-    assert ran is not None  # every process here: process 0's outcome, or a FAILED one
-    return ran
+    root = outputs_dir() / "processes"
+    root.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=time.strftime("%Y-%m-%d_%H-%M-%S-"), dir=root))
 
 
 def _end_with_launcher() -> None:
@@ -459,10 +455,7 @@ def _job(job: Job, output_dir: str, lead: bool) -> int:
     from . import runner
 
     try:
-        tags = spec.run_tags or None
-        out = runner.run_job(
-            spec.config, spec.overrides, spec.name, output_dir, parent=job.parent, job_num=spec.num, tags=tags
-        )
+        out = runner.run_job(spec, output_dir, parent=job.parent)  # joined: in this process
     except Exception as e:  # noqa: BLE001 - the store failed under the job: one line, the launcher says the rest
         print(f"plnexp: error: job {spec.name}: {first_line(e)}", file=sys.stderr, flush=True)
         return 1
