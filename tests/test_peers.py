@@ -24,7 +24,7 @@ from reference_np import elbo_np, pca_elbo_np, profiled_closed_forms
 
 import plnexp
 from plnexp.experiment import plan as cli
-from plnexp.experiment import peer_runs, runner, sweep_extras
+from plnexp.experiment import job_task, peer_runs, sweep_extras
 from plnexp.jobs import peers
 from plnexp.jobs.tags import PEER_OF_TAG
 from plnexp import store as tracking
@@ -140,7 +140,7 @@ def _parent(outputs, name: str) -> tracking.Parent:
 def _run_peer(pc: peer_runs.PeerConfig, parent, num: int):
     """The peer's job of ``pc`` as a sweep runs it: its spec through the one way a job runs."""
     assert pc.peer is not None
-    return runner.run_job(JobSpec(pc, pc.run_name, num, kind=Kind.PEER, peer=pc.peer.name), parent=parent)
+    return job_task.run_job(JobSpec(pc, pc.run_name, num, kind=Kind.PEER, peer=pc.peer.name), parent=parent)
 
 
 def test_a_peers_job_logs_a_child_run_through_the_jobs_path(tiny_config, outputs):

@@ -1,6 +1,6 @@
 """A peer's run in a sweep: the config it logs (:class:`PeerConfig`, the job's with what the peer
 runs beside it), its tags and its fit (:func:`tags`, :func:`fit`), which its job runs through the jobs'
-own code path (:func:`plnexp.experiment.runner.run_job`). The peers
+own code path (:func:`plnexp.experiment.job_task.run_job`). The peers
 themselves, and how each is fitted and scored, are declared in :mod:`plnexp.jobs.peers`.
 """
 
@@ -79,7 +79,7 @@ def peer_config(peer: Peer, config: Config) -> PeerConfig:
 
 
 def tags(pc: Config) -> dict[str, str]:
-    """The tags of the peer's run (its job's :func:`plnexp.experiment.runner.run_job` adds them):
+    """The tags of the peer's run (its job's :func:`plnexp.experiment.job_task.run_job` adds them):
     ``plnexp.peer=<name>`` and the peer's package versions."""
     assert isinstance(pc, PeerConfig) and pc.peer is not None  # a peer's job's config: made by peer_config
     return {PEER_TAG: pc.peer.name, **pc.peer.versions()}
@@ -87,7 +87,7 @@ def tags(pc: Config) -> dict[str, str]:
 
 def fit(pc: Config, outcomes: list[Outcome]) -> None:
     """Fit the peer of ``pc`` (:func:`peer_config`) on its data, filling its one outcome: the peer's
-    job as :func:`plnexp.experiment.runner.run_job` runs it (its run created RUNNING first, the
+    job as :func:`plnexp.experiment.job_task.run_job` runs it (its run created RUNNING first, the
     convergence metrics against the data's best known ELBO apply). An error of the fit makes it FAILED
     with the reason (never raised); an interrupt is raised. Timed with ``repeats`` fits after
     ``max(warmup, 1)``."""

@@ -103,11 +103,11 @@ def _rerun_one(uri: str, src: Source, overrides: list[str]):
     spec = job_spec(src, overrides, 0 if src.peer is not None else None)
     if src.peer is not None:
         return _rerun_peer(uri, spec, src.run.experiment_id)
-    from . import runner
+    from . import job_task
 
     # compared with the original's timings: compile_cache auto is off, the compile cold (a sweep's rerun:
-    # job_task.Task); a fit across processes through its workers, started here (runner.run_job, the one switch)
-    job = runner.run_job(replace(spec, config=src.config.as_study()))
+    # job_task.Task); a fit across processes through its workers, started here (job_task.run_job, the one switch)
+    job = job_task.run_job(replace(spec, config=src.config.as_study()))
     k = src.run.replicate
     return job.batch[k] if k < len(job.batch) else job
 
@@ -115,16 +115,16 @@ def _rerun_one(uri: str, src: Source, overrides: list[str]):
 def _rerun_peer(uri: str, spec: JobSpec, experiment_id: str):
     """The rerun of a peer's run alone (``spec``: :func:`job_spec`): the peer's default fit on the
     data of the job it followed, a run of its own, through the path of a sweep's peers
-    (:func:`plnexp.experiment.runner.run_job`). A peer not installed here: one line."""
+    (:func:`plnexp.experiment.job_task.run_job`). A peer not installed here: one line."""
     from .peer_runs import PeerConfig
-    from . import runner
+    from . import job_task
 
     assert isinstance(spec.config, PeerConfig) and spec.config.peer is not None
     why = spec.config.peer.available()
     if why is not None:
         raise ConfigError(f"run {spec.run_tags[provenance.RERUN_TAG]}: a run of the peer {spec.peer}, which is {why}")
     parent = store.Parent(uri, experiment_id, None)  # type: ignore[arg-type]  # None: no parent run
-    return runner.run_job(spec, parent=parent)
+    return job_task.run_job(spec, parent=parent)
 
 
 def _stopped(guard, e: KeyboardInterrupt, what: str) -> int:

@@ -25,7 +25,7 @@ A job in another process gets the record with its spec (pickled), never through 
 memory; a worker tells itself from the driver by the record (its driver's host and process:
 :func:`plnexp.experiment.job_task.in_driver`). A job of
 ``processes`` > 1 (one fit across N JAX processes) runs through its N workers, which
-:func:`plnexp.experiment.runner.run_job` starts from the process running the job (the basic
+:func:`plnexp.experiment.job_task.run_job` starts from the process running the job (the basic
 launcher's driver) and waits for (:mod:`plnexp.experiment.processes`: process 0 logs the child run
 and hands the outcome back); under SLURM it is one SLURM job of N tasks, each joining the others
 (:func:`~plnexp.experiment.sweep_dispatch.across_in_worker`).
