@@ -1,5 +1,6 @@
-"""Run one job: its run is created RUNNING in MLflow, then data -> plnexp.fit (timed), then the
-results are logged and the run ended with the job's status.
+"""One job's fit and its outcome: data -> plnexp.fit (timed), the measurements (floor, best known
+ELBO, convergence), the summary line. Its run's life (created RUNNING in MLflow, ended with the job's
+status) is :func:`plnexp.experiment.job_task.run_job`'s, the one way a job runs.
 
 A job never raises for a failed fit: the outcome is marked FAILED with the reason, logged, and the
 sweep goes on. An interrupt (Ctrl-C, SIGTERM) is the one exception that gets through: the run is
