@@ -16,7 +16,8 @@ from conftest import store_client
 
 from plnexp.measure import floor
 from plnexp.jobs import provenance
-from plnexp.experiment import runner
+from plnexp.experiment import job_task, runner
+from plnexp.jobs.spec import JobSpec
 from plnexp.core.data import Data, row_offsets
 from plnexp.core.model import PCA_WORK, PLN_WORK, Work
 from plnexp.fitting.spec import MODEL_NAMES, model_named
@@ -361,7 +362,7 @@ def test_a_job_logs_its_machines_floor_measured_before_the_fit(tiny_config, outp
     # (the job's fit owns its process; the fit computing the data's best known ELBO, plnexp.fitting.optimum, not)
     fits = lambda *a, **k: order.append("fit" if k.get("owns_process") else "optimum") or real_run_all(*a, **k)
     monkeypatch.setattr(plnexp.fitting.engine, "run_all", fits)
-    job = runner.run_job(tiny_config, (), "floored")
+    job = job_task.run_job(JobSpec(tiny_config, "floored"))
     assert job.status == "FINISHED" and [o for o in order if o != "optimum"] == ["floor", "fit"]
     run = store_client(outputs).get_run(job.run_id)
     m, t = run.data.metrics, run.data.tags
@@ -415,7 +416,7 @@ def test_a_pca_job_logs_the_pca_floor_below_the_full_models_at_the_same_shape(co
     for model in (["model=full"], ["model=pca", "model.rank=2"]):
         args = ["dataset=synthetic", "dataset.n=30", "dataset.p=20", "n_iter=3", *model]
         (job,) = plan.plan(args, multirun=False)
-        out = runner.run_job(job.config, (), model[0])
+        out = job_task.run_job(JobSpec(job.config, model[0]))
         assert out.status == "FINISHED", out.reason
         logged[model[0]] = store_client(outputs).get_run(out.run_id).data.metrics
     n, p, q = 30, 20, 2
@@ -444,7 +445,7 @@ def test_a_job_whose_floor_fails_finishes_without_it(tiny_config, outputs, monke
     monkeypatch.setattr(floor, "measure_dot", broken)
     monkeypatch.setenv(floor.CACHE_ENV, str(outputs / "empty_floor_cache"))
     monkeypatch.setattr(plnexp.fitting.engine, "run_all", stand_in_fit)
-    job = runner.run_job(tiny_config, (), "unfloored")
+    job = job_task.run_job(JobSpec(tiny_config, "unfloored"))
     assert job.status == "FINISHED", job.reason
     metrics = store_client(outputs).get_run(job.run_id).data.metrics
     assert metrics["ms_per_iter"] == 1.0

@@ -24,7 +24,7 @@ from reference_np import elbo_np, pca_elbo_np, profiled_closed_forms
 
 import plnexp
 from plnexp.experiment import plan as cli
-from plnexp.experiment import peer_runs, sweep_extras
+from plnexp.experiment import job_task, peer_runs, sweep_extras
 from plnexp.jobs import peers
 from plnexp.jobs.tags import PEER_OF_TAG
 from plnexp import store as tracking
@@ -137,9 +137,15 @@ def _parent(outputs, name: str) -> tracking.Parent:
     return tracking.open_parent(f"sqlite:///{outputs / 'mlflow.db'}", name, f"{name}-parent", {})
 
 
-def test_run_peer_logs_a_child_run_through_the_jobs_path(tiny_config, outputs):
+def _run_peer(pc: peer_runs.PeerConfig, parent, num: int):
+    """The peer's job of ``pc`` as a sweep runs it: its spec through the one way a job runs."""
+    assert pc.peer is not None
+    return job_task.run_job(JobSpec(pc, pc.run_name, num, kind=Kind.PEER, peer=pc.peer.name), parent=parent)
+
+
+def test_a_peers_job_logs_a_child_run_through_the_jobs_path(tiny_config, outputs):
     parent = _parent(outputs, "peer-run")
-    out = peer_runs.run_peer(peer_runs.peer_config(fake_peer(fake_fit), tiny_config), parent, job_num=7)
+    out = _run_peer(peer_runs.peer_config(fake_peer(fake_fit), tiny_config), parent, 7)
     assert out.status == "FINISHED", out.reason
     run = store_client(outputs).get_run(out.run_id)
     tags, metrics, params = run.data.tags, run.data.metrics, run.data.params
@@ -267,7 +273,7 @@ def test_a_pca_peer_run_is_logged_with_its_class_call_and_rank(outputs):
         return fake_pca_fit(data, warmup=warmup, repeats=repeats, rank=rank)
 
     parent = _parent(outputs, "peer-pca")
-    out = peer_runs.run_peer(peer_runs.peer_config(fake_peer(fit), job.config), parent, job_num=3)
+    out = _run_peer(peer_runs.peer_config(fake_peer(fit), job.config), parent, 3)
     assert out.status == "FINISHED", out.reason
     assert seen == [2]
     run = store_client(outputs).get_run(out.run_id)
@@ -283,7 +289,7 @@ def test_a_pca_peer_run_is_logged_with_its_class_call_and_rank(outputs):
 
 def test_the_pln_peer_run_says_its_class_too(tiny_config, outputs):
     pc = peer_runs.peer_config(fake_peer(fake_fit), tiny_config)
-    out = peer_runs.run_peer(pc, _parent(outputs, "peer-pln"), job_num=2)
+    out = _run_peer(pc, _parent(outputs, "peer-pln"), 2)
     params = store_client(outputs).get_run(out.run_id).data.params
     assert params["peer.class"] == "Pln" and params["peer.call"] == "Pln(Y, exog=X, offsets=O, add_const=False).fit()"
 

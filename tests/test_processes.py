@@ -19,7 +19,7 @@ from plnexp.core import data as D
 from plnexp.core import csv_files, data_rows, simulation
 from plnexp.core.data_rows import row_range
 from plnexp.experiment import plan as cli
-from plnexp.experiment import processes, srun
+from plnexp.experiment import job_task, processes, srun
 from plnexp.experiment.runner import check_processes
 from plnexp.jobs import provenance
 from plnexp.jobs import config as C
@@ -284,7 +284,7 @@ def test_srun_with_another_number_of_tasks_is_one_line():
 def test_processes_started_here_refuse_an_accelerator_in_one_line(tmp_path, capsys):
     (spec,) = cli.plan(["strategy=scan_sharded", "model=full", "processes=2"], multirun=False).specs()
     on_gpu = replace(spec, config=replace(spec.config, device=Device("gpu")))
-    assert processes.run(on_gpu, "sqlite:///unused.db", str(tmp_path)) == 2
+    assert processes.run(on_gpu, "sqlite:///unused.db", str(tmp_path), job_task.run_job) == 2
     assert capsys.readouterr().err == (
         "plnexp: error: processes=2 with device=gpu: the 2 processes started on this machine would share its "
         "accelerators; allowed are device=cpu here, or srun -n 2 with one accelerator per task\n"

@@ -13,9 +13,9 @@ import pytest
 
 from plnexp import store as tracking
 from plnexp.experiment import plan as cli
-from plnexp.experiment import runner, sweep
+from plnexp.experiment import job_task, runner, sweep
 from plnexp.jobs import provenance
-from plnexp.jobs.spec import Kind
+from plnexp.jobs.spec import JobSpec, Kind
 from plnexp.jobs.provenance import RESUMES_TAG
 from plnexp.jobs.tags import CONTROL_OF_TAG, CONTROL_TAG, PARENT_TAG, PEER_TAG, SWEEP_TAG
 from plnexp.store import memory, owners
@@ -42,7 +42,7 @@ def swept(tmp_path_factory, migrated_store):
         uri = tracking.check_store()
         record = sweep.open_sweep(out.parent / "sw", "rec", "rec", uri, 1, {"command": "sweep rec"})
         for num, tags in ((0, {}), (1, {CONTROL_TAG: "true", CONTROL_OF_TAG: "0"})):
-            done = runner.run_job(job.config, job.overrides, job.name, parent=record.parent, job_num=num, tags=tags)
+            done = job_task.run_job(JobSpec(job.config, job.name, num, job.overrides, tags=tags), parent=record.parent)
             assert done.status == "FINISHED", done.reason
         sweep.close_sweep(record, "FINISHED")
         yield uri, record, job

@@ -20,7 +20,8 @@ from plnexp.jobs import ranking
 from plnexp.report import compiler_table, sweep_figures, sweep_plots
 from plnexp.report import headline as plain
 from plnexp.report import summary as report
-from plnexp.experiment import runner
+from plnexp.experiment import job_task, runner
+from plnexp.jobs.spec import JobSpec
 from plnexp.experiment import sweep
 from plnexp import store as tracking
 from plnexp.fitting.engine import FitResult
@@ -93,18 +94,20 @@ def fake_sweep(tmp_path, monkeypatch, keys, name="sw", tags=None, control=None):
     uri = tracking.check_store()
     record = sweep.open_sweep(tmp_path / name, "known", "known", uri, len(keys), {"command": "test", **(tags or {})})
     for i, (strategy, n) in enumerate(keys):
-        runner.run_job(
-            job_config(strategy, n), (f"strategy={strategy}",), f"{strategy}-{n}", parent=record.parent, job_num=i
+        job_task.run_job(
+            JobSpec(job_config(strategy, n), f"{strategy}-{n}", i, (f"strategy={strategy}",)), parent=record.parent
         )
     if control is not None:
         strategy, n = control
-        runner.run_job(
-            job_config(strategy, n),
-            (f"strategy={strategy}",),
-            f"control-{strategy}-{n}",
+        job_task.run_job(
+            JobSpec(
+                job_config(strategy, n),
+                f"control-{strategy}-{n}",
+                len(keys),
+                (f"strategy={strategy}",),
+                tags={ranking.CONTROL_TAG: "true", ranking.CONTROL_OF_TAG: str(keys.index(control))},
+            ),
             parent=record.parent,
-            job_num=len(keys),
-            tags={ranking.CONTROL_TAG: "true", ranking.CONTROL_OF_TAG: str(keys.index(control))},
         )
     sweep.close_sweep(record, "FINISHED")
     return record
@@ -276,7 +279,7 @@ def test_report_on_a_job_or_a_single_run_names_the_parent(outputs, tmp_path, mon
     child = tracking.open(tracking.tracking_uri()).sweep(record.parent_id)[0]
     assert report.main(["--run", child.run_id]) == 2
     assert f"a job of the sweep whose parent run is {record.parent_id}" in capsys.readouterr().err
-    single = runner.run_job(job_config("scan", 30), (), "single")
+    single = job_task.run_job(JobSpec(job_config("scan", 30), "single"))
     assert report.main(["--run", single.run_id]) == 2
     assert "a single run, not a sweep" in capsys.readouterr().err
 
@@ -449,7 +452,7 @@ def test_a_strategy_swept_over_its_own_option_is_one_row_per_value(outputs, tmp_
     record = sweep.open_sweep(tmp_path / "o", "options", "options", uri, 3, {"command": "test"})
     (scan,) = cli.plan(["dataset=synthetic", "dataset.n=30", "dataset.p=5", "n_iter=8"], multirun=False)
     for i, job in enumerate([scan, *jobs]):
-        runner.run_job(job.config, job.overrides, job.name, parent=record.parent, job_num=i)
+        job_task.run_job(JobSpec(job.config, job.name, i, job.overrides), parent=record.parent)
     sweep.close_sweep(record, "FINISHED")
     rep, folder, _ = report.build(uri, run_id=record.parent_id)
     rows = list(csv.DictReader(io.StringIO((folder / "report.csv").read_text())))
@@ -477,7 +480,7 @@ def test_panels_and_references_never_cross_precision_or_model(outputs, tmp_path,
     )
     record = sweep.open_sweep(tmp_path / "p", "precision", "precision", uri, len(jobs), {"command": "test"})
     for i, job in enumerate(jobs):
-        runner.run_job(job.config, job.overrides, job.name, parent=record.parent, job_num=i)
+        job_task.run_job(JobSpec(job.config, job.name, i, job.overrides), parent=record.parent)
     sweep.close_sweep(record, "FINISHED")
     panels = []
     monkeypatch.setattr(sweep_plots, "elbo_curves_png", lambda p, path: panels.extend(p))
@@ -514,7 +517,7 @@ def test_the_summary_counts_the_whole_grid(outputs, tmp_path, monkeypatch):
     uri = tracking.check_store()
     record = sweep.open_sweep(tmp_path / "g", "grid", "grid", uri, 4, {"command": "test"})
     for i, strategy in enumerate(("scan", "fori_loop")):
-        runner.run_job(job_config(strategy, 30), (), strategy, parent=record.parent, job_num=i)
+        job_task.run_job(JobSpec(job_config(strategy, 30), strategy, i), parent=record.parent)
     sweep.close_sweep(record, "KILLED")
     rep = report.load(uri, tracking.open(uri).run(record.parent_id))
     assert report.summary_lines(rep)[-1] == "2 of 4 jobs finished (2 not started)"

@@ -16,7 +16,8 @@ from plnexp.jobs import provenance
 from plnexp.experiment import rerun_verdict
 from plnexp.experiment import resume
 from plnexp.experiment import sweep_dispatch
-from plnexp.experiment import runner
+from plnexp.experiment import job_task, runner
+from plnexp.jobs.spec import JobSpec
 from plnexp.experiment import sweep, sweep_record
 from plnexp import store as tracking
 from plnexp.jobs import config as C
@@ -27,7 +28,7 @@ TINY = ["dataset=synthetic", "dataset.n=50", "dataset.p=5", "n_iter=5", "strateg
 
 def original(overrides=(), parent=None, job_num=None):
     (job,) = cli.plan([*TINY, *overrides], multirun=False)
-    out = runner.run_job(job.config, job.overrides, job.name, parent=parent, job_num=job_num)
+    out = job_task.run_job(JobSpec(job.config, job.name, job_num, job.overrides), parent=parent)
     assert out.status == "FINISHED", out.reason
     return out
 
@@ -205,7 +206,7 @@ def test_a_changed_csv_file_is_reported_before_rerunning(outputs, tmp_path, caps
     counts = tmp_path / "counts.csv"
     counts.write_text("a,b,c,d\n" + "\n".join(",".join(map(str, row)) for row in sim) + "\n")
     (job,) = cli.plan(["dataset=csv", f"dataset.counts={counts}", "n_iter=5", "experiment=rr"], multirun=False)
-    out = runner.run_job(job.config, job.overrides, job.name)
+    out = job_task.run_job(JobSpec(job.config, job.name, overrides=job.overrides))
     assert store_client(outputs).get_run(out.run_id).data.tags["data_sha256.counts"] == provenance.file_sha256(counts)
     sim[0, 0] += 5
     counts.write_text("a,b,c,d\n" + "\n".join(",".join(map(str, row)) for row in sim) + "\n")
@@ -344,7 +345,7 @@ def test_resume_reuses_finished_jobs_and_summarises_the_whole_grid(outputs, tmp_
     jobs = cli.plan([*TINY, "seed=0,1,2"], multirun=True)
     first = sweep.open_sweep(tmp_path / "a", "s", "rr", uri, 3, {})
     for i in (0, 1):  # then "interrupted": job 2 never ran (a sweep's jobs run as a study: Config.as_study)
-        runner.run_job(jobs[i].config.as_study(), jobs[i].overrides, jobs[i].name, parent=first.parent, job_num=i)
+        job_task.run_job(JobSpec(jobs[i].config.as_study(), jobs[i].name, i, jobs[i].overrides), parent=first.parent)
     sweep.close_sweep(first, "KILLED", "interrupted by SIGINT")
     done = resume.match(uri, "rr", jobs).done
     assert [(d.job, d.parent_id) for d in done] == [(0, first.parent_id)]
@@ -358,7 +359,7 @@ def test_resume_reuses_finished_jobs_and_summarises_the_whole_grid(outputs, tmp_
     assert f"[1/3] {jobs[0].name} FINISHED earlier (run {done[0].run_id}): skipped" in said
     assert "resume: runs 2 jobs; reuses 1 job(s)" in said
     for i in (1, 2):
-        runner.run_job(jobs[i].config.as_study(), jobs[i].overrides, jobs[i].name, parent=second.parent, job_num=i)
+        job_task.run_job(JobSpec(jobs[i].config.as_study(), jobs[i].name, i, jobs[i].overrides), parent=second.parent)
     summary = sweep.close_sweep(second)
     assert summary.status == "FINISHED" and [r.status for r in summary.rows] == ["FINISHED"] * 3
     assert [r.name for r in summary.rows] == [j.name for j in jobs]
@@ -488,7 +489,7 @@ def test_resume_says_how_many_jobs_matched_and_names_the_nearest_run(outputs, mo
     uri = tracking.check_store()
     jobs = cli.plan([*TINY, "seed=0,1"], multirun=True)
     for job in jobs:
-        runner.run_job(job.config.as_study(), job.overrides, job.name)
+        job_task.run_job(JobSpec(job.config.as_study(), job.name, overrides=job.overrides))
     found = resume.match(uri, "rr", jobs)
     assert len(found.done) == 2 and found.line() == (
         "resume: 2 of 2 job(s) matched a FINISHED run of experiment 'rr'; those are reused, the others run"
@@ -518,7 +519,7 @@ def test_resume_reuses_only_runs_timed_and_run_alike(outputs, monkeypatch):
     uri = tracking.check_store()
     jobs = cli.plan([*TINY, "seed=0,1", "repeats=1"], multirun=True)
     for job in jobs:
-        runner.run_job(job.config.as_study(), job.overrides, job.name)
+        job_task.run_job(JobSpec(job.config.as_study(), job.name, overrides=job.overrides))
     assert len(resume.match(uri, "rr", jobs).done) == 2  # alike: reused
     found = resume.match(uri, "rr", cli.plan([*TINY, "seed=0,1", "repeats=2"], multirun=True))
     assert found.done == [] and found.line().endswith("differs by repeats: 2 here, 1 there; all jobs run")
@@ -590,7 +591,7 @@ def test_a_rerun_that_fails_or_has_nothing_to_compare_is_not_reproduced(outputs,
     good = original(parent=record.parent, job_num=0)
     # adam's first step of 1e38 overflows float32: a non-finite ELBO at iteration 1, the run FAILED
     (job,) = cli.plan([*TINY, "optimizer=adam", "optimizer.lr=1e38"], multirun=False)
-    bad = runner.run_job(job.config, job.overrides, job.name, parent=record.parent, job_num=1)
+    bad = job_task.run_job(JobSpec(job.config, job.name, 1, job.overrides), parent=record.parent)
     assert bad.status == "FAILED" and "non-finite ELBO" in bad.reason
     sweep.close_sweep(record)
     capsys.readouterr()

@@ -317,7 +317,8 @@ def test_a_job_stopped_by_slurm_records_its_run_killed_with_the_reason(outputs, 
 
     from plnexp.experiment import plan as cli
     from plnexp.system import interrupts
-    from plnexp.experiment import runner
+    from plnexp.experiment import job_task, runner
+    from plnexp.jobs.spec import JobSpec
 
     for k, v in {"SLURM_JOB_ID": "52", "SLURM_ARRAY_JOB_ID": "50", "SLURM_ARRAY_TASK_ID": "2"}.items():
         monkeypatch.setenv(k, v)
@@ -330,7 +331,7 @@ def test_a_job_stopped_by_slurm_records_its_run_killed_with_the_reason(outputs, 
     monkeypatch.setattr(runner, "execute", stopped)
     with interrupts.handled(signals=slurm.JOB_SIGNALS):
         with pytest.raises(interrupts.Interrupted):
-            runner.run_job(job.config, (), "stopped")
+            job_task.run_job(JobSpec(job.config, "stopped"))
     (run,) = [
         r
         for e in store_client(outputs).search_experiments()

@@ -36,7 +36,8 @@ import pytest
 
 import plnexp
 from plnexp.experiment import plan as cli
-from plnexp.experiment import runner
+from plnexp.experiment import job_task
+from plnexp.jobs.spec import JobSpec
 from plnexp.jobs import config as C
 from plnexp.fitting.engine import make_problem
 from plnexp.core.initial_state import init_state
@@ -277,7 +278,7 @@ def test_a_recompile_in_a_run_is_one_plnexp_line(small, outputs, monkeypatch):
     assert "\n" not in str(err.value) and err.value.__cause__ is None and err.value.__suppress_context__
 
     (job,) = cli.plan([*TINY, "strategy=torch_compile"], multirun=False)  # what a run reports (p = 5)
-    out = runner.run_job(job.config, job.overrides, job.name)
+    out = job_task.run_job(JobSpec(job.config, job.name, overrides=job.overrides))
     assert out.status == "FAILED"
     assert re.match(
         r"^StepRecompiledError: torch_compile recompiled the step at iteration 2 of 5 \(guard failed: "
@@ -343,7 +344,9 @@ def _logged_like_any_other(outputs, out, strategy: str, mode: str | None, n_iter
 @pytest.mark.slow
 def test_a_torch_eager_run_is_logged_like_any_other(outputs):
     (job,) = cli.plan([*TINY, "strategy=torch_eager"], multirun=False)
-    _logged_like_any_other(outputs, runner.run_job(job.config, job.overrides, job.name), "torch_eager", None, 5)
+    _logged_like_any_other(
+        outputs, job_task.run_job(JobSpec(job.config, job.name, overrides=job.overrides)), "torch_eager", None, 5
+    )
 
 
 @needs_torch
@@ -369,7 +372,7 @@ def test_a_torch_compile_run_is_timed_and_logged_like_any_other(outputs, monkeyp
     n_iter = 20
     case = [*TINY[:-1], f"n_iter={n_iter}", "optimizer=adam", "precision=float64", "repeats=2", "time_budget_s=0"]
     (job,) = cli.plan([*case, "first_call=true", "strategy=torch_compile", "strategy.mode=reduce-overhead"], False)
-    out = runner.run_job(job.config, job.overrides, job.name)
+    out = job_task.run_job(JobSpec(job.config, job.name, overrides=job.overrides))
     m = _logged_like_any_other(outputs, out, "torch_compile", "reduce-overhead", n_iter)
     assert "reduce-overhead" in modes, modes  # the step's compile (the warm-up's own compile takes the default)
     t = out.result.timing
@@ -377,7 +380,7 @@ def test_a_torch_compile_run_is_timed_and_logged_like_any_other(outputs, monkeyp
     assert t.first_call_s > 0 and m["first_call_s"] == pytest.approx(t.first_call_s)
     assert t.ms_per_iter == pytest.approx(1e3 * t.run_s / n_iter, rel=1e-12)
     (ref,) = cli.plan([*case, "strategy=scan"], multirun=False)
-    scan = runner.run_job(ref.config, ref.overrides, ref.name)
+    scan = job_task.run_job(JobSpec(ref.config, ref.name, overrides=ref.overrides))
     assert scan.status == "FINISHED", scan.reason
     curve = scan.result.elbo
     assert curve[-1] > curve[0], "the fit moved"

@@ -14,7 +14,8 @@ from conftest import store_client
 
 from plnexp.experiment import plan as cli
 from plnexp.system import interrupts
-from plnexp.experiment import runner
+from plnexp.experiment import job_task, runner
+from plnexp.jobs.spec import JobSpec
 from plnexp.experiment import sweep, sweep_record
 from plnexp import store as tracking
 from plnexp.jobs import config as C
@@ -168,8 +169,8 @@ def test_sweep_parent_and_children(outputs, config, monkeypatch, tmp_path):
     uri = tracking.check_store()
     record = sweep.open_sweep(tmp_path / "sw", "s1", "sw", uri, 3, {"command": "test"})
     assert sweep_record.read_record(tmp_path / "sw") == record  # what a job in any process reads
-    runner.run_job(config, ("strategy=scan",), "a", parent=record.parent, job_num=0)
-    runner.run_job(config, ("strategy=fori_loop",), "b", parent=record.parent, job_num=1)
+    job_task.run_job(JobSpec(config, "a", 0, ("strategy=scan",)), parent=record.parent)
+    job_task.run_job(JobSpec(config, "b", 1, ("strategy=fori_loop",)), parent=record.parent)
     assert seen_running == ["RUNNING", "RUNNING"]
     summary = sweep.close_sweep(record, "FINISHED")  # only 2 of 3 jobs ran: the parent ends FAILED
     assert summary.status == "FAILED" and summary.n_failed == 1 and [r.name for r in summary.rows] == ["a", "b"]
@@ -197,7 +198,7 @@ def test_interrupted_job_is_killed_with_its_result_and_the_sweep_closes_killed(o
     uri = tracking.check_store()
     record = sweep.open_sweep(tmp_path / "sw", "s", "sw", uri, 2, {})
     with pytest.raises(interrupts.Interrupted) as stop:
-        runner.run_job(config, ("strategy=scan",), "a", parent=record.parent, job_num=0)
+        job_task.run_job(JobSpec(config, "a", 0, ("strategy=scan",)), parent=record.parent)
     assert stop.value.exit_code == 143
     summary = sweep.close_sweep(record, "KILLED", "interrupted by SIGTERM")
     cl = store_client(outputs)

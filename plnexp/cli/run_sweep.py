@@ -53,7 +53,7 @@ def run(jobs: plan.Plan, uri: str) -> int:
     (spec,) = jobs.specs()
     if spec.config.processes > 1:  # N JAX processes (started here, or one per srun task): process 0 logs the run
         job_task.write_job_dir(str(jobs.run_dir()), spec.config, spec.overrides)  # as the job in this process does
-        return processes.run(spec, uri, str(jobs.run_dir()))
+        return processes.run(spec, uri, str(jobs.run_dir()), job_task.run_job)
     with interrupts.handled(lambda signum: sweep.force_stop(None, uri, signal.Signals(signum).name)) as guard:
         try:
             task(spec, None, str(jobs.run_dir()))

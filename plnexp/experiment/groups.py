@@ -58,7 +58,7 @@ class Held:
     limit: int = HOLD_LIMIT_BYTES
 
     def keeper(self, num: int):
-        """What job ``num`` hands its program to (:func:`plnexp.experiment.runner.run_job`'s ``hold``)."""
+        """What job ``num`` hands its program to (:func:`plnexp.experiment.job_task.run_job`'s ``hold``)."""
 
         def keep(program) -> None:
             import jax

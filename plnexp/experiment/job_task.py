@@ -13,6 +13,7 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 from ..system import credentials, interrupts
@@ -31,29 +32,108 @@ from .sweep_summary import SKIPPED
 
 if TYPE_CHECKING:
     from .peer_runs import PeerConfig
+    from .processes import Ran
 
 
 # ---------------------------------------------------------------- a job
-def run_job(spec: JobSpec, output_dir: str = "", *, parent=None, hold=None):
-    """The job ``spec`` (its run a child of ``parent``, a sweep's; None: a run of its own) through
-    :func:`plnexp.experiment.runner.run_job` in this process, or, for a fit across
-    ``config.processes`` > 1 processes, through its workers started here and waited for
-    (:func:`plnexp.experiment.processes.run_job`: process 0 logs the run, a child of the sweep's
-    parent; its outcome comes back, its program does not: ``hold`` is not kept)."""
-    if spec.config.processes > 1 and not _joined():
+def run_job(spec: JobSpec, output_dir: str = "", *, parent=None, hold: Callable | None = None) -> runner.Outcome | Ran:
+    """Execute the job ``spec``, whatever its kind, with its MLflow run(s): the one way a job runs
+    (:class:`Task`'s for ``run`` and a sweep's jobs, ``rerun``'s, process 0's of a fit across processes).
+
+    A job of ``config.processes`` > 1 that this process has not joined (:func:`_joined`) runs
+    through its N workers, started here and waited for (:func:`plnexp.experiment.processes.start`):
+    process 0 runs it through this function and hands back its outcome
+    (:class:`~plnexp.experiment.processes.Ran`), not its program (``hold`` is not kept). Any other
+    job runs here: its runs created RUNNING now, ended with the job's status; one run per replicate
+    (``config.replicates``, tagged ``replicate``), all fitted in one program
+    (:func:`plnexp.experiment.runner.execute`), or a peer's fit (:attr:`~plnexp.jobs.spec.Kind.PEER`:
+    :func:`plnexp.experiment.peer_runs.fit`; the convergence metrics against the data's best known
+    ELBO apply), its run without plnexp's provenance tags (no ``config_hash``: never taken by resume
+    for a job's run).
+
+    ``parent`` (a :class:`plnexp.store.Parent`) makes the runs children of a sweep, in the sweep's
+    store and experiment; otherwise they go to the config's store and experiment. On an interrupt the
+    runs are ended KILLED and :class:`plnexp.system.interrupts.Interrupted` re-raised. The runs are
+    created with the provenance tags (:func:`plnexp.jobs.provenance.run_tags`), ``spec.num`` as their
+    job number, a sweep's job also with its ``report.min_speedup``
+    (:data:`plnexp.jobs.ranking.MIN_SPEEDUP_TAG`), and the spec's tags. Returns the job's outcome
+    (:func:`plnexp.experiment.runner.combined`), each replicate's in its ``batch``. ``hold``: given the
+    job's compiled program (:class:`plnexp.fitting.prepared.Prepared`) to run it again.
+    """
+    from ..jobs import provenance
+    from ..system import slurm
+    from .. import store
+    from ..jobs.ranking import MIN_SPEEDUP_TAG
+
+    config = spec.config
+    uri = parent.uri if parent else store.tracking_uri(config.tracking_uri)
+    if config.processes > 1 and not _joined():
         from . import processes
 
-        return processes.run_job(spec, output_dir, parent=parent)
-    tags = spec.run_tags or None
-    return runner.run_job(
-        spec.config, spec.overrides, spec.name, output_dir, parent=parent, job_num=spec.num, tags=tags, hold=hold
-    )
+        ran = processes.start(processes.Job(spec, run_job, parent), output_dir, uri)
+        assert ran is not None  # every process here: process 0's outcome, or a FAILED one
+        return ran
+    peer = spec.kind is Kind.PEER
+    if peer:
+        from . import peer_runs
+    store.set_timeout(config.store_timeout_s)  # a job in a process of its own (joblib, SLURM) too
+    cl = store.client(uri)
+    k = config.replicates
+    outcomes = [
+        runner.Outcome(
+            runner.replicate_name(spec.name, i, k), spec.overrides, config, output_dir=output_dir, replicate=i
+        )
+        for i in range(k)
+    ]
+    outcomes[0].hold = hold
+    tags = {
+        **(peer_runs.tags(config) if peer else provenance.run_tags(config)),
+        **({store.JOB_TAG: spec.num} if spec.num is not None else {}),
+        # a sweep's job: the minimum effect its report ranks with (report.min_speedup, not a param:
+        # not part of the fit, see plnexp.jobs.config.ReportSpec)
+        **({MIN_SPEEDUP_TAG: f"{config.report.min_speedup:g}"} if parent is not None else {}),
+        **spec.run_tags,
+    }
+
+    def finish(created: list[runner.Outcome]) -> None:  # each run ended with its outcome, or kept under pending/
+        with interrupts.deferred():
+            for out in created:
+                out.kept = str(store.pending.finish(cl, uri, out.run_id, out) or "")
+
+    try:
+        with interrupts.deferred():
+            exp_id = parent.experiment_id if parent else store.experiment_id(cl, config.experiment)
+            for out in outcomes:
+                out.run_id = store.start_job(
+                    cl,
+                    exp_id,
+                    out,
+                    parent.run_id if parent else None,
+                    {**tags, provenance.REPLICATE_TAG: out.replicate},
+                )
+        if peer:
+            peer_runs.fit(config, outcomes)
+        else:
+            runner.execute(config, outcomes)
+    except KeyboardInterrupt as e:
+        stop = interrupts.as_interrupted(e)
+        for out in outcomes:
+            out.status, out.reason = "KILLED", f"interrupted by {stop.name}{slurm.why(stop.signum)}"
+            out.stop()
+        finish([out for out in outcomes if out.run_id])
+        raise stop from None
+    finish(outcomes)
+    job = runner.combined(outcomes)
+    job.kept = next((o.kept for o in outcomes if o.kept), "")
+    job.batch = outcomes
+    return job
 
 
 def _joined() -> bool:
-    """Whether this process has joined a fit across processes already (a SLURM task of a job of N
-    tasks, :func:`plnexp.experiment.sweep_dispatch.across_in_worker`): it runs its share itself,
-    starting no workers."""
+    """Whether this process has joined a fit across processes already (a worker of
+    :mod:`plnexp.experiment.processes`; a SLURM task of a job of N tasks,
+    :func:`plnexp.experiment.sweep_dispatch.across_in_worker`): it runs its share itself, starting
+    no workers."""
     import jax
 
     return jax.distributed.is_initialized()
@@ -151,7 +231,6 @@ class Task:
 
     def _job(self, spec: JobSpec, record: SweepRecord | None, output_dir: str) -> str | None:
         from ..system import slurm
-        from . import peer_runs
 
         num = spec.num if record is not None else None
         config = spec.config
@@ -188,16 +267,12 @@ class Task:
         if record is not None and here:
             print(f"{label} ...", end="", flush=True)
         try:
-            if peer:
-                assert record is not None and num is not None  # a peer runs in a sweep
-                outcome = peer_runs.run_peer(cast(peer_runs.PeerConfig, config), record.parent, num, spec.run_tags)
-            else:
-                outcome = run_job(
-                    replace(spec, config=config, num=num),
-                    output_dir,
-                    parent=record.parent if record else None,
-                    hold=self.held.keeper(num) if self.held is not None and num is not None else None,
-                )
+            outcome = run_job(  # a peer's: no job folder, no program kept
+                replace(spec, config=config, num=num),
+                "" if peer else output_dir,
+                parent=record.parent if record else None,
+                hold=self.held.keeper(num) if self.held is not None and num is not None and not peer else None,
+            )
         except KeyboardInterrupt as e:
             self._saw(record, num, [runner.Row(name, "KILLED", {}, 0.0)])
             if record is not None:
@@ -219,7 +294,7 @@ class Task:
             print(f"plnexp: error: {what} {name}: {first}", file=sys.stderr, flush=True)
             return None if here else f"{label} FAILED ({first})"
         self.failed += outcome.status != "FINISHED" and not peer
-        if getattr(outcome, "kept", ""):  # the store failed after the fit: the next jobs are skipped
+        if outcome.kept:  # the store failed after the fit: the next jobs are skipped
             self.store_down = f"job {name}'s result kept locally"
         self._saw(record, num, [o.row() for o in outcome.batch or [outcome]])  # (runner.Outcome, processes.Ran)
         if num is not None and spec.kind is Kind.JOB:
@@ -228,9 +303,9 @@ class Task:
             print(f"{outcome.summary()}  (run {outcome.run_id}, experiment {config.experiment!r})", flush=True)
             return None
         word = "done" if outcome.status == "FINISHED" else outcome.status
-        word += " (pending: kept locally)" if getattr(outcome, "kept", "") else ""  # not in the store yet
+        word += " (pending: kept locally)" if outcome.kept else ""  # not in the store yet
         if peer:
-            r = outcome.result
+            r = outcome.result if isinstance(outcome, runner.Outcome) else None  # a peer's: in this process
             detail = f", {r.n_iter} iterations, run {r.timing.run_s:.3f} s, ELBO {r.loglik:.6g}" if r else ""
         else:
             detail = f" (+{time.monotonic() - outcome.clock - outcome.wall_s:.1f} s logging)"

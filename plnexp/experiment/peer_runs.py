@@ -1,5 +1,6 @@
 """A peer's run in a sweep: the config it logs (:class:`PeerConfig`, the job's with what the peer
-runs beside it) and its run (:func:`run_peer`), through the jobs' own code path. The peers
+runs beside it), its tags and its fit (:func:`tags`, :func:`fit`), which its job runs through the jobs'
+own code path (:func:`plnexp.experiment.job_task.run_job`). The peers
 themselves, and how each is fitted and scored, are declared in :mod:`plnexp.jobs.peers`.
 """
 
@@ -77,34 +78,35 @@ def peer_config(peer: Peer, config: Config) -> PeerConfig:
     )
 
 
-def run_peer(pc: PeerConfig, parent, job_num: int, tags: dict | None = None) -> Outcome:
-    """Fit the peer of ``pc`` (:func:`peer_config`) on its data and log it as a child of ``parent`` (a
-    :class:`plnexp.store.Parent`), job number ``job_num``, tagged ``plnexp.peer=<name>``, through
-    the jobs' own code path (:func:`plnexp.experiment.runner.run_job`, its fit the peer's: the
-    convergence metrics against the data's best known ELBO apply). Its run is created RUNNING
-    first; an error of the fit makes it FAILED with the reason (returned, never raised); an interrupt
-    ends it KILLED and is raised. Timed with ``repeats`` fits after ``max(warmup, 1)``."""
+def tags(pc: Config) -> dict[str, str]:
+    """The tags of the peer's run (its job's :func:`plnexp.experiment.job_task.run_job` adds them):
+    ``plnexp.peer=<name>`` and the peer's package versions."""
+    assert isinstance(pc, PeerConfig) and pc.peer is not None  # a peer's job's config: made by peer_config
+    return {PEER_TAG: pc.peer.name, **pc.peer.versions()}
+
+
+def fit(pc: Config, outcomes: list[Outcome]) -> None:
+    """Fit the peer of ``pc`` (:func:`peer_config`) on its data, filling its one outcome: the peer's
+    job as :func:`plnexp.experiment.job_task.run_job` runs it (its run created RUNNING first, the
+    convergence metrics against the data's best known ELBO apply). An error of the fit makes it FAILED
+    with the reason (never raised); an interrupt is raised. Timed with ``repeats`` fits after
+    ``max(warmup, 1)``."""
     from ..system import interrupts
     from ..system.commandline import first_line
     from . import runner
 
-    peer = pc.peer
-    assert peer is not None  # the peer as it follows the job's model (its class, call, rank)
-
-    def fit(outcomes: list[Outcome]) -> None:
-        (out,) = outcomes
-        try:
-            data = runner.load_data(pc.dataset)
-            out.data_digest, out.data_shape = data.digest(), (data.n, data.p)
-            out.optimum = runner.best_known(pc.dataset, peer.model)
-            rank = {"rank": peer.rank} if peer.rank is not None else {}  # PLN-PCA's q (a Pln fit takes none)
-            out.result = peer.fit(data, warmup=pc.warmup, repeats=pc.repeats, **rank)
-        except Exception as e:  # a peer's failure is its run's, never the sweep's
-            pending = interrupts.pending()
-            if pending is not None:  # a Ctrl-C that a library turned into another error
-                raise pending from e
-            out.status, out.reason = "FAILED", first_line(e)
-        out.stop()
-
-    tags = {PEER_TAG: peer.name, **peer.versions(), **(tags or {})}
-    return runner.run_job(pc, (), pc.run_name, parent=parent, job_num=job_num, tags=tags, fit=fit)
+    assert isinstance(pc, PeerConfig) and pc.peer is not None  # a peer's job's config: made by peer_config
+    peer = pc.peer  # the peer as it follows the job's model (its class, call, rank)
+    (out,) = outcomes
+    try:
+        data = runner.load_data(pc.dataset)
+        out.data_digest, out.data_shape = data.digest(), (data.n, data.p)
+        out.optimum = runner.best_known(pc.dataset, peer.model)
+        rank = {"rank": peer.rank} if peer.rank is not None else {}  # PLN-PCA's q (a Pln fit takes none)
+        out.result = peer.fit(data, warmup=pc.warmup, repeats=pc.repeats, **rank)
+    except Exception as e:  # a peer's failure is its run's, never the sweep's
+        pending = interrupts.pending()
+        if pending is not None:  # a Ctrl-C that a library turned into another error
+            raise pending from e
+        out.status, out.reason = "FAILED", first_line(e)
+    out.stop()

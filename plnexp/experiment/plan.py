@@ -399,7 +399,7 @@ def plan(overrides: list[str], multirun: bool, *, check_device: bool = True) -> 
 
 def _check_processes(jobs: list[Job], launcher: str, nodes: int = 1) -> None:
     """A sweep's jobs of ``processes`` > 1, on CPUs. Under the basic launcher their workers start from
-    the sweep's driver, one job after the other (:func:`plnexp.experiment.processes.run_job`); under
+    the sweep's driver, one job after the other (:func:`plnexp.experiment.job_task.run_job`); under
     SLURM each is a job of N tasks (:meth:`plnexp.experiment.executors.Slurm.submit`), its tasks spread
     evenly over the launcher's ``nodes``; a joblib worker does not start processes of its own. Else
     one :class:`ConfigError` line."""

@@ -19,7 +19,7 @@ backed mode, ``simulate_pca``'s blocks; ``simulate``'s draw is whole, then slice
 reference and log y! are summed across processes over each one's rows; each process's peak memory is
 gathered onto process 0's run (:func:`plnexp.experiment.runner.peak_rss_by_process`).
 
-Process 0 runs the job (:func:`plnexp.experiment.runner.run_job`: its run created RUNNING, logged,
+Process 0 runs the job (:func:`plnexp.experiment.job_task.run_job`: its run created RUNNING, logged,
 ended) and hands its outcome back (:class:`Ran`: ``run``'s one-line summary); the others run the
 same fit and report nothing (:func:`plnexp.experiment.runner.execute` with ``lead=False``: no store,
 no floor). The launcher (:func:`launch`) waits for its workers, each one's output in a file of its
@@ -29,7 +29,8 @@ run left RUNNING by a worker is ended FAILED with that reason, and the command e
 line naming that worker and the logs. A worker ends when its launcher does (Linux:
 ``PR_SET_PDEATHSIG``).
 
-**A sweep's jobs and a rerun** (:func:`run_job`): under the basic launcher, a sweep's driver runs
+**A sweep's jobs and a rerun** (:func:`plnexp.experiment.job_task.run_job`, the one way a job runs,
+through :func:`start`): under the basic launcher, a sweep's driver runs
 each job of ``processes`` > 1 by starting its N workers here and waiting for them (jobs one after
 the other, as always there); process 0 logs the run as a child of the sweep's parent (the parent
 travels in the pickled :class:`Job`) and hands its outcome back (:class:`Ran`, in the job's folder);
@@ -52,7 +53,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -245,9 +246,10 @@ def launch(
     return line, runs[0].info.run_id if runs else ""
 
 
-def run(spec: JobSpec, uri: str, output_dir: str) -> int:
+def run(spec: JobSpec, uri: str, output_dir: str, run_job: Callable) -> int:
     """``python -m plnexp run ... processes=N``: start the workers (N here, or this srun task's one),
-    wait for them; process 0's summary (as ``run`` says it) or the failure's one line. The exit code:
+    process 0 running the job with ``run_job`` (:class:`Job`), wait for them; process 0's summary
+    (as ``run`` says it) or the failure's one line. The exit code:
     0, 1 when the run did not finish or a worker failed, 128 + the signal on an interrupt."""
     n = spec.config.processes
     try:
@@ -259,11 +261,11 @@ def run(spec: JobSpec, uri: str, output_dir: str) -> int:
     if where is None and device != "cpu":
         print(f"plnexp: error: {device_line(n, device)}", file=sys.stderr, flush=True)
         return 2
-    envs = _local(n) if where is None else [dict(os.environ)]
+    envs = None if where is None else [dict(os.environ)]  # None: the N workers here
     first = int(os.environ.get("SLURM_PROCID", "0") or 0) if where is not None else 0
     with interrupts.handled() as guard:
         try:
-            ran = start(Job(replace(spec, num=None)), Path(output_dir), uri, envs, first)
+            ran = start(Job(replace(spec, num=None), run_job), output_dir, uri, envs, first)
         except KeyboardInterrupt as e:
             guard.stopping()
             stop = interrupts.as_interrupted(e)
@@ -288,11 +290,13 @@ def device_line(n: int, device: str) -> str:
 @dataclass(frozen=True)
 class Job:
     """A job whose workers ``run``, a sweep's driver or a rerun starts (:func:`start`), pickled into
-    its folder: its spec, which process 0 runs through :func:`plnexp.experiment.runner.run_job`
-    (``parent``: the sweep's parent run, whose child the job's run is; None: a run of its own, in the
-    config's store)."""
+    its folder: its spec and what process 0 runs it with (``run``: the one way a job runs,
+    :func:`plnexp.experiment.job_task.run_job`, which starts this module's workers: given by its
+    caller, pickled by reference; ``parent``: the sweep's parent run, whose child the job's run is;
+    None: a run of its own, in the config's store)."""
 
     spec: JobSpec
+    run: Callable
     parent: Parent | None = None
 
 
@@ -351,12 +355,23 @@ def _write(path: Path, thing) -> None:
     os.replace(tmp, path)
 
 
-def start(job: Job, folder: Path, uri: str, envs: Sequence[Mapping[str, str]], first: int = 0) -> Ran | None:
-    """``job``'s workers (one per environment of ``envs``: N here, or this srun task's one) started
-    with ``job`` pickled into ``folder`` and waited for: process 0's outcome; where a worker failed or
-    process 0 handed back none, a FAILED one whose reason is the one line (and no ``text``); None for
-    another srun task's, which ended well."""
+def start(
+    job: Job, output_dir: str, uri: str, envs: Sequence[Mapping[str, str]] | None = None, first: int = 0
+) -> Ran | None:
+    """``job``'s workers started with ``job`` pickled into its folder (``output_dir``; a new one under
+    the outputs' ``processes/`` where none is given) and waited for: process 0's outcome; where a
+    worker failed or process 0 handed back none, a FAILED one whose reason is the one line (and no
+    ``text``); None for another srun task's, which ended well. ``envs``: one per worker (this srun
+    task's one); None: N workers on this machine (:func:`plnexp.experiment.job_task.run_job`'s, a
+    sweep's driver's or a rerun's job), on its CPU (another device: a FAILED outcome, nothing
+    started). An interrupt: the workers stopped, their runs KILLED, raised (:func:`launch`)."""
     n, clock = job.spec.config.processes, time.monotonic()
+    if envs is None:
+        device = job.spec.config.device.value
+        if device != "cpu":
+            return Ran(job.spec.name, "FAILED", device_line(n, device), clock=clock)
+        envs = _local(n)
+    folder = Path(output_dir) if output_dir else _scratch()
     folder.mkdir(parents=True, exist_ok=True)
     job_file, ran_file = folder / "job.pkl", folder / RAN_FILE
     ran_file.unlink(missing_ok=True)
@@ -371,29 +386,13 @@ def start(job: Job, folder: Path, uri: str, envs: Sequence[Mapping[str, str]], f
     return Ran(job.spec.name, "FAILED", why, run_id, clock=clock, wall_s=time.monotonic() - clock)
 
 
-def run_job(spec: JobSpec, output_dir: str = "", *, parent: Parent | None = None) -> Ran:
-    """A job of ``config.processes`` > 1 processes started here, from a sweep's driver (each job in
-    turn, the basic launcher) or a rerun: its N workers on this machine, waited for; process 0 runs
-    :func:`plnexp.experiment.runner.run_job` (the run a child of ``parent``) and hands back its
-    outcome (:class:`Ran`). A worker that fails: a FAILED outcome whose reason is the one line, the
-    run it left RUNNING ended FAILED. An interrupt: the workers stopped, their runs KILLED, raised."""
-    from .. import store as tracking
+def _scratch() -> Path:
+    """A new folder for a job given none (a rerun's), under the outputs' ``processes/``."""
     from ..jobs.config import outputs_dir
 
-    config = spec.config
-    n = config.processes
-    if config.device.value != "cpu":
-        return Ran(spec.name, "FAILED", device_line(n, config.device.value), clock=time.monotonic())
-    uri = parent.uri if parent is not None else tracking.tracking_uri(config.tracking_uri)
-    if output_dir:
-        folder = Path(output_dir)
-    else:
-        root = outputs_dir() / "processes"
-        root.mkdir(parents=True, exist_ok=True)
-        folder = Path(tempfile.mkdtemp(prefix=time.strftime("%Y-%m-%d_%H-%M-%S-"), dir=root))
-    ran = start(Job(spec, parent), folder, uri, _local(n))
-    assert ran is not None  # every process here: process 0's outcome, or a FAILED one
-    return ran
+    root = outputs_dir() / "processes"
+    root.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=time.strftime("%Y-%m-%d_%H-%M-%S-"), dir=root))
 
 
 def _end_with_launcher() -> None:
@@ -415,7 +414,7 @@ def _end_with_launcher() -> None:
 
 def worker(job_file: str, output_dir: str, environ: Mapping[str, str] = os.environ) -> int:
     """One worker: join the others (before any other use of JAX), then run the :class:`Job`: process 0
-    as :func:`plnexp.experiment.runner.run_job` (its run logged, its outcome written into ``output_dir``
+    as :func:`plnexp.experiment.job_task.run_job` (its run logged, its outcome written into ``output_dir``
     for the process that started the workers), the others without any store. The exit code: 0, or 1
     when the job did not finish (process 0: when it wrote no outcome)."""
     from ..system import credentials, runtime
@@ -450,19 +449,14 @@ def follow(config: Config, overrides, name: str, output_dir: str) -> int:
 
 
 def _job(job: Job, output_dir: str, lead: bool) -> int:
-    """A :class:`Job` in a worker: process 0 runs it as :func:`plnexp.experiment.runner.run_job`
+    """A :class:`Job` in a worker: process 0 runs it as :func:`plnexp.experiment.job_task.run_job`
     (its run logged, a child of the sweep's parent) and writes its :class:`Ran` into the folder
     (whole or not at all); the others fit with it."""
     spec = job.spec
     if not lead:
         return follow(spec.config, spec.overrides, spec.name, output_dir)
-    from . import runner
-
     try:
-        tags = spec.run_tags or None
-        out = runner.run_job(
-            spec.config, spec.overrides, spec.name, output_dir, parent=job.parent, job_num=spec.num, tags=tags
-        )
+        out = job.run(spec, output_dir, parent=job.parent)  # joined: in this process
     except Exception as e:  # noqa: BLE001 - the store failed under the job: one line, the launcher says the rest
         print(f"plnexp: error: job {spec.name}: {first_line(e)}", file=sys.stderr, flush=True)
         return 1

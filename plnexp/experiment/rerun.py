@@ -93,15 +93,16 @@ def _rerun_one(uri: str, src: Source, overrides: list[str]):
 def _rerun_peer(uri: str, spec: JobSpec, experiment_id: str):
     """The rerun of a peer's run alone (``spec``: :meth:`Source.spec`): the peer's default fit on the
     data of the job it followed, a run of its own, through the path of a sweep's peers
-    (:func:`plnexp.experiment.peer_runs.run_peer`). A peer not installed here: one line."""
-    from .peer_runs import PeerConfig, run_peer
+    (:func:`plnexp.experiment.job_task.run_job`). A peer not installed here: one line."""
+    from .peer_runs import PeerConfig
+    from . import job_task
 
     assert isinstance(spec.config, PeerConfig) and spec.config.peer is not None
     why = spec.config.peer.available()
     if why is not None:
         raise ConfigError(f"run {spec.run_tags[provenance.RERUN_TAG]}: a run of the peer {spec.peer}, which is {why}")
     parent = store.Parent(uri, experiment_id, None)  # type: ignore[arg-type]  # None: no parent run
-    return run_peer(spec.config, parent, 0, spec.run_tags)
+    return job_task.run_job(spec, parent=parent)
 
 
 def _stopped(guard, e: KeyboardInterrupt, what: str) -> int:

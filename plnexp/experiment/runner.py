@@ -1,5 +1,6 @@
-"""Run one job: its run is created RUNNING in MLflow, then data -> plnexp.fit (timed), then the
-results are logged and the run ended with the job's status.
+"""One job's fit and its outcome: data -> plnexp.fit (timed), the measurements (floor, best known
+ELBO, convergence), the summary line. Its run's life (created RUNNING in MLflow, ended with the job's
+status) is :func:`plnexp.experiment.job_task.run_job`'s, the one way a job runs.
 
 A job never raises for a failed fit: the outcome is marked FAILED with the reason, logged, and the
 sweep goes on. An interrupt (Ctrl-C, SIGTERM) is the one exception that gets through: the run is
@@ -347,87 +348,6 @@ def combined(outcomes: list[Outcome]) -> Outcome:
         reason=f"{len(failed)} of {len(outcomes)} replicates {status}: {'; '.join(reasons)}",
         hold=None,
     )
-
-
-def run_job(
-    config: Config,
-    overrides=(),
-    name: str | None = None,
-    output_dir: str = "",
-    *,
-    parent=None,
-    job_num: int | None = None,
-    tags: dict | None = None,
-    hold: Callable | None = None,
-    fit: Callable[[list[Outcome]], object] | None = None,
-) -> Outcome:
-    """Execute one job with its MLflow run(s): created RUNNING now, ended with the job's status; one
-    run per replicate (``config.replicates``, tagged ``replicate``), all fitted in one program.
-
-    ``parent`` (a :class:`plnexp.store.Parent`) makes the runs children of a sweep, in the sweep's
-    store and experiment; otherwise they go to the config's store and experiment. On an interrupt the
-    runs are ended KILLED and :class:`plnexp.system.interrupts.Interrupted` re-raised. The runs are created
-    with the provenance tags (:func:`plnexp.jobs.provenance.run_tags`), a sweep's job also with its
-    ``report.min_speedup`` (:data:`plnexp.jobs.ranking.MIN_SPEEDUP_TAG`), and ``tags``. Returns the job's
-    outcome (:func:`combined`), each replicate's in its ``batch``. ``hold``: given the job's compiled
-    program (:class:`plnexp.fitting.prepared.Prepared`) to run it again. ``fit``: fills the outcomes
-    instead of plnexp's fit (a peer's, :func:`plnexp.experiment.peer_runs.run_peer`), its run
-    without plnexp's provenance tags (no ``config_hash``: never taken by resume for a job's run).
-    """
-    from ..jobs import provenance
-    from ..system import slurm
-    from .. import store
-    from ..jobs.ranking import MIN_SPEEDUP_TAG
-
-    uri = parent.uri if parent else store.tracking_uri(config.tracking_uri)
-    store.set_timeout(config.store_timeout_s)  # a job in a process of its own (joblib, SLURM) too
-    cl = store.client(uri)
-    base = name or config.run_name
-    k = config.replicates
-    outcomes = [
-        Outcome(replicate_name(base, i, k), tuple(overrides), config, output_dir=output_dir, replicate=i)
-        for i in range(k)
-    ]
-    outcomes[0].hold = hold
-    tags = {
-        **(provenance.run_tags(config) if fit is None else {}),
-        **({store.JOB_TAG: job_num} if job_num is not None else {}),
-        # a sweep's job: the minimum effect its report ranks with (report.min_speedup, not a param:
-        # not part of the fit, see plnexp.jobs.config.ReportSpec)
-        **({MIN_SPEEDUP_TAG: f"{config.report.min_speedup:g}"} if parent is not None else {}),
-        **(tags or {}),
-    }
-    try:
-        with interrupts.deferred():
-            exp_id = parent.experiment_id if parent else store.experiment_id(cl, config.experiment)
-            for out in outcomes:
-                out.run_id = store.start_job(
-                    cl,
-                    exp_id,
-                    out,
-                    parent.run_id if parent else None,
-                    {**tags, provenance.REPLICATE_TAG: out.replicate},
-                )
-        if fit is None:
-            execute(config, outcomes)
-        else:
-            fit(outcomes)
-    except KeyboardInterrupt as e:
-        stop = interrupts.as_interrupted(e)
-        for out in outcomes:
-            out.status, out.reason = "KILLED", f"interrupted by {stop.name}{slurm.why(stop.signum)}"
-            out.stop()
-            if out.run_id:
-                with interrupts.deferred():
-                    out.kept = str(store.pending.finish(cl, uri, out.run_id, out) or "")
-        raise stop from None
-    with interrupts.deferred():
-        for out in outcomes:
-            out.kept = str(store.pending.finish(cl, uri, out.run_id, out) or "")
-    job = combined(outcomes)
-    job.kept = next((o.kept for o in outcomes if o.kept), "")
-    job.batch = outcomes
-    return job
 
 
 def summary_table(rows) -> str:

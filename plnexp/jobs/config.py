@@ -96,7 +96,7 @@ Dataset = OaksData | SyntheticData | CsvData | AnndataData | SyntheticPcaData
 class ReportSpec:
     """How the sweep's report ranks (:mod:`plnexp.jobs.ranking`): not part of a fit, so left out of
     :meth:`Config.as_dict` (the params, the config hash that ``resume=true`` matches on) and logged as
-    the run's tags instead (:func:`plnexp.experiment.runner.run_job`)."""
+    the run's tags instead (:func:`plnexp.experiment.job_task.run_job`)."""
 
     min_speedup: float = 1.10  # a winner leads the next by at least this factor (asv's default factor)
     # the sweep's reference job run again at its end, an A/A pair (plnexp.experiment.sweep)
